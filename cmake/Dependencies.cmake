@@ -1,0 +1,10 @@
+# All third-party lookups in one place. Debian packages (scripts/install-deps.sh).
+find_package(Threads REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(prometheus-cpp CONFIG REQUIRED)
+find_program(TRELLIS_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+if(TRELLIS_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()

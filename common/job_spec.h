@@ -1,0 +1,129 @@
+// The TrainingJob (trellis.io/v1alpha1): the one job format for trellis-launch and the operator.
+// Parsing and validation live here and nowhere else; see docs/job-spec.md for the reference.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trellis {
+
+inline constexpr std::string_view kJobApiVersion = "trellis.io/v1alpha1";
+inline constexpr std::string_view kJobKind = "TrainingJob";
+
+enum class RestartPolicy { kNever, kOnFailure, kAlways, kExitCode };
+enum class KeyDispatch { kRoundRobin, kHash, kBalanced };
+enum class CompressionType { kNone, kTwoBit };
+enum class ServerMode { kAggregate, kUpdate };
+enum class OptimizerType { kSgd, kAdam };
+enum class CleanPodPolicy { kNone, kRunning, kAll };
+
+std::string_view ToString(RestartPolicy v);     // "Never", "OnFailure", "Always", "ExitCode"
+std::string_view ToString(KeyDispatch v);       // "roundRobin", "hash", "balanced"
+std::string_view ToString(CompressionType v);   // "none", "2bit"
+std::string_view ToString(ServerMode v);        // "aggregate", "update"
+std::string_view ToString(OptimizerType v);     // "sgd", "adam"
+std::string_view ToString(CleanPodPolicy v);    // "None", "Running", "All"
+
+struct ResourceSpec {
+  std::string cpu;     // Kubernetes quantity, e.g. "2" or "500m"; empty: unset
+  std::string memory;  // e.g. "4Gi"; empty: unset
+};
+
+struct RoleSpec {
+  int32_t replicas = 1;
+  // The program the agent starts. Empty for servers means the built-in trellis-pserver.
+  std::vector<std::string> command;
+  std::vector<std::string> args;
+  std::map<std::string, std::string> env;
+  ResourceSpec requests;
+  ResourceSpec limits;
+  int32_t gpusPerWorker = 0;                   // workers only
+  std::optional<RestartPolicy> restartPolicy;  // unset: spec.runPolicy.restartPolicy
+  std::string templateYaml;                    // optional pod template, kept verbatim (operator)
+};
+
+struct PrioritySpec {
+  bool enabled = true;
+  int32_t waterMark = 8;  // slices in flight per worker process
+};
+
+struct CompressionSpec {
+  CompressionType type = CompressionType::kNone;
+  double threshold = 0.5;    // 2bit: |residual| >= threshold is sent as +-threshold
+  int64_t warmupSteps = 0;   // 2bit starts after this many full-precision steps
+};
+
+struct OptimizerSpec {
+  OptimizerType type = OptimizerType::kSgd;
+  double learningRate = 0.01;
+  double momentum = 0.0;       // sgd
+  double beta1 = 0.9;          // adam
+  double beta2 = 0.999;        // adam
+  double epsilon = 1e-8;       // adam
+  double weightDecay = 0.0;
+};
+
+struct CheckpointSpec {
+  std::string path;            // directory; empty: checkpoints off
+  int64_t intervalSteps = 0;   // 0: only on request
+  int32_t keep = 3;            // last K checkpoints kept
+};
+
+struct RunPolicySpec {
+  RestartPolicy restartPolicy = RestartPolicy::kOnFailure;
+  int32_t backoffLimit = 3;                          // restarts per process before failing
+  std::optional<int64_t> activeDeadlineSeconds;
+  std::optional<int64_t> ttlSecondsAfterFinished;
+  CleanPodPolicy cleanPodPolicy = CleanPodPolicy::kRunning;
+  bool suspend = false;
+};
+
+struct SchedulerSpec {
+  double heartbeatIntervalSeconds = 1.0;
+  double heartbeatTimeoutSeconds = 10.0;  // a node silent this long is declared dead
+  double registrationTimeoutSeconds = 300.0;
+};
+
+struct JobSpec {
+  // metadata
+  std::string name;
+  std::string ns = "default";
+  std::map<std::string, std::string> labels;
+
+  // spec
+  std::string image;
+  RoleSpec servers;
+  RoleSpec workers;
+  KeyDispatch keyDispatch = KeyDispatch::kRoundRobin;
+  int64_t sliceBytes = 4 << 20;
+  PrioritySpec priority;
+  CompressionSpec compression;
+  ServerMode serverMode = ServerMode::kAggregate;
+  OptimizerSpec optimizer;
+  CheckpointSpec checkpoint;
+  RunPolicySpec runPolicy;
+  SchedulerSpec scheduler;
+
+  // The effective restart policy of a role (its own, else the run policy's).
+  RestartPolicy RestartPolicyFor(const RoleSpec& role) const {
+    return role.restartPolicy.value_or(runPolicy.restartPolicy);
+  }
+};
+
+// Parses a whole TrainingJob document (YAML or JSON). On error the Status message lists every
+// problem found, one per line, each as "<field path>: <what is wrong>, got <value>".
+StatusOr<JobSpec> ParseJobSpec(std::string_view yaml_text);
+// Same, reading the file; errors are prefixed with the file name.
+StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
+
+// Serializes a JobSpec back to a TrainingJob YAML document (defaults filled in). Parsing the
+// result gives an equal JobSpec.
+std::string JobSpecToYaml(const JobSpec& spec);
+
+}  // namespace trellis
