@@ -1,0 +1,50 @@
+// Client of the per-job scheduler, used by the agent, the worker library, the parameter server
+// and the launcher. Every call carries the job token and a deadline; a missing scheduler becomes
+// DEADLINE_EXCEEDED or UNAVAILABLE, never a hang.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "trellis/v1/scheduler.grpc.pb.h"
+
+namespace trellis {
+
+struct SchedulerClientOptions {
+  std::string address;  // host:port
+  std::string token;    // job token; empty when the job runs without one
+  std::chrono::milliseconds rpc_timeout{10000};  // deadline of the short calls
+};
+
+class SchedulerClient {
+ public:
+  // Creates the channel; does not wait for the scheduler to be up (the first call does,
+  // within its deadline, with wait-for-ready).
+  static StatusOr<std::unique_ptr<SchedulerClient>> Connect(const SchedulerClientOptions& options);
+  ~SchedulerClient();
+
+  StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request);
+  Status ReportReady(v1::Role role, int32_t rank, const std::string& address);
+  // Long poll; see GetClusterRequest. `wait` bounds the poll.
+  StatusOr<v1::ClusterView> GetCluster(int64_t after_version, bool wait_complete,
+                                       std::chrono::milliseconds wait);
+  // Blocks until every worker declared (bounded by `wait`).
+  StatusOr<v1::ShardMap> DeclareKeys(int32_t worker_rank, const std::vector<v1::KeySpec>& keys,
+                                     std::chrono::milliseconds wait);
+  Status Barrier(const std::string& name, v1::Role role, int32_t rank, int64_t generation,
+                 bool all_nodes, std::chrono::milliseconds wait);
+  StatusOr<v1::HeartbeatResponse> Heartbeat(v1::Role role, int32_t rank, int64_t incarnation,
+                                            const std::string& state);
+  Status ReportExit(const v1::ReportExitRequest& request);
+  Status Leave(v1::Role role, int32_t rank);
+
+ private:
+  SchedulerClient(SchedulerClientOptions options, std::unique_ptr<v1::Scheduler::Stub> stub);
+  SchedulerClientOptions options_;
+  std::unique_ptr<v1::Scheduler::Stub> stub_;
+};
+
+}  // namespace trellis
