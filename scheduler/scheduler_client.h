@@ -26,6 +26,8 @@ class SchedulerClient {
   static StatusOr<std::unique_ptr<SchedulerClient>> Connect(const SchedulerClientOptions& options);
   ~SchedulerClient();
 
+  // The job's YAML, as the scheduler holds it (parse with ParseJobSpec).
+  StatusOr<std::string> GetJobYaml();
   StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request);
   Status ReportReady(v1::Role role, int32_t rank, const std::string& address);
   // Long poll; see GetClusterRequest. `wait` bounds the poll.
