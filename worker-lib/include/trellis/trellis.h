@@ -1,0 +1,106 @@
+// Trellis worker library: the public C++ API a training program uses.
+//
+//   auto worker = trellis::Worker::Create();            // cluster from the environment
+//   if (!worker.ok()) { ...worker.status()... }
+//   (*worker)->DeclareKey({.id = 0, .name = "fc1.weight", .num_elements = n});
+//   (*worker)->FinishDeclarations();                    // collective: all workers, same keys
+//   (*worker)->Broadcast(0, params, 0).Wait();          // everyone starts from rank 0's values
+//   for each step:
+//     backward layer L done -> handles[L] = (*worker)->PushPull(L, grad_L, sum_L, /*priority=*/-L);
+//     before the next forward of layer L: handles[L].Wait();
+//
+// Everything here is thread-safe unless noted. Errors are values (trellis::Status); nothing
+// throws. This header and trellis/c_api.h are the only headers users include.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trellis/status.h"
+
+namespace trellis {
+
+using KeyId = uint64_t;
+
+enum class DType : int32_t { kFloat32 = 1 };
+
+struct KeyDecl {
+  KeyId id = 0;              // unique per job
+  std::string name;          // optional, used in messages and checkpoints
+  int64_t num_elements = 0;  // >= 1
+  DType dtype = DType::kFloat32;
+};
+
+// Overrides for what the environment and the job file say (flag > environment > job > default).
+// Zero / empty means "not set here".
+struct WorkerOptions {
+  std::string scheduler_address;  // else TRELLIS_SCHEDULER
+  std::string token_file;          // else TRELLIS_TOKEN_FILE
+  int32_t rank = -1;               // else TRELLIS_RANK
+  int64_t slice_bytes = 0;         // else the job's sliceBytes
+  int32_t water_mark = 0;          // else the job's priority.waterMark
+  int64_t timeout_ms = 0;          // per-operation deadline; else 120000
+};
+
+// Completion of an asynchronous operation. Copyable; all copies observe the same operation.
+class Handle {
+ public:
+  Handle();  // an already-completed OK handle
+  // Blocks until the operation is done; returns its status.
+  Status Wait() const;
+  // True once done (never blocks).
+  bool Done() const;
+
+  struct State;  // internal
+  explicit Handle(std::shared_ptr<State> state);
+  const std::shared_ptr<State>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Called once when the operation completes, on a library thread: keep it short.
+using Callback = std::function<void(const Status&)>;
+
+class Worker {
+ public:
+  // Joins the job described by the environment (TRELLIS_SCHEDULER, TRELLIS_RANK, ...).
+  static StatusOr<std::unique_ptr<Worker>> Create(const WorkerOptions& options = {});
+  virtual ~Worker();
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;         // number of workers
+  virtual int num_servers() const = 0;
+
+  // Declares a key. Every worker declares the same keys (id, element count, dtype).
+  virtual Status DeclareKey(const KeyDecl& key) = 0;
+  // Collective: sends this worker's declarations to the scheduler and waits for the shard map.
+  // A mismatch between workers fails here on every worker with a message naming the key.
+  virtual Status FinishDeclarations() = 0;
+
+  // Sums `grad` over all workers for this key's next step and writes the result to `out`
+  // (aggregate mode: the sum; update mode: the new weights). `grad` must stay valid and
+  // unchanged, and `out` untouched, until the handle completes. `grad` may equal `out`.
+  // Higher priority is sent first (default scheme: priority = -layer index).
+  virtual Handle PushPull(KeyId key, const float* grad, float* out, int priority = 0,
+                          Callback done = nullptr) = 0;
+  // The two halves, for programs that separate them.
+  virtual Handle Push(KeyId key, const float* grad, int priority = 0, Callback done = nullptr) = 0;
+  virtual Handle Pull(KeyId key, float* out, int priority = 0, Callback done = nullptr) = 0;
+
+  // Every worker ends with `root`'s values of the key in `data` (also seeds the servers' copy
+  // of the key: initial weights in update mode).
+  virtual Handle Broadcast(KeyId key, float* data, int root = 0) = 0;
+
+  // Blocks until every worker reached the barrier of this name.
+  virtual Status Barrier(const std::string& name) = 0;
+
+  // Bytes this worker sent and received on the data path so far (payload bytes).
+  virtual uint64_t bytes_pushed() const = 0;
+  virtual uint64_t bytes_pulled() const = 0;
+};
+
+}  // namespace trellis
