@@ -3,6 +3,7 @@
 // DEADLINE_EXCEEDED or UNAVAILABLE, never a hang.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -45,8 +46,16 @@ class SchedulerClient {
 
  private:
   SchedulerClient(SchedulerClientOptions options, std::unique_ptr<v1::Scheduler::Stub> stub);
+  // Sets the deadline, token and wait-for-ready on a call.
+  void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) const;
+  // Wraps the status with the method's name; notes that the scheduler answered.
+  Status Finish(const grpc::Status& st, const char* method);
+
   SchedulerClientOptions options_;
   std::unique_ptr<v1::Scheduler::Stub> stub_;
+  // Until the scheduler first answers, calls wait for it to come up (wait-for-ready) instead of
+  // failing at once; afterwards a vanished scheduler fails fast with UNAVAILABLE.
+  std::atomic<bool> reached_{false};
 };
 
 }  // namespace trellis

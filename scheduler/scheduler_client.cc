@@ -1,0 +1,164 @@
+#include "scheduler/scheduler_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/auth.h"
+#include "common/grpc_status.h"
+
+namespace trellis {
+
+namespace {
+
+constexpr int kMaxMessageBytes = 256 << 20;  // shard maps of many keys
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
+    const SchedulerClientOptions& options) {
+  if (options.address.empty()) return InvalidArgumentError("scheduler address must be set");
+  if (options.rpc_timeout.count() <= 0) {
+    return InvalidArgumentError("rpc_timeout must be > 0, got " +
+                                std::to_string(options.rpc_timeout.count()) + " ms");
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Reconnect quickly when the scheduler comes up after us (default back-off grows to 120 s).
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  auto channel =
+      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  if (!channel) return InternalError("cannot create a channel to " + options.address);
+  return std::unique_ptr<SchedulerClient>(
+      new SchedulerClient(options, v1::Scheduler::NewStub(channel)));
+}
+
+SchedulerClient::SchedulerClient(SchedulerClientOptions options,
+                                 std::unique_ptr<v1::Scheduler::Stub> stub)
+    : options_(std::move(options)), stub_(std::move(stub)) {}
+
+SchedulerClient::~SchedulerClient() = default;
+
+void SchedulerClient::Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) const {
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  ctx->set_wait_for_ready(!reached_.load(std::memory_order_relaxed));
+  if (!options_.token.empty()) ctx->AddMetadata(kTokenMetadataKey, options_.token);
+}
+
+Status SchedulerClient::Finish(const grpc::Status& st, const char* method) {
+  if (st.ok() || (st.error_code() != grpc::StatusCode::UNAVAILABLE &&
+                  st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED)) {
+    reached_.store(true, std::memory_order_relaxed);
+  }
+  if (st.ok()) return Status::Ok();
+  return FromGrpc(st).Annotate("scheduler " + options_.address + " " + method);
+}
+
+StatusOr<std::string> SchedulerClient::GetJobYaml() {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::GetJobResponse resp;
+  auto st = stub_->GetJob(&ctx, v1::GetJobRequest(), &resp);
+  TRELLIS_RETURN_IF_ERROR(Finish(st, "GetJob"));
+  return resp.job_yaml();
+}
+
+StatusOr<v1::RegisterResponse> SchedulerClient::Register(const v1::RegisterRequest& request) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::RegisterResponse resp;
+  auto st = stub_->Register(&ctx, request, &resp);
+  TRELLIS_RETURN_IF_ERROR(Finish(st, "Register"));
+  return resp;
+}
+
+Status SchedulerClient::ReportReady(v1::Role role, int32_t rank, const std::string& address) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::ReportReadyRequest req;
+  req.set_role(role);
+  req.set_rank(rank);
+  req.set_address(address);
+  v1::ReportReadyResponse resp;
+  return Finish(stub_->ReportReady(&ctx, req, &resp), "ReportReady");
+}
+
+StatusOr<v1::ClusterView> SchedulerClient::GetCluster(int64_t after_version, bool wait_complete,
+                                                      std::chrono::milliseconds wait) {
+  grpc::ClientContext ctx;
+  // The scheduler answers a little before this deadline with the view as it is then.
+  Prepare(&ctx, std::max(wait, std::chrono::milliseconds(1)));
+  v1::GetClusterRequest req;
+  req.set_after_version(after_version);
+  req.set_wait_complete(wait_complete);
+  v1::ClusterView view;
+  auto st = stub_->GetCluster(&ctx, req, &view);
+  TRELLIS_RETURN_IF_ERROR(Finish(st, "GetCluster"));
+  return view;
+}
+
+StatusOr<v1::ShardMap> SchedulerClient::DeclareKeys(int32_t worker_rank,
+                                                    const std::vector<v1::KeySpec>& keys,
+                                                    std::chrono::milliseconds wait) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, std::max(wait, std::chrono::milliseconds(1)));
+  v1::DeclareKeysRequest req;
+  req.set_worker_rank(worker_rank);
+  req.mutable_keys()->Reserve(static_cast<int>(keys.size()));
+  for (const auto& k : keys) *req.add_keys() = k;
+  v1::DeclareKeysResponse resp;
+  auto st = stub_->DeclareKeys(&ctx, req, &resp);
+  TRELLIS_RETURN_IF_ERROR(Finish(st, "DeclareKeys"));
+  return std::move(*resp.mutable_shard_map());
+}
+
+Status SchedulerClient::Barrier(const std::string& name, v1::Role role, int32_t rank,
+                                int64_t generation, bool all_nodes,
+                                std::chrono::milliseconds wait) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, std::max(wait, std::chrono::milliseconds(1)));
+  v1::BarrierRequest req;
+  req.set_name(name);
+  req.set_role(role);
+  req.set_rank(rank);
+  req.set_generation(generation);
+  req.set_all_nodes(all_nodes);
+  v1::BarrierResponse resp;
+  return Finish(stub_->Barrier(&ctx, req, &resp), "Barrier");
+}
+
+StatusOr<v1::HeartbeatResponse> SchedulerClient::Heartbeat(v1::Role role, int32_t rank,
+                                                           int64_t incarnation,
+                                                           const std::string& state) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::HeartbeatRequest req;
+  req.set_role(role);
+  req.set_rank(rank);
+  req.set_incarnation(incarnation);
+  req.set_state(state);
+  v1::HeartbeatResponse resp;
+  auto st = stub_->Heartbeat(&ctx, req, &resp);
+  TRELLIS_RETURN_IF_ERROR(Finish(st, "Heartbeat"));
+  return resp;
+}
+
+Status SchedulerClient::ReportExit(const v1::ReportExitRequest& request) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::ReportExitResponse resp;
+  return Finish(stub_->ReportExit(&ctx, request, &resp), "ReportExit");
+}
+
+Status SchedulerClient::Leave(v1::Role role, int32_t rank) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::LeaveRequest req;
+  req.set_role(role);
+  req.set_rank(rank);
+  v1::LeaveResponse resp;
+  return Finish(stub_->Leave(&ctx, req, &resp), "Leave");
+}
+
+}  // namespace trellis

@@ -1,0 +1,115 @@
+// The scheduler's gRPC face: a callback (reactor) service over SchedulerState, and the server
+// that owns it. Long polls and barriers hold no thread while they wait: the reactor is parked in
+// the state and finished by whichever call makes its condition true, or by the sweeper thread
+// at its deadline.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/status.h"
+#include "scheduler/clock.h"
+#include "scheduler/scheduler_state.h"
+#include "trellis/v1/scheduler.grpc.pb.h"
+
+namespace trellis {
+
+struct SchedulerServiceOptions {
+  std::string token;     // expected in "x-trellis-token"; empty: no check (local runs)
+  std::string job_yaml;  // what GetJob returns
+  // Longest a waiting call is held, whatever deadline the client sent.
+  std::chrono::milliseconds max_wait{std::chrono::minutes(10)};
+};
+
+class SchedulerService final : public v1::Scheduler::CallbackService {
+ public:
+  // `state` outlives the service.
+  SchedulerService(SchedulerState* state, SchedulerServiceOptions options);
+
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
+                                   v1::GetJobResponse* resp) override;
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
+                                     const v1::RegisterRequest* req,
+                                     v1::RegisterResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportReady(grpc::CallbackServerContext* ctx,
+                                        const v1::ReportReadyRequest* req,
+                                        v1::ReportReadyResponse* resp) override;
+  grpc::ServerUnaryReactor* GetCluster(grpc::CallbackServerContext* ctx,
+                                       const v1::GetClusterRequest* req,
+                                       v1::ClusterView* resp) override;
+  grpc::ServerUnaryReactor* DeclareKeys(grpc::CallbackServerContext* ctx,
+                                        const v1::DeclareKeysRequest* req,
+                                        v1::DeclareKeysResponse* resp) override;
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx,
+                                    const v1::BarrierRequest* req,
+                                    v1::BarrierResponse* resp) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const v1::HeartbeatRequest* req,
+                                      v1::HeartbeatResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportExit(grpc::CallbackServerContext* ctx,
+                                       const v1::ReportExitRequest* req,
+                                       v1::ReportExitResponse* resp) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
+                                  v1::LeaveResponse* resp) override;
+
+ private:
+  // UNAUTHENTICATED unless the call carries the job token.
+  grpc::Status CheckToken(grpc::CallbackServerContext* ctx) const;
+  // When a waiting call is answered: a little before the client's deadline (so the answer
+  // arrives in time), capped by max_wait.
+  Clock::TimePoint WaitDeadline(grpc::CallbackServerContext* ctx) const;
+
+  SchedulerState* const state_;
+  const SchedulerServiceOptions options_;
+};
+
+struct SchedulerServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 0;  // 0: pick a free port (see SchedulerServer::port())
+  SchedulerServiceOptions service;
+  std::chrono::milliseconds sweep_interval{50};  // dead-node and deadline checks
+  const Clock* clock = nullptr;                  // default: the steady clock
+};
+
+// Owns the state, the service, the grpc::Server and the sweeper thread.
+class SchedulerServer {
+ public:
+  // Validates the config, binds host:port and starts serving.
+  static StatusOr<std::unique_ptr<SchedulerServer>> Start(SchedulerConfig config,
+                                                          SchedulerServerOptions options);
+  ~SchedulerServer();  // Shutdown()
+  SchedulerServer(const SchedulerServer&) = delete;
+  SchedulerServer& operator=(const SchedulerServer&) = delete;
+
+  int port() const { return port_; }
+  // host:port to connect to ("127.0.0.1:port" when bound to the wildcard address).
+  std::string address() const;
+  SchedulerState& state() { return *state_; }
+
+  // Answers every waiting call (UNAVAILABLE), stops the server and the sweeper. Idempotent.
+  void Shutdown();
+
+ private:
+  SchedulerServer() = default;
+  void SweepLoop();
+
+  SteadyClock steady_clock_;
+  SchedulerServerOptions options_;
+  std::unique_ptr<SchedulerState> state_;
+  std::unique_ptr<SchedulerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  std::thread sweeper_;    // runs SweepLoop until stopping_
+};
+
+}  // namespace trellis

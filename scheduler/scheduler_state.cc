@@ -1,0 +1,730 @@
+#include "scheduler/scheduler_state.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/logging.h"
+#include "scheduler/shard_map.h"
+
+namespace trellis {
+
+namespace {
+
+const char* RoleName(v1::Role role) { return role == v1::ROLE_SERVER ? "server" : "worker"; }
+
+bool KnownRole(v1::Role role) { return role == v1::ROLE_SERVER || role == v1::ROLE_WORKER; }
+
+const char* SignalName(int sig) {
+  switch (sig) {
+    case 1: return "SIGHUP";
+    case 2: return "SIGINT";
+    case 3: return "SIGQUIT";
+    case 4: return "SIGILL";
+    case 6: return "SIGABRT";
+    case 7: return "SIGBUS";
+    case 8: return "SIGFPE";
+    case 9: return "SIGKILL";
+    case 11: return "SIGSEGV";
+    case 13: return "SIGPIPE";
+    case 15: return "SIGTERM";
+    default: return nullptr;
+  }
+}
+
+bool SameKey(const v1::KeySpec& a, const v1::KeySpec& b) {
+  return a.id() == b.id() && a.name() == b.name() && a.num_elements() == b.num_elements() &&
+         a.dtype() == b.dtype();
+}
+
+bool SameKeys(const std::vector<v1::KeySpec>& a, const std::vector<v1::KeySpec>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!SameKey(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+std::string KeyLabel(const v1::KeySpec& k) {
+  std::string s = "key " + std::to_string(k.id());
+  if (!k.name().empty()) s += " \"" + k.name() + "\"";
+  return s;
+}
+
+std::string Shape(const v1::KeySpec& k) {
+  return "(" + std::to_string(k.num_elements()) + " x " + DTypeName(k.dtype()) + ")";
+}
+
+double Seconds(Clock::TimePoint::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+Status ValidateSchedulerConfig(const SchedulerConfig& config) {
+  if (config.num_servers < 1) {
+    return InvalidArgumentError("number of servers must be >= 1, got " +
+                                std::to_string(config.num_servers));
+  }
+  if (config.num_workers < 1) {
+    return InvalidArgumentError("number of workers must be >= 1, got " +
+                                std::to_string(config.num_workers));
+  }
+  if (config.heartbeat_timeout.count() <= 0) {
+    return InvalidArgumentError("heartbeat timeout must be > 0, got " +
+                                std::to_string(config.heartbeat_timeout.count()) + " ms");
+  }
+  return ValidateShardSettings(config.dispatch, config.num_servers, config.slice_bytes);
+}
+
+std::string DescribeExitCode(int32_t code) {
+  std::string s = "exit code " + std::to_string(code);
+  if (code > 128 && code < 128 + 65) {
+    const char* name = SignalName(code - 128);
+    s += name != nullptr ? std::string(" (killed by ") + name + ")"
+                         : " (killed by signal " + std::to_string(code - 128) + ")";
+  }
+  return s;
+}
+
+SchedulerState::SchedulerState(SchedulerConfig config, const Clock* clock)
+    : config_(std::move(config)), clock_(clock) {
+  servers_.resize(static_cast<size_t>(config_.num_servers));
+  workers_.resize(static_cast<size_t>(config_.num_workers));
+}
+
+SchedulerState::~SchedulerState() { Shutdown(); }
+
+void SchedulerState::Run(Deferred& deferred) {
+  for (auto& f : deferred) f();
+  deferred.clear();
+}
+
+Status SchedulerState::CheckNodeLocked(v1::Role role, int32_t rank, bool must_be_registered) const {
+  if (!KnownRole(role)) {
+    return InvalidArgumentError("role must be ROLE_SERVER or ROLE_WORKER, got " +
+                                std::to_string(static_cast<int>(role)));
+  }
+  const int32_t n = role == v1::ROLE_SERVER ? config_.num_servers : config_.num_workers;
+  if (rank < 0 || rank >= n) {
+    return InvalidArgumentError(std::string(RoleName(role)) + " rank must be in [0, " +
+                                std::to_string(n) + "), got " + std::to_string(rank));
+  }
+  if (must_be_registered && !NodeLocked(role, rank).registered) {
+    return FailedPreconditionError(std::string(RoleName(role)) + " " + std::to_string(rank) +
+                                   " has not registered");
+  }
+  return Status::Ok();
+}
+
+SchedulerState::Node& SchedulerState::NodeLocked(v1::Role role, int32_t rank) {
+  return role == v1::ROLE_SERVER ? servers_[static_cast<size_t>(rank)]
+                                 : workers_[static_cast<size_t>(rank)];
+}
+
+const SchedulerState::Node& SchedulerState::NodeLocked(v1::Role role, int32_t rank) const {
+  return role == v1::ROLE_SERVER ? servers_[static_cast<size_t>(rank)]
+                                 : workers_[static_cast<size_t>(rank)];
+}
+
+bool SchedulerState::CompleteLocked() const {
+  if (registered_servers_ < config_.num_servers || registered_workers_ < config_.num_workers) {
+    return false;
+  }
+  return std::all_of(servers_.begin(), servers_.end(), [](const Node& n) { return n.ready; });
+}
+
+void SchedulerState::FillNodeLocked(const Node& n, v1::Role role, int32_t rank,
+                                    v1::NodeInfo* out) const {
+  out->set_role(role);
+  out->set_rank(rank);
+  out->set_pod_name(n.pod_name);
+  out->set_host(n.host);
+  out->set_address(n.address);
+  out->set_ready(n.ready);
+  out->set_dead(n.dead);
+  out->set_exited(n.exited);
+  out->set_last_exit_code(n.last_exit_code);
+  out->set_incarnation(n.incarnation);
+  out->set_restarts(n.restarts);
+  out->set_gpus(n.gpus);
+}
+
+v1::ClusterView SchedulerState::ViewLocked() const {
+  v1::ClusterView v;
+  v.set_version(version_);
+  v.set_complete(CompleteLocked());
+  v.set_num_servers(config_.num_servers);
+  v.set_num_workers(config_.num_workers);
+  v.mutable_servers()->Reserve(config_.num_servers);
+  for (int32_t r = 0; r < config_.num_servers; ++r) {
+    FillNodeLocked(servers_[static_cast<size_t>(r)], v1::ROLE_SERVER, r, v.add_servers());
+  }
+  v.mutable_workers()->Reserve(config_.num_workers);
+  for (int32_t r = 0; r < config_.num_workers; ++r) {
+    FillNodeLocked(workers_[static_cast<size_t>(r)], v1::ROLE_WORKER, r, v.add_workers());
+  }
+  v.set_failed(failed_);
+  v.set_failure_message(failure_message_);
+  return v;
+}
+
+void SchedulerState::ChangedLocked(Deferred* deferred) {
+  ++version_;
+  const bool complete = CompleteLocked();
+  if (complete && !was_complete_) {
+    TLOG_INFO << "cluster complete: " << config_.num_servers << " servers ready, "
+              << config_.num_workers << " workers registered (version " << version_ << ")";
+  }
+  was_complete_ = complete;
+  std::shared_ptr<const v1::ClusterView> view;  // built once, shared by every answered waiter
+  auto it = std::partition(cluster_waiters_.begin(), cluster_waiters_.end(),
+                           [&](const ClusterWaiter& w) {
+                             bool ready = version_ > w.after_version &&
+                                          (!w.wait_complete || complete || failed_);
+                             return !ready;
+                           });
+  for (auto w = it; w != cluster_waiters_.end(); ++w) {
+    if (!view) view = std::make_shared<const v1::ClusterView>(ViewLocked());
+    deferred->push_back([done = std::move(w->done), view] { done(view); });
+  }
+  cluster_waiters_.erase(it, cluster_waiters_.end());
+}
+
+StatusOr<v1::RegisterResponse> SchedulerState::Register(const v1::RegisterRequest& req) {
+  if (!KnownRole(req.role())) {
+    return InvalidArgumentError("role must be ROLE_SERVER or ROLE_WORKER, got " +
+                                std::to_string(static_cast<int>(req.role())));
+  }
+  if (req.pod_name().empty()) return InvalidArgumentError("pod_name must be set");
+  if (req.pod_name().size() > 253) {
+    return InvalidArgumentError("pod_name must be at most 253 characters, got " +
+                                std::to_string(req.pod_name().size()));
+  }
+  if (req.gpus() < 0) {
+    return InvalidArgumentError("gpus must be >= 0, got " + std::to_string(req.gpus()));
+  }
+  if (!config_.job_name.empty() && !req.job().empty() && req.job() != config_.job_name) {
+    return InvalidArgumentError("registration for job \"" + req.job() +
+                                "\" reached the scheduler of job \"" + config_.job_name + "\"");
+  }
+  Deferred deferred;
+  v1::RegisterResponse resp;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int32_t rank;
+    auto it = pods_.find(req.pod_name());
+    if (it != pods_.end()) {
+      if (it->second.first != req.role()) {
+        return InvalidArgumentError("pod " + req.pod_name() + " is registered as " +
+                                    RoleName(it->second.first) + " " +
+                                    std::to_string(it->second.second) + ", cannot register as " +
+                                    RoleName(req.role()));
+      }
+      rank = it->second.second;
+      Node& n = NodeLocked(req.role(), rank);
+      ++n.incarnation;
+      if (n.restart_reported) {
+        n.restart_reported = false;  // counted when the exit was reported
+      } else {
+        ++n.restarts;
+        ++stats_.restarts;
+      }
+      if (n.dead) TLOG_INFO << RoleName(req.role()) << " " << rank << " revived by re-registration";
+      n.dead = false;
+      n.exited = false;
+      n.host = req.host();
+      n.gpus = req.gpus();
+      n.last_seen = clock_->Now();
+      TLOG_INFO << RoleName(req.role()) << " " << rank << " (pod " << req.pod_name()
+                << ") re-registered, incarnation " << n.incarnation;
+    } else {
+      int32_t& count =
+          req.role() == v1::ROLE_SERVER ? registered_servers_ : registered_workers_;
+      const int32_t expected =
+          req.role() == v1::ROLE_SERVER ? config_.num_servers : config_.num_workers;
+      if (count >= expected) {
+        return ResourceExhaustedError("the job expects " + std::to_string(expected) + " " +
+                                      RoleName(req.role()) + "s and all ranks are taken; pod " +
+                                      req.pod_name() + " cannot register");
+      }
+      rank = count++;
+      Node& n = NodeLocked(req.role(), rank);
+      n.registered = true;
+      n.pod_name = req.pod_name();
+      n.host = req.host();
+      n.gpus = req.gpus();
+      n.incarnation = 1;
+      n.last_seen = clock_->Now();
+      pods_.emplace(req.pod_name(), std::make_pair(req.role(), rank));
+      TLOG_INFO << RoleName(req.role()) << " " << rank << " registered: pod " << req.pod_name()
+                << " host " << req.host();
+    }
+    ++stats_.registrations;
+    resp.set_rank(rank);
+    resp.set_incarnation(NodeLocked(req.role(), rank).incarnation);
+    resp.set_num_servers(config_.num_servers);
+    resp.set_num_workers(config_.num_workers);
+    ChangedLocked(&deferred);
+  }
+  Run(deferred);
+  return resp;
+}
+
+Status SchedulerState::ReportReady(const v1::ReportReadyRequest& req) {
+  Deferred deferred;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TRELLIS_RETURN_IF_ERROR(CheckNodeLocked(req.role(), req.rank(), true));
+    if (req.role() == v1::ROLE_SERVER && req.address().empty()) {
+      return InvalidArgumentError("server " + std::to_string(req.rank()) +
+                                  ": address (host:port of the data service) must be set");
+    }
+    Node& n = NodeLocked(req.role(), req.rank());
+    n.ready = true;
+    n.address = req.address();
+    n.last_seen = clock_->Now();
+    TLOG_INFO << RoleName(req.role()) << " " << req.rank() << " ready at " << req.address();
+    ChangedLocked(&deferred);
+  }
+  Run(deferred);
+  return Status::Ok();
+}
+
+v1::ClusterView SchedulerState::GetCluster() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ViewLocked();
+}
+
+void SchedulerState::WaitCluster(const v1::GetClusterRequest& req, TimePoint deadline,
+                                 Callback<std::shared_ptr<const v1::ClusterView>> done) {
+  std::shared_ptr<const v1::ClusterView> view;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (shutdown_) {
+    lock.unlock();
+    done(UnavailableError("scheduler is shutting down"));
+    return;
+  }
+  const bool ready = version_ > req.after_version() &&
+                     (!req.wait_complete() || CompleteLocked() || failed_);
+  if (ready || deadline <= clock_->Now()) {
+    view = std::make_shared<const v1::ClusterView>(ViewLocked());
+    lock.unlock();
+    done(std::move(view));
+    return;
+  }
+  cluster_waiters_.push_back({req.after_version(), req.wait_complete(), deadline, std::move(done)});
+}
+
+std::string SchedulerState::KeyMismatchLocked(int32_t rank_a, const std::vector<v1::KeySpec>& a,
+                                              int32_t rank_b,
+                                              const std::vector<v1::KeySpec>& b) const {
+  // Messages name the lower rank first, whatever the arrival order.
+  if (rank_b < rank_a) return KeyMismatchLocked(rank_b, b, rank_a, a);
+  const std::string wa = "worker " + std::to_string(rank_a);
+  const std::string wb = "worker " + std::to_string(rank_b);
+  auto lacks = [](const std::string& who, const v1::KeySpec& k, const std::string& has) {
+    return "key mismatch: " + who + " does not declare " + KeyLabel(k) + " that " + has +
+           " declares";
+  };
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i].id() == b[j].id()) {
+      if (!SameKey(a[i], b[j])) {
+        std::string other = a[i].name() == b[j].name() ? "" : KeyLabel(b[j]) + " ";
+        return "key mismatch: " + wa + " declares " + KeyLabel(a[i]) + " " + Shape(a[i]) + ", " +
+               wb + " declares " + other + Shape(b[j]);
+      }
+      ++i;
+      ++j;
+    } else if (a[i].id() < b[j].id()) {
+      return lacks(wb, a[i], wa);
+    } else {
+      return lacks(wa, b[j], wb);
+    }
+  }
+  if (i < a.size()) return lacks(wb, a[i], wa);
+  if (j < b.size()) return lacks(wa, b[j], wb);
+  return "";
+}
+
+std::string SchedulerState::MissingDeclarersLocked() const {
+  std::string s;
+  int listed = 0, more = 0;
+  for (int32_t r = 0; r < config_.num_workers; ++r) {
+    if (declared_ranks_.count(r) != 0) continue;
+    if (listed < 10) {
+      s += (listed == 0 ? "" : ", ") + std::to_string(r);
+      ++listed;
+    } else {
+      ++more;
+    }
+  }
+  if (more > 0) s += " and " + std::to_string(more) + " more";
+  return s;
+}
+
+void SchedulerState::FailDeclarationsLocked(const Status& status, Deferred* deferred) {
+  for (auto& w : declare_waiters_) {
+    deferred->push_back([done = std::move(w.done), status] { done(status); });
+  }
+  declare_waiters_.clear();
+}
+
+void SchedulerState::FailJobLocked(std::string message, Deferred* deferred) {
+  if (failed_) return;
+  failed_ = true;
+  failure_message_ = std::move(message);
+  TLOG_ERROR << "job failed: " << failure_message_;
+  const Status st = AbortedError("job failed: " + failure_message_);
+  FailDeclarationsLocked(st, deferred);
+  for (auto& [name, g] : barriers_) {
+    for (auto& w : g.waiters) deferred->push_back([done = std::move(w.done), st] { done(st); });
+    g.waiters.clear();
+  }
+}
+
+void SchedulerState::DeclareKeys(const v1::DeclareKeysRequest& req, TimePoint deadline,
+                                 Callback<std::shared_ptr<const v1::ShardMap>> done) {
+  std::vector<v1::KeySpec> keys(req.keys().begin(), req.keys().end());
+  if (Status st = ValidateKeys(keys); !st.ok()) {
+    done(st.Annotate("worker " + std::to_string(req.worker_rank())));
+    return;
+  }
+  std::sort(keys.begin(), keys.end(),
+            [](const v1::KeySpec& x, const v1::KeySpec& y) { return x.id() < y.id(); });
+  const int32_t rank = req.worker_rank();
+  Deferred deferred;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    Status st = CheckNodeLocked(v1::ROLE_WORKER, rank, true);
+    if (st.ok() && shutdown_) st = UnavailableError("scheduler is shutting down");
+    if (st.ok() && failed_) st = AbortedError("job failed: " + failure_message_);
+    if (st.ok()) st = keys_error_;
+    if (st.ok() && reference_rank_ < 0) {
+      reference_keys_ = keys;
+      reference_rank_ = rank;
+    } else if (st.ok() && !SameKeys(reference_keys_, keys)) {
+      keys_error_ =
+          FailedPreconditionError(KeyMismatchLocked(reference_rank_, reference_keys_, rank, keys));
+      TLOG_ERROR << keys_error_.message();
+      FailDeclarationsLocked(keys_error_, &deferred);
+      st = keys_error_;
+    }
+    if (!st.ok()) {
+      lock.unlock();
+      Run(deferred);
+      done(st);
+      return;
+    }
+    if (shard_map_) {  // a restarted worker declaring again: the map is settled
+      auto map = shard_map_;
+      lock.unlock();
+      done(std::move(map));
+      return;
+    }
+    declared_ranks_.insert(rank);
+    declare_waiters_.push_back({rank, deadline, std::move(done)});
+    if (static_cast<int32_t>(declared_ranks_.size()) == config_.num_workers) {
+      auto built = BuildShardMap(reference_keys_, config_.num_servers, config_.dispatch,
+                                 config_.slice_bytes);
+      if (!built.ok()) {
+        keys_error_ = built.status().Annotate("building the shard map");
+        TLOG_ERROR << keys_error_.message();
+        FailDeclarationsLocked(keys_error_, &deferred);
+      } else {
+        shard_map_ = std::make_shared<const v1::ShardMap>(std::move(built).value());
+        TLOG_INFO << "shard map built: " << shard_map_->keys_size() << " keys, dispatch "
+                  << config_.dispatch << ", sliceBytes " << config_.slice_bytes << ", "
+                  << config_.num_servers << " servers";
+        for (auto& w : declare_waiters_) {
+          deferred.push_back([done = std::move(w.done), map = shard_map_] { done(map); });
+        }
+        declare_waiters_.clear();
+      }
+    }
+  }
+  Run(deferred);
+}
+
+void SchedulerState::Barrier(const v1::BarrierRequest& req, TimePoint deadline,
+                             Callback<v1::BarrierResponse> done) {
+  if (req.name().empty() || req.name().size() > 256) {
+    done(InvalidArgumentError("barrier name must be 1 to 256 characters, got " +
+                              std::to_string(req.name().size())));
+    return;
+  }
+  if (req.generation() < 0) {
+    done(InvalidArgumentError("barrier \"" + req.name() + "\": generation must be >= 0, got " +
+                              std::to_string(req.generation())));
+    return;
+  }
+  Deferred deferred;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    Status st = CheckNodeLocked(req.role(), req.rank(), true);
+    if (st.ok() && shutdown_) st = UnavailableError("scheduler is shutting down");
+    if (st.ok() && failed_) st = AbortedError("job failed: " + failure_message_);
+    if (st.ok() && !req.all_nodes() && req.role() == v1::ROLE_SERVER) {
+      st = InvalidArgumentError("barrier \"" + req.name() + "\" without all_nodes waits for " +
+                                "workers only; server " + std::to_string(req.rank()) +
+                                " cannot join it");
+    }
+    constexpr size_t kMaxBarriers = 10000;
+    if (st.ok() && barriers_.count(req.name()) == 0 && barriers_.size() >= kMaxBarriers) {
+      st = ResourceExhaustedError("too many barrier names (" + std::to_string(kMaxBarriers) + ")");
+    }
+    BarrierGroup* g = nullptr;
+    if (st.ok()) {
+      auto [it, inserted] = barriers_.try_emplace(req.name());
+      g = &it->second;
+      if (inserted) {
+        g->all_nodes = req.all_nodes();
+      } else if (g->all_nodes != req.all_nodes()) {
+        st = InvalidArgumentError("barrier \"" + req.name() + "\" was first used with all_nodes=" +
+                                  (g->all_nodes ? "true" : "false") + ", now called with " +
+                                  (req.all_nodes() ? "true" : "false"));
+      }
+    }
+    if (st.ok() && req.generation() > g->released) {
+      st = FailedPreconditionError("barrier \"" + req.name() + "\": generation " +
+                                   std::to_string(req.generation()) +
+                                   " is ahead of the next one to release (" +
+                                   std::to_string(g->released) + ")");
+    }
+    if (!st.ok()) {
+      lock.unlock();
+      done(st);
+      return;
+    }
+    if (req.generation() < g->released) {  // already released: a restarted process catching up
+      lock.unlock();
+      done(v1::BarrierResponse());
+      return;
+    }
+    const TimePoint now = clock_->Now();
+    g->arrived.insert({static_cast<int>(req.role()), req.rank()});
+    g->waiters.push_back({req.role(), req.rank(), now, deadline, std::move(done)});
+    const size_t members = static_cast<size_t>(config_.num_workers) +
+                           (g->all_nodes ? static_cast<size_t>(config_.num_servers) : 0);
+    if (g->arrived.size() == members) {
+      TLOG_DEBUG << "barrier \"" << req.name() << "\" generation " << g->released << " released";
+      ++g->released;
+      g->arrived.clear();
+      for (auto& w : g->waiters) {
+        v1::BarrierResponse resp;
+        resp.set_waited_seconds(Seconds(now - w.arrived));
+        deferred.push_back([done = std::move(w.done), resp] { done(resp); });
+      }
+      g->waiters.clear();
+    }
+  }
+  Run(deferred);
+}
+
+StatusOr<v1::HeartbeatResponse> SchedulerState::Heartbeat(const v1::HeartbeatRequest& req) {
+  Deferred deferred;
+  v1::HeartbeatResponse resp;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TRELLIS_RETURN_IF_ERROR(CheckNodeLocked(req.role(), req.rank(), true));
+    Node& n = NodeLocked(req.role(), req.rank());
+    if (req.incarnation() != 0 && req.incarnation() < n.incarnation) {
+      return FailedPreconditionError(std::string(RoleName(req.role())) + " " +
+                                     std::to_string(req.rank()) + ": stale incarnation " +
+                                     std::to_string(req.incarnation()) + ", current is " +
+                                     std::to_string(n.incarnation));
+    }
+    n.last_seen = clock_->Now();
+    n.state = req.state().substr(0, 256);
+    if (n.dead) {
+      n.dead = false;
+      TLOG_INFO << RoleName(req.role()) << " " << req.rank() << " (pod " << n.pod_name
+                << ") revived by a heartbeat";
+      ChangedLocked(&deferred);
+    }
+    resp.set_cluster_version(version_);
+    for (int32_t r = 0; r < config_.num_servers; ++r) {
+      if (servers_[static_cast<size_t>(r)].dead) {
+        FillNodeLocked(servers_[static_cast<size_t>(r)], v1::ROLE_SERVER, r, resp.add_dead());
+      }
+    }
+    for (int32_t r = 0; r < config_.num_workers; ++r) {
+      if (workers_[static_cast<size_t>(r)].dead) {
+        FillNodeLocked(workers_[static_cast<size_t>(r)], v1::ROLE_WORKER, r, resp.add_dead());
+      }
+    }
+    resp.set_job_failed(failed_);
+    resp.set_failure_message(failure_message_);
+  }
+  Run(deferred);
+  return resp;
+}
+
+Status SchedulerState::ReportExit(const v1::ReportExitRequest& req) {
+  Deferred deferred;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TRELLIS_RETURN_IF_ERROR(CheckNodeLocked(req.role(), req.rank(), true));
+    Node& n = NodeLocked(req.role(), req.rank());
+    if (req.incarnation() != 0 && req.incarnation() < n.incarnation) {
+      return FailedPreconditionError(std::string(RoleName(req.role())) + " " +
+                                     std::to_string(req.rank()) + ": stale incarnation " +
+                                     std::to_string(req.incarnation()) + ", current is " +
+                                     std::to_string(n.incarnation));
+    }
+    n.last_exit_code = req.exit_code();
+    n.last_seen = clock_->Now();
+    n.ready = false;  // the program is gone; a restarted one reports ready again
+    std::string what = std::string(RoleName(req.role())) + " " + std::to_string(req.rank()) +
+                       " (pod " + n.pod_name + ")";
+    if (req.will_restart()) {
+      ++n.restarts;
+      ++stats_.restarts;
+      n.restart_reported = true;
+      TLOG_WARN << what << " exited with " << DescribeExitCode(req.exit_code())
+                << ", restarting (restart " << n.restarts << ")";
+    } else {
+      n.exited = true;
+      TLOG_INFO << what << " exited for good: " << DescribeExitCode(req.exit_code());
+      if (req.role() == v1::ROLE_WORKER && req.exit_code() != 0) {
+        std::string msg = what + " failed: " + DescribeExitCode(req.exit_code());
+        if (!req.message().empty()) msg += ": " + req.message().substr(0, 1024);
+        FailJobLocked(std::move(msg), &deferred);
+      }
+    }
+    ChangedLocked(&deferred);
+  }
+  Run(deferred);
+  return Status::Ok();
+}
+
+Status SchedulerState::Leave(const v1::LeaveRequest& req) {
+  Deferred deferred;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TRELLIS_RETURN_IF_ERROR(CheckNodeLocked(req.role(), req.rank(), true));
+    Node& n = NodeLocked(req.role(), req.rank());
+    n.exited = true;
+    TLOG_INFO << RoleName(req.role()) << " " << req.rank() << " (pod " << n.pod_name << ") left";
+    ChangedLocked(&deferred);
+  }
+  Run(deferred);
+  return Status::Ok();
+}
+
+void SchedulerState::Sweep() {
+  Deferred deferred;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) return;
+    const TimePoint now = clock_->Now();
+    bool changed = false;
+    auto check = [&](std::vector<Node>& nodes, v1::Role role) {
+      for (size_t r = 0; r < nodes.size(); ++r) {
+        Node& n = nodes[r];
+        if (!n.registered || n.exited || n.dead) continue;
+        if (now - n.last_seen > config_.heartbeat_timeout) {
+          n.dead = true;
+          ++stats_.dead_detected;
+          changed = true;
+          TLOG_WARN << RoleName(role) << " " << r << " (pod " << n.pod_name << ") silent for "
+                    << Seconds(now - n.last_seen) << " s: marked dead";
+        }
+      }
+    };
+    check(servers_, v1::ROLE_SERVER);
+    check(workers_, v1::ROLE_WORKER);
+    if (changed) ChangedLocked(&deferred);
+
+    // Waiters past their deadline: GetCluster answers with the view as it is, the others fail.
+    std::shared_ptr<const v1::ClusterView> view;
+    auto cit = std::partition(cluster_waiters_.begin(), cluster_waiters_.end(),
+                              [&](const ClusterWaiter& w) { return w.deadline > now; });
+    for (auto w = cit; w != cluster_waiters_.end(); ++w) {
+      if (!view) view = std::make_shared<const v1::ClusterView>(ViewLocked());
+      deferred.push_back([done = std::move(w->done), view] { done(view); });
+    }
+    cluster_waiters_.erase(cit, cluster_waiters_.end());
+
+    auto dit = std::partition(declare_waiters_.begin(), declare_waiters_.end(),
+                              [&](const DeclareWaiter& w) { return w.deadline > now; });
+    if (dit != declare_waiters_.end()) {
+      const Status st = DeadlineExceededError(
+          "waiting for key declarations: " + std::to_string(declared_ranks_.size()) + " of " +
+          std::to_string(config_.num_workers) + " workers declared; missing worker " +
+          MissingDeclarersLocked());
+      for (auto w = dit; w != declare_waiters_.end(); ++w) {
+        deferred.push_back([done = std::move(w->done), st] { done(st); });
+      }
+      declare_waiters_.erase(dit, declare_waiters_.end());
+    }
+
+    for (auto& [name, g] : barriers_) {
+      auto bit = std::partition(g.waiters.begin(), g.waiters.end(),
+                                [&](const BarrierWaiter& w) { return w.deadline > now; });
+      if (bit == g.waiters.end()) continue;
+      std::string missing;
+      int listed = 0;
+      auto note = [&](v1::Role role, int32_t n) {
+        for (int32_t r = 0; r < n && listed < 10; ++r) {
+          if (g.arrived.count({static_cast<int>(role), r}) != 0) continue;
+          missing += (listed++ == 0 ? "" : ", ") + std::string(RoleName(role)) + " " +
+                     std::to_string(r);
+        }
+      };
+      note(v1::ROLE_WORKER, config_.num_workers);
+      if (g.all_nodes) note(v1::ROLE_SERVER, config_.num_servers);
+      const size_t members = static_cast<size_t>(config_.num_workers) +
+                             (g.all_nodes ? static_cast<size_t>(config_.num_servers) : 0);
+      const Status st = DeadlineExceededError(
+          "barrier \"" + name + "\" generation " + std::to_string(g.released) + ": " +
+          std::to_string(g.arrived.size()) + " of " + std::to_string(members) +
+          " arrived; waiting for " + missing);
+      for (auto w = bit; w != g.waiters.end(); ++w) {
+        deferred.push_back([done = std::move(w->done), st] { done(st); });
+      }
+      g.waiters.erase(bit, g.waiters.end());
+    }
+  }
+  Run(deferred);
+}
+
+SchedulerState::TimePoint SchedulerState::NextDeadline() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  TimePoint next = TimePoint::max();
+  for (const auto& w : cluster_waiters_) next = std::min(next, w.deadline);
+  for (const auto& w : declare_waiters_) next = std::min(next, w.deadline);
+  for (const auto& [name, g] : barriers_) {
+    for (const auto& w : g.waiters) next = std::min(next, w.deadline);
+  }
+  return next;
+}
+
+void SchedulerState::Shutdown() {
+  Deferred deferred;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) return;
+    shutdown_ = true;
+    const Status st = UnavailableError("scheduler is shutting down");
+    for (auto& w : cluster_waiters_) deferred.push_back([done = std::move(w.done), st] { done(st); });
+    cluster_waiters_.clear();
+    FailDeclarationsLocked(st, &deferred);
+    for (auto& [name, g] : barriers_) {
+      for (auto& w : g.waiters) deferred.push_back([done = std::move(w.done), st] { done(st); });
+      g.waiters.clear();
+    }
+  }
+  Run(deferred);
+}
+
+SchedulerStats SchedulerState::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SchedulerStats s = stats_;
+  s.version = version_;
+  s.waiters = static_cast<int64_t>(cluster_waiters_.size() + declare_waiters_.size());
+  for (const auto& [name, g] : barriers_) s.waiters += static_cast<int64_t>(g.waiters.size());
+  return s;
+}
+
+}  // namespace trellis

@@ -1,0 +1,187 @@
+// The scheduler's logic without gRPC: registration and ranks, the cluster view, key
+// declaration -> shard map, barriers, heartbeats and dead nodes, exit reports.
+//
+// Thread-safe. Calls that may wait (WaitCluster, DeclareKeys, Barrier) never block: they take a
+// callback that is called exactly once -- inline when the answer is known at once, later from
+// whichever call makes the condition true, from Sweep() when the deadline passes, or from
+// Shutdown(). Callbacks always run without the state's lock held, so they may call back in.
+// This is what lets the gRPC service keep 1000 waiting calls without 1000 threads.
+//
+// Every request is validated here (role, rank range, registration); nothing a peer sends can
+// crash the state.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/clock.h"
+#include "trellis/v1/scheduler.pb.h"
+
+namespace trellis {
+
+struct SchedulerConfig {
+  std::string job_name;  // checked against RegisterRequest.job when both are set
+  int32_t num_servers = 1;
+  int32_t num_workers = 1;
+  std::string dispatch = "roundRobin";  // see shard_map.h
+  int64_t slice_bytes = 4 << 20;
+  std::chrono::milliseconds heartbeat_timeout{10000};
+};
+
+Status ValidateSchedulerConfig(const SchedulerConfig& config);
+
+// "exit code 137 (killed by SIGKILL)", "exit code 1".
+std::string DescribeExitCode(int32_t code);
+
+struct SchedulerStats {
+  int64_t version = 0;
+  int64_t registrations = 0;  // accepted Register calls, re-registrations included
+  int64_t restarts = 0;       // all nodes together
+  int64_t dead_detected = 0;  // times a node was marked dead
+  int64_t waiters = 0;        // calls waiting now
+};
+
+class SchedulerState {
+ public:
+  using TimePoint = Clock::TimePoint;
+  template <typename T>
+  using Callback = std::function<void(StatusOr<T>)>;
+
+  // REQUIRES: ValidateSchedulerConfig(config).ok(); `clock` outlives the state.
+  SchedulerState(SchedulerConfig config, const Clock* clock);
+  ~SchedulerState();
+  SchedulerState(const SchedulerState&) = delete;
+  SchedulerState& operator=(const SchedulerState&) = delete;
+
+  const SchedulerConfig& config() const { return config_; }
+  const Clock& clock() const { return *clock_; }
+
+  // Ranks in arrival order per role; the same pod name gets its old rank and incarnation + 1.
+  // More pods of a role than expected: RESOURCE_EXHAUSTED.
+  StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req);
+  Status ReportReady(const v1::ReportReadyRequest& req);
+  v1::ClusterView GetCluster() const;
+  // Answers once version > after_version and (if wait_complete) the view is complete or the
+  // job failed; at the deadline, answers with the current view.
+  void WaitCluster(const v1::GetClusterRequest& req, TimePoint deadline,
+                   Callback<std::shared_ptr<const v1::ClusterView>> done);
+  // Answers every worker with the same map once all have declared equal keys. A mismatch fails
+  // every waiting and later declaration with FAILED_PRECONDITION naming the first differing key.
+  void DeclareKeys(const v1::DeclareKeysRequest& req, TimePoint deadline,
+                   Callback<std::shared_ptr<const v1::ShardMap>> done);
+  // Releases generation g of barrier `name` once every member arrived at g; an arrival at a
+  // generation already released passes at once (a restarted process catching up).
+  void Barrier(const v1::BarrierRequest& req, TimePoint deadline,
+               Callback<v1::BarrierResponse> done);
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
+  Status ReportExit(const v1::ReportExitRequest& req);
+  Status Leave(const v1::LeaveRequest& req);
+
+  // Marks nodes silent for longer than the heartbeat timeout dead and answers the waiters whose
+  // deadline passed. Called periodically (the service's sweeper thread; tests by hand).
+  void Sweep();
+  // The earliest deadline of any waiter (TimePoint::max() when none).
+  TimePoint NextDeadline() const;
+  // Answers every waiter with UNAVAILABLE and refuses new waits. Idempotent.
+  void Shutdown();
+
+  SchedulerStats stats() const;
+
+ private:
+  struct Node {
+    bool registered = false;
+    std::string pod_name;
+    std::string host;
+    int32_t gpus = 0;
+    std::string address;
+    bool ready = false;
+    bool dead = false;
+    bool exited = false;
+    int32_t last_exit_code = 0;
+    int64_t incarnation = 0;
+    int32_t restarts = 0;
+    bool restart_reported = false;  // ReportExit(will_restart) already counted the next restart
+    TimePoint last_seen{};
+    std::string state;  // free-form, from heartbeats
+  };
+  struct ClusterWaiter {
+    int64_t after_version;
+    bool wait_complete;
+    TimePoint deadline;
+    Callback<std::shared_ptr<const v1::ClusterView>> done;
+  };
+  struct DeclareWaiter {
+    int32_t rank;
+    TimePoint deadline;
+    Callback<std::shared_ptr<const v1::ShardMap>> done;
+  };
+  struct BarrierWaiter {
+    v1::Role role;
+    int32_t rank;
+    TimePoint arrived;
+    TimePoint deadline;
+    Callback<v1::BarrierResponse> done;
+  };
+  struct BarrierGroup {
+    bool all_nodes = false;
+    int64_t released = 0;  // generations 0..released-1 are released
+    std::set<std::pair<int, int32_t>> arrived;  // (role, rank) at generation `released`
+    std::vector<BarrierWaiter> waiters;
+  };
+  // Work to do once the lock is released (callbacks).
+  using Deferred = std::vector<std::function<void()>>;
+
+  Status CheckNodeLocked(v1::Role role, int32_t rank, bool must_be_registered) const;
+  Node& NodeLocked(v1::Role role, int32_t rank);
+  const Node& NodeLocked(v1::Role role, int32_t rank) const;
+  bool CompleteLocked() const;
+  v1::ClusterView ViewLocked() const;
+  void FillNodeLocked(const Node& n, v1::Role role, int32_t rank, v1::NodeInfo* out) const;
+  // Increments the version and answers the cluster waiters whose condition now holds.
+  void ChangedLocked(Deferred* deferred);
+  void FailJobLocked(std::string message, Deferred* deferred);
+  void FailDeclarationsLocked(const Status& status, Deferred* deferred);
+  std::string KeyMismatchLocked(int32_t rank_a, const std::vector<v1::KeySpec>& a,
+                                int32_t rank_b, const std::vector<v1::KeySpec>& b) const;
+  std::string MissingDeclarersLocked() const;
+  static void Run(Deferred& deferred);
+
+  const SchedulerConfig config_;
+  const Clock* const clock_;
+
+  mutable std::mutex mu_;
+  std::vector<Node> servers_;  // GUARDED_BY(mu_); index = rank
+  std::vector<Node> workers_;  // GUARDED_BY(mu_); index = rank
+  int32_t registered_servers_ = 0;  // GUARDED_BY(mu_)
+  int32_t registered_workers_ = 0;  // GUARDED_BY(mu_)
+  std::unordered_map<std::string, std::pair<v1::Role, int32_t>> pods_;  // GUARDED_BY(mu_)
+  int64_t version_ = 1;          // GUARDED_BY(mu_)
+  bool was_complete_ = false;    // GUARDED_BY(mu_); for logging the transition once
+  bool failed_ = false;          // GUARDED_BY(mu_)
+  std::string failure_message_;  // GUARDED_BY(mu_)
+  bool shutdown_ = false;        // GUARDED_BY(mu_)
+  SchedulerStats stats_;         // GUARDED_BY(mu_)
+  std::vector<ClusterWaiter> cluster_waiters_;  // GUARDED_BY(mu_)
+
+  // Key declaration: the first declaration is the reference every later one must equal.
+  std::vector<v1::KeySpec> reference_keys_;  // GUARDED_BY(mu_); sorted by id
+  int32_t reference_rank_ = -1;              // GUARDED_BY(mu_)
+  std::set<int32_t> declared_ranks_;         // GUARDED_BY(mu_)
+  std::shared_ptr<const v1::ShardMap> shard_map_;  // GUARDED_BY(mu_); built once
+  Status keys_error_;                         // GUARDED_BY(mu_); sticky once set
+  std::vector<DeclareWaiter> declare_waiters_;  // GUARDED_BY(mu_)
+
+  std::map<std::string, BarrierGroup> barriers_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace trellis

@@ -1,0 +1,52 @@
+// The key-shard map: which server holds which slice of which key. A pure function of the
+// declared keys and the job's settings, so every worker (and a restarted scheduler) computes
+// the same map from the same input.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "trellis/v1/scheduler.pb.h"
+
+namespace trellis {
+
+inline constexpr std::string_view kDispatchRoundRobin = "roundRobin";
+inline constexpr std::string_view kDispatchHash = "hash";
+inline constexpr std::string_view kDispatchBalanced = "balanced";
+
+// A peer could ask for billions of slices (huge key, tiny slices); refuse instead of running
+// out of memory.
+inline constexpr int64_t kMaxTotalSlices = 50'000'000;
+
+// Bytes per element; 0 for DTYPE_UNSPECIFIED or an unknown value.
+int64_t DTypeSize(v1::DType dtype);
+// "float32"; "dtype(N)" for unknown values.
+std::string DTypeName(v1::DType dtype);
+
+// The fixed hash of the `hash` dispatcher: SplitMix64's finalizer of the key id
+// (Steele, Lea, Flood 2014). Stable across platforms and releases, unlike std::hash.
+uint64_t SplitMix64(uint64_t x);
+
+// Checks one worker's declaration on its own: ids unique, num_elements >= 1, dtype known.
+Status ValidateKeys(const std::vector<v1::KeySpec>& keys);
+
+// Checks the dispatcher name, the number of servers (>= 1) and slice_bytes (>= 4 and a multiple
+// of every element size in use).
+Status ValidateShardSettings(std::string_view dispatch, int32_t num_servers, int64_t slice_bytes);
+
+// Builds the map. Keys are sorted by id first, so the declaration order does not matter.
+// Every key is cut into slices of slice_bytes (the last one shorter). Then:
+//   roundRobin: slice j of the global sequence (all keys in id order, their slices in order)
+//               goes to server j mod S (the P3 rule);
+//   hash:       every slice of key k goes to server SplitMix64(k.id) mod S;
+//   balanced:   slices, largest first (ties: lower key id, then lower slice index), each onto
+//               the least-loaded server so far (ties: lowest rank). The busiest server then
+//               holds at most ceil(total/S) + the largest slice.
+// server_bytes reports the bytes assigned to each server.
+StatusOr<v1::ShardMap> BuildShardMap(std::vector<v1::KeySpec> keys, int32_t num_servers,
+                                     std::string_view dispatch, int64_t slice_bytes);
+
+}  // namespace trellis
