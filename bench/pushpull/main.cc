@@ -1,0 +1,280 @@
+// bench_pushpull: Trellis PushPull goodput and latency next to physical baselines measured in
+// the same run. See docs/performance.md for how to read the table.
+//
+//   bench_pushpull [--quick] [--sizes=4K,1M,16M,64M] [--topologies=1x1,2x2] [--baselines-only]
+//                  [--bin-dir=DIR] [--log-dir=DIR]
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/common/stats.h"
+#include "bench/common/table.h"
+#include "bench/pushpull/grpc_echo.h"
+#include "bench/pushpull/tcp_echo.h"
+#include "bench/pushpull/trellis_pushpull.h"
+#include "common/logging.h"
+
+namespace trellis::bench {
+namespace {
+
+constexpr uint64_t kLatencyBytes = 4096;
+// Goals the data path is held to (DESIGN: bulk near the wire; small calls near bare gRPC).
+constexpr double kGoodputGoal = 0.75;      // of raw TCP echo, for tensors >= 16 MiB
+constexpr uint64_t kGoodputGoalFrom = 16ull << 20;
+constexpr double kLatencyGoal = 1.3;       // 4 KiB p50 at most 1.3x bare gRPC unary
+
+struct Flags {
+  bool quick = false;
+  bool baselines_only = false;
+  std::vector<uint64_t> sizes = {4ull << 10, 1ull << 20, 16ull << 20, 64ull << 20};
+  std::vector<TrellisTopology> topologies = {{1, 1}, {2, 2}};
+  std::string bin_dir;
+  std::string log_dir;
+};
+
+constexpr char kUsage[] =
+    "usage: bench_pushpull [--quick] [--sizes=4K,1M,16M,64M] [--topologies=1x1,2x2]\n"
+    "                      [--baselines-only] [--bin-dir=DIR] [--log-dir=DIR]\n"
+    "  --quick           fewer iterations (smoke run, a few seconds)\n"
+    "  --sizes           tensor/message sizes, binary units (K, M, G)\n"
+    "  --topologies      WxS pairs: W workers (threads) x S servers (processes)\n"
+    "  --baselines-only  only the TCP and gRPC baselines\n"
+    "  --bin-dir         where trellis-scheduler and trellis-pserver are (default: next to this)\n"
+    "  --log-dir         where the children's logs go (default: a fresh temp dir)\n";
+
+StatusOr<std::vector<TrellisTopology>> ParseTopologies(const std::string& text) {
+  std::vector<TrellisTopology> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    int w = 0, s = 0;
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%dx%d%c", &w, &s, &tail) != 2 || w < 1 || s < 1 || w > 16 || s > 16) {
+      return InvalidArgumentError("bad topology '" + item + "': expected WxS with 1..16 each, e.g. 2x2");
+    }
+    out.push_back({w, s});
+  }
+  if (out.empty()) return InvalidArgumentError("empty topology list '" + text + "'");
+  return out;
+}
+
+StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value_of = [&](const std::string& name) -> std::optional<std::string> {
+      const std::string prefix = "--" + name + "=";
+      if (arg.rfind(prefix, 0) == 0) return arg.substr(prefix.size());
+      return std::nullopt;
+    };
+    if (arg == "--quick") {
+      flags.quick = true;
+    } else if (arg == "--baselines-only") {
+      flags.baselines_only = true;
+    } else if (auto v = value_of("sizes")) {
+      TRELLIS_ASSIGN_OR_RETURN(flags.sizes, ParseSizeList(*v));
+    } else if (auto v = value_of("topologies")) {
+      TRELLIS_ASSIGN_OR_RETURN(flags.topologies, ParseTopologies(*v));
+    } else if (auto v = value_of("bin-dir")) {
+      flags.bin_dir = *v;
+    } else if (auto v = value_of("log-dir")) {
+      flags.log_dir = *v;
+    } else {
+      return InvalidArgumentError("unknown flag '" + arg + "'");
+    }
+  }
+  return flags;
+}
+
+// Bulk budgets are in seconds per size so the whole bench stays bounded whatever the machine.
+Budget BulkBudget(const Flags& f, uint64_t bytes) {
+  Budget b;
+  b.warmup_iters = bytes >= (16ull << 20) ? 1 : 20;
+  b.min_iters = 3;
+  b.max_iters = 1000000;
+  b.max_seconds = f.quick ? 0.3 : 1.5;
+  return b;
+}
+
+Budget LatencyBudget(const Flags& f) {
+  Budget b;
+  b.warmup_iters = f.quick ? 50 : 200;
+  b.min_iters = f.quick ? 300 : 2000;
+  b.max_iters = b.min_iters;
+  b.max_seconds = 20;  // a safety bound only; 2000 calls take well under a second normally
+  return b;
+}
+
+std::string Us(double seconds) { return Fixed(seconds * 1e6, 0); }
+std::string Ratio(double num, double den) { return den > 0 ? Fixed(num / den, 2) : "-"; }
+
+int Run(const Flags& flags) {
+  const auto bench_start = Clock::now();
+  std::cout << "bench_pushpull: " << (flags.quick ? "quick" : "full") << " run, "
+            << std::thread::hardware_concurrency() << " CPUs, loopback\n";
+
+  // (a) raw TCP echo.
+  std::map<uint64_t, TcpEchoResult> tcp;
+  for (uint64_t size : flags.sizes) {
+    StatusOr<TcpEchoResult> r = MeasureTcpEcho(size, BulkBudget(flags, size));
+    if (!r.ok()) {
+      std::cerr << "tcp echo " << FormatBytes(size) << ": " << r.status().ToString() << "\n";
+      return 1;
+    }
+    tcp[size] = *r;
+    std::cout << "  tcp echo      " << FormatBytes(size) << ": " << Fixed(r->gbytes_per_s, 2)
+              << " GB/s (" << r->messages << " msgs, SO_SNDBUF " << r->socket_buffer_bytes << ")\n";
+  }
+
+  // (b) and (c): the gRPC echo service.
+  StatusOr<std::unique_ptr<GrpcEchoServer>> server = GrpcEchoServer::Start();
+  if (!server.ok()) {
+    std::cerr << server.status().ToString() << "\n";
+    return 1;
+  }
+  StatusOr<LatencyResult> unary = MeasureGrpcUnary((*server)->address(), kLatencyBytes, LatencyBudget(flags));
+  if (!unary.ok()) {
+    std::cerr << "grpc unary: " << unary.status().ToString() << "\n";
+    return 1;
+  }
+  std::cout << "  grpc unary    4 KiB: p50 " << Us(unary->p50_s) << " us, p99 " << Us(unary->p99_s)
+            << " us (" << unary->calls << " calls)\n";
+  std::map<uint64_t, StreamResult> stream;
+  for (uint64_t size : flags.sizes) {
+    if (size < (1ull << 20)) continue;  // context figure for bulk sizes only
+    StatusOr<StreamResult> r = MeasureGrpcStream((*server)->address(), size, BulkBudget(flags, size));
+    if (!r.ok()) {
+      std::cerr << "grpc stream " << FormatBytes(size) << ": " << r.status().ToString() << "\n";
+      return 1;
+    }
+    stream[size] = *r;
+    std::cout << "  grpc stream   " << FormatBytes(size) << ": " << Fixed(r->gbytes_per_s, 2) << " GB/s ("
+              << r->messages << " msgs)\n";
+  }
+  server->reset();
+
+  // (2) Trellis.
+  std::map<std::string, std::map<uint64_t, TrellisSizeResult>> trellis;
+  std::optional<TrellisSizeResult> trellis_latency;  // 4 KiB, first topology
+  bool trellis_failed = false;
+  if (!flags.baselines_only && !TrellisAvailable()) {
+    std::cout << "  trellis: not built (no worker library in this build); baselines only\n";
+  } else if (!flags.baselines_only) {
+    std::string bin_dir = flags.bin_dir;
+    if (bin_dir.empty()) {
+      std::error_code ec;
+      bin_dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().string();
+      if (ec) {
+        std::cerr << "cannot read /proc/self/exe: " << ec.message() << "\n";
+        return 1;
+      }
+    }
+    std::string log_dir = flags.log_dir;
+    if (log_dir.empty()) {
+      char tmpl[] = "/tmp/bench_pushpull.XXXXXX";
+      if (mkdtemp(tmpl) == nullptr) {
+        std::cerr << "mkdtemp: " << std::strerror(errno) << "\n";
+        return 1;
+      }
+      log_dir = tmpl;
+    }
+    std::cout << "  trellis: binaries from " << bin_dir << ", logs in " << log_dir << "\n";
+    for (const TrellisTopology& topo : flags.topologies) {
+      TrellisRunOptions options;
+      options.topology = topo;
+      options.sizes = flags.sizes;
+      options.budget = BulkBudget(flags, 1);  // MeasureTrellis scales warm-up by size itself
+      options.bin_dir = bin_dir;
+      options.log_dir = log_dir;
+      StatusOr<std::vector<TrellisSizeResult>> r = MeasureTrellis(options);
+      if (!r.ok()) {
+        std::cerr << "trellis " << topo.Name() << ": " << r.status().ToString() << "\n";
+        trellis_failed = true;
+        continue;
+      }
+      for (const TrellisSizeResult& s : *r) {
+        trellis[topo.Name()][s.bytes] = s;
+        std::cout << "  trellis " << topo.Name() << " " << FormatBytes(s.bytes) << ": "
+                  << Fixed(s.gbytes_per_s_per_worker, 2) << " GB/s per worker, p50 " << Us(s.p50_s)
+                  << " us, p99 " << Us(s.p99_s) << " us (" << s.steps << " steps)\n";
+        if (s.bytes == kLatencyBytes && !trellis_latency) trellis_latency = s;
+      }
+    }
+  }
+
+  // Summary tables.
+  std::cout << "\nGoodput (GB/s = 1e9 bytes/s; message or tensor size counted once per direction, "
+               "per worker):\n\n";
+  std::vector<std::string> header = {"size", "TCP echo", "gRPC stream"};
+  for (const TrellisTopology& topo : flags.topologies) {
+    if (trellis.count(topo.Name()) == 0) continue;
+    header.push_back("Trellis " + topo.Name());
+    header.push_back("/ TCP");
+  }
+  header.push_back("goal");
+  Table goodput(header);
+  for (uint64_t size : flags.sizes) {
+    std::vector<std::string> row = {FormatBytes(size), Fixed(tcp[size].gbytes_per_s, 2),
+                                    stream.count(size) ? Fixed(stream[size].gbytes_per_s, 2) : "-"};
+    bool meets = true;
+    bool any = false;
+    for (const TrellisTopology& topo : flags.topologies) {
+      if (trellis.count(topo.Name()) == 0) continue;
+      auto it = trellis[topo.Name()].find(size);
+      const double g = it == trellis[topo.Name()].end() ? 0 : it->second.gbytes_per_s_per_worker;
+      row.push_back(it == trellis[topo.Name()].end() ? "-" : Fixed(g, 2));
+      row.push_back(Ratio(g, tcp[size].gbytes_per_s));
+      any = true;
+      meets = meets && g >= kGoodputGoal * tcp[size].gbytes_per_s;
+    }
+    if (size < kGoodputGoalFrom) {
+      row.push_back("-");
+    } else {
+      row.push_back(">= 0.75" + std::string(any ? (meets ? " met" : " MISSED") : ""));
+    }
+    goodput.AddRow(row);
+  }
+  goodput.Print(std::cout);
+
+  std::cout << "\n4 KiB round trip (microseconds):\n\n";
+  Table latency({"", "p50", "p99", "p50 / gRPC unary", "goal"});
+  latency.AddRow({"bare gRPC unary", Us(unary->p50_s), Us(unary->p99_s), "1.00", ""});
+  if (trellis_latency) {
+    const double ratio = trellis_latency->p50_s / unary->p50_s;
+    latency.AddRow({"Trellis PushPull " + flags.topologies.front().Name(), Us(trellis_latency->p50_s),
+                    Us(trellis_latency->p99_s), Fixed(ratio, 2),
+                    std::string("<= 1.30 ") + (ratio <= kLatencyGoal ? "met" : "MISSED")});
+  }
+  latency.Print(std::cout);
+  std::cout << "\ntotal bench time " << Fixed(SecondsSince(bench_start), 1) << " s\n";
+  return trellis_failed ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace trellis::bench
+
+int main(int argc, char** argv) {
+  trellis::SetLogTag("bench_pushpull");
+  trellis::SetLogLevel(trellis::LogLevel::kWarning);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::cout << trellis::bench::kUsage;
+      return 0;
+    }
+  }
+  trellis::StatusOr<trellis::bench::Flags> flags = trellis::bench::ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    std::cerr << "bench_pushpull: " << flags.status().message() << "\n" << trellis::bench::kUsage;
+    return 2;
+  }
+  return trellis::bench::Run(*flags);
+}

@@ -1,0 +1,48 @@
+// The Trellis side of bench_pushpull: a scheduler and S parameter servers (real processes found
+// next to the bench binary, on loopback), W workers as threads each with its own trellis::Worker,
+// and the two measurements (goodput per tensor size, 4 KiB round-trip latency).
+//
+// Goodput per worker = tensor bytes * steps / seconds, where one step is one
+// PushPull(key, grad, out).Wait() on every worker at once: the tensor goes up once and the sum
+// comes back once, so the tensor size is counted once per direction, as in the TCP echo.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/common/stats.h"
+#include "common/status.h"
+
+namespace trellis::bench {
+
+struct TrellisTopology {
+  int workers = 1;
+  int servers = 1;
+  std::string Name() const;  // "1w x 1s"
+};
+
+struct TrellisSizeResult {
+  uint64_t bytes = 0;
+  double gbytes_per_s_per_worker = 0;  // mean over workers
+  double p50_s = 0;                    // step round trip, worker 0
+  double p99_s = 0;
+  int steps = 0;
+};
+
+struct TrellisRunOptions {
+  TrellisTopology topology;
+  std::vector<uint64_t> sizes;  // one key per size
+  Budget budget;                // per size
+  std::string bin_dir;          // where trellis-scheduler and trellis-pserver live
+  std::string log_dir;          // child logs
+};
+
+// True when this bench was built with the worker library (the data path exists).
+bool TrellisAvailable();
+
+// Starts the cluster, measures every size, stops the cluster. Every process it starts is ended
+// before it returns, on success and on error.
+StatusOr<std::vector<TrellisSizeResult>> MeasureTrellis(const TrellisRunOptions& options);
+
+}  // namespace trellis::bench
