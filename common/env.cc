@@ -1,0 +1,65 @@
+#include "common/env.h"
+
+#include <charconv>
+
+extern char** environ;
+
+namespace trellis {
+
+std::map<std::string, std::string> CurrentEnvironment() {
+  std::map<std::string, std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    out.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return out;
+}
+
+StatusOr<int64_t> ParseInt(const std::string& what, const std::string& text, int64_t min, int64_t max) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    return InvalidArgumentError(what + ": not an integer, got '" + text + "'");
+  }
+  if (v < min || v > max) {
+    return InvalidArgumentError(what + ": must be in " + std::to_string(min) + ".." + std::to_string(max) +
+                                ", got " + text);
+  }
+  return v;
+}
+
+EnvSource::EnvSource() : vars_(CurrentEnvironment()) {}
+
+std::optional<std::string> EnvSource::Get(const std::string& name) const {
+  auto it = vars_.find(name);
+  if (it == vars_.end()) return std::nullopt;
+  return it->second;
+}
+
+StatusOr<std::string> EnvSource::Required(const std::string& name) const {
+  auto v = Get(name);
+  if (!v) return InvalidArgumentError("environment variable " + name + " is not set");
+  if (v->empty()) return InvalidArgumentError("environment variable " + name + " is empty");
+  return *v;
+}
+
+std::string EnvSource::GetOr(const std::string& name, const std::string& fallback) const {
+  auto v = Get(name);
+  return v && !v->empty() ? *v : fallback;
+}
+
+StatusOr<int64_t> EnvSource::RequiredInt(const std::string& name, int64_t min, int64_t max) const {
+  TRELLIS_ASSIGN_OR_RETURN(std::string v, Required(name));
+  return ParseInt("environment variable " + name, v, min, max);
+}
+
+StatusOr<std::optional<int64_t>> EnvSource::OptionalInt(const std::string& name, int64_t min, int64_t max) const {
+  auto v = Get(name);
+  if (!v || v->empty()) return std::optional<int64_t>();
+  TRELLIS_ASSIGN_OR_RETURN(int64_t n, ParseInt("environment variable " + name, *v, min, max));
+  return std::optional<int64_t>(n);
+}
+
+}  // namespace trellis

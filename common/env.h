@@ -1,0 +1,42 @@
+// Reading TRELLIS_* environment variables with clear errors. Configuration is read here, once,
+// at a program's edge, into a struct passed down (never deep inside the code).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+
+namespace trellis {
+
+// A read-only view of an environment; tests pass a map instead of the process's environ.
+class EnvSource {
+ public:
+  // The process's environment.
+  EnvSource();
+  explicit EnvSource(std::map<std::string, std::string> vars) : vars_(std::move(vars)) {}
+
+  std::optional<std::string> Get(const std::string& name) const;
+  // Errors: "environment variable TRELLIS_JOB is not set" (or set but empty).
+  StatusOr<std::string> Required(const std::string& name) const;
+  // Unset or empty: `fallback`.
+  std::string GetOr(const std::string& name, const std::string& fallback) const;
+  // Integers within [min, max]; errors name the variable and the value.
+  StatusOr<int64_t> RequiredInt(const std::string& name, int64_t min, int64_t max) const;
+  StatusOr<std::optional<int64_t>> OptionalInt(const std::string& name, int64_t min, int64_t max) const;
+
+  const std::map<std::string, std::string>& vars() const { return vars_; }
+
+ private:
+  std::map<std::string, std::string> vars_;
+};
+
+// The process's environment as a map (for building a child's environment).
+std::map<std::string, std::string> CurrentEnvironment();
+
+// Parses a whole decimal integer in [min, max]; `what` names it in the error message.
+StatusOr<int64_t> ParseInt(const std::string& what, const std::string& text, int64_t min, int64_t max);
+
+}  // namespace trellis

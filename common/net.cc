@@ -1,0 +1,74 @@
+#include "common/net.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+
+namespace trellis {
+
+std::string HostPort::ToString() const {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+StatusOr<HostPort> ParseHostPort(std::string_view text) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgumentError("bad address '" + std::string(text) + "': " + why);
+  };
+  HostPort hp;
+  std::string_view port_text;
+  if (!text.empty() && text.front() == '[') {
+    size_t close = text.find(']');
+    if (close == std::string_view::npos) return bad("missing ']'");
+    hp.host = std::string(text.substr(1, close - 1));
+    if (close + 1 >= text.size() || text[close + 1] != ':') return bad("expected host:port");
+    port_text = text.substr(close + 2);
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) return bad("expected host:port");
+    hp.host = std::string(text.substr(0, colon));
+    if (hp.host.find(':') != std::string::npos) return bad("IPv6 addresses need brackets: [addr]:port");
+    port_text = text.substr(colon + 1);
+  }
+  if (hp.host.empty()) return bad("empty host");
+  int port = 0;
+  auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || ec != std::errc() || ptr != port_text.data() + port_text.size()) {
+    return bad("port is not a number");
+  }
+  if (port < 1 || port > 65535) return bad("port must be in 1..65535");
+  hp.port = port;
+  return hp;
+}
+
+StatusOr<int> PickFreePort(const std::string& host) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return InternalError(std::string("socket: ") + strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    ::close(fd);
+    return InvalidArgumentError("PickFreePort: not an IPv4 address: " + host);
+  }
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    ::close(fd);
+    return UnavailableError("bind " + host + ":0: " + strerror(err));
+  }
+  socklen_t len = sizeof(addr);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    int err = errno;
+    ::close(fd);
+    return InternalError(std::string("getsockname: ") + strerror(err));
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+}  // namespace trellis

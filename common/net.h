@@ -1,0 +1,26 @@
+// Small network helpers: free ports for tests and local runs, host:port parsing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace trellis {
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+  std::string ToString() const;  // "127.0.0.1:5000", "[::1]:5000"
+};
+
+// Parses "host:port" or "[v6addr]:port". Errors name the input: "bad address 'x': ...".
+StatusOr<HostPort> ParseHostPort(std::string_view text);
+
+// A TCP port on `host` that was free a moment ago (bind to port 0, read it back, close).
+// Another process may take it before the caller binds: prefer binding to port 0 directly where
+// the caller owns the socket.
+StatusOr<int> PickFreePort(const std::string& host = "127.0.0.1");
+
+}  // namespace trellis
