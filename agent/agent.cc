@@ -1,0 +1,203 @@
+#include "agent/agent.h"
+
+#include <unistd.h>
+
+#include "common/auth.h"
+#include "common/env.h"
+#include "common/logging.h"
+#include "common/net.h"
+
+namespace trellis {
+namespace {
+
+bool Retryable(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
+  TRELLIS_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(config.token_file));
+  SchedulerClientOptions opts;
+  opts.address = config.scheduler_address;
+  opts.token = token;
+  TRELLIS_ASSIGN_OR_RETURN(auto client, SchedulerClient::Connect(opts));
+  std::unique_ptr<Agent> agent(new Agent(std::move(config), std::move(client)));
+
+  // The job's settings: flags and environment win; the job YAML fills the rest.
+  RunPolicySpec defaults;
+  RestartPolicy policy = defaults.restartPolicy;
+  int32_t limit = defaults.backoffLimit;
+  auto yaml = agent->client_->GetJobYaml();
+  if (!yaml.ok()) {
+    TLOG_WARN << "job settings from the scheduler unavailable (" << yaml.status().ToString()
+              << "); using defaults";
+  } else if (auto spec = ParseJobSpec(*yaml); !spec.ok()) {
+    TLOG_WARN << "job YAML from the scheduler does not parse (" << spec.status().ToString()
+              << "); using defaults";
+  } else {
+    const RoleSpec& role = agent->config_.role == v1::ROLE_SERVER ? spec->servers : spec->workers;
+    policy = spec->RestartPolicyFor(role);
+    limit = spec->runPolicy.backoffLimit;
+    agent->heartbeat_interval_ = std::chrono::milliseconds(
+        static_cast<int64_t>(std::max(0.05, spec->scheduler.heartbeatIntervalSeconds) * 1000));
+    agent->registration_timeout_ = std::chrono::milliseconds(
+        static_cast<int64_t>(std::max(1.0, spec->scheduler.registrationTimeoutSeconds) * 1000));
+  }
+  const AgentConfig& c = agent->config_;
+  agent->restart_.policy = c.restart_policy.value_or(policy);
+  agent->restart_.backoff_limit = c.backoff_limit.value_or(limit);
+  agent->restart_.backoff_initial = c.backoff_initial;
+  agent->restart_.backoff_max = c.backoff_max;
+  agent->restart_.stop_grace = c.stop_grace;
+  agent->supervisor_ =
+      std::make_unique<Supervisor>(agent->restart_, agent->spawner_, *agent, agent->timer_);
+  return agent;
+}
+
+Agent::Agent(AgentConfig config, std::unique_ptr<SchedulerClient> client)
+    : config_(std::move(config)), client_(std::move(client)) {}
+
+Agent::~Agent() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+int Agent::Run() {
+  TLOG_INFO << RoleName(config_.role) << " agent for job " << config_.job << ", pod " << config_.pod_name
+            << ", scheduler " << config_.scheduler_address << ", restartPolicy "
+            << ToString(restart_.policy) << ", backoffLimit " << restart_.backoff_limit;
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  SupervisorResult r = supervisor_->Run();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  heartbeat_thread_.join();
+  if (!r.error.ok()) {
+    TLOG_ERROR << "cannot run the " << RoleName(config_.role) << " program: " << r.error.ToString();
+    return r.AgentExitCode();
+  }
+  int32_t rank;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rank = rank_;
+  }
+  TLOG_INFO << RoleName(config_.role) << " " << rank << " (pod " << config_.pod_name << ") exiting with code "
+            << ExitCodeWithSignal(r.last.exit_code) << " after " << r.restarts << " restarts (restartPolicy "
+            << ToString(restart_.policy) << ")" << (r.stopped ? ", stopped by signal" : "");
+  return r.AgentExitCode();
+}
+
+void Agent::RequestStop(int signo) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  supervisor_->RequestStop(signo);
+}
+
+bool Agent::NoProgramRunning() const {
+  auto s = supervisor_->state();
+  return s == Supervisor::State::kIdle || s == Supervisor::State::kStarting;
+}
+
+StatusOr<v1::RegisterResponse> Agent::RegisterWithRetry() {
+  v1::RegisterRequest req;
+  req.set_job(config_.job);
+  req.set_role(config_.role);
+  req.set_pod_name(config_.pod_name);
+  req.set_host(config_.host);
+  req.set_gpus(config_.gpus);
+  auto deadline = std::chrono::steady_clock::now() + registration_timeout_;
+  while (true) {
+    auto resp = client_->Register(req);
+    if (resp.ok() || !Retryable(resp.status())) return resp;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return resp.status().Annotate("registering with the scheduler at " + config_.scheduler_address);
+    }
+    TLOG_WARN << "register: " << resp.status().ToString() << "; retrying";
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_; })) {
+      return CancelledError("stopped while registering");
+    }
+  }
+}
+
+StatusOr<std::vector<std::string>> Agent::ProgramArgv() const {
+  if (!config_.command.empty()) return config_.command;
+  // A server without a command runs the built-in parameter server: next to us, else on PATH.
+  TRELLIS_ASSIGN_OR_RETURN(std::string dir, SelfExeDir());
+  auto found = FindExecutable("trellis-pserver", dir + ":" + EnvSource().GetOr("PATH", "/usr/bin:/bin"));
+  if (!found.ok()) return found.status().Annotate("server without a command");
+  return std::vector<std::string>{*found};
+}
+
+StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
+  TRELLIS_ASSIGN_OR_RETURN(v1::RegisterResponse reg, RegisterWithRetry());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rank_ = reg.rank();
+    incarnation_ = reg.incarnation();
+  }
+  cv_.notify_all();  // the heartbeat thread starts once there is a rank
+  TRELLIS_ASSIGN_OR_RETURN(int metrics_port, PickFreePort("0.0.0.0"));
+  SpawnOptions opts;
+  TRELLIS_ASSIGN_OR_RETURN(opts.argv, ProgramArgv());
+  opts.env = CurrentEnvironment();
+  opts.env["TRELLIS_RANK"] = std::to_string(reg.rank());
+  opts.env["TRELLIS_INCARNATION"] = std::to_string(reg.incarnation());
+  opts.env["TRELLIS_METRICS_PORT"] = std::to_string(metrics_port);
+  opts.env["TRELLIS_POD_NAME"] = config_.pod_name;
+  opts.env["TRELLIS_HOST"] = config_.host;
+  TLOG_INFO << RoleName(config_.role) << " rank " << reg.rank() << " incarnation " << reg.incarnation()
+            << ": starting " << opts.argv[0];
+  return opts;
+}
+
+void Agent::OnExit(const ExitStatus& status, bool will_restart, int restarts) {
+  v1::ReportExitRequest req;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    req.set_rank(rank_);
+    req.set_incarnation(incarnation_);
+  }
+  req.set_role(config_.role);
+  req.set_exit_code(status.exit_code);
+  req.set_will_restart(will_restart);
+  req.set_message("program " + status.Describe());
+  TLOG_INFO << "program " << status.Describe() << (will_restart ? "; restarting" : "");
+  if (Status s = client_->ReportExit(req); !s.ok()) {
+    TLOG_WARN << "reporting the exit to the scheduler: " << s.ToString();
+  }
+}
+
+void Agent::HeartbeatLoop() {
+  bool failure_logged = false;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait_for(lock, heartbeat_interval_, [&] { return stopping_; });
+    if (stopping_) return;
+    if (rank_ < 0) continue;
+    int32_t rank = rank_;
+    int64_t incarnation = incarnation_;
+    lock.unlock();
+    std::string state(Supervisor::StateName(supervisor_->state()));
+    auto resp = client_->Heartbeat(config_.role, rank, incarnation, state);
+    if (!resp.ok()) {
+      TLOG_WARN << "heartbeat: " << resp.status().ToString();
+    } else if (resp->job_failed() && !failure_logged) {
+      TLOG_WARN << "the scheduler reports the job failed: " << resp->failure_message();
+      failure_logged = true;
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace trellis

@@ -1,0 +1,64 @@
+// The agent: registers its pod with the scheduler, starts the role's program with the cluster
+// described in its environment, supervises it (agent/supervisor.h), heartbeats, reports exits.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "agent/agent_config.h"
+#include "agent/supervisor.h"
+#include "common/subprocess.h"
+#include "scheduler/scheduler_client.h"
+
+namespace trellis {
+
+class Agent : public SupervisorHooks {
+ public:
+  // Reads the token, connects, fetches the job's settings (heartbeat interval, restart policy
+  // when no flag or environment variable set one). Errors: unreadable token file.
+  static StatusOr<std::unique_ptr<Agent>> Create(AgentConfig config);
+  ~Agent() override;
+
+  // Supervises the program to the end; returns the agent's exit code (the program's last code,
+  // 1 when registration failed). Call from the main thread.
+  int Run();
+
+  // Any thread (the signal thread): forward `signo` and stop.
+  void RequestStop(int signo);
+  // True while no program runs (registering): a stop can then end the agent at once.
+  bool NoProgramRunning() const;
+
+  const RestartOptions& restart_options() const { return restart_; }
+
+  // SupervisorHooks
+  StatusOr<SpawnOptions> PrepareStart(int attempt) override;
+  void OnExit(const ExitStatus& status, bool will_restart, int restarts) override;
+
+ private:
+  Agent(AgentConfig config, std::unique_ptr<SchedulerClient> client);
+  StatusOr<v1::RegisterResponse> RegisterWithRetry();
+  StatusOr<std::vector<std::string>> ProgramArgv() const;
+  void HeartbeatLoop();
+
+  const AgentConfig config_;
+  std::unique_ptr<SchedulerClient> client_;
+  RestartOptions restart_;
+  std::chrono::milliseconds heartbeat_interval_{1000};
+  std::chrono::milliseconds registration_timeout_{300000};
+  SubprocessSpawner spawner_;
+  RealBackoffTimer timer_;
+  std::unique_ptr<Supervisor> supervisor_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;         // wakes the heartbeat thread and registration retries
+  bool stopping_ = false;              // GUARDED_BY(mu_)
+  int32_t rank_ = -1;                  // GUARDED_BY(mu_); -1 until registered
+  int64_t incarnation_ = 0;            // GUARDED_BY(mu_)
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace trellis

@@ -1,0 +1,55 @@
+// The agent's configuration, read once at start-up from flags and the environment
+// (precedence: flag > environment > job YAML > default).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/env.h"
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "trellis/v1/scheduler.pb.h"
+
+namespace trellis {
+
+inline constexpr char kAgentUsage[] =
+    "usage: trellis-agent [--restart-policy Never|OnFailure|Always|ExitCode] [--backoff-limit N]\n"
+    "                     [--backoff-initial-ms 200] [--backoff-max-ms 10000] [--stop-grace-ms 10000]\n"
+    "                     [-- COMMAND ARGS...]\n"
+    "environment: TRELLIS_JOB, TRELLIS_SCHEDULER (host:port), TRELLIS_ROLE (server|worker),\n"
+    "  TRELLIS_NUM_SERVERS, TRELLIS_NUM_WORKERS, TRELLIS_TOKEN_FILE; optional TRELLIS_POD_NAME\n"
+    "  (default: hostname), TRELLIS_HOST (default 127.0.0.1), TRELLIS_RESTART_POLICY,\n"
+    "  TRELLIS_BACKOFF_LIMIT. A server without COMMAND runs trellis-pserver.\n";
+
+struct AgentConfig {
+  std::string job;
+  std::string scheduler_address;  // host:port, validated
+  v1::Role role = v1::ROLE_UNSPECIFIED;
+  int32_t num_servers = 0;
+  int32_t num_workers = 0;
+  std::string token_file;
+  std::string pod_name;
+  std::string host = "127.0.0.1";
+  int32_t gpus = 0;
+
+  // Unset: from the job YAML (the role's restartPolicy, else runPolicy), else the defaults.
+  std::optional<RestartPolicy> restart_policy;
+  std::optional<int32_t> backoff_limit;
+  std::chrono::milliseconds backoff_initial{200};
+  std::chrono::milliseconds backoff_max{10000};
+  std::chrono::milliseconds stop_grace{10000};
+
+  std::vector<std::string> command;  // empty: the role's default program (servers)
+  bool help = false;
+};
+
+// `args` excludes argv[0]. `hostname` is the pod name default. Errors name the flag or the
+// environment variable ("environment variable TRELLIS_ROLE: must be server or worker, got 'x'").
+StatusOr<AgentConfig> ParseAgentConfig(const std::vector<std::string>& args, const EnvSource& env,
+                                       const std::string& hostname);
+
+std::string_view RoleName(v1::Role role);  // "server", "worker"
+
+}  // namespace trellis

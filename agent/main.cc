@@ -1,0 +1,60 @@
+// trellis-agent: the entry point of every server and worker pod. See agent/agent_config.h.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include "agent/agent.h"
+#include "common/logging.h"
+
+int main(int argc, char** argv) {
+  using namespace trellis;
+  SetLogTag("agent");
+  // Signals are taken by one thread (below), never by whichever thread runs; children get a
+  // clean mask (common/subprocess.cc).
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  auto config = ParseAgentConfig(std::vector<std::string>(argv + 1, argv + argc), EnvSource(), host);
+  if (!config.ok()) {
+    std::fprintf(stderr, "trellis-agent: %s\n%s", config.status().message().c_str(), kAgentUsage);
+    return 2;
+  }
+  if (config->help) {
+    std::fputs(kAgentUsage, stdout);
+    return 0;
+  }
+  SetLogTag(std::string(RoleName(config->role)) + "-agent");
+  auto agent = Agent::Create(*config);
+  if (!agent.ok()) {
+    std::fprintf(stderr, "trellis-agent: %s\n", agent.status().ToString().c_str());
+    return agent.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+
+  std::atomic<bool> done{false};
+  std::thread signal_thread([&] {
+    while (!done.load()) {
+      timespec timeout{0, 200 * 1000 * 1000};
+      int sig = sigtimedwait(&sigs, nullptr, &timeout);
+      if (sig <= 0) continue;
+      TLOG_INFO << "got " << SignalName(sig) << "; stopping the program";
+      (*agent)->RequestStop(sig == SIGHUP ? SIGTERM : sig);
+      if ((*agent)->NoProgramRunning()) {
+        // Registering: there is no program to wait for, and the call may take a while.
+        std::_Exit(128 + sig);
+      }
+    }
+  });
+  int code = (*agent)->Run();
+  done.store(true);
+  signal_thread.join();
+  return code;
+}

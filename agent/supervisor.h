@@ -1,0 +1,109 @@
+// Supervises one program: start, wait, decide per restart policy, back off, start again.
+// Knows nothing about gRPC: registration and exit reports go through SupervisorHooks, processes
+// through ProcessSpawner and back-off waits through BackoffTimer, so all of it is unit-tested
+// with fakes.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "common/subprocess.h"
+
+namespace trellis {
+
+struct RestartOptions {
+  RestartPolicy policy = RestartPolicy::kOnFailure;
+  int backoff_limit = 3;  // restarts at most; then the agent exits with the program's code
+  std::chrono::milliseconds backoff_initial{200};
+  std::chrono::milliseconds backoff_max{10000};
+  // After a forwarded stop signal, the program gets this long before SIGKILL.
+  std::chrono::milliseconds stop_grace{10000};
+};
+
+// Whether `policy` restarts a program that ended with `status` (the back-off limit aside).
+// ExitCode follows the Kubeflow convention: 128+ codes (signals) are retryable, 1-127 permanent.
+bool PolicyRestarts(RestartPolicy policy, const ExitStatus& status);
+
+// Delay before restart number `restart` (1 = first restart): initial * 2^(restart-1), capped.
+std::chrono::milliseconds BackoffDelay(const RestartOptions& options, int restart);
+
+// Parses "Never", "OnFailure", "Always", "ExitCode".
+StatusOr<RestartPolicy> ParseRestartPolicy(const std::string& text);
+
+class SupervisorHooks {
+ public:
+  virtual ~SupervisorHooks() = default;
+  // Before every start (attempt 0 is the first): registers and describes the program to run.
+  // An error ends supervision (the agent cannot go on without a rank).
+  virtual StatusOr<SpawnOptions> PrepareStart(int attempt) = 0;
+  virtual void OnStarted(const Process& process, int attempt) {}
+  // After every exit. `restarts` counts the restarts done so far.
+  virtual void OnExit(const ExitStatus& status, bool will_restart, int restarts) = 0;
+};
+
+// A wait that another thread can cut short.
+class BackoffTimer {
+ public:
+  virtual ~BackoffTimer() = default;
+  // Waits `delay`; false when Cancel() cut it short (or had been called before).
+  virtual bool Wait(std::chrono::milliseconds delay) = 0;
+  virtual void Cancel() = 0;
+};
+
+class RealBackoffTimer : public BackoffTimer {
+ public:
+  bool Wait(std::chrono::milliseconds delay) override;
+  void Cancel() override;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool cancelled_ = false;  // GUARDED_BY(mu_)
+};
+
+struct SupervisorResult {
+  ExitStatus last;          // how the program last ended (128+N when stopped by signal N)
+  int restarts = 0;
+  bool stopped = false;     // a stop was requested (signal forwarded)
+  Status error;             // PrepareStart failed (no program could be started)
+  // The agent's own exit code: the program's last code, or 1 when PrepareStart failed.
+  int AgentExitCode() const { return error.ok() ? last.exit_code : 1; }
+};
+
+class Supervisor {
+ public:
+  enum class State { kIdle, kStarting, kRunning, kBackoff, kStopping, kDone };
+
+  Supervisor(RestartOptions options, ProcessSpawner& spawner, SupervisorHooks& hooks,
+             BackoffTimer& timer);
+
+  // Runs the program until the policy, the back-off limit or a stop request ends it.
+  // Call once, from a long-lived thread (children die with the thread that spawned them).
+  SupervisorResult Run();
+
+  // Any thread: forwards `signo` to the program's process group and stops restarting it;
+  // SIGKILL follows after stop_grace if it is still running.
+  void RequestStop(int signo);
+
+  State state() const;
+  static std::string_view StateName(State s);
+
+ private:
+  const RestartOptions options_;
+  ProcessSpawner& spawner_;
+  SupervisorHooks& hooks_;
+  BackoffTimer& timer_;
+
+  mutable std::mutex mu_;
+  State state_ = State::kIdle;   // GUARDED_BY(mu_)
+  Process* current_ = nullptr;   // GUARDED_BY(mu_); owned by Run()
+  int stop_signal_ = 0;          // GUARDED_BY(mu_); non-zero once a stop was requested
+};
+
+}  // namespace trellis

@@ -1,0 +1,62 @@
+#include <gtest/gtest.h>
+
+#include "common/env.h"
+#include "common/net.h"
+
+namespace trellis {
+namespace {
+
+TEST(ParseHostPortTest, AcceptsHostsAndBracketedV6) {
+  auto a = ParseHostPort("127.0.0.1:5000");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 5000);
+  auto b = ParseHostPort("[::1]:80");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->host, "::1");
+  EXPECT_EQ(b->ToString(), "[::1]:80");
+  EXPECT_EQ(ParseHostPort("sched.ns.svc:7000")->ToString(), "sched.ns.svc:7000");
+}
+
+TEST(ParseHostPortTest, RejectsWithTheReason) {
+  struct Case { const char* in; const char* why; };
+  for (auto c : {Case{"localhost", "expected host:port"}, Case{":80", "empty host"},
+                 Case{"h:", "port is not a number"}, Case{"h:8x", "port is not a number"},
+                 Case{"h:0", "port must be in 1..65535"}, Case{"h:70000", "port must be in 1..65535"},
+                 Case{"::1:80", "IPv6 addresses need brackets"}, Case{"[::1", "missing ']'"}}) {
+    auto r = ParseHostPort(c.in);
+    ASSERT_FALSE(r.ok()) << c.in;
+    EXPECT_NE(r.status().message().find(c.why), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(std::string("'") + c.in + "'"), std::string::npos);
+  }
+}
+
+TEST(PickFreePortTest, ReturnsABindablePort) {
+  auto p = PickFreePort();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_GT(*p, 0);
+  EXPECT_LE(*p, 65535);
+  EXPECT_FALSE(PickFreePort("not-an-ip").ok());
+}
+
+TEST(EnvSourceTest, RequiredOptionalAndRanges) {
+  EnvSource env({{"A", "12"}, {"EMPTY", ""}, {"BAD", "1e3"}});
+  EXPECT_EQ(*env.RequiredInt("A", 0, 100), 12);
+  EXPECT_NE(env.RequiredInt("A", 0, 10).status().message().find("A: must be in 0..10, got 12"), std::string::npos);
+  EXPECT_NE(env.Required("EMPTY").status().message().find("EMPTY is empty"), std::string::npos);
+  EXPECT_NE(env.Required("NOPE").status().message().find("NOPE is not set"), std::string::npos);
+  EXPECT_FALSE(env.OptionalInt("NOPE", 0, 1)->has_value());
+  EXPECT_FALSE(env.OptionalInt("EMPTY", 0, 1)->has_value());
+  EXPECT_NE(env.OptionalInt("BAD", 0, 10000).status().message().find("not an integer, got '1e3'"),
+            std::string::npos);
+  EXPECT_EQ(env.GetOr("EMPTY", "dflt"), "dflt");
+}
+
+TEST(CurrentEnvironmentTest, SeesTheProcessEnvironment) {
+  setenv("TRELLIS_TEST_MARKER", "x=y", 1);
+  auto env = CurrentEnvironment();
+  EXPECT_EQ(env["TRELLIS_TEST_MARKER"], "x=y");  // only the first '=' splits
+}
+
+}  // namespace
+}  // namespace trellis
