@@ -1,0 +1,254 @@
+// The 2-bit kernels: the seed's worked example, a plain reference, both CPU paths, odd lengths,
+// the residual invariant and NaN/Inf.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tests/unit/codec/twobit_reference.h"
+#include "worker-lib/codec/twobit.h"
+#include "worker-lib/codec/twobit_kernels.h"
+
+namespace trellis {
+namespace {
+
+using testing::RandomGradient;
+using testing::ReferenceCodes;
+using testing::ReferencePack;
+using testing::ReferenceValue;
+using testing::SameBits;
+using twobit_internal::Kernels;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Quantizes with the given kernels into words.
+std::vector<uint32_t> Quantize(const Kernels& k, const std::vector<float>& grad, std::vector<float>& residual,
+                               float t) {
+  std::vector<uint32_t> words(TwoBitWords(grad.size()), 0xDEADBEEF);  // poison: every word is written
+  k.quantize(grad.data(), residual.data(), grad.size(), t, reinterpret_cast<uint8_t*>(words.data()));
+  return words;
+}
+
+// Every kernel set this machine can run, the dispatched one first.
+std::vector<const Kernels*> AllKernels() {
+  std::vector<const Kernels*> all{&twobit_internal::ActiveKernels(), &twobit_internal::ScalarKernels()};
+  if (const Kernels* avx2 = twobit_internal::Avx2Kernels()) all.push_back(avx2);
+  return all;
+}
+
+// The example of apache/mxnet PR #8662 with threshold 2: codes 00 11 00 10 11 00 00 10 for 8
+// elements, i.e. the word 0011 0010 1100 0010 0000 0000 0000 0000. (The PR shows its input as
+// an image; this input produces exactly the word the text gives.)
+TEST(TwoBitQuantize, SeedWorkedExampleBitForBit) {
+  const std::vector<float> grad{0.5f, 2.5f, -1.9f, -2.0f, 2.0f, 1.0f, -0.5f, -4.0f};
+  for (const Kernels* k : AllKernels()) {
+    SCOPED_TRACE(k->name);
+    std::vector<float> residual(grad.size(), 0.0f);
+    const std::vector<uint32_t> words = Quantize(*k, grad, residual, 2.0f);
+    ASSERT_EQ(words.size(), 1u);
+    EXPECT_EQ(words[0], 0b0011'0010'1100'0010'0000'0000'0000'0000u);
+    EXPECT_EQ(words[0], 0x32C20000u);
+    const std::vector<float> want_residual{0.5f, 0.5f, -1.9f, 0.0f, 0.0f, 1.0f, -0.5f, -2.0f};
+    EXPECT_EQ(residual, want_residual);
+  }
+  // The whole frame, byte for byte.
+  std::vector<float> residual(grad.size(), 0.0f);
+  std::vector<uint8_t> frame(TwoBitEncodedBytes(grad.size()));
+  ASSERT_TRUE(TwoBitEncode(grad.data(), residual.data(), grad.size(), 2.0f, frame.data(), frame.size()).ok());
+  const std::vector<uint8_t> want{'T', 'R', '2', 'B', 1, 0, 0, 0,  // magic, version 1, reserved
+                                  0, 0, 0, 0x40,                   // 2.0f
+                                  8, 0, 0, 0,                      // count
+                                  0x00, 0x00, 0xC2, 0x32};         // the word, little-endian
+  EXPECT_EQ(frame, want);
+  std::vector<float> decoded(grad.size(), 7.0f);
+  ASSERT_TRUE(TwoBitDequantize(frame.data(), frame.size(), decoded.data(), decoded.size()).ok());
+  EXPECT_EQ(decoded, (std::vector<float>{0, 2, 0, -2, 2, 0, 0, -2}));
+}
+
+// The residual carries what was not sent: a steady 0.75 with threshold 2 sends +2 every third step
+// (0.75, 1.5, 2.25 -> send, 0.25 left).
+TEST(TwoBitQuantize, ResidualCarriesSmallValuesUntilTheyCross) {
+  const std::vector<float> grad{0.75f};
+  std::vector<float> residual{0.0f};
+  std::vector<uint32_t> codes;
+  for (int step = 0; step < 6; ++step) {
+    codes.push_back(Quantize(twobit_internal::ActiveKernels(), grad, residual, 2.0f)[0] >> 30);
+  }
+  EXPECT_EQ(codes, (std::vector<uint32_t>{0, 0, 3, 0, 0, 3}));
+  EXPECT_FLOAT_EQ(residual[0], 0.5f);
+}
+
+TEST(TwoBitQuantize, RandomVectorsMatchTheReferenceOverSteps) {
+  const float t = 0.5f;
+  for (size_t n : {1u, 15u, 16u, 17u, 31u, 33u, 1000u, 4097u}) {
+    for (const Kernels* k : AllKernels()) {
+      SCOPED_TRACE(std::string(k->name) + " n=" + std::to_string(n));
+      std::vector<float> residual(n, 0.0f), ref_residual(n, 0.0f);
+      for (uint32_t step = 0; step < 5; ++step) {
+        const std::vector<float> grad = RandomGradient(n, t, 1000 + step * 7 + static_cast<uint32_t>(n));
+        const std::vector<uint32_t> words = Quantize(*k, grad, residual, t);
+        const std::vector<uint32_t> want = ReferencePack(ReferenceCodes(grad, ref_residual, t));
+        ASSERT_EQ(words, want) << "step " << step;
+        ASSERT_TRUE(SameBits(residual, ref_residual)) << "step " << step;
+      }
+    }
+  }
+}
+
+TEST(TwoBitQuantize, OddLengthsPadWithZeroCodesAndRoundTrip) {
+  const float t = 1.0f;
+  for (size_t n : {1u, 15u, 16u, 17u, 1000003u}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    // All elements large: every real element encodes 11 or 10, so 00 can only be padding.
+    std::vector<float> grad = RandomGradient(n, t, 7);
+    for (auto& g : grad) g = g >= 0 ? 3.0f : -3.0f;
+    std::vector<float> residual(n, 0.0f);
+    std::vector<uint8_t> frame(TwoBitEncodedBytes(n));
+    EXPECT_EQ(frame.size(), 16 + 4 * ((n + 15) / 16));
+    ASSERT_TRUE(TwoBitEncode(grad.data(), residual.data(), n, t, frame.data(), frame.size()).ok());
+    uint32_t last = 0;
+    std::memcpy(&last, frame.data() + frame.size() - 4, 4);
+    const size_t used = n % 16 == 0 ? 16 : n % 16;
+    const uint32_t padding_mask = used == 16 ? 0u : (1u << (32 - 2 * used)) - 1;
+    EXPECT_EQ(last & padding_mask, 0u);
+    std::vector<float> out(n, 99.0f);
+    ASSERT_TRUE(TwoBitDequantize(frame.data(), frame.size(), out.data(), n).ok());
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i], grad[i] > 0 ? t : -t) << i;
+      ASSERT_EQ(residual[i], grad[i] > 0 ? 2.0f : -2.0f) << i;
+    }
+  }
+}
+
+TEST(TwoBitQuantize, Avx2EqualsScalarBitsAndResiduals) {
+  const Kernels* avx2 = twobit_internal::Avx2Kernels();
+  if (avx2 == nullptr) GTEST_SKIP() << "this CPU has no AVX2";
+  const Kernels& scalar = twobit_internal::ScalarKernels();
+  for (float t : {0.001f, 0.5f, 3.0f}) {
+    for (size_t n : {1u, 15u, 16u, 17u, 100u, 1000003u}) {
+      SCOPED_TRACE("t=" + std::to_string(t) + " n=" + std::to_string(n));
+      std::vector<float> rs(n, 0.0f), rv(n, 0.0f);
+      for (uint32_t step = 0; step < 3; ++step) {
+        const std::vector<float> grad = RandomGradient(n, t, 42 + step);
+        ASSERT_EQ(Quantize(scalar, grad, rs, t), Quantize(*avx2, grad, rv, t));
+        ASSERT_TRUE(SameBits(rs, rv));
+        // Decoders agree too, on the same words.
+        const std::vector<uint32_t> words = Quantize(scalar, grad, rs, t);
+        Quantize(*avx2, grad, rv, t);
+        std::vector<float> ds(n, 1.25f), dv(n, 1.25f);
+        scalar.dequantize_add(reinterpret_cast<const uint8_t*>(words.data()), n, t, ds.data());
+        avx2->dequantize_add(reinterpret_cast<const uint8_t*>(words.data()), n, t, dv.data());
+        ASSERT_TRUE(SameBits(ds, dv));
+        scalar.dequantize(reinterpret_cast<const uint8_t*>(words.data()), n, t, ds.data());
+        avx2->dequantize(reinterpret_cast<const uint8_t*>(words.data()), n, t, dv.data());
+        ASSERT_TRUE(SameBits(ds, dv));
+      }
+    }
+  }
+}
+
+// Sum over steps of (decoded values) + final residual == sum of gradients, up to float rounding.
+TEST(TwoBitQuantize, ResidualInvariantHoldsOverManySteps) {
+  const float t = 0.25f;
+  const size_t n = 777;
+  std::vector<float> residual(n, 0.0f);
+  std::vector<double> sum_grad(n, 0.0), sum_sent(n, 0.0), sum_abs(n, 0.0);
+  std::vector<uint32_t> words(TwoBitWords(n));
+  std::vector<float> sent(n);
+  for (uint32_t step = 0; step < 200; ++step) {
+    std::vector<float> grad = RandomGradient(n, t * 0.3f, step);
+    for (auto& g : grad) g = std::fmax(-0.9f * t, std::fmin(0.9f * t, g));  // |g| < t keeps |residual| < t
+    TwoBitQuantize(grad.data(), residual.data(), n, t, words.data());
+    TwoBitDequantizeWords(words.data(), n, t, sent.data());
+    for (size_t i = 0; i < n; ++i) {
+      sum_grad[i] += grad[i];
+      sum_sent[i] += sent[i];
+      sum_abs[i] += std::fabs(grad[i]) + std::fabs(sent[i]);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    // Each step rounds once when adding and once when subtracting: |error| <= steps * 2 ulp-ish.
+    const double tolerance = 1e-6 * sum_abs[i] + 1e-6;
+    ASSERT_NEAR(sum_sent[i] + residual[i], sum_grad[i], tolerance) << i;
+    ASSERT_LT(std::fabs(residual[i]), t) << "the residual stays below the threshold for finite input";
+  }
+}
+
+TEST(TwoBitQuantize, NanEncodesZeroAndStaysInTheResidual) {
+  for (const Kernels* k : AllKernels()) {
+    SCOPED_TRACE(k->name);
+    // 17 elements so that both the vector body and the tail see the special values.
+    std::vector<float> grad(17, 0.0f), residual(17, 0.0f);
+    grad[1] = kNaN;
+    grad[16] = kNaN;
+    residual[2] = kNaN;
+    grad[3] = 5.0f;
+    for (int step = 0; step < 2; ++step) {
+      const std::vector<uint32_t> words = Quantize(*k, grad, residual, 1.0f);
+      EXPECT_EQ(words[0], 3u << (30 - 2 * 3));  // element 3 only, both steps
+      EXPECT_EQ(words[1], 0u);
+      EXPECT_TRUE(std::isnan(residual[1]));
+      EXPECT_TRUE(std::isnan(residual[2]));
+      EXPECT_TRUE(std::isnan(residual[16]));
+      grad[1] = grad[16] = 0.0f;  // NaN stays even when the gradient is clean again
+    }
+  }
+}
+
+TEST(TwoBitQuantize, InfinitiesSendTheThresholdEveryStepAndStay) {
+  for (const Kernels* k : AllKernels()) {
+    SCOPED_TRACE(k->name);
+    std::vector<float> grad(16, 0.0f), residual(16, 0.0f);
+    grad[0] = kInf;
+    grad[1] = -kInf;
+    grad[2] = kInf;
+    residual[2] = -kInf;  // Inf + -Inf = NaN -> 00
+    grad[15] = std::numeric_limits<float>::max();
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<uint32_t> words = Quantize(*k, grad, residual, 1.0f);
+      // Element 15: FLT_MAX - 1 rounds back to FLT_MAX, so it keeps sending too.
+      EXPECT_EQ(words[0], (3u << 30) | (2u << 28) | 3u) << "step " << step;
+      EXPECT_EQ(residual[0], kInf);
+      EXPECT_EQ(residual[1], -kInf);
+      EXPECT_TRUE(std::isnan(residual[2]));
+      grad[0] = grad[1] = grad[2] = grad[15] = 0.0f;
+    }
+  }
+}
+
+TEST(TwoBitQuantize, ThresholdMustBeFiniteAndPositive) {
+  EXPECT_TRUE(ValidateTwoBitThreshold(0.5f).ok());
+  EXPECT_TRUE(ValidateTwoBitThreshold(1e-30f).ok());
+  for (float bad : {0.0f, -0.0f, -1.0f, kInf, -kInf, kNaN}) {
+    const Status st = ValidateTwoBitThreshold(bad);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("threshold must be finite and > 0"), std::string::npos) << st.message();
+  }
+}
+
+TEST(TwoBitDispatch, ScalarWhenForcedOrWithoutAvx2) {
+  EXPECT_FALSE(twobit_internal::ChooseScalar(nullptr, true));
+  EXPECT_FALSE(twobit_internal::ChooseScalar("0", true));
+  EXPECT_FALSE(twobit_internal::ChooseScalar("", true));
+  EXPECT_TRUE(twobit_internal::ChooseScalar("1", true));
+  EXPECT_TRUE(twobit_internal::ChooseScalar(nullptr, false));
+}
+
+// The variable is read once per process, so check it in a fresh one (the "threadsafe" death
+// test style re-executes this binary for the statement).
+TEST(TwoBitDispatch, EnvironmentForcesTheScalarPath) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("TRELLIS_CODEC_FORCE_SCALAR", "1", 1);
+        std::_Exit(TwoBitActivePath() == "scalar" ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+}  // namespace
+}  // namespace trellis
