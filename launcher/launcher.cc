@@ -1,0 +1,387 @@
+#include "launcher/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/auth.h"
+#include "common/env.h"
+
+namespace trellis {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+std::string Seconds(milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1fs", static_cast<double>(d.count()) / 1000.0);
+  return buf;
+}
+
+StatusOr<std::string> RandomToken() {
+  unsigned char bytes[16];
+  std::ifstream in("/dev/urandom", std::ios::binary);
+  if (!in.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) return InternalError("cannot read /dev/urandom");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string t;
+  for (unsigned char b : bytes) {
+    t.push_back(kHex[b >> 4]);
+    t.push_back(kHex[b & 15]);
+  }
+  return t;
+}
+
+Status WriteSecretFile(const std::string& path, const std::string& content) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return InternalError("cannot create " + path + ": " + strerror(errno));
+  ::fchmod(fd, 0600);  // an existing file (reused --log-dir) keeps its mode otherwise
+  ssize_t n = ::write(fd, content.data(), content.size());
+  ::close(fd);
+  if (n != static_cast<ssize_t>(content.size())) return InternalError("cannot write " + path);
+  return Status::Ok();
+}
+
+std::string_view KindName(ProcessPlan::Kind k) {
+  switch (k) {
+    case ProcessPlan::Kind::kScheduler: return "scheduler";
+    case ProcessPlan::Kind::kServer: return "server";
+    case ProcessPlan::Kind::kWorker: return "worker";
+  }
+  return "process";
+}
+
+}  // namespace
+
+Launcher::Launcher(LaunchOptions options, JobSpec job, int signal_fd, Console& console)
+    : options_(std::move(options)), job_(std::move(job)), signal_fd_(signal_fd), console_(console) {}
+
+Launcher::~Launcher() {
+  StopAll();  // idempotent; Subprocess destructors would stop stragglers anyway
+  for (auto& a : agents_) {
+    if (a->log_fd >= 0) ::close(a->log_fd);
+  }
+}
+
+std::chrono::milliseconds Launcher::Elapsed() const {
+  return std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start_);
+}
+
+std::optional<int> Launcher::CheckSignal() {
+  signalfd_siginfo info;
+  if (::read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+    return 128 + static_cast<int>(info.ssi_signo);
+  }
+  return std::nullopt;
+}
+
+Status Launcher::Prepare() {
+  TRELLIS_ASSIGN_OR_RETURN(paths_.bin_dir, SelfExeDir());
+  for (const char* p : {"trellis-scheduler", "trellis-agent"}) {
+    if (::access((paths_.bin_dir + "/" + p).c_str(), X_OK) != 0) {
+      return NotFoundError(std::string(p) + " not found next to trellis-launch in " + paths_.bin_dir +
+                           " (build it: cmake --build <build> --target " + p + ")");
+    }
+  }
+  std::error_code ec;
+  paths_.job_file = fs::absolute(options_.job_file, ec).string();
+  if (!options_.log_dir.empty()) {
+    fs::create_directories(options_.log_dir, ec);
+    if (ec) return InvalidArgumentError("--log-dir " + options_.log_dir + ": " + ec.message());
+    paths_.run_dir = fs::absolute(options_.log_dir, ec).string();
+  } else {
+    std::string tmpl = "/tmp/trellis-" + job_.name + "-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) return InternalError("cannot create " + tmpl + ": " + strerror(errno));
+    paths_.run_dir = tmpl;
+    created_run_dir_ = true;
+  }
+  paths_.token_file = paths_.run_dir + "/token";
+  TRELLIS_ASSIGN_OR_RETURN(std::string token, RandomToken());
+  return WriteSecretFile(paths_.token_file, token + "\n");
+}
+
+Status Launcher::StartScheduler() {
+  const std::string port_file = paths_.run_dir + "/scheduler.port";
+  fs::remove(port_file);
+  scheduler_ = std::make_unique<Child>();
+  scheduler_->plan = PlanScheduler(paths_, CurrentEnvironment());
+  TRELLIS_ASSIGN_OR_RETURN(scheduler_->process, Subprocess::Start(scheduler_->plan.spawn));
+  // The scheduler writes its port atomically once it serves.
+  auto deadline = std::chrono::steady_clock::now() + options_.scheduler_start_timeout;
+  while (true) {
+    std::ifstream in(port_file);
+    int port = 0;
+    if (in >> port && port > 0) {
+      paths_.scheduler_address = "127.0.0.1:" + std::to_string(port);
+      return Status::Ok();
+    }
+    if (auto s = scheduler_->process->Poll()) {
+      scheduler_->exit = s;
+      return UnavailableError("the scheduler " + s->Describe() + " before serving");
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return DeadlineExceededError("the scheduler did not write " + port_file + " within " +
+                                   Seconds(options_.scheduler_start_timeout));
+    }
+    pollfd pfd{signal_fd_, POLLIN, 0};
+    if (::poll(&pfd, 1, 20) > 0) return CancelledError("signal");
+  }
+}
+
+Status Launcher::StartAgents() {
+  for (ProcessPlan& plan : PlanAgents(job_, paths_, CurrentEnvironment(), options_.agent_stop_grace)) {
+    auto child = std::make_unique<Child>();
+    child->plan = std::move(plan);
+    if (child->plan.kind == ProcessPlan::Kind::kWorker) {
+      std::string log = paths_.run_dir + "/" + child->plan.name + ".log";
+      child->log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    }
+    auto p = Subprocess::Start(child->plan.spawn);
+    if (!p.ok()) return p.status().Annotate("starting the agent of " + child->plan.name);
+    child->process = std::move(p).value();
+    child->process->set_destructor_grace(options_.stop_grace);
+    if (int fd = child->process->stdout_pipe(); fd >= 0) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+      child->pipe_open = true;
+    }
+    agents_.push_back(std::move(child));
+  }
+  return Status::Ok();
+}
+
+void Launcher::PumpOutput(Child& c, bool drain) {
+  if (!c.pipe_open) return;
+  const int fd = c.process->stdout_pipe();
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(1000);
+  char buf[8192];
+  const std::string prefix = "[" + c.plan.name + "] ";
+  auto emit = [&](const std::string& line) {
+    console_.Line(prefix + line);
+    if (c.log_fd >= 0) {
+      std::string l = line + "\n";
+      ssize_t ignored = ::write(c.log_fd, l.data(), l.size());
+      (void)ignored;
+    }
+  };
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      for (const auto& line : c.splitter.Feed(std::string_view(buf, static_cast<size_t>(n)))) emit(line);
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EINTR)) {  // end of stream
+      if (std::string rest = c.splitter.Flush(); !rest.empty()) emit(rest);
+      c.pipe_open = false;
+      return;
+    }
+    // Nothing more now. After the agent exited, wait (bounded) for its last bytes.
+    if (!drain || std::chrono::steady_clock::now() > deadline) return;
+    pollfd pfd{fd, POLLIN, 0};
+    ::poll(&pfd, 1, 50);
+  }
+}
+
+void Launcher::WatchCluster() {
+  int64_t after = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_watch_) {
+    lock.unlock();
+    auto v = client_->GetCluster(after, false, milliseconds(500));
+    lock.lock();
+    if (v.ok()) {
+      after = v->version();
+      view_ = std::move(v).value();
+    } else {
+      cv_.wait_for(lock, milliseconds(200), [&] { return stop_watch_; });
+    }
+  }
+}
+
+std::string Launcher::Progress() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return FormatProgress(view_ ? &*view_ : nullptr);
+}
+
+void Launcher::StopAll() {
+  if (watch_thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_watch_ = true;
+    }
+    cv_.notify_all();
+    watch_thread_.join();
+  }
+  // Agents first (each forwards SIGTERM to its program), then the scheduler they talk to.
+  std::vector<Child*> running;
+  for (auto& a : agents_) {
+    if (a->process && !a->exit) {
+      if (auto s = a->process->Poll()) {
+        a->exit = s;
+      } else {
+        (void)a->process->Signal(SIGTERM);
+        running.push_back(a.get());
+      }
+    }
+  }
+  auto deadline = std::chrono::steady_clock::now() + options_.stop_grace;
+  bool killed = false;
+  for (Child* c : running) {
+    while (!c->exit) {
+      auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+      c->exit = c->process->WaitFor(std::max(milliseconds(0), std::min(left, milliseconds(100))));
+      if (c->exit) break;
+      PumpOutput(*c, false);  // a worker blocked on a full pipe could not die otherwise
+      // A second Ctrl-C, or the grace period over: no more waiting.
+      if (!killed && (CheckSignal() || left.count() <= 0)) {
+        for (Child* k : running) {
+          if (!k->exit) (void)k->process->Signal(SIGKILL);
+        }
+        killed = true;
+      }
+    }
+    PumpOutput(*c, true);
+  }
+  if (scheduler_ && scheduler_->process && !scheduler_->exit) {
+    scheduler_->exit = scheduler_->process->Stop(options_.stop_grace);
+  }
+}
+
+int Launcher::Fail(const std::string& message, const Child* culprit) {
+  console_.ClearStatus();
+  console_.Line(message);
+  if (culprit != nullptr) {
+    std::string log = paths_.run_dir + "/" + culprit->plan.name + ".log";
+    std::string tail = TailFile(log, 15);
+    if (!tail.empty()) {
+      console_.Line("--- last lines of " + log + " ---");
+      std::istringstream lines(tail);
+      for (std::string l; std::getline(lines, l);) console_.Line(l);
+      console_.Line("---");
+    }
+  }
+  StopAll();
+  console_.ClearStatus();
+  if (!paths_.run_dir.empty()) console_.Line("logs kept in " + paths_.run_dir);
+  return 1;
+}
+
+int Launcher::Run() {
+  if (Status s = Prepare(); !s.ok()) {
+    console_.Line("trellis-launch: " + s.message());
+    return 1;
+  }
+  console_.Line("trellis-launch: job " + job_.name + ": " + std::to_string(job_.servers.replicas) + " servers x " +
+                std::to_string(job_.workers.replicas) + " workers; logs in " + paths_.run_dir);
+  if (Status s = StartScheduler(); !s.ok()) {
+    if (s.code() == StatusCode::kCancelled) {
+      StopAll();
+      return 130;
+    }
+    return Fail("job " + job_.name + " failed: " + s.message(), scheduler_.get());
+  }
+  auto token = ReadTokenFile(paths_.token_file);
+  if (!token.ok()) return Fail("job " + job_.name + " failed: " + token.status().message(), nullptr);
+  auto client = SchedulerClient::Connect({paths_.scheduler_address, *token, milliseconds(5000)});
+  if (!client.ok()) return Fail("job " + job_.name + " failed: " + client.status().message(), nullptr);
+  client_ = std::move(client).value();
+  watch_thread_ = std::thread([this] { WatchCluster(); });
+  if (Status s = StartAgents(); !s.ok()) return Fail("job " + job_.name + " failed: " + s.message(), nullptr);
+  return Supervise();
+}
+
+int Launcher::Supervise() {
+  // activeDeadlineSeconds bounds the whole run; -1: none.
+  const int64_t deadline_ms = job_.runPolicy.activeDeadlineSeconds.value_or(-1) * 1000;
+  while (true) {
+    if (auto code = CheckSignal()) {
+      console_.ClearStatus();
+      console_.Line("trellis-launch: got " + SignalName(*code - 128) + "; stopping every process");
+      StopAll();
+      console_.Line("logs kept in " + paths_.run_dir);
+      return *code;
+    }
+    std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+    std::vector<Child*> readers;
+    for (auto& a : agents_) {
+      if (a->pipe_open) {
+        fds.push_back({a->process->stdout_pipe(), POLLIN, 0});
+        readers.push_back(a.get());
+      }
+    }
+    ::poll(fds.data(), fds.size(), 200);
+    for (size_t i = 0; i < readers.size(); ++i) {
+      if (fds[i + 1].revents != 0) PumpOutput(*readers[i], false);
+    }
+
+    int workers_ok = 0;
+    for (auto& a : agents_) {
+      if (!a->exit) {
+        a->exit = a->process->Poll();
+        if (!a->exit) continue;
+        PumpOutput(*a, true);
+        if (a->exit->exit_code != 0) {
+          // The restart count lives in the scheduler's view (re-registrations).
+          int restarts = 0;
+          if (auto v = client_->GetCluster(0, false, milliseconds(1000)); v.ok()) {
+            std::lock_guard<std::mutex> lock(mu_);
+            view_ = *v;
+          }
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (view_) {
+              const std::string pod = job_.name + "-" + a->plan.name;
+              for (const auto* list : {&view_->servers(), &view_->workers()}) {
+                for (const auto& n : *list) {
+                  if (n.pod_name() == pod) restarts = n.restarts();
+                }
+              }
+            }
+          }
+          const RoleSpec& role = a->plan.kind == ProcessPlan::Kind::kServer ? job_.servers : job_.workers;
+          return Fail(FailureMessage(job_.name, KindName(a->plan.kind), a->plan.index, a->exit->exit_code,
+                                     restarts, job_.RestartPolicyFor(role)),
+                      a.get());
+        }
+        if (a->plan.kind == ProcessPlan::Kind::kServer) {
+          return Fail("job " + job_.name + " failed: " + a->plan.name +
+                          " exited with code 0 while workers were still running",
+                      a.get());
+        }
+        console_.Line("trellis-launch: " + a->plan.name + " finished (" + Seconds(Elapsed()) + ")");
+      }
+      if (a->plan.kind == ProcessPlan::Kind::kWorker && a->exit->exit_code == 0) ++workers_ok;
+    }
+    if (auto s = scheduler_->process->Poll()) {
+      scheduler_->exit = s;
+      return Fail("job " + job_.name + " failed: the scheduler " + s->Describe(), scheduler_.get());
+    }
+    if (workers_ok == job_.workers.replicas) {
+      StopAll();
+      console_.ClearStatus();
+      std::string where = "logs in " + paths_.run_dir;
+      if (created_run_dir_ && !options_.keep_logs) {
+        std::error_code ec;
+        fs::remove_all(paths_.run_dir, ec);
+        where = "logs removed; --keep-logs keeps them";
+      }
+      console_.Line("job " + job_.name + " succeeded in " + Seconds(Elapsed()) + " (" + where + ")");
+      return 0;
+    }
+    if (deadline_ms >= 0 && Elapsed().count() > deadline_ms) {
+      return Fail("job " + job_.name + " failed: activeDeadlineSeconds (" +
+                      std::to_string(*job_.runPolicy.activeDeadlineSeconds) + ") exceeded after " +
+                      Seconds(Elapsed()),
+                  nullptr);
+    }
+    console_.Progress(job_.name, Progress(), Elapsed());
+  }
+}
+
+}  // namespace trellis

@@ -1,0 +1,76 @@
+// trellis-launch: runs a whole TrainingJob on this machine (scheduler + one agent per server and
+// worker, all on loopback), shows progress, passes worker output through, and stops every
+// process it started on success, failure, deadline or signal.
+#pragma once
+
+#include <signal.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/subprocess.h"
+#include "launcher/plan.h"
+#include "launcher/progress.h"
+#include "scheduler/scheduler_client.h"
+
+namespace trellis {
+
+class Launcher {
+ public:
+  // REQUIRES: SIGINT and SIGTERM are blocked in every thread (main() does it first), so
+  // `signal_fd` (a signalfd for them) sees them.
+  Launcher(LaunchOptions options, JobSpec job, int signal_fd, Console& console);
+  ~Launcher();
+
+  // Runs the job; returns the launcher's exit code (0, 1, 130, 143). Call from the main thread.
+  int Run();
+
+ private:
+  struct Child {
+    ProcessPlan plan;
+    std::unique_ptr<Subprocess> process;
+    std::optional<ExitStatus> exit;
+    LineSplitter splitter;
+    int log_fd = -1;           // workers: their log, where passed-through stdout is copied too
+    bool pipe_open = false;
+  };
+
+  Status Prepare();                       // run dir, token file
+  Status StartScheduler();                // and wait for its port file
+  Status StartAgents();
+  int Supervise();                        // the event loop
+  void PumpOutput(Child& c, bool drain);  // worker stdout -> console + log
+  void StopAll();                         // agents first, then the scheduler
+  int Fail(const std::string& message, const Child* culprit);
+  void WatchCluster();                    // the cluster-watch thread
+  std::optional<int> CheckSignal();       // 130/143 once SIGINT/SIGTERM arrived
+  std::chrono::milliseconds Elapsed() const;
+  std::string Progress();
+
+  const LaunchOptions options_;
+  const JobSpec job_;
+  const int signal_fd_;
+  Console& console_;
+  LaunchPaths paths_;
+  bool created_run_dir_ = false;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+
+  std::unique_ptr<Child> scheduler_;
+  std::vector<std::unique_ptr<Child>> agents_;
+  std::unique_ptr<SchedulerClient> client_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<v1::ClusterView> view_;  // GUARDED_BY(mu_); the latest cluster view
+  bool stop_watch_ = false;              // GUARDED_BY(mu_)
+  std::thread watch_thread_;
+};
+
+}  // namespace trellis

@@ -1,0 +1,50 @@
+// trellis-launch JOB.yaml: runs a TrainingJob on this machine. See launcher/plan.h for usage.
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "common/logging.h"
+#include "launcher/launcher.h"
+
+int main(int argc, char** argv) {
+  using namespace trellis;
+  SetLogTag("launch");
+  // SIGINT/SIGTERM are read from a signalfd by the event loop; block them before any thread
+  // exists so none of them takes the signal. Children get a clean mask (common/subprocess.cc).
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher before it cleans up
+
+  auto options = ParseLaunchArgs(std::vector<std::string>(argv + 1, argv + argc));
+  if (!options.ok()) {
+    std::fprintf(stderr, "trellis-launch: %s\n%s", options.status().message().c_str(), kLaunchUsage);
+    return 2;
+  }
+  if (options->help) {
+    std::fputs(kLaunchUsage, stdout);
+    return 0;
+  }
+  auto job = LoadJobSpecFile(options->job_file);
+  if (!job.ok()) {
+    std::fprintf(stderr, "trellis-launch: %s\n", job.status().message().c_str());
+    return 2;
+  }
+  int sfd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (sfd < 0) {
+    std::perror("trellis-launch: signalfd");
+    return 1;
+  }
+  Console console(STDOUT_FILENO, isatty(STDOUT_FILENO) == 1, options->quiet);
+  int code;
+  {
+    Launcher launcher(*options, *job, sfd, console);
+    code = launcher.Run();
+  }
+  close(sfd);
+  return code;
+}

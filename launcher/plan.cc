@@ -1,0 +1,160 @@
+#include "launcher/plan.h"
+
+#include <deque>
+#include <fstream>
+
+namespace trellis {
+namespace {
+
+std::map<std::string, std::string> ChildEnv(const LaunchPaths& paths, std::map<std::string, std::string> env) {
+  // Per-process values the launcher's own environment may carry from an outer run.
+  for (const char* k : {"TRELLIS_RANK", "TRELLIS_INCARNATION", "TRELLIS_METRICS_PORT", "TRELLIS_POD_NAME",
+                        "TRELLIS_RESTART_POLICY", "TRELLIS_BACKOFF_LIMIT"}) {
+    env.erase(k);
+  }
+  auto path = env.find("PATH");
+  env["PATH"] = paths.bin_dir + (path != env.end() && !path->second.empty() ? ":" + path->second : "");
+  return env;
+}
+
+}  // namespace
+
+StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
+  LaunchOptions o;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      o.help = true;
+      return o;
+    } else if (a == "--keep-logs") {
+      o.keep_logs = true;
+    } else if (a == "--quiet" || a == "-q") {
+      o.quiet = true;
+    } else if (a == "--log-dir") {
+      if (i + 1 >= args.size()) return InvalidArgumentError("flag --log-dir needs a directory");
+      o.log_dir = args[++i];
+    } else if (a.rfind("--log-dir=", 0) == 0) {
+      o.log_dir = a.substr(10);
+      if (o.log_dir.empty()) return InvalidArgumentError("flag --log-dir needs a directory");
+    } else if (a.rfind("-", 0) == 0 && a != "-") {
+      return InvalidArgumentError("unknown flag '" + a + "'");
+    } else if (!o.job_file.empty()) {
+      return InvalidArgumentError("one job file expected, got '" + o.job_file + "' and '" + a + "'");
+    } else {
+      o.job_file = a;
+    }
+  }
+  if (o.job_file.empty()) return InvalidArgumentError("no job file given");
+  return o;
+}
+
+ProcessPlan PlanScheduler(const LaunchPaths& paths, const std::map<std::string, std::string>& base_env) {
+  ProcessPlan p;
+  p.name = "scheduler";
+  p.kind = ProcessPlan::Kind::kScheduler;
+  p.spawn.argv = {paths.bin_dir + "/trellis-scheduler", "--job-file", paths.job_file, "--host", "127.0.0.1",
+                  "--port", "0", "--port-file", paths.run_dir + "/scheduler.port", "--token-file",
+                  paths.token_file};
+  p.spawn.env = ChildEnv(paths, base_env);
+  p.spawn.stdout_mode = SpawnOptions::Output::kFile;
+  p.spawn.stdout_path = paths.run_dir + "/scheduler.log";
+  p.spawn.stderr_mode = SpawnOptions::Output::kStdout;
+  return p;
+}
+
+std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths,
+                                    const std::map<std::string, std::string>& base_env,
+                                    std::chrono::milliseconds agent_stop_grace) {
+  std::vector<ProcessPlan> out;
+  auto add_role = [&](const RoleSpec& role, ProcessPlan::Kind kind) {
+    const bool server = kind == ProcessPlan::Kind::kServer;
+    for (int i = 0; i < role.replicas; ++i) {
+      ProcessPlan p;
+      p.kind = kind;
+      p.index = i;
+      p.name = std::string(server ? "server-" : "worker-") + std::to_string(i);
+      p.spawn.argv = {paths.bin_dir + "/trellis-agent",
+                      "--restart-policy", std::string(ToString(job.RestartPolicyFor(role))),
+                      "--backoff-limit", std::to_string(job.runPolicy.backoffLimit),
+                      "--stop-grace-ms", std::to_string(agent_stop_grace.count())};
+      if (!role.command.empty()) {
+        p.spawn.argv.push_back("--");
+        p.spawn.argv.insert(p.spawn.argv.end(), role.command.begin(), role.command.end());
+        p.spawn.argv.insert(p.spawn.argv.end(), role.args.begin(), role.args.end());
+      }
+      auto env = ChildEnv(paths, base_env);
+      env["TRELLIS_JOB"] = job.name;
+      env["TRELLIS_SCHEDULER"] = paths.scheduler_address;
+      env["TRELLIS_ROLE"] = server ? "server" : "worker";
+      env["TRELLIS_NUM_SERVERS"] = std::to_string(job.servers.replicas);
+      env["TRELLIS_NUM_WORKERS"] = std::to_string(job.workers.replicas);
+      env["TRELLIS_TOKEN_FILE"] = paths.token_file;
+      env["TRELLIS_POD_NAME"] = job.name + "-" + p.name;
+      env["TRELLIS_HOST"] = "127.0.0.1";
+      if (!server && role.gpusPerWorker > 0) env["TRELLIS_GPUS"] = std::to_string(role.gpusPerWorker);
+      for (const auto& [k, v] : role.env) env[k] = v;
+      p.spawn.env = std::move(env);
+      const std::string log = paths.run_dir + "/" + p.name + ".log";
+      if (server) {
+        p.spawn.stdout_mode = SpawnOptions::Output::kFile;
+        p.spawn.stdout_path = log;
+        p.spawn.stderr_mode = SpawnOptions::Output::kStdout;
+      } else {
+        p.spawn.stdout_mode = SpawnOptions::Output::kPipe;
+        p.spawn.stderr_mode = SpawnOptions::Output::kFile;
+        p.spawn.stderr_path = log;
+      }
+      out.push_back(std::move(p));
+    }
+  };
+  add_role(job.servers, ProcessPlan::Kind::kServer);
+  add_role(job.workers, ProcessPlan::Kind::kWorker);
+  return out;
+}
+
+std::string FailureMessage(const std::string& job, std::string_view role, int index, int exit_code,
+                           int restarts, RestartPolicy policy) {
+  return "job " + job + " failed: " + std::string(role) + " " + std::to_string(index) + " exited with code " +
+         ExitCodeWithSignal(exit_code) + " after " + std::to_string(restarts) +
+         (restarts == 1 ? " restart" : " restarts") + " (restartPolicy " + std::string(ToString(policy)) + ")";
+}
+
+std::vector<std::string> LineSplitter::Feed(std::string_view bytes) {
+  std::vector<std::string> lines;
+  for (char c : bytes) {
+    if (c == '\n') {
+      if (!partial_.empty() && partial_.back() == '\r') partial_.pop_back();
+      lines.push_back(std::move(partial_));
+      partial_.clear();
+    } else {
+      partial_.push_back(c);
+      if (partial_.size() >= max_line_) {
+        lines.push_back(std::move(partial_));
+        partial_.clear();
+      }
+    }
+  }
+  return lines;
+}
+
+std::string LineSplitter::Flush() {
+  std::string rest = std::move(partial_);
+  partial_.clear();
+  return rest;
+}
+
+std::string TailFile(const std::string& path, int n) {
+  std::ifstream in(path);
+  if (!in) return "";
+  std::deque<std::string> last;
+  std::string line;
+  while (std::getline(in, line)) {
+    last.push_back(line);
+    if (static_cast<int>(last.size()) > n) last.pop_front();
+  }
+  std::string out;
+  for (const auto& l : last) out += l + "\n";
+  return out;
+}
+
+}  // namespace trellis

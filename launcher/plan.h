@@ -1,0 +1,89 @@
+// What trellis-launch runs for a job, as pure functions (unit-tested without processes):
+// command-line options, the scheduler and agent command lines and environments, and the
+// messages a failed job prints.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "common/subprocess.h"
+
+namespace trellis {
+
+inline constexpr char kLaunchUsage[] =
+    "usage: trellis-launch [--keep-logs] [--log-dir DIR] [--quiet] JOB.yaml\n"
+    "  Runs a whole TrainingJob on this machine: scheduler, one agent per server and worker.\n"
+    "  --keep-logs  keep the log directory after a successful run (always kept on failure)\n"
+    "  --log-dir    write logs there instead of a fresh /tmp/trellis-<job>-XXXXXX\n"
+    "  --quiet      no progress display (worker output and errors still shown)\n"
+    "exit codes: 0 every worker succeeded, 1 the job failed, 2 bad arguments or job file,\n"
+    "  130/143 stopped by SIGINT/SIGTERM.\n";
+
+struct LaunchOptions {
+  std::string job_file;
+  bool keep_logs = false;
+  std::string log_dir;  // empty: a fresh temporary directory
+  bool quiet = false;
+  bool help = false;
+  // Agents get agent_stop_grace to stop their program; the launcher waits stop_grace for an
+  // agent before SIGKILL (longer, so the agent's own escalation comes first).
+  std::chrono::milliseconds agent_stop_grace{3000};
+  std::chrono::milliseconds stop_grace{5000};
+  std::chrono::milliseconds scheduler_start_timeout{30000};
+};
+
+// `args` excludes argv[0]. Errors name the flag.
+StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args);
+
+struct LaunchPaths {
+  std::string bin_dir;            // where trellis-scheduler and trellis-agent live
+  std::string run_dir;            // logs, token, port file
+  std::string job_file;           // absolute path of the job file
+  std::string token_file;
+  std::string scheduler_address;  // host:port, once known
+};
+
+// One process the launcher starts.
+struct ProcessPlan {
+  std::string name;  // "scheduler", "server-0", "worker-2"
+  enum class Kind { kScheduler, kServer, kWorker } kind = Kind::kWorker;
+  int index = 0;
+  SpawnOptions spawn;
+};
+
+// `base_env`: the launcher's environment; the children get it with bin_dir first on PATH.
+ProcessPlan PlanScheduler(const LaunchPaths& paths, const std::map<std::string, std::string>& base_env);
+// One agent per server and per worker: role env entries added, the role's command after "--",
+// restart policy and backoffLimit from the job. Workers' stdout is a pipe (passed through with
+// a prefix); everything else goes to <run_dir>/<name>.log.
+std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths,
+                                    const std::map<std::string, std::string>& base_env,
+                                    std::chrono::milliseconds agent_stop_grace);
+
+// "job mlp failed: worker 1 exited with code 137 (SIGKILL) after 0 restarts (restartPolicy Never)"
+std::string FailureMessage(const std::string& job, std::string_view role, int index, int exit_code,
+                           int restarts, RestartPolicy policy);
+
+// Splits a byte stream into lines ('\n'; a trailing '\r' is dropped). Lines longer than
+// max_line are cut so a program that never prints a newline cannot grow memory without bound.
+class LineSplitter {
+ public:
+  explicit LineSplitter(size_t max_line = 64 * 1024) : max_line_(max_line) {}
+  std::vector<std::string> Feed(std::string_view bytes);
+  // The unterminated rest (at end of stream); empty if none.
+  std::string Flush();
+
+ private:
+  size_t max_line_;
+  std::string partial_;
+};
+
+// The last `n` lines of a file ("" when unreadable).
+std::string TailFile(const std::string& path, int n);
+
+}  // namespace trellis

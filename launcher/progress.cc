@@ -1,0 +1,91 @@
+#include "launcher/progress.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace trellis {
+namespace {
+
+std::string NodeState(const v1::NodeInfo& n) {
+  if (n.pod_name().empty()) return "waiting";
+  std::string s;
+  if (n.exited()) {
+    s = "exited " + std::to_string(n.last_exit_code());
+  } else if (n.dead()) {
+    s = "dead";
+  } else if (n.role() == v1::ROLE_SERVER) {
+    s = n.ready() ? "ready" : "starting";
+  } else {
+    s = "running";
+  }
+  if (n.restarts() > 0) s += " (" + std::to_string(n.restarts()) + (n.restarts() == 1 ? " restart)" : " restarts)");
+  return s;
+}
+
+}  // namespace
+
+std::string FormatProgress(const v1::ClusterView* view) {
+  if (view == nullptr) return "waiting for the scheduler";
+  int registered = 0, ready = 0;
+  for (const auto& s : view->servers()) {
+    if (!s.pod_name().empty()) ++registered;
+    if (s.ready()) ++ready;
+  }
+  std::string workers;
+  for (int r = 0; r < view->workers_size(); ++r) {
+    const auto& w = view->workers(r);
+    if (!w.pod_name().empty()) ++registered;
+    workers += (r ? ", " : "") + std::to_string(r) + " " + NodeState(w);
+  }
+  std::string out = "registered " + std::to_string(registered) + "/" +
+                    std::to_string(view->num_servers() + view->num_workers());
+  if (view->num_servers() > 0) {
+    out += " | servers " + std::to_string(ready) + "/" + std::to_string(view->num_servers()) + " ready";
+  }
+  out += " | workers: " + workers;
+  if (view->failed()) out += " | FAILED: " + view->failure_message();
+  return out;
+}
+
+void Console::Write(const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(fd_, s.data() + off, s.size() - off);
+    if (n <= 0) return;  // a closed terminal must not stop the job
+    off += static_cast<size_t>(n);
+  }
+}
+
+void Console::Line(std::string_view text) {
+  std::string out;
+  if (tty_ && !status_.empty()) out += "\r\033[K";
+  out.append(text);
+  out += "\n";
+  if (tty_ && !status_.empty()) out += status_;
+  Write(out);
+}
+
+void Console::Progress(const std::string& job, const std::string& summary, std::chrono::milliseconds elapsed) {
+  if (quiet_) return;
+  if (tty_) {
+    char secs[32];
+    std::snprintf(secs, sizeof(secs), "%.1fs", static_cast<double>(elapsed.count()) / 1000.0);
+    std::string line = "[" + job + " " + secs + "] " + summary;
+    if (line.size() > 200) line = line.substr(0, 197) + "...";
+    status_ = line;
+    Write("\r\033[K" + status_);
+  } else if (summary != last_summary_) {
+    last_summary_ = summary;
+    Write("[launch] " + summary + "\n");
+  }
+}
+
+void Console::ClearStatus() {
+  if (tty_ && !status_.empty()) {
+    Write("\r\033[K");
+    status_.clear();
+  }
+}
+
+}  // namespace trellis

@@ -1,0 +1,40 @@
+// The launcher's console: worker output passed through line by line, and a progress display --
+// a live status line on a terminal, plain lines on changes otherwise.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include "trellis/v1/scheduler.pb.h"
+
+namespace trellis {
+
+// "registered 5/5 | servers 2/2 ready | workers: 0 running, 1 running (1 restart), 2 exited 0"
+// (workers by rank). Without a view yet: "waiting for the scheduler".
+std::string FormatProgress(const v1::ClusterView* view);
+
+// Writes whole lines to a file descriptor (one write(2) each, so lines never interleave).
+class Console {
+ public:
+  // `tty`: a terminal (live status line); `quiet`: no progress at all.
+  Console(int fd, bool tty, bool quiet) : fd_(fd), tty_(tty), quiet_(quiet) {}
+
+  // A line of output (worker output, messages); on a terminal the status line is redrawn below.
+  void Line(std::string_view text);
+  // Progress: `summary` without time, `elapsed` shown on the live line. Not on a terminal, a
+  // line is printed only when `summary` changed.
+  void Progress(const std::string& job, const std::string& summary, std::chrono::milliseconds elapsed);
+  // Removes the live status line (before the final messages).
+  void ClearStatus();
+
+ private:
+  void Write(const std::string& s);
+  const int fd_;
+  const bool tty_;
+  const bool quiet_;
+  std::string status_;        // the live line now shown (terminal)
+  std::string last_summary_;  // the last printed summary (not a terminal)
+};
+
+}  // namespace trellis

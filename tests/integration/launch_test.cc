@@ -1,0 +1,243 @@
+// trellis-launch end to end: real scheduler, agents, test workers and servers on loopback.
+// Each test uses its own job name, so "no process left" is checked by looking for that name in
+// every process's environment (TRELLIS_JOB=<name>).
+#include <signal.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/env.h"
+#include "common/subprocess.h"
+
+namespace trellis {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+namespace fs = std::filesystem;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Pids of processes whose environment holds TRELLIS_JOB=<job> (our own user's processes).
+std::vector<pid_t> ProcessesOfJob(const std::string& job) {
+  std::vector<pid_t> out;
+  const std::string needle = "TRELLIS_JOB=" + job;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+    std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    size_t close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z') continue;
+    std::istringstream vars(env);
+    for (std::string v; std::getline(vars, v, '\0');) {
+      if (v == needle) {
+        out.push_back(pid);
+        break;
+      }
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+// Waits (bounded) until no process of `job` remains; kills leftovers so one failure does not
+// leak into the next test. Returns the pids that were still there at the deadline.
+std::vector<pid_t> WaitNoProcessesOfJob(const std::string& job, seconds limit = seconds(10)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  std::vector<pid_t> left;
+  while (!(left = ProcessesOfJob(job)).empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  for (pid_t p : left) ::kill(p, SIGKILL);
+  return left;
+}
+
+struct JobOptions {
+  std::string restart_policy = "OnFailure";
+  int backoff_limit = 3;
+  std::map<std::string, std::string> worker_env;
+};
+
+std::string JobYaml(const std::string& name, const JobOptions& o) {
+  std::string y =
+      "apiVersion: trellis.io/v1alpha1\n"
+      "kind: TrainingJob\n"
+      "metadata:\n"
+      "  name: " + name + "\n"
+      "spec:\n"
+      "  servers:\n"
+      "    replicas: 2\n"
+      "    command: [trellis-test-server]\n"
+      "  workers:\n"
+      "    replicas: 3\n"
+      "    command: [trellis-test-worker]\n";
+  if (!o.worker_env.empty()) {
+    y += "    env:\n";
+    for (const auto& [k, v] : o.worker_env) y += "      - name: " + k + "\n        value: \"" + v + "\"\n";
+  }
+  y += "  scheduler:\n"
+       "    heartbeatIntervalSeconds: 0.2\n"
+       "  runPolicy:\n"
+       "    restartPolicy: " + o.restart_policy + "\n"
+       "    backoffLimit: " + std::to_string(o.backoff_limit) + "\n";
+  return y;
+}
+
+struct Result {
+  int exit_code = -1;
+  std::string output;
+};
+
+class LaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/trellis-launch-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    job_ = "it-" + std::to_string(::getpid()) + "-" + std::to_string(++counter_);
+  }
+  void TearDown() override {
+    launcher_.reset();  // stops it (and so everything) if a test ended early
+    EXPECT_TRUE(WaitNoProcessesOfJob(job_).empty()) << "processes of job " << job_ << " were left behind";
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  std::string WriteJob(const std::string& yaml) {
+    std::string path = dir_ + "/job.yaml";
+    std::ofstream(path) << yaml;
+    return path;
+  }
+
+  void Start(const std::string& job_file) {
+    SpawnOptions o;
+    o.argv = {std::string(TRELLIS_BIN_DIR) + "/trellis-launch", "--log-dir", dir_ + "/logs", job_file};
+    o.env = CurrentEnvironment();
+    o.stdout_mode = SpawnOptions::Output::kFile;
+    o.stdout_path = dir_ + "/launch.out";
+    o.stderr_mode = SpawnOptions::Output::kStdout;
+    auto p = Subprocess::Start(o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    launcher_ = std::move(p).value();
+  }
+
+  Result Wait(seconds limit = seconds(120)) {
+    Result r;
+    auto s = launcher_->WaitFor(limit);
+    r.output = Output();
+    if (s) r.exit_code = s->exit_code;
+    return r;
+  }
+
+  std::string Output() { return ReadFile(dir_ + "/launch.out"); }
+
+  // Waits (bounded) until the launcher's output contains `text` `times` times.
+  bool WaitForOutput(const std::string& text, int times, seconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::string out = Output();
+      int n = 0;
+      for (size_t pos = out.find(text); pos != std::string::npos; pos = out.find(text, pos + 1)) ++n;
+      if (n >= times) return true;
+      if (launcher_->Poll()) return false;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return false;
+  }
+
+  static inline int counter_ = 0;
+  std::string dir_;
+  std::string job_;
+  std::unique_ptr<Subprocess> launcher_;
+};
+
+TEST_F(LaunchTest, TwoServersThreeWorkersSucceed) {
+  Start(WriteJob(JobYaml(job_, {})));
+  Result r = Wait();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_NE(r.output.find("[worker-" + std::to_string(w) + "] passed barrier b"), std::string::npos) << r.output;
+  }
+  EXPECT_NE(r.output.find("job " + job_ + " succeeded"), std::string::npos) << r.output;
+  // Server output goes only to its log.
+  EXPECT_EQ(r.output.find("test-server rank"), std::string::npos);
+  EXPECT_NE(ReadFile(dir_ + "/logs/server-0.log").find("ready at 127.0.0.1:"), std::string::npos);
+}
+
+TEST_F(LaunchTest, KilledWorkerIsRestartedWithItsRankUnderOnFailure) {
+  JobOptions o;
+  o.worker_env["TEST_CRASH_WORKER_RANK"] = "1";
+  Start(WriteJob(JobYaml(job_, o)));
+  Result r = Wait();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // Which pod got rank 1, and the rank of its second incarnation.
+  std::smatch m;
+  std::regex first(R"(\[(worker-\d)\] test-worker pod \S+ rank 1 incarnation 1)");
+  ASSERT_TRUE(std::regex_search(r.output, m, first)) << r.output;
+  const std::string pod = m[1];
+  EXPECT_NE(r.output.find("[" + pod + "] rank 1 raising SIGKILL on purpose"), std::string::npos) << r.output;
+  std::regex second("\\[" + pod + R"(\] test-worker pod \S+ rank (\d+) incarnation 2)");
+  ASSERT_TRUE(std::regex_search(r.output, m, second)) << "no second incarnation of " << pod << "\n" << r.output;
+  EXPECT_EQ(m[1], "1") << "the restarted worker got another rank";
+  EXPECT_NE(r.output.find("[" + pod + "] done rank 1"), std::string::npos) << r.output;
+}
+
+TEST_F(LaunchTest, KilledWorkerFailsTheJobUnderNever) {
+  JobOptions o;
+  o.restart_policy = "Never";
+  o.worker_env["TEST_CRASH_WORKER_RANK"] = "1";
+  Start(WriteJob(JobYaml(job_, o)));
+  Result r = Wait();
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  std::regex message("job " + job_ +
+                     R"( failed: worker \d exited with code 137 \(SIGKILL\) after 0 restarts \(restartPolicy Never\))");
+  EXPECT_TRUE(std::regex_search(r.output, message)) << r.output;
+  EXPECT_NE(r.output.find("logs kept in " + dir_ + "/logs"), std::string::npos) << r.output;
+}
+
+TEST_F(LaunchTest, SigintStopsEveryProcess) {
+  JobOptions o;
+  o.worker_env["TEST_HOLD_SECONDS"] = "300";
+  Start(WriteJob(JobYaml(job_, o)));
+  ASSERT_TRUE(WaitForOutput("passed barrier a", 3, seconds(60))) << Output();
+  EXPECT_GE(ProcessesOfJob(job_).size(), 10u);  // 5 agents + 5 programs at least
+  ASSERT_EQ(::kill(launcher_->pid(), SIGINT), 0);
+  Result r = Wait(seconds(30));
+  EXPECT_EQ(r.exit_code, 130) << r.output;
+  EXPECT_NE(r.output.find("got SIGINT; stopping every process"), std::string::npos) << r.output;
+  EXPECT_TRUE(WaitNoProcessesOfJob(job_).empty());
+}
+
+TEST_F(LaunchTest, BadJobFileGivesTheParseErrorAndExit2) {
+  std::string yaml = JobYaml(job_, {});
+  yaml.replace(yaml.find("replicas: 3"), 11, "replicas: -2");
+  Start(WriteJob(yaml));
+  Result r = Wait(seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("replicas"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("-2"), std::string::npos) << r.output;
+
+  Start(dir_ + "/missing.yaml");
+  r = Wait(seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("missing.yaml"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,131 @@
+#include "launcher/plan.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace trellis {
+namespace {
+
+TEST(ParseLaunchArgsTest, FlagsAndJobFile) {
+  auto o = ParseLaunchArgs({"--keep-logs", "--log-dir", "/tmp/x", "--quiet", "job.yaml"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->keep_logs);
+  EXPECT_TRUE(o->quiet);
+  EXPECT_EQ(o->log_dir, "/tmp/x");
+  EXPECT_EQ(o->job_file, "job.yaml");
+  EXPECT_EQ(ParseLaunchArgs({"--log-dir=/y", "j.yaml"})->log_dir, "/y");
+  EXPECT_TRUE(ParseLaunchArgs({"--help"})->help);
+}
+
+TEST(ParseLaunchArgsTest, ErrorsNameTheProblem) {
+  auto msg = [](std::vector<std::string> a) { return ParseLaunchArgs(a).status().message(); };
+  EXPECT_EQ(msg({}), "no job file given");
+  EXPECT_EQ(msg({"--log-dir"}), "flag --log-dir needs a directory");
+  EXPECT_EQ(msg({"--log-dir=", "j.yaml"}), "flag --log-dir needs a directory");
+  EXPECT_EQ(msg({"--verbose", "j.yaml"}), "unknown flag '--verbose'");
+  EXPECT_EQ(msg({"a.yaml", "b.yaml"}), "one job file expected, got 'a.yaml' and 'b.yaml'");
+}
+
+JobSpec TwoByThree() {
+  JobSpec job;
+  job.name = "mlp";
+  job.servers.replicas = 2;
+  job.workers.replicas = 3;
+  job.workers.command = {"trellis-test-worker"};
+  job.workers.args = {"--steps", "5"};
+  job.workers.env = {{"TEST_CRASH_WORKER_RANK", "1"}, {"PATH", "/override"}};
+  job.workers.restartPolicy = RestartPolicy::kNever;
+  job.runPolicy.restartPolicy = RestartPolicy::kExitCode;
+  job.runPolicy.backoffLimit = 4;
+  return job;
+}
+
+LaunchPaths Paths() {
+  return LaunchPaths{"/opt/trellis/bin", "/tmp/run", "/tmp/job.yaml", "/tmp/run/token", "127.0.0.1:4000"};
+}
+
+TEST(PlanAgentsTest, OneAgentPerServerAndWorker) {
+  std::map<std::string, std::string> base{{"PATH", "/usr/bin"}, {"HOME", "/root"}, {"TRELLIS_RANK", "9"}};
+  auto plans = PlanAgents(TwoByThree(), Paths(), base, std::chrono::milliseconds(3000));
+  ASSERT_EQ(plans.size(), 5u);
+  EXPECT_EQ(plans[0].name, "server-0");
+  EXPECT_EQ(plans[1].name, "server-1");
+  EXPECT_EQ(plans[4].name, "worker-2");
+
+  const ProcessPlan& server = plans[1];
+  EXPECT_EQ(server.kind, ProcessPlan::Kind::kServer);
+  // No server command: the agent picks trellis-pserver; the run policy applies.
+  EXPECT_EQ(server.spawn.argv, (std::vector<std::string>{"/opt/trellis/bin/trellis-agent", "--restart-policy",
+                                                        "ExitCode", "--backoff-limit", "4",
+                                                        "--stop-grace-ms", "3000"}));
+  EXPECT_EQ(server.spawn.env.at("TRELLIS_ROLE"), "server");
+  EXPECT_EQ(server.spawn.env.at("TRELLIS_POD_NAME"), "mlp-server-1");
+  EXPECT_EQ(server.spawn.env.at("PATH"), "/opt/trellis/bin:/usr/bin");  // siblings first
+  EXPECT_EQ(server.spawn.env.count("TRELLIS_RANK"), 0u);                // the agent sets it
+  EXPECT_EQ(server.spawn.env.at("HOME"), "/root");
+  EXPECT_EQ(server.spawn.stdout_mode, SpawnOptions::Output::kFile);
+  EXPECT_EQ(server.spawn.stdout_path, "/tmp/run/server-1.log");
+
+  const ProcessPlan& worker = plans[3];
+  EXPECT_EQ(worker.index, 1);
+  EXPECT_EQ(worker.spawn.argv, (std::vector<std::string>{"/opt/trellis/bin/trellis-agent", "--restart-policy",
+                                                        "Never", "--backoff-limit", "4", "--stop-grace-ms",
+                                                        "3000", "--", "trellis-test-worker", "--steps", "5"}));
+  const auto& env = worker.spawn.env;
+  EXPECT_EQ(env.at("TRELLIS_JOB"), "mlp");
+  EXPECT_EQ(env.at("TRELLIS_SCHEDULER"), "127.0.0.1:4000");
+  EXPECT_EQ(env.at("TRELLIS_ROLE"), "worker");
+  EXPECT_EQ(env.at("TRELLIS_NUM_SERVERS"), "2");
+  EXPECT_EQ(env.at("TRELLIS_NUM_WORKERS"), "3");
+  EXPECT_EQ(env.at("TRELLIS_TOKEN_FILE"), "/tmp/run/token");
+  EXPECT_EQ(env.at("TRELLIS_POD_NAME"), "mlp-worker-1");
+  EXPECT_EQ(env.at("TEST_CRASH_WORKER_RANK"), "1");  // the role's env entries
+  EXPECT_EQ(env.at("PATH"), "/override");            // ... win over the launcher's
+  EXPECT_EQ(worker.spawn.stdout_mode, SpawnOptions::Output::kPipe);
+  EXPECT_EQ(worker.spawn.stderr_path, "/tmp/run/worker-1.log");
+}
+
+TEST(PlanSchedulerTest, PassesJobPortFileAndToken) {
+  auto p = PlanScheduler(Paths(), {});
+  EXPECT_EQ(p.spawn.argv, (std::vector<std::string>{"/opt/trellis/bin/trellis-scheduler", "--job-file",
+                                                   "/tmp/job.yaml", "--host", "127.0.0.1", "--port", "0",
+                                                   "--port-file", "/tmp/run/scheduler.port", "--token-file",
+                                                   "/tmp/run/token"}));
+  EXPECT_EQ(p.spawn.stdout_path, "/tmp/run/scheduler.log");
+  EXPECT_EQ(p.spawn.env.at("PATH"), "/opt/trellis/bin");
+}
+
+TEST(FailureMessageTest, NamesRoleCodeSignalRestartsAndPolicy) {
+  EXPECT_EQ(FailureMessage("mlp", "worker", 1, 137, 0, RestartPolicy::kNever),
+            "job mlp failed: worker 1 exited with code 137 (SIGKILL) after 0 restarts (restartPolicy Never)");
+  EXPECT_EQ(FailureMessage("j", "server", 0, 3, 1, RestartPolicy::kOnFailure),
+            "job j failed: server 0 exited with code 3 after 1 restart (restartPolicy OnFailure)");
+}
+
+TEST(LineSplitterTest, SplitsAcrossChunksAndCapsLongLines) {
+  LineSplitter s(8);
+  EXPECT_TRUE(s.Feed("hel").empty());
+  EXPECT_EQ(s.Feed("lo\r\nwor"), (std::vector<std::string>{"hello"}));
+  EXPECT_EQ(s.Feed("ld\n\n"), (std::vector<std::string>{"world", ""}));
+  EXPECT_EQ(s.Feed("0123456789"), (std::vector<std::string>{"01234567"}));
+  EXPECT_EQ(s.Flush(), "89");
+  EXPECT_EQ(s.Flush(), "");
+}
+
+TEST(TailFileTest, LastLines) {
+  std::string path = std::filesystem::temp_directory_path() / ("tail_test_" + std::to_string(::getpid()));
+  {
+    std::ofstream out(path);
+    for (int i = 1; i <= 30; ++i) out << "line " << i << "\n";
+  }
+  EXPECT_EQ(TailFile(path, 2), "line 29\nline 30\n");
+  EXPECT_EQ(TailFile(path + ".missing", 2), "");
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace trellis
