@@ -1,0 +1,45 @@
+// How a trainer shares gradients and initial weights with its peers. The trainer only sees
+// this interface, so the same training loop runs alone (--local, tests) or over Trellis.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "examples/mlp/mlp.h"
+
+namespace trellis::mlp {
+
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // Once, after every worker initialized its own model: declares one key per layer and makes
+  // every worker's parameters equal to rank 0's.
+  virtual Status Setup(Mlp& model) = 0;
+  // Starts summing `grad` (layer `layer`'s gradient) over all workers, in place. Returns at
+  // once; `grad` must stay untouched until Wait(layer) returns.
+  virtual void Start(int layer, float* grad, int priority) = 0;
+  // Blocks until the sum started by Start(layer) is in place.
+  virtual Status Wait(int layer) = 0;
+  // Sums a few numbers over all workers (end-of-run statistics). Blocking, collective.
+  virtual StatusOr<std::vector<double>> SumStats(const std::vector<double>& values) = 0;
+  virtual uint64_t bytes_pushed() const = 0;
+  virtual uint64_t bytes_pulled() const = 0;
+};
+
+// One worker, no peers: the sum of one gradient is itself.
+class LocalExchange : public Exchange {
+ public:
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  Status Setup(Mlp&) override { return Status::Ok(); }
+  void Start(int, float*, int) override {}
+  Status Wait(int) override { return Status::Ok(); }
+  StatusOr<std::vector<double>> SumStats(const std::vector<double>& v) override { return v; }
+  uint64_t bytes_pushed() const override { return 0; }
+  uint64_t bytes_pulled() const override { return 0; }
+};
+
+}  // namespace trellis::mlp

@@ -1,0 +1,237 @@
+#include "examples/mlp/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <sstream>
+#include <string>
+
+#include "examples/mlp/dataset.h"
+#include "examples/mlp/rng.h"
+
+namespace trellis::mlp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string Percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", fraction * 100.0);
+  return buf;
+}
+
+std::string Bytes(double bytes) {
+  char buf[32];
+  if (bytes >= 1e9) {
+    std::snprintf(buf, sizeof(buf), "%.2f GB", bytes / 1e9);
+  } else if (bytes >= 1e6) {
+    std::snprintf(buf, sizeof(buf), "%.1f MB", bytes / 1e6);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.0f B", bytes);
+  }
+  return buf;
+}
+
+std::string Bar(int64_t done, int64_t total) {
+  constexpr int kWidth = 30;
+  const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
+  return "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "]";
+}
+
+// SGD with momentum for one layer; `sum` is the gradient summed over `world` workers.
+void ApplyUpdate(float* params, float* velocity, const float* sum, int64_t n, float lr,
+                 float momentum, float inv_world) {
+  for (int64_t i = 0; i < n; ++i) {
+    velocity[i] = momentum * velocity[i] + sum[i] * inv_world;
+    params[i] -= lr * velocity[i];
+  }
+}
+
+}  // namespace
+
+StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp& model,
+                            const TrainOutput& output) {
+  const Clock::time_point wall_start = Clock::now();
+  const int rank = exchange.rank();
+  const int world = exchange.world();
+  const bool talk = rank == 0 && output.out != nullptr;
+  std::ostream discard(nullptr);  // no buffer: swallows output on silent ranks
+  std::ostream& out = talk ? *output.out : discard;
+  if (model.sizes() != options.sizes) {
+    return InvalidArgumentError("model shape does not match --layers");
+  }
+  if (rank < 0 || rank >= world) {
+    return InvalidArgumentError("rank " + std::to_string(rank) + " outside [0, " +
+                                std::to_string(world) + ")");
+  }
+
+  const Dataset train = Shard(MakeTrainSet(options.task, options.train_samples), rank, world);
+  const Dataset test = rank == 0 ? MakeTestSet(options.task, options.test_samples) : Dataset{};
+  const int64_t batch = options.batch;
+  const int64_t steps_per_epoch = train.size / batch;
+  if (steps_per_epoch < 1) {
+    return InvalidArgumentError("--train-samples " + std::to_string(options.train_samples) +
+                                " gives " + std::to_string(train.size) + " samples per worker (" +
+                                std::to_string(world) + " workers), fewer than --batch " +
+                                std::to_string(batch));
+  }
+
+  // Each worker starts from its own seed; Setup makes everyone equal to rank 0.
+  model.Init(MixSeed(options.seed, 10 + static_cast<uint64_t>(rank)));
+  TRELLIS_RETURN_IF_ERROR(exchange.Setup(model).Annotate("setting up keys and initial weights"));
+
+  const int layers = model.num_layers();
+  std::vector<std::vector<float>> velocity(layers);
+  for (int l = 0; l < layers; ++l) velocity[l].assign(model.layer_size(l), 0.0f);
+  std::vector<bool> pending(layers, false);
+  const float lr = static_cast<float>(options.lr);
+  const float momentum = static_cast<float>(options.momentum);
+  const float inv_world = 1.0f / static_cast<float>(world);
+
+  Status comm_error;  // first communication failure, checked after each forward/backward
+  auto finish_layer = [&](int l) {
+    if (!pending[l]) return;
+    pending[l] = false;
+    Status s = exchange.Wait(l);
+    if (!s.ok()) {
+      if (comm_error.ok()) comm_error = s.Annotate("layer " + std::to_string(l));
+      return;
+    }
+    ApplyUpdate(model.params(l), velocity[l].data(), model.grads(l), model.layer_size(l), lr,
+                momentum, inv_world);
+  };
+  auto start_layer = [&](int l) {
+    exchange.Start(l, model.grads(l), /*priority=*/-l);
+    pending[l] = true;
+  };
+
+  std::vector<int64_t> order(train.size);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<float> xb(batch * train.dim);
+  std::vector<int32_t> yb(batch);
+
+  TrainReport report;
+  report.num_params = model.num_params();
+  report.world = world;
+  double train_seconds = 0;
+  if (talk) {
+    out << "trellis-mlp: " << report.num_params << " parameters, " << world << " worker(s), "
+        << train.size << " training samples per worker, batch " << batch << ", "
+        << steps_per_epoch << " steps per epoch\n"
+        << std::flush;
+  }
+
+  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+    const Clock::time_point epoch_start = Clock::now();
+    Rng shuffle(MixSeed(options.seed, 100000 + 1000 * static_cast<uint64_t>(epoch) + rank));
+    for (int64_t i = train.size - 1; i > 0; --i) {
+      std::swap(order[i], order[shuffle.Below(static_cast<uint64_t>(i) + 1)]);
+    }
+    double loss_sum = 0;
+    const int64_t bar_every = std::max<int64_t>(1, steps_per_epoch / 50);
+    for (int64_t step = 0; step < steps_per_epoch; ++step) {
+      for (int64_t r = 0; r < batch; ++r) {
+        const int64_t idx = order[step * batch + r];
+        std::copy(train.row(idx), train.row(idx) + train.dim, xb.data() + r * train.dim);
+        yb[r] = train.y[idx];
+      }
+      model.Forward(xb.data(), batch, finish_layer);
+      loss_sum += model.LossAndGradient(yb.data(), batch);
+      model.Backward(xb.data(), batch, start_layer);
+      if (!comm_error.ok()) return comm_error;
+      ++report.steps;
+      if (talk && output.tty && (step % bar_every == 0 || step + 1 == steps_per_epoch)) {
+        const double secs = SecondsSince(epoch_start);
+        const double rate = secs > 0 ? world * batch * (step + 1) / secs : 0;
+        char line[160];
+        std::snprintf(line, sizeof(line), "\repoch %d/%d %s %3d%% loss %.4f %.0f samples/s ",
+                      epoch, options.epochs, Bar(step + 1, steps_per_epoch).c_str(),
+                      static_cast<int>(100 * (step + 1) / steps_per_epoch),
+                      loss_sum / static_cast<double>(step + 1), rate);
+        out << line << std::flush;
+      }
+    }
+    // Apply the last step's updates so every worker holds the same weights at the epoch end.
+    for (int l = 0; l < layers; ++l) finish_layer(l);
+    if (!comm_error.ok()) return comm_error;
+
+    EpochStats stats;
+    stats.epoch = epoch;
+    stats.train_seconds = SecondsSince(epoch_start);
+    train_seconds += stats.train_seconds;
+    stats.train_loss = loss_sum / static_cast<double>(steps_per_epoch);
+    stats.samples_per_second =
+        static_cast<double>(world * batch * steps_per_epoch) / std::max(stats.train_seconds, 1e-9);
+    if (rank == 0) {
+      const EvalResult eval = model.Evaluate(test.x.data(), test.y.data(), test.size);
+      stats.test_loss = eval.loss;
+      stats.test_accuracy = eval.accuracy;
+    }
+    report.epochs.push_back(stats);
+    if (talk) {
+      char line[256];
+      std::snprintf(line, sizeof(line),
+                    "%sepoch %d/%d %s train loss %.4f | test loss %.4f, accuracy %s | %.0f "
+                    "samples/s | %.1f s\n",
+                    output.tty ? "\r" : "", epoch, options.epochs,
+                    Bar(steps_per_epoch, steps_per_epoch).c_str(), stats.train_loss,
+                    stats.test_loss, Percent(stats.test_accuracy).c_str(),
+                    stats.samples_per_second, stats.train_seconds);
+      out << line << std::flush;
+    }
+  }
+
+  // Exact totals over all workers (each worker only knows its own counters).
+  TRELLIS_ASSIGN_OR_RETURN(
+      std::vector<double> totals,
+      exchange.SumStats({static_cast<double>(report.steps * batch),
+                         static_cast<double>(exchange.bytes_pushed()),
+                         static_cast<double>(exchange.bytes_pulled())}));
+  report.train_seconds = train_seconds;
+  report.samples_per_second = totals[0] / std::max(train_seconds, 1e-9);
+  report.bytes_pushed = totals[1];
+  report.bytes_pulled = totals[2];
+  if (!report.epochs.empty()) {
+    report.test_accuracy = report.epochs.back().test_accuracy;
+    report.test_loss = report.epochs.back().test_loss;
+  }
+  report.reached_target = report.test_accuracy >= options.target_accuracy;
+  report.wall_seconds = SecondsSince(wall_start);
+  if (talk) out << FormatResult(options, report) << std::flush;
+  return report;
+}
+
+std::string FormatResult(const TrainOptions& options, const TrainReport& report) {
+  std::ostringstream s;
+  char line[256];
+  std::snprintf(line, sizeof(line), "RESULT: test accuracy %s (target %s) -- %s\n",
+                Percent(report.test_accuracy).c_str(), Percent(options.target_accuracy).c_str(),
+                report.reached_target ? "reached" : "MISSED");
+  s << line;
+  std::snprintf(line, sizeof(line),
+                "RESULT: test loss %.4f; task ceiling 100%% (test labels are the teacher's "
+                "argmax, noise-free)\n",
+                report.test_loss);
+  s << line;
+  std::snprintf(line, sizeof(line),
+                "RESULT: %lld parameters, %d worker(s), %d epochs, %lld steps of %lld per worker\n",
+                static_cast<long long>(report.num_params), report.world, options.epochs,
+                static_cast<long long>(report.steps), static_cast<long long>(options.batch));
+  s << line;
+  std::snprintf(line, sizeof(line), "RESULT: throughput %.0f samples/s (all workers)\n",
+                report.samples_per_second);
+  s << line;
+  s << "RESULT: bytes pushed " << Bytes(report.bytes_pushed) << ", pulled "
+    << Bytes(report.bytes_pulled) << " (all workers)\n";
+  std::snprintf(line, sizeof(line), "RESULT: wall time %.1f s (training %.1f s)\n",
+                report.wall_seconds, report.train_seconds);
+  s << line;
+  return s.str();
+}
+
+}  // namespace trellis::mlp

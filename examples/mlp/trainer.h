@@ -1,0 +1,55 @@
+// The data-parallel training loop: SGD with momentum on this worker's shard, gradients summed
+// over all workers per layer as soon as the backward pass produces them, each layer's update
+// applied right before that layer's next forward (communication overlaps computation; there is
+// no whole-model barrier per step).
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+#include "common/status.h"
+#include "examples/mlp/exchange.h"
+#include "examples/mlp/mlp.h"
+#include "examples/mlp/options.h"
+
+namespace trellis::mlp {
+
+struct EpochStats {
+  int epoch = 0;            // 1-based
+  double train_loss = 0;    // mean over this worker's steps
+  double test_loss = 0;     // rank 0 only
+  double test_accuracy = 0; // rank 0 only
+  double train_seconds = 0;
+  double samples_per_second = 0;  // all workers
+};
+
+struct TrainReport {
+  int64_t num_params = 0;
+  int world = 1;
+  int64_t steps = 0;              // per worker
+  double test_accuracy = 0;       // rank 0 only
+  double test_loss = 0;           // rank 0 only
+  bool reached_target = false;    // rank 0 only
+  double samples_per_second = 0;  // all workers
+  double bytes_pushed = 0;        // all workers
+  double bytes_pulled = 0;        // all workers
+  double wall_seconds = 0;
+  double train_seconds = 0;
+  std::vector<EpochStats> epochs;
+};
+
+struct TrainOutput {
+  std::ostream* out = nullptr;  // progress and results (rank 0); null: silent
+  bool tty = false;             // carriage-return progress bar instead of one line per epoch
+};
+
+// Trains `model` (its shape must match options.sizes). Rank 0 evaluates on the test set after
+// every epoch and prints the RESULT block at the end.
+StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp& model,
+                            const TrainOutput& output);
+
+// The RESULT lines (rank 0 prints them; exposed for tests and the guide).
+std::string FormatResult(const TrainOptions& options, const TrainReport& report);
+
+}  // namespace trellis::mlp

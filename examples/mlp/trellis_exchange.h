@@ -1,0 +1,36 @@
+// The Exchange over Trellis: one key per layer (weight and bias together), gradients summed by
+// the parameter servers (aggregate mode), initial weights broadcast from rank 0.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "examples/mlp/exchange.h"
+#include "trellis/trellis.h"
+
+namespace trellis::mlp {
+
+class TrellisExchange : public Exchange {
+ public:
+  // Joins the job described by the environment (TRELLIS_SCHEDULER, TRELLIS_RANK, ...).
+  static StatusOr<std::unique_ptr<TrellisExchange>> Create();
+
+  int rank() const override { return worker_->rank(); }
+  int world() const override { return worker_->size(); }
+  Status Setup(Mlp& model) override;
+  void Start(int layer, float* grad, int priority) override;
+  Status Wait(int layer) override;
+  StatusOr<std::vector<double>> SumStats(const std::vector<double>& values) override;
+  uint64_t bytes_pushed() const override { return worker_->bytes_pushed(); }
+  uint64_t bytes_pulled() const override { return worker_->bytes_pulled(); }
+
+ private:
+  explicit TrellisExchange(std::unique_ptr<Worker> worker) : worker_(std::move(worker)) {}
+
+  static constexpr int64_t kStatsSlots = 4;
+  std::unique_ptr<Worker> worker_;
+  KeyId stats_key_ = 0;
+  std::vector<Handle> handles_;  // one per layer; touched only by the training thread
+};
+
+}  // namespace trellis::mlp
