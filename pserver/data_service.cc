@@ -1,0 +1,307 @@
+#include "pserver/data_service.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "common/auth.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+
+namespace trellis {
+namespace {
+
+std::string Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(key);
+  if (it == md.end()) return {};
+  return std::string(it->second.data(), it->second.size());
+}
+
+void ReleaseValues(void* arg) { delete static_cast<Values*>(arg); }
+
+struct Outgoing {
+  int32_t priority;
+  uint64_t seq;
+  grpc::ByteBuffer frame;
+  bool operator<(const Outgoing& o) const {
+    return priority != o.priority ? priority < o.priority : seq > o.seq;
+  }
+};
+
+}  // namespace
+
+// What outlives the reactor: answers to waiting pulls may come after the worker went away.
+struct DataService::StreamState {
+  int32_t worker = 0;
+  std::mutex mu;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* reactor = nullptr;  // GUARDED_BY(mu)
+  std::priority_queue<Outgoing> out;  // GUARDED_BY(mu)
+  uint64_t seq = 0;                   // GUARDED_BY(mu)
+  bool writing = false;               // GUARDED_BY(mu): one write outstanding at a time
+  bool reads_done = false;            // GUARDED_BY(mu)
+  bool finished = false;              // GUARDED_BY(mu): Finish called, no more writes
+
+  // REQUIRES: mu held.
+  void MaybeFinishLocked() {
+    if (reads_done && !writing && !finished && reactor != nullptr) {
+      finished = true;
+      while (!out.empty()) out.pop();
+      reactor->Finish(grpc::Status::OK);
+    }
+  }
+  void StartNextLocked() {
+    if (writing || finished || reactor == nullptr || out.empty()) return;
+    writing = true;
+    // The frame must stay alive until OnWriteDone; keep it in `current`.
+    current = std::move(const_cast<Outgoing&>(out.top()).frame);
+    out.pop();
+    reactor->StartWrite(&current);
+  }
+  void Send(int32_t priority, grpc::ByteBuffer frame) {
+    std::lock_guard lock(mu);
+    if (finished || reactor == nullptr) return;  // the worker is gone
+    out.push(Outgoing{priority, seq++, std::move(frame)});
+    StartNextLocked();
+  }
+  grpc::ByteBuffer current;  // GUARDED_BY(mu) while writing
+};
+
+namespace {
+
+class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  StreamReactor(DataService* service, grpc::CallbackServerContext* ctx)
+      : service_(service), state_(std::make_shared<DataService::StreamState>()) {
+    Status st = service->CheckToken(ctx);
+    if (st.ok()) st = ParseRank(ctx);
+    if (!st.ok()) {
+      TLOG_WARN << "refusing data stream from " << ctx->peer() << ": " << st.ToString();
+      {
+        std::lock_guard lock(state_->mu);
+        state_->finished = true;
+      }
+      Finish(ToGrpc(st));
+      return;
+    }
+    {
+      std::lock_guard lock(state_->mu);
+      state_->reactor = this;
+    }
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      std::lock_guard lock(state_->mu);
+      state_->reads_done = true;
+      state_->MaybeFinishLocked();
+      return;
+    }
+    DataService::Task task;
+    task.stream = state_;
+    (void)in_.Dump(&task.slices);
+    in_.Clear();
+    wire::Chunks chunks = wire::ChunksOf(task.slices);
+    uint64_t id = 0;
+    Status st = wire::DecodeRequest(chunks, &task.header, &id);
+    if (!st.ok()) {
+      // Garbage cannot be attributed to a pending request beyond its id (0 when unreadable);
+      // answer it and keep the stream: gRPC framing keeps the next message intact.
+      SendError(state_, id, wire::Op::kPush, st);
+    } else {
+      task.priority = task.header.priority;
+      service_->Submit(std::move(task), wire::TotalBytes(chunks));
+    }
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(state_->mu);
+    state_->writing = false;
+    state_->current.Clear();
+    if (!ok) {
+      // The stream is broken (worker gone); drop what is queued.
+      state_->reads_done = true;
+      while (!state_->out.empty()) state_->out.pop();
+    }
+    state_->StartNextLocked();
+    state_->MaybeFinishLocked();
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard lock(state_->mu);
+      state_->reactor = nullptr;
+      state_->finished = true;
+    }
+    delete this;
+  }
+
+  static void SendError(const std::shared_ptr<DataService::StreamState>& stream, uint64_t id,
+                        wire::Op op, const Status& st) {
+    wire::ResponseHeader h;
+    h.op = op;
+    h.request_id = id;
+    h.code = static_cast<int32_t>(st.code());
+    h.message_bytes = static_cast<uint32_t>(st.message().size());
+    uint8_t buf[wire::kResponseHeaderBytes];
+    wire::EncodeResponseHeader(h, buf);
+    // Errors jump the queue: the worker's handle fails at once.
+    stream->Send(INT32_MAX, wire::MakeFrame(buf, sizeof buf, st.message(), nullptr, 0, nullptr,
+                                            nullptr));
+  }
+
+ private:
+  Status ParseRank(grpc::CallbackServerContext* ctx) {
+    std::string r = Metadata(ctx, wire::kRankMetadataKey);
+    int32_t rank = -1;
+    auto [p, ec] = std::from_chars(r.data(), r.data() + r.size(), rank);
+    int32_t w = service_->store()->config().num_workers;
+    if (r.empty() || ec != std::errc() || p != r.data() + r.size() || rank < 0 || rank >= w) {
+      return InvalidArgumentError(std::string("data stream needs metadata ") +
+                                  wire::kRankMetadataKey + " = a worker rank in [0, " +
+                                  std::to_string(w) + "), got '" + r + "'");
+    }
+    state_->worker = rank;
+    return Status::Ok();
+  }
+
+  DataService* const service_;
+  std::shared_ptr<DataService::StreamState> state_;
+  grpc::ByteBuffer in_;
+};
+
+}  // namespace
+
+DataService::DataService(SliceStore* store, DataServiceOptions options)
+    : store_(store), options_(std::move(options)) {
+  int n = options_.pool_threads > 0 ? options_.pool_threads
+                                    : std::max(1u, std::thread::hardware_concurrency());
+  for (int i = 0; i < n; ++i) {
+    pool_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "pserver-pool");
+      PoolLoop();
+    });
+  }
+}
+
+DataService::~DataService() { Stop(); }
+
+void DataService::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : pool_) t.join();
+  pool_.clear();
+  store_->FailWaiters(UnavailableError("parameter server shutting down"));
+}
+
+Status DataService::CheckToken(const grpc::CallbackServerContext* ctx) const {
+  if (options_.token.empty()) return Status::Ok();
+  std::string got = Metadata(ctx, kTokenMetadataKey);
+  if (got.empty()) {
+    return UnauthenticatedError(std::string("missing job token (metadata ") + kTokenMetadataKey +
+                                ")");
+  }
+  if (!TokenEquals(options_.token, got)) return UnauthenticatedError("wrong job token");
+  return Status::Ok();
+}
+
+grpc::ServerUnaryReactor* DataService::InstallShardMap(grpc::CallbackServerContext* ctx,
+                                                       const v1::InstallShardMapRequest* req,
+                                                       v1::InstallShardMapResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  Status st = CheckToken(ctx);
+  if (st.ok() && req->server_rank() != store_->config().server_rank) {
+    st = InvalidArgumentError("shard map sent to server " + std::to_string(req->server_rank()) +
+                              " reached server " + std::to_string(store_->config().server_rank));
+  }
+  if (st.ok()) {
+    int64_t slices = 0;
+    int64_t bytes = 0;
+    st = store_->Install(req->shard_map(), &slices, &bytes);
+    resp->set_slices(slices);
+    resp->set_bytes(bytes);
+    if (st.ok() && req->worker_rank() == 0) {
+      TLOG_INFO << "shard map installed: " << slices << " slices, " << bytes << " bytes";
+    }
+  }
+  reactor->Finish(ToGrpc(st));
+  return reactor;
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DataService::Stream(
+    grpc::CallbackServerContext* ctx) {
+  return new StreamReactor(this, ctx);
+}
+
+void DataService::Submit(Task task, size_t payload_bytes) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      StreamReactor::SendError(task.stream, task.header.request_id, task.header.op,
+                               UnavailableError("parameter server shutting down"));
+      return;
+    }
+    bool idle = queue_.empty();
+    if (!(idle && payload_bytes <= options_.inline_max_bytes)) {
+      task.seq = seq_++;
+      queue_.push(std::move(task));
+      cv_.notify_one();
+      return;
+    }
+  }
+  Serve(task);  // small and nothing waiting: no hand-off
+}
+
+void DataService::Serve(Task& task) {
+  const wire::RequestHeader h = task.header;
+  wire::Chunks chunks = wire::ChunksOf(task.slices);
+  std::shared_ptr<StreamState> stream = task.stream;
+  store_->Handle(stream->worker, h, chunks, [stream, h](const Status& st, Values values) {
+    if (!st.ok()) {
+      StreamReactor::SendError(stream, h.request_id, h.op, st);
+      return;
+    }
+    wire::ResponseHeader r;
+    r.op = h.op;
+    r.request_id = h.request_id;
+    r.payload_bytes = values ? values->size() * sizeof(float) : 0;
+    uint8_t buf[wire::kResponseHeaderBytes];
+    wire::EncodeResponseHeader(r, buf);
+    if (values) {
+      const float* data = values->data();
+      size_t bytes = values->size() * sizeof(float);
+      auto* keep = new Values(std::move(values));  // released by gRPC when sent
+      stream->Send(h.priority, wire::MakeFrame(buf, sizeof buf, {}, data, bytes, ReleaseValues,
+                                               keep));
+    } else {
+      stream->Send(h.priority, wire::MakeFrame(buf, sizeof buf, {}, nullptr, 0, nullptr, nullptr));
+    }
+  });
+  // The request's slices are released here, once summed.
+  task.slices.clear();
+}
+
+void DataService::PoolLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    Task task = queue_.top();
+    queue_.pop();
+    ++busy_;
+    lock.unlock();
+    Serve(task);
+    task = Task{};
+    lock.lock();
+    --busy_;
+  }
+}
+
+}  // namespace trellis

@@ -1,0 +1,49 @@
+#include "pserver/parameter_server.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace trellis {
+
+StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const PserverOptions& options) {
+  if (options.store.num_workers < 1) {
+    return InvalidArgumentError("num_workers must be >= 1, got " +
+                                std::to_string(options.store.num_workers));
+  }
+  if (options.port < 0 || options.port > 65535) {
+    return InvalidArgumentError("port must be in [0, 65535], got " + std::to_string(options.port));
+  }
+  std::unique_ptr<ParameterServer> ps(new ParameterServer());
+  ps->store_ = std::make_unique<SliceStore>(options.store);
+  ps->service_ = std::make_unique<DataService>(ps->store_.get(), options.service);
+  grpc::ServerBuilder builder;
+  std::string addr = options.listen_host + ":" + std::to_string(options.port);
+  if (addr.find(':') != addr.rfind(':') && options.listen_host.front() != '[') {
+    addr = "[" + options.listen_host + "]:" + std::to_string(options.port);
+  }
+  builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &ps->port_);
+  builder.RegisterService(ps->service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(wire::MaxMessageBytes(options.slice_bytes)));
+  builder.SetMaxSendMessageSize(-1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, wire::kStreamWindowBytes);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 1);
+  ps->server_ = builder.BuildAndStart();
+  if (!ps->server_ || ps->port_ == 0) {
+    return UnavailableError("parameter server could not listen on " + addr);
+  }
+  return ps;
+}
+
+ParameterServer::~ParameterServer() { Shutdown(); }
+
+void ParameterServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  service_->Stop();
+  // Open streams are cancelled after a short grace (workers may still be connected).
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_->Wait();
+}
+
+}  // namespace trellis

@@ -1,0 +1,45 @@
+// A parameter server: the slice store + data service behind a gRPC server.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "pserver/data_service.h"
+#include "pserver/slice_store.h"
+
+namespace trellis {
+
+struct PserverOptions {
+  std::string listen_host = "0.0.0.0";
+  int port = 0;  // 0: pick a free port
+  StoreConfig store;
+  DataServiceOptions service;
+  int64_t slice_bytes = 4 << 20;  // sizes the receive limit (a slice + header)
+};
+
+class ParameterServer {
+ public:
+  static StatusOr<std::unique_ptr<ParameterServer>> Start(const PserverOptions& options);
+  ~ParameterServer();  // Shutdown()
+
+  int port() const { return port_; }
+  SliceStore* store() { return store_.get(); }
+  // Fails waiting pulls, stops serving; idempotent.
+  void Shutdown();
+
+ private:
+  ParameterServer() = default;
+  std::unique_ptr<SliceStore> store_;
+  std::unique_ptr<DataService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace trellis

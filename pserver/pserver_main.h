@@ -1,0 +1,28 @@
+// The start-up wiring of trellis-pserver: flags > environment > job > defaults.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "pserver/parameter_server.h"
+
+namespace trellis {
+
+// What trellis-pserver runs with, after flags, environment and the job are combined.
+struct PserverConfig {
+  std::string scheduler_address;  // empty: standalone (no scheduler; --job and --num-workers)
+  std::string token;
+  std::string advertise_host = "127.0.0.1";
+  PserverOptions server;
+};
+
+// Parses trellis-pserver's command line and environment (TRELLIS_SCHEDULER, TRELLIS_RANK,
+// TRELLIS_NUM_WORKERS, TRELLIS_TOKEN_FILE, TRELLIS_HOST) and reads the job from the scheduler
+// (or from --job FILE when no scheduler is given). Errors name the flag or variable.
+StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args);
+
+// main(): start, report ready to the scheduler, serve until SIGINT/SIGTERM. Returns the exit code.
+int PserverMain(int argc, char** argv);
+
+}  // namespace trellis

@@ -1,0 +1,283 @@
+#include "pserver/slice_store.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+namespace trellis {
+namespace {
+
+std::string SliceName(uint64_t key, const std::string& key_name, uint32_t slice) {
+  std::string s = "key " + std::to_string(key);
+  if (!key_name.empty()) s += " (" + key_name + ")";
+  return s + " slice " + std::to_string(slice);
+}
+
+
+}  // namespace
+
+SliceStore::SliceStore(StoreConfig config) : config_(std::move(config)) {}
+SliceStore::~SliceStore() { FailWaiters(CancelledError("parameter server shutting down")); }
+
+Status SliceStore::Install(const v1::ShardMap& map, int64_t* slices, int64_t* bytes) {
+  std::string serialized;
+  {
+    google::protobuf::io::StringOutputStream sos(&serialized);
+    google::protobuf::io::CodedOutputStream cos(&sos);
+    cos.SetSerializationDeterministic(true);
+    map.SerializeToCodedStream(&cos);
+  }
+  std::unique_lock lock(map_mu_);
+  if (!installed_.empty()) {
+    if (installed_ != serialized) {
+      return FailedPreconditionError(
+          "shard map differs from the one already installed on server " +
+          std::to_string(config_.server_rank) + " (all workers must relay the same map)");
+    }
+  } else {
+    if (map.num_servers() <= config_.server_rank) {
+      return InvalidArgumentError("shard map is for " + std::to_string(map.num_servers()) +
+                                  " servers, this is server " +
+                                  std::to_string(config_.server_rank));
+    }
+    map_ = map;
+    int64_t n = 0;
+    int64_t b = 0;
+    for (const auto& ks : map_.keys()) {
+      const auto& k = ks.key();
+      all_keys_[k.id()] = KeyInfo{k.name(), &ks};
+      for (const auto& sa : ks.slices()) {
+        if (sa.server() != config_.server_rank) continue;
+        if (sa.num_elements() <= 0) {
+          return InvalidArgumentError("shard map: " + SliceName(k.id(), k.name(), sa.index()) +
+                                      " has " + std::to_string(sa.num_elements()) + " elements");
+        }
+        auto s = std::make_unique<Slice>();
+        s->key = k.id();
+        s->index = sa.index();
+        s->name = SliceName(k.id(), k.name(), sa.index());
+        s->num_elements = sa.num_elements();
+        s->pushed.assign(config_.num_workers, false);
+        keys_[k.id()][sa.index()] = std::move(s);
+        ++n;
+        b += sa.num_elements() * static_cast<int64_t>(sizeof(float));
+      }
+    }
+    num_slices_ = n;
+    installed_ = std::move(serialized);
+  }
+  *slices = num_slices_;
+  *bytes = 0;
+  for (const auto& [id, slices_of_key] : keys_) {
+    for (const auto& [i, s] : slices_of_key) *bytes += s->num_elements * 4;
+  }
+  return Status::Ok();
+}
+
+SliceStore::Slice* SliceStore::Find(uint64_t key, uint32_t slice) const {
+  auto it = keys_.find(key);
+  if (it == keys_.end()) return nullptr;
+  auto jt = it->second.find(slice);
+  return jt == it->second.end() ? nullptr : jt->second.get();
+}
+
+Status SliceStore::Describe404(uint64_t key, uint32_t slice) const {
+  if (installed_.empty()) {
+    return FailedPreconditionError("unknown key " + std::to_string(key) +
+                                   ": no shard map installed on server " +
+                                   std::to_string(config_.server_rank) + " yet");
+  }
+  auto it = all_keys_.find(key);
+  if (it == all_keys_.end()) {
+    return NotFoundError("unknown key " + std::to_string(key) + " (not in the shard map)");
+  }
+  const auto& ks = *it->second.shards;
+  std::string name = SliceName(key, it->second.name, slice);
+  if (slice >= static_cast<uint32_t>(ks.slices_size())) {
+    return NotFoundError("unknown " + name + ": the key has " +
+                         std::to_string(ks.slices_size()) + " slices");
+  }
+  return NotFoundError(name + " is held by server " +
+                       std::to_string(ks.slices(slice).server()) + ", not server " +
+                       std::to_string(config_.server_rank));
+}
+
+void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame,
+                        Reply reply) {
+  std::vector<Deferred> deferred;
+  Status st;
+  {
+    std::shared_lock map_lock(map_mu_);
+    Slice* s = Find(h.key, h.slice);
+    if (s == nullptr) {
+      st = Describe404(h.key, h.slice);
+    } else {
+      int64_t got = static_cast<int64_t>(h.payload_bytes / sizeof(float));
+      bool has_payload = h.op != wire::Op::kPull;
+      if (has_payload && got != s->num_elements) {
+        st = InvalidArgumentError(s->name + ": " + wire::OpName(h.op) + " of " +
+                                  std::to_string(got) + " elements, the slice has " +
+                                  std::to_string(s->num_elements));
+      } else {
+        std::lock_guard lock(s->mu);
+        switch (h.op) {
+          case wire::Op::kInit:
+            st = Init(s, frame, &deferred);
+            if (st.ok()) deferred.push_back({std::move(reply), Status::Ok(), nullptr});
+            break;
+          case wire::Op::kPush:
+            st = Push(worker, s, h, frame, &deferred);
+            if (st.ok()) deferred.push_back({std::move(reply), Status::Ok(), nullptr});
+            break;
+          case wire::Op::kPushPull:
+            st = Push(worker, s, h, frame, &deferred);
+            if (st.ok()) Pull(s, h.step, std::move(reply), &deferred);
+            break;
+          case wire::Op::kPull:
+            Pull(s, h.step, std::move(reply), &deferred);
+            break;
+        }
+      }
+    }
+  }
+  if (!st.ok()) reply(st, nullptr);
+  for (auto& d : deferred) d.reply(d.status, std::move(d.values));
+}
+
+Status SliceStore::Init(Slice* s, const wire::Chunks& frame, std::vector<Deferred>* out) {
+  if (s->complete != 0 || s->pushes != 0) {
+    return FailedPreconditionError(s->name + ": init after step 1 started (complete step " +
+                                   std::to_string(s->complete) + "); broadcast before training");
+  }
+  auto v = std::make_shared<std::vector<float>>(s->num_elements);
+  wire::CopyFloats(frame, wire::kRequestHeaderBytes, s->num_elements, v->data());
+  if (config_.mode == ServerMode::kUpdate) s->weights = *v;
+  s->results[0] = v;
+  s->result_step[0] = 0;
+  s->initialized = true;
+  // Wake pulls of step 0 (broadcast receivers).
+  auto& ws = s->waiters;
+  for (auto it = ws.begin(); it != ws.end();) {
+    if (it->step == 0) {
+      out->push_back({std::move(it->reply), Status::Ok(), v});
+      it = ws.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return Status::Ok();
+}
+
+Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
+                        const wire::Chunks& frame, std::vector<Deferred>* out) {
+  const int64_t expected = s->complete + 1;
+  if (h.step != expected) {
+    return OutOfRangeError(s->name + ": push for step " + std::to_string(h.step) +
+                           " outside the window: the server expects step " +
+                           std::to_string(expected) + " (latest complete step " +
+                           std::to_string(s->complete) + ")");
+  }
+  if (config_.mode == ServerMode::kUpdate && !s->initialized) {
+    return FailedPreconditionError(s->name + ": gradient pushed before the key was initialized "
+                                   "(update mode needs Broadcast from the root before step 1)");
+  }
+  if (s->pushed[worker]) {
+    return AlreadyExistsError(s->name + ": worker " + std::to_string(worker) +
+                              " pushed step " + std::to_string(h.step) + " twice");
+  }
+  const size_t n = static_cast<size_t>(s->num_elements);
+  if (s->pushes == 0) {
+    // First contribution: copy instead of zero + add. Reuse a result buffer nobody references.
+    if (!s->accum) s->accum = std::make_unique<std::vector<float>>(n);
+    wire::CopyFloats(frame, wire::kRequestHeaderBytes, n, s->accum->data());
+  } else {
+    wire::AddFloats(frame, wire::kRequestHeaderBytes, n, s->accum->data());
+  }
+  s->pushed[worker] = true;
+  if (++s->pushes < config_.num_workers) return Status::Ok();
+
+  // Step complete.
+  const int64_t step = expected;
+  Values result;
+  if (config_.mode == ServerMode::kAggregate) {
+    result = std::shared_ptr<const std::vector<float>>(std::move(s->accum));
+  } else {
+    float* g = s->accum->data();
+    const float inv = 1.0f / static_cast<float>(config_.num_workers);
+    for (size_t i = 0; i < n; ++i) g[i] *= inv;
+    ApplyOptimizer(config_.optimizer, step, g, s->weights.data(), s->num_elements, &s->opt);
+    result = std::make_shared<const std::vector<float>>(s->weights);
+  }
+  s->results[step % 2] = result;
+  s->result_step[step % 2] = step;
+  s->complete = step;
+  s->pushes = 0;
+  std::fill(s->pushed.begin(), s->pushed.end(), false);
+  auto& ws = s->waiters;
+  for (auto it = ws.begin(); it != ws.end();) {
+    if (it->step == step) {
+      out->push_back({std::move(it->reply), Status::Ok(), result});
+      it = ws.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return Status::Ok();
+}
+
+Values SliceStore::ResultFor(Slice* s, int64_t step) const {
+  int i = static_cast<int>(step % 2);
+  return s->result_step[i] == step ? s->results[i] : nullptr;
+}
+
+void SliceStore::Pull(Slice* s, int64_t step, Reply reply, std::vector<Deferred>* out) {
+  if (step < 0 || step < s->complete - 1 || step > s->complete + 1) {
+    out->push_back({std::move(reply),
+                    OutOfRangeError(s->name + ": pull of step " + std::to_string(step) +
+                                    " outside the window [" +
+                                    std::to_string(std::max<int64_t>(0, s->complete - 1)) + ", " +
+                                    std::to_string(s->complete + 1) + "]"),
+                    nullptr});
+    return;
+  }
+  if (step == s->complete + 1 || (step == 0 && !s->initialized && s->complete == 0)) {
+    s->waiters.push_back({step, std::move(reply)});  // answered when the step completes
+    return;
+  }
+  Values v = ResultFor(s, step);
+  if (!v) {
+    out->push_back({std::move(reply),
+                    FailedPreconditionError(s->name + ": step 0 was never initialized "
+                                            "(no Broadcast from the root)"),
+                    nullptr});
+    return;
+  }
+  out->push_back({std::move(reply), Status::Ok(), std::move(v)});
+}
+
+void SliceStore::FailWaiters(const Status& status) {
+  std::vector<Reply> replies;
+  {
+    std::shared_lock map_lock(map_mu_);
+    for (auto& [id, slices] : keys_) {
+      for (auto& [i, s] : slices) {
+        std::lock_guard lock(s->mu);
+        for (auto& w : s->waiters) replies.push_back(std::move(w.reply));
+        s->waiters.clear();
+      }
+    }
+  }
+  for (auto& r : replies) r(status, nullptr);
+}
+
+int64_t SliceStore::CompleteStep(uint64_t key, uint32_t slice) const {
+  std::shared_lock map_lock(map_mu_);
+  Slice* s = Find(key, slice);
+  if (s == nullptr) return -1;
+  std::lock_guard lock(s->mu);
+  return s->complete;
+}
+
+}  // namespace trellis

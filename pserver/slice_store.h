@@ -1,0 +1,121 @@
+// The parameter server's state without any networking: the slices this server holds and, per
+// slice, the synchronous step protocol.
+//
+// Per slice: `complete` is the latest step whose result is final (0 = the initial value, set by
+// an INIT from the root worker). A push is accepted only for step complete+1, once per worker;
+// when all W workers have pushed, the step completes: `aggregate` mode publishes the sum,
+// `update` mode applies the optimizer to sum/W and publishes the new weights. Results of the
+// last two complete steps are kept (a fast worker may push s+1 while a slow one has not pulled
+// s yet). A pull of step complete+1 waits; a pull of a kept step is answered at once; anything
+// else is OUT_OF_RANGE. Results are immutable shared buffers, so a response can reference them
+// without copying while the slice moves on.
+//
+// Thread-safe: one lock per slice, so requests on different slices run in parallel.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "pserver/optimizer.h"
+#include "pserver/wire.h"
+#include "trellis/v1/scheduler.pb.h"
+
+namespace trellis {
+
+struct StoreConfig {
+  int32_t server_rank = 0;
+  int32_t num_workers = 1;
+  ServerMode mode = ServerMode::kAggregate;
+  OptimizerSpec optimizer;
+};
+
+using Values = std::shared_ptr<const std::vector<float>>;
+// Answer to one request: a status, and for pulls the step's values. Called exactly once.
+using Reply = std::function<void(const Status&, Values)>;
+
+class SliceStore {
+ public:
+  explicit SliceStore(StoreConfig config);
+  ~SliceStore();
+  SliceStore(const SliceStore&) = delete;
+  SliceStore& operator=(const SliceStore&) = delete;
+
+  const StoreConfig& config() const { return config_; }
+
+  // Keeps the slices of `map` assigned to this server. Installing an equal map again is a no-op;
+  // a different one is FAILED_PRECONDITION (every worker relays the same scheduler map).
+  Status Install(const v1::ShardMap& map, int64_t* slices, int64_t* bytes);
+
+  // Handles one decoded request from `worker`; the payload is `frame` from byte
+  // wire::kRequestHeaderBytes on. `reply` runs exactly once, never under a store lock: inline
+  // when the answer is known, or later from the call that completes the step.
+  // REQUIRES: 0 <= worker < num_workers; h passed wire::DecodeRequest.
+  void Handle(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame, Reply reply);
+
+  // Fails every waiting pull with `status` (shutdown).
+  void FailWaiters(const Status& status);
+
+  // Latest complete step of a slice, or -1 if unknown (tests, metrics).
+  int64_t CompleteStep(uint64_t key, uint32_t slice) const;
+
+ private:
+  struct Waiter {
+    int64_t step;
+    Reply reply;
+  };
+  struct Slice {
+    uint64_t key = 0;
+    uint32_t index = 0;
+    std::string name;  // "key 7 (fc1.weight) slice 2", for messages
+    int64_t num_elements = 0;
+
+    std::mutex mu;
+    int64_t complete = 0;               // GUARDED_BY(mu)
+    bool initialized = false;           // GUARDED_BY(mu): step 0 value present
+    Values results[2];                  // GUARDED_BY(mu): [s % 2] for s in {complete-1, complete}
+    int64_t result_step[2] = {-1, -1};  // GUARDED_BY(mu)
+    std::unique_ptr<std::vector<float>> accum;  // GUARDED_BY(mu): sum of step complete+1
+    std::vector<bool> pushed;           // GUARDED_BY(mu): per worker, for step complete+1
+    int32_t pushes = 0;                 // GUARDED_BY(mu)
+    std::vector<float> weights;         // GUARDED_BY(mu): update mode
+    OptimizerState opt;                 // GUARDED_BY(mu)
+    std::vector<Waiter> waiters;        // GUARDED_BY(mu)
+  };
+  struct Deferred {
+    Reply reply;
+    Status status;
+    Values values;
+  };
+
+  Slice* Find(uint64_t key, uint32_t slice) const;  // REQUIRES: map_mu_ held
+  Status Describe404(uint64_t key, uint32_t slice) const;
+  // Each returns replies to run after the slice lock is released.
+  Status Push(int32_t worker, Slice* s, const wire::RequestHeader& h, const wire::Chunks& frame,
+              std::vector<Deferred>* out);
+  Status Init(Slice* s, const wire::Chunks& frame, std::vector<Deferred>* out);
+  void Pull(Slice* s, int64_t step, Reply reply, std::vector<Deferred>* out);
+  Values ResultFor(Slice* s, int64_t step) const;
+
+  const StoreConfig config_;
+  mutable std::shared_mutex map_mu_;
+  std::string installed_;  // GUARDED_BY(map_mu_): serialized map, for the equality check
+  // GUARDED_BY(map_mu_): key -> slice index -> the slices held here.
+  std::unordered_map<uint64_t, std::unordered_map<uint32_t, std::unique_ptr<Slice>>> keys_;
+  struct KeyInfo {
+    std::string name;
+    const v1::KeyShards* shards;  // points into map_
+  };
+  v1::ShardMap map_;                              // GUARDED_BY(map_mu_)
+  std::unordered_map<uint64_t, KeyInfo> all_keys_;  // GUARDED_BY(map_mu_): every key of the map
+  int64_t num_slices_ = 0;  // GUARDED_BY(map_mu_)
+};
+
+}  // namespace trellis

@@ -1,0 +1,231 @@
+#include "pserver/wire.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace trellis::wire {
+namespace {
+
+// Little-endian put/get; the build targets little-endian hosts, memcpy keeps it alignment-safe.
+template <typename T>
+void Put(uint8_t* p, size_t off, T v) {
+  std::memcpy(p + off, &v, sizeof(T));
+}
+template <typename T>
+T Get(const uint8_t* p, size_t off) {
+  T v;
+  std::memcpy(&v, p + off, sizeof(T));
+  return v;
+}
+
+// Walks chunked bytes from an offset, handing out contiguous spans.
+class Cursor {
+ public:
+  Cursor(const Chunks& chunks, size_t offset) : chunks_(chunks) {
+    while (i_ < chunks_.size() && offset >= chunks_[i_].size()) offset -= chunks_[i_++].size();
+    pos_ = offset;
+  }
+  // The next contiguous run of at most `max` bytes (empty at the end).
+  std::span<const uint8_t> Next(size_t max) {
+    while (i_ < chunks_.size() && pos_ == chunks_[i_].size()) {
+      ++i_;
+      pos_ = 0;
+    }
+    if (i_ == chunks_.size()) return {};
+    size_t n = std::min(max, chunks_[i_].size() - pos_);
+    auto s = chunks_[i_].subspan(pos_, n);
+    pos_ += n;
+    return s;
+  }
+
+ private:
+  const Chunks& chunks_;
+  size_t i_ = 0;
+  size_t pos_ = 0;
+};
+
+// Calls fn(const float* values, size_t n) over the payload in L1-sized pieces. Bytes are copied
+// into an aligned scratch block first: received slices give no alignment guarantee and floats
+// may straddle two slices.
+template <typename Fn>
+void ForEachFloatBlock(const Chunks& chunks, size_t offset, size_t count, Fn fn) {
+  constexpr size_t kBlock = 1024;
+  alignas(64) float scratch[kBlock];
+  Cursor cur(chunks, offset);
+  size_t done = 0;
+  while (done < count) {
+    size_t want = std::min(kBlock, count - done);
+    auto* dst = reinterpret_cast<uint8_t*>(scratch);
+    size_t need = want * sizeof(float);
+    while (need > 0) {
+      auto s = cur.Next(need);
+      if (s.empty()) return;  // REQUIRES violated; callers check lengths first
+      std::memcpy(dst, s.data(), s.size());
+      dst += s.size();
+      need -= s.size();
+    }
+    fn(scratch, want, done);
+    done += want;
+  }
+}
+
+}  // namespace
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kPush: return "push";
+    case Op::kPull: return "pull";
+    case Op::kPushPull: return "pushpull";
+    case Op::kInit: return "init";
+  }
+  return "op(?)";
+}
+
+Chunks ChunksOf(const std::vector<grpc::Slice>& slices) {
+  Chunks out;
+  out.reserve(slices.size());
+  for (const auto& s : slices) out.emplace_back(s.begin(), s.size());
+  return out;
+}
+
+size_t TotalBytes(const Chunks& chunks) {
+  size_t n = 0;
+  for (const auto& c : chunks) n += c.size();
+  return n;
+}
+
+void CopyOut(const Chunks& chunks, size_t offset, size_t n, void* dst) {
+  Cursor cur(chunks, offset);
+  auto* d = static_cast<uint8_t*>(dst);
+  while (n > 0) {
+    auto s = cur.Next(n);
+    if (s.empty()) return;
+    std::memcpy(d, s.data(), s.size());
+    d += s.size();
+    n -= s.size();
+  }
+}
+
+void CopyFloats(const Chunks& chunks, size_t offset, size_t count, float* dst) {
+  CopyOut(chunks, offset, count * sizeof(float), dst);
+}
+
+void AddFloats(const Chunks& chunks, size_t offset, size_t count, float* dst) {
+  ForEachFloatBlock(chunks, offset, count, [dst](const float* v, size_t n, size_t at) {
+    float* d = dst + at;
+    for (size_t i = 0; i < n; ++i) d[i] += v[i];
+  });
+}
+
+void EncodeRequestHeader(const RequestHeader& h, uint8_t out[kRequestHeaderBytes]) {
+  std::memset(out, 0, kRequestHeaderBytes);
+  Put<uint32_t>(out, 0, kRequestMagic);
+  Put<uint8_t>(out, 4, static_cast<uint8_t>(h.op));
+  Put<uint64_t>(out, 8, h.request_id);
+  Put<uint64_t>(out, 16, h.key);
+  Put<int64_t>(out, 24, h.step);
+  Put<uint32_t>(out, 32, h.slice);
+  Put<int32_t>(out, 36, h.priority);
+  Put<uint64_t>(out, 40, h.payload_bytes);
+}
+
+void EncodeResponseHeader(const ResponseHeader& h, uint8_t out[kResponseHeaderBytes]) {
+  std::memset(out, 0, kResponseHeaderBytes);
+  Put<uint32_t>(out, 0, kResponseMagic);
+  Put<uint8_t>(out, 4, static_cast<uint8_t>(h.op));
+  Put<uint64_t>(out, 8, h.request_id);
+  Put<int32_t>(out, 16, h.code);
+  Put<uint32_t>(out, 20, h.message_bytes);
+  Put<uint64_t>(out, 24, h.payload_bytes);
+}
+
+Status DecodeRequest(const Chunks& frame, RequestHeader* out, uint64_t* request_id) {
+  *request_id = 0;
+  size_t total = TotalBytes(frame);
+  uint8_t h[kRequestHeaderBytes] = {};
+  CopyOut(frame, 0, std::min(total, kRequestHeaderBytes), h);
+  if (total >= 16) *request_id = Get<uint64_t>(h, 8);
+  if (total < kRequestHeaderBytes) {
+    return InvalidArgumentError("malformed frame: " + std::to_string(total) +
+                                " bytes, shorter than the " +
+                                std::to_string(kRequestHeaderBytes) + "-byte request header");
+  }
+  uint32_t magic = Get<uint32_t>(h, 0);
+  if (magic != kRequestMagic) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "0x%08x", magic);
+    return InvalidArgumentError(std::string("malformed frame: bad magic ") + buf +
+                                " (not a trellis data request)");
+  }
+  uint8_t op = Get<uint8_t>(h, 4);
+  if (op < 1 || op > 4) {
+    return InvalidArgumentError("malformed frame: unknown op " + std::to_string(op));
+  }
+  out->op = static_cast<Op>(op);
+  out->request_id = Get<uint64_t>(h, 8);
+  out->key = Get<uint64_t>(h, 16);
+  out->step = Get<int64_t>(h, 24);
+  out->slice = Get<uint32_t>(h, 32);
+  out->priority = Get<int32_t>(h, 36);
+  out->payload_bytes = Get<uint64_t>(h, 40);
+  uint64_t present = total - kRequestHeaderBytes;
+  if (out->payload_bytes != present) {
+    return InvalidArgumentError("malformed frame: header announces " +
+                                std::to_string(out->payload_bytes) + " payload bytes, " +
+                                std::to_string(present) + " present (truncated or padded)");
+  }
+  bool wants_payload = out->op == Op::kPush || out->op == Op::kPushPull || out->op == Op::kInit;
+  if (!wants_payload && present != 0) {
+    return InvalidArgumentError("malformed frame: a pull carries no payload, got " +
+                                std::to_string(present) + " bytes");
+  }
+  if (present % sizeof(float) != 0) {
+    return InvalidArgumentError("malformed frame: payload of " + std::to_string(present) +
+                                " bytes is not a whole number of float32 values");
+  }
+  return Status::Ok();
+}
+
+Status DecodeResponse(const Chunks& frame, ResponseHeader* out, std::string* message) {
+  size_t total = TotalBytes(frame);
+  if (total < kResponseHeaderBytes) {
+    return DataLossError("malformed response: " + std::to_string(total) + " bytes");
+  }
+  uint8_t h[kResponseHeaderBytes];
+  CopyOut(frame, 0, kResponseHeaderBytes, h);
+  if (Get<uint32_t>(h, 0) != kResponseMagic) return DataLossError("malformed response: bad magic");
+  out->op = static_cast<Op>(Get<uint8_t>(h, 4));
+  out->request_id = Get<uint64_t>(h, 8);
+  out->code = Get<int32_t>(h, 16);
+  out->message_bytes = Get<uint32_t>(h, 20);
+  out->payload_bytes = Get<uint64_t>(h, 24);
+  if (kResponseHeaderBytes + uint64_t{out->message_bytes} + out->payload_bytes != total) {
+    return DataLossError("malformed response: lengths do not add up to " + std::to_string(total));
+  }
+  message->resize(out->message_bytes);
+  CopyOut(frame, kResponseHeaderBytes, out->message_bytes, message->data());
+  return Status::Ok();
+}
+
+grpc::ByteBuffer MakeFrame(const uint8_t* header, size_t header_bytes, const std::string& message,
+                           const void* payload, size_t payload_bytes, void (*release)(void*),
+                           void* release_arg) {
+  std::vector<grpc::Slice> slices;
+  slices.reserve(2);
+  if (message.empty()) {
+    slices.emplace_back(header, header_bytes);  // copies the small header
+  } else {
+    std::string head(reinterpret_cast<const char*>(header), header_bytes);
+    head += message;
+    slices.emplace_back(head.data(), head.size());
+  }
+  if (payload_bytes > 0) {
+    // gRPC's slice API takes a non-const pointer; the bytes are only read.
+    slices.emplace_back(const_cast<void*>(payload), payload_bytes, release, release_arg);
+  } else if (release != nullptr) {
+    release(release_arg);
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+}  // namespace trellis::wire

@@ -1,0 +1,86 @@
+// The binary frame layout of DataService.Stream (see proto/trellis/v1/data.proto), shared by the
+// parameter server and the worker library. Frames are gRPC byte buffers made of a small header
+// and a payload that may be split across many grpc::Slices at arbitrary byte boundaries; the
+// helpers here read headers and floats across those boundaries without gathering the payload.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
+
+#include "common/status.h"
+
+namespace trellis::wire {
+
+inline constexpr uint32_t kRequestMagic = 0x31515254;   // "TRQ1" little-endian
+inline constexpr uint32_t kResponseMagic = 0x31505254;  // "TRP1"
+inline constexpr size_t kRequestHeaderBytes = 48;
+inline constexpr size_t kResponseHeaderBytes = 40;
+inline constexpr char kRankMetadataKey[] = "x-trellis-rank";
+inline constexpr char kStreamMethod[] = "/trellis.v1.DataService/Stream";
+
+// gRPC settings of the data path, used by both ends: the receive limit fits one slice plus
+// header; big HTTP/2 windows keep a multi-MiB slice from stalling on flow control.
+inline int64_t MaxMessageBytes(int64_t slice_bytes) {
+  return (slice_bytes > (4 << 20) ? slice_bytes : (4 << 20)) + (64 << 10);
+}
+inline constexpr int kStreamWindowBytes = 32 << 20;
+
+enum class Op : uint8_t { kPush = 1, kPull = 2, kPushPull = 3, kInit = 4 };
+const char* OpName(Op op);  // "push", "pull", "pushpull", "init", "op(N)"
+
+struct RequestHeader {
+  Op op = Op::kPush;
+  uint64_t request_id = 0;
+  uint64_t key = 0;
+  int64_t step = 0;
+  uint32_t slice = 0;
+  int32_t priority = 0;
+  uint64_t payload_bytes = 0;
+};
+
+struct ResponseHeader {
+  Op op = Op::kPush;
+  uint64_t request_id = 0;
+  int32_t code = 0;  // grpc::StatusCode
+  uint32_t message_bytes = 0;
+  uint64_t payload_bytes = 0;
+};
+
+// Non-owning view of a frame's bytes: the data of each grpc::Slice in order. Valid while the
+// slices it was made from live.
+using Chunks = std::vector<std::span<const uint8_t>>;
+Chunks ChunksOf(const std::vector<grpc::Slice>& slices);
+size_t TotalBytes(const Chunks& chunks);
+
+// Copies `n` bytes starting at byte `offset` of the chunked data into `dst`.
+// REQUIRES: offset + n <= TotalBytes(chunks).
+void CopyOut(const Chunks& chunks, size_t offset, size_t n, void* dst);
+// Like CopyOut, for a float payload: dst[i] = value i (bytes may straddle chunks).
+void CopyFloats(const Chunks& chunks, size_t offset, size_t count, float* dst);
+// dst[i] += value i.
+void AddFloats(const Chunks& chunks, size_t offset, size_t count, float* dst);
+
+void EncodeRequestHeader(const RequestHeader& h, uint8_t out[kRequestHeaderBytes]);
+void EncodeResponseHeader(const ResponseHeader& h, uint8_t out[kResponseHeaderBytes]);
+
+// Parses and checks a request: magic, op, payload length against the bytes present. Errors are
+// INVALID_ARGUMENT naming what is wrong ("malformed frame: 7 bytes, shorter than the 48-byte
+// header"). On error `*request_id` is the id if the header was long enough to hold one, else 0.
+Status DecodeRequest(const Chunks& frame, RequestHeader* out, uint64_t* request_id);
+// Parses a response; `message` receives the error text (if any). The payload starts at
+// kResponseHeaderBytes + message_bytes.
+Status DecodeResponse(const Chunks& frame, ResponseHeader* out, std::string* message);
+
+// Builds a frame from a header and a payload that is referenced, not copied: `release(arg)` is
+// called when gRPC no longer needs the bytes (possibly after the frame was sent).
+grpc::ByteBuffer MakeFrame(const uint8_t* header, size_t header_bytes, const std::string& message,
+                           const void* payload, size_t payload_bytes, void (*release)(void*),
+                           void* release_arg);
+
+}  // namespace trellis::wire

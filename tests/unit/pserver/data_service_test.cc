@@ -1,0 +1,167 @@
+// The parameter server over real gRPC on 127.0.0.1:0, driven by a raw stream client: every bad
+// request gets an error naming the problem and the server keeps serving.
+#include <gtest/gtest.h>
+
+#include "pserver/parameter_server.h"
+#include "scheduler/shard_map.h"
+#include "tests/unit/pserver/raw_stream.h"
+#include "tests/unit/pserver/test_frames.h"
+#include "trellis/v1/data.grpc.pb.h"
+
+namespace trellis {
+namespace {
+
+using testing::Answer;
+using testing::RawStream;
+using testing::RequestBytes;
+
+constexpr char kToken[] = "s3cret-token";
+
+class DataServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PserverOptions o;
+    o.listen_host = "127.0.0.1";
+    o.store.num_workers = 1;
+    o.service.token = kToken;
+    o.service.pool_threads = 2;
+    auto ps = ParameterServer::Start(o);
+    ASSERT_TRUE(ps.ok()) << ps.status().ToString();
+    ps_ = std::move(*ps);
+    address_ = "127.0.0.1:" + std::to_string(ps_->port());
+    v1::KeySpec k;
+    k.set_id(7);
+    k.set_name("fc1");
+    k.set_num_elements(4);
+    k.set_dtype(v1::DTYPE_FLOAT32);
+    auto m = BuildShardMap({k}, 1, "roundRobin", 1 << 20);
+    ASSERT_TRUE(m.ok());
+    ASSERT_TRUE(Install(*m, kToken).ok());
+  }
+  grpc::Status Install(const v1::ShardMap& m, const std::string& token) {
+    auto stub = v1::DataService::NewStub(
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("x-trellis-token", token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::InstallShardMapRequest req;
+    *req.mutable_shard_map() = m;
+    v1::InstallShardMapResponse resp;
+    return stub->InstallShardMap(&ctx, req, &resp);
+  }
+  // A good PushPull on `s` answers the pushed values (W = 1).
+  void ExpectServing(RawStream& s, int64_t step) {
+    ASSERT_TRUE(s.Write(RequestBytes(wire::Op::kPushPull, 7, 0, step, {1, 2, 3, 4}, 1000 + step)));
+    Answer a;
+    ASSERT_TRUE(s.Read(&a));
+    EXPECT_EQ(a.header.code, 0) << a.message;
+    EXPECT_EQ(a.header.request_id, uint64_t(1000 + step));
+    EXPECT_EQ(a.values, (std::vector<float>{1, 2, 3, 4}));
+  }
+  // Sends `bytes`, expects an error frame with `code` and a message containing `text`.
+  void ExpectError(RawStream& s, const std::vector<uint8_t>& bytes, int code,
+                   const std::string& text) {
+    ASSERT_TRUE(s.Write(bytes));
+    Answer a;
+    ASSERT_TRUE(s.Read(&a));
+    EXPECT_EQ(a.header.code, code) << a.message;
+    EXPECT_NE(a.message.find(text), std::string::npos) << a.message;
+  }
+
+  std::unique_ptr<ParameterServer> ps_;
+  std::string address_;
+};
+
+TEST_F(DataServiceTest, GoodRequestRoundTrip) {
+  RawStream s(address_, kToken, "0");
+  ExpectServing(s, 1);
+  ExpectServing(s, 2);
+  EXPECT_TRUE(s.Finish().ok());
+}
+
+TEST_F(DataServiceTest, UnknownKey) {
+  RawStream s(address_, kToken, "0");
+  ExpectError(s, RequestBytes(wire::Op::kPush, 99, 0, 1, {1, 2, 3, 4}), grpc::NOT_FOUND,
+              "unknown key 99 (not in the shard map)");
+  ExpectServing(s, 1);
+}
+
+TEST_F(DataServiceTest, WrongLength) {
+  RawStream s(address_, kToken, "0");
+  ExpectError(s, RequestBytes(wire::Op::kPushPull, 7, 0, 1, {1, 2, 3, 4, 5}),
+              grpc::INVALID_ARGUMENT, "key 7 (fc1) slice 0: pushpull of 5 elements, the slice has 4");
+  ExpectServing(s, 1);
+}
+
+TEST_F(DataServiceTest, StepOutsideWindow) {
+  RawStream s(address_, kToken, "0");
+  ExpectError(s, RequestBytes(wire::Op::kPushPull, 7, 0, 5, {1, 2, 3, 4}), grpc::OUT_OF_RANGE,
+              "push for step 5 outside the window: the server expects step 1");
+  ExpectServing(s, 1);
+  ExpectError(s, RequestBytes(wire::Op::kPull, 7, 0, 3, {}), grpc::OUT_OF_RANGE,
+              "pull of step 3 outside the window [0, 2]");
+}
+
+TEST_F(DataServiceTest, GarbageBytes) {
+  RawStream s(address_, kToken, "0");
+  ExpectError(s, std::vector<uint8_t>{0xde, 0xad, 0xbe, 0xef, 1, 2, 3}, grpc::INVALID_ARGUMENT,
+              "malformed frame: 7 bytes, shorter than the 48-byte request header");
+  std::vector<uint8_t> noise(200);
+  for (size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<uint8_t>(i * 37 + 11);
+  ExpectError(s, noise, grpc::INVALID_ARGUMENT, "malformed frame: bad magic");
+  auto truncated = RequestBytes(wire::Op::kPush, 7, 0, 1, {1, 2, 3, 4});
+  truncated.resize(truncated.size() - 6);
+  ExpectError(s, truncated, grpc::INVALID_ARGUMENT, "announces 16 payload bytes, 10 present");
+  ExpectServing(s, 1);
+}
+
+TEST_F(DataServiceTest, BadOrMissingTokenEndsTheStream) {
+  {
+    RawStream bad(address_, "wrong", "0");
+    bad.Write(RequestBytes(wire::Op::kPushPull, 7, 0, 1, {1, 2, 3, 4}));
+    Answer a;
+    EXPECT_FALSE(bad.Read(&a));
+    auto st = bad.Finish();
+    EXPECT_EQ(st.error_code(), grpc::UNAUTHENTICATED);
+    EXPECT_EQ(st.error_message(), "wrong job token");
+  }
+  {
+    RawStream none(address_, "", "0");
+    Answer a;
+    EXPECT_FALSE(none.Read(&a));
+    auto st = none.Finish();
+    EXPECT_EQ(st.error_code(), grpc::UNAUTHENTICATED);
+    EXPECT_NE(st.error_message().find("missing job token"), std::string::npos);
+  }
+  v1::ShardMap m;
+  auto st = Install(m, "wrong");
+  EXPECT_EQ(st.error_code(), grpc::UNAUTHENTICATED);
+  RawStream good(address_, kToken, "0");
+  ExpectServing(good, 1);
+}
+
+TEST_F(DataServiceTest, BadRankEndsTheStream) {
+  RawStream s(address_, kToken, "3");
+  Answer a;
+  EXPECT_FALSE(s.Read(&a));
+  auto st = s.Finish();
+  EXPECT_EQ(st.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("a worker rank in [0, 1), got '3'"), std::string::npos);
+}
+
+TEST_F(DataServiceTest, PullWaitsForPushOnAnotherStream) {
+  // W = 1 here, so use step 0 (init): a pull of step 0 waits until the root's init arrives.
+  RawStream puller(address_, kToken, "0");
+  RawStream root(address_, kToken, "0");
+  ASSERT_TRUE(puller.Write(RequestBytes(wire::Op::kPull, 7, 0, 0, {}, 5)));
+  ASSERT_TRUE(root.Write(RequestBytes(wire::Op::kInit, 7, 0, 0, {4, 3, 2, 1}, 6)));
+  Answer a;
+  ASSERT_TRUE(root.Read(&a));
+  EXPECT_EQ(a.header.code, 0);
+  ASSERT_TRUE(puller.Read(&a));
+  EXPECT_EQ(a.header.request_id, 5u);
+  EXPECT_EQ(a.values, (std::vector<float>{4, 3, 2, 1}));
+}
+
+}  // namespace
+}  // namespace trellis

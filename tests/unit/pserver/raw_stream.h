@@ -1,0 +1,97 @@
+// A blocking raw client of DataService.Stream for tests: sends arbitrary bytes (good frames or
+// garbage) and reads answer frames, every wait bounded.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include "pserver/wire.h"
+
+namespace trellis::testing {
+
+struct Answer {
+  wire::ResponseHeader header;
+  std::string message;
+  std::vector<float> values;
+};
+
+class RawStream {
+ public:
+  RawStream(const std::string& address, const std::string& token, const std::string& rank) {
+    channel_ = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    stub_ = std::make_unique<grpc::GenericStub>(channel_);
+    if (!token.empty()) ctx_.AddMetadata("x-trellis-token", token);
+    if (!rank.empty()) ctx_.AddMetadata(wire::kRankMetadataKey, rank);
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    call_ = stub_->PrepareCall(&ctx_, wire::kStreamMethod, &cq_);
+    call_->StartCall(Tag(1));
+    ok_ = Next();
+  }
+  ~RawStream() {
+    if (!finished_) {
+      ctx_.TryCancel();
+      grpc::Status s;
+      call_->Finish(&s, Tag(9));
+      Next();
+    }
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+
+  bool Write(const std::vector<uint8_t>& bytes) {
+    grpc::Slice s(bytes.data(), bytes.size());
+    grpc::ByteBuffer bb(&s, 1);
+    call_->Write(bb, Tag(2));
+    return Next();
+  }
+  // False when the stream ended instead.
+  bool Read(Answer* a) {
+    grpc::ByteBuffer bb;
+    call_->Read(&bb, Tag(3));
+    if (!Next()) return false;
+    std::vector<grpc::Slice> slices;
+    (void)bb.Dump(&slices);
+    auto chunks = wire::ChunksOf(slices);
+    if (!wire::DecodeResponse(chunks, &a->header, &a->message).ok()) return false;
+    a->values.resize(a->header.payload_bytes / 4);
+    wire::CopyOut(chunks, wire::kResponseHeaderBytes + a->header.message_bytes,
+                  a->header.payload_bytes, a->values.data());
+    return true;
+  }
+  grpc::Status Finish() {
+    call_->WritesDone(Tag(4));
+    Next();
+    grpc::Status s;
+    call_->Finish(&s, Tag(5));
+    Next();
+    finished_ = true;
+    return s;
+  }
+
+ private:
+  static void* Tag(intptr_t i) { return reinterpret_cast<void*>(i); }
+  bool Next() {
+    void* tag;
+    bool ok = false;
+    auto r = cq_.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return r == grpc::CompletionQueue::GOT_EVENT && ok;
+  }
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<grpc::GenericStub> stub_;
+  grpc::ClientContext ctx_;
+  grpc::CompletionQueue cq_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+  bool ok_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace trellis::testing

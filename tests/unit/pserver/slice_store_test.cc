@@ -1,0 +1,231 @@
+#include "pserver/slice_store.h"
+
+#include <cmath>
+#include <optional>
+
+#include <gtest/gtest.h>
+
+#include "scheduler/shard_map.h"
+#include "tests/unit/pserver/test_frames.h"
+
+namespace trellis {
+namespace {
+
+using testing::RequestBytes;
+using testing::Split;
+
+v1::ShardMap OneKeyMap(uint64_t id, int64_t n, int32_t servers = 1, int64_t slice_bytes = 1 << 20) {
+  v1::KeySpec k;
+  k.set_id(id);
+  k.set_name("w");
+  k.set_num_elements(n);
+  k.set_dtype(v1::DTYPE_FLOAT32);
+  auto m = BuildShardMap({k}, servers, "roundRobin", slice_bytes);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return *m;
+}
+
+// Captures one reply.
+struct Got {
+  bool called = false;
+  Status status;
+  std::vector<float> values;
+  Reply reply() {
+    return [this](const Status& s, Values v) {
+      called = true;
+      status = s;
+      if (v) values = *v;
+    };
+  }
+};
+
+class SliceStoreTest : public ::testing::Test {
+ protected:
+  void Make(int32_t workers, ServerMode mode = ServerMode::kAggregate, OptimizerSpec opt = {}) {
+    StoreConfig c;
+    c.num_workers = workers;
+    c.mode = mode;
+    c.optimizer = opt;
+    store_ = std::make_unique<SliceStore>(c);
+    int64_t slices = 0, bytes = 0;
+    ASSERT_TRUE(store_->Install(OneKeyMap(7, 4), &slices, &bytes).ok());
+    EXPECT_EQ(slices, 1);
+    EXPECT_EQ(bytes, 16);
+  }
+  void Send(int32_t worker, wire::Op op, int64_t step, std::vector<float> v, Got* got,
+            uint64_t key = 7, uint32_t slice = 0) {
+    auto bytes = RequestBytes(op, key, slice, step, v);
+    auto chunks = Split(bytes, 5);  // floats straddle chunks
+    wire::RequestHeader h;
+    uint64_t id;
+    ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
+    store_->Handle(worker, h, chunks, got->reply());
+  }
+  std::unique_ptr<SliceStore> store_;
+};
+
+TEST_F(SliceStoreTest, AggregateSumsAndPullWaitsForAllWorkers) {
+  Make(2);
+  Got a, b;
+  Send(0, wire::Op::kPushPull, 1, {1, 2, 3, 4}, &a);
+  EXPECT_FALSE(a.called) << "a pull before every push of the step must wait";
+  Send(1, wire::Op::kPushPull, 1, {10, 20, 30, 40}, &b);
+  ASSERT_TRUE(a.called && b.called);
+  EXPECT_TRUE(a.status.ok()) << a.status.ToString();
+  EXPECT_EQ(a.values, (std::vector<float>{11, 22, 33, 44}));
+  EXPECT_EQ(b.values, a.values);
+  EXPECT_EQ(store_->CompleteStep(7, 0), 1);
+}
+
+TEST_F(SliceStoreTest, FastWorkerMayPushNextStepBeforeSlowPull) {
+  Make(2);
+  Got p0, p1, q0, q1, slow;
+  Send(0, wire::Op::kPush, 1, {1, 1, 1, 1}, &p0);
+  Send(1, wire::Op::kPush, 1, {2, 2, 2, 2}, &p1);
+  Send(0, wire::Op::kPull, 1, {}, &q0);
+  EXPECT_EQ(q0.values, (std::vector<float>{3, 3, 3, 3}));
+  Send(0, wire::Op::kPush, 2, {5, 5, 5, 5}, &q1);  // fast worker moves on
+  Send(1, wire::Op::kPush, 2, {5, 5, 5, 5}, &slow);  // slow worker pushes 2 before pulling 1
+  Send(1, wire::Op::kPull, 1, {}, &slow);
+  ASSERT_TRUE(slow.status.ok()) << slow.status.ToString();
+  EXPECT_EQ(slow.values, (std::vector<float>{3, 3, 3, 3})) << "step 1 is kept in the window";
+}
+
+TEST_F(SliceStoreTest, StepOutsideWindowIsRefused) {
+  Make(1);
+  Got g;
+  Send(0, wire::Op::kPush, 3, {1, 2, 3, 4}, &g);
+  ASSERT_TRUE(g.called);
+  EXPECT_EQ(g.status.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(g.status.message().find("push for step 3 outside the window: the server expects step 1"),
+            std::string::npos)
+      << g.status.message();
+  Got p;
+  Send(0, wire::Op::kPull, 9, {}, &p);
+  EXPECT_EQ(p.status.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(p.status.message().find("pull of step 9 outside the window [0, 1]"), std::string::npos)
+      << p.status.message();
+  Got ok;
+  Send(0, wire::Op::kPushPull, 1, {1, 2, 3, 4}, &ok);  // still serving
+  EXPECT_TRUE(ok.status.ok());
+  EXPECT_EQ(ok.values, (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST_F(SliceStoreTest, UnknownKeyWrongLengthDuplicatePush) {
+  Make(2);
+  Got g;
+  Send(0, wire::Op::kPush, 1, {1, 2, 3, 4}, &g, /*key=*/8);
+  EXPECT_EQ(g.status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(g.status.message(), "unknown key 8 (not in the shard map)");
+  Got s;
+  Send(0, wire::Op::kPush, 1, {1, 2, 3, 4}, &s, 7, /*slice=*/3);
+  EXPECT_NE(s.status.message().find("unknown key 7 (w) slice 3: the key has 1 slices"),
+            std::string::npos)
+      << s.status.message();
+  Got l;
+  Send(0, wire::Op::kPush, 1, {1, 2, 3}, &l);
+  EXPECT_EQ(l.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(l.status.message(), "key 7 (w) slice 0: push of 3 elements, the slice has 4");
+  Got d1, d2;
+  Send(0, wire::Op::kPush, 1, {1, 2, 3, 4}, &d1);
+  Send(0, wire::Op::kPush, 1, {1, 2, 3, 4}, &d2);
+  EXPECT_TRUE(d1.status.ok());
+  EXPECT_EQ(d2.status.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(d2.status.message().find("pushed step 1 twice"), std::string::npos);
+}
+
+TEST_F(SliceStoreTest, HeldByAnotherServer) {
+  StoreConfig c;
+  c.server_rank = 1;
+  store_ = std::make_unique<SliceStore>(c);
+  int64_t n, b;
+  // 8 elements in 16-byte slices: slices 0 and 1, round robin over 2 servers.
+  ASSERT_TRUE(store_->Install(OneKeyMap(7, 8, 2, 16), &n, &b).ok());
+  EXPECT_EQ(n, 1);
+  Got g;
+  Send(0, wire::Op::kPush, 1, {1, 2, 3, 4}, &g, 7, 0);
+  EXPECT_EQ(g.status.message(), "key 7 (w) slice 0 is held by server 0, not server 1");
+}
+
+TEST_F(SliceStoreTest, DifferentMapIsRefused) {
+  Make(1);
+  int64_t n, b;
+  EXPECT_TRUE(store_->Install(OneKeyMap(7, 4), &n, &b).ok());
+  auto st = store_->Install(OneKeyMap(7, 5), &n, &b);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SliceStoreTest, BroadcastInitWakesStepZeroPulls) {
+  Make(2);
+  Got pull;
+  Send(1, wire::Op::kPull, 0, {}, &pull);
+  EXPECT_FALSE(pull.called);
+  Got init;
+  Send(0, wire::Op::kInit, 0, {9, 8, 7, 6}, &init);
+  EXPECT_TRUE(init.status.ok());
+  ASSERT_TRUE(pull.called);
+  EXPECT_EQ(pull.values, (std::vector<float>{9, 8, 7, 6}));
+}
+
+TEST_F(SliceStoreTest, UpdateModeNeedsInit) {
+  Make(1, ServerMode::kUpdate);
+  Got g;
+  Send(0, wire::Op::kPushPull, 1, {1, 1, 1, 1}, &g);
+  EXPECT_EQ(g.status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(g.status.message().find("before the key was initialized"), std::string::npos);
+}
+
+TEST_F(SliceStoreTest, UpdateModeSgdMomentumOnMeanGradient) {
+  OptimizerSpec o;
+  o.type = OptimizerType::kSgd;
+  o.learningRate = 0.1;
+  o.momentum = 0.9;
+  o.weightDecay = 0.01;
+  Make(2, ServerMode::kUpdate, o);
+  Got i;
+  Send(0, wire::Op::kInit, 0, {1, 2, 3, 4}, &i);
+  std::vector<float> w = {1, 2, 3, 4}, v(4, 0.0f);
+  for (int step = 1; step <= 3; ++step) {
+    std::vector<float> g0 = {0.5f * step, -1, 2, 0}, g1 = {1.5f, 1, 0, -4};
+    Got a, b;
+    Send(0, wire::Op::kPushPull, step, g0, &a);
+    Send(1, wire::Op::kPushPull, step, g1, &b);
+    for (int k = 0; k < 4; ++k) {
+      float g = (g0[k] + g1[k]) * 0.5f + 0.01f * w[k];
+      v[k] = 0.9f * v[k] + g;
+      w[k] -= 0.1f * v[k];
+    }
+    ASSERT_TRUE(a.status.ok()) << a.status.ToString();
+    for (int k = 0; k < 4; ++k) EXPECT_NEAR(a.values[k], w[k], 1e-6) << step;
+    EXPECT_EQ(a.values, b.values);
+  }
+}
+
+TEST_F(SliceStoreTest, UpdateModeAdamBiasCorrected) {
+  OptimizerSpec o;
+  o.type = OptimizerType::kAdam;
+  o.learningRate = 0.01;
+  Make(1, ServerMode::kUpdate, o);
+  Got i;
+  Send(0, wire::Op::kInit, 0, {1, 1, 1, 1}, &i);
+  Got a;
+  Send(0, wire::Op::kPushPull, 1, {0.3f, -2, 0.001f, 5}, &a);
+  // First Adam step: m_hat = g, v_hat = g^2, so w -= lr * sign(g) (up to eps).
+  ASSERT_TRUE(a.status.ok());
+  EXPECT_NEAR(a.values[0], 1 - 0.01, 1e-6);
+  EXPECT_NEAR(a.values[1], 1 + 0.01, 1e-6);
+  EXPECT_NEAR(a.values[2], 1 - 0.01, 1e-5);
+  EXPECT_NEAR(a.values[3], 1 - 0.01, 1e-6);
+}
+
+TEST_F(SliceStoreTest, FailWaitersAnswersPendingPulls) {
+  Make(2);
+  Got g;
+  Send(0, wire::Op::kPushPull, 1, {1, 2, 3, 4}, &g);
+  store_->FailWaiters(UnavailableError("shutting down"));
+  ASSERT_TRUE(g.called);
+  EXPECT_EQ(g.status.code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,38 @@
+// Helpers for pserver tests: request frames as byte vectors, and chunked views that split the
+// bytes at awkward places (floats straddling chunk boundaries).
+#pragma once
+
+#include <cstring>
+#include <vector>
+
+#include "pserver/wire.h"
+
+namespace trellis::testing {
+
+inline std::vector<uint8_t> RequestBytes(wire::Op op, uint64_t key, uint32_t slice, int64_t step,
+                                         const std::vector<float>& payload, uint64_t id = 1,
+                                         int32_t priority = 0) {
+  wire::RequestHeader h;
+  h.op = op;
+  h.request_id = id;
+  h.key = key;
+  h.slice = slice;
+  h.step = step;
+  h.priority = priority;
+  h.payload_bytes = payload.size() * sizeof(float);
+  std::vector<uint8_t> out(wire::kRequestHeaderBytes + h.payload_bytes);
+  wire::EncodeRequestHeader(h, out.data());
+  if (!payload.empty()) std::memcpy(out.data() + wire::kRequestHeaderBytes, payload.data(), h.payload_bytes);
+  return out;
+}
+
+// Splits `bytes` into chunks of `chunk` bytes (the last shorter).
+inline wire::Chunks Split(const std::vector<uint8_t>& bytes, size_t chunk) {
+  wire::Chunks c;
+  for (size_t off = 0; off < bytes.size(); off += chunk) {
+    c.emplace_back(bytes.data() + off, std::min(chunk, bytes.size() - off));
+  }
+  return c;
+}
+
+}  // namespace trellis::testing
