@@ -83,9 +83,9 @@ TRELLIS_AVX2 inline void DequantizeAvx2Impl(const uint8_t* words, size_t n, floa
   const size_t base = full * kTwoBitElementsPerWord;
   if (base < n) {
     if constexpr (kAdd) {
-      DequantizeAddWordScalar(LoadWord(words + 4 * full), n - base, t, out + base);
+      DequantizeAddWordScalar(LoadWord(words + 4 * full), n - base, DecodeTable(t), out + base);
     } else {
-      DequantizeWordScalar(LoadWord(words + 4 * full), n - base, t, out + base);
+      DequantizeWordScalar(LoadWord(words + 4 * full), n - base, DecodeTable(t), out + base);
     }
   }
 }

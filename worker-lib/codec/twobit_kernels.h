@@ -23,33 +23,31 @@ inline void StoreWord(uint8_t* p, uint32_t w) { std::memcpy(p, &w, sizeof(w)); }
 // use it for the tail so every path shares the same float operations.
 inline uint32_t QuantizeWordScalar(const float* grad, float* residual, size_t count, float t) {
   const float neg_t = -t;
+  const float decoded[4] = {0.0f, 0.0f, neg_t, t};  // by code
   uint32_t word = 0;
   for (size_t j = 0; j < count; ++j) {
     const float r = residual[j] + grad[j];
-    uint32_t code = 0;
-    float decoded = 0.0f;
-    if (r >= t) {
-      code = 3;
-      decoded = t;
-    } else if (r <= neg_t) {
-      code = 2;
-      decoded = neg_t;
-    }
-    residual[j] = r - decoded;  // subtract even 0.0f, as the SIMD path does
+    // Flags and a table rather than branches: gradients make branches unpredictable.
+    const uint32_t pos = r >= t;
+    const uint32_t neg = r <= neg_t;
+    const uint32_t code = ((pos | neg) << 1) | pos;
+    residual[j] = r - decoded[code];  // subtract even 0.0f, as the SIMD path does
     word |= code << (30 - 2 * j);
   }
   return word;
 }
 
-inline float DecodeCode(uint32_t code, float t) {
-  return code == 3 ? t : (code == 2 ? -t : 0.0f);
-}
+// Values of the codes 00, 01 (invalid: decoded as 0; frames are validated first), 10, 11.
+struct DecodeTable {
+  float value[4];
+  explicit DecodeTable(float t) : value{0.0f, 0.0f, -t, t} {}
+};
 
-inline void DequantizeWordScalar(uint32_t word, size_t count, float t, float* out) {
-  for (size_t j = 0; j < count; ++j) out[j] = DecodeCode((word >> (30 - 2 * j)) & 3u, t);
+inline void DequantizeWordScalar(uint32_t word, size_t count, const DecodeTable& table, float* out) {
+  for (size_t j = 0; j < count; ++j) out[j] = table.value[(word >> (30 - 2 * j)) & 3u];
 }
-inline void DequantizeAddWordScalar(uint32_t word, size_t count, float t, float* acc) {
-  for (size_t j = 0; j < count; ++j) acc[j] = acc[j] + DecodeCode((word >> (30 - 2 * j)) & 3u, t);
+inline void DequantizeAddWordScalar(uint32_t word, size_t count, const DecodeTable& table, float* acc) {
+  for (size_t j = 0; j < count; ++j) acc[j] = acc[j] + table.value[(word >> (30 - 2 * j)) & 3u];
 }
 
 struct Kernels {

@@ -5,31 +5,36 @@
 namespace trellis::twobit_internal {
 namespace {
 
+// Full words with a constant count (unrolled by the compiler), then the partial last word.
 void QuantizeScalar(const float* grad, float* residual, size_t n, float t, uint8_t* words) {
-  const size_t nwords = TwoBitWords(n);
-  for (size_t w = 0; w < nwords; ++w) {
+  const size_t full = n / kTwoBitElementsPerWord;
+  for (size_t w = 0; w < full; ++w) {
     const size_t base = w * kTwoBitElementsPerWord;
-    const size_t count = n - base < kTwoBitElementsPerWord ? n - base : kTwoBitElementsPerWord;
-    StoreWord(words + 4 * w, QuantizeWordScalar(grad + base, residual + base, count, t));
+    StoreWord(words + 4 * w, QuantizeWordScalar(grad + base, residual + base, kTwoBitElementsPerWord, t));
   }
+  const size_t base = full * kTwoBitElementsPerWord;
+  if (base < n) StoreWord(words + 4 * full, QuantizeWordScalar(grad + base, residual + base, n - base, t));
 }
 
 void DequantizeScalar(const uint8_t* words, size_t n, float t, float* out) {
-  const size_t nwords = TwoBitWords(n);
-  for (size_t w = 0; w < nwords; ++w) {
-    const size_t base = w * kTwoBitElementsPerWord;
-    const size_t count = n - base < kTwoBitElementsPerWord ? n - base : kTwoBitElementsPerWord;
-    DequantizeWordScalar(LoadWord(words + 4 * w), count, t, out + base);
+  const DecodeTable table(t);
+  const size_t full = n / kTwoBitElementsPerWord;
+  for (size_t w = 0; w < full; ++w) {
+    DequantizeWordScalar(LoadWord(words + 4 * w), kTwoBitElementsPerWord, table, out + w * kTwoBitElementsPerWord);
   }
+  const size_t base = full * kTwoBitElementsPerWord;
+  if (base < n) DequantizeWordScalar(LoadWord(words + 4 * full), n - base, table, out + base);
 }
 
 void DequantizeAddScalar(const uint8_t* words, size_t n, float t, float* acc) {
-  const size_t nwords = TwoBitWords(n);
-  for (size_t w = 0; w < nwords; ++w) {
-    const size_t base = w * kTwoBitElementsPerWord;
-    const size_t count = n - base < kTwoBitElementsPerWord ? n - base : kTwoBitElementsPerWord;
-    DequantizeAddWordScalar(LoadWord(words + 4 * w), count, t, acc + base);
+  const DecodeTable table(t);
+  const size_t full = n / kTwoBitElementsPerWord;
+  for (size_t w = 0; w < full; ++w) {
+    DequantizeAddWordScalar(LoadWord(words + 4 * w), kTwoBitElementsPerWord, table,
+                            acc + w * kTwoBitElementsPerWord);
   }
+  const size_t base = full * kTwoBitElementsPerWord;
+  if (base < n) DequantizeAddWordScalar(LoadWord(words + 4 * full), n - base, table, acc + base);
 }
 
 }  // namespace
