@@ -75,29 +75,148 @@ grpc::ServerUnaryReactor* SchedulerService::ReportReady(grpc::CallbackServerCont
   return FinishNow(ctx, ToGrpc(state_->ReportReady(*req)));
 }
 
+template <typename MakeMessage>
+grpc::ByteBuffer SchedulerService::SharedBytes(AnswerCache* cache,
+                                               const std::shared_ptr<const void>& answer,
+                                               MakeMessage make) {
+  std::lock_guard<std::mutex> lock(cache->mu);
+  if (cache->of.lock() != answer) {
+    const std::string bytes = make().SerializeAsString();
+    grpc::Slice slice(bytes);
+    cache->bytes = grpc::ByteBuffer(&slice, 1);
+    cache->of = answer;
+  }
+  return cache->bytes;  // copies share the slices
+}
+
+namespace {
+
+template <typename T>
+bool ParseRequest(const grpc::ByteBuffer* raw, T* out) {
+  grpc::ByteBuffer copy(*raw);  // Deserialize consumes its input; the copy shares the slices
+  return grpc::SerializationTraits<T>::Deserialize(&copy, out).ok();
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* SchedulerService::GetCluster(grpc::CallbackServerContext* ctx,
-                                                       const v1::GetClusterRequest* req,
-                                                       v1::ClusterView* resp) {
+                                                       const grpc::ByteBuffer* raw,
+                                                       grpc::ByteBuffer* resp) {
   if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  v1::GetClusterRequest req;
+  if (!ParseRequest(raw, &req)) {
+    return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                       "cannot parse GetClusterRequest"));
+  }
   auto* reactor = ctx->DefaultReactor();
-  state_->WaitCluster(*req, WaitDeadline(ctx),
-                      [reactor, resp](StatusOr<std::shared_ptr<const v1::ClusterView>> v) {
-                        if (v.ok()) *resp = **v;
+  state_->WaitCluster(req, WaitDeadline(ctx),
+                      [this, reactor, resp](StatusOr<std::shared_ptr<const v1::ClusterView>> v) {
+                        if (v.ok()) {
+                          const auto& view = *v;
+                          *resp = SharedBytes(&view_cache_, view, [&] { return *view; });
+                        }
                         reactor->Finish(ToGrpc(v.status()));
                       });
   return reactor;
 }
 
+namespace {
+
+bool ReadVarint(std::string_view bytes, size_t* pos, uint64_t* out) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (*pos >= bytes.size()) return false;
+    const auto b = static_cast<uint8_t>(bytes[(*pos)++]);
+    v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+// A DeclareKeysRequest as protobuf writes it: worker_rank (field 1, varint) first when non-zero,
+// then the keys (field 2). Splits the rank off; false when the bytes do not start that way.
+bool SplitRank(std::string_view bytes, int32_t* rank, std::string_view* keys) {
+  *rank = 0;
+  size_t pos = 0;
+  if (!bytes.empty() && static_cast<uint8_t>(bytes[0]) == 0x08) {
+    pos = 1;
+    uint64_t v = 0;
+    if (!ReadVarint(bytes, &pos, &v)) return false;
+    *rank = static_cast<int32_t>(v);  // int32 wire rule: the low 32 bits
+  }
+  *keys = bytes.substr(pos);
+  return true;
+}
+
+// True when `bytes` hold nothing but field-2 (keys) entries: then equal bytes mean equal keys
+// and no rank hidden further on.
+bool OnlyKeyFields(std::string_view bytes) {
+  size_t pos = 0;
+  while (pos < bytes.size()) {
+    if (static_cast<uint8_t>(bytes[pos++]) != 0x12) return false;  // field 2, length-delimited
+    uint64_t len = 0;
+    if (!ReadVarint(bytes, &pos, &len) || len > bytes.size() - pos) return false;
+    pos += static_cast<size_t>(len);
+  }
+  return true;
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* SchedulerService::DeclareKeys(grpc::CallbackServerContext* ctx,
-                                                        const v1::DeclareKeysRequest* req,
-                                                        v1::DeclareKeysResponse* resp) {
+                                                        const grpc::ByteBuffer* raw,
+                                                        grpc::ByteBuffer* resp) {
   if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  std::string bytes;
+  {
+    std::vector<grpc::Slice> slices;
+    if (!raw->Dump(&slices).ok()) {
+      return FinishNow(ctx, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                         "cannot read DeclareKeysRequest"));
+    }
+    bytes.reserve(raw->Length());
+    for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  }
   auto* reactor = ctx->DefaultReactor();
-  state_->DeclareKeys(*req, WaitDeadline(ctx),
-                      [reactor, resp](StatusOr<std::shared_ptr<const v1::ShardMap>> m) {
-                        if (m.ok()) *resp->mutable_shard_map() = **m;
-                        reactor->Finish(ToGrpc(m.status()));
-                      });
+  auto done = [this, reactor, resp](StatusOr<std::shared_ptr<const v1::ShardMap>> m) {
+    if (m.ok()) {
+      const auto& map = *m;
+      *resp = SharedBytes(&map_cache_, map, [&] {
+        v1::DeclareKeysResponse r;
+        *r.mutable_shard_map() = *map;
+        return r;
+      });
+    }
+    reactor->Finish(ToGrpc(m.status()));
+  };
+  // Every worker sends the same keys: when the bytes after the rank equal those of a declaration
+  // already accepted, skip parsing and sorting 10^4 keys again.
+  int32_t rank = 0;
+  std::string_view key_bytes;
+  const bool split = SplitRank(bytes, &rank, &key_bytes);
+  std::shared_ptr<const std::string> known;
+  {
+    std::lock_guard<std::mutex> lock(known_keys_mu_);
+    known = known_key_bytes_;
+  }
+  if (split && known && key_bytes == *known) {
+    state_->DeclareSameKeys(rank, WaitDeadline(ctx), std::move(done));
+    return reactor;
+  }
+  v1::DeclareKeysRequest req;
+  if (!req.ParseFromString(bytes)) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "cannot parse DeclareKeysRequest"));
+    return reactor;
+  }
+  const bool accepted = state_->DeclareKeys(req, WaitDeadline(ctx), std::move(done));
+  if (accepted && split && !known && OnlyKeyFields(key_bytes)) {
+    std::lock_guard<std::mutex> lock(known_keys_mu_);
+    if (!known_key_bytes_) known_key_bytes_ = std::make_shared<const std::string>(key_bytes);
+  }
   return reactor;
 }
 

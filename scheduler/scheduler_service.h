@@ -27,7 +27,13 @@ struct SchedulerServiceOptions {
   std::chrono::milliseconds max_wait{std::chrono::minutes(10)};
 };
 
-class SchedulerService final : public v1::Scheduler::CallbackService {
+// GetCluster and DeclareKeys are raw (ByteBuffer) methods: their answers -- a view of every node,
+// a map of every key -- go to hundreds of waiters at once, so each distinct answer is serialized
+// once and its bytes shared (reference-counted slices) by every reply.
+using SchedulerServiceBase = v1::Scheduler::WithRawCallbackMethod_GetCluster<
+    v1::Scheduler::WithRawCallbackMethod_DeclareKeys<v1::Scheduler::CallbackService>>;
+
+class SchedulerService final : public SchedulerServiceBase {
  public:
   // `state` outlives the service.
   SchedulerService(SchedulerState* state, SchedulerServiceOptions options);
@@ -40,12 +46,14 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   grpc::ServerUnaryReactor* ReportReady(grpc::CallbackServerContext* ctx,
                                         const v1::ReportReadyRequest* req,
                                         v1::ReportReadyResponse* resp) override;
+  // GetClusterRequest -> ClusterView
   grpc::ServerUnaryReactor* GetCluster(grpc::CallbackServerContext* ctx,
-                                       const v1::GetClusterRequest* req,
-                                       v1::ClusterView* resp) override;
+                                       const grpc::ByteBuffer* req,
+                                       grpc::ByteBuffer* resp) override;
+  // DeclareKeysRequest -> DeclareKeysResponse
   grpc::ServerUnaryReactor* DeclareKeys(grpc::CallbackServerContext* ctx,
-                                        const v1::DeclareKeysRequest* req,
-                                        v1::DeclareKeysResponse* resp) override;
+                                        const grpc::ByteBuffer* req,
+                                        grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx,
                                     const v1::BarrierRequest* req,
                                     v1::BarrierResponse* resp) override;
@@ -65,8 +73,26 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   // arrives in time), capped by max_wait.
   Clock::TimePoint WaitDeadline(grpc::CallbackServerContext* ctx) const;
 
+  // The serialized form of the last answer handed out, shared by every reply carrying it.
+  struct AnswerCache {
+    std::mutex mu;
+    std::weak_ptr<const void> of;  // GUARDED_BY(mu); the answer `bytes` were made from
+    grpc::ByteBuffer bytes;        // GUARDED_BY(mu)
+  };
+  // Bytes of `make()`'s message for `answer`, serialized only when `answer` is new.
+  template <typename MakeMessage>
+  static grpc::ByteBuffer SharedBytes(AnswerCache* cache, const std::shared_ptr<const void>& answer,
+                                      MakeMessage make);
+
   SchedulerState* const state_;
   const SchedulerServiceOptions options_;
+  AnswerCache view_cache_;
+  AnswerCache map_cache_;
+
+  // The keys part (after the rank) of a declaration the state accepted; equal bytes from another
+  // worker are the same keys.
+  std::mutex known_keys_mu_;
+  std::shared_ptr<const std::string> known_key_bytes_;  // GUARDED_BY(known_keys_mu_)
 };
 
 struct SchedulerServerOptions {

@@ -36,10 +36,12 @@ bool SameKey(const v1::KeySpec& a, const v1::KeySpec& b) {
          a.dtype() == b.dtype();
 }
 
-bool SameKeys(const std::vector<v1::KeySpec>& a, const std::vector<v1::KeySpec>& b) {
+using KeyPtrs = std::vector<const v1::KeySpec*>;
+
+bool SameKeys(const KeyPtrs& a, const KeyPtrs& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (!SameKey(a[i], b[i])) return false;
+    if (!SameKey(*a[i], *b[i])) return false;
   }
   return true;
 }
@@ -315,9 +317,8 @@ void SchedulerState::WaitCluster(const v1::GetClusterRequest& req, TimePoint dea
   cluster_waiters_.push_back({req.after_version(), req.wait_complete(), deadline, std::move(done)});
 }
 
-std::string SchedulerState::KeyMismatchLocked(int32_t rank_a, const std::vector<v1::KeySpec>& a,
-                                              int32_t rank_b,
-                                              const std::vector<v1::KeySpec>& b) const {
+std::string SchedulerState::KeyMismatchLocked(int32_t rank_a, const KeyPtrs& a, int32_t rank_b,
+                                              const KeyPtrs& b) const {
   // Messages name the lower rank first, whatever the arrival order.
   if (rank_b < rank_a) return KeyMismatchLocked(rank_b, b, rank_a, a);
   const std::string wa = "worker " + std::to_string(rank_a);
@@ -328,22 +329,22 @@ std::string SchedulerState::KeyMismatchLocked(int32_t rank_a, const std::vector<
   };
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
-    if (a[i].id() == b[j].id()) {
-      if (!SameKey(a[i], b[j])) {
-        std::string other = a[i].name() == b[j].name() ? "" : KeyLabel(b[j]) + " ";
-        return "key mismatch: " + wa + " declares " + KeyLabel(a[i]) + " " + Shape(a[i]) + ", " +
-               wb + " declares " + other + Shape(b[j]);
+    if (a[i]->id() == b[j]->id()) {
+      if (!SameKey(*a[i], *b[j])) {
+        std::string other = a[i]->name() == b[j]->name() ? "" : KeyLabel(*b[j]) + " ";
+        return "key mismatch: " + wa + " declares " + KeyLabel(*a[i]) + " " + Shape(*a[i]) + ", " +
+               wb + " declares " + other + Shape(*b[j]);
       }
       ++i;
       ++j;
-    } else if (a[i].id() < b[j].id()) {
-      return lacks(wb, a[i], wa);
+    } else if (a[i]->id() < b[j]->id()) {
+      return lacks(wb, *a[i], wa);
     } else {
-      return lacks(wa, b[j], wb);
+      return lacks(wa, *b[j], wb);
     }
   }
-  if (i < a.size()) return lacks(wb, a[i], wa);
-  if (j < b.size()) return lacks(wa, b[j], wb);
+  if (i < a.size()) return lacks(wb, *a[i], wa);
+  if (j < b.size()) return lacks(wa, *b[j], wb);
   return "";
 }
 
@@ -383,16 +384,25 @@ void SchedulerState::FailJobLocked(std::string message, Deferred* deferred) {
   }
 }
 
-void SchedulerState::DeclareKeys(const v1::DeclareKeysRequest& req, TimePoint deadline,
+bool SchedulerState::DeclareKeys(const v1::DeclareKeysRequest& req, TimePoint deadline,
                                  Callback<std::shared_ptr<const v1::ShardMap>> done) {
-  std::vector<v1::KeySpec> keys(req.keys().begin(), req.keys().end());
-  if (Status st = ValidateKeys(keys); !st.ok()) {
+  // Pointers sorted by id: 10^4-key declarations from every worker are checked without copies.
+  const KeyPtrs keys = SortedById(req.keys());
+  if (Status st = ValidateSortedKeys(keys); !st.ok()) {
     done(st.Annotate("worker " + std::to_string(req.worker_rank())));
-    return;
+    return false;
   }
-  std::sort(keys.begin(), keys.end(),
-            [](const v1::KeySpec& x, const v1::KeySpec& y) { return x.id() < y.id(); });
-  const int32_t rank = req.worker_rank();
+  return DeclareImpl(req.worker_rank(), &keys, deadline, std::move(done));
+}
+
+void SchedulerState::DeclareSameKeys(int32_t worker_rank, TimePoint deadline,
+                                     Callback<std::shared_ptr<const v1::ShardMap>> done) {
+  DeclareImpl(worker_rank, nullptr, deadline, std::move(done));
+}
+
+bool SchedulerState::DeclareImpl(int32_t rank, const std::vector<const v1::KeySpec*>* keys,
+                                 TimePoint deadline,
+                                 Callback<std::shared_ptr<const v1::ShardMap>> done) {
   Deferred deferred;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -400,12 +410,18 @@ void SchedulerState::DeclareKeys(const v1::DeclareKeysRequest& req, TimePoint de
     if (st.ok() && shutdown_) st = UnavailableError("scheduler is shutting down");
     if (st.ok() && failed_) st = AbortedError("job failed: " + failure_message_);
     if (st.ok()) st = keys_error_;
-    if (st.ok() && reference_rank_ < 0) {
-      reference_keys_ = keys;
+    if (st.ok() && keys == nullptr && reference_rank_ < 0) {
+      st = InternalError("DeclareSameKeys before any declaration");
+    } else if (st.ok() && reference_rank_ < 0) {
+      reference_keys_.reserve(keys->size());
+      for (const auto* k : *keys) reference_keys_.push_back(*k);
+      reference_ptrs_ = SortedById(reference_keys_);
       reference_rank_ = rank;
-    } else if (st.ok() && !SameKeys(reference_keys_, keys)) {
+    } else if (st.ok() && keys != nullptr && !SameKeys(reference_ptrs_, *keys)) {
+      // Name the lowest rank that declared the reference keys, whatever the arrival order.
+      const int32_t ref_rank = declared_ranks_.empty() ? reference_rank_ : *declared_ranks_.begin();
       keys_error_ =
-          FailedPreconditionError(KeyMismatchLocked(reference_rank_, reference_keys_, rank, keys));
+          FailedPreconditionError(KeyMismatchLocked(ref_rank, reference_ptrs_, rank, *keys));
       TLOG_ERROR << keys_error_.message();
       FailDeclarationsLocked(keys_error_, &deferred);
       st = keys_error_;
@@ -414,13 +430,13 @@ void SchedulerState::DeclareKeys(const v1::DeclareKeysRequest& req, TimePoint de
       lock.unlock();
       Run(deferred);
       done(st);
-      return;
+      return false;
     }
     if (shard_map_) {  // a restarted worker declaring again: the map is settled
       auto map = shard_map_;
       lock.unlock();
       done(std::move(map));
-      return;
+      return true;
     }
     declared_ranks_.insert(rank);
     declare_waiters_.push_back({rank, deadline, std::move(done)});
@@ -444,6 +460,7 @@ void SchedulerState::DeclareKeys(const v1::DeclareKeysRequest& req, TimePoint de
     }
   }
   Run(deferred);
+  return true;
 }
 
 void SchedulerState::Barrier(const v1::BarrierRequest& req, TimePoint deadline,

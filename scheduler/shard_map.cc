@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <queue>
-#include <unordered_set>
 #include <utility>
 
 namespace trellis {
@@ -44,13 +43,35 @@ std::string KeyLabel(const v1::KeySpec& k) {
 
 }  // namespace
 
-Status ValidateKeys(const std::vector<v1::KeySpec>& keys) {
-  std::unordered_set<uint64_t> seen;
-  seen.reserve(keys.size());
-  for (const auto& k : keys) {
-    if (!seen.insert(k.id()).second) {
+namespace {
+
+template <typename Container>
+std::vector<const v1::KeySpec*> SortedPointers(const Container& keys) {
+  std::vector<const v1::KeySpec*> out;
+  out.reserve(static_cast<size_t>(keys.size()));
+  for (const auto& k : keys) out.push_back(&k);
+  std::sort(out.begin(), out.end(),
+            [](const v1::KeySpec* a, const v1::KeySpec* b) { return a->id() < b->id(); });
+  return out;
+}
+
+}  // namespace
+
+std::vector<const v1::KeySpec*> SortedById(
+    const google::protobuf::RepeatedPtrField<v1::KeySpec>& keys) {
+  return SortedPointers(keys);
+}
+
+std::vector<const v1::KeySpec*> SortedById(const std::vector<v1::KeySpec>& keys) {
+  return SortedPointers(keys);
+}
+
+Status ValidateSortedKeys(const std::vector<const v1::KeySpec*>& sorted) {
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const v1::KeySpec& k = *sorted[i];
+    if (i > 0 && sorted[i - 1]->id() == k.id()) {
       return InvalidArgumentError("duplicate key id " + std::to_string(k.id()) + " (" +
-                                  KeyLabel(k) + " declared twice)");
+                                  KeyLabel(*sorted[i - 1]) + " and " + KeyLabel(k) + ")");
     }
     if (k.num_elements() < 1) {
       return InvalidArgumentError(KeyLabel(k) + ": num_elements must be >= 1, got " +
@@ -62,6 +83,10 @@ Status ValidateKeys(const std::vector<v1::KeySpec>& keys) {
     }
   }
   return Status::Ok();
+}
+
+Status ValidateKeys(const std::vector<v1::KeySpec>& keys) {
+  return ValidateSortedKeys(SortedById(keys));
 }
 
 Status ValidateShardSettings(std::string_view dispatch, int32_t num_servers, int64_t slice_bytes) {

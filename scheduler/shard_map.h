@@ -32,6 +32,12 @@ uint64_t SplitMix64(uint64_t x);
 
 // Checks one worker's declaration on its own: ids unique, num_elements >= 1, dtype known.
 Status ValidateKeys(const std::vector<v1::KeySpec>& keys);
+// Same, for keys already sorted by id (no copies: the scheduler checks 10^4-key declarations
+// from every worker).
+Status ValidateSortedKeys(const std::vector<const v1::KeySpec*>& sorted);
+// Pointers to `keys`, sorted by id.
+std::vector<const v1::KeySpec*> SortedById(const google::protobuf::RepeatedPtrField<v1::KeySpec>& keys);
+std::vector<const v1::KeySpec*> SortedById(const std::vector<v1::KeySpec>& keys);
 
 // Checks the dispatcher name, the number of servers (>= 1) and slice_bytes (>= 4 and a multiple
 // of every element size in use).

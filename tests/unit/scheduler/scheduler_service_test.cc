@@ -126,6 +126,32 @@ TEST_F(SchedulerServiceTest, RegisterClusterKeysBarrier) {
   EXPECT_TRUE(client_->Leave(v1::ROLE_WORKER, 2).ok());
 }
 
+TEST_F(SchedulerServiceTest, KeyMismatchReachesEveryWorker) {
+  Boot();
+  // Workers 0 and 1 send identical bytes (the second takes the no-parse path); worker 2 differs.
+  std::vector<v1::KeySpec> keys = {Key(1, 16), Key(2, 100)};
+  std::vector<v1::KeySpec> other = {Key(1, 16), Key(2, 99)};
+  std::vector<Status> got(3);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      got[static_cast<size_t>(w)] = Client("s3cret")->DeclareKeys(w, keys, 10s).status();
+    });
+  }
+  // Worker 2 declares once both others are parked in the state.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (server_->state().stats().waiters < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  got[2] = client_->DeclareKeys(2, other, 10s).status();
+  for (auto& t : threads) t.join();
+  for (const auto& st : got) {
+    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(st.message(), HasSubstr("key mismatch: worker 0 declares key 2 \"k2\" (100 x "
+                                        "float32), worker 2 declares (99 x float32)"));
+  }
+}
+
 TEST_F(SchedulerServiceTest, WrongOrMissingTokenIsUnauthenticated) {
   auto wrong = Client("nope");
   auto r = Reg(*wrong, v1::ROLE_WORKER, "intruder");
