@@ -1,0 +1,207 @@
+// The worker library against in-process parameter servers over real gRPC.
+#include <atomic>
+#include <numeric>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/worker-lib/local_cluster.h"
+
+namespace trellis {
+namespace {
+
+using testing::ClusterOptions;
+using testing::LocalCluster;
+
+// Distinct, exactly representable values per worker (sums stay exact).
+std::vector<float> Pattern(int64_t n, int worker) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((i % 1021) + 1000 * worker);
+  return v;
+}
+
+// PushPull of `grads` (one per worker) on `key`, waits on all, checks every out = sum.
+void ExpectSum(LocalCluster& c, KeyId key, int64_t n) {
+  const int w = static_cast<int>(c.workers.size());
+  std::vector<std::vector<float>> grads, outs(w, std::vector<float>(n, -1.0f));
+  std::vector<Handle> hs;
+  for (int i = 0; i < w; ++i) grads.push_back(Pattern(n, i));
+  for (int i = 0; i < w; ++i) {
+    hs.push_back(c.workers[i]->PushPull(key, grads[i].data(), outs[i].data()));
+  }
+  for (auto& h : hs) ASSERT_TRUE(h.Wait().ok()) << h.Wait().ToString();
+  for (int i = 0; i < w; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float want = 0;
+      for (int k = 0; k < w; ++k) want += grads[k][j];
+      ASSERT_EQ(outs[i][j], want) << "worker " << i << " key " << key << " element " << j;
+    }
+  }
+}
+
+TEST(WorkerTest, EdgeSizesRoundTripExactly) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 2;
+  o.slice_bytes = 1024;  // 256 floats per slice
+  LocalCluster c;
+  ASSERT_TRUE(c.Start(o).ok());
+  std::vector<int64_t> sizes = {1, 255, 256, 257, 1000};
+  std::vector<KeyDecl> keys;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    keys.push_back({.id = i, .name = "k" + std::to_string(i), .num_elements = sizes[i]});
+  }
+  ASSERT_TRUE(c.Declare(keys).ok());
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < sizes.size(); ++i) ExpectSum(c, i, sizes[i]);
+  }
+  EXPECT_EQ(c.workers[0]->bytes_pushed(), 3u * 4 * (1 + 255 + 256 + 257 + 1000));
+  EXPECT_EQ(c.workers[0]->bytes_pulled(), c.workers[0]->bytes_pushed());
+}
+
+TEST(WorkerTest, Tensor256MiBRoundTripsExactly) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 1;
+  LocalCluster c;
+  ASSERT_TRUE(c.Start(o).ok());
+  const int64_t n = (256ll << 20) / 4;
+  ASSERT_TRUE(c.Declare({{.id = 1, .name = "big", .num_elements = n}}).ok());
+  std::vector<float> g(n), out(n, 0.0f);
+  for (int64_t i = 0; i < n; ++i) g[i] = static_cast<float>(i % 65521);
+  ASSERT_TRUE(c.workers[0]->PushPull(1, g.data(), out.data()).Wait().ok());
+  ASSERT_TRUE(std::memcmp(g.data(), out.data(), n * 4) == 0);
+}
+
+TEST(WorkerTest, TenThousandSmallKeys) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 2;
+  LocalCluster c;
+  ASSERT_TRUE(c.Start(o).ok());
+  constexpr int kKeys = 10000;
+  std::vector<KeyDecl> keys;
+  for (int i = 0; i < kKeys; ++i) keys.push_back({.id = KeyId(i), .name = "", .num_elements = 16});
+  ASSERT_TRUE(c.Declare(keys).ok());
+  std::vector<std::vector<float>> g(2, std::vector<float>(kKeys * 16));
+  std::vector<std::vector<float>> out(2, std::vector<float>(kKeys * 16, 0.0f));
+  for (int w = 0; w < 2; ++w) {
+    for (size_t j = 0; j < g[w].size(); ++j) g[w][j] = static_cast<float>(j % 977 + w);
+  }
+  std::vector<Handle> hs;
+  for (int k = 0; k < kKeys; ++k) {
+    for (int w = 0; w < 2; ++w) {
+      hs.push_back(c.workers[w]->PushPull(k, &g[w][k * 16], &out[w][k * 16], -k));
+    }
+  }
+  for (auto& h : hs) ASSERT_TRUE(h.Wait().ok()) << h.Wait().ToString();
+  for (int w = 0; w < 2; ++w) {
+    for (size_t j = 0; j < g[w].size(); ++j) ASSERT_EQ(out[w][j], g[0][j] + g[1][j]) << j;
+  }
+}
+
+TEST(WorkerTest, BroadcastPushPullSplitAndCallbacks) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.workers = 3;
+  o.slice_bytes = 64;
+  LocalCluster c;
+  ASSERT_TRUE(c.Start(o).ok());
+  ASSERT_TRUE(c.Declare({{.id = 5, .name = "w", .num_elements = 40}}).ok());
+  std::vector<std::vector<float>> data(3, std::vector<float>(40));
+  for (int w = 0; w < 3; ++w) data[w].assign(40, static_cast<float>(w + 1));
+  std::vector<Handle> hs;
+  for (int w = 2; w >= 0; --w) hs.push_back(c.workers[w]->Broadcast(5, data[w].data(), 1));
+  for (auto& h : hs) ASSERT_TRUE(h.Wait().ok()) << h.Wait().ToString();
+  for (int w = 0; w < 3; ++w) EXPECT_EQ(data[w], std::vector<float>(40, 2.0f)) << w;
+
+  // Push and Pull as separate halves; callbacks fire once each.
+  std::atomic<int> fired{0};
+  std::vector<Handle> pushes;
+  for (int w = 0; w < 3; ++w) {
+    pushes.push_back(c.workers[w]->Push(5, data[w].data(), 0, [&](const Status& s) {
+      EXPECT_TRUE(s.ok());
+      fired++;
+    }));
+  }
+  for (auto& h : pushes) ASSERT_TRUE(h.Wait().ok());
+  std::vector<float> out(40);
+  ASSERT_TRUE(c.workers[0]->Pull(5, out.data()).Wait().ok());
+  EXPECT_EQ(out, std::vector<float>(40, 6.0f));
+  EXPECT_EQ(fired.load(), 3);
+  // A second broadcast after training started is refused.
+  auto late = c.workers[0]->Broadcast(5, data[0].data(), 0).Wait();
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(WorkerTest, MissingPeerTimesOutNamingKeySliceServer) {
+  ClusterOptions o;
+  o.workers = 2;
+  o.timeout_ms = 300;
+  LocalCluster c;
+  ASSERT_TRUE(c.Start(o).ok());
+  ASSERT_TRUE(c.Declare({{.id = 3, .name = "fc1.weight", .num_elements = 8}}).ok());
+  std::vector<float> g(8, 1.0f), out(8);
+  std::atomic<int> fired{0};
+  auto h = c.workers[0]->PushPull(3, g.data(), out.data(), 0, [&](const Status& s) {
+    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+    fired++;
+  });
+  Status st = h.Wait();  // worker 1 never pushes
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(st.message().find("PushPull key 3 (fc1.weight) step 1: slice 0 on server 0 (127.0.0.1:"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("not answered within 300 ms"), std::string::npos);
+  EXPECT_EQ(fired.load(), 1);
+  EXPECT_TRUE(h.Done());
+}
+
+TEST(WorkerTest, ServerErrorsReachTheHandle) {
+  ClusterOptions o;
+  o.mode = ServerMode::kUpdate;
+  LocalCluster c;
+  ASSERT_TRUE(c.Start(o).ok());
+  ASSERT_TRUE(c.Declare({{.id = 1, .name = "w", .num_elements = 4}}).ok());
+  std::vector<float> g(4, 1.0f), out(4);
+  Status st = c.workers[0]->PushPull(1, g.data(), out.data()).Wait();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("PushPull key 1 (w) step 1: slice 0 on server 0"), std::string::npos);
+  EXPECT_NE(st.message().find("before the key was initialized"), std::string::npos) << st.message();
+}
+
+TEST(WorkerTest, BadCallsFailClearly) {
+  ClusterOptions o;
+  LocalCluster c;
+  ASSERT_TRUE(c.Start(o).ok());
+  Worker& w = *c.workers[0];
+  std::vector<float> g(4);
+  EXPECT_EQ(w.PushPull(1, g.data(), g.data()).Wait().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(w.DeclareKey({.id = 1, .name = "", .num_elements = 0}).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(w.DeclareKey({.id = 1, .name = "", .num_elements = 4}).ok());
+  EXPECT_EQ(w.DeclareKey({.id = 1, .name = "", .num_elements = 4}).code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(w.FinishDeclarations().ok());
+  EXPECT_EQ(w.FinishDeclarations().code(), StatusCode::kFailedPrecondition);
+  Status st = w.PushPull(2, g.data(), g.data()).Wait();
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), "PushPull of undeclared key 2");
+  EXPECT_EQ(w.PushPull(1, nullptr, g.data()).Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.Broadcast(1, g.data(), 5).Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(w.Barrier("x").ok());
+}
+
+TEST(WorkerTest, WaterMarkOneStillCompletesEverything) {
+  ClusterOptions o;
+  o.servers = 3;
+  o.workers = 2;
+  o.slice_bytes = 16;
+  o.water_mark = 1;
+  LocalCluster c;
+  ASSERT_TRUE(c.Start(o).ok());
+  ASSERT_TRUE(c.Declare({{.id = 1, .name = "", .num_elements = 100}, {.id = 2, .name = "", .num_elements = 7}}).ok());
+  ExpectSum(c, 1, 100);
+  ExpectSum(c, 2, 7);
+}
+
+}  // namespace
+}  // namespace trellis

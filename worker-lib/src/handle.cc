@@ -1,0 +1,49 @@
+#include "worker-lib/src/op_state.h"
+
+namespace trellis {
+
+void Handle::State::Complete(const Status& st) {
+  Callback cb;
+  {
+    std::unique_lock dl(data_mu);  // waits for copies in progress
+    std::lock_guard lock(mu);
+    if (closed.load()) return;
+    status = st;
+    closed.store(true);
+    cb = std::move(callback);
+  }
+  if (cb) cb(st);
+  {
+    std::lock_guard lock(mu);
+    done.store(true);
+  }
+  cv.notify_all();
+}
+
+int64_t Handle::State::FirstPending() {
+  std::lock_guard lock(mu);
+  for (size_t i = 0; i < part_done.size(); ++i) {
+    if (!part_done[i]) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+Handle::Handle() : state_(std::make_shared<State>()) {
+  state_->closed.store(true);
+  state_->done.store(true);
+}
+
+Handle::Handle(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+Status Handle::Wait() const {
+  if (!state_) return Status::Ok();
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [this] { return state_->done.load(); });
+  return state_->status;
+}
+
+bool Handle::Done() const { return !state_ || state_->done.load(); }
+
+Worker::~Worker() = default;
+
+}  // namespace trellis

@@ -1,0 +1,65 @@
+// Handle::State: one asynchronous operation (PushPull, Push, Pull, Broadcast) made of slices.
+//
+// Completion happens once: when the last slice is answered (OK), at the first slice error, or
+// when the watchdog sees the deadline pass (DEADLINE_EXCEEDED). Answers copy into the user's
+// `out` under a shared lock and completion takes it exclusively, so no byte lands in `out`
+// after the handle completed (the user may free it then).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "trellis/trellis.h"
+
+namespace trellis {
+
+struct Handle::State {
+  using Clock = std::chrono::steady_clock;
+
+  // Immutable after creation.
+  std::string what;  // "PushPull key 3 (fc1.weight) step 5"
+  Clock::time_point deadline;
+  std::vector<uint32_t> slice_index;  // per part: the key's slice number
+  std::vector<int32_t> slice_server;  // per part: its server
+
+  std::atomic<int64_t> remaining{0};
+  // closed: the outcome is decided, no more copies into `out` (set under data_mu exclusive).
+  // done: the callback has run and waiters may go (so its effects are visible after Wait()).
+  std::atomic<bool> closed{false};
+  std::atomic<bool> done{false};
+
+  std::shared_mutex data_mu;  // shared: a copy into `out` in progress; exclusive: completing
+  std::mutex mu;
+  std::condition_variable cv;
+  Status status;                // GUARDED_BY(mu)
+  Callback callback;            // GUARDED_BY(mu)
+  std::vector<char> part_done;  // GUARDED_BY(mu)
+
+  // First call wins; runs the callback (outside the locks), then wakes Wait().
+  void Complete(const Status& st);
+  // Part `i` answered: `copy` (may be empty) writes the payload into the user's buffer unless
+  // the operation already completed.
+  template <typename CopyFn>
+  void PartDone(size_t i, CopyFn copy) {
+    {
+      std::shared_lock dl(data_mu);
+      if (closed.load()) return;
+      copy();
+    }
+    {
+      std::lock_guard lock(mu);
+      part_done[i] = 1;
+    }
+    if (remaining.fetch_sub(1) == 1) Complete(Status::Ok());
+  }
+  // The first part not answered yet, or -1.
+  int64_t FirstPending();
+};
+
+}  // namespace trellis

@@ -1,0 +1,113 @@
+// Worker::Create: the environment contract (TRELLIS_SCHEDULER, TRELLIS_RANK, TRELLIS_TOKEN_FILE,
+// TRELLIS_NUM_WORKERS, TRELLIS_TIMEOUT_MS), the job from the scheduler, the complete cluster
+// view; precedence WorkerOptions > environment > job > default.
+#include <chrono>
+#include <cstdlib>
+
+#include "common/auth.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "scheduler/scheduler_client.h"
+#include "worker-lib/src/worker_impl.h"
+
+namespace trellis {
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+StatusOr<int64_t> ParseEnvInt(const char* name, const std::string& text, int64_t lo, int64_t hi) {
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) {
+    return InvalidArgumentError(std::string(name) + ": want an integer in [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) + "], got '" +
+                                text + "'");
+  }
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
+  WorkerSetup setup;
+  std::string scheduler = options.scheduler_address;
+  if (scheduler.empty()) scheduler = Env("TRELLIS_SCHEDULER");
+  if (scheduler.empty()) {
+    return InvalidArgumentError(
+        "no scheduler address: set TRELLIS_SCHEDULER=host:port (trellis-launch and the agent do)");
+  }
+  std::string token_file = options.token_file.empty() ? Env("TRELLIS_TOKEN_FILE")
+                                                      : options.token_file;
+  TRELLIS_ASSIGN_OR_RETURN(setup.token, ReadTokenFile(token_file));
+  if (options.rank >= 0) {
+    setup.rank = options.rank;
+  } else {
+    std::string r = Env("TRELLIS_RANK");
+    if (r.empty()) return InvalidArgumentError("no worker rank: set TRELLIS_RANK");
+    TRELLIS_ASSIGN_OR_RETURN(int64_t v, ParseEnvInt("TRELLIS_RANK", r, 0, 1 << 20));
+    setup.rank = static_cast<int32_t>(v);
+  }
+  setup.timeout_ms = 120000;
+  if (options.timeout_ms > 0) {
+    setup.timeout_ms = options.timeout_ms;
+  } else if (std::string t = Env("TRELLIS_TIMEOUT_MS"); !t.empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(setup.timeout_ms, ParseEnvInt("TRELLIS_TIMEOUT_MS", t, 1, INT64_MAX / 2));
+  }
+  const auto wait = std::chrono::milliseconds(setup.timeout_ms);
+
+  std::shared_ptr<SchedulerClient> client;
+  {
+    TRELLIS_ASSIGN_OR_RETURN(auto c, SchedulerClient::Connect({scheduler, setup.token}));
+    client = std::move(c);
+  }
+  auto yaml = client->GetJobYaml();
+  if (!yaml.ok()) return yaml.status().Annotate("reading the job from the scheduler " + scheduler);
+  auto job = ParseJobSpec(*yaml);
+  if (!job.ok()) return job.status().Annotate("the scheduler's job");
+  setup.water_mark = options.water_mark > 0 ? options.water_mark : job->priority.waterMark;
+  setup.priority_enabled = job->priority.enabled;
+  setup.slice_bytes_override = options.slice_bytes;
+
+  // The complete cluster view: every server ready with its data address.
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  v1::ClusterView view;
+  int64_t version = 0;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return DeadlineExceededError("cluster not complete within " +
+                                   std::to_string(setup.timeout_ms) + " ms: " +
+                                   std::to_string(view.servers_size()) + " of " +
+                                   std::to_string(view.num_servers()) + " servers known");
+    }
+    auto v = client->GetCluster(version, /*wait_complete=*/true, left);
+    if (!v.ok()) return v.status().Annotate("waiting for the cluster");
+    view = *v;
+    version = view.version();
+    if (view.failed()) return AbortedError("job failed: " + view.failure_message());
+    if (view.complete()) break;
+  }
+  setup.num_workers = view.num_workers();
+  for (const auto& s : view.servers()) setup.server_addresses.push_back(s.address());
+  if (setup.rank >= setup.num_workers) {
+    return InvalidArgumentError("worker rank " + std::to_string(setup.rank) + " but the job has " +
+                                std::to_string(setup.num_workers) + " workers");
+  }
+  SchedulerClient* c = client.get();
+  const int32_t rank = setup.rank;
+  setup.declare = [c, rank, wait](const std::vector<v1::KeySpec>& keys) {
+    return c->DeclareKeys(rank, keys, wait);
+  };
+  setup.barrier = [c, rank, wait](const std::string& name, int64_t generation) {
+    return c->Barrier(name, v1::ROLE_WORKER, rank, generation, /*all_nodes=*/false, wait);
+  };
+  setup.keep_alive = client;
+  return CreateWorker(std::move(setup));
+}
+
+}  // namespace trellis

@@ -1,0 +1,371 @@
+#include "worker-lib/src/worker_impl.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "common/logging.h"
+
+namespace trellis {
+namespace {
+
+v1::DType ToProto(DType d) { return d == DType::kFloat32 ? v1::DTYPE_FLOAT32 : v1::DTYPE_UNSPECIFIED; }
+
+// Broadcast and init go before any training traffic.
+constexpr int kBroadcastPriority = INT_MAX - 1;
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Worker>> CreateWorker(WorkerSetup setup) {
+  if (setup.num_workers < 1) return InvalidArgumentError("num_workers must be >= 1");
+  if (setup.rank < 0 || setup.rank >= setup.num_workers) {
+    return InvalidArgumentError("worker rank " + std::to_string(setup.rank) + " outside [0, " +
+                                std::to_string(setup.num_workers) + ")");
+  }
+  if (setup.server_addresses.empty()) return InvalidArgumentError("no parameter servers");
+  for (size_t i = 0; i < setup.server_addresses.size(); ++i) {
+    if (setup.server_addresses[i].empty()) {
+      return InvalidArgumentError("server " + std::to_string(i) + " has no data address");
+    }
+  }
+  if (setup.timeout_ms <= 0) return InvalidArgumentError("timeout_ms must be > 0");
+  if (!setup.declare) return InvalidArgumentError("no key declaration hook");
+  if (!setup.connect) setup.connect = ConnectGrpc;
+  return std::unique_ptr<Worker>(new WorkerImpl(std::move(setup)));
+}
+
+WorkerImpl::WorkerImpl(WorkerSetup setup) : setup_(std::move(setup)), queue_(setup_.water_mark) {
+  watchdog_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "trellis-watch");
+    WatchdogLoop();
+  });
+}
+
+WorkerImpl::~WorkerImpl() {
+  closing_.store(true);
+  // Queued slices never reach the wire: fail their operations.
+  while (auto t = queue_.TryPop()) {
+    t->op->Complete(CancelledError(t->op->what + ": worker shutting down"));
+    queue_.Release();
+  }
+  // Closing a connection fails what it still has pending.
+  servers_.clear();
+  {
+    std::lock_guard lock(watch_mu_);
+    stopping_ = true;
+  }
+  watch_cv_.notify_all();
+  watchdog_.join();
+}
+
+std::string WorkerImpl::KeyName(const KeyState& k) const {
+  std::string s = "key " + std::to_string(k.decl.id);
+  if (!k.decl.name.empty()) s += " (" + k.decl.name + ")";
+  return s;
+}
+
+Status WorkerImpl::DeclareKey(const KeyDecl& key) {
+  std::lock_guard lock(decl_mu_);
+  std::string name = "key " + std::to_string(key.id) +
+                     (key.name.empty() ? std::string() : " (" + key.name + ")");
+  if (finished_) {
+    return FailedPreconditionError("DeclareKey " + name + " after FinishDeclarations");
+  }
+  if (key.num_elements < 1) {
+    return InvalidArgumentError("DeclareKey " + name + ": num_elements must be >= 1, got " +
+                                std::to_string(key.num_elements));
+  }
+  if (key.dtype != DType::kFloat32) {
+    return InvalidArgumentError("DeclareKey " + name + ": only float32 is supported");
+  }
+  if (declared_.count(key.id)) {
+    return AlreadyExistsError("DeclareKey " + name + ": key id declared twice");
+  }
+  declared_[key.id] = key;
+  return Status::Ok();
+}
+
+Status WorkerImpl::FinishDeclarations() {
+  std::lock_guard lock(decl_mu_);
+  if (finished_) return FailedPreconditionError("FinishDeclarations called twice");
+  if (declared_.empty()) return FailedPreconditionError("FinishDeclarations: no keys declared");
+  std::vector<v1::KeySpec> specs;
+  specs.reserve(declared_.size());
+  for (const auto& [id, d] : declared_) {
+    v1::KeySpec s;
+    s.set_id(id);
+    s.set_name(d.name);
+    s.set_num_elements(d.num_elements);
+    s.set_dtype(ToProto(d.dtype));
+    specs.push_back(std::move(s));
+  }
+  TRELLIS_ASSIGN_OR_RETURN(v1::ShardMap map, setup_.declare(specs));
+  if (setup_.slice_bytes_override > 0 && setup_.slice_bytes_override != map.slice_bytes()) {
+    return InvalidArgumentError(
+        "slice_bytes " + std::to_string(setup_.slice_bytes_override) +
+        " set for this worker differs from the job's sliceBytes " +
+        std::to_string(map.slice_bytes()) + " (the scheduler's shard map is shared by all)");
+  }
+  const int32_t ns = num_servers();
+  if (map.num_servers() != ns) {
+    return InternalError("shard map is for " + std::to_string(map.num_servers()) +
+                         " servers, the cluster has " + std::to_string(ns));
+  }
+  std::unordered_map<KeyId, std::unique_ptr<KeyState>> keys;
+  for (const auto& ks : map.keys()) {
+    auto d = declared_.find(ks.key().id());
+    if (d == declared_.end()) {
+      return InternalError("shard map has key " + std::to_string(ks.key().id()) +
+                           " this worker did not declare");
+    }
+    auto k = std::make_unique<KeyState>();
+    k->decl = d->second;
+    int64_t next = 0;
+    for (const auto& sa : ks.slices()) {
+      if (sa.offset() != next || sa.num_elements() < 1 || sa.server() < 0 || sa.server() >= ns) {
+        return InternalError("shard map: bad slice " + std::to_string(sa.index()) + " of " +
+                             KeyName(*k));
+      }
+      k->slices.push_back({sa.index(), sa.offset(), sa.num_elements(), sa.server()});
+      next += sa.num_elements();
+    }
+    if (next != k->decl.num_elements) {
+      return InternalError("shard map covers " + std::to_string(next) + " elements of " +
+                           KeyName(*k) + ", declared " + std::to_string(k->decl.num_elements));
+    }
+    keys[k->decl.id] = std::move(k);
+  }
+  if (keys.size() != declared_.size()) {
+    return InternalError("shard map lacks some of the " + std::to_string(declared_.size()) +
+                         " declared keys");
+  }
+  std::vector<std::unique_ptr<ServerConnection>> servers;
+  for (int32_t s = 0; s < ns; ++s) {
+    ConnectionOptions o;
+    o.address = setup_.server_addresses[s];
+    o.token = setup_.token;
+    o.worker_rank = setup_.rank;
+    o.slice_bytes = map.slice_bytes();
+    TRELLIS_ASSIGN_OR_RETURN(auto conn, setup_.connect(o));
+    TRELLIS_RETURN_IF_ERROR(conn->InstallShardMap(map, s, setup_.timeout_ms));
+    servers.push_back(std::move(conn));
+  }
+  keys_ = std::move(keys);
+  servers_ = std::move(servers);
+  finished_.store(true);
+  return Status::Ok();
+}
+
+Handle WorkerImpl::Failed(const Status& st, Callback done) {
+  auto state = std::make_shared<Handle::State>();
+  state->callback = std::move(done);
+  state->Complete(st);
+  return Handle(std::move(state));
+}
+
+Handle WorkerImpl::PushPull(KeyId key, const float* grad, float* out, int priority,
+                            Callback done) {
+  return Start("PushPull", wire::Op::kPushPull, key, grad, out, priority, std::move(done), false);
+}
+Handle WorkerImpl::Push(KeyId key, const float* grad, int priority, Callback done) {
+  return Start("Push", wire::Op::kPush, key, grad, nullptr, priority, std::move(done), false);
+}
+Handle WorkerImpl::Pull(KeyId key, float* out, int priority, Callback done) {
+  return Start("Pull", wire::Op::kPull, key, nullptr, out, priority, std::move(done), false);
+}
+Handle WorkerImpl::Broadcast(KeyId key, float* data, int root) {
+  if (root < 0 || root >= size()) {
+    return Failed(InvalidArgumentError("Broadcast key " + std::to_string(key) + ": root " +
+                                       std::to_string(root) + " outside [0, " +
+                                       std::to_string(size()) + ")"),
+                  nullptr);
+  }
+  if (rank() == root) {
+    return Start("Broadcast", wire::Op::kInit, key, data, nullptr, kBroadcastPriority, nullptr,
+                 true);
+  }
+  return Start("Broadcast", wire::Op::kPull, key, nullptr, data, kBroadcastPriority, nullptr,
+               true);
+}
+
+Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* src, float* dst,
+                         int priority, Callback done, bool broadcast) {
+  if (closing_.load()) return Failed(CancelledError("worker shutting down"), std::move(done));
+  if (!finished_.load()) {
+    return Failed(FailedPreconditionError(std::string(verb) + " key " + std::to_string(key) +
+                                          " before FinishDeclarations"),
+                  std::move(done));
+  }
+  auto it = keys_.find(key);
+  if (it == keys_.end()) {
+    return Failed(NotFoundError(std::string(verb) + " of undeclared key " + std::to_string(key)),
+                  std::move(done));
+  }
+  KeyState& k = *it->second;
+  bool needs_src = op != wire::Op::kPull;
+  bool needs_dst = op == wire::Op::kPull || op == wire::Op::kPushPull;
+  if ((needs_src && src == nullptr) || (needs_dst && dst == nullptr)) {
+    return Failed(InvalidArgumentError(std::string(verb) + " " + KeyName(k) + ": null buffer"),
+                  std::move(done));
+  }
+  int64_t step = 0;
+  if (broadcast) {
+    if (k.push_step.load() != 0) {
+      return Failed(FailedPreconditionError(std::string(verb) + " " + KeyName(k) + " after step " +
+                                            std::to_string(k.push_step.load()) +
+                                            ": broadcast before the first push"),
+                    std::move(done));
+    }
+  } else if (op == wire::Op::kPull) {
+    step = k.push_step.load();
+  } else {
+    step = k.push_step.fetch_add(1) + 1;
+  }
+  if (!setup_.priority_enabled && !broadcast) priority = 0;
+
+  auto st = std::make_shared<Handle::State>();
+  st->what = std::string(verb) + " " + KeyName(k) + " step " + std::to_string(step);
+  st->deadline = Handle::State::Clock::now() + std::chrono::milliseconds(setup_.timeout_ms);
+  st->callback = std::move(done);
+  const size_t parts = k.slices.size();
+  st->slice_index.reserve(parts);
+  st->slice_server.reserve(parts);
+  for (const auto& s : k.slices) {
+    st->slice_index.push_back(s.index);
+    st->slice_server.push_back(s.server);
+  }
+  st->part_done.assign(parts, 0);
+  st->remaining.store(static_cast<int64_t>(parts));
+  {
+    std::lock_guard lock(watch_mu_);
+    live_.push_back(st);
+  }
+  for (size_t i = 0; i < parts; ++i) {
+    const SliceInfo& s = k.slices[i];
+    Task t;
+    t.op = st;
+    t.part = i;
+    t.server = s.server;
+    t.request.op = op;
+    t.request.key = key;
+    t.request.slice = s.index;
+    t.request.step = step;
+    t.request.priority = priority;
+    if (needs_src) {
+      t.request.payload = src + s.offset;
+      t.request.payload_elements = s.num_elements;
+    }
+    t.out = needs_dst ? dst + s.offset : nullptr;
+    queue_.Push(priority, std::move(t));
+  }
+  Pump();
+  return Handle(st);
+}
+
+void WorkerImpl::Pump() {
+  // A reply that runs inline inside Send (dead connection) releases a slot and calls Pump
+  // again; the outer loop on this thread picks that up instead of recursing.
+  thread_local const WorkerImpl* pumping = nullptr;
+  if (pumping == this) return;
+  const WorkerImpl* saved = pumping;
+  pumping = this;
+  while (!closing_.load()) {
+    auto t = queue_.TryPop();
+    if (!t) break;
+    Dispatch(std::move(*t));
+  }
+  pumping = saved;
+}
+
+void WorkerImpl::Dispatch(Task task) {
+  if (task.op->closed.load()) {  // failed or timed out meanwhile: do not send the rest
+    queue_.Release();
+    return;
+  }
+  ServerConnection* conn = servers_[task.server].get();
+  const uint64_t push_bytes = static_cast<uint64_t>(task.request.payload_elements) * sizeof(float);
+  auto op = task.op;
+  const size_t part = task.part;
+  float* out = task.out;
+  const uint32_t slice = task.request.slice;
+  const int32_t server = task.server;
+  // Elements expected back: the slice length (pull/pushpull), else none.
+  int64_t want = 0;
+  if (out != nullptr) {
+    auto& k = *keys_.at(task.request.key);
+    want = k.slices[part].num_elements;
+  }
+  conn->Send(task.request, [this, op, part, out, want, slice, server, push_bytes](
+                               const Status& s, const Payload& p) {
+    if (!s.ok()) {
+      op->Complete(Status(s.code(), op->what + ": slice " + std::to_string(slice) +
+                                        " on server " + std::to_string(server) + " (" +
+                                        setup_.server_addresses[server] + "): " + s.message()));
+    } else if (out != nullptr && p.bytes != static_cast<size_t>(want) * sizeof(float)) {
+      op->Complete(DataLossError(op->what + ": slice " + std::to_string(slice) + " on server " +
+                                 std::to_string(server) + " answered " +
+                                 std::to_string(p.bytes) + " bytes, expected " +
+                                 std::to_string(want * 4)));
+    } else {
+      bytes_pushed_.fetch_add(push_bytes);
+      op->PartDone(part, [&] {
+        if (out != nullptr) {
+          wire::CopyOut(*p.chunks, p.offset, p.bytes, out);
+          bytes_pulled_.fetch_add(p.bytes);
+        }
+      });
+    }
+    queue_.Release();
+    Pump();
+  });
+}
+
+void WorkerImpl::WatchdogLoop() {
+  const auto interval = std::chrono::milliseconds(
+      std::clamp<int64_t>(setup_.timeout_ms / 10, 1, 100));
+  std::unique_lock lock(watch_mu_);
+  while (!stopping_) {
+    watch_cv_.wait_for(lock, interval);
+    const auto now = Handle::State::Clock::now();
+    std::vector<std::shared_ptr<Handle::State>> expired;
+    for (auto it = live_.begin(); it != live_.end();) {
+      auto op = it->lock();
+      if (!op || op->closed.load()) {
+        it = live_.erase(it);
+      } else if (now >= op->deadline) {
+        expired.push_back(std::move(op));
+        it = live_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    lock.unlock();
+    for (auto& op : expired) {
+      int64_t p = op->FirstPending();
+      std::string where;
+      if (p >= 0) {
+        int32_t s = op->slice_server[p];
+        where = ": slice " + std::to_string(op->slice_index[p]) + " on server " +
+                std::to_string(s) + " (" + setup_.server_addresses[s] + ")";
+      }
+      op->Complete(DeadlineExceededError(op->what + where + " not answered within " +
+                                         std::to_string(setup_.timeout_ms) + " ms"));
+    }
+    lock.lock();
+  }
+}
+
+Status WorkerImpl::Barrier(const std::string& name) {
+  if (!setup_.barrier) return UnimplementedError("Barrier: no scheduler connection");
+  int64_t gen;
+  {
+    std::lock_guard lock(barrier_mu_);
+    gen = barrier_generation_[name]++;
+  }
+  Status st = setup_.barrier(name, gen);
+  if (!st.ok()) return st.Annotate("Barrier '" + name + "'");
+  return st;
+}
+
+}  // namespace trellis

@@ -1,0 +1,122 @@
+// The Worker implementation, independent of how the cluster was found: Worker::Create
+// (worker_create.cc) fills a WorkerSetup from the environment and the scheduler; tests may fill
+// one by hand (servers started in-process, a shard map built locally).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "trellis/trellis.h"
+#include "trellis/v1/scheduler.pb.h"
+#include "worker-lib/src/op_state.h"
+#include "worker-lib/src/slice_queue.h"
+#include "worker-lib/src/transport.h"
+
+namespace trellis {
+
+struct WorkerSetup {
+  int32_t rank = 0;
+  int32_t num_workers = 1;
+  std::vector<std::string> server_addresses;  // index = server rank
+  std::string token;
+  int64_t slice_bytes_override = 0;  // WorkerOptions.slice_bytes: must match the map's
+  int32_t water_mark = 8;
+  bool priority_enabled = true;  // off: every slice FIFO
+  int64_t timeout_ms = 120000;
+
+  // Collective declaration (the scheduler's DeclareKeys): this worker's keys -> the map.
+  std::function<StatusOr<v1::ShardMap>(const std::vector<v1::KeySpec>&)> declare;
+  // Barrier(name, generation).
+  std::function<Status(const std::string&, int64_t)> barrier;
+  // Opens a server connection (default: ConnectGrpc).
+  std::function<StatusOr<std::unique_ptr<ServerConnection>>(const ConnectionOptions&)> connect;
+  // Kept alive as long as the worker (e.g. the scheduler client the hooks use).
+  std::shared_ptr<void> keep_alive;
+};
+
+StatusOr<std::unique_ptr<Worker>> CreateWorker(WorkerSetup setup);
+
+class WorkerImpl final : public Worker {
+ public:
+  explicit WorkerImpl(WorkerSetup setup);
+  ~WorkerImpl() override;
+
+  int rank() const override { return setup_.rank; }
+  int size() const override { return setup_.num_workers; }
+  int num_servers() const override { return static_cast<int>(setup_.server_addresses.size()); }
+
+  Status DeclareKey(const KeyDecl& key) override;
+  Status FinishDeclarations() override;
+  Handle PushPull(KeyId key, const float* grad, float* out, int priority,
+                  Callback done) override;
+  Handle Push(KeyId key, const float* grad, int priority, Callback done) override;
+  Handle Pull(KeyId key, float* out, int priority, Callback done) override;
+  Handle Broadcast(KeyId key, float* data, int root) override;
+  Status Barrier(const std::string& name) override;
+  uint64_t bytes_pushed() const override { return bytes_pushed_.load(); }
+  uint64_t bytes_pulled() const override { return bytes_pulled_.load(); }
+
+ private:
+  struct SliceInfo {
+    uint32_t index;
+    int64_t offset;
+    int64_t num_elements;
+    int32_t server;
+  };
+  struct KeyState {
+    KeyDecl decl;
+    std::vector<SliceInfo> slices;
+    std::atomic<int64_t> push_step{0};  // steps this worker pushed
+  };
+  // One slice of one operation, waiting in the queue or in flight.
+  struct Task {
+    std::shared_ptr<Handle::State> op;
+    size_t part;
+    int32_t server;
+    SliceRequest request;
+    float* out;  // pull destination, or nullptr
+  };
+
+  Handle Start(const char* verb, wire::Op op, KeyId key, const float* src, float* dst,
+               int priority, Callback done, bool broadcast);
+  static Handle Failed(const Status& st, Callback done);
+  void Pump();
+  void Dispatch(Task task);
+  void WatchdogLoop();
+  std::string KeyName(const KeyState& k) const;
+
+  const WorkerSetup setup_;
+
+  std::mutex decl_mu_;
+  std::map<KeyId, KeyDecl> declared_;  // GUARDED_BY(decl_mu_)
+  std::atomic<bool> finished_{false};  // FinishDeclarations succeeded; keys_ is frozen
+  std::atomic<bool> closing_{false};   // destructor started
+  std::unordered_map<KeyId, std::unique_ptr<KeyState>> keys_;  // written once under decl_mu_
+  std::vector<std::unique_ptr<ServerConnection>> servers_;     // written once under decl_mu_
+
+  SliceQueue<Task> queue_;
+  std::atomic<uint64_t> bytes_pushed_{0};
+  std::atomic<uint64_t> bytes_pulled_{0};
+
+  std::mutex barrier_mu_;
+  std::map<std::string, int64_t> barrier_generation_;  // GUARDED_BY(barrier_mu_)
+
+  // Deadlines: one thread ("trellis-watch") fails operations whose deadline passed.
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  std::list<std::weak_ptr<Handle::State>> live_;  // GUARDED_BY(watch_mu_)
+  bool stopping_ = false;                          // GUARDED_BY(watch_mu_)
+  std::thread watchdog_;
+};
+
+}  // namespace trellis
