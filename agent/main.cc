@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGHUP);
+  sigaddset(&sigs, SIGUSR1);  // only wakes the signal thread when the agent is done
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   char host[256] = {0};
@@ -42,9 +43,8 @@ int main(int argc, char** argv) {
   std::atomic<bool> done{false};
   std::thread signal_thread([&] {
     while (!done.load()) {
-      timespec timeout{0, 200 * 1000 * 1000};
-      int sig = sigtimedwait(&sigs, nullptr, &timeout);
-      if (sig <= 0) continue;
+      int sig = 0;
+      if (sigwait(&sigs, &sig) != 0 || sig == SIGUSR1) continue;
       TLOG_INFO << "got " << SignalName(sig) << "; stopping the program";
       (*agent)->RequestStop(sig == SIGHUP ? SIGTERM : sig);
       if ((*agent)->NoProgramRunning()) {
@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   });
   int code = (*agent)->Run();
   done.store(true);
+  pthread_kill(signal_thread.native_handle(), SIGUSR1);
   signal_thread.join();
   return code;
 }

@@ -93,6 +93,8 @@ class Subprocess : public Process {
   // SIGTERM to the group, then SIGKILL after `grace`; reaps; returns how the child ended.
   ExitStatus Stop(std::chrono::milliseconds grace);
 
+  // Readable (POLLIN) once the child has exited, for event loops; -1 when unavailable.
+  int exit_fd() const { return pidfd_; }
   // Read end of the stdout pipe (kPipe), owned by this object; -1 otherwise.
   int stdout_pipe() const { return stdout_pipe_; }
   int stderr_pipe() const { return stderr_pipe_; }

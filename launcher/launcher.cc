@@ -210,14 +210,12 @@ std::string Launcher::Progress() {
 }
 
 void Launcher::StopAll() {
-  if (watch_thread_.joinable()) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_watch_ = true;
-    }
-    cv_.notify_all();
-    watch_thread_.join();
+  // The watcher may be inside a long poll; it is joined at the end, not waited for now.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_watch_ = true;
   }
+  cv_.notify_all();
   // Agents first (each forwards SIGTERM to its program), then the scheduler they talk to.
   std::vector<Child*> running;
   for (auto& a : agents_) {
@@ -251,6 +249,7 @@ void Launcher::StopAll() {
   if (scheduler_ && scheduler_->process && !scheduler_->exit) {
     scheduler_->exit = scheduler_->process->Stop(options_.stop_grace);
   }
+  if (watch_thread_.joinable()) watch_thread_.join();
 }
 
 int Launcher::Fail(const std::string& message, const Child* culprit) {
@@ -296,6 +295,43 @@ int Launcher::Run() {
   return Supervise();
 }
 
+int Launcher::FailAgent(const std::vector<Child*>& failed) {
+  // The scheduler's view: restart counts, and which pod failed the job first (when several
+  // agents ended in the same round, the others usually failed because of that one).
+  if (auto v = client_->GetCluster(0, false, milliseconds(1000)); v.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    view_ = *v;
+  }
+  Child* culprit = failed.front();
+  int restarts = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (view_) {
+      for (Child* c : failed) {
+        if (view_->failure_message().find("(pod " + job_.name + "-" + c->plan.name + ")") != std::string::npos) {
+          culprit = c;
+          break;
+        }
+      }
+      const std::string pod = job_.name + "-" + culprit->plan.name;
+      for (const auto* list : {&view_->servers(), &view_->workers()}) {
+        for (const auto& n : *list) {
+          if (n.pod_name() == pod) restarts = n.restarts();
+        }
+      }
+    }
+  }
+  const auto& plan = culprit->plan;
+  if (plan.kind == ProcessPlan::Kind::kServer && culprit->exit->exit_code == 0) {
+    return Fail("job " + job_.name + " failed: " + plan.name + " exited with code 0 while workers were still running",
+                culprit);
+  }
+  const RoleSpec& role = plan.kind == ProcessPlan::Kind::kServer ? job_.servers : job_.workers;
+  return Fail(FailureMessage(job_.name, KindName(plan.kind), plan.index, culprit->exit->exit_code, restarts,
+                             job_.RestartPolicyFor(role)),
+              culprit);
+}
+
 int Launcher::Supervise() {
   // activeDeadlineSeconds bounds the whole run; -1: none.
   const int64_t deadline_ms = job_.runPolicy.activeDeadlineSeconds.value_or(-1) * 1000;
@@ -315,49 +351,30 @@ int Launcher::Supervise() {
         readers.push_back(a.get());
       }
     }
+    for (auto& a : agents_) {  // wake at once when an agent exits
+      if (!a->exit && a->process->exit_fd() >= 0) fds.push_back({a->process->exit_fd(), POLLIN, 0});
+    }
     ::poll(fds.data(), fds.size(), 200);
     for (size_t i = 0; i < readers.size(); ++i) {
       if (fds[i + 1].revents != 0) PumpOutput(*readers[i], false);
     }
 
     int workers_ok = 0;
+    std::vector<Child*> failed;  // agents that exited non-zero (or servers at all) in this round
     for (auto& a : agents_) {
       if (!a->exit) {
         a->exit = a->process->Poll();
         if (!a->exit) continue;
         PumpOutput(*a, true);
-        if (a->exit->exit_code != 0) {
-          // The restart count lives in the scheduler's view (re-registrations).
-          int restarts = 0;
-          if (auto v = client_->GetCluster(0, false, milliseconds(1000)); v.ok()) {
-            std::lock_guard<std::mutex> lock(mu_);
-            view_ = *v;
-          }
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            if (view_) {
-              const std::string pod = job_.name + "-" + a->plan.name;
-              for (const auto* list : {&view_->servers(), &view_->workers()}) {
-                for (const auto& n : *list) {
-                  if (n.pod_name() == pod) restarts = n.restarts();
-                }
-              }
-            }
-          }
-          const RoleSpec& role = a->plan.kind == ProcessPlan::Kind::kServer ? job_.servers : job_.workers;
-          return Fail(FailureMessage(job_.name, KindName(a->plan.kind), a->plan.index, a->exit->exit_code,
-                                     restarts, job_.RestartPolicyFor(role)),
-                      a.get());
-        }
-        if (a->plan.kind == ProcessPlan::Kind::kServer) {
-          return Fail("job " + job_.name + " failed: " + a->plan.name +
-                          " exited with code 0 while workers were still running",
-                      a.get());
+        if (a->exit->exit_code != 0 || a->plan.kind == ProcessPlan::Kind::kServer) {
+          failed.push_back(a.get());
+          continue;
         }
         console_.Line("trellis-launch: " + a->plan.name + " finished (" + Seconds(Elapsed()) + ")");
       }
       if (a->plan.kind == ProcessPlan::Kind::kWorker && a->exit->exit_code == 0) ++workers_ok;
     }
+    if (!failed.empty()) return FailAgent(failed);
     if (auto s = scheduler_->process->Poll()) {
       scheduler_->exit = s;
       return Fail("job " + job_.name + " failed: the scheduler " + s->Describe(), scheduler_.get());

@@ -49,6 +49,7 @@ class Launcher {
   void PumpOutput(Child& c, bool drain);  // worker stdout -> console + log
   void StopAll();                         // agents first, then the scheduler
   int Fail(const std::string& message, const Child* culprit);
+  int FailAgent(const std::vector<Child*>& failed);  // the job failed because agents did
   void WatchCluster();                    // the cluster-watch thread
   std::optional<int> CheckSignal();       // 130/143 once SIGINT/SIGTERM arrived
   std::chrono::milliseconds Elapsed() const;
