@@ -45,25 +45,36 @@ std::string FloatText(float v) {
 
 Status FrameError(const std::string& what) { return InvalidArgumentError("2bit frame: " + what); }
 
-// First element (index) whose code is 01, or whose padding code (index >= n) is not 00.
-// Returns OK when all TwoBitWords(n) words are well formed.
+// Low bit set, high bit clear: the one code the format never produces.
+inline uint32_t Code01Bits(uint32_t word) { return word & ~(word >> 1) & 0x55555555u; }
+
+// OK when all TwoBitWords(n) words are well formed: no 01 code among the first n elements and
+// only 00 codes after them. Frames are almost always good, so the fast pass only ORs the
+// per-word checks together (no branch per word); a second pass finds the element to report.
 Status CheckWords(const uint8_t* words, size_t n) {
-  const size_t nwords = TwoBitWords(n);
-  for (size_t w = 0; w < nwords; ++w) {
-    const uint32_t word = LoadWord(words + 4 * w);
-    // Low bit set, high bit clear: the one code the format never produces.
-    const uint32_t bad = word & ~(word >> 1) & 0x55555555u;
-    if (bad != 0) {
-      const size_t element = w * kTwoBitElementsPerWord + (std::countl_zero(bad) - 1) / 2;
-      if (element < n) return FrameError("invalid code 01 at element " + std::to_string(element));
-    }
-    const size_t in_word = n - w * kTwoBitElementsPerWord;
-    if (in_word < kTwoBitElementsPerWord) {
-      const uint32_t padding_mask = (1u << (32 - 2 * in_word)) - 1;  // codes of elements >= n
-      if ((word & padding_mask) != 0) {
-        return FrameError("nonzero padding after element count " + std::to_string(n) + " in last word");
+  const size_t full = n / kTwoBitElementsPerWord;
+  uint32_t any_bad = 0;
+  for (size_t w = 0; w < full; ++w) any_bad |= Code01Bits(LoadWord(words + 4 * w));
+  if (any_bad != 0) {
+    for (size_t w = 0;; ++w) {
+      const uint32_t bad = Code01Bits(LoadWord(words + 4 * w));
+      if (bad != 0) {
+        const size_t element = w * kTwoBitElementsPerWord + (std::countl_zero(bad) - 1) / 2;
+        return FrameError("invalid code 01 at element " + std::to_string(element));
       }
     }
+  }
+  const size_t in_last = n - full * kTwoBitElementsPerWord;
+  if (in_last == 0) return Status::Ok();
+  const uint32_t last = LoadWord(words + 4 * full);
+  const uint32_t padding_mask = (1u << (32 - 2 * in_last)) - 1;  // codes of elements >= n
+  const uint32_t bad = Code01Bits(last) & ~padding_mask;
+  if (bad != 0) {
+    const size_t element = full * kTwoBitElementsPerWord + (std::countl_zero(bad) - 1) / 2;
+    return FrameError("invalid code 01 at element " + std::to_string(element));
+  }
+  if ((last & padding_mask) != 0) {
+    return FrameError("nonzero padding after element count " + std::to_string(n) + " in last word");
   }
   return Status::Ok();
 }

@@ -40,7 +40,7 @@ void PutFloat(std::vector<uint8_t>& frame, size_t offset, float v) { std::memcpy
 TEST(TwoBitFrame, ParseReturnsHeaderFields) {
   const std::vector<uint8_t> frame = MakeFrame(37, 0.125f, 1);
   auto parsed = TwoBitParse(frame.data(), frame.size());
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   EXPECT_EQ(parsed->count, 37u);
   EXPECT_EQ(parsed->threshold, 0.125f);
   EXPECT_EQ(parsed->words, frame.data() + kTwoBitHeaderBytes);
@@ -114,6 +114,11 @@ TEST(TwoBitFrame, RejectsCode01AndNamesTheElement) {
   word = (word & ~(3u << 20)) | (1u << 20);
   Put32(frame, 16 + 4, word);
   ExpectRejected(frame, 40, "invalid code 01 at element 21");
+  // In the partial last word (elements 32..39): element 38 is position 6, bits 19..18.
+  frame = MakeFrame(40, 1.0f, 7);
+  std::memcpy(&word, frame.data() + 16 + 8, 4);
+  Put32(frame, 16 + 8, (word & ~(3u << 18)) | (1u << 18));
+  ExpectRejected(frame, 40, "invalid code 01 at element 38");
 }
 
 TEST(TwoBitFrame, RejectsNonZeroPadding) {
