@@ -5,14 +5,13 @@
 
 #include "common/logging.h"
 #include "scheduler/shard_map.h"
+#include "scheduler/state_internal.h"
 
 namespace trellis {
 
+using namespace state_internal;  // NOLINT: helpers shared by the state's files
+
 namespace {
-
-const char* RoleName(v1::Role role) { return role == v1::ROLE_SERVER ? "server" : "worker"; }
-
-bool KnownRole(v1::Role role) { return role == v1::ROLE_SERVER || role == v1::ROLE_WORKER; }
 
 const char* SignalName(int sig) {
   switch (sig) {
@@ -31,36 +30,8 @@ const char* SignalName(int sig) {
   }
 }
 
-bool SameKey(const v1::KeySpec& a, const v1::KeySpec& b) {
-  return a.id() == b.id() && a.name() == b.name() && a.num_elements() == b.num_elements() &&
-         a.dtype() == b.dtype();
-}
-
-using KeyPtrs = std::vector<const v1::KeySpec*>;
-
-bool SameKeys(const KeyPtrs& a, const KeyPtrs& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!SameKey(*a[i], *b[i])) return false;
-  }
-  return true;
-}
-
-std::string KeyLabel(const v1::KeySpec& k) {
-  std::string s = "key " + std::to_string(k.id());
-  if (!k.name().empty()) s += " \"" + k.name() + "\"";
-  return s;
-}
-
-std::string Shape(const v1::KeySpec& k) {
-  return "(" + std::to_string(k.num_elements()) + " x " + DTypeName(k.dtype()) + ")";
-}
-
-double Seconds(Clock::TimePoint::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
-
 }  // namespace
+
 
 Status ValidateSchedulerConfig(const SchedulerConfig& config) {
   if (config.num_servers < 1) {
@@ -317,60 +288,6 @@ void SchedulerState::WaitCluster(const v1::GetClusterRequest& req, TimePoint dea
   cluster_waiters_.push_back({req.after_version(), req.wait_complete(), deadline, std::move(done)});
 }
 
-std::string SchedulerState::KeyMismatchLocked(int32_t rank_a, const KeyPtrs& a, int32_t rank_b,
-                                              const KeyPtrs& b) const {
-  // Messages name the lower rank first, whatever the arrival order.
-  if (rank_b < rank_a) return KeyMismatchLocked(rank_b, b, rank_a, a);
-  const std::string wa = "worker " + std::to_string(rank_a);
-  const std::string wb = "worker " + std::to_string(rank_b);
-  auto lacks = [](const std::string& who, const v1::KeySpec& k, const std::string& has) {
-    return "key mismatch: " + who + " does not declare " + KeyLabel(k) + " that " + has +
-           " declares";
-  };
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (a[i]->id() == b[j]->id()) {
-      if (!SameKey(*a[i], *b[j])) {
-        std::string other = a[i]->name() == b[j]->name() ? "" : KeyLabel(*b[j]) + " ";
-        return "key mismatch: " + wa + " declares " + KeyLabel(*a[i]) + " " + Shape(*a[i]) + ", " +
-               wb + " declares " + other + Shape(*b[j]);
-      }
-      ++i;
-      ++j;
-    } else if (a[i]->id() < b[j]->id()) {
-      return lacks(wb, *a[i], wa);
-    } else {
-      return lacks(wa, *b[j], wb);
-    }
-  }
-  if (i < a.size()) return lacks(wb, *a[i], wa);
-  if (j < b.size()) return lacks(wa, *b[j], wb);
-  return "";
-}
-
-std::string SchedulerState::MissingDeclarersLocked() const {
-  std::string s;
-  int listed = 0, more = 0;
-  for (int32_t r = 0; r < config_.num_workers; ++r) {
-    if (declared_ranks_.count(r) != 0) continue;
-    if (listed < 10) {
-      s += (listed == 0 ? "" : ", ") + std::to_string(r);
-      ++listed;
-    } else {
-      ++more;
-    }
-  }
-  if (more > 0) s += " and " + std::to_string(more) + " more";
-  return s;
-}
-
-void SchedulerState::FailDeclarationsLocked(const Status& status, Deferred* deferred) {
-  for (auto& w : declare_waiters_) {
-    deferred->push_back([done = std::move(w.done), status] { done(status); });
-  }
-  declare_waiters_.clear();
-}
-
 void SchedulerState::FailJobLocked(std::string message, Deferred* deferred) {
   if (failed_) return;
   failed_ = true;
@@ -382,160 +299,6 @@ void SchedulerState::FailJobLocked(std::string message, Deferred* deferred) {
     for (auto& w : g.waiters) deferred->push_back([done = std::move(w.done), st] { done(st); });
     g.waiters.clear();
   }
-}
-
-bool SchedulerState::DeclareKeys(const v1::DeclareKeysRequest& req, TimePoint deadline,
-                                 Callback<std::shared_ptr<const v1::ShardMap>> done) {
-  // Pointers sorted by id: 10^4-key declarations from every worker are checked without copies.
-  const KeyPtrs keys = SortedById(req.keys());
-  if (Status st = ValidateSortedKeys(keys); !st.ok()) {
-    done(st.Annotate("worker " + std::to_string(req.worker_rank())));
-    return false;
-  }
-  return DeclareImpl(req.worker_rank(), &keys, deadline, std::move(done));
-}
-
-void SchedulerState::DeclareSameKeys(int32_t worker_rank, TimePoint deadline,
-                                     Callback<std::shared_ptr<const v1::ShardMap>> done) {
-  DeclareImpl(worker_rank, nullptr, deadline, std::move(done));
-}
-
-bool SchedulerState::DeclareImpl(int32_t rank, const std::vector<const v1::KeySpec*>* keys,
-                                 TimePoint deadline,
-                                 Callback<std::shared_ptr<const v1::ShardMap>> done) {
-  Deferred deferred;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    Status st = CheckNodeLocked(v1::ROLE_WORKER, rank, true);
-    if (st.ok() && shutdown_) st = UnavailableError("scheduler is shutting down");
-    if (st.ok() && failed_) st = AbortedError("job failed: " + failure_message_);
-    if (st.ok()) st = keys_error_;
-    if (st.ok() && keys == nullptr && reference_rank_ < 0) {
-      st = InternalError("DeclareSameKeys before any declaration");
-    } else if (st.ok() && reference_rank_ < 0) {
-      reference_keys_.reserve(keys->size());
-      for (const auto* k : *keys) reference_keys_.push_back(*k);
-      reference_ptrs_ = SortedById(reference_keys_);
-      reference_rank_ = rank;
-    } else if (st.ok() && keys != nullptr && !SameKeys(reference_ptrs_, *keys)) {
-      // Name the lowest rank that declared the reference keys, whatever the arrival order.
-      const int32_t ref_rank = declared_ranks_.empty() ? reference_rank_ : *declared_ranks_.begin();
-      keys_error_ =
-          FailedPreconditionError(KeyMismatchLocked(ref_rank, reference_ptrs_, rank, *keys));
-      TLOG_ERROR << keys_error_.message();
-      FailDeclarationsLocked(keys_error_, &deferred);
-      st = keys_error_;
-    }
-    if (!st.ok()) {
-      lock.unlock();
-      Run(deferred);
-      done(st);
-      return false;
-    }
-    if (shard_map_) {  // a restarted worker declaring again: the map is settled
-      auto map = shard_map_;
-      lock.unlock();
-      done(std::move(map));
-      return true;
-    }
-    declared_ranks_.insert(rank);
-    declare_waiters_.push_back({rank, deadline, std::move(done)});
-    if (static_cast<int32_t>(declared_ranks_.size()) == config_.num_workers) {
-      auto built = BuildShardMap(reference_keys_, config_.num_servers, config_.dispatch,
-                                 config_.slice_bytes);
-      if (!built.ok()) {
-        keys_error_ = built.status().Annotate("building the shard map");
-        TLOG_ERROR << keys_error_.message();
-        FailDeclarationsLocked(keys_error_, &deferred);
-      } else {
-        shard_map_ = std::make_shared<const v1::ShardMap>(std::move(built).value());
-        TLOG_INFO << "shard map built: " << shard_map_->keys_size() << " keys, dispatch "
-                  << config_.dispatch << ", sliceBytes " << config_.slice_bytes << ", "
-                  << config_.num_servers << " servers";
-        for (auto& w : declare_waiters_) {
-          deferred.push_back([done = std::move(w.done), map = shard_map_] { done(map); });
-        }
-        declare_waiters_.clear();
-      }
-    }
-  }
-  Run(deferred);
-  return true;
-}
-
-void SchedulerState::Barrier(const v1::BarrierRequest& req, TimePoint deadline,
-                             Callback<v1::BarrierResponse> done) {
-  if (req.name().empty() || req.name().size() > 256) {
-    done(InvalidArgumentError("barrier name must be 1 to 256 characters, got " +
-                              std::to_string(req.name().size())));
-    return;
-  }
-  if (req.generation() < 0) {
-    done(InvalidArgumentError("barrier \"" + req.name() + "\": generation must be >= 0, got " +
-                              std::to_string(req.generation())));
-    return;
-  }
-  Deferred deferred;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    Status st = CheckNodeLocked(req.role(), req.rank(), true);
-    if (st.ok() && shutdown_) st = UnavailableError("scheduler is shutting down");
-    if (st.ok() && failed_) st = AbortedError("job failed: " + failure_message_);
-    if (st.ok() && !req.all_nodes() && req.role() == v1::ROLE_SERVER) {
-      st = InvalidArgumentError("barrier \"" + req.name() + "\" without all_nodes waits for " +
-                                "workers only; server " + std::to_string(req.rank()) +
-                                " cannot join it");
-    }
-    constexpr size_t kMaxBarriers = 10000;
-    if (st.ok() && barriers_.count(req.name()) == 0 && barriers_.size() >= kMaxBarriers) {
-      st = ResourceExhaustedError("too many barrier names (" + std::to_string(kMaxBarriers) + ")");
-    }
-    BarrierGroup* g = nullptr;
-    if (st.ok()) {
-      auto [it, inserted] = barriers_.try_emplace(req.name());
-      g = &it->second;
-      if (inserted) {
-        g->all_nodes = req.all_nodes();
-      } else if (g->all_nodes != req.all_nodes()) {
-        st = InvalidArgumentError("barrier \"" + req.name() + "\" was first used with all_nodes=" +
-                                  (g->all_nodes ? "true" : "false") + ", now called with " +
-                                  (req.all_nodes() ? "true" : "false"));
-      }
-    }
-    if (st.ok() && req.generation() > g->released) {
-      st = FailedPreconditionError("barrier \"" + req.name() + "\": generation " +
-                                   std::to_string(req.generation()) +
-                                   " is ahead of the next one to release (" +
-                                   std::to_string(g->released) + ")");
-    }
-    if (!st.ok()) {
-      lock.unlock();
-      done(st);
-      return;
-    }
-    if (req.generation() < g->released) {  // already released: a restarted process catching up
-      lock.unlock();
-      done(v1::BarrierResponse());
-      return;
-    }
-    const TimePoint now = clock_->Now();
-    g->arrived.insert({static_cast<int>(req.role()), req.rank()});
-    g->waiters.push_back({req.role(), req.rank(), now, deadline, std::move(done)});
-    const size_t members = static_cast<size_t>(config_.num_workers) +
-                           (g->all_nodes ? static_cast<size_t>(config_.num_servers) : 0);
-    if (g->arrived.size() == members) {
-      TLOG_DEBUG << "barrier \"" << req.name() << "\" generation " << g->released << " released";
-      ++g->released;
-      g->arrived.clear();
-      for (auto& w : g->waiters) {
-        v1::BarrierResponse resp;
-        resp.set_waited_seconds(Seconds(now - w.arrived));
-        deferred.push_back([done = std::move(w.done), resp] { done(resp); });
-      }
-      g->waiters.clear();
-    }
-  }
-  Run(deferred);
 }
 
 StatusOr<v1::HeartbeatResponse> SchedulerState::Heartbeat(const v1::HeartbeatRequest& req) {
