@@ -33,6 +33,8 @@ std::string_view ToString(CleanPodPolicy v);    // "None", "Running", "All"
 struct ResourceSpec {
   std::string cpu;     // Kubernetes quantity, e.g. "2" or "500m"; empty: unset
   std::string memory;  // e.g. "4Gi"; empty: unset
+
+  bool operator==(const ResourceSpec&) const = default;
 };
 
 struct RoleSpec {
@@ -46,17 +48,23 @@ struct RoleSpec {
   int32_t gpusPerWorker = 0;                   // workers only
   std::optional<RestartPolicy> restartPolicy;  // unset: spec.runPolicy.restartPolicy
   std::string templateYaml;                    // optional pod template, kept verbatim (operator)
+
+  bool operator==(const RoleSpec&) const = default;
 };
 
 struct PrioritySpec {
   bool enabled = true;
   int32_t waterMark = 8;  // slices in flight per worker process
+
+  bool operator==(const PrioritySpec&) const = default;
 };
 
 struct CompressionSpec {
   CompressionType type = CompressionType::kNone;
   double threshold = 0.5;    // 2bit: |residual| >= threshold is sent as +-threshold
   int64_t warmupSteps = 0;   // 2bit starts after this many full-precision steps
+
+  bool operator==(const CompressionSpec&) const = default;
 };
 
 struct OptimizerSpec {
@@ -67,12 +75,16 @@ struct OptimizerSpec {
   double beta2 = 0.999;        // adam
   double epsilon = 1e-8;       // adam
   double weightDecay = 0.0;
+
+  bool operator==(const OptimizerSpec&) const = default;
 };
 
 struct CheckpointSpec {
   std::string path;            // directory; empty: checkpoints off
   int64_t intervalSteps = 0;   // 0: only on request
   int32_t keep = 3;            // last K checkpoints kept
+
+  bool operator==(const CheckpointSpec&) const = default;
 };
 
 struct RunPolicySpec {
@@ -82,12 +94,16 @@ struct RunPolicySpec {
   std::optional<int64_t> ttlSecondsAfterFinished;
   CleanPodPolicy cleanPodPolicy = CleanPodPolicy::kRunning;
   bool suspend = false;
+
+  bool operator==(const RunPolicySpec&) const = default;
 };
 
 struct SchedulerSpec {
   double heartbeatIntervalSeconds = 1.0;
   double heartbeatTimeoutSeconds = 10.0;  // a node silent this long is declared dead
   double registrationTimeoutSeconds = 300.0;
+
+  bool operator==(const SchedulerSpec&) const = default;
 };
 
 struct JobSpec {
@@ -114,16 +130,36 @@ struct JobSpec {
   RestartPolicy RestartPolicyFor(const RoleSpec& role) const {
     return role.restartPolicy.value_or(runPolicy.restartPolicy);
   }
+
+  bool operator==(const JobSpec&) const = default;
 };
 
 // Parses a whole TrainingJob document (YAML or JSON). On error the Status message lists every
 // problem found, one per line, each as "<field path>: <what is wrong>, got <value>".
 StatusOr<JobSpec> ParseJobSpec(std::string_view yaml_text);
-// Same, reading the file; errors are prefixed with the file name.
+// Same, reading the file; every line of an error message starts with "<path>: ".
 StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
 
 // Serializes a JobSpec back to a TrainingJob YAML document (defaults filled in). Parsing the
 // result gives an equal JobSpec.
 std::string JobSpecToYaml(const JobSpec& spec);
+
+// The bounds ParseJobSpec enforces, for callers that take the same settings from flags.
+inline constexpr int32_t kMaxReplicas = 10000;
+inline constexpr int32_t kMaxGpusPerWorker = 16;
+inline constexpr size_t kMaxJobNameLength = 50;  // "<name>-worker-<i>" must fit in 63
+inline constexpr int64_t kMinSliceBytes = 4;
+inline constexpr int64_t kMaxSliceBytes = int64_t{1} << 30;
+
+// "4194304", "512Ki", "4Mi", "1Gi" -> bytes. Only the range of int64 is checked here.
+StatusOr<int64_t> ParseByteQuantity(std::string_view text);
+
+// The inverse of ToString: the exact names only (as in the YAML). nullopt for anything else.
+std::optional<RestartPolicy> ParseRestartPolicy(std::string_view s);
+std::optional<KeyDispatch> ParseKeyDispatch(std::string_view s);
+std::optional<CompressionType> ParseCompressionType(std::string_view s);
+std::optional<ServerMode> ParseServerMode(std::string_view s);
+std::optional<OptimizerType> ParseOptimizerType(std::string_view s);
+std::optional<CleanPodPolicy> ParseCleanPodPolicy(std::string_view s);
 
 }  // namespace trellis
