@@ -26,8 +26,8 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const PserverO
   builder.RegisterService(ps->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(wire::MaxMessageBytes(options.slice_bytes)));
   builder.SetMaxSendMessageSize(-1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, wire::kStreamWindowBytes);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 1);
+  wire::ApplyDataChannelArgs(
+      [&](const char* name, int value) { builder.AddChannelArgument(name, value); });
   ps->server_ = builder.BuildAndStart();
   if (!ps->server_ || ps->port_ == 0) {
     return UnavailableError("parameter server could not listen on " + addr);

@@ -30,6 +30,18 @@ inline int64_t MaxMessageBytes(int64_t slice_bytes) {
   return (slice_bytes > (4 << 20) ? slice_bytes : (4 << 20)) + (64 << 10);
 }
 inline constexpr int kStreamWindowBytes = 32 << 20;
+// Channel/server arguments of the data path (both ends): big flow-control windows and big socket
+// reads, so a multi-MiB slice moves in few syscalls. (HTTP/2 frames bigger than the default
+// 16 KiB measured slower here.)
+// `set(name, value)` is ChannelArguments::SetInt or ServerBuilder::AddChannelArgument.
+template <typename SetInt>
+void ApplyDataChannelArgs(SetInt set) {
+  set("grpc.http2.lookahead_bytes", kStreamWindowBytes);
+  set("grpc.http2.bdp_probe", 1);
+  set("grpc.experimental.tcp_read_chunk_size", 1 << 20);
+  set("grpc.experimental.tcp_min_read_chunk_size", 256 << 10);
+  set("grpc.experimental.tcp_max_read_chunk_size", 8 << 20);
+}
 
 enum class Op : uint8_t { kPush = 1, kPull = 2, kPushPull = 3, kInit = 4 };
 const char* OpName(Op op);  // "push", "pull", "pushpull", "init", "op(N)"

@@ -27,8 +27,7 @@ class GrpcConnection final : public ServerConnection,
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(static_cast<int>(wire::MaxMessageBytes(o.slice_bytes)));
     args.SetMaxSendMessageSize(-1);
-    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, wire::kStreamWindowBytes);
-    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 1);
+    wire::ApplyDataChannelArgs([&](const char* name, int value) { args.SetInt(name, value); });
     // Own TCP connection per worker-server pair, even for several workers in one process.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     channel_ = grpc::CreateCustomChannel(o.address, grpc::InsecureChannelCredentials(), args);

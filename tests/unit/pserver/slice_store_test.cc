@@ -218,6 +218,21 @@ TEST_F(SliceStoreTest, UpdateModeAdamBiasCorrected) {
   EXPECT_NEAR(a.values[3], 1 - 0.01, 1e-6);
 }
 
+TEST_F(SliceStoreTest, ManyStepsWithRecycledBuffersStayExact) {
+  Make(2);
+  std::vector<float> kept;  // an answer still held while the slice moves on
+  for (int step = 1; step <= 6; ++step) {
+    Got a, b;
+    float x = static_cast<float>(step);
+    Send(0, wire::Op::kPushPull, step, {x, x, x, x}, &a);
+    Send(1, wire::Op::kPushPull, step, {1, 2, 3, 4}, &b);
+    ASSERT_TRUE(a.status.ok()) << a.status.ToString();
+    EXPECT_EQ(a.values, (std::vector<float>{x + 1, x + 2, x + 3, x + 4})) << step;
+    if (step == 2) kept = a.values;
+  }
+  EXPECT_EQ(kept, (std::vector<float>{3, 4, 5, 6}));
+}
+
 TEST_F(SliceStoreTest, FailWaitersAnswersPendingPulls) {
   Make(2);
   Got g;
