@@ -61,11 +61,11 @@ StatusOr<AgentConfig> ParseAgentConfig(const std::vector<std::string>& args, con
   }
 
   if (policy_flag) {
-    auto p = ParseRestartPolicy(*policy_flag);
+    auto p = ParseRestartPolicyFlag(*policy_flag);
     if (!p.ok()) return p.status().Annotate("flag --restart-policy");
     c.restart_policy = *p;
   } else if (auto v = env.Get("TRELLIS_RESTART_POLICY"); v && !v->empty()) {
-    auto p = ParseRestartPolicy(*v);
+    auto p = ParseRestartPolicyFlag(*v);
     if (!p.ok()) return p.status().Annotate("environment variable TRELLIS_RESTART_POLICY");
     c.restart_policy = *p;
   }

@@ -25,7 +25,7 @@ std::chrono::milliseconds BackoffDelay(const RestartOptions& options, int restar
   return std::chrono::milliseconds(std::min(delay, cap));
 }
 
-StatusOr<RestartPolicy> ParseRestartPolicy(const std::string& text) {
+StatusOr<RestartPolicy> ParseRestartPolicyFlag(const std::string& text) {
   // The names of job_spec.h's ToString(RestartPolicy), kept here so the supervisor stands alone.
   static const std::pair<const char*, RestartPolicy> kNames[] = {
       {"Never", RestartPolicy::kNever}, {"OnFailure", RestartPolicy::kOnFailure},

@@ -34,7 +34,7 @@ bool PolicyRestarts(RestartPolicy policy, const ExitStatus& status);
 std::chrono::milliseconds BackoffDelay(const RestartOptions& options, int restart);
 
 // Parses "Never", "OnFailure", "Always", "ExitCode".
-StatusOr<RestartPolicy> ParseRestartPolicy(const std::string& text);
+StatusOr<RestartPolicy> ParseRestartPolicyFlag(const std::string& text);
 
 class SupervisorHooks {
  public:

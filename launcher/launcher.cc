@@ -303,16 +303,27 @@ int Launcher::FailAgent(const std::vector<Child*>& failed) {
     view_ = *v;
   }
   Child* culprit = failed.front();
+  Child* named = nullptr;  // the agent whose pod the scheduler's failure message names
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (view_) {
+      for (auto& a : agents_) {
+        if (view_->failure_message().find("(pod " + job_.name + "-" + a->plan.name + ")") != std::string::npos) {
+          named = a.get();
+        }
+      }
+    }
+  }
+  if (named != nullptr && !named->exit) {
+    // Its agent is still reporting and exiting; the bystanders were just quicker.
+    named->exit = named->process->WaitFor(milliseconds(2000));
+    if (named->exit) PumpOutput(*named, true);
+  }
+  if (named != nullptr && named->exit && named->exit->exit_code != 0) culprit = named;
   int restarts = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (view_) {
-      for (Child* c : failed) {
-        if (view_->failure_message().find("(pod " + job_.name + "-" + c->plan.name + ")") != std::string::npos) {
-          culprit = c;
-          break;
-        }
-      }
       const std::string pod = job_.name + "-" + culprit->plan.name;
       for (const auto* list : {&view_->servers(), &view_->workers()}) {
         for (const auto& n : *list) {

@@ -1,5 +1,6 @@
 // trellis-launch JOB.yaml: runs a TrainingJob on this machine. See launcher/plan.h for usage.
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   Console console(STDOUT_FILENO, isatty(STDOUT_FILENO) == 1, options->quiet);
+  if (winsize ws{}; ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) console.set_width(ws.ws_col);
   int code;
   {
     Launcher launcher(*options, *job, sfd, console);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace trellis {
@@ -72,7 +73,8 @@ void Console::Progress(const std::string& job, const std::string& summary, std::
     char secs[32];
     std::snprintf(secs, sizeof(secs), "%.1fs", static_cast<double>(elapsed.count()) / 1000.0);
     std::string line = "[" + job + " " + secs + "] " + summary;
-    if (line.size() > 200) line = line.substr(0, 197) + "...";
+    const size_t width = static_cast<size_t>(std::max(width_, 20));
+    if (line.size() >= width) line = line.substr(0, width - 4) + "...";
     status_ = line;
     Write("\r\033[K" + status_);
   } else if (summary != last_summary_) {

@@ -27,12 +27,15 @@ class Console {
   void Progress(const std::string& job, const std::string& summary, std::chrono::milliseconds elapsed);
   // Removes the live status line (before the final messages).
   void ClearStatus();
+  // Terminal columns: the live line is cut to fit, or it would wrap and break the redraw.
+  void set_width(int columns) { width_ = columns; }
 
  private:
   void Write(const std::string& s);
   const int fd_;
   const bool tty_;
   const bool quiet_;
+  int width_ = 200;
   std::string status_;        // the live line now shown (terminal)
   std::string last_summary_;  // the last printed summary (not a terminal)
 };

@@ -72,6 +72,7 @@ std::vector<pid_t> WaitNoProcessesOfJob(const std::string& job, seconds limit = 
 struct JobOptions {
   std::string restart_policy = "OnFailure";
   int backoff_limit = 3;
+  int deadline_seconds = 0;  // 0: no activeDeadlineSeconds
   std::map<std::string, std::string> worker_env;
 };
 
@@ -97,6 +98,7 @@ std::string JobYaml(const std::string& name, const JobOptions& o) {
        "  runPolicy:\n"
        "    restartPolicy: " + o.restart_policy + "\n"
        "    backoffLimit: " + std::to_string(o.backoff_limit) + "\n";
+  if (o.deadline_seconds > 0) y += "    activeDeadlineSeconds: " + std::to_string(o.deadline_seconds) + "\n";
   return y;
 }
 
@@ -216,12 +218,23 @@ TEST_F(LaunchTest, SigintStopsEveryProcess) {
   o.worker_env["TEST_HOLD_SECONDS"] = "300";
   Start(WriteJob(JobYaml(job_, o)));
   ASSERT_TRUE(WaitForOutput("passed barrier a", 3, seconds(60))) << Output();
-  EXPECT_GE(ProcessesOfJob(job_).size(), 10u);  // 5 agents + 5 programs at least
+  EXPECT_GE(ProcessesOfJob(job_).size(), 8u);  // 5 agents + 3 held workers at least
   ASSERT_EQ(::kill(launcher_->pid(), SIGINT), 0);
   Result r = Wait(seconds(30));
   EXPECT_EQ(r.exit_code, 130) << r.output;
   EXPECT_NE(r.output.find("got SIGINT; stopping every process"), std::string::npos) << r.output;
   EXPECT_TRUE(WaitNoProcessesOfJob(job_).empty());
+}
+
+TEST_F(LaunchTest, ActiveDeadlineFailsTheJob) {
+  JobOptions o;
+  o.deadline_seconds = 1;
+  o.worker_env["TEST_HOLD_SECONDS"] = "300";
+  Start(WriteJob(JobYaml(job_, o)));
+  Result r = Wait(seconds(60));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("job " + job_ + R"( failed: activeDeadlineSeconds \(1\) exceeded after 1\.\ds)")))
+      << r.output;
 }
 
 TEST_F(LaunchTest, BadJobFileGivesTheParseErrorAndExit2) {

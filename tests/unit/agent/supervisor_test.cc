@@ -157,12 +157,12 @@ TEST(BackoffDelayTest, DoublesUpToTheCap) {
   EXPECT_EQ(BackoffDelay(o, 1000).count(), 10000);  // no overflow on large restart counts
 }
 
-TEST(ParseRestartPolicyTest, AcceptsTheFourNamesAndExplainsOthers) {
-  EXPECT_EQ(*ParseRestartPolicy("Never"), RestartPolicy::kNever);
-  EXPECT_EQ(*ParseRestartPolicy("OnFailure"), RestartPolicy::kOnFailure);
-  EXPECT_EQ(*ParseRestartPolicy("Always"), RestartPolicy::kAlways);
-  EXPECT_EQ(*ParseRestartPolicy("ExitCode"), RestartPolicy::kExitCode);
-  auto bad = ParseRestartPolicy("onfailure");
+TEST(ParseRestartPolicyFlagTest, AcceptsTheFourNamesAndExplainsOthers) {
+  EXPECT_EQ(*ParseRestartPolicyFlag("Never"), RestartPolicy::kNever);
+  EXPECT_EQ(*ParseRestartPolicyFlag("OnFailure"), RestartPolicy::kOnFailure);
+  EXPECT_EQ(*ParseRestartPolicyFlag("Always"), RestartPolicy::kAlways);
+  EXPECT_EQ(*ParseRestartPolicyFlag("ExitCode"), RestartPolicy::kExitCode);
+  auto bad = ParseRestartPolicyFlag("onfailure");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("Never, OnFailure, Always or ExitCode, got 'onfailure'"),
             std::string::npos);
