@@ -70,6 +70,10 @@ void Console::Line(std::string_view text) {
 void Console::Progress(const std::string& job, const std::string& summary, std::chrono::milliseconds elapsed) {
   if (quiet_) return;
   if (tty_) {
+    // About 5 redraws a second; a changed summary shows at once.
+    if (summary == last_summary_ && !status_.empty() && elapsed - last_draw_ < std::chrono::milliseconds(200)) return;
+    last_summary_ = summary;
+    last_draw_ = elapsed;
     char secs[32];
     std::snprintf(secs, sizeof(secs), "%.1fs", static_cast<double>(elapsed.count()) / 1000.0);
     std::string line = "[" + job + " " + secs + "] " + summary;

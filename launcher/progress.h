@@ -37,7 +37,8 @@ class Console {
   const bool quiet_;
   int width_ = 200;
   std::string status_;        // the live line now shown (terminal)
-  std::string last_summary_;  // the last printed summary (not a terminal)
+  std::string last_summary_;  // the last shown summary
+  std::chrono::milliseconds last_draw_{0};  // when the live line was last drawn (terminal)
 };
 
 }  // namespace trellis

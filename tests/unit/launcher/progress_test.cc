@@ -79,6 +79,19 @@ TEST(ConsoleTest, TerminalModeRedrawsTheStatusLineBelowOutput) {
   ::close(p[1]);
 }
 
+TEST(ConsoleTest, TerminalModeRedrawsAboutFiveTimesASecond) {
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_NONBLOCK), 0);
+  Console c(p[1], /*tty=*/true, /*quiet=*/false);
+  c.Progress("j", "a", std::chrono::milliseconds(1000));
+  c.Progress("j", "a", std::chrono::milliseconds(1100));  // too soon, same summary: skipped
+  c.Progress("j", "b", std::chrono::milliseconds(1150));  // changed: drawn
+  c.Progress("j", "b", std::chrono::milliseconds(1400));  // 250 ms later: drawn
+  EXPECT_EQ(ReadAll(p[0]), "\r\033[K[j 1.0s] a\r\033[K[j 1.1s] b\r\033[K[j 1.4s] b");
+  ::close(p[0]);
+  ::close(p[1]);
+}
+
 TEST(ConsoleTest, QuietShowsOutputButNoProgress) {
   int p[2];
   ASSERT_EQ(::pipe2(p, O_NONBLOCK), 0);
