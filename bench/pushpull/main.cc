@@ -2,7 +2,8 @@
 // the same run. See docs/performance.md for how to read the table.
 //
 //   bench_pushpull [--quick] [--sizes=4K,1M,16M,64M] [--topologies=1x1,2x2] [--baselines-only]
-//                  [--bin-dir=DIR] [--log-dir=DIR]
+//                  [--slice-bytes=B] [--bin-dir=DIR] [--log-dir=DIR]
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -35,15 +36,17 @@ struct Flags {
   std::vector<TrellisTopology> topologies = {{1, 1}, {2, 2}};
   std::string bin_dir;
   std::string log_dir;
+  int64_t slice_bytes = 0;  // 0: the job default
 };
 
 constexpr char kUsage[] =
     "usage: bench_pushpull [--quick] [--sizes=4K,1M,16M,64M] [--topologies=1x1,2x2]\n"
-    "                      [--baselines-only] [--bin-dir=DIR] [--log-dir=DIR]\n"
+    "                      [--baselines-only] [--slice-bytes=B] [--bin-dir=DIR] [--log-dir=DIR]\n"
     "  --quick           fewer iterations (smoke run, a few seconds)\n"
     "  --sizes           tensor/message sizes, binary units (K, M, G)\n"
     "  --topologies      WxS pairs: W workers (threads) x S servers (processes)\n"
     "  --baselines-only  only the TCP and gRPC baselines\n"
+    "  --slice-bytes     the job's sliceBytes (default: the job default, 4 MiB)\n"
     "  --bin-dir         where trellis-scheduler and trellis-pserver are (default: next to this)\n"
     "  --log-dir         where the children's logs go (default: a fresh temp dir)\n";
 
@@ -86,6 +89,9 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       TRELLIS_ASSIGN_OR_RETURN(flags.topologies, ParseTopologies(*v));
     } else if (auto v = value_of("bin-dir")) {
       flags.bin_dir = *v;
+    } else if (auto v = value_of("slice-bytes")) {
+      TRELLIS_ASSIGN_OR_RETURN(uint64_t b, ParseBytes(*v));
+      flags.slice_bytes = static_cast<int64_t>(b);
     } else if (auto v = value_of("log-dir")) {
       flags.log_dir = *v;
     } else {
@@ -114,13 +120,20 @@ Budget LatencyBudget(const Flags& f) {
   return b;
 }
 
+// The 1-minute load average: on a shared machine it says how much the figures can be trusted.
+std::string LoadAverage() {
+  double load[1] = {0};
+  return getloadavg(load, 1) == 1 ? Fixed(load[0], 2) : "unknown";
+}
+
 std::string Us(double seconds) { return Fixed(seconds * 1e6, 0); }
 std::string Ratio(double num, double den) { return den > 0 ? Fixed(num / den, 2) : "-"; }
 
 int Run(const Flags& flags) {
   const auto bench_start = Clock::now();
   std::cout << "bench_pushpull: " << (flags.quick ? "quick" : "full") << " run, "
-            << std::thread::hardware_concurrency() << " CPUs, loopback\n";
+            << std::thread::hardware_concurrency() << " CPUs, loopback, load average "
+            << LoadAverage() << "\n";
 
   // (a) raw TCP echo.
   std::map<uint64_t, TcpEchoResult> tcp;
@@ -187,6 +200,12 @@ int Run(const Flags& flags) {
       }
       log_dir = tmpl;
     }
+    std::error_code ec;
+    std::filesystem::create_directories(log_dir, ec);
+    if (ec) {
+      std::cerr << "cannot create log dir " << log_dir << ": " << ec.message() << "\n";
+      return 1;
+    }
     std::cout << "  trellis: binaries from " << bin_dir << ", logs in " << log_dir << "\n";
     for (const TrellisTopology& topo : flags.topologies) {
       TrellisRunOptions options;
@@ -195,6 +214,7 @@ int Run(const Flags& flags) {
       options.budget = BulkBudget(flags, 1);  // MeasureTrellis scales warm-up by size itself
       options.bin_dir = bin_dir;
       options.log_dir = log_dir;
+      options.slice_bytes = flags.slice_bytes;
       StatusOr<std::vector<TrellisSizeResult>> r = MeasureTrellis(options);
       if (!r.ok()) {
         std::cerr << "trellis " << topo.Name() << ": " << r.status().ToString() << "\n";
@@ -255,7 +275,8 @@ int Run(const Flags& flags) {
                     std::string("<= 1.30 ") + (ratio <= kLatencyGoal ? "met" : "MISSED")});
   }
   latency.Print(std::cout);
-  std::cout << "\ntotal bench time " << Fixed(SecondsSince(bench_start), 1) << " s\n";
+  std::cout << "\ntotal bench time " << Fixed(SecondsSince(bench_start), 1) << " s, load average "
+            << LoadAverage() << "\n";
   return trellis_failed ? 1 : 0;
 }
 

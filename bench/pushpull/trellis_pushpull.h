@@ -35,7 +35,8 @@ struct TrellisRunOptions {
   std::vector<uint64_t> sizes;  // one key per size
   Budget budget;                // per size
   std::string bin_dir;          // where trellis-scheduler and trellis-pserver live
-  std::string log_dir;          // child logs
+  std::string log_dir;          // child logs, the job file, the token
+  int64_t slice_bytes = 0;      // the job's sliceBytes; 0: the job default
 };
 
 // True when this bench was built with the worker library (the data path exists).
