@@ -180,7 +180,7 @@ struct Shared {
   std::barrier<> sync;
   std::mutex mu;
   Status first_error;                // GUARDED_BY(mu)
-  std::vector<double> warmup_step_s;  // GUARDED_BY(mu): slowest warm-up step per size
+  std::vector<double> warmup_step_s;  // GUARDED_BY(mu): median warm-up step per size, slowest worker
   std::vector<int> steps;             // GUARDED_BY(mu): measured steps per size
   std::vector<std::vector<TrellisSizeResult>> per_worker;  // [worker][size], GUARDED_BY(mu)
   std::atomic<bool> failed{false};
@@ -192,7 +192,7 @@ struct Shared {
   }
 };
 
-int WarmupSteps(uint64_t bytes) { return bytes >= (16ull << 20) ? 2 : bytes >= (1ull << 20) ? 5 : 50; }
+int WarmupSteps(uint64_t bytes) { return bytes >= (16ull << 20) ? 3 : bytes >= (1ull << 20) ? 5 : 50; }
 
 // One step: push this worker's gradient, pull the sum, and check it (every worker pushes
 // rank+1 everywhere, so every element of the sum is W(W+1)/2).
@@ -226,15 +226,16 @@ Status RunWorker(const TrellisRunOptions& options, const Cluster& cluster, int i
   TRELLIS_RETURN_IF_ERROR(worker->FinishDeclarations());
 
   for (size_t k = 0; k < options.sizes.size(); ++k) {
-    double slowest = 0;
+    Samples warmup;
     for (int i = 0; i < WarmupSteps(options.sizes[k]); ++i) {
       const auto t0 = Clock::now();
       TRELLIS_RETURN_IF_ERROR(Step(*worker, k, grads[k], outs[k], expected));
-      slowest = std::max(slowest, SecondsSince(t0));
+      warmup.Add(SecondsSince(t0));
     }
     {
+      // The median: the first steps of a key pay for allocations and would inflate the estimate.
       std::lock_guard<std::mutex> lock(shared.mu);
-      shared.warmup_step_s[k] = std::max(shared.warmup_step_s[k], slowest);
+      shared.warmup_step_s[k] = std::max(shared.warmup_step_s[k], warmup.Percentile(50));
     }
     shared.sync.arrive_and_wait();
     if (shared.failed.load()) return Status::Ok();
@@ -242,7 +243,7 @@ Status RunWorker(const TrellisRunOptions& options, const Cluster& cluster, int i
     {
       // Every worker computes the same count from the same shared figure.
       std::lock_guard<std::mutex> lock(shared.mu);
-      const double per_step = std::max(shared.warmup_step_s[k] / 2, 1e-6);  // warm-up is pessimistic
+      const double per_step = std::max(shared.warmup_step_s[k], 1e-6);
       steps = static_cast<int>(std::clamp(options.budget.max_seconds / per_step,
                                           static_cast<double>(options.budget.min_iters), 20000.0));
     }
