@@ -163,7 +163,7 @@ MapReader::MapReader(const YAML::Node& node, std::string path, Errors* errors,
   is_mapping_ = true;
   std::set<std::string> seen;
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& key = it->first;
+    const YAML::Node key = it->first;  // a copy: it->first lives in a temporary proxy
     if (!key.IsScalar()) {
       errors_->AddGot(path_.empty() ? "document" : path_, "field names must be strings", key);
       continue;
@@ -287,7 +287,7 @@ bool MapReader::GetStringMap(std::string_view key, std::map<std::string, std::st
       ok = false;
       continue;
     }
-    const std::string& k = it->first.Scalar();
+    const std::string k = it->first.Scalar();
     if (it->second.IsNull()) {
       items.emplace(k, "");
     } else if (!it->second.IsScalar()) {
