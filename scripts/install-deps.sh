@@ -9,6 +9,7 @@ PACKAGES=(
   libyaml-cpp-dev prometheus-cpp-dev libssl-dev
   libgtest-dev libgmock-dev
   clang-14 libclang-rt-14-dev
+  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
 )
 
 missing=()
