@@ -18,14 +18,6 @@
 #include "common/logging.h"
 #include "scheduler/scheduler_service.h"
 
-// The job model (common/job_spec.cc) is being written by a teammate; until it lands these
-// symbols may be missing, so they are referenced weakly and the flags carry the settings.
-// TODO(scheduler): make these plain calls once common/job_spec.cc implements them.
-namespace trellis {
-StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) __attribute__((weak));
-std::string JobSpecToYaml(const JobSpec& spec) __attribute__((weak));
-}  // namespace trellis
-
 namespace trellis {
 namespace {
 
@@ -85,14 +77,6 @@ std::optional<std::string> Env(const char* name) {
   return std::string(v);
 }
 
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Writes `text` to `path` atomically (temporary file + rename) so a reader never sees half.
 Status WriteFileAtomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
@@ -136,24 +120,15 @@ StatusOr<Settings> BuildSettings(const Flags& flags) {
   Settings s;
   SchedulerConfig& c = s.config;
   std::optional<JobSpec> spec;
-  std::string job_text;
   if (auto path = flag("job-file")) {
-    TRELLIS_ASSIGN_OR_RETURN(job_text, ReadFile(*path));
-    if (LoadJobSpecFile == nullptr) {
-      TLOG_WARN << "job model not built in yet: serving " << *path
-                << " verbatim; take replicas and settings from flags";
-    } else {
-      TRELLIS_ASSIGN_OR_RETURN(JobSpec loaded, LoadJobSpecFile(*path));
-      spec = std::move(loaded);
-    }
+    TRELLIS_ASSIGN_OR_RETURN(JobSpec loaded, LoadJobSpecFile(*path));
+    spec = std::move(loaded);
   }
   if (spec) {
     c.job_name = spec->name;
     c.num_servers = spec->servers.replicas;
     c.num_workers = spec->workers.replicas;
-    c.dispatch = spec->keyDispatch == KeyDispatch::kHash       ? "hash"
-                 : spec->keyDispatch == KeyDispatch::kBalanced ? "balanced"
-                                                               : "roundRobin";
+    c.dispatch = std::string(ToString(spec->keyDispatch));
     c.slice_bytes = spec->sliceBytes;
     c.heartbeat_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(spec->scheduler.heartbeatTimeoutSeconds * 1000.0));
@@ -203,8 +178,8 @@ StatusOr<Settings> BuildSettings(const Flags& flags) {
   TRELLIS_ASSIGN_OR_RETURN(s.server.service.token, ReadTokenFile(token_file));
   if (s.server.service.token.empty()) TLOG_WARN << "no token file: calls are not authenticated";
 
-  // GetJob serves the job with the effective settings when the job model can write it.
-  if (spec && JobSpecToYaml != nullptr) {
+  // GetJob serves the job with the effective settings (flags and environment applied).
+  if (spec) {
     spec->name = c.job_name;
     spec->servers.replicas = c.num_servers;
     spec->workers.replicas = c.num_workers;
@@ -212,8 +187,6 @@ StatusOr<Settings> BuildSettings(const Flags& flags) {
     spec->scheduler.heartbeatTimeoutSeconds =
         static_cast<double>(c.heartbeat_timeout.count()) / 1000.0;
     s.server.service.job_yaml = JobSpecToYaml(*spec);
-  } else if (!job_text.empty()) {
-    s.server.service.job_yaml = job_text;
   } else {
     s.server.service.job_yaml = MinimalJobYaml(c);
   }
