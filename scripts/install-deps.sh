@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libyaml-cpp-dev prometheus-cpp-dev libssl-dev
+  libyaml-cpp-dev prometheus-cpp-dev libssl-dev libcpprest-dev
   libgtest-dev libgmock-dev
   clang-14 libclang-rt-14-dev
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
