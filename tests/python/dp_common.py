@@ -1,0 +1,47 @@
+"""Model, data and training loop shared by the multi-worker scripts and the single-process
+references of the tests (so both run exactly the same math)."""
+import torch
+
+STEPS = 6
+GLOBAL_BATCH = 16
+
+
+class Net(torch.nn.Module):
+    """A small conv net on 8x8 single-channel images (4 parameters, 3 layers of keys)."""
+
+    def __init__(self, lazy=False):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3)
+        self.fc = torch.nn.LazyLinear(16) if lazy else torch.nn.Linear(4 * 6 * 6, 16)
+        self.out = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x)).flatten(1)
+        return self.out(torch.relu(self.fc(x)))
+
+
+def data(steps=STEPS):
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(steps, GLOBAL_BATCH, 1, 8, 8, generator=g)
+    y = torch.randint(0, 10, (steps, GLOBAL_BATCH), generator=g)
+    return x, y
+
+
+def shard(t, rank, size):
+    """This rank's contiguous part of a global batch (dim 0)."""
+    n = t.shape[0] // size
+    return t[rank * n:(rank + 1) * n]
+
+
+def make_optimizer(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def train_steps(model, opt, first, last, rank=0, size=1):
+    x, y = data()
+    for s in range(first, last):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(shard(x[s], rank, size)),
+                                                 shard(y[s], rank, size))
+        loss.backward()
+        opt.step()

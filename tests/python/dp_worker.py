@@ -1,0 +1,68 @@
+"""One worker of the multi-worker tests (run by trellis-launch through trellis-python).
+
+    dp_worker.py OUT_DIR train                 # broadcast init, STEPS steps, save parameters
+    dp_worker.py OUT_DIR lazy                  # LazyLinear, per-rank seeds, 1 step
+    dp_worker.py OUT_DIR save K CKPT           # K steps, checkpoint, exit
+    dp_worker.py OUT_DIR resume CKPT           # restore, train to STEPS
+Writes OUT_DIR/rank<r>.pt (the final state_dict) and OUT_DIR/checks<r>.txt.
+"""
+import os
+import sys
+
+import torch
+
+import trellis
+import trellis.torch as tt
+import dp_common as dc
+
+
+def main():
+    out_dir, mode = sys.argv[1], sys.argv[2]
+    torch.set_num_threads(1)
+    trellis.init()
+    r, n = trellis.rank(), trellis.size()
+    checks = []
+    torch.manual_seed(100 + r)  # every worker starts from different weights
+    model = dc.Net(lazy=(mode == "lazy"))
+    opt = dc.make_optimizer(model)
+    # Horovod's order: broadcasts first (queued until the keys are declared).
+    tt.broadcast_parameters(model.state_dict(), root_rank=0)
+    tt.broadcast_optimizer_state(opt, root_rank=0)
+    opt = tt.DistributedOptimizer(opt, model.named_parameters())
+    if mode == "train":
+        # A C++ error arrives as a TrellisError with the library's message.
+        try:
+            trellis.push_pull(99, torch.zeros(3)).wait()
+            checks.append("no error")
+        except trellis.TrellisError as e:
+            checks.append("%d %s %s" % (e.code, e.code_name, e))
+        # Arrays the library cannot use are refused before anything is sent.
+        import numpy as np
+        grad_key = (1 << 61) + 5  # out.bias: 10 elements
+        for bad in (np.zeros(10, np.float64), np.zeros(20, np.float32)[::2],
+                    np.zeros(11, np.float32)):
+            try:
+                trellis.push_pull(grad_key, bad).wait()
+                checks.append("accepted")
+            except trellis.TrellisError as e:
+                checks.append("%d %s" % (e.code, e))
+        dc.train_steps(model, opt, 0, dc.STEPS, r, n)
+    elif mode == "lazy":
+        dc.train_steps(model, opt, 0, 1, r, n)
+    elif mode == "save":
+        k = int(sys.argv[3])
+        dc.train_steps(model, opt, 0, k, r, n)
+        tt.save_checkpoint(sys.argv[4], model, opt, step=k)
+    elif mode == "resume":
+        # Every worker but the root forgets its state: the restore must bring it back.
+        extra = tt.load_checkpoint(sys.argv[3], model, opt)
+        checks.append("resumed at %d" % extra["step"])
+        dc.train_steps(model, opt, extra["step"], dc.STEPS, r, n)
+    torch.save(model.state_dict(), os.path.join(out_dir, "rank%d.pt" % r))
+    with open(os.path.join(out_dir, "checks%d.txt" % r), "w") as f:
+        f.write("\n".join(checks) + "\n")
+    trellis.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""trellis.torch in one process (no job): the optimizer's hooks, priorities and bookkeeping."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch (python3-torch) is not importable")
+
+import trellis  # noqa: E402
+import trellis.torch as tt  # noqa: E402
+import dp_common as dc  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def local_session(monkeypatch):
+    monkeypatch.delenv("TRELLIS_SCHEDULER", raising=False)
+    trellis.shutdown()
+    trellis.init()
+    yield
+    trellis.shutdown()
+
+
+def test_local_training_equals_plain_optimizer():
+    torch.manual_seed(7)
+    a = dc.Net()
+    b = dc.Net()
+    b.load_state_dict(a.state_dict())
+    opt_a = dc.make_optimizer(a)
+    opt_b = tt.DistributedOptimizer(dc.make_optimizer(b), b.named_parameters())
+    assert isinstance(opt_b, torch.optim.SGD)  # LR schedulers still accept it
+    tt.broadcast_parameters(b.state_dict())
+    tt.broadcast_optimizer_state(opt_b)
+    dc.train_steps(a, opt_a, 0, 3)
+    dc.train_steps(b, opt_b, 0, 3)
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k]), k
+
+
+def test_pushes_start_during_backward_last_layer_first(monkeypatch):
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    assert tt.is_sealed()
+    calls = []
+    real = trellis.push_pull
+    in_backward = [False]
+
+    def spy(key, array, out=None, priority=0):
+        calls.append((priority, in_backward[0]))
+        return real(key, array, out, priority)
+    monkeypatch.setattr(trellis, "push_pull", spy)
+    x, y = dc.data()
+    loss = torch.nn.functional.cross_entropy(model(x[0]), y[0])
+    in_backward[0] = True
+    loss.backward()
+    in_backward[0] = False
+    assert len(calls) == 6 and all(during for _, during in calls)
+    assert sorted(p for p, _ in calls) == [-5, -4, -3, -2, -1, 0]  # priority = -index
+    layers = [(-p) // 2 for p, _ in calls]                        # 2 parameters per layer
+    assert layers == sorted(layers, reverse=True)                  # out, fc, conv
+    opt.step()
+    assert len(calls) == 6  # step() only waited
+
+
+def test_missing_gradient_is_pushed_as_zeros_in_step(monkeypatch):
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    keys = []
+    real = trellis.push_pull
+    monkeypatch.setattr(trellis, "push_pull",
+                        lambda k, a, out=None, priority=0: keys.append(k) or real(k, a, out, priority))
+    opt.step()  # no backward at all: every key still takes its step (the servers wait for it)
+    assert len(keys) == 6
+    assert torch.count_nonzero(model.out.bias.grad) == 0
+
+
+def test_second_backward_before_step_is_refused():
+    model = dc.Net()
+    dc.train_steps(model, tt.DistributedOptimizer(dc.make_optimizer(model),
+                                                 model.named_parameters()), 0, 1)
+    x, y = dc.data()
+    torch.nn.functional.cross_entropy(model(x[1]), y[1]).backward()
+    with pytest.raises(RuntimeError, match="produced twice before step"):
+        torch.nn.functional.cross_entropy(model(x[1]), y[1]).backward()
+
+
+def test_lazy_model_seals_at_first_step():
+    model = dc.Net(lazy=True)
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    tt.broadcast_parameters(model.state_dict())
+    assert not tt.is_sealed()  # fc has no shape yet
+    dc.train_steps(model, opt, 0, 2)
+    assert tt.is_sealed()
+    assert model.fc.weight.shape == (16, 144)
+
+
+def test_second_optimizer_after_seal_is_a_clear_error():
+    model = dc.Net()
+    tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    other = dc.Net()
+    with pytest.raises(RuntimeError, match="keys were already declared"):
+        tt.DistributedOptimizer(dc.make_optimizer(other), other.named_parameters())
+
+
+def test_named_parameters_must_cover_the_optimizer():
+    model = dc.Net()
+    with pytest.raises(ValueError, match="lacks 2 of the optimizer's parameters"):
+        tt.DistributedOptimizer(dc.make_optimizer(model),
+                                [(n, p) for n, p in model.named_parameters() if "out" not in n])
+
+
+def test_checkpoint_round_trip(tmp_path):
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    dc.train_steps(model, opt, 0, 2)
+    path = str(tmp_path / "c.pt")
+    tt.save_checkpoint(path, model, opt, step=2)
+    other = dc.Net()
+    trellis.shutdown()
+    trellis.init()
+    opt2 = tt.DistributedOptimizer(dc.make_optimizer(other), other.named_parameters())
+    assert tt.load_checkpoint(path, other, opt2) == {"step": 2}
+    dc.train_steps(model, opt, 2, 4)
+    dc.train_steps(other, opt2, 2, 4)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, other.state_dict()[k]), k

@@ -1,0 +1,269 @@
+// trellis._trellis: the pybind11 module over trellis::Worker (the pure-Python package `trellis`
+// wraps it). Arrays travel without copies through the buffer protocol: the library reads and
+// writes the caller's memory, so every operation keeps its buffers exported (and their owners
+// alive) until it completes. Waiting releases the GIL; library threads never touch Python.
+#include <pybind11/pybind11.h>
+#include <pybind11/eval.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trellis/trellis.h"
+
+namespace py = pybind11;
+
+namespace trellis::python {
+namespace {
+
+// The Python class trellis.TrellisError (defined in the module init below).
+py::object& ErrorClass() {
+  static py::object* cls = new py::object();  // leaked on purpose: outlives interpreter teardown
+  return *cls;
+}
+
+// Raises trellis.TrellisError(code, code_name, message) for a non-OK Status.
+[[noreturn]] void Raise(const Status& s) {
+  py::object err = ErrorClass()(static_cast<int>(s.code()), std::string(StatusCodeName(s.code())),
+                                s.message());
+  PyErr_SetObject(ErrorClass().ptr(), err.ptr());
+  throw py::error_already_set();
+}
+
+void Check(const Status& s) {
+  if (!s.ok()) Raise(s);
+}
+
+// An in-flight operation: the C++ handle plus what must stay alive until it is done.
+class PyHandle {
+ public:
+  PyHandle(Handle h, std::vector<std::unique_ptr<py::buffer_info>> buffers,
+           std::vector<py::object> owners, py::object result)
+      : handle_(std::move(h)),
+        buffers_(std::move(buffers)),
+        owners_(std::move(owners)),
+        result_(std::move(result)) {}
+
+  // Runs with the GIL held (Python deallocation). A handle dropped before completion must not
+  // free memory the library still writes to: wait first.
+  ~PyHandle() {
+    if (!buffers_.empty() && !handle_.Done()) {
+      py::gil_scoped_release nogil;
+      (void)handle_.Wait();
+    }
+  }
+
+  // Blocks (without the GIL) until done; returns the output array, raises on error.
+  py::object Wait() {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = handle_.Wait();
+    }
+    buffers_.clear();  // done: the library no longer touches them
+    owners_.clear();
+    Check(s);
+    return result_;
+  }
+  bool Done() const { return handle_.Done(); }
+
+ private:
+  Handle handle_;
+  std::vector<std::unique_ptr<py::buffer_info>> buffers_;
+  std::vector<py::object> owners_;  // the worker (outlives its operations) and the arrays
+  py::object result_;
+};
+
+struct KeyInfo {
+  int64_t num_elements;
+  std::string name;
+};
+
+// Owns the C++ worker. All members are touched only with the GIL held (the GIL is the lock).
+class PyWorker {
+ public:
+  explicit PyWorker(std::unique_ptr<Worker> w) : worker_(std::move(w)) {}
+
+  static std::shared_ptr<PyWorker> Create(const std::string& scheduler_address,
+                                          const std::string& token_file, int rank,
+                                          int64_t slice_bytes, int water_mark,
+                                          int64_t timeout_ms) {
+    WorkerOptions o;
+    o.scheduler_address = scheduler_address;
+    o.token_file = token_file;
+    o.rank = rank;
+    o.slice_bytes = slice_bytes;
+    o.water_mark = water_mark;
+    o.timeout_ms = timeout_ms;
+    StatusOr<std::unique_ptr<Worker>> w = InternalError("unset");
+    {
+      py::gil_scoped_release nogil;  // waits for the whole cluster
+      w = Worker::Create(o);
+    }
+    if (!w.ok()) Raise(w.status());
+    return std::make_shared<PyWorker>(std::move(w).value());
+  }
+
+  Worker& w() {
+    if (!worker_) Raise(FailedPreconditionError("trellis worker is closed"));
+    return *worker_;
+  }
+
+  void Close() {
+    std::unique_ptr<Worker> w = std::move(worker_);
+    py::gil_scoped_release nogil;  // joins library threads
+    w.reset();
+  }
+
+  void DeclareKey(int64_t key, int64_t num_elements, const std::string& name) {
+    if (key < 0) Raise(InvalidArgumentError("declare: key must be >= 0, got " + std::to_string(key)));
+    Check(w().DeclareKey({.id = static_cast<KeyId>(key), .name = name, .num_elements = num_elements}));
+    keys_[key] = {num_elements, name};
+  }
+
+  void FinishDeclarations() {
+    Worker& wk = w();
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = wk.FinishDeclarations();
+    }
+    Check(s);
+    finished_ = true;
+  }
+
+  std::unique_ptr<PyHandle> PushPull(py::object self, int64_t key, py::buffer grad, py::object out,
+                                     int priority) {
+    Worker& wk = w();
+    std::vector<std::unique_ptr<py::buffer_info>> bufs;
+    const bool in_place = out.is_none();
+    bufs.push_back(Export(grad, /*writable=*/in_place, "push_pull", key));
+    float* dst = static_cast<float*>(bufs.back()->ptr);
+    if (!in_place) {
+      bufs.push_back(Export(py::reinterpret_borrow<py::buffer>(out), true, "push_pull out", key));
+      dst = static_cast<float*>(bufs.back()->ptr);
+    }
+    const float* src = static_cast<const float*>(bufs.front()->ptr);
+    py::object result = in_place ? py::object(grad) : out;
+    Handle h = wk.PushPull(static_cast<KeyId>(key), src, dst, priority);
+    return std::make_unique<PyHandle>(std::move(h), std::move(bufs),
+                                      std::vector<py::object>{self, grad, out}, result);
+  }
+
+  std::unique_ptr<PyHandle> Broadcast(py::object self, int64_t key, py::buffer data, int root) {
+    Worker& wk = w();
+    std::vector<std::unique_ptr<py::buffer_info>> bufs;
+    bufs.push_back(Export(data, true, "broadcast", key));
+    float* p = static_cast<float*>(bufs.back()->ptr);
+    Handle h = wk.Broadcast(static_cast<KeyId>(key), p, root);
+    return std::make_unique<PyHandle>(std::move(h), std::move(bufs),
+                                      std::vector<py::object>{self, data}, data);
+  }
+
+  void Barrier(const std::string& name) {
+    Worker& wk = w();
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = wk.Barrier(name);
+    }
+    Check(s);
+  }
+
+  bool finished() const { return finished_; }
+
+ private:
+  // Exports `b` as a C-contiguous float32 buffer of the key's size (the library only sees a
+  // pointer, so the size check lives here).
+  std::unique_ptr<py::buffer_info> Export(const py::buffer& b, bool writable, const char* what,
+                                          int64_t key) {
+    auto info = std::make_unique<py::buffer_info>(b.request(writable));
+    const std::string label = std::string(what) + " key " + std::to_string(key);
+    const std::string& f = info->format;
+    if (info->itemsize != 4 || (f != "f" && f != "<f" && f != "=f")) {
+      Raise(InvalidArgumentError(label + ": want a float32 array, got format '" + f +
+                                 "' with " + std::to_string(info->itemsize) + "-byte items"));
+    }
+    py::ssize_t want = info->itemsize;
+    for (py::ssize_t d = info->ndim - 1; d >= 0; --d) {
+      if (info->shape[d] != 1 && info->strides[d] != want) {
+        Raise(InvalidArgumentError(label + ": array is not C-contiguous"));
+      }
+      want *= info->shape[d];
+    }
+    auto k = keys_.find(key);
+    if (k != keys_.end() && info->size != k->second.num_elements) {
+      Raise(InvalidArgumentError(label + " (" + k->second.name + "): array has " +
+                                 std::to_string(info->size) + " elements, the key has " +
+                                 std::to_string(k->second.num_elements)));
+    }
+    return info;
+  }
+
+  std::unique_ptr<Worker> worker_;
+  std::map<int64_t, KeyInfo> keys_;
+  bool finished_ = false;
+};
+
+}  // namespace
+}  // namespace trellis::python
+
+PYBIND11_MODULE(_trellis, m) {
+  using namespace trellis::python;
+  m.doc() = "Trellis worker library (C++ core of the `trellis` package)";
+
+  // TrellisError carries the C++ Status: .code (int, gRPC numbering), .code_name, .message.
+  py::dict ns;
+  py::exec(R"(
+class TrellisError(RuntimeError):
+    """An error Status from the Trellis library: .code (int), .code_name, .message."""
+    def __init__(self, code, code_name, message):
+        super().__init__(message)
+        self.code = code
+        self.code_name = code_name
+        self.message = message
+    def __str__(self):
+        return self.message
+)",
+           py::globals(), ns);
+  ErrorClass() = ns["TrellisError"];
+  ErrorClass().attr("__module__") = "trellis";
+  m.attr("TrellisError") = ErrorClass();
+
+  py::class_<PyHandle>(m, "Handle")
+      .def("wait", &PyHandle::Wait,
+           "Blocks until the operation completes (GIL released); returns the output array")
+      .def("done", &PyHandle::Done);
+
+  py::class_<PyWorker, std::shared_ptr<PyWorker>>(m, "Worker")
+      .def_static("create", &PyWorker::Create, py::arg("scheduler_address") = "",
+                  py::arg("token_file") = "", py::arg("rank") = -1, py::arg("slice_bytes") = 0,
+                  py::arg("water_mark") = 0, py::arg("timeout_ms") = 0)
+      .def_property_readonly("rank", [](PyWorker& w) { return w.w().rank(); })
+      .def_property_readonly("size", [](PyWorker& w) { return w.w().size(); })
+      .def_property_readonly("num_servers", [](PyWorker& w) { return w.w().num_servers(); })
+      .def_property_readonly("bytes_pushed", [](PyWorker& w) { return w.w().bytes_pushed(); })
+      .def_property_readonly("bytes_pulled", [](PyWorker& w) { return w.w().bytes_pulled(); })
+      .def_property_readonly("finished", &PyWorker::finished)
+      .def("declare_key", &PyWorker::DeclareKey, py::arg("key"), py::arg("num_elements"),
+           py::arg("name") = "")
+      .def("finish_declarations", &PyWorker::FinishDeclarations)
+      .def(
+          "push_pull",
+          [](py::object self, int64_t key, py::buffer grad, py::object out, int priority) {
+            return self.cast<PyWorker&>().PushPull(self, key, std::move(grad), std::move(out),
+                                                   priority);
+          },
+          py::arg("key"), py::arg("grad"), py::arg("out") = py::none(), py::arg("priority") = 0)
+      .def(
+          "broadcast",
+          [](py::object self, int64_t key, py::buffer data, int root) {
+            return self.cast<PyWorker&>().Broadcast(self, key, std::move(data), root);
+          },
+          py::arg("key"), py::arg("data"), py::arg("root") = 0)
+      .def("barrier", &PyWorker::Barrier, py::arg("name"))
+      .def("close", &PyWorker::Close);
+}

@@ -1,0 +1,359 @@
+"""trellis.torch: data-parallel PyTorch training over Trellis (see docs/pytorch.md).
+
+    import trellis, trellis.torch as tt
+    trellis.init()
+    optimizer = tt.DistributedOptimizer(optimizer, model.named_parameters())
+    tt.broadcast_parameters(model.state_dict(), root_rank=0)
+    tt.broadcast_optimizer_state(optimizer, root_rank=0)
+
+Keys. libtrellis needs every key declared, identically on every worker, before the collective
+FinishDeclarations, and accepts no declaration after it. So this module declares once, at the
+"seal": one key per trainable parameter of every DistributedOptimizer (in named_parameters
+order) plus one fixed-size broadcast channel. The seal happens when a DistributedOptimizer is
+created and all its parameters have shapes; with lazy modules (torch.nn.LazyLinear, ...) it
+waits for the first step(), after the first forward/backward materialized them.
+
+Broadcasts travel through the channel key (any dtype, as raw bytes, in chunks), so they need no
+keys of their own. Broadcasts asked for before the seal are queued and run at the seal, in order:
+for plain models that is before the first forward; for lazy models it is inside the first step(),
+before the optimizer update, so every worker ends the first step with identical parameters.
+"""
+
+import io
+import os
+
+import numpy as np
+import torch
+
+import trellis as _trellis
+
+__all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
+           "broadcast_object", "save_checkpoint", "load_checkpoint", "is_sealed"]
+
+_CHANNEL_KEY = 1 << 62        # the broadcast channel's key id
+_CHANNEL_FLOATS = 1 << 18     # 1 MiB per broadcast round
+_GRAD_KEY_BASE = 1 << 61      # gradient keys: base + declaration index
+_BARRIER = "trellis.torch.broadcast"
+
+
+def _is_lazy(t):
+    return isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
+
+
+class _State:
+    """This process's declarations and queued broadcasts (one per process, like the session)."""
+
+    def __init__(self):
+        self.sealed = False
+        self.params = []    # (name, parameter, key id, priority, optimizer), declaration order
+        self.pending = []   # callables run at the seal
+        self.channel = None
+
+    def session(self):
+        return _trellis._get()
+
+    def register(self, named, optimizer):
+        if self.sealed:
+            raise RuntimeError(
+                "trellis.torch: keys were already declared (a DistributedOptimizer or a "
+                "broadcast sealed them); create every DistributedOptimizer before the first "
+                "broadcast and before training")
+        for i, (name, p) in enumerate(named):
+            self.params.append((name, p, _GRAD_KEY_BASE + len(self.params), -i, optimizer))
+
+    def can_seal(self):
+        return all(not _is_lazy(p) for _, p, _, _, _ in self.params)
+
+    def seal(self):
+        if self.sealed:
+            return
+        s = self.session()
+        for name, p, key, _, _ in self.params:
+            if _is_lazy(p):
+                raise RuntimeError("trellis.torch: parameter %s is still uninitialized (lazy); "
+                                   "run a forward pass before step()" % name)
+            s.declare(key, p.numel(), name)
+        s.declare(_CHANNEL_KEY, _CHANNEL_FLOATS, "trellis.broadcast")
+        s.finish()
+        self.channel = np.zeros(_CHANNEL_FLOATS, dtype=np.float32)
+        self.sealed = True
+        for opt in {id(o): o for _, _, _, _, o in self.params}.values():
+            opt._trellis_attach_hooks()
+        self.run_pending()
+
+    def run_pending(self):
+        """Runs queued broadcasts whose tensors all have shapes now (lazy ones wait on)."""
+        waiting = []
+        for ready, fn in self.pending:
+            if ready():
+                fn()
+            else:
+                waiting.append((ready, fn))
+        self.pending = waiting
+
+    def defer_or_run(self, ready, fn):
+        if self.sealed and ready():
+            fn()
+        else:
+            self.pending.append((ready, fn))
+            if not self.sealed and self.params and self.can_seal():
+                self.seal()
+
+    def broadcast_bytes(self, data, nbytes, root):
+        """Broadcasts `nbytes` bytes (a uint8 array on the root, ignored elsewhere) through the
+        channel key; returns the bytes on every rank. Each round: the root sets the channel,
+        a barrier, the others read it, a barrier (the next round may overwrite it)."""
+        s = self.session()
+        if s.size() == 1:
+            return data
+        out = np.empty(nbytes, dtype=np.uint8)
+        chunk = _CHANNEL_FLOATS * 4
+        view = self.channel.view(np.uint8)
+        for off in range(0, max(nbytes, 1), chunk):
+            n = min(chunk, nbytes - off)
+            if s.rank() == root:
+                view[:n] = data[off:off + n]
+                s.broadcast(_CHANNEL_KEY, self.channel, root).wait()
+                s.barrier(_BARRIER)
+            else:
+                s.barrier(_BARRIER)
+                s.broadcast(_CHANNEL_KEY, self.channel, root).wait()
+            out[off:off + n] = view[:n]
+            s.barrier(_BARRIER)
+        return out
+
+
+_state = _State()
+
+
+def _reset():
+    global _state
+    _state = _State()
+
+
+_trellis._on_shutdown.append(_reset)
+
+
+def is_sealed():
+    """True once the keys are declared (broadcasts then run at once)."""
+    return _state.sealed
+
+
+def _tensor_bytes(t):
+    return t.detach().contiguous().view(-1).view(torch.uint8).numpy()
+
+
+def _broadcast_tensors_now(tensors, root):
+    s = _trellis._get()
+    if s.size() == 1:
+        return
+    sizes = [t.numel() * t.element_size() for t in tensors]
+    total = sum(sizes)
+    header = np.array([total, len(tensors)], dtype=np.int64).view(np.uint8)
+    got = _state.broadcast_bytes(header, header.size, root).view(np.int64)
+    if int(got[0]) != total or int(got[1]) != len(tensors):
+        raise RuntimeError("trellis.torch: broadcast from rank %d carries %d tensors (%d bytes); "
+                           "this worker has %d tensors (%d bytes): models differ"
+                           % (root, got[1], got[0], len(tensors), total))
+    data = None
+    if s.rank() == root:
+        data = np.concatenate([_tensor_bytes(t) for t in tensors]) if tensors else \
+            np.zeros(0, np.uint8)
+    data = _state.broadcast_bytes(data, total, root)
+    if s.rank() != root:
+        off = 0
+        with torch.no_grad():
+            for t, n in zip(tensors, sizes):
+                src = torch.from_numpy(data[off:off + n].copy()).view(t.dtype).view(t.shape)
+                t.copy_(src)
+                off += n
+
+
+def _tensors_of(params):
+    if isinstance(params, dict):
+        items = list(params.items())
+    else:
+        items = list(params)
+    out = []
+    for it in items:
+        t = it[1] if isinstance(it, tuple) else it
+        if t is None or not isinstance(t, torch.Tensor):
+            continue
+        out.append(t)
+    return out
+
+
+def broadcast_parameters(params, root_rank=0):
+    """Every worker ends with `root_rank`'s values of these tensors (a state_dict, or
+    named_parameters / a list of tensors), copied in place. Queued until the seal (see the
+    module doc); lazy (uninitialized) tensors are broadcast right after they materialize."""
+    tensors = _tensors_of(params)
+    _state.defer_or_run(lambda: not any(_is_lazy(t) for t in tensors),
+                        lambda: _broadcast_tensors_now(tensors, root_rank))
+
+
+def broadcast_object(obj, root_rank=0):
+    """Returns `root_rank`'s `obj` on every worker (pickled with torch.save). Needs the seal."""
+    s = _trellis._get()
+    if s.size() == 1:
+        return obj
+    if not _state.sealed:
+        _state.seal() if _state.params and _state.can_seal() else None
+    if not _state.sealed:
+        raise RuntimeError("trellis.torch.broadcast_object: keys not declared yet; call it after "
+                           "DistributedOptimizer(...) (after the first step for lazy modules)")
+    data = None
+    if s.rank() == root_rank:
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        data = np.frombuffer(buf.getvalue(), dtype=np.uint8)
+        n = np.array([data.size], dtype=np.int64)
+    else:
+        n = np.zeros(1, dtype=np.int64)
+    n = _state.broadcast_bytes(n.view(np.uint8), 8, root_rank).view(np.int64)
+    data = _state.broadcast_bytes(data, int(n[0]), root_rank)
+    if s.rank() == root_rank:
+        return obj
+    return torch.load(io.BytesIO(data.tobytes()), map_location="cpu")
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0):
+    """Every worker's optimizer ends with `root_rank`'s state and hyper-parameters."""
+    def run():
+        sd = broadcast_object(optimizer.state_dict(), root_rank)
+        if _trellis.rank() != root_rank:
+            optimizer.load_state_dict(sd)
+    _state.defer_or_run(lambda: True, run)
+
+
+class _DistributedMixin:
+    """Mixed into the wrapped optimizer's class: step() first sums the gradients."""
+
+    def _trellis_attach_hooks(self):
+        for p, (name, key, prio) in self._trellis_params.items():
+            if p in self._trellis_accs or not p.requires_grad:
+                continue
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._trellis_make_hook(p, key, prio, name))
+            self._trellis_accs[p] = acc  # the hook lives as long as the accumulator
+
+    def _trellis_make_hook(self, p, key, prio, name):
+        def hook(*_):
+            if p in self._trellis_handles:
+                raise RuntimeError(
+                    "trellis.torch: the gradient of %s was produced twice before step(); "
+                    "call step() after every backward()" % name)
+            self._trellis_start(p, key, prio, name)
+        return hook
+
+    def _trellis_start(self, p, key, prio, name):
+        g = p.grad
+        if g is None:
+            g = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            p.grad = g
+        elif not g.is_contiguous() or g.dtype != torch.float32 or g.device.type != "cpu":
+            raise RuntimeError("trellis.torch: gradient of %s must be a contiguous float32 CPU "
+                               "tensor (got %s on %s)" % (name, g.dtype, g.device))
+        self._trellis_handles[p] = _trellis.push_pull(key, g, priority=prio)
+
+    def synchronize(self):
+        """Waits for every parameter's summed gradient and averages it (step() calls this)."""
+        if not _state.sealed:
+            _state.seal()  # first step of a lazy model: everything has shapes now
+        else:
+            _state.run_pending()
+        n = _trellis.size()
+        for p, (name, key, prio) in self._trellis_params.items():
+            if p.requires_grad and p not in self._trellis_handles:
+                self._trellis_start(p, key, prio, name)  # no gradient this step: push zeros
+        for p, h in self._trellis_handles.items():
+            h.wait()
+            if n > 1:
+                p.grad.div_(n)
+        self._trellis_handles.clear()
+        self._trellis_synced = True
+
+    def step(self, closure=None):
+        if not self._trellis_synced:
+            self.synchronize()
+        self._trellis_synced = False
+        return super().step(closure)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None):
+    """Makes `optimizer` (any torch.optim.Optimizer) data-parallel; returns the same object.
+
+    During backward each parameter's gradient starts its push_pull the moment it is
+    accumulated (priority -index: the first layers, needed first by the next forward, go
+    first); step() waits for each, divides by the number of workers, then runs the original
+    update. Parameter order and names come from named_parameters (default: the optimizer's)."""
+    _trellis._get()
+    if named_parameters is None:
+        named = [("param.%d" % i, p) for i, p in
+                 enumerate(p for g in optimizer.param_groups for p in g["params"])]
+    else:
+        named = list(named_parameters)
+    in_opt = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    seen = set()
+    kept = []
+    for name, p in named:
+        if id(p) in seen:
+            continue  # shared (tied) parameters: one key
+        seen.add(id(p))
+        if id(p) in in_opt and p.requires_grad:
+            kept.append((name, p))
+    missing = in_opt - seen
+    if missing:
+        raise ValueError("trellis.torch.DistributedOptimizer: named_parameters lacks %d of the "
+                         "optimizer's parameters" % len(missing))
+    if isinstance(optimizer, _DistributedMixin):
+        raise ValueError("trellis.torch.DistributedOptimizer: optimizer is already distributed")
+    base = optimizer.__class__
+    optimizer.__class__ = type(base.__name__, (_DistributedMixin, base), {})
+    optimizer._trellis_params = {}
+    optimizer._trellis_accs = {}
+    optimizer._trellis_handles = {}
+    optimizer._trellis_synced = False
+    start = len(_state.params)
+    _state.register(kept, optimizer)
+    for name, p, key, prio, _ in _state.params[start:]:
+        optimizer._trellis_params[p] = (name, key, prio)
+    if _state.can_seal():
+        _state.seal()
+    return optimizer
+
+
+def save_checkpoint(path, model, optimizer=None, **extra):
+    """Rank 0 writes {model, optimizer, extra} with torch.save (temporary file + rename);
+    every worker returns once the file is complete."""
+    if _trellis.rank() == 0:
+        state = {"model": model.state_dict(), "extra": extra}
+        if optimizer is not None:
+            state["optimizer"] = optimizer.state_dict()
+        tmp = "%s.tmp.%d" % (path, os.getpid())
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    _trellis.barrier("trellis.torch.checkpoint")
+
+
+def load_checkpoint(path, model, optimizer=None, root_rank=0):
+    """`root_rank` reads the checkpoint, then every worker receives its model and optimizer
+    state; returns the `extra` values saved with it. Call it after DistributedOptimizer(...)."""
+    extra = None
+    if _trellis.rank() == root_rank:
+        state = torch.load(path, map_location="cpu")
+        model.load_state_dict(state["model"])
+        if optimizer is not None and "optimizer" in state:
+            optimizer.load_state_dict(state["optimizer"])
+        extra = state.get("extra", {})
+    if _trellis.size() == 1:
+        return extra
+    if not _state.sealed:
+        raise RuntimeError("trellis.torch.load_checkpoint: call it after DistributedOptimizer(...)"
+                           " (after the first step for lazy modules)")
+    _broadcast_tensors_now(_tensors_of(model.state_dict()), root_rank)
+    if optimizer is not None:
+        sd = broadcast_object(optimizer.state_dict(), root_rank)
+        if _trellis.rank() != root_rank:
+            optimizer.load_state_dict(sd)
+    return broadcast_object(extra, root_rank)
