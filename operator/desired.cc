@@ -1,0 +1,256 @@
+#include "operator/desired.h"
+
+namespace trellis::op {
+namespace {
+
+Json Metadata(const JobMeta& job, const std::string& name, const std::string& role, int rank,
+              const JobSpec* spec) {
+  Json m = Json::object();
+  m["name"] = JStr(name);
+  m["namespace"] = JStr(job.ns);
+  Json labels = Json::object();
+  if (spec) {
+    for (const auto& [k, v] : spec->labels) labels[k] = JStr(v);
+  }
+  labels[kLabelJob] = JStr(job.name);
+  if (!role.empty()) labels[kLabelRole] = JStr(role);
+  if (rank >= 0) labels[kLabelRank] = JStr(std::to_string(rank));
+  m["labels"] = labels;
+  Json owners = Json::array();
+  owners[0] = OwnerReference(job);
+  m["ownerReferences"] = owners;
+  return m;
+}
+
+Json EnvVar(const std::string& name, const std::string& value) {
+  Json e = Json::object();
+  e["name"] = JStr(name);
+  e["value"] = JStr(value);
+  return e;
+}
+
+Json FieldEnv(const std::string& name, const std::string& field_path) {
+  Json e = Json::object();
+  e["name"] = JStr(name);
+  Put(e, {"valueFrom", "fieldRef", "fieldPath"}, JStr(field_path));
+  return e;
+}
+
+Json Strings(const std::vector<std::string>& v) {
+  Json a = Json::array();
+  for (size_t i = 0; i < v.size(); ++i) a[i] = JStr(v[i]);
+  return a;
+}
+
+Json Resources(const ResourceSpec& req, const ResourceSpec& lim, int gpus) {
+  Json r = Json::object();
+  auto fill = [](Json& out, const ResourceSpec& rs) {
+    if (!rs.cpu.empty()) out["cpu"] = JStr(rs.cpu);
+    if (!rs.memory.empty()) out["memory"] = JStr(rs.memory);
+  };
+  Json requests = Json::object(), limits = Json::object();
+  fill(requests, req);
+  fill(limits, lim);
+  // Extended resources must have request == limit; setting the limit alone implies it.
+  if (gpus > 0) limits[kGpuResource] = JStr(std::to_string(gpus));
+  if (requests.size() > 0) r["requests"] = requests;
+  if (limits.size() > 0) r["limits"] = limits;
+  return r;
+}
+
+Json Volume(const std::string& name, const char* kind, const char* key, const std::string& ref) {
+  Json v = Json::object();
+  v["name"] = JStr(name);
+  Put(v, {kind, key}, JStr(ref));
+  return v;
+}
+
+Json Mount(const std::string& name, const std::string& path) {
+  Json m = Json::object();
+  m["name"] = JStr(name);
+  m["mountPath"] = JStr(path);
+  m["readOnly"] = Json::boolean(true);
+  return m;
+}
+
+Json PodShell(const JobMeta& job, const JobSpec& spec, PodRole role, int index, const OperatorSettings& s,
+              Json container, bool with_config) {
+  Json pod = Json::object();
+  pod["apiVersion"] = JStr("v1");
+  pod["kind"] = JStr("Pod");
+  const std::string name = PodName(job.name, role, index);
+  Json meta = Metadata(job, name, RoleName(role), role == PodRole::kScheduler ? -1 : index, &spec);
+  Json ann = Json::object();
+  ann["prometheus.io/scrape"] = JStr("true");
+  ann["prometheus.io/port"] = JStr(std::to_string(s.metrics_port));
+  meta["annotations"] = ann;
+  pod["metadata"] = meta;
+
+  Json mounts = Json::array();
+  Json volumes = Json::array();
+  mounts[0] = Mount("token", s.token_dir);
+  volumes[0] = Volume("token", "secret", "secretName", TokenSecretName(job.name));
+  if (with_config) {
+    mounts[1] = Mount("job", s.config_dir);
+    volumes[1] = Volume("job", "configMap", "name", ConfigMapName(job.name));
+  }
+  container["name"] = JStr("trellis");
+  container["image"] = JStr(spec.image.empty() ? s.default_image : spec.image);
+  container["volumeMounts"] = mounts;
+
+  Json podspec = Json::object();
+  // The agent restarts the program inside the pod; a pod that fails anyway is recreated by the
+  // operator under the job's run policy, so the kubelet never restarts it on its own.
+  podspec["restartPolicy"] = JStr("Never");
+  podspec["hostname"] = JStr(name);
+  Json containers = Json::array();
+  containers[0] = container;
+  podspec["containers"] = containers;
+  podspec["volumes"] = volumes;
+  pod["spec"] = podspec;
+  return pod;
+}
+
+}  // namespace
+
+std::string RoleName(PodRole r) {
+  switch (r) {
+    case PodRole::kScheduler: return "scheduler";
+    case PodRole::kServer: return "server";
+    case PodRole::kWorker: return "worker";
+  }
+  return "unknown";
+}
+
+StatusOr<JobMeta> JobMetaOf(const Json& job) {
+  JobMeta m;
+  m.name = Str(job, {"metadata", "name"});
+  m.ns = Str(job, {"metadata", "namespace"}, "default");
+  m.uid = Str(job, {"metadata", "uid"});
+  if (m.name.empty()) return InvalidArgumentError("metadata.name: required field is missing");
+  return m;
+}
+
+std::string PodName(const std::string& job, PodRole role, int index) {
+  if (role == PodRole::kScheduler) return job + "-scheduler";
+  return job + "-" + RoleName(role) + "-" + std::to_string(index);
+}
+std::string TokenSecretName(const std::string& job) { return job + "-token"; }
+std::string ConfigMapName(const std::string& job) { return job + "-config"; }
+std::string ServiceName(const std::string& job) { return job + "-scheduler"; }
+std::string JobSelector(const std::string& job) { return std::string(kLabelJob) + "=" + job; }
+
+Json OwnerReference(const JobMeta& job) {
+  Json o = Json::object();
+  o["apiVersion"] = JStr(kGroupVersion);
+  o["kind"] = JStr("TrainingJob");
+  o["name"] = JStr(job.name);
+  o["uid"] = JStr(job.uid);
+  o["controller"] = Json::boolean(true);
+  o["blockOwnerDeletion"] = Json::boolean(true);
+  return o;
+}
+
+Json TokenSecret(const JobMeta& job, const std::string& token) {
+  Json s = Json::object();
+  s["apiVersion"] = JStr("v1");
+  s["kind"] = JStr("Secret");
+  s["metadata"] = Metadata(job, TokenSecretName(job.name), "", -1, nullptr);
+  s["type"] = JStr("Opaque");
+  Put(s, {"stringData", "token"}, JStr(token));
+  return s;
+}
+
+Json JobConfigMap(const JobMeta& job, const JobSpec& spec) {
+  Json c = Json::object();
+  c["apiVersion"] = JStr("v1");
+  c["kind"] = JStr("ConfigMap");
+  c["metadata"] = Metadata(job, ConfigMapName(job.name), "", -1, nullptr);
+  Put(c, {"data", "job.yaml"}, JStr(JobSpecToYaml(spec)));
+  return c;
+}
+
+Json SchedulerService(const JobMeta& job, const OperatorSettings& s) {
+  Json svc = Json::object();
+  svc["apiVersion"] = JStr("v1");
+  svc["kind"] = JStr("Service");
+  svc["metadata"] = Metadata(job, ServiceName(job.name), "scheduler", -1, nullptr);
+  Json sel = Json::object();
+  sel[kLabelJob] = JStr(job.name);
+  sel[kLabelRole] = JStr("scheduler");
+  Json port = Json::object();
+  port["name"] = JStr("grpc");
+  port["port"] = Json::number(s.scheduler_port);
+  port["targetPort"] = Json::number(s.scheduler_port);
+  port["protocol"] = JStr("TCP");
+  Json ports = Json::array();
+  ports[0] = port;
+  svc["spec"] = Json::object();
+  svc["spec"]["selector"] = sel;
+  svc["spec"]["ports"] = ports;
+  // Agents must reach the scheduler before it reports ready: headless, not-ready addresses published.
+  svc["spec"]["clusterIP"] = JStr("None");
+  svc["spec"]["publishNotReadyAddresses"] = Json::boolean(true);
+  return svc;
+}
+
+Json SchedulerPod(const JobMeta& job, const JobSpec& spec, const OperatorSettings& s) {
+  Json c = Json::object();
+  c["command"] = Strings({"trellis-scheduler", "--job-file", s.config_dir + "/job.yaml", "--host", "0.0.0.0",
+                          "--port", std::to_string(s.scheduler_port), "--token-file", s.token_dir + "/token",
+                          "--job-name", job.name});
+  Json port = Json::object();
+  port["name"] = JStr("grpc");
+  port["containerPort"] = Json::number(s.scheduler_port);
+  Json ports = Json::array();
+  ports[0] = port;
+  c["ports"] = ports;
+  return PodShell(job, spec, PodRole::kScheduler, 0, s, c, /*with_config=*/true);
+}
+
+Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, const OperatorSettings& s) {
+  const bool server = role == PodRole::kServer;
+  const RoleSpec& rs = server ? spec.servers : spec.workers;
+  std::vector<std::string> argv = {"trellis-agent", "--restart-policy",
+                                   std::string(ToString(spec.RestartPolicyFor(rs))), "--backoff-limit",
+                                   std::to_string(spec.runPolicy.backoffLimit)};
+  if (!rs.command.empty()) {
+    argv.push_back("--");
+    argv.insert(argv.end(), rs.command.begin(), rs.command.end());
+    argv.insert(argv.end(), rs.args.begin(), rs.args.end());
+  }
+  Json c = Json::object();
+  c["command"] = Strings(argv);
+  Json env = Json::array();
+  size_t n = 0;
+  env[n++] = EnvVar("TRELLIS_JOB", job.name);
+  env[n++] = EnvVar("TRELLIS_SCHEDULER", ServiceName(job.name) + ":" + std::to_string(s.scheduler_port));
+  env[n++] = EnvVar("TRELLIS_ROLE", RoleName(role));
+  env[n++] = EnvVar("TRELLIS_NUM_SERVERS", std::to_string(spec.servers.replicas));
+  env[n++] = EnvVar("TRELLIS_NUM_WORKERS", std::to_string(spec.workers.replicas));
+  env[n++] = EnvVar("TRELLIS_TOKEN_FILE", s.token_dir + "/token");
+  env[n++] = FieldEnv("TRELLIS_POD_NAME", "metadata.name");
+  env[n++] = FieldEnv("TRELLIS_HOST", "status.podIP");
+  if (!server && rs.gpusPerWorker > 0) env[n++] = EnvVar("TRELLIS_GPUS", std::to_string(rs.gpusPerWorker));
+  for (const auto& [k, v] : rs.env) env[n++] = EnvVar(k, v);
+  c["env"] = env;
+  Json res = Resources(rs.requests, rs.limits, server ? 0 : rs.gpusPerWorker);
+  if (res.size() > 0) c["resources"] = res;
+  Json port = Json::object();
+  port["name"] = JStr("metrics");
+  port["containerPort"] = Json::number(s.metrics_port);
+  Json ports = Json::array();
+  ports[0] = port;
+  c["ports"] = ports;
+  return PodShell(job, spec, role, index, s, c, /*with_config=*/false);
+}
+
+std::vector<Json> DesiredPods(const JobMeta& job, const JobSpec& spec, const OperatorSettings& s) {
+  std::vector<Json> pods;
+  pods.push_back(SchedulerPod(job, spec, s));
+  for (int i = 0; i < spec.servers.replicas; ++i) pods.push_back(RolePod(job, spec, PodRole::kServer, i, s));
+  for (int i = 0; i < spec.workers.replicas; ++i) pods.push_back(RolePod(job, spec, PodRole::kWorker, i, s));
+  return pods;
+}
+
+}  // namespace trellis::op

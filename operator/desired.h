@@ -1,0 +1,63 @@
+// The objects a TrainingJob should own, as pure functions of the job (no server involved):
+// a token Secret, a ConfigMap with the job file for the scheduler, the scheduler Pod and its
+// Service, server Pods and worker Pods. Every object carries a controller ownerReference to the
+// job (so deleting the job deletes them) and the labels trellis.io/job-name, trellis.io/role,
+// trellis.io/rank.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "operator/json_util.h"
+
+namespace trellis::op {
+
+inline constexpr char kGroupVersion[] = "trellis.io/v1alpha1";
+inline constexpr char kLabelJob[] = "trellis.io/job-name";
+inline constexpr char kLabelRole[] = "trellis.io/role";
+inline constexpr char kLabelRank[] = "trellis.io/rank";
+inline constexpr char kGpuResource[] = "nvidia.com/gpu";
+
+struct OperatorSettings {
+  std::string default_image = "ghcr.io/trellis-ml/trellis:0.1.0";  // when spec.image is empty
+  int scheduler_port = 7000;
+  int metrics_port = 9100;                       // the prometheus.io/port annotation
+  std::string token_dir = "/var/run/trellis";    // token Secret mount; file "token"
+  std::string config_dir = "/etc/trellis";       // job ConfigMap mount; file "job.yaml"
+};
+
+enum class PodRole { kScheduler, kServer, kWorker };
+std::string RoleName(PodRole r);  // "scheduler", "server", "worker"
+
+// The identity of a job object, as its ownerReference needs it.
+struct JobMeta {
+  std::string name;
+  std::string ns;
+  std::string uid;
+};
+// Reads metadata.name/namespace/uid; an error when the name is missing.
+StatusOr<JobMeta> JobMetaOf(const Json& job);
+
+std::string PodName(const std::string& job, PodRole role, int index);  // "<job>-worker-3", "<job>-scheduler"
+std::string TokenSecretName(const std::string& job);                    // "<job>-token"
+std::string ConfigMapName(const std::string& job);                      // "<job>-config"
+std::string ServiceName(const std::string& job);                        // "<job>-scheduler"
+// The label selector (URL form) of every pod of a job: "trellis.io/job-name=<job>".
+std::string JobSelector(const std::string& job);
+
+Json OwnerReference(const JobMeta& job);
+
+Json TokenSecret(const JobMeta& job, const std::string& token);
+Json JobConfigMap(const JobMeta& job, const JobSpec& spec);
+Json SchedulerService(const JobMeta& job, const OperatorSettings& s);
+Json SchedulerPod(const JobMeta& job, const JobSpec& spec, const OperatorSettings& s);
+// A server (kServer) or worker (kWorker) pod: the agent as entrypoint with the role's restart
+// policy and the job's backoffLimit, the environment of DESIGN.md, resources and GPUs.
+Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, const OperatorSettings& s);
+
+// Every pod the job should have, scheduler first, then servers, then workers.
+std::vector<Json> DesiredPods(const JobMeta& job, const JobSpec& spec, const OperatorSettings& s);
+
+}  // namespace trellis::op

@@ -1,0 +1,307 @@
+#include "operator/job_status.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace trellis::op {
+namespace {
+
+struct RoleCounts {
+  int active = 0;  // Pending or Running
+  int running = 0;
+  int succeeded = 0;
+  int failed = 0;
+};
+
+Json CountsJson(const RoleCounts& c, int restarts) {
+  Json j = Json::object();
+  j["active"] = Json::number(c.active);
+  j["running"] = Json::number(c.running);
+  j["succeeded"] = Json::number(c.succeeded);
+  j["failed"] = Json::number(c.failed);
+  j["restarts"] = Json::number(restarts);
+  return j;
+}
+
+bool Terminal(const std::string& phase) { return phase == kSucceeded || phase == kFailed; }
+
+// The pods cleanPodPolicy deletes once the job has ended.
+std::vector<std::string> CleanUp(CleanPodPolicy policy, const std::vector<ObservedPod>& pods) {
+  std::vector<std::string> out;
+  for (const auto& p : pods) {
+    if (p.deleting) continue;
+    const bool running = p.phase == "Pending" || p.phase == "Running" || p.phase == "Unknown";
+    if (policy == CleanPodPolicy::kAll || (policy == CleanPodPolicy::kRunning && running)) out.push_back(p.name);
+  }
+  return out;
+}
+
+std::string Describe(const ObservedPod& p) {
+  std::string s = RoleName(p.role);
+  if (p.role != PodRole::kScheduler) s += " " + std::to_string(p.index);
+  s += " (pod " + p.name + ")";
+  return s;
+}
+
+}  // namespace
+
+std::optional<ObservedPod> ObservePod(const Json& pod) {
+  ObservedPod o;
+  o.name = Str(pod, {"metadata", "name"});
+  const std::string role = Str(pod, {"metadata", "labels", kLabelRole});
+  if (o.name.empty()) return std::nullopt;
+  if (role == "scheduler") {
+    o.role = PodRole::kScheduler;
+  } else if (role == "server" || role == "worker") {
+    o.role = role == "server" ? PodRole::kServer : PodRole::kWorker;
+    const std::string rank = Str(pod, {"metadata", "labels", kLabelRank});
+    if (rank.empty() || rank.size() > 6 || !std::all_of(rank.begin(), rank.end(), ::isdigit)) return std::nullopt;
+    o.index = std::stoi(rank);
+  } else {
+    return std::nullopt;
+  }
+  o.phase = Str(pod, {"status", "phase"}, "Pending");
+  o.deleting = At(pod, {"metadata", "deletionTimestamp"}) != nullptr;
+  if (const Json* cs = At(pod, {"status", "containerStatuses"}); cs && cs->is_array() && cs->size() > 0) {
+    if (auto code = Int(cs->at(0), {"state", "terminated", "exitCode"})) o.exit_code = static_cast<int>(*code);
+  }
+  return o;
+}
+
+void SetCondition(Json& status, const std::string& type, bool value, const std::string& reason,
+                  const std::string& message, Clock::time_point now) {
+  if (!status.has_array_field("conditions")) status["conditions"] = Json::array();
+  Json& conds = status["conditions"];
+  const std::string v = value ? "True" : "False";
+  for (size_t i = 0; i < conds.size(); ++i) {
+    Json& c = conds[i];
+    if (Str(c, {"type"}) != type) continue;
+    if (Str(c, {"status"}) != v) c["lastTransitionTime"] = JStr(FormatTime(now));
+    c["status"] = JStr(v);
+    c["reason"] = JStr(reason);
+    c["message"] = JStr(message);
+    return;
+  }
+  Json c = Json::object();
+  c["type"] = JStr(type);
+  c["status"] = JStr(v);
+  c["reason"] = JStr(reason);
+  c["message"] = JStr(message);
+  c["lastTransitionTime"] = JStr(FormatTime(now));
+  conds[conds.size()] = c;
+}
+
+JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vector<ObservedPod>& pods,
+                Clock::time_point now) {
+  JobPlan plan;
+  const Json* old_status = At(job, {"status"});
+  plan.status = old_status && old_status->is_object() ? *old_status : Json::object();
+  Json& st = plan.status;
+  const std::string old_phase = Str(st, {"phase"});
+  std::string phase, reason, message;
+
+  auto finish = [&](const std::string& p, const std::string& r, const std::string& m) {
+    phase = p;
+    reason = r;
+    message = m;
+    if (!At(st, {"completionTime"})) st["completionTime"] = JStr(FormatTime(now));
+  };
+  // Writes phase + conditions and, on a change of phase, the event.
+  auto conclude = [&]() {
+    st["phase"] = JStr(phase);
+    const std::map<std::string, std::string> cond_type = {{kPending, "Created"},    {kRunning, "Running"},
+                                                          {kRestarting, "Restarting"}, {kSucceeded, "Succeeded"},
+                                                          {kFailed, "Failed"},      {kSuspended, "Suspended"}};
+    if (phase != old_phase) {
+      SetCondition(st, cond_type.at(phase), true, reason, message, now);
+      for (const char* transient : {kRunning, kRestarting, kSuspended}) {
+        if (phase != transient && old_phase == transient) {
+          SetCondition(st, cond_type.at(transient), false, reason, message, now);
+        }
+      }
+      plan.event_type = (phase == kFailed || phase == kRestarting) ? "Warning" : "Normal";
+      plan.event_reason = reason;
+      plan.event_message = message;
+    }
+  };
+
+  if (!spec.ok()) {
+    // Never a crash, never a pod: the user fixes the spec (a new object) and applies again.
+    finish(kFailed, "InvalidSpec", spec.status().message());
+    conclude();
+    return plan;
+  }
+  const JobSpec& js = *spec;
+  const std::string name = js.name;
+
+  auto apply_ttl = [&]() {
+    if (!js.runPolicy.ttlSecondsAfterFinished) return;
+    auto done = ParseTime(Str(st, {"completionTime"}));
+    if (!done) return;
+    auto expiry = *done + std::chrono::seconds(*js.runPolicy.ttlSecondsAfterFinished);
+    if (now >= expiry) {
+      plan.delete_job = true;
+    } else {
+      plan.requeue_after = expiry - now;
+    }
+  };
+
+  if (Terminal(old_phase)) {
+    phase = old_phase;
+    plan.remove = CleanUp(js.runPolicy.cleanPodPolicy, pods);
+    apply_ttl();
+    st["phase"] = JStr(phase);
+    return plan;
+  }
+
+  if (js.runPolicy.suspend) {
+    for (const auto& p : pods) {
+      if (!p.deleting) plan.remove.push_back(p.name);
+    }
+    // The deadline counts running time: a resumed job starts its clock again.
+    if (st.has_field("startTime")) st.erase("startTime");
+    phase = kSuspended;
+    reason = "JobSuspended";
+    message = "job " + name + " is suspended: its pods are deleted until spec.runPolicy.suspend is false";
+    conclude();
+    return plan;
+  }
+  if (old_phase == kSuspended) {
+    reason = "JobResumed";
+    message = "job " + name + " resumed";
+  }
+
+  if (!At(st, {"startTime"})) st["startTime"] = JStr(FormatTime(now));
+  const auto start = ParseTime(Str(st, {"startTime"})).value_or(now);
+
+  // Per-role counts and restarts so far.
+  std::map<PodRole, RoleCounts> counts;
+  std::map<std::string, const ObservedPod*> by_name;
+  for (const auto& p : pods) {
+    by_name[p.name] = &p;
+    RoleCounts& c = counts[p.role];
+    if (p.phase == "Running") ++c.running;
+    if (p.phase == "Pending" || p.phase == "Running" || p.phase == "Unknown") ++c.active;
+    if (p.phase == "Succeeded") ++c.succeeded;
+    if (p.phase == "Failed") ++c.failed;
+  }
+  auto restarts_of = [&](const char* role) {
+    return static_cast<int>(Int(st, {"replicaStatuses", role, "restarts"}).value_or(0));
+  };
+  std::map<PodRole, int> restarts = {{PodRole::kScheduler, restarts_of("scheduler")},
+                                     {PodRole::kServer, restarts_of("server")},
+                                     {PodRole::kWorker, restarts_of("worker")}};
+
+  bool restarted = false;
+  if (js.runPolicy.activeDeadlineSeconds) {
+    const auto deadline = start + std::chrono::seconds(*js.runPolicy.activeDeadlineSeconds);
+    if (now >= deadline) {
+      finish(kFailed, "DeadlineExceeded",
+             "job " + name + " ran longer than activeDeadlineSeconds (" +
+                 std::to_string(*js.runPolicy.activeDeadlineSeconds) + "s)");
+    } else {
+      plan.requeue_after = deadline - now;
+    }
+  }
+
+  // Failed pods: restart under the role's policy until backoffLimit, else the job fails.
+  int total_restarts = restarts[PodRole::kServer] + restarts[PodRole::kWorker];
+  for (const auto& p : pods) {
+    if (!phase.empty()) break;
+    if (p.phase != "Failed" || p.deleting) continue;
+    const std::string code = p.exit_code >= 0 ? " with exit code " + std::to_string(p.exit_code) : "";
+    if (p.role == PodRole::kScheduler) {
+      finish(kFailed, "SchedulerFailed", "job " + name + ": " + Describe(p) + " failed" + code);
+      break;
+    }
+    const RestartPolicy policy = js.RestartPolicyFor(p.role == PodRole::kServer ? js.servers : js.workers);
+    const bool permanent = policy == RestartPolicy::kNever ||
+                           (policy == RestartPolicy::kExitCode && p.exit_code >= 1 && p.exit_code < 128);
+    if (permanent) {
+      finish(kFailed, "PodFailed",
+             "job " + name + ": " + Describe(p) + " failed" + code + " (restartPolicy " +
+                 std::string(ToString(policy)) + ")");
+      break;
+    }
+    if (total_restarts >= js.runPolicy.backoffLimit) {
+      finish(kFailed, "BackoffLimitExceeded",
+             "job " + name + ": " + Describe(p) + " failed" + code + " after " + std::to_string(total_restarts) +
+                 " restarts (backoffLimit " + std::to_string(js.runPolicy.backoffLimit) + ")");
+      break;
+    }
+    ++restarts[p.role];
+    ++total_restarts;
+    plan.remove.push_back(p.name);
+    restarted = true;
+    reason = "PodRestarted";
+    message = "job " + name + ": " + Describe(p) + " failed" + code + "; recreating it (restart " +
+              std::to_string(total_restarts) + " of at most " + std::to_string(js.runPolicy.backoffLimit) + ")";
+  }
+
+  if (phase.empty() && counts[PodRole::kWorker].succeeded >= js.workers.replicas) {
+    finish(kSucceeded, "JobSucceeded", "job " + name + ": all " + std::to_string(js.workers.replicas) +
+                                           " workers succeeded");
+  }
+
+  // Per-role status.
+  Json rs = Json::object();
+  rs["scheduler"] = CountsJson(counts[PodRole::kScheduler], restarts[PodRole::kScheduler]);
+  rs["server"] = CountsJson(counts[PodRole::kServer], restarts[PodRole::kServer]);
+  rs["worker"] = CountsJson(counts[PodRole::kWorker], restarts[PodRole::kWorker]);
+  st["replicaStatuses"] = rs;
+  st["restarts"] = Json::number(total_restarts);
+  st["workers"] = JStr(std::to_string(counts[PodRole::kWorker].running + counts[PodRole::kWorker].succeeded) +
+                       "/" + std::to_string(js.workers.replicas));
+  st["servers"] = JStr(std::to_string(counts[PodRole::kServer].running) + "/" +
+                       std::to_string(js.servers.replicas));
+
+  if (Terminal(phase)) {
+    // Pods being restarted this very round are dropped: the job is over.
+    plan.remove = CleanUp(js.runPolicy.cleanPodPolicy, pods);
+    plan.requeue_after.reset();
+    apply_ttl();
+    conclude();
+    return plan;
+  }
+
+  // Create what is missing (a pod still being deleted is recreated once it is gone).
+  plan.ensure_support = true;
+  const JobMeta meta{name, js.ns, ""};
+  std::set<std::string> removing(plan.remove.begin(), plan.remove.end());
+  bool all_up = true;
+  for (const auto& want : DesiredPods(meta, js, OperatorSettings{})) {
+    const std::string pod = Str(want, {"metadata", "name"});
+    auto it = by_name.find(pod);
+    if (it == by_name.end()) {
+      plan.create.push_back(pod);
+      all_up = false;
+      continue;
+    }
+    const ObservedPod& p = *it->second;
+    const bool up = p.phase == "Running" || (p.role == PodRole::kWorker && p.phase == "Succeeded");
+    if (!up || p.deleting || removing.count(pod)) all_up = false;
+  }
+
+  if (restarted) {
+    phase = kRestarting;
+  } else if (all_up) {
+    phase = kRunning;
+    if (reason.empty() || old_phase != kRunning) {
+      reason = "JobRunning";
+      message = "job " + name + ": all pods are running";
+    }
+  } else if (old_phase == kRestarting) {
+    phase = kRestarting;  // until every pod is back up
+  } else {
+    phase = kPending;
+    if (reason.empty()) {
+      reason = "JobCreated";
+      message = "job " + name + ": creating and waiting for pods";
+    }
+  }
+  conclude();
+  return plan;
+}
+
+}  // namespace trellis::op

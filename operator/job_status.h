@@ -1,0 +1,59 @@
+// The run policy as a pure function: from a TrainingJob (its spec and last status), the pods
+// observed for it and the time, decide the new status and what to create or delete. Level-based:
+// the same inputs give the same plan, so running it twice, or after a crash, is safe.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "operator/desired.h"
+#include "operator/json_util.h"
+
+namespace trellis::op {
+
+// Phases (status.phase) and the reasons the conditions carry.
+inline constexpr char kPending[] = "Pending";
+inline constexpr char kRunning[] = "Running";
+inline constexpr char kRestarting[] = "Restarting";
+inline constexpr char kSucceeded[] = "Succeeded";
+inline constexpr char kFailed[] = "Failed";
+inline constexpr char kSuspended[] = "Suspended";
+
+struct ObservedPod {
+  std::string name;
+  PodRole role = PodRole::kWorker;
+  int index = 0;
+  std::string phase;   // Pending, Running, Succeeded, Failed, Unknown
+  int exit_code = -1;  // of the terminated container; -1 when unknown
+  bool deleting = false;
+};
+// nullopt for a pod without valid trellis.io/role and trellis.io/rank labels (not ours to judge).
+std::optional<ObservedPod> ObservePod(const Json& pod);
+
+struct JobPlan {
+  Json status;                          // the whole new status object
+  std::vector<std::string> create;      // pod names to create
+  std::vector<std::string> remove;      // pod names to delete
+  bool ensure_support = false;          // token Secret, ConfigMap and scheduler Service must exist
+  bool delete_job = false;              // ttlSecondsAfterFinished has passed
+  std::optional<Clock::duration> requeue_after;  // look again then (deadline, TTL)
+  // Set when the phase changes: a Kubernetes Event to record.
+  std::string event_type;  // Normal or Warning; empty: no event
+  std::string event_reason;
+  std::string event_message;
+};
+
+// `spec` is ParseJobSpec of the job object (an error makes the job Failed with reason InvalidSpec
+// and the parser's message). `job` supplies the previous status.
+JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vector<ObservedPod>& pods,
+                Clock::time_point now);
+
+// Sets (or updates) the condition of `type` in status.conditions; lastTransitionTime changes only
+// when the condition's status does.
+void SetCondition(Json& status, const std::string& type, bool value, const std::string& reason,
+                  const std::string& message, Clock::time_point now);
+
+}  // namespace trellis::op

@@ -1,0 +1,123 @@
+#include "operator/desired.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/operator/test_jobs.h"
+
+namespace trellis::op {
+namespace {
+
+using testing::ApiJob;
+using testing::kSpec;
+using testing::Spec;
+
+std::string EnvOf(const Json& pod, const std::string& name) {
+  const Json& env = pod.at("spec").at("containers").at(0).at("env");
+  for (size_t i = 0; i < env.size(); ++i) {
+    if (Str(env.at(i), {"name"}) == name) {
+      if (const Json* f = At(env.at(i), {"valueFrom", "fieldRef", "fieldPath"})) return "fieldRef:" + f->as_string();
+      return Str(env.at(i), {"value"});
+    }
+  }
+  return "<unset>";
+}
+
+std::vector<std::string> Command(const Json& pod) {
+  std::vector<std::string> out;
+  const Json& c = pod.at("spec").at("containers").at(0).at("command");
+  for (size_t i = 0; i < c.size(); ++i) out.push_back(c.at(i).as_string());
+  return out;
+}
+
+TEST(JobMetaTest, ReadsIdentityAndRejectsNameless) {
+  auto m = JobMetaOf(ApiJob(kSpec));
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->name, "mlp");
+  EXPECT_EQ(m->ns, "team");
+  EXPECT_EQ(m->uid, "u-1");
+  auto bad = JobMetaOf(*ParseJson(R"({"metadata":{}})"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "metadata.name: required field is missing");
+}
+
+TEST(DesiredTest, PodsNamedByRoleAndRankInOrder) {
+  Json job = ApiJob(kSpec);
+  auto pods = DesiredPods(*JobMetaOf(job), Spec(job), OperatorSettings{});
+  std::vector<std::string> names;
+  for (const auto& p : pods) names.push_back(Str(p, {"metadata", "name"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"mlp-scheduler", "mlp-server-0", "mlp-server-1", "mlp-worker-0",
+                                             "mlp-worker-1", "mlp-worker-2"}));
+}
+
+TEST(DesiredTest, WorkerPodHasAgentEntrypointEnvLabelsOwnerAndResources) {
+  Json job = ApiJob(kSpec);
+  Json pod = RolePod(*JobMetaOf(job), Spec(job), PodRole::kWorker, 2, OperatorSettings{});
+  EXPECT_EQ(Str(pod, {"metadata", "namespace"}), "team");
+  EXPECT_EQ(Str(pod, {"metadata", "labels", "trellis.io/job-name"}), "mlp");
+  EXPECT_EQ(Str(pod, {"metadata", "labels", "trellis.io/role"}), "worker");
+  EXPECT_EQ(Str(pod, {"metadata", "labels", "trellis.io/rank"}), "2");
+  EXPECT_EQ(Str(pod, {"metadata", "labels", "app"}), "demo");  // the job's labels are copied
+  EXPECT_EQ(Str(pod, {"metadata", "annotations", "prometheus.io/scrape"}), "true");
+  EXPECT_EQ(Str(pod, {"metadata", "annotations", "prometheus.io/port"}), "9100");
+  const Json& owner = pod.at("metadata").at("ownerReferences").at(0);
+  EXPECT_EQ(Str(owner, {"kind"}), "TrainingJob");
+  EXPECT_EQ(Str(owner, {"apiVersion"}), "trellis.io/v1alpha1");
+  EXPECT_EQ(Str(owner, {"uid"}), "u-1");
+  EXPECT_TRUE(Bool(owner, {"controller"}));
+  EXPECT_EQ(Command(pod), (std::vector<std::string>{"trellis-agent", "--restart-policy", "OnFailure",
+                                                    "--backoff-limit", "2", "--", "trellis-mlp", "--steps", "10"}));
+  EXPECT_EQ(Str(pod, {"spec", "restartPolicy"}), "Never");
+  EXPECT_EQ(Str(pod.at("spec").at("containers").at(0), {"image"}), "reg/trellis:1");
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_JOB"), "mlp");
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_SCHEDULER"), "mlp-scheduler:7000");
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_ROLE"), "worker");
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_NUM_SERVERS"), "2");
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_NUM_WORKERS"), "3");
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_TOKEN_FILE"), "/var/run/trellis/token");
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_POD_NAME"), "fieldRef:metadata.name");
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_HOST"), "fieldRef:status.podIP");
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_GPUS"), "1");
+  EXPECT_EQ(EnvOf(pod, "A"), "b");
+  const Json& res = pod.at("spec").at("containers").at(0).at("resources");
+  EXPECT_EQ(Str(res, {"requests", "cpu"}), "2");
+  EXPECT_EQ(Str(res, {"requests", "memory"}), "4Gi");
+  EXPECT_EQ(Str(res, {"limits", "nvidia.com/gpu"}), "1");
+  EXPECT_EQ(Str(pod.at("spec").at("volumes").at(0), {"secret", "secretName"}), "mlp-token");
+}
+
+TEST(DesiredTest, ServerWithoutCommandRunsBuiltInPserverAndNoGpus) {
+  Json job = ApiJob(R"({"workers":{"command":["w"]},"servers":{"restartPolicy":"Always"}})");
+  Json pod = RolePod(*JobMetaOf(job), Spec(job), PodRole::kServer, 0, OperatorSettings{});
+  EXPECT_EQ(Command(pod), (std::vector<std::string>{"trellis-agent", "--restart-policy", "Always",
+                                                    "--backoff-limit", "3"}));
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_ROLE"), "server");
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_GPUS"), "<unset>");
+  EXPECT_FALSE(pod.at("spec").at("containers").at(0).has_field("resources"));
+  EXPECT_EQ(Str(pod.at("spec").at("containers").at(0), {"image"}), OperatorSettings{}.default_image);
+}
+
+TEST(DesiredTest, SchedulerPodReadsJobFileFromConfigMapAndServiceSelectsIt) {
+  Json job = ApiJob(kSpec);
+  JobMeta meta = *JobMetaOf(job);
+  JobSpec spec = Spec(job);
+  Json pod = SchedulerPod(meta, spec, OperatorSettings{});
+  EXPECT_EQ(Command(pod), (std::vector<std::string>{"trellis-scheduler", "--job-file", "/etc/trellis/job.yaml",
+                                                    "--host", "0.0.0.0", "--port", "7000", "--token-file",
+                                                    "/var/run/trellis/token", "--job-name", "mlp"}));
+  EXPECT_EQ(Str(pod, {"metadata", "labels", "trellis.io/role"}), "scheduler");
+  EXPECT_FALSE(At(pod, {"metadata", "labels", "trellis.io/rank"}));
+  Json cm = JobConfigMap(meta, spec);
+  auto parsed = ParseJobSpec(Str(cm, {"data", "job.yaml"}));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(*parsed, spec);  // the scheduler reads the very job the operator saw
+  Json svc = SchedulerService(meta, OperatorSettings{});
+  EXPECT_EQ(Str(svc, {"metadata", "name"}), "mlp-scheduler");
+  EXPECT_EQ(Str(svc, {"spec", "selector", "trellis.io/role"}), "scheduler");
+  EXPECT_EQ(Int(svc.at("spec").at("ports").at(0), {"port"}), 7000);
+  Json secret = TokenSecret(meta, "s3cret");
+  EXPECT_EQ(Str(secret, {"stringData", "token"}), "s3cret");
+  EXPECT_EQ(Str(secret.at("metadata").at("ownerReferences").at(0), {"name"}), "mlp");
+}
+
+}  // namespace
+}  // namespace trellis::op

@@ -1,0 +1,239 @@
+#include "operator/job_status.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/operator/test_jobs.h"
+
+namespace trellis::op {
+namespace {
+
+using testing::ApiJob;
+using testing::kSpec;
+using testing::Spec;
+
+const Clock::time_point kT0 = Clock::from_time_t(1'800'000'000);
+
+ObservedPod Pod(PodRole role, int index, const std::string& phase, int exit_code = -1) {
+  ObservedPod p;
+  p.role = role;
+  p.index = index;
+  p.name = PodName("mlp", role, index);
+  p.phase = phase;
+  p.exit_code = exit_code;
+  return p;
+}
+
+// Every pod of kSpec (scheduler, 2 servers, 3 workers) in one phase.
+std::vector<ObservedPod> AllPods(const std::string& phase) {
+  std::vector<ObservedPod> pods = {Pod(PodRole::kScheduler, 0, "Running"), Pod(PodRole::kServer, 0, "Running"),
+                                   Pod(PodRole::kServer, 1, "Running")};
+  for (int i = 0; i < 3; ++i) pods.push_back(Pod(PodRole::kWorker, i, phase));
+  return pods;
+}
+
+// Runs one plan and feeds its status back into the job, as the reconciler does.
+JobPlan Step(Json& job, const std::vector<ObservedPod>& pods, Clock::time_point now) {
+  JobPlan plan = PlanJob(job, ParseJobSpec(job.serialize()), pods, now);
+  job["status"] = plan.status;
+  return plan;
+}
+
+std::string Condition(const Json& status, const std::string& type, const char* field = "status") {
+  const Json* conds = At(status, {"conditions"});
+  if (!conds) return "<none>";
+  for (size_t i = 0; i < conds->size(); ++i) {
+    if (Str(conds->at(i), {"type"}) == type) return Str(conds->at(i), {field});
+  }
+  return "<none>";
+}
+
+TEST(PlanJobTest, NewJobCreatesEveryPodAndIsPending) {
+  Json job = ApiJob(kSpec);
+  JobPlan plan = Step(job, {}, kT0);
+  EXPECT_EQ(plan.create, (std::vector<std::string>{"mlp-scheduler", "mlp-server-0", "mlp-server-1",
+                                                   "mlp-worker-0", "mlp-worker-1", "mlp-worker-2"}));
+  EXPECT_TRUE(plan.ensure_support);
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_EQ(Str(plan.status, {"phase"}), "Pending");
+  EXPECT_EQ(Str(plan.status, {"startTime"}), FormatTime(kT0));
+  EXPECT_EQ(Condition(plan.status, "Created"), "True");
+  EXPECT_EQ(plan.event_reason, "JobCreated");
+  // The same world again: nothing new to create is asked twice differently, no new event.
+  JobPlan again = Step(job, {}, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(again.create.size(), 6u);
+  EXPECT_TRUE(again.event_type.empty());
+}
+
+TEST(PlanJobTest, AllRunningThenWorkersSucceedThenCleanUpAndTtl) {
+  Json job = ApiJob(R"({"workers":{"replicas":3,"command":["w"]},"servers":{"replicas":2},
+                        "runPolicy":{"ttlSecondsAfterFinished":60}})");
+  Step(job, {}, kT0);
+  JobPlan running = Step(job, AllPods("Running"), kT0 + std::chrono::seconds(5));
+  EXPECT_TRUE(running.create.empty());
+  EXPECT_EQ(Str(running.status, {"phase"}), "Running");
+  EXPECT_EQ(Str(running.status, {"workers"}), "3/3");
+  EXPECT_EQ(Str(running.status, {"servers"}), "2/2");
+  EXPECT_EQ(Condition(running.status, "Running"), "True");
+  EXPECT_EQ(Int(running.status, {"replicaStatuses", "worker", "active"}), 3);
+
+  auto done_at = kT0 + std::chrono::seconds(30);
+  JobPlan done = Step(job, AllPods("Succeeded"), done_at);
+  EXPECT_EQ(Str(done.status, {"phase"}), "Succeeded");
+  EXPECT_EQ(Str(done.status, {"completionTime"}), FormatTime(done_at));
+  EXPECT_EQ(Condition(done.status, "Succeeded"), "True");
+  EXPECT_EQ(Condition(done.status, "Running"), "False");
+  EXPECT_EQ(done.event_reason, "JobSucceeded");
+  EXPECT_EQ(Int(done.status, {"replicaStatuses", "worker", "succeeded"}), 3);
+  // cleanPodPolicy Running (default): the scheduler and servers still running are deleted.
+  EXPECT_EQ(done.remove, (std::vector<std::string>{"mlp-scheduler", "mlp-server-0", "mlp-server-1"}));
+  EXPECT_TRUE(done.create.empty());
+  ASSERT_TRUE(done.requeue_after);
+  EXPECT_EQ(*done.requeue_after, std::chrono::seconds(60));
+  EXPECT_FALSE(done.delete_job);
+
+  JobPlan later = Step(job, {}, done_at + std::chrono::seconds(59));
+  EXPECT_FALSE(later.delete_job);
+  EXPECT_EQ(Str(later.status, {"phase"}), "Succeeded");
+  JobPlan expired = Step(job, {}, done_at + std::chrono::seconds(60));
+  EXPECT_TRUE(expired.delete_job);
+}
+
+TEST(PlanJobTest, CleanPodPolicyAllAndNone) {
+  for (const char* policy : {"All", "None"}) {
+    Json job = ApiJob(std::string(R"({"workers":{"replicas":3,"command":["w"]},"servers":{"replicas":2},
+                                     "runPolicy":{"cleanPodPolicy":")") + policy + "\"}}");
+    JobPlan done = Step(job, AllPods("Succeeded"), kT0);
+    EXPECT_EQ(Str(done.status, {"phase"}), "Succeeded");
+    EXPECT_EQ(done.remove.size(), std::string(policy) == "All" ? 6u : 0u) << policy;
+  }
+}
+
+TEST(PlanJobTest, FailedWorkerUnderOnFailureIsRecreatedUntilBackoffLimit) {
+  Json job = ApiJob(kSpec);  // backoffLimit 2, OnFailure
+  Step(job, AllPods("Running"), kT0);
+  auto pods = AllPods("Running");
+  pods[4] = Pod(PodRole::kWorker, 1, "Failed", 3);
+  JobPlan r1 = Step(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(r1.status, {"phase"}), "Restarting");
+  EXPECT_EQ(r1.remove, (std::vector<std::string>{"mlp-worker-1"}));
+  EXPECT_EQ(Int(r1.status, {"restarts"}), 1);
+  EXPECT_EQ(Int(r1.status, {"replicaStatuses", "worker", "restarts"}), 1);
+  EXPECT_EQ(r1.event_type, "Warning");
+  EXPECT_EQ(r1.event_reason, "PodRestarted");
+  // The pod is gone: recreated, still Restarting until it runs again.
+  pods.erase(pods.begin() + 4);
+  JobPlan r2 = Step(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_EQ(r2.create, (std::vector<std::string>{"mlp-worker-1"}));
+  EXPECT_EQ(Str(r2.status, {"phase"}), "Restarting");
+  JobPlan back = Step(job, AllPods("Running"), kT0 + std::chrono::seconds(3));
+  EXPECT_EQ(Str(back.status, {"phase"}), "Running");
+  EXPECT_EQ(Condition(back.status, "Restarting"), "False");
+
+  pods = AllPods("Running");
+  pods[3] = Pod(PodRole::kWorker, 0, "Failed", 1);
+  EXPECT_EQ(Str(Step(job, pods, kT0 + std::chrono::seconds(4)).status, {"phase"}), "Restarting");
+  pods = AllPods("Running");
+  pods[5] = Pod(PodRole::kWorker, 2, "Failed", 1);
+  JobPlan failed = Step(job, pods, kT0 + std::chrono::seconds(5));
+  EXPECT_EQ(Str(failed.status, {"phase"}), "Failed");
+  EXPECT_EQ(Condition(failed.status, "Failed", "reason"), "BackoffLimitExceeded");
+  EXPECT_EQ(Condition(failed.status, "Failed", "message"),
+            "job mlp: worker 2 (pod mlp-worker-2) failed with exit code 1 after 2 restarts (backoffLimit 2)");
+  EXPECT_EQ(Int(failed.status, {"restarts"}), 2);
+  EXPECT_TRUE(failed.create.empty());
+}
+
+TEST(PlanJobTest, NeverAndExitCodePolicies) {
+  Json never = ApiJob(R"({"workers":{"command":["w"],"restartPolicy":"Never"}})");
+  JobPlan p = Step(never, {Pod(PodRole::kScheduler, 0, "Running"), Pod(PodRole::kServer, 0, "Running"),
+                           Pod(PodRole::kWorker, 0, "Failed", 137)},
+                   kT0);
+  EXPECT_EQ(Str(p.status, {"phase"}), "Failed");
+  EXPECT_EQ(Condition(p.status, "Failed", "reason"), "PodFailed");
+  EXPECT_EQ(Condition(p.status, "Failed", "message"),
+            "job mlp: worker 0 (pod mlp-worker-0) failed with exit code 137 (restartPolicy Never)");
+
+  Json ec = ApiJob(R"({"workers":{"command":["w"]},"runPolicy":{"restartPolicy":"ExitCode"}})");
+  JobPlan signal = PlanJob(ec, ParseJobSpec(ec.serialize()),
+                           {Pod(PodRole::kScheduler, 0, "Running"), Pod(PodRole::kWorker, 0, "Failed", 137)}, kT0);
+  EXPECT_EQ(Str(signal.status, {"phase"}), "Restarting");  // killed by a signal: retried
+  JobPlan code = PlanJob(ec, ParseJobSpec(ec.serialize()),
+                         {Pod(PodRole::kScheduler, 0, "Running"), Pod(PodRole::kWorker, 0, "Failed", 2)}, kT0);
+  EXPECT_EQ(Str(code.status, {"phase"}), "Failed");  // 1..127: permanent
+}
+
+TEST(PlanJobTest, SchedulerFailureFailsTheJob) {
+  Json job = ApiJob(kSpec);
+  auto pods = AllPods("Running");
+  pods[0].phase = "Failed";
+  JobPlan p = Step(job, pods, kT0);
+  EXPECT_EQ(Str(p.status, {"phase"}), "Failed");
+  EXPECT_EQ(Condition(p.status, "Failed", "reason"), "SchedulerFailed");
+}
+
+TEST(PlanJobTest, DeadlineExceededFailsAndRequeuesBeforeIt) {
+  Json job = ApiJob(R"({"workers":{"command":["w"]},"runPolicy":{"activeDeadlineSeconds":100}})");
+  JobPlan first = Step(job, {}, kT0);
+  ASSERT_TRUE(first.requeue_after);
+  EXPECT_EQ(*first.requeue_after, std::chrono::seconds(100));
+  JobPlan late = Step(job, {Pod(PodRole::kScheduler, 0, "Running"), Pod(PodRole::kServer, 0, "Running"),
+                            Pod(PodRole::kWorker, 0, "Running")},
+                      kT0 + std::chrono::seconds(100));
+  EXPECT_EQ(Str(late.status, {"phase"}), "Failed");
+  EXPECT_EQ(Condition(late.status, "Failed", "reason"), "DeadlineExceeded");
+  EXPECT_EQ(Condition(late.status, "Failed", "message"), "job mlp ran longer than activeDeadlineSeconds (100s)");
+  EXPECT_EQ(late.remove.size(), 3u);  // cleanPodPolicy Running
+}
+
+TEST(PlanJobTest, SuspendDeletesPodsAndResumeRecreatesWithFreshClock) {
+  Json job = ApiJob(R"({"workers":{"command":["w"]},"runPolicy":{"suspend":true,"activeDeadlineSeconds":50}})");
+  std::vector<ObservedPod> pods = {Pod(PodRole::kScheduler, 0, "Running"), Pod(PodRole::kWorker, 0, "Running")};
+  JobPlan s = Step(job, pods, kT0);
+  EXPECT_EQ(Str(s.status, {"phase"}), "Suspended");
+  EXPECT_EQ(s.remove, (std::vector<std::string>{"mlp-scheduler", "mlp-worker-0"}));
+  EXPECT_TRUE(s.create.empty());
+  EXPECT_FALSE(At(s.status, {"startTime"}));
+  EXPECT_EQ(Condition(s.status, "Suspended"), "True");
+
+  job["spec"]["runPolicy"]["suspend"] = Json::boolean(false);
+  auto resume_at = kT0 + std::chrono::seconds(1000);  // far past the deadline had it kept counting
+  JobPlan r = Step(job, {}, resume_at);
+  EXPECT_EQ(Str(r.status, {"phase"}), "Pending");
+  EXPECT_EQ(r.create.size(), 3u);
+  EXPECT_EQ(Str(r.status, {"startTime"}), FormatTime(resume_at));
+  EXPECT_EQ(Condition(r.status, "Suspended"), "False");
+  EXPECT_EQ(r.event_reason, "JobResumed");
+}
+
+TEST(PlanJobTest, InvalidSpecFailsWithTheJobModelsMessageAndCreatesNothing) {
+  Json job = ApiJob(R"({"workers":{"replica":2,"command":["w"]},"keyDispatch":"random"})");
+  JobPlan p = Step(job, {}, kT0);
+  EXPECT_EQ(Str(p.status, {"phase"}), "Failed");
+  EXPECT_EQ(Condition(p.status, "Failed", "reason"), "InvalidSpec");
+  EXPECT_EQ(Condition(p.status, "Failed", "message"),
+            "spec.workers.replica: unknown field; did you mean \"replicas\"?\n"
+            "spec.keyDispatch: must be one of roundRobin, hash, balanced, got \"random\"");
+  EXPECT_TRUE(p.create.empty());
+  EXPECT_FALSE(p.ensure_support);
+  EXPECT_EQ(p.event_type, "Warning");
+}
+
+TEST(ObservePodTest, ReadsLabelsPhaseAndExitCode) {
+  Json pod = *ParseJson(R"({"metadata":{"name":"mlp-worker-4","labels":{"trellis.io/role":"worker",
+      "trellis.io/rank":"4"}},"status":{"phase":"Failed","containerStatuses":[{"state":{"terminated":
+      {"exitCode":137}}}]}})");
+  auto o = ObservePod(pod);
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->role, PodRole::kWorker);
+  EXPECT_EQ(o->index, 4);
+  EXPECT_EQ(o->phase, "Failed");
+  EXPECT_EQ(o->exit_code, 137);
+  // A peer's garbage labels are not ours: ignored, never a crash.
+  EXPECT_FALSE(ObservePod(*ParseJson(R"({"metadata":{"name":"x","labels":{"trellis.io/role":"worker",
+      "trellis.io/rank":"-1x"}}})")));
+  EXPECT_FALSE(ObservePod(*ParseJson(R"({"metadata":{"name":"x","labels":{"trellis.io/role":7}}})")));
+  EXPECT_FALSE(ObservePod(*ParseJson(R"([1,2])")));
+}
+
+}  // namespace
+}  // namespace trellis::op
