@@ -14,6 +14,7 @@ Without TRELLIS_SCHEDULER (no job) init() starts a local session: rank 0 of 1, p
 identity, broadcast and barrier do nothing, so the same script runs as one plain process.
 """
 
+import atexit
 import os
 import sys
 
@@ -197,6 +198,9 @@ def shutdown():
     _session = None
     for fn in _on_shutdown:
         fn()
+
+
+atexit.register(shutdown)  # close the connections before the interpreter tears down
 
 
 def _get():
