@@ -15,6 +15,7 @@
 
 #include "common/yaml_emit.h"
 #include "common/yaml_fields.h"
+#include "common/yaml_load.h"
 
 namespace trellis {
 namespace {
@@ -456,23 +457,18 @@ StatusOr<int64_t> ParseByteQuantity(std::string_view text) {
 }
 
 StatusOr<JobSpec> ParseJobSpec(std::string_view yaml_text) {
-  // yaml-cpp reports problems by throwing; nothing may escape this function.
+  int documents = 0;
+  TRELLIS_ASSIGN_OR_RETURN(YAML::Node root, yaml::LoadFirstDocument(yaml_text, &documents));
+  if (documents > 1) {
+    return InvalidArgumentError(
+        "document: must hold one TrainingJob, got more than one YAML document");
+  }
+  // Reading the tree does not throw (MapReader asks only what a node's type allows); the
+  // catch is the boundary promise, not a code path.
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(yaml_text));
-    if (docs.size() > 1) {
-      return InvalidArgumentError("document: must hold one TrainingJob, got " +
-                                  std::to_string(docs.size()) + " YAML documents");
-    }
-    return ParseDocument(docs.empty() ? YAML::Node() : docs[0]);
-  } catch (const YAML::Exception& e) {
-    std::string where;
-    if (!e.mark.is_null()) {
-      where = "line " + std::to_string(e.mark.line + 1) + ", column " +
-              std::to_string(e.mark.column + 1) + ": ";
-    }
-    return InvalidArgumentError(where + "malformed YAML: " + (e.msg.empty() ? e.what() : e.msg));
+    return ParseDocument(root);
   } catch (const std::exception& e) {
-    return InternalError(std::string("document: unexpected error while parsing: ") + e.what());
+    return InternalError(std::string("document: unexpected error while reading: ") + e.what());
   }
 }
 
