@@ -148,7 +148,11 @@ class PyWorker {
     }
     const float* src = static_cast<const float*>(bufs.front()->ptr);
     py::object result = in_place ? py::object(grad) : out;
-    Handle h = wk.PushPull(static_cast<KeyId>(key), src, dst, priority);
+    Handle h;
+    {
+      py::gil_scoped_release nogil;  // the first slices may be sent inline
+      h = wk.PushPull(static_cast<KeyId>(key), src, dst, priority);
+    }
     return std::make_unique<PyHandle>(std::move(h), std::move(bufs),
                                       std::vector<py::object>{self, grad, out}, result);
   }
@@ -158,7 +162,11 @@ class PyWorker {
     std::vector<std::unique_ptr<py::buffer_info>> bufs;
     bufs.push_back(Export(data, true, "broadcast", key));
     float* p = static_cast<float*>(bufs.back()->ptr);
-    Handle h = wk.Broadcast(static_cast<KeyId>(key), p, root);
+    Handle h;
+    {
+      py::gil_scoped_release nogil;
+      h = wk.Broadcast(static_cast<KeyId>(key), p, root);
+    }
     return std::make_unique<PyHandle>(std::move(h), std::move(bufs),
                                       std::vector<py::object>{self, data}, data);
   }
