@@ -120,3 +120,13 @@ def test_checkpoint_round_trip(tmp_path):
     dc.train_steps(other, opt2, 2, 4)
     for k, v in model.state_dict().items():
         assert torch.equal(v, other.state_dict()[k]), k
+
+
+def test_seal_without_optimizer_runs_queued_broadcasts():
+    ran = []
+    model = dc.Net()
+    tt.broadcast_parameters(model.state_dict())
+    tt._state.pending.append((lambda: True, lambda: ran.append(1)))
+    assert not tt.is_sealed() and not ran
+    tt.seal()
+    assert tt.is_sealed() and ran == [1] and tt._state.pending == []

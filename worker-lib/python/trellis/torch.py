@@ -28,7 +28,7 @@ import torch
 import trellis as _trellis
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
-           "broadcast_object", "save_checkpoint", "load_checkpoint", "is_sealed"]
+           "broadcast_object", "save_checkpoint", "load_checkpoint", "is_sealed", "seal"]
 
 _CHANNEL_KEY = 1 << 62        # the broadcast channel's key id
 _CHANNEL_FLOATS = 1 << 18     # 1 MiB per broadcast round
@@ -137,6 +137,12 @@ _trellis._on_shutdown.append(_reset)
 def is_sealed():
     """True once the keys are declared (broadcasts then run at once)."""
     return _state.sealed
+
+
+def seal():
+    """Declares the keys now and runs the queued broadcasts: for programs that broadcast without
+    a DistributedOptimizer (none may be created afterwards)."""
+    _state.seal()
 
 
 def _tensor_bytes(t):
