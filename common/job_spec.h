@@ -47,7 +47,7 @@ struct RoleSpec {
   ResourceSpec limits;
   int32_t gpusPerWorker = 0;                   // workers only
   std::optional<RestartPolicy> restartPolicy;  // unset: spec.runPolicy.restartPolicy
-  std::string templateYaml;                    // optional pod template, kept verbatim (operator)
+  std::string templateYaml;  // optional pod template, uninterpreted YAML text (quoting kept)
 
   bool operator==(const RoleSpec&) const = default;
 };
@@ -135,7 +135,8 @@ struct JobSpec {
 };
 
 // Parses a whole TrainingJob document (YAML or JSON). On error the Status message lists every
-// problem found, one per line, each as "<field path>: <what is wrong>, got <value>".
+// problem found, one per line, each as "<field path>: <what is wrong>, got <value>" (the
+// format is a contract, documented in docs/job-spec.md "Errors"). Never throws.
 StatusOr<JobSpec> ParseJobSpec(std::string_view yaml_text);
 // Same, reading the file; every line of an error message starts with "<path>: ".
 StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
