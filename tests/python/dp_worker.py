@@ -4,6 +4,7 @@
     dp_worker.py OUT_DIR lazy                  # LazyLinear, per-rank seeds, 1 step
     dp_worker.py OUT_DIR save K CKPT           # K steps, checkpoint, exit
     dp_worker.py OUT_DIR resume CKPT           # restore, train to STEPS
+    dp_worker.py OUT_DIR lowlevel              # the trellis API without trellis.torch
 Writes OUT_DIR/rank<r>.pt (the final state_dict) and OUT_DIR/checks<r>.txt.
 """
 import os
@@ -16,10 +17,48 @@ import trellis.torch as tt
 import dp_common as dc
 
 
+def lowlevel(r, n):
+    """Each check appends one line; the test compares them."""
+    import numpy as np
+    out = []
+    ka = trellis.declare("a", 1000)
+    kb = trellis.declare(7, 10, "b")
+    kc = trellis.declare("c", 5)
+    # A torch tensor is summed in its own memory (no copy): wait() returns the tensor itself.
+    t = torch.full((1000,), float(r + 1))
+    h = trellis.push_pull(ka, t, priority=1)
+    out.append("tensor in place %s" % (h.wait() is t and bool((t == n * (n + 1) / 2).all())))
+    # A separate output array; the input stays as it was.
+    src, dst = np.full(10, r + 1, np.float32), np.zeros(10, np.float32)
+    trellis.push_pull(kb, src, out=dst).wait()
+    out.append("out %s src %s" % (dst.tolist() == [3.0] * 10, src.tolist() == [r + 1.0] * 10))
+    # A handle dropped before completion keeps its array alive (the drop waits).
+    x = np.full(1000, 2.0, np.float32)
+    trellis.push_pull(ka, x)
+    del x
+    y = np.ones(1000, np.float32)
+    out.append("after drop %s" % (trellis.push_pull(ka, y).wait()[0] == n))
+    c = np.full(5, float(r), np.float32)
+    trellis.broadcast(kc, c, root=1).wait()
+    out.append("broadcast from 1 %s" % c.tolist())
+    try:
+        trellis.broadcast(ka, t).wait()
+    except trellis.TrellisError as e:
+        out.append("%s %s" % (e.code_name, e))
+    trellis.barrier("done")
+    out.append("bytes %s" % (trellis.bytes_pushed() > 0 and trellis.bytes_pulled() > 0))
+    return out
+
+
 def main():
     out_dir, mode = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
     trellis.init()
+    if mode == "lowlevel":
+        with open(os.path.join(out_dir, "checks%d.txt" % trellis.rank()), "w") as f:
+            f.write("\n".join(lowlevel(trellis.rank(), trellis.size())) + "\n")
+        trellis.shutdown()
+        return
     r, n = trellis.rank(), trellis.size()
     checks = []
     torch.manual_seed(100 + r)  # every worker starts from different weights

@@ -69,3 +69,16 @@ def test_checkpoint_restore_continues_training(launch, tmp_path):
     assert_same(w0, w1, 0)
     # Stopping at 3 and resuming (momentum included) equals 6 uninterrupted steps.
     assert_same(w0, reference(dc.STEPS), 1e-5)
+
+
+def test_worker_api_without_torch_layer(launch, tmp_path):
+    launch("py-lowlevel", str(tmp_path), "lowlevel")
+    for r in (0, 1):
+        assert (tmp_path / ("checks%d.txt" % r)).read_text().splitlines() == [
+            "tensor in place True",
+            "out True src True",
+            "after drop True",
+            "broadcast from 1 [1.0, 1.0, 1.0, 1.0, 1.0]",
+            "FAILED_PRECONDITION Broadcast key %d (a) after step 3: broadcast before the first push"
+            % (1 << 40),
+            "bytes True"]

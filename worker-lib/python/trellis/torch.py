@@ -239,9 +239,13 @@ class _DistributedMixin:
         for p, (name, key, prio) in self._trellis_params.items():
             if p in self._trellis_accs or not p.requires_grad:
                 continue
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            acc.register_hook(self._trellis_make_hook(p, key, prio, name))
-            self._trellis_accs[p] = acc  # the hook lives as long as the accumulator
+            hook = self._trellis_make_hook(p, key, prio, name)
+            if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
+                self._trellis_accs[p] = p.register_post_accumulate_grad_hook(hook)
+            else:  # torch 1.x: a hook on the parameter's AccumulateGrad node
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                acc.register_hook(hook)
+                self._trellis_accs[p] = acc  # the hook lives as long as the accumulator
 
     def _trellis_make_hook(self, p, key, prio, name):
         def hook(*_):
