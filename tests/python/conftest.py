@@ -44,9 +44,19 @@ def launch(tmp_path):
         env = dict(os.environ)
         env.pop("TRELLIS_SCHEDULER", None)
         env["PYTHONPATH"] = HERE  # dp_common; trellis-python adds the package
-        p = subprocess.run([launcher, "--quiet", "--log-dir", str(tmp_path / ("logs-" + name)),
-                            str(job)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           env=env, timeout=90, text=True)
-        assert p.returncode == 0, "job %s failed (rc %d):\n%s" % (name, p.returncode, p.stdout)
-        return p.stdout
+        p = subprocess.Popen([launcher, "--quiet", "--log-dir", str(tmp_path / ("logs-" + name)),
+                              str(job)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env=env, text=True)
+        try:
+            out, _ = p.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            p.terminate()  # the launcher stops its scheduler, agents and workers on SIGTERM
+            try:
+                out, _ = p.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, _ = p.communicate()
+            pytest.fail("job %s timed out after 90 s:\n%s" % (name, out))
+        assert p.returncode == 0, "job %s failed (rc %d):\n%s" % (name, p.returncode, out)
+        return out
     return run
