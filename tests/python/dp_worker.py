@@ -9,6 +9,7 @@ Writes OUT_DIR/rank<r>.pt (the final state_dict) and OUT_DIR/checks<r>.txt.
 """
 import os
 import sys
+import threading
 
 import torch
 
@@ -24,6 +25,7 @@ def lowlevel(r, n):
     ka = trellis.declare("a", 1000)
     kb = trellis.declare(7, 10, "b")
     kc = trellis.declare("c", 5)
+    kd = trellis.declare("d", 4)
     # A torch tensor is summed in its own memory (no copy): wait() returns the tensor itself.
     t = torch.full((1000,), float(r + 1))
     h = trellis.push_pull(ka, t, priority=1)
@@ -45,6 +47,19 @@ def lowlevel(r, n):
         trellis.broadcast(ka, t).wait()
     except trellis.TrellisError as e:
         out.append("%s %s" % (e.code_name, e))
+    # wait() releases the GIL: rank 0 waits in a thread for rank 1's push, which comes only
+    # after a barrier that rank 0's main thread enters meanwhile (else: deadlock, job fails).
+    d = np.ones(4, np.float32)
+    if r == 0:
+        h = trellis.push_pull(kd, d)
+        th = threading.Thread(target=h.wait, name="waiter")
+        th.start()
+        trellis.barrier("gil")
+        th.join()
+    else:
+        trellis.barrier("gil")
+        trellis.push_pull(kd, d).wait()
+    out.append("gil released %s" % (d.tolist() == [float(n)] * 4))
     trellis.barrier("done")
     out.append("bytes %s" % (trellis.bytes_pushed() > 0 and trellis.bytes_pulled() > 0))
     return out

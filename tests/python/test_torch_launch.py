@@ -81,4 +81,5 @@ def test_worker_api_without_torch_layer(launch, tmp_path):
             "broadcast from 1 [1.0, 1.0, 1.0, 1.0, 1.0]",
             "FAILED_PRECONDITION Broadcast key %d (a) after step 3: broadcast before the first push"
             % (1 << 40),
+            "gil released True",
             "bytes True"]
