@@ -1,0 +1,167 @@
+#include "operator/controller.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+#include "operator/desired.h"
+
+namespace trellis::op {
+
+Controller::Controller(KubeClient& client, Reconciler& reconciler, ControllerOptions options,
+                       std::function<void(double)> reconcile_observer)
+    : client_(client),
+      reconciler_(reconciler),
+      options_(std::move(options)),
+      reconcile_observer_(std::move(reconcile_observer)) {}
+
+Controller::~Controller() { Stop(); }
+
+void Controller::Start() {
+  watch_jobs_ = std::thread([this] { WatchLoop(kTrainingJobs, "", false, jobs_synced_); });
+  // Only pods that carry the job label: the operator never watches the whole cluster's pods.
+  watch_pods_ = std::thread([this] { WatchLoop(kPods, kLabelJob, true, pods_synced_); });
+  reconcile_ = std::thread([this] { ReconcileLoop(); });
+}
+
+void Controller::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !reconcile_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  cancel_.cancel();
+  for (std::thread* t : {&watch_jobs_, &watch_pods_, &reconcile_}) {
+    if (t->joinable()) t->join();
+  }
+}
+
+void Controller::Enqueue(const Key& key, Clock::time_point due) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    known_.insert(key);
+    auto it = queue_.find(key);
+    if (it == queue_.end() || due < it->second) queue_[key] = due;
+  }
+  cv_.notify_all();
+}
+
+void Controller::Sleep(std::chrono::milliseconds d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, d, [&] { return stopping_; });
+}
+
+void Controller::WatchLoop(const Resource& r, const std::string& selector, bool pods, std::atomic<bool>& synced) {
+  auto stopping = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stopping_;
+  };
+  // The job a watched object belongs to.
+  auto key_of = [&](const Json& obj) -> std::optional<Key> {
+    const std::string ns = Str(obj, {"metadata", "namespace"}, "default");
+    const std::string name = pods ? Str(obj, {"metadata", "labels", kLabelJob}) : Str(obj, {"metadata", "name"});
+    if (name.empty()) return std::nullopt;
+    return Key{ns, name};
+  };
+  std::chrono::milliseconds backoff = options_.backoff_initial;
+  std::string rv;  // empty: list first
+  while (!stopping()) {
+    if (rv.empty()) {
+      auto list = client_.List(r, options_.watch_namespace, selector);
+      if (!list.ok()) {
+        TLOG_WARN << "list " << r.plural << " failed: " << list.status().message() << "; retrying in "
+                  << backoff.count() << " ms";
+        Sleep(backoff);
+        backoff = std::min(backoff * 2, options_.backoff_max);
+        continue;
+      }
+      ++counters_.relists;
+      rv = Str(*list, {"metadata", "resourceVersion"});
+      if (const Json* items = At(*list, {"items"}); items && items->is_array()) {
+        for (size_t i = 0; i < items->size(); ++i) {
+          if (auto k = key_of(items->at(i))) Enqueue(*k, Clock::now());
+        }
+      }
+      synced = true;
+      if (rv.empty()) rv = "0";
+    }
+    bool got_event = false;
+    Status s = client_.Watch(
+        r, options_.watch_namespace, selector, rv, options_.watch_timeout_seconds,
+        [&](const std::string& type, const Json& obj) {
+          got_event = true;
+          std::string v = Str(obj, {"metadata", "resourceVersion"});
+          if (!v.empty()) rv = v;
+          if (type == "BOOKMARK") return;
+          if (!pods && type == "DELETED") {
+            std::lock_guard<std::mutex> lock(mu_);
+            known_.erase(Key{Str(obj, {"metadata", "namespace"}, "default"), Str(obj, {"metadata", "name"})});
+            return;  // its objects go with it (ownerReferences)
+          }
+          if (auto k = key_of(obj)) Enqueue(*k, Clock::now());
+        },
+        cancel_.get_token());
+    if (stopping()) break;
+    if (s.ok()) {
+      backoff = options_.backoff_initial;
+      continue;  // the server closed the stream on time: resume from rv
+    }
+    ++counters_.watch_restarts;
+    if (s.code() == StatusCode::kOutOfRange) {
+      TLOG_INFO << "watch " << r.plural << ": resourceVersion " << rv << " is too old (410 Gone), relisting";
+      rv.clear();
+      continue;
+    }
+    if (got_event) backoff = options_.backoff_initial;
+    TLOG_WARN << "watch " << r.plural << " broke: " << s.message() << "; resuming from resourceVersion " << rv
+              << " in " << backoff.count() << " ms";
+    Sleep(backoff);
+    backoff = std::min(backoff * 2, options_.backoff_max);
+  }
+}
+
+void Controller::ReconcileLoop() {
+  Clock::time_point next_resync = Clock::now() + options_.resync;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    const auto now = Clock::now();
+    if (now >= next_resync) {
+      for (const auto& k : known_) {
+        auto it = queue_.find(k);
+        if (it == queue_.end() || now < it->second) queue_[k] = now;
+      }
+      next_resync = now + options_.resync;
+    }
+    auto due = std::min_element(queue_.begin(), queue_.end(),
+                                [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (due == queue_.end() || due->second > now) {
+      auto until = due == queue_.end() ? next_resync : std::min(next_resync, due->second);
+      cv_.wait_until(lock, until);
+      continue;
+    }
+    Key key = due->first;
+    queue_.erase(due);
+    lock.unlock();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = reconciler_.Reconcile(key.first, key.second);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++counters_.reconciles;
+    if (reconcile_observer_) reconcile_observer_(secs);
+    std::optional<Clock::time_point> again;
+    if (!r.ok()) {
+      ++counters_.reconcile_errors;
+      TLOG_WARN << "reconcile " << key.first << "/" << key.second << " failed: " << r.status().message()
+                << "; retrying in 1 s";
+      again = Clock::now() + std::chrono::seconds(1);
+    } else if (*r) {
+      again = Clock::now() + **r;
+    }
+    lock.lock();
+    if (again) {
+      auto it = queue_.find(key);
+      if (it == queue_.end() || *again < it->second) queue_[key] = *again;
+    }
+  }
+}
+
+}  // namespace trellis::op

@@ -1,0 +1,75 @@
+// The control loop: list + watch TrainingJobs and their pods (resourceVersion, bookmarks, relist
+// after 410 Gone, reconnect with back-off), a work queue of job keys with delayed requeues, and
+// one reconcile thread. Threads: "watch-jobs", "watch-pods", "reconcile".
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <cpprest/http_client.h>
+
+#include "operator/kube_client.h"
+#include "operator/reconciler.h"
+
+namespace trellis::op {
+
+struct ControllerOptions {
+  std::string watch_namespace;  // empty: every namespace
+  std::chrono::milliseconds resync{std::chrono::seconds(30)};  // reconcile every job this often anyway
+  int watch_timeout_seconds = 300;  // the server ends a watch after this; we resume from the version
+  std::chrono::milliseconds backoff_initial{200};
+  std::chrono::milliseconds backoff_max{std::chrono::seconds(30)};
+};
+
+struct ControllerCounters {
+  std::atomic<uint64_t> reconciles{0};
+  std::atomic<uint64_t> reconcile_errors{0};
+  std::atomic<uint64_t> watch_restarts{0};  // a watch that had to be reopened (break, 410, error)
+  std::atomic<uint64_t> relists{0};
+};
+
+class Controller {
+ public:
+  // `reconcile_observer` gets the reconcile latency (seconds) after each reconcile.
+  Controller(KubeClient& client, Reconciler& reconciler, ControllerOptions options,
+             std::function<void(double seconds)> reconcile_observer = {});
+  ~Controller();  // Stop()s
+
+  void Start();
+  void Stop();
+  const ControllerCounters& counters() const { return counters_; }
+  // True once both watches have listed at least once (the /healthz readiness).
+  bool synced() const { return jobs_synced_.load() && pods_synced_.load(); }
+
+ private:
+  using Key = std::pair<std::string, std::string>;  // namespace, name
+  void Enqueue(const Key& key, Clock::time_point due);
+  void WatchLoop(const Resource& r, const std::string& selector, bool pods, std::atomic<bool>& synced);
+  void ReconcileLoop();
+  void Sleep(std::chrono::milliseconds d);
+
+  KubeClient& client_;
+  Reconciler& reconciler_;
+  ControllerOptions options_;
+  std::function<void(double)> reconcile_observer_;
+  ControllerCounters counters_;
+  std::atomic<bool> jobs_synced_{false};
+  std::atomic<bool> pods_synced_{false};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, Clock::time_point> queue_;  // GUARDED_BY(mu_): earliest due time per job
+  std::set<Key> known_;                     // GUARDED_BY(mu_): jobs seen, for the resync
+  bool stopping_ = false;                   // GUARDED_BY(mu_)
+
+  pplx::cancellation_token_source cancel_;
+  std::thread watch_jobs_, watch_pods_, reconcile_;
+};
+
+}  // namespace trellis::op

@@ -1,0 +1,244 @@
+#include "operator/kube_client.h"
+
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <sstream>
+
+#include <boost/asio/ssl.hpp>
+#include <cpprest/containerstream.h>
+#include <yaml-cpp/yaml.h>
+
+namespace trellis::op {
+namespace {
+
+using web::http::methods;
+using web::http::client::http_client;
+using web::http::client::http_client_config;
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError(path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string Encode(const std::string& s) { return web::uri::encode_data_string(s); }
+
+http_client_config ClientConfig(const KubeConfig& c, std::chrono::milliseconds timeout) {
+  http_client_config cfg;
+  cfg.set_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
+  if (c.insecure_skip_verify) cfg.set_validate_certificates(false);
+  if (!c.ca_file.empty()) {
+    std::string ca = c.ca_file;
+    cfg.set_ssl_context_callback([ca](boost::asio::ssl::context& ctx) { ctx.load_verify_file(ca); });
+  }
+  return cfg;
+}
+
+}  // namespace
+
+StatusOr<KubeConfig> InClusterConfig(const std::string& sa_dir) {
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  if (!host || !*host || !port || !*port) {
+    return FailedPreconditionError(
+        "not running in a cluster: KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are not set "
+        "(use --kubeconfig or --server)");
+  }
+  KubeConfig c;
+  std::string h = host;
+  if (h.find(':') != std::string::npos) h = "[" + h + "]";  // IPv6
+  c.server = "https://" + h + ":" + port;
+  TRELLIS_ASSIGN_OR_RETURN(std::string token, ReadFile(sa_dir + "/token"));
+  c.token = Trim(token);
+  c.ca_file = sa_dir + "/ca.crt";
+  if (auto ns = ReadFile(sa_dir + "/namespace"); ns.ok()) c.ns = Trim(*ns);
+  return c;
+}
+
+StatusOr<KubeConfig> KubeconfigFile(const std::string& path) {
+  try {
+    YAML::Node root = YAML::LoadFile(path);
+    const std::string current = root["current-context"] ? root["current-context"].as<std::string>() : "";
+    auto find = [&](const char* list, const std::string& name) -> YAML::Node {
+      for (const auto& item : root[list]) {
+        if (item["name"] && item["name"].as<std::string>() == name) return item;
+      }
+      return YAML::Node();
+    };
+    YAML::Node ctx = find("contexts", current)["context"];
+    if (!ctx) return InvalidArgumentError(path + ": current-context \"" + current + "\" not found in contexts");
+    KubeConfig c;
+    if (ctx["namespace"]) c.ns = ctx["namespace"].as<std::string>();
+    YAML::Node cluster = find("clusters", ctx["cluster"].as<std::string>(""))["cluster"];
+    if (!cluster || !cluster["server"]) return InvalidArgumentError(path + ": the context's cluster has no server");
+    c.server = cluster["server"].as<std::string>();
+    if (cluster["certificate-authority"]) c.ca_file = cluster["certificate-authority"].as<std::string>();
+    if (cluster["insecure-skip-tls-verify"]) c.insecure_skip_verify = cluster["insecure-skip-tls-verify"].as<bool>();
+    if (cluster["certificate-authority-data"]) {
+      return UnimplementedError(path + ": certificate-authority-data is not supported; use certificate-authority");
+    }
+    YAML::Node user = find("users", ctx["user"].as<std::string>(""))["user"];
+    if (user && user["token"]) {
+      c.token = user["token"].as<std::string>();
+    } else if (user && user["tokenFile"]) {
+      TRELLIS_ASSIGN_OR_RETURN(std::string t, ReadFile(user["tokenFile"].as<std::string>()));
+      c.token = Trim(t);
+    } else if (user && (user["client-certificate"] || user["client-certificate-data"] || user["exec"])) {
+      return UnimplementedError(path + ": only token authentication is supported (token or tokenFile)");
+    }
+    while (!c.server.empty() && c.server.back() == '/') c.server.pop_back();
+    return c;
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(path + ": cannot read kubeconfig: " + e.what());
+  }
+}
+
+Status StatusFromHttp(int code, const Json& body) {
+  std::string msg = Str(body, {"message"});
+  const std::string reason = Str(body, {"reason"});
+  if (msg.empty()) msg = "HTTP " + std::to_string(code);
+  msg = "HTTP " + std::to_string(code) + (reason.empty() ? "" : " " + reason) + ": " + msg;
+  switch (code) {
+    case 400:
+    case 422: return InvalidArgumentError(msg);
+    case 401: return UnauthenticatedError(msg);
+    case 403: return PermissionDeniedError(msg);
+    case 404: return NotFoundError(msg);
+    case 409: return reason == "AlreadyExists" ? AlreadyExistsError(msg) : AbortedError(msg);
+    case 410: return OutOfRangeError(msg);
+    default: return code >= 500 ? UnavailableError(msg) : Status(StatusCode::kUnknown, msg);
+  }
+}
+
+KubeClient::KubeClient(KubeConfig config, std::chrono::milliseconds request_timeout) : config_(std::move(config)) {
+  client_ = std::make_unique<http_client>(config_.server, ClientConfig(config_, request_timeout));
+  // A watch lasts up to its timeoutSeconds; the client-side limit is only a backstop.
+  watch_client_ = std::make_unique<http_client>(config_.server, ClientConfig(config_, std::chrono::hours(1)));
+}
+
+std::string KubeClient::Path(const Resource& r, const std::string& ns, const std::string& name,
+                             const std::string& sub) const {
+  std::string p = "/" + r.prefix;
+  if (!ns.empty()) p += "/namespaces/" + Encode(ns);
+  p += "/" + r.plural;
+  if (!name.empty()) p += "/" + Encode(name);
+  if (!sub.empty()) p += "/" + sub;
+  return p;
+}
+
+Status KubeClient::Fail(Status s) {
+  if (s.code() != StatusCode::kNotFound && s.code() != StatusCode::kAlreadyExists) ++api_errors_;
+  return s;
+}
+
+StatusOr<Json> KubeClient::Request(const web::http::method& m, const std::string& path, const Json* body,
+                                   const std::string& content_type) {
+  try {
+    web::http::http_request req(m);
+    req.set_request_uri(path);
+    if (!config_.token.empty()) req.headers().add("Authorization", "Bearer " + config_.token);
+    req.headers().add("Accept", "application/json");
+    if (body) req.set_body(body->serialize(), content_type);
+    web::http::http_response resp = client_->request(req).get();
+    const std::string text = resp.extract_string(true).get();
+    std::string err;
+    std::optional<Json> j = text.empty() ? Json::object() : ParseJson(text, &err);
+    const int code = resp.status_code();
+    if (code >= 200 && code < 300) {
+      if (!j) return Fail(UnavailableError(m + " " + path + ": bad JSON from the API server: " + err));
+      return *j;
+    }
+    return Fail(StatusFromHttp(code, j.value_or(Json::object())).Annotate(m + " " + path));
+  } catch (const std::exception& e) {
+    return Fail(UnavailableError(m + " " + path + ": " + e.what()));
+  }
+}
+
+StatusOr<Json> KubeClient::Get(const Resource& r, const std::string& ns, const std::string& name) {
+  return Request(methods::GET, Path(r, ns, name), nullptr);
+}
+
+StatusOr<Json> KubeClient::List(const Resource& r, const std::string& ns, const std::string& selector) {
+  std::string p = Path(r, ns, "");
+  if (!selector.empty()) p += "?labelSelector=" + Encode(selector);
+  return Request(methods::GET, p, nullptr);
+}
+
+StatusOr<Json> KubeClient::Create(const Resource& r, const std::string& ns, const Json& object) {
+  return Request(methods::POST, Path(r, ns, ""), &object);
+}
+
+StatusOr<Json> KubeClient::Update(const Resource& r, const std::string& ns, const std::string& name,
+                                  const Json& object) {
+  return Request(methods::PUT, Path(r, ns, name), &object);
+}
+
+StatusOr<Json> KubeClient::UpdateStatus(const Resource& r, const std::string& ns, const std::string& name,
+                                        const Json& object) {
+  return Request(methods::PUT, Path(r, ns, name, "status"), &object);
+}
+
+StatusOr<Json> KubeClient::MergePatch(const Resource& r, const std::string& ns, const std::string& name,
+                                      const Json& patch, bool status) {
+  return Request(methods::PATCH, Path(r, ns, name, status ? "status" : ""), &patch,
+                 "application/merge-patch+json");
+}
+
+Status KubeClient::Delete(const Resource& r, const std::string& ns, const std::string& name) {
+  // Background propagation: the garbage collector deletes what the object owns.
+  Json opts = *ParseJson(R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"})");
+  auto s = Request(methods::DEL, Path(r, ns, name), &opts);
+  return s.ok() ? Status::Ok() : s.status();
+}
+
+Status KubeClient::Watch(const Resource& r, const std::string& ns, const std::string& selector,
+                         const std::string& rv, int timeout_seconds,
+                         const std::function<void(const std::string&, const Json&)>& on_event,
+                         const pplx::cancellation_token& cancel) {
+  std::string p = Path(r, ns, "") + "?watch=true&allowWatchBookmarks=true&resourceVersion=" + Encode(rv) +
+                  "&timeoutSeconds=" + std::to_string(timeout_seconds);
+  if (!selector.empty()) p += "&labelSelector=" + Encode(selector);
+  try {
+    web::http::http_request req(methods::GET);
+    req.set_request_uri(p);
+    if (!config_.token.empty()) req.headers().add("Authorization", "Bearer " + config_.token);
+    web::http::http_response resp = watch_client_->request(req, cancel).get();
+    if (resp.status_code() != 200) {
+      std::string err;
+      auto body = ParseJson(resp.extract_string(true).get(), &err);
+      return Fail(StatusFromHttp(resp.status_code(), body.value_or(Json::object())).Annotate("watch " + p));
+    }
+    concurrency::streams::istream in = resp.body();
+    while (true) {
+      if (cancel.is_canceled()) return CancelledError("watch cancelled");
+      concurrency::streams::container_buffer<std::string> line;
+      size_t n = in.read_line(line).get();
+      if (n == 0 && in.is_eof()) return Status::Ok();  // the server ended the stream (timeoutSeconds)
+      if (line.collection().empty()) continue;
+      std::string err;
+      auto ev = ParseJson(line.collection(), &err);
+      if (!ev) return Fail(UnavailableError("watch " + p + ": bad event JSON: " + err));
+      const std::string type = Str(*ev, {"type"});
+      const Json* obj = At(*ev, {"object"});
+      if (type == "ERROR") {
+        const int code = static_cast<int>(obj ? Int(*obj, {"code"}).value_or(500) : 500);
+        return Fail(StatusFromHttp(code, obj ? *obj : Json::object()).Annotate("watch " + p));
+      }
+      if (!obj) continue;
+      on_event(type, *obj);
+    }
+  } catch (const std::exception& e) {
+    if (cancel.is_canceled()) return CancelledError("watch cancelled");
+    return Fail(UnavailableError("watch " + p + ": " + e.what()));
+  }
+}
+
+}  // namespace trellis::op

@@ -1,0 +1,92 @@
+// A small Kubernetes REST client over cpprestsdk: the verbs the operator needs on the resources
+// it uses, typed errors instead of exceptions, a deadline on every request, and watch streams.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <cpprest/http_client.h>
+
+#include "common/status.h"
+#include "operator/json_util.h"
+
+namespace trellis::op {
+
+struct KubeConfig {
+  std::string server;        // "https://10.0.0.1:443" or "http://127.0.0.1:8080"
+  std::string token;         // bearer token; empty: none
+  std::string ca_file;       // PEM bundle to verify the server; empty: system roots
+  bool insecure_skip_verify = false;
+  std::string ns = "default";  // the namespace of the operator itself (leases, events)
+};
+
+// In a pod: KUBERNETES_SERVICE_HOST/PORT and the service-account token, CA and namespace under
+// `sa_dir` (normally /var/run/secrets/kubernetes.io/serviceaccount).
+StatusOr<KubeConfig> InClusterConfig(const std::string& sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
+// Out of cluster: the current context of a kubeconfig file (server, certificate-authority,
+// token or tokenFile; client certificates are not supported and named as such).
+StatusOr<KubeConfig> KubeconfigFile(const std::string& path);
+
+// A resource collection: "api/v1" + "pods", "apis/trellis.io/v1alpha1" + "trainingjobs".
+struct Resource {
+  std::string prefix;
+  std::string plural;
+};
+inline const Resource kPods{"api/v1", "pods"};
+inline const Resource kServices{"api/v1", "services"};
+inline const Resource kSecrets{"api/v1", "secrets"};
+inline const Resource kConfigMaps{"api/v1", "configmaps"};
+inline const Resource kEvents{"api/v1", "events"};
+inline const Resource kLeases{"apis/coordination.k8s.io/v1", "leases"};
+inline const Resource kTrainingJobs{"apis/trellis.io/v1alpha1", "trainingjobs"};
+
+// Error codes: 404 NOT_FOUND, 409 AlreadyExists ALREADY_EXISTS, 409 Conflict ABORTED,
+// 410 Gone OUT_OF_RANGE, 401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 422/400 INVALID_ARGUMENT,
+// transport errors and 5xx UNAVAILABLE. Messages carry the server's Status message.
+class KubeClient {
+ public:
+  KubeClient(KubeConfig config, std::chrono::milliseconds request_timeout = std::chrono::seconds(10));
+
+  StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name);
+  // ns empty: every namespace. label_selector e.g. "trellis.io/job-name=mlp".
+  StatusOr<Json> List(const Resource& r, const std::string& ns, const std::string& label_selector = "");
+  StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object);
+  // PUT with the object's metadata.resourceVersion: ABORTED when someone changed it meanwhile.
+  StatusOr<Json> Update(const Resource& r, const std::string& ns, const std::string& name, const Json& object);
+  StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns, const std::string& name, const Json& object);
+  // JSON merge patch (tests use it to play the kubelet).
+  StatusOr<Json> MergePatch(const Resource& r, const std::string& ns, const std::string& name, const Json& patch,
+                            bool status = false);
+  Status Delete(const Resource& r, const std::string& ns, const std::string& name);
+
+  // Streams events from `resource_version` until the server ends the stream (OK), the stream
+  // breaks (UNAVAILABLE), the version is too old (OUT_OF_RANGE: relist), or `cancel` fires
+  // (CANCELLED). `on_event(type, object)` sees ADDED, MODIFIED, DELETED and BOOKMARK.
+  Status Watch(const Resource& r, const std::string& ns, const std::string& label_selector,
+               const std::string& resource_version, int timeout_seconds,
+               const std::function<void(const std::string& type, const Json& object)>& on_event,
+               const pplx::cancellation_token& cancel);
+
+  // Requests that failed (any error but NOT_FOUND / ALREADY_EXISTS, which are answers).
+  uint64_t api_errors() const { return api_errors_.load(); }
+
+ private:
+  std::string Path(const Resource& r, const std::string& ns, const std::string& name,
+                   const std::string& sub = "") const;
+  StatusOr<Json> Request(const web::http::method& m, const std::string& path_and_query, const Json* body,
+                         const std::string& content_type = "application/json");
+  Status Fail(Status s);
+
+  KubeConfig config_;
+  std::unique_ptr<web::http::client::http_client> client_;        // requests, with the deadline
+  std::unique_ptr<web::http::client::http_client> watch_client_;  // long-lived streams
+  std::atomic<uint64_t> api_errors_{0};
+};
+
+// The Status an HTTP answer maps to (exposed for tests).
+Status StatusFromHttp(int http_code, const Json& body);
+
+}  // namespace trellis::op

@@ -1,0 +1,161 @@
+// trellis-operator: watches TrainingJobs and keeps their pods and status true. Flags parsed here,
+// everything else lives in the trellis_operator library.
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/logging.h"
+#include "operator/controller.h"
+#include "operator/kube_client.h"
+#include "operator/metrics_server.h"
+#include "operator/reconciler.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: trellis-operator [--kubeconfig PATH | --server URL [--token-file PATH]] [--namespace NS]\n"
+    "         [--image IMAGE] [--metrics-host HOST] [--metrics-port PORT] [--resync-seconds N]\n"
+    "         [--watch-timeout-seconds N]\n"
+    "  Without --kubeconfig or --server: in-cluster config (service account, KUBERNETES_SERVICE_HOST).\n"
+    "  --namespace: watch only this namespace (default: all)\n"
+    "  --image: the image of pods whose TrainingJob sets no spec.image\n"
+    "  --metrics-port: /metrics and /healthz (default 8080; 0 disables)\n";
+
+struct Flags {
+  std::string kubeconfig, server, token_file, ns, image, metrics_host = "0.0.0.0";
+  int metrics_port = 8080, resync_seconds = 30, watch_timeout_seconds = 300;
+};
+
+trellis::StatusOr<int> ParseInt(const std::string& flag, const std::string& v, int lo, int hi) {
+  try {
+    size_t used = 0;
+    long n = std::stol(v, &used);
+    if (used == v.size() && n >= lo && n <= hi) return static_cast<int>(n);
+  } catch (const std::exception&) {
+  }
+  return trellis::InvalidArgumentError("flag " + flag + ": must be an integer in [" + std::to_string(lo) + ", " +
+                                       std::to_string(hi) + "], got \"" + v + "\"");
+}
+
+trellis::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
+  Flags f;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i], v;
+    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (a.rfind("--", 0) == 0) {
+      if (i + 1 >= args.size()) return trellis::InvalidArgumentError("flag " + a + " needs a value");
+      v = args[++i];
+    } else {
+      return trellis::InvalidArgumentError("unexpected argument \"" + a + "\"");
+    }
+    if (a == "--kubeconfig") f.kubeconfig = v;
+    else if (a == "--server") f.server = v;
+    else if (a == "--token-file") f.token_file = v;
+    else if (a == "--namespace") f.ns = v;
+    else if (a == "--image") f.image = v;
+    else if (a == "--metrics-host") f.metrics_host = v;
+    else if (a == "--metrics-port") { TRELLIS_ASSIGN_OR_RETURN(f.metrics_port, ParseInt(a, v, 0, 65535)); }
+    else if (a == "--resync-seconds") { TRELLIS_ASSIGN_OR_RETURN(f.resync_seconds, ParseInt(a, v, 1, 86400)); }
+    else if (a == "--watch-timeout-seconds") {
+      TRELLIS_ASSIGN_OR_RETURN(f.watch_timeout_seconds, ParseInt(a, v, 1, 3600));
+    } else {
+      return trellis::InvalidArgumentError("unknown flag " + a);
+    }
+  }
+  if (!f.kubeconfig.empty() && !f.server.empty()) {
+    return trellis::InvalidArgumentError("give --kubeconfig or --server, not both");
+  }
+  return f;
+}
+
+trellis::StatusOr<trellis::op::KubeConfig> Config(const Flags& f) {
+  using namespace trellis::op;
+  if (!f.kubeconfig.empty()) return KubeconfigFile(f.kubeconfig);
+  if (f.server.empty()) return InClusterConfig();
+  KubeConfig c;
+  c.server = f.server;
+  if (!f.token_file.empty()) {
+    std::ifstream in(f.token_file);
+    if (!in) return trellis::NotFoundError("--token-file " + f.token_file + ": cannot open");
+    std::getline(in, c.token);
+  }
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace trellis::op;
+  trellis::SetLogTag("operator");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (const auto& a : args) {
+    if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    }
+  }
+  auto flags = ParseFlags(args);
+  if (!flags.ok()) {
+    std::cerr << "trellis-operator: " << flags.status().message() << "\n" << kUsage;
+    return 2;
+  }
+  auto config = Config(*flags);
+  if (!config.ok()) {
+    std::cerr << "trellis-operator: " << config.status().message() << "\n";
+    return 2;
+  }
+  // Block the stop signals before any thread starts, then wait for them here.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  std::unique_ptr<OperatorMetrics> metrics;
+  try {
+    metrics = std::make_unique<OperatorMetrics>();
+  } catch (const std::exception& e) {
+    std::cerr << "trellis-operator: metrics: " << e.what() << "\n";
+    return 1;
+  }
+  KubeClient client(*config);
+  OperatorSettings settings;
+  if (!flags->image.empty()) settings.default_image = flags->image;
+  ReconcileObserver observer;
+  observer.on_phase = [&](const std::string& from, const std::string& to) { metrics->PhaseChanged(from, to); };
+  Reconciler reconciler(client, settings, [] { return Clock::now(); }, observer);
+  ControllerOptions opts;
+  opts.watch_namespace = flags->ns;
+  opts.resync = std::chrono::seconds(flags->resync_seconds);
+  opts.watch_timeout_seconds = flags->watch_timeout_seconds;
+  Controller controller(client, reconciler, opts, [&](double s) { metrics->ObserveReconcile(s); });
+
+  std::unique_ptr<MetricsServer> server;
+  if (flags->metrics_port != 0) {
+    auto s = MetricsServer::Start(
+        flags->metrics_host, flags->metrics_port, *metrics,
+        [&] {
+          metrics->SetApiErrors(client.api_errors());
+          metrics->SetWatchRestarts(controller.counters().watch_restarts.load());
+          metrics->SetReconciles(controller.counters().reconciles.load());
+        },
+        [&] { return controller.synced(); });
+    if (!s.ok()) {
+      std::cerr << "trellis-operator: " << s.status().message() << "\n";
+      return 1;
+    }
+    server = std::move(*s);
+  }
+  TLOG_INFO << "watching TrainingJobs on " << config->server
+            << (flags->ns.empty() ? " in every namespace" : " in namespace " + flags->ns);
+  controller.Start();
+  int sig = 0;
+  sigwait(&stop, &sig);
+  TLOG_INFO << "stopping on signal " << sig;
+  controller.Stop();
+  return 0;
+}

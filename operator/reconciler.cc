@@ -1,0 +1,156 @@
+#include "operator/reconciler.h"
+
+#include <fstream>
+
+#include "common/logging.h"
+#include "operator/job_status.h"
+
+namespace trellis::op {
+namespace {
+
+// Creation that tolerates "already there": a restarted operator meets its own objects.
+Status CreateIfMissing(KubeClient& c, const Resource& r, const std::string& ns, const Json& obj) {
+  auto s = c.Create(r, ns, obj);
+  if (s.ok() || s.status().code() == StatusCode::kAlreadyExists) return Status::Ok();
+  return s.status();
+}
+
+}  // namespace
+
+StatusOr<std::string> RandomToken() {
+  std::ifstream in("/dev/urandom", std::ios::binary);
+  unsigned char buf[32];
+  if (!in.read(reinterpret_cast<char*>(buf), sizeof buf)) return InternalError("cannot read /dev/urandom");
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : buf) {
+    out += hex[b >> 4];
+    out += hex[b & 15];
+  }
+  return out;
+}
+
+Reconciler::Reconciler(KubeClient& client, OperatorSettings settings, Now now, ReconcileObserver observer)
+    : client_(client), settings_(std::move(settings)), now_(std::move(now)), observer_(std::move(observer)) {}
+
+StatusOr<std::optional<Clock::duration>> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
+  constexpr int kAttempts = 5;
+  for (int i = 1;; ++i) {
+    auto r = Attempt(ns, name);
+    if (r.ok() || r.status().code() != StatusCode::kAborted || i == kAttempts) return r;
+    TLOG_INFO << "job " << ns << "/" << name << ": status write conflicted, reconciling again";
+  }
+}
+
+StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& ns, const std::string& name) {
+  auto job = client_.Get(kTrainingJobs, ns, name);
+  if (!job.ok() && job.status().code() == StatusCode::kNotFound) return std::optional<Clock::duration>();
+  if (!job.ok()) return job.status();
+  if (At(*job, {"metadata", "deletionTimestamp"})) return std::optional<Clock::duration>();
+  TRELLIS_ASSIGN_OR_RETURN(JobMeta meta, JobMetaOf(*job));
+
+  // The job model judges the object exactly as the API server sent it.
+  StatusOr<JobSpec> spec = ParseJobSpec(job->serialize());
+
+  TRELLIS_ASSIGN_OR_RETURN(Json pod_list, client_.List(kPods, ns, JobSelector(name)));
+  std::vector<ObservedPod> pods;
+  if (const Json* items = At(pod_list, {"items"}); items && items->is_array()) {
+    for (size_t i = 0; i < items->size(); ++i) {
+      const Json& pod = items->at(i);
+      // Only pods this job controls: a same-named job deleted and recreated owns new ones.
+      bool ours = false;
+      if (const Json* owners = At(pod, {"metadata", "ownerReferences"}); owners && owners->is_array()) {
+        for (size_t k = 0; k < owners->size(); ++k) ours |= Str(owners->at(k), {"uid"}) == meta.uid;
+      }
+      if (!ours) continue;
+      if (auto o = ObservePod(pod)) pods.push_back(*o);
+    }
+  }
+
+  const Clock::time_point now = now_();
+  JobPlan plan = PlanJob(*job, spec, pods, now);
+
+  if (plan.delete_job) {
+    TLOG_INFO << "job " << ns << "/" << name << ": ttlSecondsAfterFinished passed, deleting it";
+    Status s = client_.Delete(kTrainingJobs, ns, name);
+    if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+    return std::optional<Clock::duration>();
+  }
+
+  // Status first: a restart is counted before its pod is deleted, so a crash in between can
+  // only over-count, never restart without limit.
+  const Json* old_status = At(*job, {"status"});
+  if (!old_status || *old_status != plan.status) {
+    Json update = *job;
+    update["status"] = plan.status;
+    auto s = client_.UpdateStatus(kTrainingJobs, ns, name, update);
+    if (!s.ok()) return s.status();
+    const std::string old_phase = old_status ? Str(*old_status, {"phase"}) : "";
+    const std::string new_phase = Str(plan.status, {"phase"});
+    if (old_phase != new_phase) {
+      TLOG_INFO << "job " << ns << "/" << name << ": " << (old_phase.empty() ? "new" : old_phase) << " -> "
+                << new_phase << (plan.event_message.empty() ? "" : ": " + plan.event_message);
+      if (observer_.on_phase) observer_.on_phase(old_phase, new_phase);
+    }
+  }
+  if (!plan.event_type.empty()) {
+    Status s = RecordEvent(*job, plan.event_type, plan.event_reason, plan.event_message);
+    if (!s.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << s.message();
+  }
+
+  if (plan.ensure_support) TRELLIS_RETURN_IF_ERROR(EnsureSupport(meta, *spec));
+  if (!plan.create.empty()) {
+    for (const Json& pod : DesiredPods(meta, *spec, settings_)) {
+      const std::string pod_name = Str(pod, {"metadata", "name"});
+      if (std::find(plan.create.begin(), plan.create.end(), pod_name) == plan.create.end()) continue;
+      TRELLIS_RETURN_IF_ERROR(CreateIfMissing(client_, kPods, ns, pod));
+    }
+  }
+  for (const auto& pod_name : plan.remove) {
+    Status s = client_.Delete(kPods, ns, pod_name);
+    if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+  }
+  return plan.requeue_after;
+}
+
+Status Reconciler::EnsureSupport(const JobMeta& meta, const JobSpec& spec) {
+  auto secret = client_.Get(kSecrets, meta.ns, TokenSecretName(meta.name));
+  if (!secret.ok() && secret.status().code() != StatusCode::kNotFound) return secret.status();
+  if (!secret.ok()) {
+    TRELLIS_ASSIGN_OR_RETURN(std::string token, RandomToken());
+    TRELLIS_RETURN_IF_ERROR(CreateIfMissing(client_, kSecrets, meta.ns, TokenSecret(meta, token)));
+  }
+  TRELLIS_RETURN_IF_ERROR(CreateIfMissing(client_, kConfigMaps, meta.ns, JobConfigMap(meta, spec)));
+  return CreateIfMissing(client_, kServices, meta.ns, SchedulerService(meta, settings_));
+}
+
+Status Reconciler::RecordEvent(const Json& job, const std::string& type, const std::string& reason,
+                               const std::string& message) {
+  const std::string ns = Str(job, {"metadata", "namespace"}, "default");
+  const std::string name = Str(job, {"metadata", "name"});
+  const std::string now = FormatTime(now_());
+  Json ev = Json::object();
+  ev["apiVersion"] = JStr("v1");
+  ev["kind"] = JStr("Event");
+  // Unique per transition: the job's resourceVersion names the state that caused it.
+  Put(ev, {"metadata", "name"}, JStr(name + "." + Str(job, {"metadata", "resourceVersion"}) + "." +
+                                      std::to_string(std::hash<std::string>{}(reason + message) % 100000)));
+  Put(ev, {"metadata", "namespace"}, JStr(ns));
+  Json ref = Json::object();
+  ref["apiVersion"] = JStr(kGroupVersion);
+  ref["kind"] = JStr("TrainingJob");
+  ref["name"] = JStr(name);
+  ref["namespace"] = JStr(ns);
+  ref["uid"] = JStr(Str(job, {"metadata", "uid"}));
+  ev["involvedObject"] = ref;
+  ev["type"] = JStr(type);
+  ev["reason"] = JStr(reason);
+  ev["message"] = JStr(message.size() > 1024 ? message.substr(0, 1021) + "..." : message);
+  ev["firstTimestamp"] = JStr(now);
+  ev["lastTimestamp"] = JStr(now);
+  ev["count"] = Json::number(1);
+  Put(ev, {"source", "component"}, JStr("trellis-operator"));
+  return CreateIfMissing(client_, kEvents, ns, ev);
+}
+
+}  // namespace trellis::op

@@ -1,0 +1,116 @@
+// The whole control loop (watches, queue, reconcile thread) against the API double, and the
+// trellis-operator binary's /healthz and /metrics.
+#include <gtest/gtest.h>
+
+#include <cpprest/http_client.h>
+
+#include "common/env.h"
+#include "common/net.h"
+#include "operator/controller.h"
+#include "operator/reconciler.h"
+#include "tests/integration/operator/double_fixture.h"
+
+namespace trellis::op::testing {
+namespace {
+
+using std::chrono::seconds;
+
+constexpr char kSpec[] = R"({"workers":{"replicas":2,"command":["w"]}})";
+
+class ControllerTest : public DoubleTest {};
+
+TEST_F(ControllerTest, WatchDrivesReconcileAndSurvivesBrokenAndExpiredWatches) {
+  Reconciler reconciler(*client_, OperatorSettings{}, [] { return Clock::now(); });
+  ControllerOptions opts;
+  opts.backoff_initial = std::chrono::milliseconds(20);
+  opts.backoff_max = std::chrono::milliseconds(100);
+  Controller controller(*client_, reconciler, opts);
+  controller.Start();
+  ASSERT_TRUE(WaitFor([&] { return controller.synced(); }, seconds(10)));
+
+  CreateJob("one", kSpec);
+  ASSERT_TRUE(WaitFor([&] { return PodNames("one").size() == 4; }, seconds(10)));
+  // A pod event (the kubelet's status) reaches the job through the pod watch.
+  SetAllPodsPhase("one", "Running");
+  ASSERT_TRUE(WaitFor([&] { return Str(GetJob("one"), {"status", "phase"}) == "Running"; }, seconds(10)));
+
+  // The connection drops: the watch resumes from its resourceVersion.
+  const uint64_t restarts = controller.counters().watch_restarts.load();
+  Hook("break-watches");
+  CreateJob("two", kSpec);
+  ASSERT_TRUE(WaitFor([&] { return PodNames("two").size() == 4; }, seconds(10)));
+  EXPECT_GT(controller.counters().watch_restarts.load(), restarts);
+
+  // The API server can no longer serve the watches' version: 410 Gone in the stream, relist.
+  const uint64_t relists = controller.counters().relists.load();
+  Hook("expire-watches");
+  CreateJob("three", kSpec);
+  ASSERT_TRUE(WaitFor([&] { return PodNames("three").size() == 4; }, seconds(10)));
+  ASSERT_TRUE(WaitFor([&] { return controller.counters().relists.load() >= relists + 2; }, seconds(10)));
+
+  SetPodPhase("one-worker-0", "Succeeded", 0);
+  SetPodPhase("one-worker-1", "Succeeded", 0);
+  ASSERT_TRUE(WaitFor([&] { return Str(GetJob("one"), {"status", "phase"}) == "Succeeded"; }, seconds(10)));
+  controller.Stop();
+  Json created = Stats().at("created").at("Pod");
+  EXPECT_EQ(created.size(), 12u) << created.serialize();  // 3 jobs x 4 pods, none twice
+}
+
+TEST_F(ControllerTest, BinaryServesHealthzAndMetricsAndReconciles) {
+  auto port = PickFreePort("127.0.0.1");
+  ASSERT_TRUE(port.ok());
+  SpawnOptions o;
+  o.argv = {std::string(TRELLIS_BIN_DIR) + "/trellis-operator", "--server", server_, "--metrics-host", "127.0.0.1",
+            "--metrics-port", std::to_string(*port)};
+  o.env = CurrentEnvironment();
+  o.stdout_mode = SpawnOptions::Output::kFile;
+  o.stdout_path = dir_ + "/operator.log";
+  o.stderr_mode = SpawnOptions::Output::kStdout;
+  auto op = Subprocess::Start(o);
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  web::http::client::http_client http("http://127.0.0.1:" + std::to_string(*port));
+  auto get = [&](const std::string& path) -> std::pair<int, std::string> {
+    try {
+      auto r = http.request(web::http::methods::GET, path).get();
+      return {r.status_code(), r.extract_string(true).get()};
+    } catch (const std::exception&) {
+      return {0, ""};
+    }
+  };
+  ASSERT_TRUE(WaitFor([&] { return get("/healthz").first == 200; }, seconds(20)));
+  CreateJob("bad", R"({"workers":{"command":[]}})");
+  ASSERT_TRUE(WaitFor([&] { return Str(GetJob("bad"), {"status", "phase"}) == "Failed"; }, seconds(10)));
+  EXPECT_EQ(Condition(GetJob("bad"), "Failed", "message"),
+            "spec.workers.command: must not be empty, got an empty sequence");
+  auto [code, body] = get("/metrics");
+  EXPECT_EQ(code, 200);
+  EXPECT_NE(body.find("trellis_operator_jobs{phase=\"Failed\"} 1"), std::string::npos) << body;
+  EXPECT_NE(body.find("trellis_operator_reconciles_total"), std::string::npos);
+  EXPECT_NE(body.find("trellis_operator_reconcile_duration_seconds_bucket"), std::string::npos);
+  ASSERT_TRUE((*op)->Signal(SIGTERM).ok());
+  auto exit = (*op)->WaitFor(std::chrono::seconds(10));
+  ASSERT_TRUE(exit.has_value()) << "the operator did not stop on SIGTERM";
+  EXPECT_EQ(exit->exit_code, 0);
+}
+
+TEST(OperatorBinaryTest, BadFlagsAndNoClusterGiveClearErrors) {
+  auto run = [](std::vector<std::string> args) {
+    SpawnOptions o;
+    o.argv = {std::string(TRELLIS_BIN_DIR) + "/trellis-operator"};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    auto env = CurrentEnvironment();
+    env.erase("KUBERNETES_SERVICE_HOST");
+    o.env = env;
+    o.stdout_mode = SpawnOptions::Output::kNull;
+    o.stderr_mode = SpawnOptions::Output::kNull;
+    auto p = Subprocess::Start(o);
+    EXPECT_TRUE(p.ok());
+    return p.ok() ? (*p)->WaitFor(std::chrono::seconds(10)).value_or(ExitStatus{-1, 0}).exit_code : -1;
+  };
+  EXPECT_EQ(run({"--metrics-port", "http"}), 2);
+  EXPECT_EQ(run({"--bogus", "1"}), 2);
+  EXPECT_EQ(run({}), 2);  // not in a cluster and no --server
+}
+
+}  // namespace
+}  // namespace trellis::op::testing
