@@ -32,6 +32,16 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const PserverO
   if (!ps->server_ || ps->port_ == 0) {
     return UnavailableError("parameter server could not listen on " + addr);
   }
+  if (options.tcp_port >= 0) {
+    TcpDataServerOptions to;
+    to.listen_host = options.listen_host;
+    to.port = options.tcp_port;
+    to.token = options.service.token;
+    to.slice_bytes = options.slice_bytes;
+    auto tcp = TcpDataServer::Start(ps->store_.get(), to);
+    if (!tcp.ok()) return tcp.status().Annotate("starting the TCP data listener");
+    ps->tcp_ = std::move(*tcp);
+  }
   return ps;
 }
 
@@ -40,6 +50,7 @@ ParameterServer::~ParameterServer() { Shutdown(); }
 void ParameterServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (tcp_) tcp_->Stop();
   service_->Stop();
   // Open streams are cancelled after a short grace (workers may still be connected).
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

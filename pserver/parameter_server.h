@@ -1,4 +1,5 @@
-// A parameter server: the slice store + data service behind a gRPC server.
+// A parameter server: the slice store + data service behind a gRPC server, and the raw-TCP bulk
+// listener (pserver/tcp_data_server.h) over the same store.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "common/status.h"
 #include "pserver/data_service.h"
 #include "pserver/slice_store.h"
+#include "pserver/tcp_data_server.h"
 
 namespace trellis {
 
@@ -21,6 +23,7 @@ struct PserverOptions {
   StoreConfig store;
   DataServiceOptions service;
   int64_t slice_bytes = 4 << 20;  // sizes the receive limit (a slice + header)
+  int tcp_port = 0;  // the raw-TCP bulk listener: 0 picks a free port, -1: none
 };
 
 class ParameterServer {
@@ -29,6 +32,7 @@ class ParameterServer {
   ~ParameterServer();  // Shutdown()
 
   int port() const { return port_; }
+  int tcp_port() const { return tcp_ ? tcp_->port() : 0; }  // 0: no TCP listener
   SliceStore* store() { return store_.get(); }
   // Fails waiting pulls, stops serving; idempotent.
   void Shutdown();
@@ -38,6 +42,7 @@ class ParameterServer {
   std::unique_ptr<SliceStore> store_;
   std::unique_ptr<DataService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<TcpDataServer> tcp_;
   int port_ = 0;
   bool shut_down_ = false;
 };

@@ -1,5 +1,6 @@
 #include "pserver/pserver_main.h"
 
+#include <malloc.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "common/auth.h"
 #include "common/logging.h"
+#include "pserver/tcp_wire.h"
 #include "scheduler/scheduler_client.h"
 
 namespace trellis {
@@ -18,7 +20,7 @@ namespace {
 // --name=value or --name value; --help is handled by the caller.
 StatusOr<std::map<std::string, std::string>> ParseFlags(const std::vector<std::string>& args) {
   static const char* kKnown[] = {"port", "host", "listen", "scheduler", "rank", "token-file",
-                                 "num-workers", "job", "threads"};
+                                 "num-workers", "job", "threads", "tcp-port"};
   std::map<std::string, std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -83,6 +85,10 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
     TRELLIS_ASSIGN_OR_RETURN(int64_t port, ToInt(src, p, 0, 65535));
     c.server.port = static_cast<int>(port);
   }
+  if (auto it = flags.find("tcp-port"); it != flags.end()) {
+    TRELLIS_ASSIGN_OR_RETURN(int64_t port, ToInt("--tcp-port", it->second, -1, 65535));
+    c.server.tcp_port = static_cast<int>(port);
+  }
   std::string rank = Pick(flags, "rank", "TRELLIS_RANK", &src);
   if (rank.empty()) return InvalidArgumentError("server rank not set (--rank or TRELLIS_RANK)");
   TRELLIS_ASSIGN_OR_RETURN(int64_t r, ToInt(src, rank, 0, 1 << 20));
@@ -132,11 +138,19 @@ int PserverMain(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: trellis-pserver [--rank N] [--port P] [--scheduler host:port]\n"
                  "         [--token-file F] [--host advertised-host] [--listen bind-host]\n"
-                 "         [--num-workers W] [--job job.yaml] [--threads T]\n"
+                 "         [--num-workers W] [--job job.yaml] [--threads T] [--tcp-port P]\n"
+                 "--tcp-port: the raw-TCP bulk listener (0 picks a port, -1 none); its port is\n"
+                 "advertised in the data address as host:port;tcp=P.\n"
                  "Flags override TRELLIS_RANK, TRELLIS_SCHEDULER, TRELLIS_TOKEN_FILE, "
                  "TRELLIS_HOST, TRELLIS_NUM_WORKERS; the job comes from the scheduler.\n");
     return 0;
   }
+  // Keep big buffers (slices, step results, gRPC receive slices) in the heap instead of fresh
+  // mmap()s, and do not hand freed memory back to the kernel: a step then reuses warm pages
+  // instead of page-faulting multi-MiB buffers in again (measured: docs/performance.md). Only
+  // here, in the server process; the worker library leaves the user's process alone.
+  mallopt(M_MMAP_THRESHOLD, 128 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   // Signals are taken by sigwait below; block them before any thread starts.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -155,7 +169,10 @@ int PserverMain(int argc, char** argv) {
     return 1;
   }
   SetLogTag("pserver-" + std::to_string(config->server.store.server_rank));
-  std::string address = config->advertise_host + ":" + std::to_string((*server)->port());
+  // The TCP port rides in the data address ("host:port;tcp=P"): no protocol change, and a
+  // worker that only speaks gRPC ignores it.
+  std::string address = tcpwire::JoinDataAddress(
+      config->advertise_host + ":" + std::to_string((*server)->port()), (*server)->tcp_port());
   TLOG_INFO << "serving on " << address << " (" << config->server.store.num_workers
             << " workers, " << ToString(config->server.store.mode) << " mode)";
   if (!config->scheduler_address.empty()) {

@@ -1,11 +1,13 @@
-// The worker's side of the data path, behind one small interface so that another bulk
-// transport (raw TCP framed and authenticated with the job token, shared memory) can be added
-// without touching the scheduling code. The gRPC implementation is grpc_transport.cc.
+// The worker's side of the data path, behind one small interface so that a bulk transport can
+// be chosen without touching the scheduling code: gRPC (grpc_transport.cc) or raw TCP framed and
+// authenticated with the job token (tcp_transport.cc), chosen by the job's spec.transport.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <atomic>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 
 #include "common/status.h"
@@ -23,6 +25,14 @@ struct SliceRequest {
   // Sent without a copy: must stay valid until the reply ran.
   const float* payload = nullptr;
   int64_t payload_elements = 0;
+  // Where the answer's payload goes (pull, pushpull). A bulk transport reads it straight in,
+  // holding `out_mu` shared while it writes and writing nothing once `out_closed` is true (the
+  // operation completed; the user may have freed `out`). Both outlive the reply. Optional: a
+  // transport may instead hand the bytes to the reply (Payload::chunks).
+  float* out = nullptr;
+  int64_t out_elements = 0;
+  std::shared_mutex* out_mu = nullptr;
+  const std::atomic<bool>* out_closed = nullptr;
 };
 
 // The bytes of an answer; valid only during the reply call.
@@ -30,6 +40,7 @@ struct Payload {
   const wire::Chunks* chunks = nullptr;
   size_t offset = 0;
   size_t bytes = 0;
+  bool in_place = false;  // the bytes were already read into SliceRequest::out (chunks unused)
 };
 
 // Runs exactly once per request, on a transport thread: OK with the answer's payload (empty
@@ -49,13 +60,19 @@ class ServerConnection {
 };
 
 struct ConnectionOptions {
-  std::string address;  // host:port
+  std::string address;  // host:port (gRPC)
+  int tcp_port = 0;     // the server's raw-TCP bulk port (from "host:port;tcp=P"); 0: none
   std::string token;
   int32_t worker_rank = 0;
   int64_t slice_bytes = 4 << 20;
+  int64_t timeout_ms = 120000;  // bounds connecting and the handshake
 };
 
 // A gRPC connection: one channel and one long-lived raw bidirectional stream.
 StatusOr<std::unique_ptr<ServerConnection>> ConnectGrpc(const ConnectionOptions& options);
+// ConnectTcp: worker-lib/src/tcp_transport.h.
+// "grpc" or "tcp" -> the connect function; anything else is INVALID_ARGUMENT naming the choices.
+using ConnectFn = StatusOr<std::unique_ptr<ServerConnection>> (*)(const ConnectionOptions&);
+StatusOr<ConnectFn> TransportByName(const std::string& name);
 
 }  // namespace trellis

@@ -71,6 +71,7 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   setup.water_mark = options.water_mark > 0 ? options.water_mark : job->priority.waterMark;
   setup.priority_enabled = job->priority.enabled;
   setup.slice_bytes_override = options.slice_bytes;
+  setup.transport = !options.transport.empty() ? options.transport : "grpc";
 
   // The complete cluster view: every server ready with its data address.
   const auto deadline = std::chrono::steady_clock::now() + wait;

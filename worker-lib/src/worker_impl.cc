@@ -6,6 +6,8 @@
 #include <climits>
 
 #include "common/logging.h"
+#include "pserver/tcp_wire.h"
+#include "worker-lib/src/tcp_transport.h"
 
 namespace trellis {
 namespace {
@@ -31,7 +33,9 @@ StatusOr<std::unique_ptr<Worker>> CreateWorker(WorkerSetup setup) {
   }
   if (setup.timeout_ms <= 0) return InvalidArgumentError("timeout_ms must be > 0");
   if (!setup.declare) return InvalidArgumentError("no key declaration hook");
-  if (!setup.connect) setup.connect = ConnectGrpc;
+  if (!setup.connect) {
+    TRELLIS_ASSIGN_OR_RETURN(setup.connect, TransportByName(setup.transport));
+  }
   return std::unique_ptr<Worker>(new WorkerImpl(std::move(setup)));
 }
 
@@ -143,7 +147,10 @@ Status WorkerImpl::FinishDeclarations() {
   std::vector<std::unique_ptr<ServerConnection>> servers;
   for (int32_t s = 0; s < ns; ++s) {
     ConnectionOptions o;
-    o.address = setup_.server_addresses[s];
+    // "host:port;tcp=P": the gRPC address and the raw-TCP port (tcp_wire.h).
+    TRELLIS_RETURN_IF_ERROR(tcpwire::SplitDataAddress(setup_.server_addresses[s], &o.address,
+                                                      nullptr, &o.tcp_port));
+    o.timeout_ms = setup_.timeout_ms;
     o.token = setup_.token;
     o.worker_rank = setup_.rank;
     o.slice_bytes = map.slice_bytes();
@@ -257,6 +264,12 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
       t.request.payload_elements = s.num_elements;
     }
     t.out = needs_dst ? dst + s.offset : nullptr;
+    if (t.out != nullptr) {  // a bulk transport reads the answer straight into `out`
+      t.request.out = t.out;
+      t.request.out_elements = s.num_elements;
+      t.request.out_mu = &st->data_mu;
+      t.request.out_closed = &st->closed;
+    }
     queue_.Push(priority, std::move(t));
   }
   Pump();
@@ -311,7 +324,7 @@ void WorkerImpl::Dispatch(Task task) {
       bytes_pushed_.fetch_add(push_bytes);
       op->PartDone(part, [&] {
         if (out != nullptr) {
-          wire::CopyOut(*p.chunks, p.offset, p.bytes, out);
+          if (!p.in_place) wire::CopyOut(*p.chunks, p.offset, p.bytes, out);
           bytes_pulled_.fetch_add(p.bytes);
         }
       });

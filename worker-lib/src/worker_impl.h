@@ -38,7 +38,9 @@ struct WorkerSetup {
   std::function<StatusOr<v1::ShardMap>(const std::vector<v1::KeySpec>&)> declare;
   // Barrier(name, generation).
   std::function<Status(const std::string&, int64_t)> barrier;
-  // Opens a server connection (default: ConnectGrpc).
+  // "grpc" or "tcp" (the job's spec.transport, WorkerOptions.transport); picks `connect`.
+  std::string transport = "grpc";
+  // Opens a server connection (default: by `transport`).
   std::function<StatusOr<std::unique_ptr<ServerConnection>>(const ConnectionOptions&)> connect;
   // Kept alive as long as the worker (e.g. the scheduler client the hooks use).
   std::shared_ptr<void> keep_alive;

@@ -112,8 +112,10 @@ Model Initial() {
 
 // Runs k steps through Trellis; returns each worker's final model.
 std::vector<Model> Distributed(int workers, ServerMode mode, const OptimizerSpec& opt,
-                               float worker_lr, const std::vector<Sample>& data) {
+                               float worker_lr, const std::vector<Sample>& data,
+                               const std::string& transport) {
   ClusterOptions o;
+  o.transport = transport;
   o.servers = 2;
   o.workers = workers;
   o.slice_bytes = 40;  // 10 floats: the weight key spans 7 slices over both servers
@@ -159,7 +161,8 @@ std::vector<Model> Distributed(int workers, ServerMode mode, const OptimizerSpec
   return models;
 }
 
-void CheckEquivalence(int workers, ServerMode mode, OptimizerSpec opt) {
+void CheckEquivalence(int workers, ServerMode mode, OptimizerSpec opt,
+                      const std::string& transport) {
   const float lr = 0.05f;
   auto data = MakeData(workers * kBatch * kSteps, 42);
   Model ref = Initial();
@@ -177,7 +180,7 @@ void CheckEquivalence(int workers, ServerMode mode, OptimizerSpec opt) {
     ow.Step(step, gw, &ref.w);
     ob.Step(step, gb, &ref.b);
   }
-  auto got = Distributed(workers, mode, opt, lr, data);
+  auto got = Distributed(workers, mode, opt, lr, data, transport);
   for (int r = 0; r < workers; ++r) {
     SCOPED_TRACE("worker " + std::to_string(r));
     ExpectClose(got[r].w, ref.w, "w");
@@ -187,25 +190,30 @@ void CheckEquivalence(int workers, ServerMode mode, OptimizerSpec opt) {
   EXPECT_GT(std::fabs(ref.w[0] - Initial().w[0]) + std::fabs(ref.b[0] - Initial().b[0]), 1e-3);
 }
 
-TEST(EquivalenceTest, AggregateSgdTwoWorkers) { CheckEquivalence(2, ServerMode::kAggregate, {}); }
-TEST(EquivalenceTest, AggregateSgdThreeWorkers) { CheckEquivalence(3, ServerMode::kAggregate, {}); }
+// Every case over both transports: the bytes must not depend on how they travel.
+class EquivalenceTest : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Transports, EquivalenceTest, ::testing::Values("grpc", "tcp"),
+                         [](const auto& info) { return info.param; });
 
-TEST(EquivalenceTest, UpdateSgdMomentum) {
+TEST_P(EquivalenceTest, AggregateSgdTwoWorkers) { CheckEquivalence(2, ServerMode::kAggregate, {}, GetParam()); }
+TEST_P(EquivalenceTest, AggregateSgdThreeWorkers) { CheckEquivalence(3, ServerMode::kAggregate, {}, GetParam()); }
+
+TEST_P(EquivalenceTest, UpdateSgdMomentum) {
   OptimizerSpec o;
   o.type = OptimizerType::kSgd;
   o.learningRate = 0.05;
   o.momentum = 0.9;
   o.weightDecay = 1e-3;
-  CheckEquivalence(2, ServerMode::kUpdate, o);
-  CheckEquivalence(3, ServerMode::kUpdate, o);
+  CheckEquivalence(2, ServerMode::kUpdate, o, GetParam());
+  CheckEquivalence(3, ServerMode::kUpdate, o, GetParam());
 }
 
-TEST(EquivalenceTest, UpdateAdam) {
+TEST_P(EquivalenceTest, UpdateAdam) {
   OptimizerSpec o;
   o.type = OptimizerType::kAdam;
   o.learningRate = 0.01;
-  CheckEquivalence(2, ServerMode::kUpdate, o);
-  CheckEquivalence(3, ServerMode::kUpdate, o);
+  CheckEquivalence(2, ServerMode::kUpdate, o, GetParam());
+  CheckEquivalence(3, ServerMode::kUpdate, o, GetParam());
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// S parameter servers and W workers in one process on 127.0.0.1:0, talking real gRPC. The shard
+// S parameter servers and W workers in one process on 127.0.0.1:0, talking real gRPC or raw TCP
+// (ClusterOptions.transport). The shard
 // map is built with the scheduler's own BuildShardMap (what DeclareKeys returns).
 #pragma once
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "pserver/parameter_server.h"
+#include "pserver/tcp_wire.h"
 #include "scheduler/shard_map.h"
 #include "worker-lib/src/worker_impl.h"
 
@@ -46,6 +48,7 @@ struct ClusterOptions {
   int64_t timeout_ms = 20000;
   int water_mark = 8;
   std::string token = "tok";
+  std::string transport = "grpc";  // the workers' data path: "grpc" or "tcp"
 };
 
 class LocalCluster {
@@ -64,7 +67,8 @@ class LocalCluster {
       po.service.pool_threads = 2;
       po.slice_bytes = o.slice_bytes;
       TRELLIS_ASSIGN_OR_RETURN(auto ps, ParameterServer::Start(po));
-      addresses.push_back("127.0.0.1:" + std::to_string(ps->port()));
+      addresses.push_back(tcpwire::JoinDataAddress("127.0.0.1:" + std::to_string(ps->port()),
+                                                   ps->tcp_port()));
       servers.push_back(std::move(ps));
     }
     for (int w = 0; w < o.workers; ++w) {
@@ -75,6 +79,7 @@ class LocalCluster {
       setup.token = o.token;
       setup.water_mark = o.water_mark;
       setup.timeout_ms = o.timeout_ms;
+      setup.transport = o.transport;
       int ns = o.servers;
       int64_t sb = o.slice_bytes;
       setup.declare = [ns, sb](const std::vector<v1::KeySpec>& keys) {

@@ -1,4 +1,4 @@
-// The worker library against in-process parameter servers over real gRPC.
+// The worker library against in-process parameter servers, over each transport (gRPC, raw TCP).
 #include <atomic>
 #include <numeric>
 #include <thread>
@@ -12,6 +12,10 @@ namespace {
 
 using testing::ClusterOptions;
 using testing::LocalCluster;
+
+class WorkerTest : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Transports, WorkerTest, ::testing::Values("grpc", "tcp"),
+                         [](const auto& info) { return info.param; });
 
 // Distinct, exactly representable values per worker (sums stay exact).
 std::vector<float> Pattern(int64_t n, int worker) {
@@ -39,8 +43,9 @@ void ExpectSum(LocalCluster& c, KeyId key, int64_t n) {
   }
 }
 
-TEST(WorkerTest, EdgeSizesRoundTripExactly) {
+TEST_P(WorkerTest, EdgeSizesRoundTripExactly) {
   ClusterOptions o;
+  o.transport = GetParam();
   o.servers = 2;
   o.workers = 2;
   o.slice_bytes = 1024;  // 256 floats per slice
@@ -59,8 +64,9 @@ TEST(WorkerTest, EdgeSizesRoundTripExactly) {
   EXPECT_EQ(c.workers[0]->bytes_pulled(), c.workers[0]->bytes_pushed());
 }
 
-TEST(WorkerTest, Tensor256MiBRoundTripsExactly) {
+TEST_P(WorkerTest, Tensor256MiBRoundTripsExactly) {
   ClusterOptions o;
+  o.transport = GetParam();
   o.servers = 2;
   o.workers = 1;
   LocalCluster c;
@@ -73,8 +79,9 @@ TEST(WorkerTest, Tensor256MiBRoundTripsExactly) {
   ASSERT_TRUE(std::memcmp(g.data(), out.data(), n * 4) == 0);
 }
 
-TEST(WorkerTest, TenThousandSmallKeys) {
+TEST_P(WorkerTest, TenThousandSmallKeys) {
   ClusterOptions o;
+  o.transport = GetParam();
   o.servers = 2;
   o.workers = 2;
   LocalCluster c;
@@ -100,8 +107,9 @@ TEST(WorkerTest, TenThousandSmallKeys) {
   }
 }
 
-TEST(WorkerTest, BroadcastPushPullSplitAndCallbacks) {
+TEST_P(WorkerTest, BroadcastPushPullSplitAndCallbacks) {
   ClusterOptions o;
+  o.transport = GetParam();
   o.servers = 2;
   o.workers = 3;
   o.slice_bytes = 64;
@@ -134,8 +142,9 @@ TEST(WorkerTest, BroadcastPushPullSplitAndCallbacks) {
   EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition);
 }
 
-TEST(WorkerTest, MissingPeerTimesOutNamingKeySliceServer) {
+TEST_P(WorkerTest, MissingPeerTimesOutNamingKeySliceServer) {
   ClusterOptions o;
+  o.transport = GetParam();
   o.workers = 2;
   o.timeout_ms = 300;
   LocalCluster c;
@@ -157,8 +166,9 @@ TEST(WorkerTest, MissingPeerTimesOutNamingKeySliceServer) {
   EXPECT_TRUE(h.Done());
 }
 
-TEST(WorkerTest, ServerErrorsReachTheHandle) {
+TEST_P(WorkerTest, ServerErrorsReachTheHandle) {
   ClusterOptions o;
+  o.transport = GetParam();
   o.mode = ServerMode::kUpdate;
   LocalCluster c;
   ASSERT_TRUE(c.Start(o).ok());
@@ -170,8 +180,9 @@ TEST(WorkerTest, ServerErrorsReachTheHandle) {
   EXPECT_NE(st.message().find("before the key was initialized"), std::string::npos) << st.message();
 }
 
-TEST(WorkerTest, BadCallsFailClearly) {
+TEST_P(WorkerTest, BadCallsFailClearly) {
   ClusterOptions o;
+  o.transport = GetParam();
   LocalCluster c;
   ASSERT_TRUE(c.Start(o).ok());
   Worker& w = *c.workers[0];
@@ -190,8 +201,9 @@ TEST(WorkerTest, BadCallsFailClearly) {
   EXPECT_TRUE(w.Barrier("x").ok());
 }
 
-TEST(WorkerTest, WaterMarkOneStillCompletesEverything) {
+TEST_P(WorkerTest, WaterMarkOneStillCompletesEverything) {
   ClusterOptions o;
+  o.transport = GetParam();
   o.servers = 3;
   o.workers = 2;
   o.slice_bytes = 16;

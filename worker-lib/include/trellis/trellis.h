@@ -43,6 +43,7 @@ struct WorkerOptions {
   int64_t slice_bytes = 0;         // else the job's sliceBytes
   int32_t water_mark = 0;          // else the job's priority.waterMark
   int64_t timeout_ms = 0;          // per-operation deadline; else 120000
+  std::string transport;           // data path: "grpc" or "tcp"; else the job's spec.transport
 };
 
 // Completion of an asynchronous operation. Copyable; all copies observe the same operation.

@@ -1,0 +1,353 @@
+#include "pserver/tcp_wire.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+
+#include "common/net.h"
+
+namespace trellis::tcpwire {
+namespace {
+
+template <typename T>
+void Put(uint8_t* p, size_t off, T v) {
+  std::memcpy(p + off, &v, sizeof(T));
+}
+template <typename T>
+T Get(const uint8_t* p, size_t off) {
+  T v;
+  std::memcpy(&v, p + off, sizeof(T));
+  return v;
+}
+
+std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// Below this a read goes through the read-ahead buffer; above, straight into the destination.
+constexpr size_t kDirectMin = 16 << 10;
+
+}  // namespace
+
+Status SplitDataAddress(const std::string& address, std::string* grpc_address, std::string* host,
+                        int* tcp_port) {
+  *tcp_port = 0;
+  std::string base = address;
+  auto tag = address.find(kAddressTcpTag);
+  if (tag != std::string::npos) {
+    base = address.substr(0, tag);
+    std::string p = address.substr(tag + std::strlen(kAddressTcpTag));
+    int port = 0;
+    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
+    if (p.empty() || ec != std::errc() || end != p.data() + p.size() || port < 1 || port > 65535) {
+      return InvalidArgumentError("bad data address '" + address + "': tcp port '" + p +
+                                  "' is not in [1, 65535]");
+    }
+    *tcp_port = port;
+  }
+  auto hp = ParseHostPort(base);
+  if (!hp.ok()) return hp.status();
+  *grpc_address = base;
+  if (host != nullptr) *host = hp->host;
+  return Status::Ok();
+}
+
+std::string JoinDataAddress(const std::string& grpc_address, int tcp_port) {
+  if (tcp_port <= 0) return grpc_address;
+  return grpc_address + kAddressTcpTag + std::to_string(tcp_port);
+}
+
+std::vector<uint8_t> EncodeHello(const std::string& token, int32_t rank) {
+  std::vector<uint8_t> out(kHelloFixedBytes + token.size());
+  Put<uint32_t>(out.data(), 0, kHelloMagic);
+  Put<uint32_t>(out.data(), 4, kHelloVersion);
+  Put<int32_t>(out.data(), 8, rank);
+  Put<uint32_t>(out.data(), 12, static_cast<uint32_t>(token.size()));
+  if (!token.empty()) std::memcpy(out.data() + kHelloFixedBytes, token.data(), token.size());
+  return out;
+}
+
+std::vector<uint8_t> EncodeStatusFrame(wire::Op op, uint64_t request_id, const Status& st) {
+  std::string msg = st.message().substr(0, kMaxMessageBytes);
+  wire::ResponseHeader h;
+  h.op = op;
+  h.request_id = request_id;
+  h.code = static_cast<int32_t>(st.code());
+  h.message_bytes = static_cast<uint32_t>(msg.size());
+  std::vector<uint8_t> out(wire::kResponseHeaderBytes + msg.size());
+  wire::EncodeResponseHeader(h, out.data());
+  std::memcpy(out.data() + wire::kResponseHeaderBytes, msg.data(), msg.size());
+  return out;
+}
+
+Status DecodeRequestHeader(const uint8_t* h, uint64_t max_payload, wire::RequestHeader* out) {
+  uint32_t magic = Get<uint32_t>(h, 0);
+  if (magic != wire::kRequestMagic) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "0x%08x", magic);
+    return InvalidArgumentError(std::string("malformed frame: bad magic ") + buf +
+                                " (not a trellis data request); closing the connection");
+  }
+  uint8_t op = Get<uint8_t>(h, 4);
+  if (op < 1 || op > 4) {
+    return InvalidArgumentError("malformed frame: unknown op " + std::to_string(op) +
+                                "; closing the connection");
+  }
+  out->op = static_cast<wire::Op>(op);
+  out->request_id = Get<uint64_t>(h, 8);
+  out->key = Get<uint64_t>(h, 16);
+  out->step = Get<int64_t>(h, 24);
+  out->slice = Get<uint32_t>(h, 32);
+  out->priority = Get<int32_t>(h, 36);
+  out->payload_bytes = Get<uint64_t>(h, 40);
+  if (out->payload_bytes > max_payload) {
+    return InvalidArgumentError("malformed frame: payload of " +
+                                std::to_string(out->payload_bytes) + " bytes exceeds the " +
+                                std::to_string(max_payload) +
+                                "-byte limit (sliceBytes); closing the connection");
+  }
+  if (out->payload_bytes % sizeof(float) != 0) {
+    return InvalidArgumentError("malformed frame: payload of " +
+                                std::to_string(out->payload_bytes) +
+                                " bytes is not a whole number of float32 values");
+  }
+  if (out->op == wire::Op::kPull && out->payload_bytes != 0) {
+    return InvalidArgumentError("malformed frame: a pull carries no payload, got " +
+                                std::to_string(out->payload_bytes) + " bytes");
+  }
+  return Status::Ok();
+}
+
+Status DecodeResponseHeader(const uint8_t* h, uint64_t max_payload, wire::ResponseHeader* out) {
+  if (Get<uint32_t>(h, 0) != wire::kResponseMagic) {
+    return DataLossError("malformed response: bad magic");
+  }
+  out->op = static_cast<wire::Op>(Get<uint8_t>(h, 4));
+  out->request_id = Get<uint64_t>(h, 8);
+  out->code = Get<int32_t>(h, 16);
+  out->message_bytes = Get<uint32_t>(h, 20);
+  out->payload_bytes = Get<uint64_t>(h, 24);
+  if (out->message_bytes > kMaxMessageBytes || out->payload_bytes > max_payload) {
+    return DataLossError("malformed response: message of " + std::to_string(out->message_bytes) +
+                         " bytes, payload of " + std::to_string(out->payload_bytes) +
+                         " bytes (limits " + std::to_string(kMaxMessageBytes) + ", " +
+                         std::to_string(max_payload) + ")");
+  }
+  return Status::Ok();
+}
+
+void TuneSocket(int fd) {
+  int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int bytes = kSocketBufferBytes;
+  (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+}
+
+StatusOr<int> Listen(const std::string& host, int port, int* bound_port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) {
+    return InvalidArgumentError("cannot resolve listen host '" + host + "': " + gai_strerror(rc));
+  }
+  std::string last = "no address";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      last = Errno("socket");
+      continue;
+    }
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    // Accepted sockets inherit the receive buffer; setting it before listen sizes the window.
+    TuneSocket(fd);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+      last = Errno("bind/listen");
+      ::close(fd);
+      continue;
+    }
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+    *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                                 : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    freeaddrinfo(res);
+    return fd;
+  }
+  freeaddrinfo(res);
+  return UnavailableError("cannot listen on " + host + ":" + service + ": " + last);
+}
+
+StatusOr<int> Connect(const std::string& host, int port, int64_t timeout_ms) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) return UnavailableError("cannot resolve '" + host + "': " + gai_strerror(rc));
+  std::string last = "no address";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                    ai->ai_protocol);
+    if (fd < 0) {
+      last = Errno("socket");
+      continue;
+    }
+    TuneSocket(fd);
+    int r = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (r != 0 && errno == EINPROGRESS) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline - std::chrono::steady_clock::now())
+                      .count();
+      pollfd p{fd, POLLOUT, 0};
+      int pr = poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left, 0, INT32_MAX)));
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (pr == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) {
+        r = 0;
+      } else {
+        errno = pr == 0 ? ETIMEDOUT : (err != 0 ? err : errno);
+      }
+    }
+    if (r != 0) {
+      last = Errno("connect");
+      ::close(fd);
+      continue;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    freeaddrinfo(res);
+    return fd;
+  }
+  freeaddrinfo(res);
+  return UnavailableError("cannot connect to " + host + ":" + service + ": " + last);
+}
+
+Status SendAll(int fd, struct iovec* iov, int iovcnt) {
+  while (iovcnt > 0) {
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<size_t>(std::min(iovcnt, IOV_MAX));
+    ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return UnavailableError(Errno("send"));
+    }
+    auto left = static_cast<size_t>(n);
+    while (iovcnt > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --iovcnt;
+    }
+    if (iovcnt > 0) {
+      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return Status::Ok();
+}
+
+SocketReader::SocketReader(int fd, size_t buffer_bytes) : fd_(fd), buf_(buffer_bytes) {}
+
+Status SocketReader::RecvSome(void* dst, size_t n, int flags, size_t* got) {
+  while (true) {
+    ssize_t r = recv(fd_, dst, n, flags);
+    if (r > 0) {
+      *got = static_cast<size_t>(r);
+      return Status::Ok();
+    }
+    if (r == 0) return UnavailableError("connection closed by the peer");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      *got = 0;
+      return Status::Ok();
+    }
+    return UnavailableError(Errno("recv"));
+  }
+}
+
+Status SocketReader::Fill() {
+  begin_ = end_ = 0;
+  size_t got = 0;
+  while (got == 0) TRELLIS_RETURN_IF_ERROR(RecvSome(buf_.data(), buf_.size(), 0, &got));
+  end_ = got;
+  return Status::Ok();
+}
+
+Status SocketReader::Read(void* dst, size_t n, WriteGuard* guard) {
+  auto* d = static_cast<uint8_t*>(dst);
+  bool writable = true;
+  // Runs `fn(target)` with the guard held; target is nullptr once the guard refused.
+  auto piece = [&](auto fn) -> Status {
+    if (writable && guard != nullptr && !guard->Begin()) writable = false;
+    Status st = fn(writable ? d : nullptr);
+    if (writable && guard != nullptr) guard->End();
+    return st;
+  };
+  while (n > 0) {
+    if (begin_ < end_) {
+      size_t take = std::min(n, end_ - begin_);
+      TRELLIS_RETURN_IF_ERROR(piece([&](uint8_t* t) {
+        if (t != nullptr) std::memcpy(t, buf_.data() + begin_, take);
+        return Status::Ok();
+      }));
+      begin_ += take;
+      d += take;
+      n -= take;
+      continue;
+    }
+    if (n < kDirectMin || !writable) {
+      TRELLIS_RETURN_IF_ERROR(Fill());
+      continue;
+    }
+    size_t got = 0;
+    if (guard == nullptr) {
+      TRELLIS_RETURN_IF_ERROR(RecvSome(d, n, MSG_WAITALL, &got));
+    } else {
+      // Never block while holding the guard: the other side of it (completing the operation)
+      // must not wait on the network.
+      TRELLIS_RETURN_IF_ERROR(piece([&](uint8_t* t) {
+        return t == nullptr ? Status::Ok() : RecvSome(t, n, MSG_DONTWAIT, &got);
+      }));
+      if (!writable) continue;
+      if (got == 0) {
+        pollfd p{fd_, POLLIN, 0};
+        while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+        }
+        continue;
+      }
+    }
+    d += got;
+    n -= got;
+  }
+  return Status::Ok();
+}
+
+Status SocketReader::Skip(size_t n) {
+  while (n > 0) {
+    if (begin_ == end_) TRELLIS_RETURN_IF_ERROR(Fill());
+    size_t take = std::min(n, end_ - begin_);
+    begin_ += take;
+    n -= take;
+  }
+  return Status::Ok();
+}
+
+}  // namespace trellis::tcpwire

@@ -1,0 +1,96 @@
+// The raw-TCP bulk transport of the data path, shared by the parameter server
+// (pserver/tcp_data_server.*) and the worker library (worker-lib/src/tcp_transport.cc).
+//
+// A connection starts with a hello from the worker:
+//   u32 magic "TRH1" | u32 version (1) | i32 worker rank | u32 token bytes | token
+// The server answers with one response frame (wire.h layout, request id 0): code 0, or an error
+// (wrong token, bad rank) after which it closes. Then frames flow exactly as in wire.h — request
+// header (48 bytes) + payload one way, response header (40) + message + payload the other —
+// back to back on the byte stream, multiplexed by request id.
+//
+// The server publishes the port inside its data address: "host:grpcport;tcp=port" (the address
+// in ReportReady / the cluster view); SplitDataAddress takes it apart.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "pserver/wire.h"
+
+namespace trellis::tcpwire {
+
+inline constexpr uint32_t kHelloMagic = 0x31485254;  // "TRH1" little-endian
+inline constexpr uint32_t kHelloVersion = 1;
+inline constexpr size_t kHelloFixedBytes = 16;
+inline constexpr uint32_t kMaxTokenBytes = 4096;
+inline constexpr uint32_t kMaxMessageBytes = 64 << 10;  // error text in a response
+inline constexpr char kAddressTcpTag[] = ";tcp=";
+// Socket buffers: big enough for a few MiB in flight per direction (capped by net.core.*mem_max).
+inline constexpr int kSocketBufferBytes = 4 << 20;
+
+// "host:5000;tcp=5001" -> grpc "host:5000", tcp port 5001. Without the tag: tcp_port = 0.
+Status SplitDataAddress(const std::string& address, std::string* grpc_address, std::string* host,
+                        int* tcp_port);
+std::string JoinDataAddress(const std::string& grpc_address, int tcp_port);
+
+std::vector<uint8_t> EncodeHello(const std::string& token, int32_t rank);
+
+// Response frame bytes: header + message (no payload).
+std::vector<uint8_t> EncodeStatusFrame(wire::Op op, uint64_t request_id, const Status& st);
+
+// Checks a request header read from the socket before its payload is read: magic, op, payload
+// length within `max_payload` and a whole number of floats, no payload on a pull. Any error
+// means the byte stream cannot be trusted any more (the caller closes the connection).
+Status DecodeRequestHeader(const uint8_t* h, uint64_t max_payload, wire::RequestHeader* out);
+// Same for a response header (worker side).
+Status DecodeResponseHeader(const uint8_t* h, uint64_t max_payload, wire::ResponseHeader* out);
+
+// TCP_NODELAY, SO_SNDBUF/SO_RCVBUF = kSocketBufferBytes, SIGPIPE off for sends (MSG_NOSIGNAL).
+void TuneSocket(int fd);
+
+// Binds and listens; `*port` = the bound port (0 picks one).
+StatusOr<int> Listen(const std::string& host, int port, int* bound_port);
+// Connects within `timeout_ms`.
+StatusOr<int> Connect(const std::string& host, int port, int64_t timeout_ms);
+
+// Sends every byte of `iov` (partial sends resumed). `iov` is modified.
+Status SendAll(int fd, struct iovec* iov, int iovcnt);
+
+// Lets a reader write into memory that another thread may retire meanwhile (the worker's `out`,
+// freed by the user once the operation completed): Begin() before each piece written returns
+// false when the memory must not be touched any more; End() after each piece.
+class WriteGuard {
+ public:
+  virtual ~WriteGuard() = default;
+  virtual bool Begin() = 0;
+  virtual void End() = 0;
+};
+
+// Reads a byte stream: small pieces through a read-ahead buffer (few syscalls for headers and
+// small frames), big ones straight into the destination (no intermediate copy).
+class SocketReader {
+ public:
+  explicit SocketReader(int fd, size_t buffer_bytes = 64 << 10);
+  // Exactly `n` bytes into `dst`. With a guard, the socket is only read while the guard is
+  // held, never blocking under it (poll first); bytes the guard refuses are discarded.
+  // Errors: UNAVAILABLE (peer closed, reset) naming the cause.
+  Status Read(void* dst, size_t n, WriteGuard* guard = nullptr);
+  // Reads and drops `n` bytes.
+  Status Skip(size_t n);
+
+ private:
+  Status Fill();                      // at least one byte into the buffer (blocking)
+  Status RecvSome(void* dst, size_t n, int flags, size_t* got);  // one recv
+
+  const int fd_;
+  std::vector<uint8_t> buf_;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+};
+
+}  // namespace trellis::tcpwire

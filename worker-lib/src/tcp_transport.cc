@@ -1,0 +1,347 @@
+// ServerConnection over raw TCP; see tcp_transport.h.
+#include "worker-lib/src/tcp_transport.h"
+
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/auth.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/net.h"
+#include "pserver/tcp_wire.h"
+#include "trellis/v1/data.grpc.pb.h"
+
+namespace trellis {
+namespace {
+
+constexpr size_t kMaxBatch = 32;  // frames per sendmsg
+
+void SetRecvTimeout(int fd, int64_t ms) {
+  timeval tv{};
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = (ms % 1000) * 1000;
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+// Holds the operation's data lock (shared) while bytes land in `out`; refuses once the
+// operation completed.
+class OutGuard final : public tcpwire::WriteGuard {
+ public:
+  OutGuard(std::shared_mutex* mu, const std::atomic<bool>* closed) : mu_(mu), closed_(closed) {}
+  bool Begin() override {
+    if (mu_ == nullptr) return true;
+    mu_->lock_shared();
+    if (closed_ != nullptr && closed_->load()) {
+      mu_->unlock_shared();
+      return false;
+    }
+    return true;
+  }
+  void End() override {
+    if (mu_ != nullptr) mu_->unlock_shared();
+  }
+
+ private:
+  std::shared_mutex* const mu_;
+  const std::atomic<bool>* const closed_;
+};
+
+class TcpConnection final : public ServerConnection {
+ public:
+  TcpConnection(const ConnectionOptions& o, int fd, std::unique_ptr<tcpwire::SocketReader> rd)
+      : options_(o),
+        fd_(fd),
+        reader_(std::move(rd)),
+        max_payload_(static_cast<uint64_t>(wire::MaxMessageBytes(o.slice_bytes))) {
+    read_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "trellis-tcp-rd");
+      ReadLoop();
+    });
+    write_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "trellis-tcp-wr");
+      WriteLoop();
+    });
+  }
+
+  ~TcpConnection() override {
+    {
+      std::lock_guard lock(mu_);
+      closing_ = true;
+    }
+    ::shutdown(fd_, SHUT_RDWR);  // wakes both threads; the reader fails what is pending
+    read_thread_.join();
+    write_thread_.join();
+    ::close(fd_);
+  }
+
+  const std::string& address() const override { return options_.address; }
+
+  Status InstallShardMap(const v1::ShardMap& map, int32_t server_rank,
+                         int64_t timeout_ms) override {
+    if (!control_) {
+      control_ = v1::DataService::NewStub(
+          grpc::CreateChannel(options_.address, grpc::InsecureChannelCredentials()));
+    }
+    grpc::ClientContext ctx;
+    if (!options_.token.empty()) ctx.AddMetadata(kTokenMetadataKey, options_.token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+    ctx.set_wait_for_ready(true);
+    v1::InstallShardMapRequest req;
+    req.set_worker_rank(options_.worker_rank);
+    req.set_server_rank(server_rank);
+    *req.mutable_shard_map() = map;
+    v1::InstallShardMapResponse resp;
+    Status st = FromGrpc(control_->InstallShardMap(&ctx, req, &resp));
+    if (!st.ok()) {
+      return st.Annotate("installing the shard map on server " + std::to_string(server_rank) +
+                         " (" + options_.address + ")");
+    }
+    return Status::Ok();
+  }
+
+  void Send(const SliceRequest& r, SliceReply reply) override {
+    Frame f;
+    wire::RequestHeader h;
+    h.op = r.op;
+    h.key = r.key;
+    h.slice = r.slice;
+    h.step = r.step;
+    h.priority = r.priority;
+    h.payload_bytes = static_cast<uint64_t>(r.payload_elements) * sizeof(float);
+    f.payload = r.payload;
+    f.payload_bytes = h.payload_bytes;
+    Status dead;
+    {
+      std::lock_guard lock(mu_);
+      if (broken_) {
+        dead = broken_status_;
+      } else {
+        h.request_id = next_id_++;
+        wire::EncodeRequestHeader(h, f.head);
+        pending_.emplace(h.request_id,
+                         Pending{std::move(reply), r.out,
+                                 static_cast<uint64_t>(r.out_elements) * sizeof(float), r.out_mu,
+                                 r.out_closed});
+        queue_.push_back(f);
+      }
+    }
+    if (!dead.ok()) {
+      reply(dead, Payload{});
+      return;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  struct Frame {
+    uint8_t head[wire::kRequestHeaderBytes];
+    const float* payload = nullptr;  // the caller's memory, sent without a copy
+    uint64_t payload_bytes = 0;
+  };
+  struct Pending {
+    SliceReply reply;
+    float* out;
+    uint64_t out_bytes;
+    std::shared_mutex* out_mu;
+    const std::atomic<bool>* out_closed;
+  };
+
+  void ReadLoop() {
+    Status st;
+    std::string message;
+    std::vector<float> scratch;  // only for answers that do not fit `out` (reported as errors)
+    while (true) {
+      uint8_t head[wire::kResponseHeaderBytes];
+      st = reader_->Read(head, sizeof head);
+      if (!st.ok()) break;
+      wire::ResponseHeader h;
+      st = tcpwire::DecodeResponseHeader(head, max_payload_, &h);
+      if (!st.ok()) break;
+      message.resize(h.message_bytes);
+      if (h.message_bytes > 0) {
+        st = reader_->Read(message.data(), h.message_bytes);
+        if (!st.ok()) break;
+      }
+      Pending p{};
+      bool found = false;
+      {
+        std::lock_guard lock(mu_);
+        auto it = pending_.find(h.request_id);
+        if (it != pending_.end()) {
+          p = std::move(it->second);
+          pending_.erase(it);
+          found = true;
+        }
+      }
+      if (!found || h.code != 0) {
+        st = reader_->Skip(h.payload_bytes);
+        if (!st.ok()) break;
+        if (!found) {
+          TLOG_WARN << "server " << options_.address << " answered unknown request "
+                    << h.request_id << ": " << message;
+          if (h.request_id == 0 && h.code != 0) {
+            // An error about the stream itself (the server closes after it): fail everything.
+            st = Status(static_cast<StatusCode>(h.code), message);
+            break;
+          }
+        } else {
+          p.reply(Status(static_cast<StatusCode>(h.code), message), Payload{});
+        }
+        continue;
+      }
+      if (h.payload_bytes == 0) {
+        p.reply(Status::Ok(), Payload{});
+      } else if (p.out != nullptr && h.payload_bytes == p.out_bytes) {
+        OutGuard guard(p.out_mu, p.out_closed);
+        st = reader_->Read(p.out, h.payload_bytes, &guard);
+        if (!st.ok()) {
+          p.reply(UnavailableError("data connection to " + options_.address +
+                                   " ended mid-answer: " + st.message()),
+                  Payload{});
+          break;
+        }
+        p.reply(Status::Ok(), Payload{nullptr, 0, h.payload_bytes, /*in_place=*/true});
+      } else {
+        // Unexpected length (bounded by max_payload_): hand the bytes over; the worker reports
+        // the mismatch.
+        scratch.resize((h.payload_bytes + sizeof(float) - 1) / sizeof(float));
+        st = reader_->Read(scratch.data(), h.payload_bytes);
+        if (!st.ok()) break;
+        wire::Chunks chunks = {std::span<const uint8_t>(
+            reinterpret_cast<const uint8_t*>(scratch.data()), h.payload_bytes)};
+        p.reply(Status::Ok(), Payload{&chunks, 0, h.payload_bytes});
+      }
+    }
+    Break(st);
+  }
+
+  // The connection is over: stop the writer, then fail every pending request (after the writer
+  // let go of the callers' gradient memory).
+  void Break(const Status& cause) {
+    std::unordered_map<uint64_t, Pending> pending;
+    Status st;
+    {
+      std::unique_lock lock(mu_);
+      st = closing_ ? CancelledError("data connection to " + options_.address + " closed")
+                    : UnavailableError("data connection to " + options_.address +
+                                       " ended: " + cause.ToString());
+      broken_ = true;
+      broken_status_ = st;
+      queue_.clear();
+      cv_.notify_all();
+      ::shutdown(fd_, SHUT_RDWR);
+      cv_.wait(lock, [this] { return !writing_; });
+      pending.swap(pending_);
+    }
+    for (auto& [id, p] : pending) p.reply(st, Payload{});
+  }
+
+  void WriteLoop() {
+    std::vector<Frame> batch;
+    std::vector<iovec> iov;
+    std::unique_lock lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return broken_ || !queue_.empty(); });
+      if (broken_) return;
+      batch.clear();
+      while (!queue_.empty() && batch.size() < kMaxBatch) {
+        batch.push_back(queue_.front());
+        queue_.pop_front();
+      }
+      writing_ = true;
+      lock.unlock();
+      iov.clear();
+      for (auto& f : batch) {
+        iov.push_back({f.head, sizeof f.head});
+        if (f.payload_bytes > 0) {
+          iov.push_back({const_cast<float*>(f.payload), static_cast<size_t>(f.payload_bytes)});
+        }
+      }
+      Status st = tcpwire::SendAll(fd_, iov.data(), static_cast<int>(iov.size()));
+      lock.lock();
+      writing_ = false;
+      cv_.notify_all();
+      if (!st.ok()) {
+        // The reader sees the shut-down socket and fails what is pending.
+        ::shutdown(fd_, SHUT_RDWR);
+        return;
+      }
+    }
+  }
+
+  const ConnectionOptions options_;
+  const int fd_;
+  std::unique_ptr<tcpwire::SocketReader> reader_;  // used by the reader thread only
+  const uint64_t max_payload_;
+  std::unique_ptr<v1::DataService::Stub> control_;  // InstallShardMap (FinishDeclarations)
+  std::thread read_thread_;
+  std::thread write_thread_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<uint64_t, Pending> pending_;  // GUARDED_BY(mu_)
+  std::deque<Frame> queue_;                        // GUARDED_BY(mu_): not yet written
+  uint64_t next_id_ = 1;                           // GUARDED_BY(mu_): 0 = the stream itself
+  bool writing_ = false;                           // GUARDED_BY(mu_): a sendmsg in progress
+  bool broken_ = false;                            // GUARDED_BY(mu_)
+  bool closing_ = false;                           // GUARDED_BY(mu_): destructor started
+  Status broken_status_;                           // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ServerConnection>> ConnectTcp(const ConnectionOptions& o) {
+  if (o.tcp_port <= 0) {
+    return InvalidArgumentError("server " + o.address +
+                                " advertised no TCP data port (expected an address like "
+                                "host:port;tcp=P; is it an older trellis-pserver or started with "
+                                "--tcp-port=-1?)");
+  }
+  TRELLIS_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(o.address));
+  const std::string where = hp.host + ":" + std::to_string(o.tcp_port);
+  TRELLIS_ASSIGN_OR_RETURN(int fd, tcpwire::Connect(hp.host, o.tcp_port, o.timeout_ms));
+  // Handshake, bounded by the timeout: hello out, the server's verdict back.
+  SetRecvTimeout(fd, o.timeout_ms);
+  auto reader = std::make_unique<tcpwire::SocketReader>(fd);
+  auto fail = [&](Status st) {
+    ::close(fd);
+    return st.Annotate("TCP data connection to " + where);
+  };
+  std::vector<uint8_t> hello = tcpwire::EncodeHello(o.token, o.worker_rank);
+  iovec iov{hello.data(), hello.size()};
+  if (Status st = tcpwire::SendAll(fd, &iov, 1); !st.ok()) return fail(st);
+  uint8_t head[wire::kResponseHeaderBytes];
+  if (Status st = reader->Read(head, sizeof head); !st.ok()) {
+    return fail(UnavailableError("no handshake answer: " + st.message()));
+  }
+  wire::ResponseHeader h;
+  if (Status st = tcpwire::DecodeResponseHeader(head, 0, &h); !st.ok()) return fail(st);
+  std::string message(h.message_bytes, '\0');
+  if (h.message_bytes > 0) {
+    if (Status st = reader->Read(message.data(), message.size()); !st.ok()) return fail(st);
+  }
+  if (h.code != 0) {
+    return fail(Status(static_cast<StatusCode>(h.code), "server refused: " + message));
+  }
+  SetRecvTimeout(fd, 0);
+  return std::unique_ptr<ServerConnection>(new TcpConnection(o, fd, std::move(reader)));
+}
+
+StatusOr<ConnectFn> TransportByName(const std::string& name) {
+  if (name == "grpc") return ConnectFn{ConnectGrpc};
+  if (name == "tcp") return ConnectFn{ConnectTcp};
+  return InvalidArgumentError("unknown transport '" + name + "': want grpc or tcp");
+}
+
+}  // namespace trellis
