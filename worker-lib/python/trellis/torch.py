@@ -243,7 +243,8 @@ class _DistributedMixin:
             if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
                 self._trellis_accs[p] = p.register_post_accumulate_grad_hook(hook)
             else:  # torch 1.x: a hook on the parameter's AccumulateGrad node
-                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                with torch.enable_grad():  # no grad_fn inside a no_grad block
+                    acc = p.expand_as(p).grad_fn.next_functions[0][0]
                 acc.register_hook(hook)
                 self._trellis_accs[p] = acc  # the hook lives as long as the accumulator
 
