@@ -2,7 +2,7 @@
 // the same run. See docs/performance.md for how to read the table.
 //
 //   bench_pushpull [--quick] [--sizes=4K,1M,16M,64M] [--topologies=1x1,2x2] [--baselines-only]
-//                  [--slice-bytes=B] [--bin-dir=DIR] [--log-dir=DIR]
+//                  [--slice-bytes=B] [--transport=grpc,tcp] [--bin-dir=DIR] [--log-dir=DIR]
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -37,16 +37,19 @@ struct Flags {
   std::string bin_dir;
   std::string log_dir;
   int64_t slice_bytes = 0;  // 0: the job default
+  std::vector<std::string> transports = {"grpc", "tcp"};  // each measured in the same run
 };
 
 constexpr char kUsage[] =
     "usage: bench_pushpull [--quick] [--sizes=4K,1M,16M,64M] [--topologies=1x1,2x2]\n"
-    "                      [--baselines-only] [--slice-bytes=B] [--bin-dir=DIR] [--log-dir=DIR]\n"
+    "                      [--baselines-only] [--slice-bytes=B] [--transport=grpc,tcp]\n"
+    "                      [--bin-dir=DIR] [--log-dir=DIR]\n"
     "  --quick           fewer iterations (smoke run, a few seconds)\n"
     "  --sizes           tensor/message sizes, binary units (K, M, G)\n"
     "  --topologies      WxS pairs: W workers (threads) x S servers (processes)\n"
     "  --baselines-only  only the TCP and gRPC baselines\n"
     "  --slice-bytes     the job's sliceBytes (default: the job default, 4 MiB)\n"
+    "  --transport       the workers' data paths to measure, in this run (default grpc,tcp)\n"
     "  --bin-dir         where trellis-scheduler and trellis-pserver are (default: next to this)\n"
     "  --log-dir         where the children's logs go (default: a fresh temp dir)\n";
 
@@ -67,6 +70,24 @@ StatusOr<std::vector<TrellisTopology>> ParseTopologies(const std::string& text) 
     out.push_back({w, s});
   }
   if (out.empty()) return InvalidArgumentError("empty topology list '" + text + "'");
+  return out;
+}
+
+StatusOr<std::vector<std::string>> ParseTransports(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    if (item != "grpc" && item != "tcp") {
+      return InvalidArgumentError("bad transport '" + item + "': want grpc or tcp");
+    }
+    out.push_back(item);
+  }
+  if (out.empty()) return InvalidArgumentError("empty transport list '" + text + "'");
   return out;
 }
 
@@ -92,6 +113,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
     } else if (auto v = value_of("slice-bytes")) {
       TRELLIS_ASSIGN_OR_RETURN(uint64_t b, ParseBytes(*v));
       flags.slice_bytes = static_cast<int64_t>(b);
+    } else if (auto v = value_of("transport")) {
+      TRELLIS_ASSIGN_OR_RETURN(flags.transports, ParseTransports(*v));
     } else if (auto v = value_of("log-dir")) {
       flags.log_dir = *v;
     } else {
@@ -181,8 +204,10 @@ int Run(const Flags& flags) {
   server->reset();
 
   // (2) Trellis.
+  // Keyed by "<transport> <topology>", e.g. "tcp 2w x 2s".
   std::map<std::string, std::map<uint64_t, TrellisSizeResult>> trellis;
-  std::optional<TrellisSizeResult> trellis_latency;  // 4 KiB, first topology
+  std::map<std::string, TrellisSizeResult> trellis_latency;  // per transport: 4 KiB, first topology
+  std::vector<std::string> columns;  // the Trellis runs in order
   bool trellis_failed = false;
   if (!flags.baselines_only && !TrellisAvailable()) {
     std::cout << "  trellis: not built (no worker library in this build); baselines only\n";
@@ -212,27 +237,34 @@ int Run(const Flags& flags) {
       return 1;
     }
     std::cout << "  trellis: binaries from " << bin_dir << ", logs in " << log_dir << "\n";
-    for (const TrellisTopology& topo : flags.topologies) {
-      TrellisRunOptions options;
-      options.topology = topo;
-      options.sizes = flags.sizes;
-      options.budget = BulkBudget(flags, 1);  // MeasureTrellis scales warm-up by size itself
-      options.bin_dir = bin_dir;
-      options.log_dir = log_dir;
-      options.slice_bytes = flags.slice_bytes;
-      StatusOr<std::vector<TrellisSizeResult>> r = MeasureTrellis(options);
-      if (!r.ok()) {
-        std::cerr << "trellis " << topo.Name() << ": " << r.status().ToString() << "\n";
-        trellis_failed = true;
-        continue;
-      }
-      for (const TrellisSizeResult& s : *r) {
-        trellis[topo.Name()][s.bytes] = s;
-        std::cout << "  trellis " << topo.Name() << " " << FormatBytes(s.bytes) << ": "
-                  << Fixed(s.gbytes_per_s_per_worker, 2) << " GB/s per worker ("
-                  << Fixed(s.gbytes_per_s_per_worker * topo.workers, 2) << " all workers), p50 " << Us(s.p50_s)
-                  << " us, p99 " << Us(s.p99_s) << " us (" << s.steps << " steps)\n";
-        if (s.bytes == kLatencyBytes && !trellis_latency) trellis_latency = s;
+    for (const std::string& transport : flags.transports) {
+      for (const TrellisTopology& topo : flags.topologies) {
+        const std::string name = transport + " " + topo.Name();
+        TrellisRunOptions options;
+        options.transport = transport;
+        options.topology = topo;
+        options.sizes = flags.sizes;
+        options.budget = BulkBudget(flags, 1);  // MeasureTrellis scales warm-up by size itself
+        options.bin_dir = bin_dir;
+        options.log_dir = log_dir;
+        options.slice_bytes = flags.slice_bytes;
+        StatusOr<std::vector<TrellisSizeResult>> r = MeasureTrellis(options);
+        if (!r.ok()) {
+          std::cerr << "trellis " << name << ": " << r.status().ToString() << "\n";
+          trellis_failed = true;
+          continue;
+        }
+        columns.push_back(name);
+        for (const TrellisSizeResult& s : *r) {
+          trellis[name][s.bytes] = s;
+          std::cout << "  trellis " << name << " " << FormatBytes(s.bytes) << ": "
+                    << Fixed(s.gbytes_per_s_per_worker, 2) << " GB/s per worker ("
+                    << Fixed(s.gbytes_per_s_per_worker * topo.workers, 2) << " all workers), p50 " << Us(s.p50_s)
+                    << " us, p99 " << Us(s.p99_s) << " us (" << s.steps << " steps)\n";
+          if (s.bytes == kLatencyBytes && !trellis_latency.count(transport)) {
+            trellis_latency[transport] = s;
+          }
+        }
       }
     }
   }
@@ -244,9 +276,8 @@ int Run(const Flags& flags) {
                "per worker):\n\n";
   std::vector<std::string> header = {"size", trellis.empty() ? "TCP echo" : "TCP echo (mean of 2)",
                                      "gRPC stream"};
-  for (const TrellisTopology& topo : flags.topologies) {
-    if (trellis.count(topo.Name()) == 0) continue;
-    header.push_back("Trellis " + topo.Name());
+  for (const std::string& name : columns) {
+    header.push_back("Trellis " + name);
     header.push_back("/ TCP");
   }
   header.push_back("goal");
@@ -254,21 +285,23 @@ int Run(const Flags& flags) {
   for (uint64_t size : flags.sizes) {
     std::vector<std::string> row = {FormatBytes(size), Fixed(tcp[size], 2),
                                     stream.count(size) ? Fixed(stream[size].gbytes_per_s, 2) : "-"};
-    bool meets = true;
-    bool any = false;
-    for (const TrellisTopology& topo : flags.topologies) {
-      if (trellis.count(topo.Name()) == 0) continue;
-      auto it = trellis[topo.Name()].find(size);
-      const double g = it == trellis[topo.Name()].end() ? 0 : it->second.gbytes_per_s_per_worker;
-      row.push_back(it == trellis[topo.Name()].end() ? "-" : Fixed(g, 2));
+    // Per transport: met when every topology of that transport reaches the goal.
+    std::map<std::string, bool> meets;
+    for (const std::string& name : columns) {
+      auto it = trellis[name].find(size);
+      const double g = it == trellis[name].end() ? 0 : it->second.gbytes_per_s_per_worker;
+      row.push_back(it == trellis[name].end() ? "-" : Fixed(g, 2));
       row.push_back(Ratio(g, tcp[size]));
-      any = true;
-      meets = meets && g >= kGoodputGoal * tcp[size];
+      const std::string transport = name.substr(0, name.find(' '));
+      bool ok = g >= kGoodputGoal * tcp[size];
+      meets[transport] = meets.count(transport) ? meets[transport] && ok : ok;
     }
     if (size < kGoodputGoalFrom) {
       row.push_back("-");
     } else {
-      row.push_back(">= 0.75" + std::string(any ? (meets ? " met" : " MISSED") : ""));
+      std::string goal = ">= 0.75";
+      for (const auto& [transport, ok] : meets) goal += " " + transport + (ok ? " met" : " MISSED");
+      row.push_back(goal);
     }
     goodput.AddRow(row);
   }
@@ -277,10 +310,10 @@ int Run(const Flags& flags) {
   std::cout << "\n4 KiB round trip (microseconds):\n\n";
   Table latency({"", "p50", "p99", "p50 / gRPC unary", "goal"});
   latency.AddRow({"bare gRPC unary", Us(unary->p50_s), Us(unary->p99_s), "1.00", ""});
-  if (trellis_latency) {
-    const double ratio = trellis_latency->p50_s / unary->p50_s;
-    latency.AddRow({"Trellis PushPull " + flags.topologies.front().Name(), Us(trellis_latency->p50_s),
-                    Us(trellis_latency->p99_s), Fixed(ratio, 2),
+  for (const auto& [transport, lat] : trellis_latency) {
+    const double ratio = lat.p50_s / unary->p50_s;
+    latency.AddRow({"Trellis PushPull " + transport + " " + flags.topologies.front().Name(),
+                    Us(lat.p50_s), Us(lat.p99_s), Fixed(ratio, 2),
                     std::string("<= 1.30 ") + (ratio <= kLatencyGoal ? "met" : "MISSED")});
   }
   latency.Print(std::cout);

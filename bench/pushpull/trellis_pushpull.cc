@@ -213,6 +213,7 @@ Status RunWorker(const TrellisRunOptions& options, const Cluster& cluster, int i
   wo.token_file = cluster.token_file();
   wo.rank = cluster.worker_ranks()[index];
   wo.timeout_ms = kOperationTimeoutMs;
+  wo.transport = options.transport;
   TRELLIS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker, Worker::Create(wo));
   const int w = options.topology.workers;
   const float expected = static_cast<float>(w * (w + 1) / 2);
