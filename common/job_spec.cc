@@ -49,6 +49,10 @@ const Names<ServerMode>& ServerModeNames() {
                                       {"update", ServerMode::kUpdate}};
   return n;
 }
+const Names<Transport>& TransportNames() {
+  static const Names<Transport> n = {{"tcp", Transport::kTcp}, {"grpc", Transport::kGrpc}};
+  return n;
+}
 const Names<OptimizerType>& OptimizerTypeNames() {
   static const Names<OptimizerType> n = {{"sgd", OptimizerType::kSgd},
                                          {"adam", OptimizerType::kAdam}};
@@ -269,6 +273,7 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
   IntField(comp, "warmupSteps", 0, kInt64Max, &out->compression.warmupSteps);
 
   spec.GetEnum("serverMode", ServerModeNames(), &out->serverMode);
+  spec.GetEnum("transport", TransportNames(), &out->transport);
 
   MapReader opt(spec.Get("optimizer"), spec.Path("optimizer"), errors,
                 {"type", "learningRate", "momentum", "beta1", "beta2", "epsilon", "weightDecay"});
@@ -401,8 +406,8 @@ StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
   } else {
     MapReader spec(top.Get("spec"), "spec", &errors,
                    {"image", "servers", "workers", "keyDispatch", "sliceBytes", "priority",
-                    "compression", "serverMode", "optimizer", "checkpoint", "runPolicy",
-                    "scheduler"});
+                    "compression", "serverMode", "transport", "optimizer", "checkpoint",
+                    "runPolicy", "scheduler"});
     if (spec.is_mapping()) ParseSpec(spec, &job);
   }
   if (!errors.empty()) return errors.ToStatus();
@@ -417,6 +422,7 @@ std::string_view ToString(CompressionType v) { return NameOf(CompressionTypeName
 std::string_view ToString(ServerMode v) { return NameOf(ServerModeNames(), v); }
 std::string_view ToString(OptimizerType v) { return NameOf(OptimizerTypeNames(), v); }
 std::string_view ToString(CleanPodPolicy v) { return NameOf(CleanPodPolicyNames(), v); }
+std::string_view ToString(Transport v) { return NameOf(TransportNames(), v); }
 
 std::optional<RestartPolicy> ParseRestartPolicy(std::string_view s) {
   return ValueOf(RestartPolicyNames(), s);
@@ -436,6 +442,7 @@ std::optional<OptimizerType> ParseOptimizerType(std::string_view s) {
 std::optional<CleanPodPolicy> ParseCleanPodPolicy(std::string_view s) {
   return ValueOf(CleanPodPolicyNames(), s);
 }
+std::optional<Transport> ParseTransport(std::string_view s) { return ValueOf(TransportNames(), s); }
 
 StatusOr<int64_t> ParseByteQuantity(std::string_view text) {
   static const std::regex re("([0-9]+)(Ki|Mi|Gi)?");

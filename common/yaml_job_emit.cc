@@ -125,6 +125,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   out << YAML::EndMap;
 
   Plain(out, "serverMode", ToString(spec.serverMode));
+  Plain(out, "transport", ToString(spec.transport));
 
   const OptimizerSpec& o = spec.optimizer;
   out << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;

@@ -280,6 +280,26 @@ TEST(JobSpecTest, ParseByteQuantity) {
   EXPECT_FALSE(ParseByteQuantity("-4").ok());
 }
 
+// spec.transport: the workers' data path. Default tcp (docs/performance.md has the figures).
+TEST(JobSpecTest, TransportDefaultValuesRoundTripAndErrors) {
+  EXPECT_EQ(MustParse(kMinimal).transport, Transport::kTcp);
+  EXPECT_THAT(JobSpecToYaml(MustParse(kMinimal)), HasSubstr("transport: tcp\n"));
+  for (auto [text, want] : {std::pair{"grpc", Transport::kGrpc}, std::pair{"tcp", Transport::kTcp}}) {
+    JobSpec job = MustParse(std::string(kMinimal) + "  transport: " + text + "\n");
+    EXPECT_EQ(job.transport, want) << text;
+    auto again = ParseJobSpec(JobSpecToYaml(job));
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again->transport, want) << text;
+  }
+  EXPECT_EQ(ToString(Transport::kGrpc), "grpc");
+  EXPECT_EQ(ParseTransport("tcp"), Transport::kTcp);
+  EXPECT_EQ(ParseTransport("udp"), std::nullopt);
+  auto bad = ParseJobSpec(std::string(kMinimal) + "  transport: tpc\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("spec.transport: must be one of tcp, grpc, got \"tpc\""));
+}
+
 TEST(JobSpecTest, EnumNamesMatchTheYaml) {
   EXPECT_EQ(ToString(RestartPolicy::kNever), "Never");
   EXPECT_EQ(ToString(RestartPolicy::kOnFailure), "OnFailure");
