@@ -1,6 +1,7 @@
 #include "scheduler/scheduler_state.h"
 
 #include <algorithm>
+#include <cctype>
 #include <sstream>
 
 #include "common/logging.h"
@@ -87,6 +88,26 @@ Status SchedulerState::CheckNodeLocked(v1::Role role, int32_t rank, bool must_be
                                    " has not registered");
   }
   return Status::Ok();
+}
+
+// Pods named like a StatefulSet or the launcher names them ("<job>-worker-<i>") get rank i, so
+// ranks follow pod names and do not depend on who registers first; any other name, or an
+// ordinal that is out of range or taken, gets the lowest free rank.
+int32_t SchedulerState::PreferredFreeRankLocked(v1::Role role, const std::string& pod_name,
+                                                int32_t expected) const {
+  size_t digits = 0;
+  while (digits < pod_name.size() && digits < 9 &&
+         std::isdigit(static_cast<unsigned char>(pod_name[pod_name.size() - 1 - digits]))) {
+    ++digits;
+  }
+  if (digits > 0 && digits < pod_name.size() && pod_name[pod_name.size() - 1 - digits] == '-') {
+    const int32_t ordinal = std::stoi(pod_name.substr(pod_name.size() - digits));
+    if (ordinal < expected && !NodeLocked(role, ordinal).registered) return ordinal;
+  }
+  for (int32_t r = 0; r < expected; ++r) {
+    if (!NodeLocked(role, r).registered) return r;
+  }
+  return expected;  // not reached: the caller checked that a rank is free
 }
 
 SchedulerState::Node& SchedulerState::NodeLocked(v1::Role role, int32_t rank) {
@@ -220,7 +241,8 @@ StatusOr<v1::RegisterResponse> SchedulerState::Register(const v1::RegisterReques
                                       RoleName(req.role()) + "s and all ranks are taken; pod " +
                                       req.pod_name() + " cannot register");
       }
-      rank = count++;
+      rank = PreferredFreeRankLocked(req.role(), req.pod_name(), expected);
+      ++count;
       Node& n = NodeLocked(req.role(), rank);
       n.registered = true;
       n.pod_name = req.pod_name();

@@ -148,6 +148,8 @@ class SchedulerState {
   using Deferred = std::vector<std::function<void()>>;
 
   Status CheckNodeLocked(v1::Role role, int32_t rank, bool must_be_registered) const;
+  int32_t PreferredFreeRankLocked(v1::Role role, const std::string& pod_name,
+                                  int32_t expected) const;
   Node& NodeLocked(v1::Role role, int32_t rank);
   const Node& NodeLocked(v1::Role role, int32_t rank) const;
   bool CompleteLocked() const;

@@ -128,6 +128,23 @@ TEST_F(SchedulerStateTest, RanksInArrivalOrderPerRole) {
   EXPECT_EQ(view.servers(1).pod_name(), "s-b");
 }
 
+TEST_F(SchedulerStateTest, OrdinalPodNamesGetTheirOrdinalWhateverTheArrivalOrder) {
+  Make(1, 4);
+  auto w2 = Reg(v1::ROLE_WORKER, "mlp-worker-2");
+  auto w0 = Reg(v1::ROLE_WORKER, "mlp-worker-0");
+  auto big = Reg(v1::ROLE_WORKER, "mlp-worker-7");   // out of range: lowest free rank
+  auto dup = Reg(v1::ROLE_WORKER, "other-worker-0"); // ordinal taken: lowest free rank
+  ASSERT_TRUE(w2.ok() && w0.ok() && big.ok() && dup.ok());
+  EXPECT_EQ(w2->rank(), 2);
+  EXPECT_EQ(w0->rank(), 0);
+  EXPECT_EQ(big->rank(), 1);
+  EXPECT_EQ(dup->rank(), 3);
+  auto again = Reg(v1::ROLE_WORKER, "mlp-worker-2");  // re-registration keeps its rank
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->rank(), 2);
+  EXPECT_EQ(again->incarnation(), 2);
+}
+
 TEST_F(SchedulerStateTest, ReRegistrationKeepsRankAndCountsARestart) {
   Make(1, 2);
   ASSERT_TRUE(Reg(v1::ROLE_WORKER, "w-a").ok());
