@@ -1,6 +1,6 @@
 // Worker::Create: the environment contract (TRELLIS_SCHEDULER, TRELLIS_RANK, TRELLIS_TOKEN_FILE,
-// TRELLIS_NUM_WORKERS, TRELLIS_TIMEOUT_MS), the job from the scheduler, the complete cluster
-// view; precedence WorkerOptions > environment > job > default.
+// TRELLIS_NUM_WORKERS, TRELLIS_TIMEOUT_MS), the job from the scheduler (incl. spec.transport),
+// the complete cluster view; precedence WorkerOptions > environment > job > default.
 #include <chrono>
 #include <cstdlib>
 
@@ -71,7 +71,9 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   setup.water_mark = options.water_mark > 0 ? options.water_mark : job->priority.waterMark;
   setup.priority_enabled = job->priority.enabled;
   setup.slice_bytes_override = options.slice_bytes;
-  setup.transport = !options.transport.empty() ? options.transport : "grpc";
+  // The data path: WorkerOptions > the job's spec.transport (default tcp).
+  setup.transport =
+      !options.transport.empty() ? options.transport : std::string(ToString(job->transport));
 
   // The complete cluster view: every server ready with its data address.
   const auto deadline = std::chrono::steady_clock::now() + wait;

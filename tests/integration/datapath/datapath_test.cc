@@ -24,15 +24,17 @@ namespace {
 
 constexpr char kToken[] = "datapath-test-token";
 
-std::string JobYaml(int servers, int workers, int64_t slice_bytes) {
+std::string JobYaml(int servers, int workers, int64_t slice_bytes, const std::string& transport) {
   return "apiVersion: trellis.io/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: dp\nspec:\n"
          "  image: trellis:latest\n  servers:\n    replicas: " + std::to_string(servers) +
          "\n  workers:\n    replicas: " + std::to_string(workers) +
-         "\n    command: [none]\n  serverMode: aggregate\n  sliceBytes: " +
+         "\n    command: [none]\n  serverMode: aggregate\n  transport: " + transport +
+         "\n  sliceBytes: " +
          std::to_string(slice_bytes) + "\n  priority:\n    enabled: true\n    waterMark: 4\n";
 }
 
-class DatapathTest : public ::testing::Test {
+// Each case over both data paths, chosen the way users choose it: spec.transport in the job.
+class DatapathTest : public ::testing::TestWithParam<std::string> {
  protected:
   void StartJob(int servers, int workers, int64_t slice_bytes) {
     dir_ = std::filesystem::temp_directory_path() /
@@ -49,7 +51,7 @@ class DatapathTest : public ::testing::Test {
     SchedulerServerOptions so;
     so.host = "127.0.0.1";
     so.service.token = kToken;
-    so.service.job_yaml = JobYaml(servers, workers, slice_bytes);
+    so.service.job_yaml = JobYaml(servers, workers, slice_bytes, GetParam());
     auto sched = SchedulerServer::Start(config, so);
     ASSERT_TRUE(sched.ok()) << sched.status().ToString();
     scheduler_ = std::move(*sched);
@@ -112,9 +114,12 @@ class DatapathTest : public ::testing::Test {
   std::vector<int> worker_ranks_;
 };
 
+INSTANTIATE_TEST_SUITE_P(Transports, DatapathTest, ::testing::Values("grpc", "tcp"),
+                         [](const auto& info) { return info.param; });
+
 // k steps of data-parallel SGD on a linear model through 2 pserver processes equal one process
 // on the concatenated batches.
-TEST_F(DatapathTest, DataParallelSgdEqualsSingleProcess) {
+TEST_P(DatapathTest, DataParallelSgdEqualsSingleProcess) {
   constexpr int kServers = 2, kWorkers = 3, kIn = 32, kBatch = 4, kSteps = 4;
   StartJob(kServers, kWorkers, 64);  // 16 floats per slice: the weight key spans 2 servers
   std::mt19937 rng(5);
@@ -188,7 +193,7 @@ TEST_F(DatapathTest, DataParallelSgdEqualsSingleProcess) {
 
 // A worker holding the wrong token is refused by the scheduler before it touches a server, and
 // a server that dies turns pending operations into errors naming it, never a hang.
-TEST_F(DatapathTest, WrongTokenAndDeadServer) {
+TEST_P(DatapathTest, WrongTokenAndDeadServer) {
   StartJob(1, 1, 1 << 20);
   {
     std::string bad = (dir_ / "bad-token").string();
