@@ -1,5 +1,8 @@
 // trellis-operator: watches TrainingJobs and keeps their pods and status true. Flags parsed here,
 // everything else lives in the trellis_operator library.
+#include <unistd.h>
+
+#include <atomic>
 #include <csignal>
 #include <fstream>
 #include <iostream>
@@ -9,6 +12,7 @@
 #include "common/logging.h"
 #include "operator/controller.h"
 #include "operator/kube_client.h"
+#include "operator/leader_election.h"
 #include "operator/metrics_server.h"
 #include "operator/reconciler.h"
 
@@ -17,15 +21,19 @@ namespace {
 constexpr char kUsage[] =
     "usage: trellis-operator [--kubeconfig PATH | --server URL [--token-file PATH]] [--namespace NS]\n"
     "         [--image IMAGE] [--metrics-host HOST] [--metrics-port PORT] [--resync-seconds N]\n"
-    "         [--watch-timeout-seconds N]\n"
+    "         [--watch-timeout-seconds N] [--leader-elect true|false] [--lease-namespace NS]\n"
     "  Without --kubeconfig or --server: in-cluster config (service account, KUBERNETES_SERVICE_HOST).\n"
     "  --namespace: watch only this namespace (default: all)\n"
     "  --image: the image of pods whose TrainingJob sets no spec.image\n"
-    "  --metrics-port: /metrics and /healthz (default 8080; 0 disables)\n";
+    "  --metrics-port: /metrics and /healthz (default 8080; 0 disables)\n"
+    "  --leader-elect: hold the Lease trellis-operator before reconciling (replicas > 1); the Lease\n"
+    "    lives in --lease-namespace (default: the service account's namespace)\n";
 
 struct Flags {
   std::string kubeconfig, server, token_file, ns, image, metrics_host = "0.0.0.0";
   int metrics_port = 8080, resync_seconds = 30, watch_timeout_seconds = 300;
+  bool leader_elect = false;
+  std::string lease_namespace;
 };
 
 trellis::StatusOr<int> ParseInt(const std::string& flag, const std::string& v, int lo, int hi) {
@@ -58,6 +66,13 @@ trellis::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
     else if (a == "--namespace") f.ns = v;
     else if (a == "--image") f.image = v;
     else if (a == "--metrics-host") f.metrics_host = v;
+    else if (a == "--lease-namespace") f.lease_namespace = v;
+    else if (a == "--leader-elect") {
+      if (v != "true" && v != "false") {
+        return trellis::InvalidArgumentError("flag --leader-elect: must be true or false, got \"" + v + "\"");
+      }
+      f.leader_elect = v == "true";
+    }
     else if (a == "--metrics-port") { TRELLIS_ASSIGN_OR_RETURN(f.metrics_port, ParseInt(a, v, 0, 65535)); }
     else if (a == "--resync-seconds") { TRELLIS_ASSIGN_OR_RETURN(f.resync_seconds, ParseInt(a, v, 1, 86400)); }
     else if (a == "--watch-timeout-seconds") {
@@ -134,6 +149,8 @@ int main(int argc, char** argv) {
   opts.watch_timeout_seconds = flags->watch_timeout_seconds;
   Controller controller(client, reconciler, opts, [&](double s) { metrics->ObserveReconcile(s); });
 
+  // Standby replicas (waiting for the Lease) are healthy; the leader once it has listed.
+  std::atomic<bool> leading{false};
   std::unique_ptr<MetricsServer> server;
   if (flags->metrics_port != 0) {
     auto s = MetricsServer::Start(
@@ -143,18 +160,62 @@ int main(int argc, char** argv) {
           metrics->SetWatchRestarts(controller.counters().watch_restarts.load());
           metrics->SetReconciles(controller.counters().reconciles.load());
         },
-        [&] { return controller.synced(); });
+        [&] { return !leading.load() || controller.synced(); });
     if (!s.ok()) {
       std::cerr << "trellis-operator: " << s.status().message() << "\n";
       return 1;
     }
     server = std::move(*s);
   }
+  // Waits up to `d` for SIGTERM/SIGINT: the loops below sleep here so a signal ends them at once.
+  auto wait_signal = [&](std::chrono::milliseconds d) {
+    timespec ts{static_cast<time_t>(d.count() / 1000), static_cast<long>((d.count() % 1000) * 1000000)};
+    return sigtimedwait(&stop, nullptr, &ts);
+  };
+
+  std::unique_ptr<LeaderElector> elector;
+  LeaseOptions lease;
+  if (flags->leader_elect) {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    auto suffix = RandomToken();
+    lease.identity = std::string(host) + "_" + (suffix.ok() ? suffix->substr(0, 8) : "0");
+    lease.ns = flags->lease_namespace.empty() ? config->ns : flags->lease_namespace;
+    elector = std::make_unique<LeaderElector>(client, lease, [] { return Clock::now(); });
+    TLOG_INFO << "waiting for the Lease " << lease.ns << "/" << lease.name << " as " << lease.identity;
+    while (true) {
+      auto got = elector->TryAcquireOrRenew();
+      if (!got.ok()) TLOG_WARN << "leader election: " << got.status().message();
+      if (got.ok() && *got) break;
+      if (wait_signal(std::chrono::seconds(2)) > 0) return 0;
+    }
+    TLOG_INFO << "holding the Lease " << lease.ns << "/" << lease.name;
+  }
+  leading = true;
   TLOG_INFO << "watching TrainingJobs on " << config->server
             << (flags->ns.empty() ? " in every namespace" : " in namespace " + flags->ns);
   controller.Start();
   int sig = 0;
-  sigwait(&stop, &sig);
+  if (elector) {
+    // Renew every third of the lease; stop reconciling (and exit, to be restarted as a standby)
+    // once the lease could not be renewed for its whole duration: another replica may hold it.
+    auto last_renewed = std::chrono::steady_clock::now();
+    while (true) {
+      sig = wait_signal(std::chrono::duration_cast<std::chrono::milliseconds>(lease.duration) / 3);
+      if (sig > 0) break;
+      auto r = elector->TryAcquireOrRenew();
+      if (r.ok() && *r) {
+        last_renewed = std::chrono::steady_clock::now();
+      } else if (r.ok() || std::chrono::steady_clock::now() - last_renewed > lease.duration) {
+        TLOG_ERROR << "lost the Lease " << lease.ns << "/" << lease.name
+                   << (r.ok() ? ": another replica holds it" : ": " + r.status().message()) << "; exiting";
+        controller.Stop();
+        return 1;
+      }
+    }
+  } else {
+    sigwait(&stop, &sig);
+  }
   TLOG_INFO << "stopping on signal " << sig;
   controller.Stop();
   return 0;

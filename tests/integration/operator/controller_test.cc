@@ -61,7 +61,7 @@ TEST_F(ControllerTest, BinaryServesHealthzAndMetricsAndReconciles) {
   ASSERT_TRUE(port.ok());
   SpawnOptions o;
   o.argv = {std::string(TRELLIS_BIN_DIR) + "/trellis-operator", "--server", server_, "--metrics-host", "127.0.0.1",
-            "--metrics-port", std::to_string(*port)};
+            "--metrics-port", std::to_string(*port), "--leader-elect", "true"};
   o.env = CurrentEnvironment();
   o.stdout_mode = SpawnOptions::Output::kFile;
   o.stdout_path = dir_ + "/operator.log";
@@ -87,6 +87,10 @@ TEST_F(ControllerTest, BinaryServesHealthzAndMetricsAndReconciles) {
   EXPECT_NE(body.find("trellis_operator_jobs{phase=\"Failed\"} 1"), std::string::npos) << body;
   EXPECT_NE(body.find("trellis_operator_reconciles_total"), std::string::npos);
   EXPECT_NE(body.find("trellis_operator_reconcile_duration_seconds_bucket"), std::string::npos);
+  // It reconciled as the leader: the Lease names it.
+  auto lease = client_->Get(kLeases, "default", "trellis-operator");
+  ASSERT_TRUE(lease.ok()) << lease.status().message();
+  EXPECT_FALSE(Str(*lease, {"spec", "holderIdentity"}).empty());
   ASSERT_TRUE((*op)->Signal(SIGTERM).ok());
   auto exit = (*op)->WaitFor(std::chrono::seconds(10));
   ASSERT_TRUE(exit.has_value()) << "the operator did not stop on SIGTERM";
@@ -109,6 +113,7 @@ TEST(OperatorBinaryTest, BadFlagsAndNoClusterGiveClearErrors) {
   };
   EXPECT_EQ(run({"--metrics-port", "http"}), 2);
   EXPECT_EQ(run({"--bogus", "1"}), 2);
+  EXPECT_EQ(run({"--server", "http://127.0.0.1:1", "--leader-elect", "yes"}), 2);
   EXPECT_EQ(run({}), 2);  // not in a cluster and no --server
 }
 

@@ -21,7 +21,7 @@ MODE = sys.argv[1] if len(sys.argv) > 1 else "manifests"
 KNOWN = {
     "v1": {"Namespace", "ServiceAccount", "Service", "ConfigMap", "Secret"},
     "apps/v1": {"Deployment"},
-    "rbac.authorization.k8s.io/v1": {"ClusterRole", "ClusterRoleBinding"},
+    "rbac.authorization.k8s.io/v1": {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"},
     "apiextensions.k8s.io/v1": {"CustomResourceDefinition"},
     "monitoring.coreos.com/v1": {"ServiceMonitor"},
     "trellis.io/v1alpha1": {"TrainingJob"},
@@ -68,6 +68,8 @@ class ObjectChecks(unittest.TestCase):
             self.assertEqual(c["livenessProbe"]["httpGet"]["path"], "/healthz", where)
         if d["kind"] == "ClusterRole":
             self.assertEqual(rules_of(d), EXPECTED_RULES, where + ": RBAC verbs")
+        if d["kind"] == "Role":
+            self.assertEqual(rules_of(d), {("coordination.k8s.io", "leases"): {"get", "create", "update"}}, where)
         if d["kind"] == "TrainingJob":
             self.assertIn("command", d["spec"]["workers"], where)
 
@@ -111,7 +113,8 @@ class Helm(ObjectChecks):
             self.check_object("helm template", d)
             by_kind.setdefault(d["kind"], []).append(d)
         self.assertEqual(sorted(by_kind), ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
-                                           "Deployment", "Service", "ServiceAccount"])
+                                           "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"])
+        self.assertEqual(by_kind["Role"][0]["metadata"]["namespace"], "trellis-system")
         dep = by_kind["Deployment"][0]
         c = dep["spec"]["template"]["spec"]["containers"][0]
         self.assertEqual(c["image"], "ghcr.io/trellis-ml/trellis:0.1.0")
@@ -124,7 +127,9 @@ class Helm(ObjectChecks):
         self.assertEqual(binding["roleRef"]["name"], by_kind["ClusterRole"][0]["metadata"]["name"])
         svc = by_kind["Service"][0]
         self.assertEqual(svc["spec"]["ports"][0]["port"], 8080)
-        self.assertFalse(any("--namespace" in a for a in c["args"]))
+        self.assertFalse(any(a.startswith("--namespace") for a in c["args"]))
+        self.assertIn("--leader-elect=true", c["args"])
+        self.assertIn("--lease-namespace=trellis-system", c["args"])
 
     def test_non_default_values(self):
         docs = self.render("--set", "image.repository=registry.local/trellis", "--set", "image.tag=1.2.3",
@@ -154,7 +159,7 @@ class Helm(ObjectChecks):
         docs = self.render("--set", "rbac.create=false", "--set", "serviceAccount.create=false",
                            "--set", "serviceAccount.name=mine")
         kinds = {d["kind"] for d in docs}
-        self.assertFalse(kinds & {"ClusterRole", "ClusterRoleBinding", "ServiceAccount"})
+        self.assertFalse(kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"})
         dep = [d for d in docs if d["kind"] == "Deployment"][0]
         self.assertEqual(dep["spec"]["template"]["spec"]["serviceAccountName"], "mine")
 
