@@ -1,0 +1,60 @@
+// A real API server prunes status fields its structural schema does not declare: every field
+// the operator writes must be in the CRD's status schema, with the declared type.
+#include <functional>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "operator/job_status.h"
+#include "tests/unit/operator/test_jobs.h"
+
+namespace trellis::op {
+namespace {
+
+void CheckAgainst(const Json& v, const YAML::Node& schema, const std::string& where) {
+  ASSERT_TRUE(schema) << where << " is not in the CRD status schema (a real API server drops it)";
+  const std::string type = schema["type"].as<std::string>("");
+  if (v.is_object()) {
+    ASSERT_EQ(type, "object") << where;
+    for (const auto& [k, child] : v.as_object()) CheckAgainst(child, schema["properties"][k], where + "." + k);
+  } else if (v.is_array()) {
+    ASSERT_EQ(type, "array") << where;
+    for (size_t i = 0; i < v.size(); ++i) CheckAgainst(v.at(i), schema["items"], where + "[]");
+  } else if (v.is_string()) {
+    EXPECT_EQ(type, "string") << where;
+    if (schema["enum"]) {
+      bool found = false;
+      for (const auto& e : schema["enum"]) found |= e.as<std::string>() == v.as_string();
+      EXPECT_TRUE(found) << where << " = " << v.as_string() << " is not in the enum";
+    }
+  } else if (v.is_integer()) {
+    EXPECT_EQ(type, "integer") << where;
+  } else {
+    ADD_FAILURE() << where << ": unexpected JSON type";
+  }
+}
+
+TEST(StatusSchemaTest, EveryStatusFieldTheOperatorWritesIsDeclared) {
+  YAML::Node status_schema = YAML::LoadFile(std::string(TRELLIS_SOURCE_DIR) +
+                                            "/charts/trellis/crds/trainingjobs.trellis.io.yaml")["spec"]["versions"][0]
+                                 ["schema"]["openAPIV3Schema"]["properties"]["status"];
+  const auto t0 = Clock::from_time_t(1'800'000'000);
+  Json job = testing::ApiJob(testing::kSpec);
+  ObservedPod failed{"mlp-worker-0", PodRole::kWorker, 0, "Failed", 1, false};
+  ObservedPod ok{"mlp-worker-1", PodRole::kWorker, 1, "Succeeded", 0, false};
+  // A run through every phase, so every condition type and count is written.
+  std::vector<std::vector<ObservedPod>> worlds = {{}, {failed}, {ok}};
+  for (const auto& pods : worlds) {
+    JobPlan p = PlanJob(job, ParseJobSpec(job.serialize()), pods, t0);
+    job["status"] = p.status;
+    CheckAgainst(p.status, status_schema, "status");
+  }
+  job["spec"]["runPolicy"]["suspend"] = Json::boolean(true);
+  CheckAgainst(PlanJob(job, ParseJobSpec(job.serialize()), {}, t0).status, status_schema, "status");
+  Json bad = testing::ApiJob(R"({"workers":{}})");
+  CheckAgainst(PlanJob(bad, ParseJobSpec(bad.serialize()), {}, t0).status, status_schema, "status");
+}
+
+}  // namespace
+}  // namespace trellis::op
