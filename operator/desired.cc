@@ -1,5 +1,7 @@
 #include "operator/desired.h"
 
+#include "operator/pod_template.h"
+
 namespace trellis::op {
 namespace {
 
@@ -242,7 +244,11 @@ Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, c
   Json ports = Json::array();
   ports[0] = port;
   c["ports"] = ports;
-  return PodShell(job, spec, role, index, s, c, /*with_config=*/false);
+  Json pod = PodShell(job, spec, role, index, s, c, /*with_config=*/false);
+  // ParseJobSpec has checked the template is a mapping, so merging cannot fail here; were it
+  // to, the pod without the template still runs the job.
+  auto merged = ApplyPodTemplate(pod, rs.templateYaml);
+  return merged.ok() ? *merged : pod;
 }
 
 std::vector<Json> DesiredPods(const JobMeta& job, const JobSpec& spec, const OperatorSettings& s) {

@@ -54,7 +54,8 @@ Json JobConfigMap(const JobMeta& job, const JobSpec& spec);
 Json SchedulerService(const JobMeta& job, const OperatorSettings& s);
 Json SchedulerPod(const JobMeta& job, const JobSpec& spec, const OperatorSettings& s);
 // A server (kServer) or worker (kWorker) pod: the agent as entrypoint with the role's restart
-// policy and the job's backoffLimit, the environment of DESIGN.md, resources and GPUs.
+// policy and the job's backoffLimit, the environment of DESIGN.md, resources and GPUs, and the
+// role's pod template merged in (operator/pod_template.h).
 Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, const OperatorSettings& s);
 
 // Every pod the job should have, scheduler first, then servers, then workers.
