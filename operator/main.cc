@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   OperatorSettings settings;
   if (!flags->image.empty()) settings.default_image = flags->image;
   ReconcileObserver observer;
-  observer.on_phase = [&](const std::string& from, const std::string& to) { metrics->PhaseChanged(from, to); };
+  observer.on_phase = [&](const std::string& job, const std::string& phase) { metrics->SetJobPhase(job, phase); };
   Reconciler reconciler(client, settings, [] { return Clock::now(); }, observer);
   ControllerOptions opts;
   opts.watch_namespace = flags->ns;

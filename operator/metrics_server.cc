@@ -1,6 +1,7 @@
 #include "operator/metrics_server.h"
 
 #include <exception>
+#include <set>
 
 #include <prometheus/text_serializer.h>
 
@@ -36,9 +37,20 @@ void Advance(prometheus::Counter* c, uint64_t total) {
 
 void OperatorMetrics::ObserveReconcile(double seconds) { reconcile_seconds_->Observe(seconds); }
 
-void OperatorMetrics::PhaseChanged(const std::string& from, const std::string& to) {
-  if (!from.empty()) jobs_->Add({{"phase", from}}).Decrement();
-  if (!to.empty()) jobs_->Add({{"phase", to}}).Increment();
+void OperatorMetrics::SetJobPhase(const std::string& job, const std::string& phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = phases_.find(job);
+  const std::string old = it == phases_.end() ? "" : it->second;
+  if (old == phase) return;
+  // Only the six phases are labels (bounded); anything else is not counted.
+  static const std::set<std::string> kPhases = {"Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"};
+  if (kPhases.count(old)) jobs_->Add({{"phase", old}}).Decrement();
+  if (kPhases.count(phase)) jobs_->Add({{"phase", phase}}).Increment();
+  if (phase.empty()) {
+    phases_.erase(job);
+  } else {
+    phases_[job] = phase;
+  }
 }
 
 void OperatorMetrics::SetApiErrors(uint64_t n) { Advance(api_errors_, n); }

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 
@@ -21,8 +23,9 @@ class OperatorMetrics {
   OperatorMetrics();
   prometheus::Registry& registry() { return *registry_; }
   void ObserveReconcile(double seconds);
-  // A job moved from one phase to another ("" for a new or deleted job).
-  void PhaseChanged(const std::string& from, const std::string& to);
+  // The phase of a job ("namespace/name") now; "" when it is gone. trellis_operator_jobs counts
+  // the jobs this operator has reconciled by their current phase.
+  void SetJobPhase(const std::string& job, const std::string& phase);
   // Sampled at scrape time from the client and controller counters.
   void SetApiErrors(uint64_t n);
   void SetWatchRestarts(uint64_t n);
@@ -32,6 +35,8 @@ class OperatorMetrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Histogram* reconcile_seconds_ = nullptr;
   prometheus::Family<prometheus::Gauge>* jobs_ = nullptr;
+  std::mutex mu_;
+  std::map<std::string, std::string> phases_;  // GUARDED_BY(mu_): job -> phase
   // Counters mirror totals kept elsewhere: advanced by the difference at scrape time.
   prometheus::Counter* api_errors_ = nullptr;
   prometheus::Counter* watch_restarts_ = nullptr;

@@ -36,7 +36,9 @@ Reconciler::Reconciler(KubeClient& client, OperatorSettings settings, Now now, R
 StatusOr<std::optional<Clock::duration>> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
   constexpr int kAttempts = 5;
   for (int i = 1;; ++i) {
+    phase_.reset();
     auto r = Attempt(ns, name);
+    if (r.ok() && observer_.on_phase && phase_) observer_.on_phase(ns + "/" + name, *phase_);
     if (r.ok() || r.status().code() != StatusCode::kAborted || i == kAttempts) return r;
     TLOG_INFO << "job " << ns << "/" << name << ": status write conflicted, reconciling again";
   }
@@ -44,7 +46,10 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Reconcile(const std::string
 
 StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& ns, const std::string& name) {
   auto job = client_.Get(kTrainingJobs, ns, name);
-  if (!job.ok() && job.status().code() == StatusCode::kNotFound) return std::optional<Clock::duration>();
+  if (!job.ok() && job.status().code() == StatusCode::kNotFound) {
+    phase_ = "";
+    return std::optional<Clock::duration>();
+  }
   if (!job.ok()) return job.status();
   if (At(*job, {"metadata", "deletionTimestamp"})) return std::optional<Clock::duration>();
   TRELLIS_ASSIGN_OR_RETURN(JobMeta meta, JobMetaOf(*job));
@@ -74,6 +79,7 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
     TLOG_INFO << "job " << ns << "/" << name << ": ttlSecondsAfterFinished passed, deleting it";
     Status s = client_.Delete(kTrainingJobs, ns, name);
     if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+    phase_ = "";
     return std::optional<Clock::duration>();
   }
 
@@ -90,9 +96,9 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
     if (old_phase != new_phase) {
       TLOG_INFO << "job " << ns << "/" << name << ": " << (old_phase.empty() ? "new" : old_phase) << " -> "
                 << new_phase << (plan.event_message.empty() ? "" : ": " + plan.event_message);
-      if (observer_.on_phase) observer_.on_phase(old_phase, new_phase);
     }
   }
+  phase_ = Str(plan.status, {"phase"});
   if (!plan.event_type.empty()) {
     Status s = RecordEvent(*job, plan.event_type, plan.event_reason, plan.event_message);
     if (!s.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << s.message();

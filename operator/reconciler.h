@@ -17,7 +17,8 @@ namespace trellis::op {
 
 // Hooks for metrics; all optional.
 struct ReconcileObserver {
-  std::function<void(const std::string& old_phase, const std::string& new_phase)> on_phase;
+  // After each reconcile: the job ("namespace/name") and its phase now; "" once it is gone.
+  std::function<void(const std::string& job, const std::string& phase)> on_phase;
 };
 
 class Reconciler {
@@ -41,6 +42,7 @@ class Reconciler {
   OperatorSettings settings_;
   Now now_;
   ReconcileObserver observer_;
+  std::optional<std::string> phase_;  // of the last attempt, for the observer (reconcile thread only)
 };
 
 // 32 random bytes from /dev/urandom as hex: the job token.

@@ -6,7 +6,10 @@
 
 #include "common/env.h"
 #include "common/net.h"
+#include <prometheus/text_serializer.h>
+
 #include "operator/controller.h"
+#include "operator/metrics_server.h"
 #include "operator/reconciler.h"
 #include "tests/integration/operator/double_fixture.h"
 
@@ -95,6 +98,22 @@ TEST_F(ControllerTest, BinaryServesHealthzAndMetricsAndReconciles) {
   auto exit = (*op)->WaitFor(std::chrono::seconds(10));
   ASSERT_TRUE(exit.has_value()) << "the operator did not stop on SIGTERM";
   EXPECT_EQ(exit->exit_code, 0);
+}
+
+TEST(OperatorMetricsTest, JobsByPhaseCountsEachJobsCurrentPhaseOnce) {
+  OperatorMetrics m;
+  auto text = [&] { return prometheus::TextSerializer().Serialize(m.registry().Collect()); };
+  m.SetJobPhase("ns/a", "Pending");
+  m.SetJobPhase("ns/b", "Pending");
+  m.SetJobPhase("ns/a", "Running");
+  m.SetJobPhase("ns/a", "Running");  // reconciled again: still one job
+  EXPECT_NE(text().find("trellis_operator_jobs{phase=\"Pending\"} 1"), std::string::npos) << text();
+  EXPECT_NE(text().find("trellis_operator_jobs{phase=\"Running\"} 1"), std::string::npos) << text();
+  m.SetJobPhase("ns/b", "");  // deleted
+  EXPECT_NE(text().find("trellis_operator_jobs{phase=\"Pending\"} 0"), std::string::npos) << text();
+  m.SetApiErrors(3);
+  m.SetApiErrors(5);
+  EXPECT_NE(text().find("trellis_operator_api_errors_total 5"), std::string::npos) << text();
 }
 
 TEST(OperatorBinaryTest, BadFlagsAndNoClusterGiveClearErrors) {
