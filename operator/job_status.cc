@@ -267,11 +267,21 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
 
   // Create what is missing (a pod still being deleted is recreated once it is gone).
   plan.ensure_support = true;
-  const JobMeta meta{name, js.ns, ""};
   std::set<std::string> removing(plan.remove.begin(), plan.remove.end());
   bool all_up = true;
-  for (const auto& want : DesiredPods(meta, js, OperatorSettings{})) {
-    const std::string pod = Str(want, {"metadata", "name"});
+  // The names of DesiredPods, in its order (scheduler, servers, workers).
+  std::vector<std::string> order = {PodName(name, PodRole::kScheduler, 0)};
+  for (int i = 0; i < js.servers.replicas; ++i) order.push_back(PodName(name, PodRole::kServer, i));
+  for (int i = 0; i < js.workers.replicas; ++i) order.push_back(PodName(name, PodRole::kWorker, i));
+  const std::set<std::string> wanted(order.begin(), order.end());
+  // Pods beyond the replicas (the spec was scaled down) go.
+  for (const auto& p : pods) {
+    if (!wanted.count(p.name) && !p.deleting && !removing.count(p.name)) {
+      plan.remove.push_back(p.name);
+      removing.insert(p.name);
+    }
+  }
+  for (const auto& pod : order) {
     auto it = by_name.find(pod);
     if (it == by_name.end()) {
       plan.create.push_back(pod);

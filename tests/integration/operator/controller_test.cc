@@ -85,9 +85,16 @@ TEST_F(ControllerTest, BinaryServesHealthzAndMetricsAndReconciles) {
   ASSERT_TRUE(WaitFor([&] { return Str(GetJob("bad"), {"status", "phase"}) == "Failed"; }, seconds(10)));
   EXPECT_EQ(Condition(GetJob("bad"), "Failed", "message"),
             "spec.workers.command: must not be empty, got an empty sequence");
-  auto [code, body] = get("/metrics");
-  EXPECT_EQ(code, 200);
-  EXPECT_NE(body.find("trellis_operator_jobs{phase=\"Failed\"} 1"), std::string::npos) << body;
+  // The gauge follows the status write (after the reconcile returns): wait for it.
+  std::string body;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto [code, text] = get("/metrics");
+        body = text;
+        return code == 200 && text.find("trellis_operator_jobs{phase=\"Failed\"} 1") != std::string::npos;
+      },
+      seconds(10)))
+      << body;
   EXPECT_NE(body.find("trellis_operator_reconciles_total"), std::string::npos);
   EXPECT_NE(body.find("trellis_operator_reconcile_duration_seconds_bucket"), std::string::npos);
   // It reconciled as the leader: the Lease names it.

@@ -98,6 +98,15 @@ TEST(PlanJobTest, AllRunningThenWorkersSucceedThenCleanUpAndTtl) {
   EXPECT_TRUE(expired.delete_job);
 }
 
+TEST(PlanJobTest, ScaledDownSpecDeletesPodsBeyondTheReplicas) {
+  Json job = ApiJob(kSpec);  // 2 servers, 3 workers
+  Step(job, AllPods("Running"), kT0);
+  job["spec"]["workers"]["replicas"] = Json::number(2);
+  JobPlan p = Step(job, AllPods("Running"), kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(p.remove, (std::vector<std::string>{"mlp-worker-2"}));
+  EXPECT_TRUE(p.create.empty());
+}
+
 TEST(PlanJobTest, CleanPodPolicyAllAndNone) {
   for (const char* policy : {"All", "None"}) {
     Json job = ApiJob(std::string(R"({"workers":{"replicas":3,"command":["w"]},"servers":{"replicas":2},
