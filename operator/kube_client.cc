@@ -35,9 +35,13 @@ http_client_config ClientConfig(const KubeConfig& c, std::chrono::milliseconds t
   http_client_config cfg;
   cfg.set_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
   if (c.insecure_skip_verify) cfg.set_validate_certificates(false);
-  if (!c.ca_file.empty()) {
-    std::string ca = c.ca_file;
-    cfg.set_ssl_context_callback([ca](boost::asio::ssl::context& ctx) { ctx.load_verify_file(ca); });
+  if (!c.ca_file.empty() || !c.ca_pem.empty()) {
+    std::string file = c.ca_file, pem = c.ca_pem;
+    cfg.set_ssl_context_callback([file, pem](boost::asio::ssl::context& ctx) {
+      boost::system::error_code ec;  // a bad CA fails the handshake, reported as UNAVAILABLE
+      if (!file.empty()) ctx.load_verify_file(file, ec);
+      if (!pem.empty()) ctx.add_certificate_authority(boost::asio::buffer(pem.data(), pem.size()), ec);
+    });
   }
   return cfg;
 }
@@ -83,7 +87,9 @@ StatusOr<KubeConfig> KubeconfigFile(const std::string& path) {
     if (cluster["certificate-authority"]) c.ca_file = cluster["certificate-authority"].as<std::string>();
     if (cluster["insecure-skip-tls-verify"]) c.insecure_skip_verify = cluster["insecure-skip-tls-verify"].as<bool>();
     if (cluster["certificate-authority-data"]) {
-      return UnimplementedError(path + ": certificate-authority-data is not supported; use certificate-authority");
+      auto pem = utility::conversions::from_base64(cluster["certificate-authority-data"].as<std::string>());
+      if (pem.empty()) return InvalidArgumentError(path + ": certificate-authority-data is not valid base64");
+      c.ca_pem.assign(pem.begin(), pem.end());
     }
     YAML::Node user = find("users", ctx["user"].as<std::string>(""))["user"];
     if (user && user["token"]) {

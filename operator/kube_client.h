@@ -19,6 +19,7 @@ struct KubeConfig {
   std::string server;        // "https://10.0.0.1:443" or "http://127.0.0.1:8080"
   std::string token;         // bearer token; empty: none
   std::string ca_file;       // PEM bundle to verify the server; empty: system roots
+  std::string ca_pem;        // or the PEM text itself (kubeconfig certificate-authority-data)
   bool insecure_skip_verify = false;
   std::string ns = "default";  // the namespace of the operator itself (leases, events)
 };
@@ -26,8 +27,9 @@ struct KubeConfig {
 // In a pod: KUBERNETES_SERVICE_HOST/PORT and the service-account token, CA and namespace under
 // `sa_dir` (normally /var/run/secrets/kubernetes.io/serviceaccount).
 StatusOr<KubeConfig> InClusterConfig(const std::string& sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
-// Out of cluster: the current context of a kubeconfig file (server, certificate-authority,
-// token or tokenFile; client certificates are not supported and named as such).
+// Out of cluster: the current context of a kubeconfig file (server, certificate-authority or
+// certificate-authority-data, insecure-skip-tls-verify, token or tokenFile; client certificates
+// and exec plugins are not supported and named as such).
 StatusOr<KubeConfig> KubeconfigFile(const std::string& path);
 
 // A resource collection: "api/v1" + "pods", "apis/trellis.io/v1alpha1" + "trainingjobs".

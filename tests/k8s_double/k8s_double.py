@@ -12,7 +12,8 @@ real cluster's garbage collector is asynchronous), and watch streams (chunked JS
 {"type","object"}, from a resourceVersion, bookmarks, 410 Gone as an ERROR event when the
 resourceVersion is older than the kept history, timeoutSeconds).
 Not covered: pod scheduling or a kubelet (tests set pod status themselves), graceful deletion,
-field selectors, server-side apply, admission, schema validation, RBAC (one bearer token).
+field selectors, server-side apply, admission, schema validation, RBAC (one bearer token,
+401 without it). HTTPS with a given certificate (--tls-cert/--tls-key), for the CA path.
 
 Test hooks (not Kubernetes API): POST /_double/compact forgets the event history (older
 watches get 410), POST /_double/break-watches drops every open watch stream,
@@ -20,7 +21,7 @@ POST /_double/expire-watches ends every open watch with a 410 Gone ERROR event (
 does when its watch cache can no longer serve the version), GET /_double/stats
 gives per-kind create counts and the names ever created.
 
-Usage: k8s_double.py [--port 0] [--port-file PATH] [--token TOKEN]
+Usage: k8s_double.py [--port 0] [--port-file PATH] [--token TOKEN] [--tls-cert PEM --tls-key PEM]
 """
 import argparse
 import copy
@@ -435,9 +436,16 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--port-file")
     ap.add_argument("--token")
+    ap.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (and --tls-key)")
+    ap.add_argument("--tls-key")
     args = ap.parse_args()
     TOKEN = args.token
     srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    if args.tls_cert:
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.tls_cert, args.tls_key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     srv.daemon_threads = True
     port = srv.server_address[1]
     if args.port_file:

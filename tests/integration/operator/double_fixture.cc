@@ -19,6 +19,7 @@ void DoubleTest::SetUp() {
   dir_ = tmpl;
   SpawnOptions o;
   o.argv = {"/usr/bin/python3", TRELLIS_K8S_DOUBLE, "--port-file", dir_ + "/port"};
+  for (auto& a : DoubleArgs()) o.argv.push_back(a);
   o.env = CurrentEnvironment();
   o.stdout_mode = SpawnOptions::Output::kFile;
   o.stdout_path = dir_ + "/double.log";
@@ -34,9 +35,8 @@ void DoubleTest::SetUp() {
       },
       std::chrono::seconds(20)))
       << "the API double did not start; see " << dir_ << "/double.log";
-  server_ = "http://127.0.0.1:" + port;
-  KubeConfig c;
-  c.server = server_;
+  KubeConfig c = ClientConfig(port);
+  server_ = c.server;
   client_ = std::make_unique<KubeClient>(c, std::chrono::seconds(5));
 }
 

@@ -19,6 +19,14 @@ class DoubleTest : public ::testing::Test {
  protected:
   void SetUp() override;
   void TearDown() override;
+  // Hooks for fixtures that run the double differently (HTTPS, a token): called in SetUp after
+  // dir_ exists.
+  virtual std::vector<std::string> DoubleArgs() { return {}; }
+  virtual KubeConfig ClientConfig(const std::string& port) {
+    KubeConfig c;
+    c.server = "http://127.0.0.1:" + port;
+    return c;
+  }
 
   // POSTs a TrainingJob named `name` in namespace "default" with the given spec (JSON text).
   Json CreateJob(const std::string& name, const std::string& spec_json);
