@@ -98,6 +98,7 @@ class Store:
         self.oldest = 100  # watches from an older resourceVersion get 410
         self.epoch = 0  # bumped by break-watches
         self.created = {}  # kind -> [names ever created]
+        self.open_watches = 0  # GUARDED_BY(cv)
         self.expired = set()  # epochs whose watches end with 410 Gone instead of a dropped stream
 
     def _emit(self, res, typ, obj):
@@ -225,6 +226,7 @@ class Store:
 
 STORE = Store()
 TOKEN = None
+BOOKMARK_SECONDS = 0.5
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -291,7 +293,8 @@ class Handler(BaseHTTPRequestHandler):
                     STORE.epoch += 1
                     STORE.cv.notify_all()
                 elif what == "stats":
-                    return self._send(200, {"created": STORE.created, "resourceVersion": str(STORE.rv)})
+                    return self._send(200, {"created": STORE.created, "resourceVersion": str(STORE.rv),
+                                            "openWatches": STORE.open_watches})
                 else:
                     return self._send(404, status_obj(404, "NotFound", "no such hook"))
             self._send(200, {})
@@ -375,6 +378,15 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        with STORE.cv:
+            STORE.open_watches += 1
+        try:
+            self._stream(res, ns, q, selector, bookmarks, deadline, rv_text, kind, api_version)
+        finally:
+            with STORE.cv:
+                STORE.open_watches -= 1
+
+    def _stream(self, res, ns, q, selector, bookmarks, deadline, rv_text, kind, api_version):
         try:
             with STORE.cv:
                 epoch = STORE.epoch
@@ -418,7 +430,7 @@ class Handler(BaseHTTPRequestHandler):
                     rv = max(rv, v)
                     if labels_match(o, selector):
                         self._chunk({"type": t, "object": o})
-                if bookmarks and time.time() - last_bookmark > 0.5:
+                if bookmarks and time.time() - last_bookmark > BOOKMARK_SECONDS:
                     rv = max(rv, current_rv) if not pending else rv
                     self._chunk({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,
                                                                 "metadata": {"resourceVersion": str(rv)}}})
@@ -431,15 +443,17 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
-    global TOKEN
+    global TOKEN, BOOKMARK_SECONDS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--port-file")
     ap.add_argument("--token")
+    ap.add_argument("--bookmark-seconds", type=float, default=0.5, help="bookmark interval of watches")
     ap.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (and --tls-key)")
     ap.add_argument("--tls-key")
     args = ap.parse_args()
     TOKEN = args.token
+    BOOKMARK_SECONDS = args.bookmark_seconds
     srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     if args.tls_cert:
         import ssl

@@ -59,6 +59,22 @@ TEST_F(ControllerTest, WatchDrivesReconcileAndSurvivesBrokenAndExpiredWatches) {
   EXPECT_EQ(created.size(), 12u) << created.serialize();  // 3 jobs x 4 pods, none twice
 }
 
+// A real API server sends bookmarks rarely: stopping must not wait for the next line of a watch.
+class QuietWatchTest : public DoubleTest {
+ protected:
+  std::vector<std::string> DoubleArgs() override { return {"--bookmark-seconds", "3600"}; }
+};
+
+TEST_F(QuietWatchTest, StopInterruptsIdleWatchesAtOnce) {
+  Reconciler reconciler(*client_, OperatorSettings{}, [] { return Clock::now(); });
+  Controller controller(*client_, reconciler, ControllerOptions{});
+  controller.Start();
+  ASSERT_TRUE(WaitFor([&] { return Int(Stats(), {"openWatches"}) == 2; }, seconds(10)));  // both idle
+  const auto t0 = std::chrono::steady_clock::now();
+  controller.Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, seconds(3));
+}
+
 TEST_F(ControllerTest, BinaryServesHealthzAndMetricsAndReconciles) {
   auto port = PickFreePort("127.0.0.1");
   ASSERT_TRUE(port.ok());
