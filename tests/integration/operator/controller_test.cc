@@ -59,6 +59,28 @@ TEST_F(ControllerTest, WatchDrivesReconcileAndSurvivesBrokenAndExpiredWatches) {
   EXPECT_EQ(created.size(), 12u) << created.serialize();  // 3 jobs x 4 pods, none twice
 }
 
+TEST_F(ControllerTest, OperatorRestartedMidJobRelistsAndCreatesNoDuplicates) {
+  auto run_operator = [&](const std::function<void()>& body) {
+    Reconciler reconciler(*client_, OperatorSettings{}, [] { return Clock::now(); });
+    Controller controller(*client_, reconciler, ControllerOptions{});
+    controller.Start();
+    ASSERT_TRUE(WaitFor([&] { return controller.synced(); }, seconds(10)));
+    body();
+    controller.Stop();
+  };
+  CreateJob("job", kSpec);
+  run_operator([&] { ASSERT_TRUE(WaitFor([&] { return PodNames("job").size() == 4; }, seconds(10))); });
+  SetAllPodsPhase("job", "Running");  // while no operator runs
+  run_operator([&] {
+    ASSERT_TRUE(WaitFor([&] { return Str(GetJob("job"), {"status", "phase"}) == "Running"; }, seconds(10)));
+    SetPodPhase("job-worker-0", "Succeeded", 0);
+    SetPodPhase("job-worker-1", "Succeeded", 0);
+    ASSERT_TRUE(WaitFor([&] { return Str(GetJob("job"), {"status", "phase"}) == "Succeeded"; }, seconds(10)));
+  });
+  Json created = Stats().at("created").at("Pod");
+  EXPECT_EQ(created.size(), 4u) << created.serialize();
+}
+
 // A real API server sends bookmarks rarely: stopping must not wait for the next line of a watch.
 class QuietWatchTest : public DoubleTest {
  protected:
