@@ -150,11 +150,15 @@ void Controller::ReconcileLoop() {
     std::optional<Clock::time_point> again;
     if (!r.ok()) {
       ++counters_.reconcile_errors;
+      // Per job: back-off doubling from backoff_initial to backoff_max, reset by a success.
+      auto& delay = error_backoff_[key];
+      delay = delay.count() == 0 ? options_.backoff_initial : std::min(delay * 2, options_.backoff_max);
       TLOG_WARN << "reconcile " << key.first << "/" << key.second << " failed: " << r.status().message()
-                << "; retrying in 1 s";
-      again = Clock::now() + std::chrono::seconds(1);
-    } else if (*r) {
-      again = Clock::now() + **r;
+                << "; retrying in " << delay.count() << " ms";
+      again = Clock::now() + delay;
+    } else {
+      error_backoff_.erase(key);
+      if (*r) again = Clock::now() + **r;
     }
     lock.lock();
     if (again) {

@@ -23,6 +23,7 @@ struct ControllerOptions {
   std::string watch_namespace;  // empty: every namespace
   std::chrono::milliseconds resync{std::chrono::seconds(30)};  // reconcile every job this often anyway
   int watch_timeout_seconds = 300;  // the server ends a watch after this; we resume from the version
+  // Back-off of a broken watch, and of a job whose reconcile failed (per job).
   std::chrono::milliseconds backoff_initial{200};
   std::chrono::milliseconds backoff_max{std::chrono::seconds(30)};
 };
@@ -67,6 +68,7 @@ class Controller {
   std::map<Key, Clock::time_point> queue_;  // GUARDED_BY(mu_): earliest due time per job
   std::set<Key> known_;                     // GUARDED_BY(mu_): jobs seen, for the resync
   bool stopping_ = false;                   // GUARDED_BY(mu_)
+  std::map<Key, std::chrono::milliseconds> error_backoff_;  // reconcile thread only
 
   pplx::cancellation_token_source cancel_;
   std::thread watch_jobs_, watch_pods_, reconcile_;

@@ -17,7 +17,8 @@ field selectors, server-side apply, admission, schema validation, RBAC (one bear
 
 Test hooks (not Kubernetes API): POST /_double/compact forgets the event history (older
 watches get 410), POST /_double/break-watches drops every open watch stream,
-POST /_double/expire-watches ends every open watch with a 410 Gone ERROR event (as an API server
+POST /_double/fail?method=POST&path=/api/v1/namespaces/default/pods&count=N answers the next N
+matching requests with 500 InternalError, POST /_double/expire-watches ends every open watch with a 410 Gone ERROR event (as an API server
 does when its watch cache can no longer serve the version), GET /_double/stats
 gives per-kind create counts and the names ever created.
 
@@ -99,6 +100,7 @@ class Store:
         self.epoch = 0  # bumped by break-watches
         self.created = {}  # kind -> [names ever created]
         self.open_watches = 0  # GUARDED_BY(cv)
+        self.failures = []  # [method, path prefix, count]: injected 500s   GUARDED_BY(cv)
         self.expired = set()  # epochs whose watches end with 410 Gone instead of a dropped stream
 
     def _emit(self, res, typ, obj):
@@ -275,10 +277,19 @@ class Handler(BaseHTTPRequestHandler):
         return (res, ns, name, sub), q
 
     def _auth(self):
-        if TOKEN is None or self.headers.get("Authorization") == "Bearer " + TOKEN:
-            return True
-        self._send(401, status_obj(401, "Unauthorized", "Unauthorized"))
-        return False
+        if TOKEN is not None and self.headers.get("Authorization") != "Bearer " + TOKEN:
+            self._send(401, status_obj(401, "Unauthorized", "Unauthorized"))
+            return False
+        with STORE.cv:
+            for f in STORE.failures:
+                if f[2] > 0 and f[0] == self.command and self.path.startswith(f[1]):
+                    f[2] -= 1
+                    n = int(self.headers.get("Content-Length") or 0)
+                    if n:
+                        self.rfile.read(n)
+                    self._send(500, status_obj(500, "InternalError", "injected failure"))
+                    return False
+        return True
 
     def _hook(self):
         if self.path.startswith("/_double/"):
@@ -292,6 +303,9 @@ class Handler(BaseHTTPRequestHandler):
                         STORE.expired.add(STORE.epoch)
                     STORE.epoch += 1
                     STORE.cv.notify_all()
+                elif what.startswith("fail?"):
+                    q = {k: v[-1] for k, v in parse_qs(what[5:]).items()}
+                    STORE.failures.append([q["method"], q["path"], int(q.get("count", "1"))])
                 elif what == "stats":
                     return self._send(200, {"created": STORE.created, "resourceVersion": str(STORE.rv),
                                             "openWatches": STORE.open_watches})

@@ -81,6 +81,21 @@ TEST_F(ControllerTest, OperatorRestartedMidJobRelistsAndCreatesNoDuplicates) {
   EXPECT_EQ(created.size(), 4u) << created.serialize();
 }
 
+TEST_F(ControllerTest, FailingApiCallsAreRetriedWithBackOffUntilTheyWork) {
+  Hook("fail?method=POST&path=/api/v1/namespaces/default/pods&count=3");
+  Reconciler reconciler(*client_, OperatorSettings{}, [] { return Clock::now(); });
+  ControllerOptions opts;
+  opts.backoff_initial = std::chrono::milliseconds(20);
+  opts.backoff_max = std::chrono::milliseconds(200);
+  Controller controller(*client_, reconciler, opts);
+  controller.Start();
+  CreateJob("flaky", kSpec);
+  ASSERT_TRUE(WaitFor([&] { return PodNames("flaky").size() == 4; }, seconds(10)));
+  EXPECT_EQ(controller.counters().reconcile_errors.load(), 3u);
+  EXPECT_GE(client_->api_errors(), 3u);  // the injected 500s, counted for /metrics
+  controller.Stop();
+}
+
 // A real API server sends bookmarks rarely: stopping must not wait for the next line of a watch.
 class QuietWatchTest : public DoubleTest {
  protected:
