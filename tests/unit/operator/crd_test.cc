@@ -224,6 +224,35 @@ TEST(CrdTest, EveryFieldOfTheFullExampleIsInTheSchema) {
   EXPECT_FALSE(SpecSchema()["properties"]["servers"]["properties"]["gpusPerWorker"]);  // workers only
 }
 
+TEST(CrdTest, EveryFieldTheJobModelWritesIsInTheSchema) {
+  // JobSpecToYaml writes every field (defaults filled in); set the optional ones too. A field
+  // missing from the CRD would be pruned by a real API server before the operator sees it.
+  auto job = ParseJobSpec(JobWith({"runPolicy"}, "{activeDeadlineSeconds: 5, ttlSecondsAfterFinished: 5}"));
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  job->image = "x";
+  job->workers.restartPolicy = RestartPolicy::kNever;
+  job->servers.restartPolicy = RestartPolicy::kNever;
+  job->workers.env = {{"A", "b"}};
+  job->workers.args = {"a"};
+  job->workers.requests = {"1", "1Gi"};
+  job->workers.limits = {"1", "1Gi"};
+  YAML::Node doc = YAML::Load(JobSpecToYaml(*job));
+  std::function<void(const YAML::Node&, const YAML::Node&, const std::string&)> walk =
+      [&](const YAML::Node& d, const YAML::Node& schema, const std::string& where) {
+        if (schema["x-kubernetes-preserve-unknown-fields"]) return;
+        if (d.IsMap()) {
+          for (const auto& kv : d) {
+            const std::string k = kv.first.as<std::string>();
+            ASSERT_TRUE(schema["properties"] && schema["properties"][k]) << where << "." << k << " is not in the CRD";
+            walk(kv.second, schema["properties"][k], where + "." + k);
+          }
+        } else if (d.IsSequence() && schema["items"]) {
+          for (const auto& item : d) walk(item, schema["items"], where + "[]");
+        }
+      };
+  walk(doc["spec"], SpecSchema(), "spec");
+}
+
 TEST(CrdTest, SchemaRejectsWhatTheModelRejectsAtTheBounds) {
   // The bounds the schema states are the model's: one below each minimum is an error there too.
   std::vector<Leaf> leaves;
