@@ -126,7 +126,19 @@ Status Reconciler::EnsureSupport(const JobMeta& meta, const JobSpec& spec) {
     TRELLIS_ASSIGN_OR_RETURN(std::string token, RandomToken());
     TRELLIS_RETURN_IF_ERROR(CreateIfMissing(client_, kSecrets, meta.ns, TokenSecret(meta, token)));
   }
-  TRELLIS_RETURN_IF_ERROR(CreateIfMissing(client_, kConfigMaps, meta.ns, JobConfigMap(meta, spec)));
+  // The job file follows the spec (a suspended job may be resized before it resumes); the
+  // scheduler reads it when it starts.
+  Json want = JobConfigMap(meta, spec);
+  auto cm = client_.Get(kConfigMaps, meta.ns, ConfigMapName(meta.name));
+  if (!cm.ok() && cm.status().code() != StatusCode::kNotFound) return cm.status();
+  if (!cm.ok()) {
+    TRELLIS_RETURN_IF_ERROR(CreateIfMissing(client_, kConfigMaps, meta.ns, want));
+  } else if (Str(*cm, {"data", "job.yaml"}) != Str(want, {"data", "job.yaml"})) {
+    Json updated = *cm;
+    updated["data"] = want.at("data");
+    auto u = client_.Update(kConfigMaps, meta.ns, ConfigMapName(meta.name), updated);
+    if (!u.ok()) return u.status();  // a conflict is retried by the next reconcile
+  }
   return CreateIfMissing(client_, kServices, meta.ns, SchedulerService(meta, settings_));
 }
 

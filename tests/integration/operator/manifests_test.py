@@ -33,7 +33,7 @@ EXPECTED_RULES = {
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("", "services"): {"get", "create"},
     ("", "secrets"): {"get", "create"},
-    ("", "configmaps"): {"get", "create"},
+    ("", "configmaps"): {"get", "create", "update"},
     ("", "events"): {"create"},
 }
 

@@ -168,6 +168,25 @@ TEST_F(ReconcileTest, SuspendDeletesPodsResumeRecreatesThem) {
   EXPECT_EQ(PodNames("mlp").size(), 5u);
 }
 
+TEST_F(ReconcileTest, JobResizedWhileSuspendedResumesWithTheNewSizeAndJobFile) {
+  CreateJob("mlp", kTwoByTwo);
+  Reconcile("mlp");
+  ASSERT_TRUE(client_->MergePatch(kTrainingJobs, "default", "mlp",
+                                  *ParseJson(R"({"spec":{"runPolicy":{"suspend":true}}})")).ok());
+  Reconcile("mlp");
+  ASSERT_TRUE(client_->MergePatch(kTrainingJobs, "default", "mlp",
+                                  *ParseJson(R"({"spec":{"workers":{"replicas":3},"runPolicy":{"suspend":false}}})"))
+                  .ok());
+  Reconcile("mlp");
+  EXPECT_EQ(PodNames("mlp"), (Names{"mlp-scheduler", "mlp-server-0", "mlp-server-1", "mlp-worker-0", "mlp-worker-1",
+                                    "mlp-worker-2"}));
+  auto cm = client_->Get(kConfigMaps, "default", "mlp-config");
+  ASSERT_TRUE(cm.ok());
+  auto spec = ParseJobSpec(Str(*cm, {"data", "job.yaml"}));
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->workers.replicas, 3);  // the restarted scheduler expects 3 workers
+}
+
 TEST_F(ReconcileTest, StatusWriteConflictIsRetriedFromAFreshRead) {
   CreateJob("mlp", kTwoByTwo);
   // Someone edits the job between the reconciler's read and its status write (the clock is read
