@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "worker-lib/src/transport.h"
 #include "trellis/v1/data.grpc.pb.h"
+#include "worker-lib/src/shard_map_install.h"
 
 namespace trellis {
 namespace {
@@ -51,21 +52,7 @@ class GrpcConnection final : public ServerConnection,
 
   Status InstallShardMap(const v1::ShardMap& map, int32_t server_rank,
                          int64_t timeout_ms) override {
-    grpc::ClientContext ctx;
-    if (!options_.token.empty()) ctx.AddMetadata(kTokenMetadataKey, options_.token);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
-    ctx.set_wait_for_ready(true);
-    v1::InstallShardMapRequest req;
-    req.set_worker_rank(options_.worker_rank);
-    req.set_server_rank(server_rank);
-    *req.mutable_shard_map() = map;
-    v1::InstallShardMapResponse resp;
-    Status st = FromGrpc(control_->InstallShardMap(&ctx, req, &resp));
-    if (!st.ok()) {
-      return st.Annotate("installing the shard map on server " + std::to_string(server_rank) +
-                         " (" + options_.address + ")");
-    }
-    return Status::Ok();
+    return InstallShardMapOnServer(control_.get(), options_, map, server_rank, timeout_ms);
   }
 
   void Send(const SliceRequest& r, SliceReply reply) override {

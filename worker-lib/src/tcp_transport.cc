@@ -21,6 +21,7 @@
 #include "common/net.h"
 #include "pserver/tcp_wire.h"
 #include "trellis/v1/data.grpc.pb.h"
+#include "worker-lib/src/shard_map_install.h"
 
 namespace trellis {
 namespace {
@@ -93,21 +94,7 @@ class TcpConnection final : public ServerConnection {
       control_ = v1::DataService::NewStub(
           grpc::CreateChannel(options_.address, grpc::InsecureChannelCredentials()));
     }
-    grpc::ClientContext ctx;
-    if (!options_.token.empty()) ctx.AddMetadata(kTokenMetadataKey, options_.token);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
-    ctx.set_wait_for_ready(true);
-    v1::InstallShardMapRequest req;
-    req.set_worker_rank(options_.worker_rank);
-    req.set_server_rank(server_rank);
-    *req.mutable_shard_map() = map;
-    v1::InstallShardMapResponse resp;
-    Status st = FromGrpc(control_->InstallShardMap(&ctx, req, &resp));
-    if (!st.ok()) {
-      return st.Annotate("installing the shard map on server " + std::to_string(server_rank) +
-                         " (" + options_.address + ")");
-    }
-    return Status::Ok();
+    return InstallShardMapOnServer(control_.get(), options_, map, server_rank, timeout_ms);
   }
 
   void Send(const SliceRequest& r, SliceReply reply) override {
