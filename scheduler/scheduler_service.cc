@@ -323,7 +323,12 @@ void SchedulerServer::Shutdown() {
   if (sweeper_.joinable()) sweeper_.join();
   // Waiting reactors must be finished before the server can shut down.
   if (state_) state_->Shutdown();
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Every waiter was answered above, so what is still in flight is a short call; 200 ms is
+  // plenty, and a longer grace only delays the end of every job (a connected client kept
+  // Shutdown at its full deadline; see the session note).
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  }
 }
 
 }  // namespace trellis
