@@ -1,5 +1,7 @@
 #include "pserver/tcp_wire.h"
 
+#include "pserver/le_bytes.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -21,16 +23,8 @@
 namespace trellis::tcpwire {
 namespace {
 
-template <typename T>
-void Put(uint8_t* p, size_t off, T v) {
-  std::memcpy(p + off, &v, sizeof(T));
-}
-template <typename T>
-T Get(const uint8_t* p, size_t off) {
-  T v;
-  std::memcpy(&v, p + off, sizeof(T));
-  return v;
-}
+using wire::GetLe;
+using wire::PutLe;
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -69,10 +63,10 @@ std::string JoinDataAddress(const std::string& grpc_address, int tcp_port) {
 
 std::vector<uint8_t> EncodeHello(const std::string& token, int32_t rank) {
   std::vector<uint8_t> out(kHelloFixedBytes + token.size());
-  Put<uint32_t>(out.data(), 0, kHelloMagic);
-  Put<uint32_t>(out.data(), 4, kHelloVersion);
-  Put<int32_t>(out.data(), 8, rank);
-  Put<uint32_t>(out.data(), 12, static_cast<uint32_t>(token.size()));
+  PutLe<uint32_t>(out.data(), 0, kHelloMagic);
+  PutLe<uint32_t>(out.data(), 4, kHelloVersion);
+  PutLe<int32_t>(out.data(), 8, rank);
+  PutLe<uint32_t>(out.data(), 12, static_cast<uint32_t>(token.size()));
   if (!token.empty()) std::memcpy(out.data() + kHelloFixedBytes, token.data(), token.size());
   return out;
 }
@@ -91,25 +85,25 @@ std::vector<uint8_t> EncodeStatusFrame(wire::Op op, uint64_t request_id, const S
 }
 
 Status DecodeRequestHeader(const uint8_t* h, uint64_t max_payload, wire::RequestHeader* out) {
-  uint32_t magic = Get<uint32_t>(h, 0);
+  uint32_t magic = GetLe<uint32_t>(h, 0);
   if (magic != wire::kRequestMagic) {
     char buf[16];
     std::snprintf(buf, sizeof buf, "0x%08x", magic);
     return InvalidArgumentError(std::string("malformed frame: bad magic ") + buf +
                                 " (not a trellis data request); closing the connection");
   }
-  uint8_t op = Get<uint8_t>(h, 4);
+  uint8_t op = GetLe<uint8_t>(h, 4);
   if (op < 1 || op > 4) {
     return InvalidArgumentError("malformed frame: unknown op " + std::to_string(op) +
                                 "; closing the connection");
   }
   out->op = static_cast<wire::Op>(op);
-  out->request_id = Get<uint64_t>(h, 8);
-  out->key = Get<uint64_t>(h, 16);
-  out->step = Get<int64_t>(h, 24);
-  out->slice = Get<uint32_t>(h, 32);
-  out->priority = Get<int32_t>(h, 36);
-  out->payload_bytes = Get<uint64_t>(h, 40);
+  out->request_id = GetLe<uint64_t>(h, 8);
+  out->key = GetLe<uint64_t>(h, 16);
+  out->step = GetLe<int64_t>(h, 24);
+  out->slice = GetLe<uint32_t>(h, 32);
+  out->priority = GetLe<int32_t>(h, 36);
+  out->payload_bytes = GetLe<uint64_t>(h, 40);
   if (out->payload_bytes > max_payload) {
     return InvalidArgumentError("malformed frame: payload of " +
                                 std::to_string(out->payload_bytes) + " bytes exceeds the " +
@@ -129,14 +123,14 @@ Status DecodeRequestHeader(const uint8_t* h, uint64_t max_payload, wire::Request
 }
 
 Status DecodeResponseHeader(const uint8_t* h, uint64_t max_payload, wire::ResponseHeader* out) {
-  if (Get<uint32_t>(h, 0) != wire::kResponseMagic) {
+  if (GetLe<uint32_t>(h, 0) != wire::kResponseMagic) {
     return DataLossError("malformed response: bad magic");
   }
-  out->op = static_cast<wire::Op>(Get<uint8_t>(h, 4));
-  out->request_id = Get<uint64_t>(h, 8);
-  out->code = Get<int32_t>(h, 16);
-  out->message_bytes = Get<uint32_t>(h, 20);
-  out->payload_bytes = Get<uint64_t>(h, 24);
+  out->op = static_cast<wire::Op>(GetLe<uint8_t>(h, 4));
+  out->request_id = GetLe<uint64_t>(h, 8);
+  out->code = GetLe<int32_t>(h, 16);
+  out->message_bytes = GetLe<uint32_t>(h, 20);
+  out->payload_bytes = GetLe<uint64_t>(h, 24);
   if (out->message_bytes > kMaxMessageBytes || out->payload_bytes > max_payload) {
     return DataLossError("malformed response: message of " + std::to_string(out->message_bytes) +
                          " bytes, payload of " + std::to_string(out->payload_bytes) +

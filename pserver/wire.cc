@@ -1,22 +1,13 @@
 #include "pserver/wire.h"
 
+#include "pserver/le_bytes.h"
+
 #include <algorithm>
 #include <cstring>
 
 namespace trellis::wire {
 namespace {
 
-// Little-endian put/get; the build targets little-endian hosts, memcpy keeps it alignment-safe.
-template <typename T>
-void Put(uint8_t* p, size_t off, T v) {
-  std::memcpy(p + off, &v, sizeof(T));
-}
-template <typename T>
-T Get(const uint8_t* p, size_t off) {
-  T v;
-  std::memcpy(&v, p + off, sizeof(T));
-  return v;
-}
 
 // Walks chunked bytes from an offset, handing out contiguous spans.
 class Cursor {
@@ -119,24 +110,24 @@ void AddFloats(const Chunks& chunks, size_t offset, size_t count, float* dst) {
 
 void EncodeRequestHeader(const RequestHeader& h, uint8_t out[kRequestHeaderBytes]) {
   std::memset(out, 0, kRequestHeaderBytes);
-  Put<uint32_t>(out, 0, kRequestMagic);
-  Put<uint8_t>(out, 4, static_cast<uint8_t>(h.op));
-  Put<uint64_t>(out, 8, h.request_id);
-  Put<uint64_t>(out, 16, h.key);
-  Put<int64_t>(out, 24, h.step);
-  Put<uint32_t>(out, 32, h.slice);
-  Put<int32_t>(out, 36, h.priority);
-  Put<uint64_t>(out, 40, h.payload_bytes);
+  PutLe<uint32_t>(out, 0, kRequestMagic);
+  PutLe<uint8_t>(out, 4, static_cast<uint8_t>(h.op));
+  PutLe<uint64_t>(out, 8, h.request_id);
+  PutLe<uint64_t>(out, 16, h.key);
+  PutLe<int64_t>(out, 24, h.step);
+  PutLe<uint32_t>(out, 32, h.slice);
+  PutLe<int32_t>(out, 36, h.priority);
+  PutLe<uint64_t>(out, 40, h.payload_bytes);
 }
 
 void EncodeResponseHeader(const ResponseHeader& h, uint8_t out[kResponseHeaderBytes]) {
   std::memset(out, 0, kResponseHeaderBytes);
-  Put<uint32_t>(out, 0, kResponseMagic);
-  Put<uint8_t>(out, 4, static_cast<uint8_t>(h.op));
-  Put<uint64_t>(out, 8, h.request_id);
-  Put<int32_t>(out, 16, h.code);
-  Put<uint32_t>(out, 20, h.message_bytes);
-  Put<uint64_t>(out, 24, h.payload_bytes);
+  PutLe<uint32_t>(out, 0, kResponseMagic);
+  PutLe<uint8_t>(out, 4, static_cast<uint8_t>(h.op));
+  PutLe<uint64_t>(out, 8, h.request_id);
+  PutLe<int32_t>(out, 16, h.code);
+  PutLe<uint32_t>(out, 20, h.message_bytes);
+  PutLe<uint64_t>(out, 24, h.payload_bytes);
 }
 
 Status DecodeRequest(const Chunks& frame, RequestHeader* out, uint64_t* request_id) {
@@ -144,30 +135,30 @@ Status DecodeRequest(const Chunks& frame, RequestHeader* out, uint64_t* request_
   size_t total = TotalBytes(frame);
   uint8_t h[kRequestHeaderBytes] = {};
   CopyOut(frame, 0, std::min(total, kRequestHeaderBytes), h);
-  if (total >= 16) *request_id = Get<uint64_t>(h, 8);
+  if (total >= 16) *request_id = GetLe<uint64_t>(h, 8);
   if (total < kRequestHeaderBytes) {
     return InvalidArgumentError("malformed frame: " + std::to_string(total) +
                                 " bytes, shorter than the " +
                                 std::to_string(kRequestHeaderBytes) + "-byte request header");
   }
-  uint32_t magic = Get<uint32_t>(h, 0);
+  uint32_t magic = GetLe<uint32_t>(h, 0);
   if (magic != kRequestMagic) {
     char buf[16];
     std::snprintf(buf, sizeof buf, "0x%08x", magic);
     return InvalidArgumentError(std::string("malformed frame: bad magic ") + buf +
                                 " (not a trellis data request)");
   }
-  uint8_t op = Get<uint8_t>(h, 4);
+  uint8_t op = GetLe<uint8_t>(h, 4);
   if (op < 1 || op > 4) {
     return InvalidArgumentError("malformed frame: unknown op " + std::to_string(op));
   }
   out->op = static_cast<Op>(op);
-  out->request_id = Get<uint64_t>(h, 8);
-  out->key = Get<uint64_t>(h, 16);
-  out->step = Get<int64_t>(h, 24);
-  out->slice = Get<uint32_t>(h, 32);
-  out->priority = Get<int32_t>(h, 36);
-  out->payload_bytes = Get<uint64_t>(h, 40);
+  out->request_id = GetLe<uint64_t>(h, 8);
+  out->key = GetLe<uint64_t>(h, 16);
+  out->step = GetLe<int64_t>(h, 24);
+  out->slice = GetLe<uint32_t>(h, 32);
+  out->priority = GetLe<int32_t>(h, 36);
+  out->payload_bytes = GetLe<uint64_t>(h, 40);
   uint64_t present = total - kRequestHeaderBytes;
   if (out->payload_bytes != present) {
     return InvalidArgumentError("malformed frame: header announces " +
@@ -193,12 +184,12 @@ Status DecodeResponse(const Chunks& frame, ResponseHeader* out, std::string* mes
   }
   uint8_t h[kResponseHeaderBytes];
   CopyOut(frame, 0, kResponseHeaderBytes, h);
-  if (Get<uint32_t>(h, 0) != kResponseMagic) return DataLossError("malformed response: bad magic");
-  out->op = static_cast<Op>(Get<uint8_t>(h, 4));
-  out->request_id = Get<uint64_t>(h, 8);
-  out->code = Get<int32_t>(h, 16);
-  out->message_bytes = Get<uint32_t>(h, 20);
-  out->payload_bytes = Get<uint64_t>(h, 24);
+  if (GetLe<uint32_t>(h, 0) != kResponseMagic) return DataLossError("malformed response: bad magic");
+  out->op = static_cast<Op>(GetLe<uint8_t>(h, 4));
+  out->request_id = GetLe<uint64_t>(h, 8);
+  out->code = GetLe<int32_t>(h, 16);
+  out->message_bytes = GetLe<uint32_t>(h, 20);
+  out->payload_bytes = GetLe<uint64_t>(h, 24);
   if (kResponseHeaderBytes + uint64_t{out->message_bytes} + out->payload_bytes != total) {
     return DataLossError("malformed response: lengths do not add up to " + std::to_string(total));
   }
