@@ -23,7 +23,6 @@
 namespace trellis::tcpwire {
 namespace {
 
-using wire::GetLe;
 using wire::PutLe;
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -85,25 +84,9 @@ std::vector<uint8_t> EncodeStatusFrame(wire::Op op, uint64_t request_id, const S
 }
 
 Status DecodeRequestHeader(const uint8_t* h, uint64_t max_payload, wire::RequestHeader* out) {
-  uint32_t magic = GetLe<uint32_t>(h, 0);
-  if (magic != wire::kRequestMagic) {
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "0x%08x", magic);
-    return InvalidArgumentError(std::string("malformed frame: bad magic ") + buf +
-                                " (not a trellis data request); closing the connection");
+  if (Status st = wire::ParseRequestHeader(h, out); !st.ok()) {
+    return Status(st.code(), st.message() + "; closing the connection");
   }
-  uint8_t op = GetLe<uint8_t>(h, 4);
-  if (op < 1 || op > 4) {
-    return InvalidArgumentError("malformed frame: unknown op " + std::to_string(op) +
-                                "; closing the connection");
-  }
-  out->op = static_cast<wire::Op>(op);
-  out->request_id = GetLe<uint64_t>(h, 8);
-  out->key = GetLe<uint64_t>(h, 16);
-  out->step = GetLe<int64_t>(h, 24);
-  out->slice = GetLe<uint32_t>(h, 32);
-  out->priority = GetLe<int32_t>(h, 36);
-  out->payload_bytes = GetLe<uint64_t>(h, 40);
   if (out->payload_bytes > max_payload) {
     return InvalidArgumentError("malformed frame: payload of " +
                                 std::to_string(out->payload_bytes) + " bytes exceeds the " +
@@ -123,14 +106,7 @@ Status DecodeRequestHeader(const uint8_t* h, uint64_t max_payload, wire::Request
 }
 
 Status DecodeResponseHeader(const uint8_t* h, uint64_t max_payload, wire::ResponseHeader* out) {
-  if (GetLe<uint32_t>(h, 0) != wire::kResponseMagic) {
-    return DataLossError("malformed response: bad magic");
-  }
-  out->op = static_cast<wire::Op>(GetLe<uint8_t>(h, 4));
-  out->request_id = GetLe<uint64_t>(h, 8);
-  out->code = GetLe<int32_t>(h, 16);
-  out->message_bytes = GetLe<uint32_t>(h, 20);
-  out->payload_bytes = GetLe<uint64_t>(h, 24);
+  TRELLIS_RETURN_IF_ERROR(wire::ParseResponseHeader(h, out));
   if (out->message_bytes > kMaxMessageBytes || out->payload_bytes > max_payload) {
     return DataLossError("malformed response: message of " + std::to_string(out->message_bytes) +
                          " bytes, payload of " + std::to_string(out->payload_bytes) +

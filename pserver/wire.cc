@@ -108,6 +108,38 @@ void AddFloats(const Chunks& chunks, size_t offset, size_t count, float* dst) {
   });
 }
 
+Status ParseRequestHeader(const uint8_t* h, RequestHeader* out) {
+  uint32_t magic = GetLe<uint32_t>(h, 0);
+  if (magic != kRequestMagic) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "0x%08x", magic);
+    return InvalidArgumentError(std::string("malformed frame: bad magic ") + buf +
+                                " (not a trellis data request)");
+  }
+  uint8_t op = GetLe<uint8_t>(h, 4);
+  if (op < 1 || op > 4) {
+    return InvalidArgumentError("malformed frame: unknown op " + std::to_string(op));
+  }
+  out->op = static_cast<Op>(op);
+  out->request_id = GetLe<uint64_t>(h, 8);
+  out->key = GetLe<uint64_t>(h, 16);
+  out->step = GetLe<int64_t>(h, 24);
+  out->slice = GetLe<uint32_t>(h, 32);
+  out->priority = GetLe<int32_t>(h, 36);
+  out->payload_bytes = GetLe<uint64_t>(h, 40);
+  return Status::Ok();
+}
+
+Status ParseResponseHeader(const uint8_t* h, ResponseHeader* out) {
+  if (GetLe<uint32_t>(h, 0) != kResponseMagic) return DataLossError("malformed response: bad magic");
+  out->op = static_cast<Op>(GetLe<uint8_t>(h, 4));
+  out->request_id = GetLe<uint64_t>(h, 8);
+  out->code = GetLe<int32_t>(h, 16);
+  out->message_bytes = GetLe<uint32_t>(h, 20);
+  out->payload_bytes = GetLe<uint64_t>(h, 24);
+  return Status::Ok();
+}
+
 void EncodeRequestHeader(const RequestHeader& h, uint8_t out[kRequestHeaderBytes]) {
   std::memset(out, 0, kRequestHeaderBytes);
   PutLe<uint32_t>(out, 0, kRequestMagic);
@@ -141,24 +173,7 @@ Status DecodeRequest(const Chunks& frame, RequestHeader* out, uint64_t* request_
                                 " bytes, shorter than the " +
                                 std::to_string(kRequestHeaderBytes) + "-byte request header");
   }
-  uint32_t magic = GetLe<uint32_t>(h, 0);
-  if (magic != kRequestMagic) {
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "0x%08x", magic);
-    return InvalidArgumentError(std::string("malformed frame: bad magic ") + buf +
-                                " (not a trellis data request)");
-  }
-  uint8_t op = GetLe<uint8_t>(h, 4);
-  if (op < 1 || op > 4) {
-    return InvalidArgumentError("malformed frame: unknown op " + std::to_string(op));
-  }
-  out->op = static_cast<Op>(op);
-  out->request_id = GetLe<uint64_t>(h, 8);
-  out->key = GetLe<uint64_t>(h, 16);
-  out->step = GetLe<int64_t>(h, 24);
-  out->slice = GetLe<uint32_t>(h, 32);
-  out->priority = GetLe<int32_t>(h, 36);
-  out->payload_bytes = GetLe<uint64_t>(h, 40);
+  TRELLIS_RETURN_IF_ERROR(ParseRequestHeader(h, out));
   uint64_t present = total - kRequestHeaderBytes;
   if (out->payload_bytes != present) {
     return InvalidArgumentError("malformed frame: header announces " +
@@ -184,12 +199,7 @@ Status DecodeResponse(const Chunks& frame, ResponseHeader* out, std::string* mes
   }
   uint8_t h[kResponseHeaderBytes];
   CopyOut(frame, 0, kResponseHeaderBytes, h);
-  if (GetLe<uint32_t>(h, 0) != kResponseMagic) return DataLossError("malformed response: bad magic");
-  out->op = static_cast<Op>(GetLe<uint8_t>(h, 4));
-  out->request_id = GetLe<uint64_t>(h, 8);
-  out->code = GetLe<int32_t>(h, 16);
-  out->message_bytes = GetLe<uint32_t>(h, 20);
-  out->payload_bytes = GetLe<uint64_t>(h, 24);
+  TRELLIS_RETURN_IF_ERROR(ParseResponseHeader(h, out));
   if (kResponseHeaderBytes + uint64_t{out->message_bytes} + out->payload_bytes != total) {
     return DataLossError("malformed response: lengths do not add up to " + std::to_string(total));
   }

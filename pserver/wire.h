@@ -81,6 +81,10 @@ void AddFloats(const Chunks& chunks, size_t offset, size_t count, float* dst);
 void EncodeRequestHeader(const RequestHeader& h, uint8_t out[kRequestHeaderBytes]);
 void EncodeResponseHeader(const ResponseHeader& h, uint8_t out[kResponseHeaderBytes]);
 
+// The fixed header fields alone (both transports): a request's magic and op are checked; a
+// response's magic. REQUIRES: h holds kRequestHeaderBytes / kResponseHeaderBytes.
+Status ParseRequestHeader(const uint8_t* h, RequestHeader* out);
+Status ParseResponseHeader(const uint8_t* h, ResponseHeader* out);
 // Parses and checks a request: magic, op, payload length against the bytes present. Errors are
 // INVALID_ARGUMENT naming what is wrong ("malformed frame: 7 bytes, shorter than the 48-byte
 // header"). On error `*request_id` is the id if the header was long enough to hold one, else 0.
