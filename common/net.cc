@@ -1,6 +1,7 @@
 #include "common/net.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -69,6 +70,45 @@ StatusOr<int> PickFreePort(const std::string& host) {
   }
   ::close(fd);
   return static_cast<int>(ntohs(addr.sin_port));
+}
+
+StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port,
+                        const std::function<void(int fd)>& before_bind) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) {
+    return InvalidArgumentError("cannot resolve listen host '" + host + "': " + gai_strerror(rc));
+  }
+  std::string last = "no address";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      last = std::string("socket: ") + strerror(errno);
+      continue;
+    }
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (before_bind) before_bind(fd);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+      last = std::string("bind/listen: ") + strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+    *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                                 : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    freeaddrinfo(res);
+    return fd;
+  }
+  freeaddrinfo(res);
+  return UnavailableError("cannot listen on " + host + ":" + service + ": " + last);
 }
 
 }  // namespace trellis

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -22,5 +23,11 @@ StatusOr<HostPort> ParseHostPort(std::string_view text);
 // Another process may take it before the caller binds: prefer binding to port 0 directly where
 // the caller owns the socket.
 StatusOr<int> PickFreePort(const std::string& host = "127.0.0.1");
+
+// A listening TCP socket (SOCK_CLOEXEC, SO_REUSEADDR, backlog 128) on host:port; port 0 picks
+// one, written to *bound_port. An empty host means every address. `before_bind` (optional) may
+// set socket options that must precede bind/listen (e.g. buffer sizes).
+StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port,
+                        const std::function<void(int fd)>& before_bind = {});
 
 }  // namespace trellis

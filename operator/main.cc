@@ -13,7 +13,8 @@
 #include "operator/controller.h"
 #include "operator/kube_client.h"
 #include "operator/leader_election.h"
-#include "operator/metrics_server.h"
+#include "common/metrics_http.h"
+#include "operator/operator_metrics.h"
 #include "operator/reconciler.h"
 
 namespace {
@@ -130,13 +131,8 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
-  std::unique_ptr<OperatorMetrics> metrics;
-  try {
-    metrics = std::make_unique<OperatorMetrics>();
-  } catch (const std::exception& e) {
-    std::cerr << "trellis-operator: metrics: " << e.what() << "\n";
-    return 1;
-  }
+  trellis::MetricsRegistry registry(trellis::MetricLabels{"", "operator", -1});
+  auto metrics = std::make_unique<OperatorMetrics>(registry);
   KubeClient client(*config);
   OperatorSettings settings;
   if (!flags->image.empty()) settings.default_image = flags->image;
@@ -151,16 +147,15 @@ int main(int argc, char** argv) {
 
   // Standby replicas (waiting for the Lease) are healthy; the leader once it has listed.
   std::atomic<bool> leading{false};
-  std::unique_ptr<MetricsServer> server;
+  registry.OnCollect([&] {
+    metrics->SetApiErrors(client.api_errors());
+    metrics->SetWatchRestarts(controller.counters().watch_restarts.load());
+    metrics->SetReconciles(controller.counters().reconciles.load());
+  });
+  std::unique_ptr<trellis::MetricsHttpServer> server;
   if (flags->metrics_port != 0) {
-    auto s = MetricsServer::Start(
-        flags->metrics_host, flags->metrics_port, *metrics,
-        [&] {
-          metrics->SetApiErrors(client.api_errors());
-          metrics->SetWatchRestarts(controller.counters().watch_restarts.load());
-          metrics->SetReconciles(controller.counters().reconciles.load());
-        },
-        [&] { return !leading.load() || controller.synced(); });
+    auto s = trellis::MetricsHttpServer::Start(flags->metrics_host, flags->metrics_port, registry,
+                                      [&] { return !leading.load() || controller.synced(); });
     if (!s.ok()) {
       std::cerr << "trellis-operator: " << s.status().message() << "\n";
       return 1;

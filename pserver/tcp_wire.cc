@@ -125,42 +125,8 @@ void TuneSocket(int fd) {
 }
 
 StatusOr<int> Listen(const std::string& host, int port, int* bound_port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  std::string service = std::to_string(port);
-  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0) {
-    return InvalidArgumentError("cannot resolve listen host '" + host + "': " + gai_strerror(rc));
-  }
-  std::string last = "no address";
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) {
-      last = Errno("socket");
-      continue;
-    }
-    int one = 1;
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    // Accepted sockets inherit the receive buffer; setting it before listen sizes the window.
-    TuneSocket(fd);
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
-      last = Errno("bind/listen");
-      ::close(fd);
-      continue;
-    }
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-    *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                                 : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-    freeaddrinfo(res);
-    return fd;
-  }
-  freeaddrinfo(res);
-  return UnavailableError("cannot listen on " + host + ":" + service + ": " + last);
+  // Accepted sockets inherit the receive buffer; setting it before listen sizes the window.
+  return ListenTcp(host, port, bound_port, [](int fd) { TuneSocket(fd); });
 }
 
 StatusOr<int> Connect(const std::string& host, int port, int64_t timeout_ms) {

@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev prometheus-cpp-dev libssl-dev libcpprest-dev
+  prometheus  # the server and promtool: the metrics, dashboard and alert-rule tests
   libgtest-dev libgmock-dev
   clang-14 libclang-rt-14-dev
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest

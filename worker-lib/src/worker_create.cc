@@ -1,6 +1,7 @@
 // Worker::Create: the environment contract (TRELLIS_SCHEDULER, TRELLIS_RANK, TRELLIS_TOKEN_FILE,
-// TRELLIS_NUM_WORKERS, TRELLIS_TIMEOUT_MS), the job from the scheduler (incl. spec.transport),
-// the complete cluster view; precedence WorkerOptions > environment > job > default.
+// TRELLIS_NUM_WORKERS, TRELLIS_TIMEOUT_MS, TRELLIS_METRICS_PORT/HOST), the job from the scheduler
+// (incl. spec.transport), the complete cluster view; precedence WorkerOptions > environment >
+// job > default.
 #include <chrono>
 #include <cstdlib>
 
@@ -110,6 +111,21 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
     return c->Barrier(name, v1::ROLE_WORKER, rank, generation, /*all_nodes=*/false, wait);
   };
   setup.keep_alive = client;
+
+  // Metrics: labelled with the job and rank; served when the agent or launcher gave a port.
+  setup.metrics = std::make_shared<MetricsRegistry>(MetricLabels{job->name, "worker", setup.rank});
+  if (std::string p = Env("TRELLIS_METRICS_PORT"); !p.empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(int64_t port, ParseEnvInt("TRELLIS_METRICS_PORT", p, 0, 65535));
+    std::string host = Env("TRELLIS_METRICS_HOST");
+    auto server = MetricsHttpServer::Start(host.empty() ? "0.0.0.0" : host, static_cast<int>(port),
+                                           *setup.metrics);
+    // Metrics are not worth failing the training for: say so and go on without them.
+    if (server.ok()) {
+      setup.metrics_server = std::move(*server);
+    } else {
+      TLOG_ERROR << "worker /metrics not served: " << server.status().ToString();
+    }
+  }
   return CreateWorker(std::move(setup));
 }
 

@@ -39,7 +39,11 @@ StatusOr<std::unique_ptr<Worker>> CreateWorker(WorkerSetup setup) {
   return std::unique_ptr<Worker>(new WorkerImpl(std::move(setup)));
 }
 
-WorkerImpl::WorkerImpl(WorkerSetup setup) : setup_(std::move(setup)), queue_(setup_.water_mark) {
+WorkerImpl::WorkerImpl(WorkerSetup setup)
+    : setup_(std::move(setup)),
+      metrics_(setup_.metrics ? setup_.metrics
+                              : std::make_shared<MetricsRegistry>(MetricLabels{"", "worker", setup_.rank})),
+      queue_(setup_.water_mark) {
   watchdog_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "trellis-watch");
     WatchdogLoop();

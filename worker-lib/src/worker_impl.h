@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "trellis/trellis.h"
 #include "trellis/v1/scheduler.pb.h"
 #include "worker-lib/src/op_state.h"
@@ -44,6 +46,11 @@ struct WorkerSetup {
   std::function<StatusOr<std::unique_ptr<ServerConnection>>(const ConnectionOptions&)> connect;
   // Kept alive as long as the worker (e.g. the scheduler client the hooks use).
   std::shared_ptr<void> keep_alive;
+  // The process's metrics (job, role worker, rank); null: the worker makes its own.
+  std::shared_ptr<MetricsRegistry> metrics;
+  // Serves `metrics` on TRELLIS_METRICS_PORT (Worker::Create); declared after `metrics` so it
+  // stops before the registry goes.
+  std::shared_ptr<MetricsHttpServer> metrics_server;
 };
 
 StatusOr<std::unique_ptr<Worker>> CreateWorker(WorkerSetup setup);
@@ -98,6 +105,7 @@ class WorkerImpl final : public Worker {
   std::string KeyName(const KeyState& k) const;
 
   const WorkerSetup setup_;
+  const std::shared_ptr<MetricsRegistry> metrics_;  // setup_.metrics or one of its own
 
   std::mutex decl_mu_;
   std::map<KeyId, KeyDecl> declared_;  // GUARDED_BY(decl_mu_)

@@ -6,10 +6,9 @@
 
 #include "common/env.h"
 #include "common/net.h"
-#include <prometheus/text_serializer.h>
 
 #include "operator/controller.h"
-#include "operator/metrics_server.h"
+#include "operator/operator_metrics.h"
 #include "operator/reconciler.h"
 #include "tests/integration/operator/double_fixture.h"
 
@@ -144,7 +143,7 @@ TEST_F(ControllerTest, BinaryServesHealthzAndMetricsAndReconciles) {
       [&] {
         auto [code, text] = get("/metrics");
         body = text;
-        return code == 200 && text.find("trellis_operator_jobs{phase=\"Failed\"} 1") != std::string::npos;
+        return code == 200 && text.find("trellis_operator_jobs{role=\"operator\",phase=\"Failed\"} 1") != std::string::npos;
       },
       seconds(10)))
       << body;
@@ -161,19 +160,20 @@ TEST_F(ControllerTest, BinaryServesHealthzAndMetricsAndReconciles) {
 }
 
 TEST(OperatorMetricsTest, JobsByPhaseCountsEachJobsCurrentPhaseOnce) {
-  OperatorMetrics m;
-  auto text = [&] { return prometheus::TextSerializer().Serialize(m.registry().Collect()); };
+  MetricsRegistry registry(MetricLabels{"", "operator", -1});
+  OperatorMetrics m(registry);
+  auto text = [&] { return registry.Serialize(); };
   m.SetJobPhase("ns/a", "Pending");
   m.SetJobPhase("ns/b", "Pending");
   m.SetJobPhase("ns/a", "Running");
   m.SetJobPhase("ns/a", "Running");  // reconciled again: still one job
-  EXPECT_NE(text().find("trellis_operator_jobs{phase=\"Pending\"} 1"), std::string::npos) << text();
-  EXPECT_NE(text().find("trellis_operator_jobs{phase=\"Running\"} 1"), std::string::npos) << text();
+  EXPECT_NE(text().find("trellis_operator_jobs{role=\"operator\",phase=\"Pending\"} 1"), std::string::npos) << text();
+  EXPECT_NE(text().find("trellis_operator_jobs{role=\"operator\",phase=\"Running\"} 1"), std::string::npos) << text();
   m.SetJobPhase("ns/b", "");  // deleted
-  EXPECT_NE(text().find("trellis_operator_jobs{phase=\"Pending\"} 0"), std::string::npos) << text();
+  EXPECT_NE(text().find("trellis_operator_jobs{role=\"operator\",phase=\"Pending\"} 0"), std::string::npos) << text();
   m.SetApiErrors(3);
   m.SetApiErrors(5);
-  EXPECT_NE(text().find("trellis_operator_api_errors_total 5"), std::string::npos) << text();
+  EXPECT_NE(text().find("trellis_operator_api_errors_total{role=\"operator\"} 5"), std::string::npos) << text();
 }
 
 TEST(OperatorBinaryTest, BadFlagsAndNoClusterGiveClearErrors) {

@@ -1,0 +1,45 @@
+// GET /metrics (text format 0.0.4) and /healthz (200 "ok", or 503 when `healthy` says no) for a
+// MetricsRegistry. A deliberately tiny HTTP/1.1 server on one named thread ("trellis-metrics"):
+// one request per connection, answered in turn, so a scrape costs nothing between scrapes and
+// stopping is immediate.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/metrics.h"
+#include "common/status.h"
+
+namespace trellis {
+
+class MetricsHttpServer {
+ public:
+  // Serves on host:port (port 0: the kernel picks one; see port(); an empty host: every
+  // address). `metrics` must outlive the server. `healthy` is called per /healthz request;
+  // empty means always healthy.
+  static StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
+                                                            const MetricsRegistry& metrics,
+                                                            std::function<bool()> healthy = {});
+  ~MetricsHttpServer();
+  MetricsHttpServer(const MetricsHttpServer&) = delete;
+  MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  MetricsHttpServer(const MetricsRegistry& metrics, std::function<bool()> healthy)
+      : metrics_(metrics), healthy_(std::move(healthy)) {}
+  void Loop();
+  void Serve(int fd);
+
+  const MetricsRegistry& metrics_;
+  const std::function<bool()> healthy_;
+  int listen_fd_ = -1;  // owned
+  int stop_fd_ = -1;    // owned eventfd: written once to stop Loop
+  int port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace trellis
