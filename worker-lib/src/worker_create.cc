@@ -2,6 +2,8 @@
 // TRELLIS_NUM_WORKERS, TRELLIS_TIMEOUT_MS, TRELLIS_METRICS_PORT/HOST), the job from the scheduler
 // (incl. spec.transport), the complete cluster view; precedence WorkerOptions > environment >
 // job > default.
+// A multi-GPU pod (TRELLIS_LOCAL_SIZE > 1, set by the agent) gets a LocalGroupWorker around the
+// pod's WorkerImpl (local_group_worker.h); TRELLIS_RANK is then the pod's rank.
 #include <chrono>
 #include <cstdlib>
 
@@ -9,6 +11,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "scheduler/scheduler_client.h"
+#include "worker-lib/src/local_group_worker.h"
 #include "worker-lib/src/worker_impl.h"
 
 namespace trellis {
@@ -112,8 +115,23 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   };
   setup.keep_alive = client;
 
-  // Metrics: labelled with the job and rank; served when the agent or launcher gave a port.
-  setup.metrics = std::make_shared<MetricsRegistry>(MetricLabels{job->name, "worker", setup.rank});
+  // The pod's local group: TRELLIS_LOCAL_RANK of TRELLIS_LOCAL_SIZE, named TRELLIS_LOCAL_GROUP.
+  int64_t local_size = 1, local_rank = 0;
+  if (std::string s = Env("TRELLIS_LOCAL_SIZE"); !s.empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(local_size, ParseEnvInt("TRELLIS_LOCAL_SIZE", s, 1, 64));
+  }
+  if (local_size > 1) {
+    std::string lr = Env("TRELLIS_LOCAL_RANK");
+    if (lr.empty()) {
+      return InvalidArgumentError("TRELLIS_LOCAL_SIZE is set but TRELLIS_LOCAL_RANK is not");
+    }
+    TRELLIS_ASSIGN_OR_RETURN(local_rank, ParseEnvInt("TRELLIS_LOCAL_RANK", lr, 0, local_size - 1));
+  }
+
+  // Metrics: labelled with the job and the process's (global) rank; served when the agent or
+  // launcher gave a port.
+  const int32_t global_rank = static_cast<int32_t>(setup.rank * local_size + local_rank);
+  setup.metrics = std::make_shared<MetricsRegistry>(MetricLabels{job->name, "worker", global_rank});
   if (std::string p = Env("TRELLIS_METRICS_PORT"); !p.empty()) {
     TRELLIS_ASSIGN_OR_RETURN(int64_t port, ParseEnvInt("TRELLIS_METRICS_PORT", p, 0, 65535));
     std::string host = Env("TRELLIS_METRICS_HOST");
@@ -126,7 +144,27 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
       TLOG_ERROR << "worker /metrics not served: " << server.status().ToString();
     }
   }
-  return CreateWorker(std::move(setup));
+  if (local_size == 1) return CreateWorker(std::move(setup));
+
+  LocalGroupOptions lo;
+  lo.name = Env("TRELLIS_LOCAL_GROUP");
+  if (lo.name.empty()) lo.name = job->name + "-w" + std::to_string(rank);
+  lo.rank = static_cast<int>(local_rank);
+  lo.size = static_cast<int>(local_size);
+  lo.timeout_ms = setup.timeout_ms;
+  const bool force_cpu = Env("TRELLIS_LOCAL_BACKEND") == "shm";
+  LocalGroupSetup group;
+  group.pod_rank = setup.rank;
+  group.num_pods = setup.num_workers;
+  group.metrics = setup.metrics;
+  TRELLIS_ASSIGN_OR_RETURN(group.inner, CreateWorker(std::move(setup)));
+  lo.channel = "rs";
+  TRELLIS_ASSIGN_OR_RETURN(group.reduce, OpenLocalGroup(lo, force_cpu));
+  lo.channel = "ag";
+  TRELLIS_ASSIGN_OR_RETURN(group.gather, OpenLocalGroup(lo, force_cpu));
+  TLOG_INFO << "worker pod " << group.pod_rank << ": local rank " << lo.rank << " of " << lo.size
+            << " (" << group.reduce->kind() << " local group " << lo.name << ")";
+  return CreateLocalGroupWorker(std::move(group));
 }
 
 }  // namespace trellis

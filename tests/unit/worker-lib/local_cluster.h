@@ -1,19 +1,26 @@
 // S parameter servers and W workers in one process on 127.0.0.1:0, talking real gRPC or raw TCP
 // (ClusterOptions.transport). The shard
 // map is built with the scheduler's own BuildShardMap (what DeclareKeys returns).
+// With local_size G > 1, `workers` are pods: each holds G LocalGroupWorkers (shared-memory
+// local groups), so `workers` has workers * G entries indexed by global rank.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "pserver/parameter_server.h"
 #include "pserver/tcp_wire.h"
 #include "scheduler/shard_map.h"
+#include "worker-lib/src/local_group_worker.h"
 #include "worker-lib/src/worker_impl.h"
 
 namespace trellis::testing {
@@ -49,6 +56,9 @@ struct ClusterOptions {
   int water_mark = 8;
   std::string token = "tok";
   std::string transport = "grpc";  // the workers' data path: "grpc" or "tcp"
+  bool priority = true;            // the job's priority.enabled
+  int local_size = 1;              // processes per worker pod (G)
+  int64_t local_chunk_bytes = 1 << 20;
 };
 
 class LocalCluster {
@@ -71,9 +81,12 @@ class LocalCluster {
                                                    ps->tcp_port()));
       servers.push_back(std::move(ps));
     }
-    for (int w = 0; w < o.workers; ++w) {
+    std::vector<std::unique_ptr<Worker>> inner;
+    for (int i = 0; i < o.workers * o.local_size; ++i) {
+      const int w = i / o.local_size;  // the pod
       WorkerSetup setup;
       setup.rank = w;
+      setup.priority_enabled = o.priority;
       setup.num_workers = o.workers;
       setup.server_addresses = addresses;
       setup.token = o.token;
@@ -91,15 +104,61 @@ class LocalCluster {
         return barrier->Arrive(name, gen, std::chrono::milliseconds(t));
       };
       TRELLIS_ASSIGN_OR_RETURN(auto worker, CreateWorker(std::move(setup)));
-      workers.push_back(std::move(worker));
+      inner.push_back(std::move(worker));
     }
-    return Status::Ok();
+    if (o.local_size == 1) {
+      workers = std::move(inner);
+      return Status::Ok();
+    }
+    return GroupPods(o, std::move(inner));
   }
   // Declares the same keys on every worker and finishes declarations.
   Status Declare(const std::vector<KeyDecl>& keys) {
     for (auto& w : workers) {
       for (const auto& k : keys) TRELLIS_RETURN_IF_ERROR(w->DeclareKey(k));
       TRELLIS_RETURN_IF_ERROR(w->FinishDeclarations());
+    }
+    return Status::Ok();
+  }
+  // Wraps each pod's G inner workers in LocalGroupWorkers; the G local ranks attach to their
+  // shm groups concurrently (opening waits for all of them), as the pod's processes would.
+  Status GroupPods(const ClusterOptions& o, std::vector<std::unique_ptr<Worker>> inner) {
+    static std::atomic<int> cluster_id{0};
+    const std::string base = "test" + std::to_string(getpid()) + "-" +
+                             std::to_string(cluster_id.fetch_add(1));
+    const int n = o.workers * o.local_size;
+    std::vector<LocalGroupSetup> setups(n);
+    std::vector<Status> errors(n);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        LocalGroupOptions lo;
+        lo.name = base + "-p" + std::to_string(i / o.local_size);
+        lo.rank = i % o.local_size;
+        lo.size = o.local_size;
+        lo.timeout_ms = o.timeout_ms;
+        lo.chunk_bytes = o.local_chunk_bytes;
+        LocalGroupSetup& s = setups[i];
+        s.pod_rank = i / o.local_size;
+        s.num_pods = o.workers;
+        s.inner = std::move(inner[i]);
+        lo.channel = "rs";
+        auto r = OpenShmLocalGroup(lo);
+        lo.channel = "ag";
+        auto g = OpenShmLocalGroup(lo);
+        if (!r.ok()) errors[i] = r.status();
+        if (!g.ok()) errors[i] = g.status();
+        if (r.ok() && g.ok()) {
+          s.reduce = std::move(r).value();
+          s.gather = std::move(g).value();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < n; ++i) {
+      TRELLIS_RETURN_IF_ERROR(errors[i]);
+      TRELLIS_ASSIGN_OR_RETURN(auto w, CreateLocalGroupWorker(std::move(setups[i])));
+      workers.push_back(std::move(w));
     }
     return Status::Ok();
   }

@@ -1,0 +1,118 @@
+// LocalGroupWorker: the hierarchical exchange of a multi-GPU pod, as a layer above WorkerImpl.
+//
+// The pod's G processes (local ranks) form a LocalGroup. Each user key K of n elements is cut
+// into G contiguous parts (LocalPart); part l is a key of its own towards the servers, with id
+// K * G + l, pushed and pulled only by local rank l through its inner worker (rank = pod,
+// size = pods). So the servers count pods as their workers, every local rank declares the same
+// part keys (the scheduler sees one declaration per pod, repeated G times), and priority order
+// and compression in WorkerImpl apply to the part each local rank sends.
+//
+//   PushPull: reduce-scatter inside the pod -> PushPull of the own part -> all-gather.
+//   Push / Pull: the first / second half of that.
+//   Broadcast(root): the root's pod broadcasts locally from the root, every local rank then
+//     broadcasts its part across pods (seeding the servers), the other pods all-gather.
+//   Barrier: local, then local rank 0 in the cross-pod barrier, then local again.
+//
+// Collectives must run in the same order on every local rank, so each channel has one thread:
+// "trellis-lreduce" runs reduce-scatters, local broadcasts and starts the inner operations in
+// program order; "trellis-lgather" runs the all-gathers in program order, each after its own
+// inner operation completed. Global rank = pod * G + local rank; size = pods * G.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "common/metrics.h"
+#include "trellis/trellis.h"
+#include "worker-lib/src/local_group.h"
+
+namespace trellis {
+
+struct LocalGroupSetup {
+  int32_t pod_rank = 0;
+  int32_t num_pods = 1;
+  std::unique_ptr<Worker> inner;         // rank pod_rank of num_pods
+  std::unique_ptr<LocalGroup> reduce;    // channel "rs"
+  std::unique_ptr<LocalGroup> gather;    // channel "ag"
+  std::shared_ptr<MetricsRegistry> metrics;  // optional: the process's registry
+};
+
+// Time and bytes of the local collectives in this process (bytes: this rank's input).
+struct LocalGroupStats {
+  uint64_t reduce_bytes = 0;
+  uint64_t reduce_ns = 0;
+  uint64_t gather_bytes = 0;
+  uint64_t gather_ns = 0;
+  uint64_t broadcast_bytes = 0;
+};
+
+StatusOr<std::unique_ptr<Worker>> CreateLocalGroupWorker(LocalGroupSetup setup);
+
+class LocalGroupWorker final : public Worker {
+ public:
+  explicit LocalGroupWorker(LocalGroupSetup setup);
+  ~LocalGroupWorker() override;
+
+  int rank() const override { return pod_ * g_ + local_; }
+  int size() const override { return pods_ * g_; }
+  int num_servers() const override { return inner_->num_servers(); }
+
+  Status DeclareKey(const KeyDecl& key) override;
+  Status FinishDeclarations() override;
+  Handle PushPull(KeyId key, const float* grad, float* out, int priority,
+                  Callback done) override;
+  Handle Push(KeyId key, const float* grad, int priority, Callback done) override;
+  Handle Pull(KeyId key, float* out, int priority, Callback done) override;
+  Handle Broadcast(KeyId key, float* data, int root) override;
+  Status Barrier(const std::string& name) override;
+  uint64_t bytes_pushed() const override { return inner_->bytes_pushed(); }
+  uint64_t bytes_pulled() const override { return inner_->bytes_pulled(); }
+
+  LocalGroupStats stats() const;
+  const char* group_kind() const { return reduce_->kind(); }
+
+ private:
+  struct Op;
+  using Task = std::function<void()>;
+  // One FIFO and its thread per channel.
+  struct Lane {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Task> tasks;  // GUARDED_BY(mu)
+    bool stop = false;       // GUARDED_BY(mu)
+    std::thread thread;
+  };
+
+  Handle Submit(const char* verb, KeyId key, const float* src, float* dst, int priority,
+                Callback done, int broadcast_root);
+  static Handle Failed(const Status& st, Callback done);
+  static void Enqueue(Lane& lane, Task task);
+  static void RunLane(Lane& lane, const char* name);
+  static void StopLane(Lane& lane);
+  KeyId PartKey(KeyId key) const { return key * static_cast<KeyId>(g_) + local_; }
+
+  const int32_t pod_, pods_;
+  const int local_, g_;
+  std::unique_ptr<Worker> inner_;
+  std::unique_ptr<LocalGroup> reduce_;  // used only on reduce_lane_'s thread
+  std::unique_ptr<LocalGroup> gather_;  // used only on gather_lane_'s thread
+
+  std::mutex decl_mu_;
+  std::map<KeyId, KeyDecl> keys_;       // GUARDED_BY(decl_mu_) until finished_, then frozen
+  std::atomic<bool> finished_{false};
+
+  std::atomic<uint64_t> reduce_bytes_{0}, reduce_ns_{0}, gather_bytes_{0}, gather_ns_{0},
+      broadcast_bytes_{0};
+
+  Lane reduce_lane_;
+  Lane gather_lane_;
+};
+
+}  // namespace trellis
