@@ -50,8 +50,13 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
   agent->restart_.backoff_initial = c.backoff_initial;
   agent->restart_.backoff_max = c.backoff_max;
   agent->restart_.stop_grace = c.stop_grace;
+  if (agent->LocalSize() > 1) {
+    agent->spawner_ = std::make_unique<ProcessGroupSpawner>(agent->LocalSize(), c.stop_grace);
+  } else {
+    agent->spawner_ = std::make_unique<SubprocessSpawner>();
+  }
   agent->supervisor_ =
-      std::make_unique<Supervisor>(agent->restart_, agent->spawner_, *agent, agent->timer_);
+      std::make_unique<Supervisor>(agent->restart_, *agent->spawner_, *agent, agent->timer_);
   return agent;
 }
 
@@ -156,8 +161,14 @@ StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
   opts.env["TRELLIS_METRICS_PORT"] = std::to_string(metrics_port);
   opts.env["TRELLIS_POD_NAME"] = config_.pod_name;
   opts.env["TRELLIS_HOST"] = config_.host;
+  if (LocalSize() > 1) {  // a fresh group name per start: a restarted group never meets a stale one
+    opts.env["TRELLIS_LOCAL_GROUP"] = config_.job + "-w" + std::to_string(reg.rank()) + "-" +
+                                      std::to_string(reg.incarnation()) + "-" +
+                                      std::to_string(attempt);
+  }
   TLOG_INFO << RoleName(config_.role) << " rank " << reg.rank() << " incarnation " << reg.incarnation()
-            << ": starting " << opts.argv[0];
+            << ": starting " << opts.argv[0]
+            << (LocalSize() > 1 ? " x" + std::to_string(LocalSize()) + " (one per GPU)" : "");
   return opts;
 }
 

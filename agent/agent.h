@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "agent/agent_config.h"
+#include "agent/process_group.h"
 #include "agent/supervisor.h"
 #include "common/subprocess.h"
 #include "scheduler/scheduler_client.h"
@@ -43,13 +44,16 @@ class Agent : public SupervisorHooks {
   StatusOr<v1::RegisterResponse> RegisterWithRetry();
   StatusOr<std::vector<std::string>> ProgramArgv() const;
   void HeartbeatLoop();
+  // Processes per pod: a worker with gpusPerWorker (TRELLIS_GPUS) > 1 runs one per GPU.
+  int LocalSize() const { return config_.role == v1::ROLE_WORKER && config_.gpus > 1 ? config_.gpus : 1; }
 
   const AgentConfig config_;
   std::unique_ptr<SchedulerClient> client_;
   RestartOptions restart_;
   std::chrono::milliseconds heartbeat_interval_{1000};
   std::chrono::milliseconds registration_timeout_{300000};
-  SubprocessSpawner spawner_;
+  // One child, or a multi-GPU worker pod's G local processes as one group (process_group.h).
+  std::unique_ptr<ProcessSpawner> spawner_;
   RealBackoffTimer timer_;
   std::unique_ptr<Supervisor> supervisor_;
 
