@@ -26,6 +26,9 @@ struct LocalGroupWorker::Op {
   int64_t n = 0;
   PartRange part;
   std::vector<float> buf;  // this rank's part of the sum (push/pull), else empty
+  // The reduce lane's collective failed (the group is broken and the handle completed):
+  // the gather lane must not write into the user's buffer any more.
+  std::atomic<bool> local_failed{false};
 
   std::mutex mu;
   std::condition_variable cv;
@@ -241,6 +244,7 @@ Handle LocalGroupWorker::Submit(const char* verb, KeyId key, const float* src, f
       broadcast_bytes_ += static_cast<uint64_t>(op->n) * sizeof(float);
     }
     if (!st.ok()) {
+      op->local_failed.store(true);
       op->state->Complete(st.Annotate(op->state->what));
       op->Started(Handle(), st);
       return;
@@ -268,8 +272,9 @@ Handle LocalGroupWorker::Submit(const char* verb, KeyId key, const float* src, f
   if (!direct || broadcast) {
     Enqueue(gather_lane_, [this, op, dst, broadcast, direct] {
       Status st = op->WaitInner();
-      if (!direct) {
-        // Run the all-gather even after an error here, so the other local ranks stay in step.
+      if (!direct && !op->local_failed.load()) {
+        // Run the all-gather even after an inner (server) error, so the other local ranks
+        // stay in step.
         const float* part = broadcast ? dst + op->part.begin : op->buf.data();
         auto t0 = Clock::now();
         Status g = gather_->AllGather(part, op->n, dst);
