@@ -116,10 +116,11 @@ int Main(int argc, char** argv) {
     if (std::string(argv[i]) == "--mib") mib = std::atoll(argv[++i]);
   }
   const int64_t n = mib * (1 << 20) / 4;
-  std::cout << "bench_local_reduce: " << mib << " MiB of gradients per process per step, "
-            << std::thread::hardware_concurrency() << " hardware threads\n\n";
+  std::cout << "bench_local_reduce: " << std::thread::hardware_concurrency()
+            << " hardware threads\n\n";
 
-  std::cout << "Bytes the servers receive per step (2 pods, 2 servers, TCP on loopback):\n";
+  std::cout << "Bytes the servers receive per step (2 pods, 2 servers, TCP on loopback, "
+            << FormatBytes(static_cast<uint64_t>(n / 4 * 4)) << " of gradients per process):\n";
   Table bytes({"G", "processes", "plain workers", "local groups", "grouped / plain", "goal"});
   for (int g : {2, 4}) {
     auto plain = PushedPerStep(2, g, false, n / 4);
