@@ -7,6 +7,7 @@
 
 #include "common/local_group_name.h"
 #include "common/logging.h"
+#include "common/net.h"
 
 namespace trellis {
 
@@ -83,6 +84,11 @@ StatusOr<std::unique_ptr<Process>> ProcessGroupSpawner::Spawn(const SpawnOptions
     o.env["TRELLIS_LOCAL_RANK"] = std::to_string(l);
     o.env["TRELLIS_LOCAL_SIZE"] = std::to_string(size_);
     o.env["TRELLIS_LOCAL_GROUP"] = group;
+    // Every local process serves its own /metrics: rank 0 keeps the agent's port.
+    if (l > 0 && o.env.count("TRELLIS_METRICS_PORT")) {
+      TRELLIS_ASSIGN_OR_RETURN(int port, PickFreePort("0.0.0.0"));
+      o.env["TRELLIS_METRICS_PORT"] = std::to_string(port);
+    }
     auto child = Subprocess::Start(o);
     if (!child.ok()) {
       return child.status().Annotate("starting local rank " + std::to_string(l) + " of " +

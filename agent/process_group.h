@@ -37,7 +37,8 @@ class ProcessGroup : public Process {
 };
 
 // Starts `size` copies of the program with TRELLIS_LOCAL_RANK, TRELLIS_LOCAL_SIZE and
-// TRELLIS_LOCAL_GROUP (taken from the options' environment, else "local") in their environment.
+// TRELLIS_LOCAL_GROUP (taken from the options' environment, else "local") in their environment;
+// copies after the first get a free TRELLIS_METRICS_PORT of their own.
 class ProcessGroupSpawner : public ProcessSpawner {
  public:
   ProcessGroupSpawner(int size, std::chrono::milliseconds grace) : size_(size), grace_(grace) {}

@@ -13,9 +13,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-uint64_t NanosSince(Clock::time_point t0) {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::shared_ptr<MetricsRegistry> OrOwn(std::shared_ptr<MetricsRegistry> m, int rank) {
+  return m ? std::move(m) : std::make_shared<MetricsRegistry>(MetricLabels{"", "worker", rank});
 }
 
 }  // namespace
@@ -81,7 +84,22 @@ LocalGroupWorker::LocalGroupWorker(LocalGroupSetup setup)
       g_(setup.reduce->size()),
       inner_(std::move(setup.inner)),
       reduce_(std::move(setup.reduce)),
-      gather_(std::move(setup.gather)) {
+      gather_(std::move(setup.gather)),
+      metrics_(OrOwn(std::move(setup.metrics), pod_ * g_ + local_)),
+      reduce_seconds_(metrics_->Histogram(
+          "trellis_worker_local_reduce_seconds",
+          "Time of one reduce-scatter inside the pod (multi-GPU pods)",
+          MetricsRegistry::LatencyBuckets())),
+      gather_seconds_(metrics_->Histogram(
+          "trellis_worker_local_gather_seconds",
+          "Time of one all-gather inside the pod (multi-GPU pods)",
+          MetricsRegistry::LatencyBuckets())),
+      reduce_bytes_(metrics_->Counter("trellis_worker_local_reduce_bytes_total",
+                                      "Bytes this process reduced inside the pod")),
+      gather_bytes_(metrics_->Counter("trellis_worker_local_gather_bytes_total",
+                                      "Bytes this process all-gathered inside the pod")),
+      broadcast_bytes_(metrics_->Counter("trellis_worker_local_broadcast_bytes_total",
+                                         "Bytes broadcast inside the pod")) {
   reduce_lane_.thread = std::thread([this] { RunLane(reduce_lane_, "trellis-lreduce"); });
   gather_lane_.thread = std::thread([this] { RunLane(gather_lane_, "trellis-lgather"); });
 }
@@ -237,11 +255,11 @@ Handle LocalGroupWorker::Submit(const char* verb, KeyId key, const float* src, f
     if (src != nullptr) {
       auto t0 = Clock::now();
       st = reduce_->ReduceScatter(src, op->n, op->buf.data());
-      reduce_ns_ += NanosSince(t0);
-      reduce_bytes_ += static_cast<uint64_t>(op->n) * sizeof(float);
+      reduce_seconds_.Observe(SecondsSince(t0));
+      reduce_bytes_.Increment(static_cast<double>(op->n) * sizeof(float));
     } else if (broadcast && in_root_pod) {
       st = reduce_->Broadcast(dst, op->n, broadcast_root % g_);
-      broadcast_bytes_ += static_cast<uint64_t>(op->n) * sizeof(float);
+      broadcast_bytes_.Increment(static_cast<double>(op->n) * sizeof(float));
     }
     if (!st.ok()) {
       op->local_failed.store(true);
@@ -278,8 +296,8 @@ Handle LocalGroupWorker::Submit(const char* verb, KeyId key, const float* src, f
         const float* part = broadcast ? dst + op->part.begin : op->buf.data();
         auto t0 = Clock::now();
         Status g = gather_->AllGather(part, op->n, dst);
-        gather_ns_ += NanosSince(t0);
-        gather_bytes_ += static_cast<uint64_t>(op->n) * sizeof(float);
+        gather_seconds_.Observe(SecondsSince(t0));
+        gather_bytes_.Increment(static_cast<double>(op->n) * sizeof(float));
         if (st.ok()) st = g;
       }
       op->state->Complete(st.ok() ? st : st.Annotate(op->state->what));
@@ -316,11 +334,6 @@ Status LocalGroupWorker::Barrier(const std::string& name) {
   std::unique_lock lock(mu);
   cv.wait(lock, [&] { return finished; });
   return out;
-}
-
-LocalGroupStats LocalGroupWorker::stats() const {
-  return {reduce_bytes_.load(), reduce_ns_.load(), gather_bytes_.load(), gather_ns_.load(),
-          broadcast_bytes_.load()};
 }
 
 }  // namespace trellis

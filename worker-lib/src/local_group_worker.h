@@ -44,15 +44,6 @@ struct LocalGroupSetup {
   std::shared_ptr<MetricsRegistry> metrics;  // optional: the process's registry
 };
 
-// Time and bytes of the local collectives in this process (bytes: this rank's input).
-struct LocalGroupStats {
-  uint64_t reduce_bytes = 0;
-  uint64_t reduce_ns = 0;
-  uint64_t gather_bytes = 0;
-  uint64_t gather_ns = 0;
-  uint64_t broadcast_bytes = 0;
-};
-
 StatusOr<std::unique_ptr<Worker>> CreateLocalGroupWorker(LocalGroupSetup setup);
 
 class LocalGroupWorker final : public Worker {
@@ -75,8 +66,8 @@ class LocalGroupWorker final : public Worker {
   uint64_t bytes_pushed() const override { return inner_->bytes_pushed(); }
   uint64_t bytes_pulled() const override { return inner_->bytes_pulled(); }
 
-  LocalGroupStats stats() const;
   const char* group_kind() const { return reduce_->kind(); }
+  MetricsRegistry& metrics() { return *metrics_; }
 
  private:
   struct Op;
@@ -108,8 +99,14 @@ class LocalGroupWorker final : public Worker {
   std::map<KeyId, KeyDecl> keys_;       // GUARDED_BY(decl_mu_) until finished_, then frozen
   std::atomic<bool> finished_{false};
 
-  std::atomic<uint64_t> reduce_bytes_{0}, reduce_ns_{0}, gather_bytes_{0}, gather_ns_{0},
-      broadcast_bytes_{0};
+  // Local collective time and bytes (bytes: this rank's tensor), registered once at start-up
+  // (docs/multi-gpu.md, Metrics).
+  const std::shared_ptr<MetricsRegistry> metrics_;
+  prometheus::Histogram& reduce_seconds_;
+  prometheus::Histogram& gather_seconds_;
+  prometheus::Counter& reduce_bytes_;
+  prometheus::Counter& gather_bytes_;
+  prometheus::Counter& broadcast_bytes_;
 
   Lane reduce_lane_;
   Lane gather_lane_;

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -52,17 +53,24 @@ class ProcessGroupTest : public ::testing::Test {
 
 TEST_F(ProcessGroupTest, EveryCopyGetsItsLocalRankAndTheGroupSucceeds) {
   ProcessGroupSpawner spawner(3, std::chrono::milliseconds(5000));
-  auto p = spawner.Spawn(Shell(
-      "echo \"$TRELLIS_LOCAL_SIZE $TRELLIS_LOCAL_GROUP\" > \"$OUT/rank-$TRELLIS_LOCAL_RANK\""));
+  SpawnOptions o = Shell(
+      "echo \"$TRELLIS_LOCAL_SIZE $TRELLIS_LOCAL_GROUP $TRELLIS_METRICS_PORT\" > "
+      "\"$OUT/rank-$TRELLIS_LOCAL_RANK\"");
+  o.env["TRELLIS_METRICS_PORT"] = "1";  // the agent's pick, kept by local rank 0
+  auto p = spawner.Spawn(o);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(WaitEnd(**p), ExitStatus{});
+  std::set<std::string> ports;
   for (int l = 0; l < 3; ++l) {
     std::ifstream f(dir_ / ("rank-" + std::to_string(l)));
-    std::string size, group;
-    f >> size >> group;
+    std::string size, group, port;
+    f >> size >> group >> port;
     EXPECT_EQ(size, "3");
     EXPECT_EQ(group, "pgtest-" + std::to_string(getpid()));
+    ports.insert(port);
+    if (l == 0) EXPECT_EQ(port, "1");
   }
+  EXPECT_EQ(ports.size(), 3u);  // one /metrics port per local process
 }
 
 TEST_F(ProcessGroupTest, FirstFailureStopsTheOthersAndIsTheGroupsStatus) {

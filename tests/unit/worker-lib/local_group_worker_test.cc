@@ -9,6 +9,7 @@
 // sent different slices first wait on each other (docs/multi-gpu.md, Limits).
 #include <cmath>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -180,6 +181,44 @@ TEST(LocalGroupWorkerTest, RejectsWhatItCannotMap) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(w.DeclareKey({.id = 1, .name = "", .num_elements = 0}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(w.Broadcast(1, v.data(), 2).Wait().code(), StatusCode::kInvalidArgument);
+}
+
+// The value of the series `name` (no extra labels) in a text exposition, or -1.
+double SeriesValue(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0) {
+      return std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return -1;
+}
+
+TEST(LocalGroupWorkerTest, CountsLocalReduceAndGatherInMetrics) {
+  ClusterOptions o;
+  o.workers = 1;
+  o.local_size = 2;
+  LocalCluster c;
+  ASSERT_TRUE(c.Start(o).ok());
+  ASSERT_TRUE(c.Declare({{.id = 5, .name = "w", .num_elements = 1000}}).ok());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<float> g(1000, 1.0f + r);
+      EXPECT_TRUE(c.workers[r]->PushPull(5, g.data(), g.data(), 0).Wait().ok());
+      EXPECT_EQ(g[999], 3.0f);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    auto* w = dynamic_cast<LocalGroupWorker*>(c.workers[r].get());
+    ASSERT_NE(w, nullptr);
+    const std::string text = w->metrics().Serialize();
+    EXPECT_EQ(SeriesValue(text, "trellis_worker_local_reduce_bytes_total"), 4000) << text;
+    EXPECT_EQ(SeriesValue(text, "trellis_worker_local_gather_bytes_total"), 4000) << text;
+    EXPECT_EQ(SeriesValue(text, "trellis_worker_local_reduce_seconds_count"), 1) << text;
+    EXPECT_EQ(SeriesValue(text, "trellis_worker_local_gather_seconds_count"), 1) << text;
+  }
 }
 
 }  // namespace
