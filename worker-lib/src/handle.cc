@@ -28,6 +28,13 @@ int64_t Handle::State::FirstPending() {
   return -1;
 }
 
+Handle FailedHandle(const Status& st, Callback done) {
+  auto state = std::make_shared<Handle::State>();
+  state->callback = std::move(done);
+  state->Complete(st);
+  return Handle(std::move(state));
+}
+
 Handle::Handle() : state_(std::make_shared<State>()) {
   state_->closed.store(true);
   state_->done.store(true);

@@ -189,10 +189,7 @@ Status LocalGroupWorker::FinishDeclarations() {
 }
 
 Handle LocalGroupWorker::Failed(const Status& st, Callback done) {
-  auto state = std::make_shared<Handle::State>();
-  state->callback = std::move(done);
-  state->Complete(st);
-  return Handle(std::move(state));
+  return FailedHandle(st, std::move(done));
 }
 
 Handle LocalGroupWorker::PushPull(KeyId key, const float* grad, float* out, int priority,

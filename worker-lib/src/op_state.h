@@ -62,4 +62,7 @@ struct Handle::State {
   int64_t FirstPending();
 };
 
+// An operation that failed before it started: completed with `st`, `done` already called.
+Handle FailedHandle(const Status& st, Callback done);
+
 }  // namespace trellis

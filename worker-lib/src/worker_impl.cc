@@ -169,10 +169,7 @@ Status WorkerImpl::FinishDeclarations() {
 }
 
 Handle WorkerImpl::Failed(const Status& st, Callback done) {
-  auto state = std::make_shared<Handle::State>();
-  state->callback = std::move(done);
-  state->Complete(st);
-  return Handle(std::move(state));
+  return FailedHandle(st, std::move(done));
 }
 
 Handle WorkerImpl::PushPull(KeyId key, const float* grad, float* out, int priority,
