@@ -152,7 +152,16 @@ StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
     incarnation_ = reg.incarnation();
   }
   cv_.notify_all();  // the heartbeat thread starts once there is a rank
-  TRELLIS_ASSIGN_OR_RETURN(int metrics_port, PickFreePort("0.0.0.0"));
+  if (!metrics_) {
+    // Metrics are not worth failing the job for: say so and run the program anyway.
+    if (Status st = StartMetrics(reg.rank()); !st.ok()) TLOG_ERROR << st.ToString();
+  }
+  int metrics_port = 0;
+  if (config_.program_metrics_port) {
+    metrics_port = *config_.program_metrics_port;
+  } else {
+    TRELLIS_ASSIGN_OR_RETURN(metrics_port, PickFreePort("0.0.0.0"));
+  }
   SpawnOptions opts;
   TRELLIS_ASSIGN_OR_RETURN(opts.argv, ProgramArgv());
   opts.env = CurrentEnvironment();
@@ -166,13 +175,32 @@ StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
                                       std::to_string(reg.incarnation()) + "-" +
                                       std::to_string(attempt);
   }
+  opts.env.erase("TRELLIS_AGENT_METRICS_PORT");  // the agent's own, not the program's
+  program_up_->Set(1);
   TLOG_INFO << RoleName(config_.role) << " rank " << reg.rank() << " incarnation " << reg.incarnation()
             << ": starting " << opts.argv[0]
             << (LocalSize() > 1 ? " x" + std::to_string(LocalSize()) + " (one per GPU)" : "");
   return opts;
 }
 
+Status Agent::StartMetrics(int32_t rank) {
+  metrics_ = std::make_unique<MetricsRegistry>(MetricLabels{config_.job, std::string(RoleName(config_.role)), rank});
+  restarts_ = &metrics_->Counter("trellis_agent_restarts_total", "Restarts of the supervised program");
+  exits_ = &metrics_->Counter("trellis_agent_program_exits_total", "Exits of the supervised program, any code");
+  program_up_ = &metrics_->Gauge("trellis_agent_program_up", "1 while the supervised program runs");
+  if (!config_.metrics_port) return Status::Ok();
+  auto s = MetricsHttpServer::Start(config_.metrics_host, *config_.metrics_port, *metrics_);
+  if (!s.ok()) return s.status().Annotate("agent /metrics");
+  metrics_server_ = std::move(*s);
+  return Status::Ok();
+}
+
 void Agent::OnExit(const ExitStatus& status, bool will_restart, int restarts) {
+  if (metrics_) {
+    program_up_->Set(0);
+    exits_->Increment();
+    if (will_restart) restarts_->Increment();
+  }
   v1::ReportExitRequest req;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -12,6 +12,8 @@
 #include "agent/agent_config.h"
 #include "agent/process_group.h"
 #include "agent/supervisor.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
 #include "common/subprocess.h"
 #include "scheduler/scheduler_client.h"
 
@@ -46,6 +48,8 @@ class Agent : public SupervisorHooks {
   void HeartbeatLoop();
   // Processes per pod: a worker with gpusPerWorker (TRELLIS_GPUS) > 1 runs one per GPU.
   int LocalSize() const { return config_.role == v1::ROLE_WORKER && config_.gpus > 1 ? config_.gpus : 1; }
+  // Once the rank is known (the first registration): the agent's series and their server.
+  Status StartMetrics(int32_t rank);
 
   const AgentConfig config_;
   std::unique_ptr<SchedulerClient> client_;
@@ -62,6 +66,14 @@ class Agent : public SupervisorHooks {
   bool stopping_ = false;              // GUARDED_BY(mu_)
   int32_t rank_ = -1;                  // GUARDED_BY(mu_); -1 until registered
   int64_t incarnation_ = 0;            // GUARDED_BY(mu_)
+
+  // Made on the first registration (labels need the rank), then only read. Only touched from
+  // the supervisor's thread (PrepareStart, OnExit).
+  std::unique_ptr<MetricsRegistry> metrics_;
+  prometheus::Counter* restarts_ = nullptr;
+  prometheus::Counter* exits_ = nullptr;
+  prometheus::Gauge* program_up_ = nullptr;
+  std::unique_ptr<MetricsHttpServer> metrics_server_;  // declared last: stops first
   std::thread heartbeat_thread_;
 };
 

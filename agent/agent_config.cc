@@ -108,6 +108,11 @@ StatusOr<AgentConfig> ParseAgentConfig(const std::vector<std::string>& args, con
   c.host = env.GetOr("TRELLIS_HOST", "127.0.0.1");
   TRELLIS_ASSIGN_OR_RETURN(auto gpus, env.OptionalInt("TRELLIS_GPUS", 0, 1024));
   c.gpus = static_cast<int32_t>(gpus.value_or(0));
+  TRELLIS_ASSIGN_OR_RETURN(auto pmp, env.OptionalInt("TRELLIS_METRICS_PORT", 0, 65535));
+  if (pmp && *pmp > 0) c.program_metrics_port = static_cast<int32_t>(*pmp);
+  TRELLIS_ASSIGN_OR_RETURN(auto amp, env.OptionalInt("TRELLIS_AGENT_METRICS_PORT", 0, 65535));
+  if (amp) c.metrics_port = static_cast<int32_t>(*amp);
+  c.metrics_host = env.GetOr("TRELLIS_METRICS_HOST", "0.0.0.0");
   if (c.role == v1::ROLE_WORKER && c.command.empty()) {
     return InvalidArgumentError("a worker needs a program: trellis-agent [flags] -- COMMAND ARGS...");
   }

@@ -33,6 +33,12 @@ struct AgentConfig {
   std::string pod_name;
   std::string host = "127.0.0.1";
   int32_t gpus = 0;
+  // Metrics. The program's /metrics port (TRELLIS_METRICS_PORT of the agent's own environment,
+  // passed on; unset: a free port per start). The agent's own /metrics (TRELLIS_AGENT_METRICS_PORT;
+  // unset: none), served once registered. Both bind TRELLIS_METRICS_HOST (default 0.0.0.0).
+  std::optional<int32_t> program_metrics_port;
+  std::optional<int32_t> metrics_port;
+  std::string metrics_host = "0.0.0.0";
 
   // Unset: from the job YAML (the role's restartPolicy, else runPolicy), else the defaults.
   std::optional<RestartPolicy> restart_policy;

@@ -13,6 +13,8 @@
 
 #include "common/auth.h"
 #include "common/env.h"
+#include "common/file_util.h"
+#include "common/net.h"
 
 namespace trellis {
 namespace {
@@ -103,6 +105,15 @@ Status Launcher::Prepare() {
     created_run_dir_ = true;
   }
   paths_.token_file = paths_.run_dir + "/token";
+  if (options_.metrics) {
+    // Picked now, bound by the children a moment later: a small race with other programs on
+    // this machine, the price of knowing every target before anything starts.
+    TRELLIS_ASSIGN_OR_RETURN(scheduler_metrics_port_, PickFreePort("127.0.0.1"));
+    for (size_t i = 0; i < MetricsPortsFor(job_); ++i) {
+      TRELLIS_ASSIGN_OR_RETURN(int port, PickFreePort("127.0.0.1"));
+      metrics_ports_.push_back(port);
+    }
+  }
   TRELLIS_ASSIGN_OR_RETURN(std::string token, RandomToken());
   return WriteSecretFile(paths_.token_file, token + "\n");
 }
@@ -111,7 +122,7 @@ Status Launcher::StartScheduler() {
   const std::string port_file = paths_.run_dir + "/scheduler.port";
   fs::remove(port_file);
   scheduler_ = std::make_unique<Child>();
-  scheduler_->plan = PlanScheduler(paths_, CurrentEnvironment());
+  scheduler_->plan = PlanScheduler(paths_, CurrentEnvironment(), job_.name, scheduler_metrics_port_);
   TRELLIS_ASSIGN_OR_RETURN(scheduler_->process, Subprocess::Start(scheduler_->plan.spawn));
   // The scheduler writes its port atomically once it serves.
   auto deadline = std::chrono::steady_clock::now() + options_.scheduler_start_timeout;
@@ -136,7 +147,18 @@ Status Launcher::StartScheduler() {
 }
 
 Status Launcher::StartAgents() {
-  for (ProcessPlan& plan : PlanAgents(job_, paths_, CurrentEnvironment(), options_.agent_stop_grace)) {
+  std::vector<ProcessPlan> plans =
+      PlanAgents(job_, paths_, CurrentEnvironment(), options_.agent_stop_grace, metrics_ports_);
+  if (options_.metrics) {
+    std::vector<const ProcessPlan*> all = {&scheduler_->plan};
+    for (const auto& p : plans) all.push_back(&p);
+    const std::string file = options_.metrics_targets.empty() ? paths_.run_dir + "/prometheus-targets.json"
+                                                              : options_.metrics_targets;
+    // Atomic: Prometheus watches the file and must never read half of it.
+    TRELLIS_RETURN_IF_ERROR(WriteFileAtomic(file, FileSdTargets(all)));
+    metrics_targets_file_ = file;
+  }
+  for (ProcessPlan& plan : plans) {
     auto child = std::make_unique<Child>();
     child->plan = std::move(plan);
     if (child->plan.kind == ProcessPlan::Kind::kWorker) {
@@ -210,6 +232,11 @@ std::string Launcher::Progress() {
 }
 
 void Launcher::StopAll() {
+  if (!metrics_targets_file_.empty()) {  // the targets go with the job
+    std::error_code ec;
+    fs::remove(metrics_targets_file_, ec);
+    metrics_targets_file_.clear();
+  }
   // The watcher may be inside a long poll; it is joined at the end, not waited for now.
   {
     std::lock_guard<std::mutex> lock(mu_);

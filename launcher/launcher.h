@@ -61,6 +61,11 @@ class Launcher {
   Console& console_;
   LaunchPaths paths_;
   bool created_run_dir_ = false;
+  // /metrics ports picked in Prepare (empty: --no-metrics) and the file-SD file written once
+  // every process is planned, removed by StopAll.
+  int scheduler_metrics_port_ = -1;
+  std::vector<int> metrics_ports_;
+  std::string metrics_targets_file_;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 
   std::unique_ptr<Child> scheduler_;

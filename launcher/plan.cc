@@ -8,7 +8,8 @@ namespace {
 
 std::map<std::string, std::string> ChildEnv(const LaunchPaths& paths, std::map<std::string, std::string> env) {
   // Per-process values the launcher's own environment may carry from an outer run.
-  for (const char* k : {"TRELLIS_RANK", "TRELLIS_INCARNATION", "TRELLIS_METRICS_PORT", "TRELLIS_POD_NAME",
+  for (const char* k : {"TRELLIS_RANK", "TRELLIS_INCARNATION", "TRELLIS_METRICS_PORT", "TRELLIS_METRICS_HOST",
+                        "TRELLIS_AGENT_METRICS_PORT", "TRELLIS_POD_NAME",
                         "TRELLIS_RESTART_POLICY", "TRELLIS_BACKOFF_LIMIT"}) {
     env.erase(k);
   }
@@ -30,6 +31,14 @@ StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
       o.keep_logs = true;
     } else if (a == "--quiet" || a == "-q") {
       o.quiet = true;
+    } else if (a == "--no-metrics") {
+      o.metrics = false;
+    } else if (a == "--metrics-targets") {
+      if (i + 1 >= args.size()) return InvalidArgumentError("flag --metrics-targets needs a file");
+      o.metrics_targets = args[++i];
+    } else if (a.rfind("--metrics-targets=", 0) == 0) {
+      o.metrics_targets = a.substr(18);
+      if (o.metrics_targets.empty()) return InvalidArgumentError("flag --metrics-targets needs a file");
     } else if (a == "--log-dir") {
       if (i + 1 >= args.size()) return InvalidArgumentError("flag --log-dir needs a directory");
       o.log_dir = args[++i];
@@ -48,13 +57,20 @@ StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
   return o;
 }
 
-ProcessPlan PlanScheduler(const LaunchPaths& paths, const std::map<std::string, std::string>& base_env) {
+ProcessPlan PlanScheduler(const LaunchPaths& paths, const std::map<std::string, std::string>& base_env,
+                          const std::string& job, int metrics_port) {
   ProcessPlan p;
   p.name = "scheduler";
   p.kind = ProcessPlan::Kind::kScheduler;
   p.spawn.argv = {paths.bin_dir + "/trellis-scheduler", "--job-file", paths.job_file, "--host", "127.0.0.1",
                   "--port", "0", "--port-file", paths.run_dir + "/scheduler.port", "--token-file",
                   paths.token_file};
+  if (metrics_port >= 0) {
+    p.spawn.argv.insert(p.spawn.argv.end(),
+                        {"--metrics-host", "127.0.0.1", "--metrics-port", std::to_string(metrics_port)});
+    p.metrics.push_back({"127.0.0.1:" + std::to_string(metrics_port),
+                         {{"job", job}, {"role", "scheduler"}, {"trellis_process", "scheduler"}}});
+  }
   p.spawn.env = ChildEnv(paths, base_env);
   p.spawn.stdout_mode = SpawnOptions::Output::kFile;
   p.spawn.stdout_path = paths.run_dir + "/scheduler.log";
@@ -64,8 +80,10 @@ ProcessPlan PlanScheduler(const LaunchPaths& paths, const std::map<std::string, 
 
 std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths,
                                     const std::map<std::string, std::string>& base_env,
-                                    std::chrono::milliseconds agent_stop_grace) {
+                                    std::chrono::milliseconds agent_stop_grace,
+                                    const std::vector<int>& metrics_ports) {
   std::vector<ProcessPlan> out;
+  const bool metrics = metrics_ports.size() >= MetricsPortsFor(job);
   auto add_role = [&](const RoleSpec& role, ProcessPlan::Kind kind) {
     const bool server = kind == ProcessPlan::Kind::kServer;
     for (int i = 0; i < role.replicas; ++i) {
@@ -93,6 +111,19 @@ std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths
       env["TRELLIS_HOST"] = "127.0.0.1";
       if (!server && role.gpusPerWorker > 0) env["TRELLIS_GPUS"] = std::to_string(role.gpusPerWorker);
       for (const auto& [k, v] : role.env) env[k] = v;
+      if (metrics) {
+        // The program's and the agent's /metrics, on loopback like everything else here.
+        const size_t slot = 2 * out.size();
+        const std::string role_name = server ? "server" : "worker";
+        env["TRELLIS_METRICS_HOST"] = "127.0.0.1";
+        env["TRELLIS_METRICS_PORT"] = std::to_string(metrics_ports[slot]);
+        env["TRELLIS_AGENT_METRICS_PORT"] = std::to_string(metrics_ports[slot + 1]);
+        std::map<std::string, std::string> labels = {
+            {"job", job.name}, {"role", role_name}, {"rank", std::to_string(i)}, {"trellis_process", p.name}};
+        p.metrics.push_back({"127.0.0.1:" + std::to_string(metrics_ports[slot]), labels});
+        labels["trellis_process"] = p.name + "-agent";
+        p.metrics.push_back({"127.0.0.1:" + std::to_string(metrics_ports[slot + 1]), labels});
+      }
       p.spawn.env = std::move(env);
       const std::string log = paths.run_dir + "/" + p.name + ".log";
       if (server) {
@@ -110,6 +141,27 @@ std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths
   add_role(job.servers, ProcessPlan::Kind::kServer);
   add_role(job.workers, ProcessPlan::Kind::kWorker);
   return out;
+}
+
+std::string FileSdTargets(const std::vector<const ProcessPlan*>& plans) {
+  // Names and values are ours (job names are DNS labels, ports numbers): no escaping needed
+  // beyond quotes, which they cannot contain.
+  std::string out = "[\n";
+  bool first = true;
+  for (const ProcessPlan* p : plans) {
+    for (const MetricsTarget& t : p->metrics) {
+      out += first ? "" : ",\n";
+      first = false;
+      out += "  {\"targets\": [\"" + t.address + "\"], \"labels\": {";
+      bool first_label = true;
+      for (const auto& [k, v] : t.labels) {
+        out += (first_label ? "\"" : ", \"") + k + "\": \"" + v + "\"";
+        first_label = false;
+      }
+      out += "}}";
+    }
+  }
+  return out + "\n]\n";
 }
 
 std::string FailureMessage(const std::string& job, std::string_view role, int index, int exit_code,

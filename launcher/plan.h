@@ -16,11 +16,15 @@
 namespace trellis {
 
 inline constexpr char kLaunchUsage[] =
-    "usage: trellis-launch [--keep-logs] [--log-dir DIR] [--quiet] JOB.yaml\n"
+    "usage: trellis-launch [--keep-logs] [--log-dir DIR] [--quiet] [--metrics-targets FILE]\n"
+    "         [--no-metrics] JOB.yaml\n"
     "  Runs a whole TrainingJob on this machine: scheduler, one agent per server and worker.\n"
     "  --keep-logs  keep the log directory after a successful run (always kept on failure)\n"
     "  --log-dir    write logs there instead of a fresh /tmp/trellis-<job>-XXXXXX\n"
     "  --quiet      no progress display (worker output and errors still shown)\n"
+    "  --metrics-targets  write the Prometheus file-SD targets there (default\n"
+    "               <log dir>/prometheus-targets.json); removed when the job ends\n"
+    "  --no-metrics no /metrics servers\n"
     "exit codes: 0 every worker succeeded, 1 the job failed, 2 bad arguments or job file,\n"
     "  130/143 stopped by SIGINT/SIGTERM.\n";
 
@@ -30,6 +34,8 @@ struct LaunchOptions {
   std::string log_dir;  // empty: a fresh temporary directory
   bool quiet = false;
   bool help = false;
+  bool metrics = true;
+  std::string metrics_targets;  // empty: <run_dir>/prometheus-targets.json
   // Agents get agent_stop_grace to stop their program; the launcher waits stop_grace for an
   // agent before SIGKILL (longer, so the agent's own escalation comes first).
   std::chrono::milliseconds agent_stop_grace{3000};
@@ -48,22 +54,39 @@ struct LaunchPaths {
   std::string scheduler_address;  // host:port, once known
 };
 
+// One /metrics endpoint for Prometheus file service discovery.
+struct MetricsTarget {
+  std::string address;                        // "127.0.0.1:port"
+  std::map<std::string, std::string> labels;  // job, role, rank, trellis_process
+};
+
 // One process the launcher starts.
 struct ProcessPlan {
   std::string name;  // "scheduler", "server-0", "worker-2"
   enum class Kind { kScheduler, kServer, kWorker } kind = Kind::kWorker;
   int index = 0;
   SpawnOptions spawn;
+  std::vector<MetricsTarget> metrics;  // its /metrics endpoints (program, agent)
 };
 
 // `base_env`: the launcher's environment; the children get it with bin_dir first on PATH.
-ProcessPlan PlanScheduler(const LaunchPaths& paths, const std::map<std::string, std::string>& base_env);
+// `metrics_port` >= 0: the scheduler serves /metrics there on 127.0.0.1.
+ProcessPlan PlanScheduler(const LaunchPaths& paths, const std::map<std::string, std::string>& base_env,
+                          const std::string& job = "", int metrics_port = -1);
 // One agent per server and per worker: role env entries added, the role's command after "--",
 // restart policy and backoffLimit from the job. Workers' stdout is a pipe (passed through with
 // a prefix); everything else goes to <run_dir>/<name>.log.
 std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths,
                                     const std::map<std::string, std::string>& base_env,
-                                    std::chrono::milliseconds agent_stop_grace);
+                                    std::chrono::milliseconds agent_stop_grace,
+                                    const std::vector<int>& metrics_ports = {});
+// Ports PlanAgents wants: two per agent (its program's /metrics, the agent's own).
+inline size_t MetricsPortsFor(const JobSpec& job) {
+  return 2 * static_cast<size_t>(job.servers.replicas + job.workers.replicas);
+}
+
+// The Prometheus file-SD document (JSON) listing every endpoint of `plans`.
+std::string FileSdTargets(const std::vector<const ProcessPlan*>& plans);
 
 // "job mlp failed: worker 1 exited with code 137 (SIGKILL) after 0 restarts (restartPolicy Never)"
 std::string FailureMessage(const std::string& job, std::string_view role, int index, int exit_code,

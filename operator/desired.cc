@@ -85,6 +85,7 @@ Json PodShell(const JobMeta& job, const JobSpec& spec, PodRole role, int index, 
   Json ann = Json::object();
   ann["prometheus.io/scrape"] = JStr("true");
   ann["prometheus.io/port"] = JStr(std::to_string(s.metrics_port));
+  ann["prometheus.io/path"] = JStr("/metrics");
   meta["annotations"] = ann;
   pod["metadata"] = meta;
 
@@ -200,12 +201,16 @@ Json SchedulerPod(const JobMeta& job, const JobSpec& spec, const OperatorSetting
   Json c = Json::object();
   c["command"] = Strings({"trellis-scheduler", "--job-file", s.config_dir + "/job.yaml", "--host", "0.0.0.0",
                           "--port", std::to_string(s.scheduler_port), "--token-file", s.token_dir + "/token",
-                          "--job-name", job.name});
+                          "--job-name", job.name, "--metrics-port", std::to_string(s.metrics_port)});
   Json port = Json::object();
   port["name"] = JStr("grpc");
   port["containerPort"] = Json::number(s.scheduler_port);
+  Json metrics = Json::object();
+  metrics["name"] = JStr("metrics");
+  metrics["containerPort"] = Json::number(s.metrics_port);
   Json ports = Json::array();
   ports[0] = port;
+  ports[1] = metrics;
   c["ports"] = ports;
   return PodShell(job, spec, PodRole::kScheduler, 0, s, c, /*with_config=*/true);
 }
@@ -233,6 +238,9 @@ Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, c
   env[n++] = EnvVar("TRELLIS_TOKEN_FILE", s.token_dir + "/token");
   env[n++] = FieldEnv("TRELLIS_POD_NAME", "metadata.name");
   env[n++] = FieldEnv("TRELLIS_HOST", "status.podIP");
+  // The program serves /metrics on the annotated port, its agent on the next one.
+  env[n++] = EnvVar("TRELLIS_METRICS_PORT", std::to_string(s.metrics_port));
+  env[n++] = EnvVar("TRELLIS_AGENT_METRICS_PORT", std::to_string(s.metrics_port + 1));
   if (!server && rs.gpusPerWorker > 0) env[n++] = EnvVar("TRELLIS_GPUS", std::to_string(rs.gpusPerWorker));
   for (const auto& [k, v] : rs.env) env[n++] = EnvVar(k, v);
   c["env"] = env;
@@ -241,8 +249,12 @@ Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, c
   Json port = Json::object();
   port["name"] = JStr("metrics");
   port["containerPort"] = Json::number(s.metrics_port);
+  Json agent_port = Json::object();
+  agent_port["name"] = JStr("agent-metrics");
+  agent_port["containerPort"] = Json::number(s.metrics_port + 1);
   Json ports = Json::array();
   ports[0] = port;
+  ports[1] = agent_port;
   c["ports"] = ports;
   Json pod = PodShell(job, spec, role, index, s, c, /*with_config=*/false);
   // ParseJobSpec has checked the template is a mapping, so merging cannot fail here; were it

@@ -23,7 +23,7 @@ inline constexpr char kGpuResource[] = "nvidia.com/gpu";
 struct OperatorSettings {
   std::string default_image = "ghcr.io/trellis-ml/trellis:0.1.0";  // when spec.image is empty
   int scheduler_port = 7000;
-  int metrics_port = 9100;                       // the prometheus.io/port annotation
+  int metrics_port = 9100;                       // the prometheus.io/port annotation; the agent's: +1
   std::string token_dir = "/var/run/trellis";    // token Secret mount; file "token"
   std::string config_dir = "/etc/trellis";       // job ConfigMap mount; file "job.yaml"
 };

@@ -10,6 +10,7 @@
 
 #include "common/auth.h"
 #include "common/logging.h"
+#include "common/metrics_http.h"
 #include "pserver/tcp_wire.h"
 #include "scheduler/scheduler_client.h"
 
@@ -20,7 +21,7 @@ namespace {
 // --name=value or --name value; --help is handled by the caller.
 StatusOr<std::map<std::string, std::string>> ParseFlags(const std::vector<std::string>& args) {
   static const char* kKnown[] = {"port", "host", "listen", "scheduler", "rank", "token-file",
-                                 "num-workers", "job", "threads", "tcp-port"};
+                                 "num-workers", "job", "threads", "tcp-port", "metrics-port"};
   std::map<std::string, std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -128,6 +129,13 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
     c.server.store.num_workers = static_cast<int32_t>(n);
   }
   c.server.service.token = c.token;
+  c.server.store.metrics =
+      std::make_shared<MetricsRegistry>(MetricLabels{job.name, "server", c.server.store.server_rank});
+  if (std::string p = Pick(flags, "metrics-port", "TRELLIS_METRICS_PORT", &src); !p.empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(int64_t port, ToInt(src, p, 0, 65535));
+    c.metrics_port = static_cast<int>(port);
+  }
+  if (const char* h = std::getenv("TRELLIS_METRICS_HOST"); h != nullptr && *h != '\0') c.metrics_host = h;
   return c;
 }
 
@@ -139,10 +147,12 @@ int PserverMain(int argc, char** argv) {
                  "usage: trellis-pserver [--rank N] [--port P] [--scheduler host:port]\n"
                  "         [--token-file F] [--host advertised-host] [--listen bind-host]\n"
                  "         [--num-workers W] [--job job.yaml] [--threads T] [--tcp-port P]\n"
+                 "         [--metrics-port P]\n"
                  "--tcp-port: the raw-TCP bulk listener (0 picks a port, -1 none); its port is\n"
                  "advertised in the data address as host:port;tcp=P.\n"
                  "Flags override TRELLIS_RANK, TRELLIS_SCHEDULER, TRELLIS_TOKEN_FILE, "
-                 "TRELLIS_HOST, TRELLIS_NUM_WORKERS; the job comes from the scheduler.\n");
+                 "TRELLIS_HOST, TRELLIS_NUM_WORKERS, TRELLIS_METRICS_PORT; the job comes from the "
+                 "scheduler.\n");
     return 0;
   }
   // Keep big buffers (slices, step results, gRPC receive slices) in the heap instead of fresh
@@ -169,6 +179,16 @@ int PserverMain(int argc, char** argv) {
     return 1;
   }
   SetLogTag("pserver-" + std::to_string(config->server.store.server_rank));
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (config->metrics_port >= 0) {
+    auto m = MetricsHttpServer::Start(config->metrics_host, config->metrics_port, *config->server.store.metrics);
+    // Metrics are not worth failing the job for: say so and go on without them.
+    if (m.ok()) {
+      metrics_server = std::move(*m);
+    } else {
+      TLOG_ERROR << "/metrics not served: " << m.status().ToString();
+    }
+  }
   // The TCP port rides in the data address ("host:port;tcp=P"): no protocol change, and a
   // worker that only speaks gRPC ignores it.
   std::string address = tcpwire::JoinDataAddress(

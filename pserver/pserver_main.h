@@ -15,10 +15,13 @@ struct PserverConfig {
   std::string token;
   std::string advertise_host = "127.0.0.1";
   PserverOptions server;
+  // /metrics and /healthz: --metrics-port > TRELLIS_METRICS_PORT; -1: not served.
+  int metrics_port = -1;
+  std::string metrics_host = "0.0.0.0";  // TRELLIS_METRICS_HOST
 };
 
 // Parses trellis-pserver's command line and environment (TRELLIS_SCHEDULER, TRELLIS_RANK,
-// TRELLIS_NUM_WORKERS, TRELLIS_TOKEN_FILE, TRELLIS_HOST) and reads the job from the scheduler
+// TRELLIS_NUM_WORKERS, TRELLIS_TOKEN_FILE, TRELLIS_HOST, TRELLIS_METRICS_PORT/HOST) and reads the job from the scheduler
 // (or from --job FILE when no scheduler is given). Errors name the flag or variable.
 StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args);
 

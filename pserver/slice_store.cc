@@ -1,6 +1,7 @@
 #include "pserver/slice_store.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include <google/protobuf/io/coded_stream.h>
@@ -18,7 +19,11 @@ std::string SliceName(uint64_t key, const std::string& key_name, uint32_t slice)
 
 }  // namespace
 
-SliceStore::SliceStore(StoreConfig config) : config_(std::move(config)) {}
+SliceStore::SliceStore(StoreConfig config)
+    : config_(std::move(config)),
+      registry_(config_.metrics ? config_.metrics
+                                : std::make_shared<MetricsRegistry>(MetricLabels{"", "server", config_.server_rank})),
+      series_(*registry_) {}
 SliceStore::~SliceStore() { FailWaiters(CancelledError("parameter server shutting down")); }
 
 Status SliceStore::Install(const v1::ShardMap& map, int64_t* slices, int64_t* bytes) {
@@ -73,6 +78,7 @@ Status SliceStore::Install(const v1::ShardMap& map, int64_t* slices, int64_t* by
   for (const auto& [id, slices_of_key] : keys_) {
     for (const auto& [i, s] : slices_of_key) *bytes += s->num_elements * 4;
   }
+  series_.SlicesHeld(*slices, *bytes);
   return Status::Ok();
 }
 
@@ -108,6 +114,7 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
                         Reply reply) {
   std::vector<Deferred> deferred;
   Status st;
+  series_.Request(h.op, h.op == wire::Op::kPull ? 0 : h.payload_bytes);
   {
     std::shared_lock map_lock(map_mu_);
     Slice* s = Find(h.key, h.slice);
@@ -142,8 +149,18 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
       }
     }
   }
-  if (!st.ok()) reply(st, nullptr);
-  for (auto& d : deferred) d.reply(d.status, std::move(d.values));
+  if (!st.ok()) {
+    series_.RequestFailed();
+    reply(st, nullptr);
+  }
+  for (auto& d : deferred) {
+    if (!d.status.ok()) {
+      series_.RequestFailed();
+    } else if (d.values) {
+      series_.Sent(d.values->size() * sizeof(float));
+    }
+    d.reply(d.status, std::move(d.values));
+  }
 }
 
 Status SliceStore::Init(Slice* s, const wire::Chunks& frame, std::vector<Deferred>* out) {
@@ -161,6 +178,7 @@ Status SliceStore::Init(Slice* s, const wire::Chunks& frame, std::vector<Deferre
   auto& ws = s->waiters;
   for (auto it = ws.begin(); it != ws.end();) {
     if (it->step == 0) {
+      series_.PullAnswered();
       out->push_back({std::move(it->reply), Status::Ok(), v});
       it = ws.erase(it);
     } else {
@@ -188,6 +206,8 @@ Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
                               " pushed step " + std::to_string(h.step) + " twice");
   }
   const size_t n = static_cast<size_t>(s->num_elements);
+  using Clock = std::chrono::steady_clock;
+  const auto add_start = Clock::now();
   if (s->pushes == 0) {
     // First contribution: copy instead of zero + add. Reuse a result buffer nobody references.
     if (!s->accum) s->accum = std::make_unique<std::vector<float>>(n);
@@ -196,6 +216,8 @@ Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
     wire::AddFloats(frame, wire::kRequestHeaderBytes, n, s->accum->data());
   }
   s->pushed[worker] = true;
+  const auto add_end = Clock::now();
+  series_.Aggregated(std::chrono::duration<double>(add_end - add_start).count());
   if (++s->pushes < config_.num_workers) return Status::Ok();
 
   // Step complete.
@@ -224,12 +246,14 @@ Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
   auto& ws = s->waiters;
   for (auto it = ws.begin(); it != ws.end();) {
     if (it->step == step) {
+      series_.PullAnswered();
       out->push_back({std::move(it->reply), Status::Ok(), result});
       it = ws.erase(it);
     } else {
       ++it;
     }
   }
+  series_.StepCompleted(std::chrono::duration<double>(Clock::now() - add_end).count());
   return Status::Ok();
 }
 
@@ -250,6 +274,7 @@ void SliceStore::Pull(Slice* s, int64_t step, Reply reply, std::vector<Deferred>
   }
   if (step == s->complete + 1 || (step == 0 && !s->initialized && s->complete == 0)) {
     s->waiters.push_back({step, std::move(reply)});  // answered when the step completes
+    series_.PullWaiting();
     return;
   }
   Values v = ResultFor(s, step);
@@ -275,6 +300,7 @@ void SliceStore::FailWaiters(const Status& status) {
       }
     }
   }
+  series_.PullAnswered(replies.size());
   for (auto& r : replies) r(status, nullptr);
 }
 

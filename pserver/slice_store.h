@@ -23,8 +23,10 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "common/metrics.h"
 #include "common/status.h"
 #include "pserver/optimizer.h"
+#include "pserver/pserver_metrics.h"
 #include "pserver/wire.h"
 #include "trellis/v1/scheduler.pb.h"
 
@@ -35,6 +37,8 @@ struct StoreConfig {
   int32_t num_workers = 1;
   ServerMode mode = ServerMode::kAggregate;
   OptimizerSpec optimizer;
+  // The process's metrics (role server); null: the store keeps its own.
+  std::shared_ptr<MetricsRegistry> metrics;
 };
 
 using Values = std::shared_ptr<const std::vector<float>>;
@@ -105,6 +109,8 @@ class SliceStore {
   Values ResultFor(Slice* s, int64_t step) const;
 
   const StoreConfig config_;
+  const std::shared_ptr<MetricsRegistry> registry_;  // config_.metrics or the store's own
+  PserverMetrics series_;
   mutable std::shared_mutex map_mu_;
   std::string installed_;  // GUARDED_BY(map_mu_): serialized map, for the equality check
   // GUARDED_BY(map_mu_): key -> slice index -> the slices held here.

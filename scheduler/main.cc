@@ -14,8 +14,11 @@
 #include <string>
 
 #include "common/auth.h"
+#include "common/file_util.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/metrics_http.h"
+#include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_service.h"
 
 namespace trellis {
@@ -25,6 +28,9 @@ constexpr char kUsage[] =
     "usage: trellis-scheduler [--job-file PATH] [--num-servers N] [--num-workers N]\n"
     "         [--dispatch roundRobin|hash|balanced] [--slice-bytes B] [--heartbeat-timeout SECONDS]\n"
     "         [--host HOST] [--port PORT] [--port-file PATH] [--token-file PATH] [--job-name NAME]\n"
+    "         [--metrics-port PORT] [--metrics-host HOST]\n"
+    "--metrics-port: serve /metrics and /healthz there (0 picks one; default: TRELLIS_METRICS_PORT,\n"
+    "else none).\n"
     "Precedence: flag > environment (TRELLIS_NUM_SERVERS, TRELLIS_NUM_WORKERS, TRELLIS_TOKEN_FILE,\n"
     "TRELLIS_JOB = job name) > job file > default.\n";
 
@@ -36,7 +42,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
   static const char* const kKnown[] = {"job-file",    "num-servers",       "num-workers",
                                        "dispatch",    "slice-bytes",       "heartbeat-timeout",
                                        "host",        "port",              "port-file",
-                                       "token-file",  "job-name"};
+                                       "token-file",  "job-name",          "metrics-port",
+                                       "metrics-host"};
   Flags f;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -77,23 +84,6 @@ std::optional<std::string> Env(const char* name) {
   return std::string(v);
 }
 
-// Writes `text` to `path` atomically (temporary file + rename) so a reader never sees half.
-Status WriteFileAtomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return UnavailableError(tmp + ": cannot create");
-    out << text;
-    out.flush();
-    if (!out) return UnavailableError(tmp + ": write failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return UnavailableError("cannot rename " + tmp + " to " + path);
-  }
-  return Status::Ok();
-}
-
 std::string MinimalJobYaml(const SchedulerConfig& c) {
   std::ostringstream y;
   y << "apiVersion: " << kJobApiVersion << "\nkind: " << kJobKind << "\nmetadata:\n  name: "
@@ -109,6 +99,8 @@ struct Settings {
   SchedulerConfig config;
   SchedulerServerOptions server;
   std::string port_file;
+  int metrics_port = -1;  // -1: no /metrics
+  std::string metrics_host = "0.0.0.0";
 };
 
 StatusOr<Settings> BuildSettings(const Flags& flags) {
@@ -174,6 +166,13 @@ StatusOr<Settings> BuildSettings(const Flags& flags) {
     s.server.port = static_cast<int>(p);
   }
   if (auto v = flag("port-file")) s.port_file = *v;
+  std::optional<std::string> mp = flag("metrics-port");
+  if (!mp) mp = Env("TRELLIS_METRICS_PORT");
+  if (mp) {
+    TRELLIS_ASSIGN_OR_RETURN(int64_t p, ParseInteger("--metrics-port", *mp, 0, 65535));
+    s.metrics_port = static_cast<int>(p);
+  }
+  if (auto v = flag("metrics-host")) s.metrics_host = *v;
   TRELLIS_RETURN_IF_ERROR(ValidateSchedulerConfig(c));
   TRELLIS_ASSIGN_OR_RETURN(s.server.service.token, ReadTokenFile(token_file));
   if (s.server.service.token.empty()) TLOG_WARN << "no token file: calls are not authenticated";
@@ -231,6 +230,19 @@ int Main(int argc, char** argv) {
             << (config.job_name.empty() ? "-" : config.job_name) << ", " << config.num_servers
             << " servers, " << config.num_workers << " workers, dispatch " << config.dispatch
             << ", sliceBytes " << config.slice_bytes << ")";
+  // Declared after the server so it stops first: the hook reads the server's state.
+  MetricsRegistry registry(MetricLabels{config.job_name, "scheduler", -1});
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (settings->metrics_port >= 0) {
+    RegisterSchedulerMetrics(registry, (*server)->state());
+    auto m = MetricsHttpServer::Start(settings->metrics_host, settings->metrics_port, registry);
+    // Metrics are not worth failing the job for: say so and go on without them.
+    if (m.ok()) {
+      metrics_server = std::move(*m);
+    } else {
+      TLOG_ERROR << "/metrics not served: " << m.status().ToString();
+    }
+  }
   if (!port_file.empty()) {
     if (Status st = WriteFileAtomic(port_file, std::to_string((*server)->port()) + "\n"); !st.ok()) {
       std::cerr << "trellis-scheduler: port file: " << st.message() << "\n";
@@ -241,6 +253,7 @@ int Main(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   TLOG_INFO << "signal " << sig << ": shutting down";
+  metrics_server.reset();
   (*server)->Shutdown();
   return 0;
 }

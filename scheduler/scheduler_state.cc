@@ -526,6 +526,15 @@ SchedulerStats SchedulerState::stats() const {
   s.version = version_;
   s.waiters = static_cast<int64_t>(cluster_waiters_.size() + declare_waiters_.size());
   for (const auto& [name, g] : barriers_) s.waiters += static_cast<int64_t>(g.waiters.size());
+  int role = 0;
+  for (const auto* nodes : {&servers_, &workers_}) {
+    for (const Node& n : *nodes) {
+      s.registered[role] += n.registered ? 1 : 0;
+      s.dead[role] += n.dead ? 1 : 0;
+      s.restarts_of[role] += n.restarts;
+    }
+    ++role;
+  }
   return s;
 }
 

@@ -49,6 +49,12 @@ struct SchedulerStats {
   int64_t restarts = 0;       // all nodes together
   int64_t dead_detected = 0;  // times a node was marked dead
   int64_t waiters = 0;        // calls waiting now
+  // Per role, indexed [0] servers, [1] workers (metrics).
+  int64_t registered[2] = {0, 0};  // registered now (alive or not)
+  int64_t dead[2] = {0, 0};        // marked dead now
+  int64_t restarts_of[2] = {0, 0};
+  int64_t barrier_releases = 0;        // barrier generations released
+  double barrier_wait_seconds = 0;     // summed over every released waiter
 };
 
 class SchedulerState {

@@ -71,10 +71,12 @@ void SchedulerState::Barrier(const v1::BarrierRequest& req, TimePoint deadline,
     if (g->arrived.size() == members) {
       TLOG_DEBUG << "barrier \"" << req.name() << "\" generation " << g->released << " released";
       ++g->released;
+      ++stats_.barrier_releases;
       g->arrived.clear();
       for (auto& w : g->waiters) {
         v1::BarrierResponse resp;
         resp.set_waited_seconds(Seconds(now - w.arrived));
+        stats_.barrier_wait_seconds += resp.waited_seconds();
         deferred.push_back([done = std::move(w.done), resp] { done(resp); });
       }
       g->waiters.clear();

@@ -107,6 +107,11 @@ class Kubelet:
             else:
                 field = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
                 env[e["name"]] = {"metadata.name": name, "status.podIP": "127.0.0.1"}.get(field, "")
+        # /metrics ports are fixed on Kubernetes (one pod per IP) but would collide on one host.
+        for k in env:
+            if k.endswith("METRICS_PORT"):
+                env[k] = str(free_port())
+        argv = [str(free_port()) if i > 0 and argv[i - 1] == "--metrics-port" else a for i, a in enumerate(argv)]
         role = pod["metadata"].get("labels", {}).get("trellis.io/role")
         if role == "scheduler":
             port = free_port()

@@ -43,6 +43,7 @@ WorkerImpl::WorkerImpl(WorkerSetup setup)
     : setup_(std::move(setup)),
       metrics_(setup_.metrics ? setup_.metrics
                               : std::make_shared<MetricsRegistry>(MetricLabels{"", "worker", setup_.rank})),
+      series_(*metrics_),
       queue_(setup_.water_mark) {
   watchdog_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "trellis-watch");
@@ -229,13 +230,18 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
     step = k.push_step.load();
   } else {
     step = k.push_step.fetch_add(1) + 1;
+    series_.KeyPushed(step);
   }
   if (!setup_.priority_enabled && !broadcast) priority = 0;
 
   auto st = std::make_shared<Handle::State>();
   st->what = std::string(verb) + " " + KeyName(k) + " step " + std::to_string(step);
   st->deadline = Handle::State::Clock::now() + std::chrono::milliseconds(setup_.timeout_ms);
-  st->callback = std::move(done);
+  // Latency and errors of the whole operation, recorded before the user's callback runs.
+  st->callback = [this, op, start = Handle::State::Clock::now(), user = std::move(done)](const Status& s) {
+    series_.OperationDone(op, s.ok(), std::chrono::duration<double>(Handle::State::Clock::now() - start).count());
+    if (user) user(s);
+  };
   const size_t parts = k.slices.size();
   st->slice_index.reserve(parts);
   st->slice_server.reserve(parts);
@@ -273,6 +279,7 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
     }
     queue_.Push(priority, std::move(t));
   }
+  series_.SampleQueue(queue_.queued(), queue_.in_flight());
   Pump();
   return Handle(st);
 }
@@ -289,6 +296,7 @@ void WorkerImpl::Pump() {
     if (!t) break;
     Dispatch(std::move(*t));
   }
+  series_.SampleQueue(queue_.queued(), queue_.in_flight());
   pumping = saved;
 }
 
@@ -310,6 +318,7 @@ void WorkerImpl::Dispatch(Task task) {
     auto& k = *keys_.at(task.request.key);
     want = k.slices[part].num_elements;
   }
+  series_.SliceSent();
   conn->Send(task.request, [this, op, part, out, want, slice, server, push_bytes](
                                const Status& s, const Payload& p) {
     if (!s.ok()) {
@@ -323,10 +332,12 @@ void WorkerImpl::Dispatch(Task task) {
                                  std::to_string(want * 4)));
     } else {
       bytes_pushed_.fetch_add(push_bytes);
+      series_.BytesPushed(push_bytes);
       op->PartDone(part, [&] {
         if (out != nullptr) {
           if (!p.in_place) wire::CopyOut(*p.chunks, p.offset, p.bytes, out);
           bytes_pulled_.fetch_add(p.bytes);
+          series_.BytesPulled(p.bytes);
         }
       });
     }
@@ -377,7 +388,9 @@ Status WorkerImpl::Barrier(const std::string& name) {
     std::lock_guard lock(barrier_mu_);
     gen = barrier_generation_[name]++;
   }
+  const auto start = std::chrono::steady_clock::now();
   Status st = setup_.barrier(name, gen);
+  series_.BarrierWaited(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!st.ok()) return st.Annotate("Barrier '" + name + "'");
   return st;
 }

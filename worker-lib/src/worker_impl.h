@@ -23,6 +23,7 @@
 #include "worker-lib/src/op_state.h"
 #include "worker-lib/src/slice_queue.h"
 #include "worker-lib/src/transport.h"
+#include "worker-lib/src/worker_metrics.h"
 
 namespace trellis {
 
@@ -106,6 +107,7 @@ class WorkerImpl final : public Worker {
 
   const WorkerSetup setup_;
   const std::shared_ptr<MetricsRegistry> metrics_;  // setup_.metrics or one of its own
+  WorkerMetrics series_;                             // this worker's series on metrics_
 
   std::mutex decl_mu_;
   std::map<KeyId, KeyDecl> declared_;  // GUARDED_BY(decl_mu_)

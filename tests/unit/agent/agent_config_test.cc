@@ -33,6 +33,25 @@ TEST(AgentConfigTest, ReadsTheEnvironmentAndTheCommand) {
   EXPECT_FALSE(c->restart_policy.has_value());  // left to the job YAML
 }
 
+TEST(AgentConfigTest, MetricsPortsAndHost) {
+  auto c = Parse({"--", "train"}, GoodEnv());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->program_metrics_port.has_value());  // a free port per start
+  EXPECT_FALSE(c->metrics_port.has_value());          // the agent serves nothing
+  EXPECT_EQ(c->metrics_host, "0.0.0.0");
+  auto env = GoodEnv();
+  env["TRELLIS_METRICS_PORT"] = "9100";
+  env["TRELLIS_AGENT_METRICS_PORT"] = "9101";
+  env["TRELLIS_METRICS_HOST"] = "127.0.0.1";
+  c = Parse({"--", "train"}, env);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->program_metrics_port, 9100);
+  EXPECT_EQ(c->metrics_port, 9101);
+  EXPECT_EQ(c->metrics_host, "127.0.0.1");
+  env["TRELLIS_AGENT_METRICS_PORT"] = "http";
+  ExpectError(Parse({"--", "train"}, env), "TRELLIS_AGENT_METRICS_PORT");
+}
+
 TEST(AgentConfigTest, FlagBeatsEnvironment) {
   auto env = GoodEnv();
   env["TRELLIS_RESTART_POLICY"] = "Always";

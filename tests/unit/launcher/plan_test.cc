@@ -19,6 +19,11 @@ TEST(ParseLaunchArgsTest, FlagsAndJobFile) {
   EXPECT_EQ(o->job_file, "job.yaml");
   EXPECT_EQ(ParseLaunchArgs({"--log-dir=/y", "j.yaml"})->log_dir, "/y");
   EXPECT_TRUE(ParseLaunchArgs({"--help"})->help);
+  auto m = ParseLaunchArgs({"--no-metrics", "--metrics-targets", "/t.json", "j.yaml"});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_FALSE(m->metrics);
+  EXPECT_EQ(m->metrics_targets, "/t.json");
+  EXPECT_TRUE(ParseLaunchArgs({"j.yaml"})->metrics);
 }
 
 TEST(ParseLaunchArgsTest, ErrorsNameTheProblem) {
@@ -97,6 +102,46 @@ TEST(PlanSchedulerTest, PassesJobPortFileAndToken) {
                                                    "/tmp/run/token"}));
   EXPECT_EQ(p.spawn.stdout_path, "/tmp/run/scheduler.log");
   EXPECT_EQ(p.spawn.env.at("PATH"), "/opt/trellis/bin");
+}
+
+TEST(PlanMetricsTest, EveryProcessGetsLoopbackPortsAndAFileSdTarget) {
+  const JobSpec job = TwoByThree();
+  ASSERT_EQ(MetricsPortsFor(job), 10u);
+  std::vector<int> ports;
+  for (int i = 0; i < 10; ++i) ports.push_back(9000 + i);
+  std::map<std::string, std::string> base{{"TRELLIS_AGENT_METRICS_PORT", "1"}, {"TRELLIS_METRICS_HOST", "x"}};
+  auto plans = PlanAgents(job, Paths(), base, std::chrono::milliseconds(3000), ports);
+  ASSERT_EQ(plans.size(), 5u);
+  const auto& env = plans[3].spawn.env;  // worker-1: the fourth agent, ports 9006 and 9007
+  EXPECT_EQ(env.at("TRELLIS_METRICS_PORT"), "9006");
+  EXPECT_EQ(env.at("TRELLIS_AGENT_METRICS_PORT"), "9007");
+  EXPECT_EQ(env.at("TRELLIS_METRICS_HOST"), "127.0.0.1");
+  ASSERT_EQ(plans[3].metrics.size(), 2u);
+  EXPECT_EQ(plans[3].metrics[0].address, "127.0.0.1:9006");
+  EXPECT_EQ(plans[3].metrics[1].labels.at("trellis_process"), "worker-1-agent");
+
+  auto sched = PlanScheduler(Paths(), {}, "mlp", 8999);
+  const auto& argv = sched.spawn.argv;
+  EXPECT_EQ(std::vector<std::string>(argv.end() - 4, argv.end()),
+            (std::vector<std::string>{"--metrics-host", "127.0.0.1", "--metrics-port", "8999"}));
+  std::vector<const ProcessPlan*> all = {&sched, &plans[0]};
+  EXPECT_EQ(FileSdTargets(all),
+            "[\n"
+            "  {\"targets\": [\"127.0.0.1:8999\"], \"labels\": {\"job\": \"mlp\", \"role\": \"scheduler\", "
+            "\"trellis_process\": \"scheduler\"}},\n"
+            "  {\"targets\": [\"127.0.0.1:9000\"], \"labels\": {\"job\": \"mlp\", \"rank\": \"0\", \"role\": "
+            "\"server\", \"trellis_process\": \"server-0\"}},\n"
+            "  {\"targets\": [\"127.0.0.1:9001\"], \"labels\": {\"job\": \"mlp\", \"rank\": \"0\", \"role\": "
+            "\"server\", \"trellis_process\": \"server-0-agent\"}}\n"
+            "]\n");
+
+  // Without ports (--no-metrics) nothing is served and the outer environment does not leak in.
+  auto bare = PlanAgents(job, Paths(), base, std::chrono::milliseconds(3000));
+  EXPECT_TRUE(bare[0].metrics.empty());
+  EXPECT_EQ(bare[0].spawn.env.count("TRELLIS_AGENT_METRICS_PORT"), 0u);
+  EXPECT_EQ(bare[0].spawn.env.count("TRELLIS_METRICS_HOST"), 0u);
+  EXPECT_TRUE(PlanScheduler(Paths(), {}).metrics.empty());
+  EXPECT_EQ(FileSdTargets({}), "[\n\n]\n");
 }
 
 TEST(FailureMessageTest, NamesRoleCodeSignalRestartsAndPolicy) {

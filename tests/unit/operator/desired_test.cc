@@ -59,6 +59,13 @@ TEST(DesiredTest, WorkerPodHasAgentEntrypointEnvLabelsOwnerAndResources) {
   EXPECT_EQ(Str(pod, {"metadata", "labels", "app"}), "demo");  // the job's labels are copied
   EXPECT_EQ(Str(pod, {"metadata", "annotations", "prometheus.io/scrape"}), "true");
   EXPECT_EQ(Str(pod, {"metadata", "annotations", "prometheus.io/port"}), "9100");
+  EXPECT_EQ(Str(pod, {"metadata", "annotations", "prometheus.io/path"}), "/metrics");
+  // The program serves /metrics on the annotated port, its agent on the next (docs/metrics.md).
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_METRICS_PORT"), "9100");
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_AGENT_METRICS_PORT"), "9101");
+  const Json& ports = pod.at("spec").at("containers").at(0).at("ports");
+  EXPECT_EQ(Str(ports.at(1), {"name"}), "agent-metrics");
+  EXPECT_EQ(Int(ports.at(1), {"containerPort"}), 9101);
   const Json& owner = pod.at("metadata").at("ownerReferences").at(0);
   EXPECT_EQ(Str(owner, {"kind"}), "TrainingJob");
   EXPECT_EQ(Str(owner, {"apiVersion"}), "trellis.io/v1alpha1");
@@ -103,7 +110,8 @@ TEST(DesiredTest, SchedulerPodReadsJobFileFromConfigMapAndServiceSelectsIt) {
   Json pod = SchedulerPod(meta, spec, OperatorSettings{});
   EXPECT_EQ(Command(pod), (std::vector<std::string>{"trellis-scheduler", "--job-file", "/etc/trellis/job.yaml",
                                                     "--host", "0.0.0.0", "--port", "7000", "--token-file",
-                                                    "/var/run/trellis/token", "--job-name", "mlp"}));
+                                                    "/var/run/trellis/token", "--job-name", "mlp",
+                                                    "--metrics-port", "9100"}));
   EXPECT_EQ(Str(pod, {"metadata", "labels", "trellis.io/role"}), "scheduler");
   EXPECT_FALSE(At(pod, {"metadata", "labels", "trellis.io/rank"}));
   Json cm = JobConfigMap(meta, spec);

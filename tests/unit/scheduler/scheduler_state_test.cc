@@ -1,5 +1,7 @@
 #include "scheduler/scheduler_state.h"
 
+#include "scheduler/scheduler_metrics.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -494,6 +496,44 @@ TEST_F(SchedulerStateTest, ShutdownAnswersWaiters) {
   Answer<v1::BarrierResponse> after;
   Arrive("x", v1::ROLE_WORKER, 1, 0, &after);
   EXPECT_EQ(after.status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace trellis
+
+namespace trellis {
+namespace {
+
+// The scheduler's /metrics series follow the state: nodes, dead nodes, restarts by role,
+// barrier releases and waits.
+TEST_F(SchedulerStateTest, MetricsFollowTheState) {
+  Boot(1, 2);
+  MetricsRegistry registry(MetricLabels{"mlp", "scheduler", -1});
+  RegisterSchedulerMetrics(registry, *state_);
+  auto has = [&](const std::string& series) { return registry.Serialize().find(series) != std::string::npos; };
+  EXPECT_TRUE(has("trellis_scheduler_nodes{job=\"mlp\",role=\"scheduler\",node_role=\"worker\"} 2"));
+  EXPECT_TRUE(has("trellis_scheduler_nodes{job=\"mlp\",role=\"scheduler\",node_role=\"server\"} 1"));
+  EXPECT_TRUE(has("trellis_scheduler_dead_nodes{job=\"mlp\",role=\"scheduler\",node_role=\"worker\"} 0"));
+
+  Answer<v1::BarrierResponse> a0, a1;
+  Arrive("b", v1::ROLE_WORKER, 0, 0, &a0);
+  clock_.Advance(2s);
+  Arrive("b", v1::ROLE_WORKER, 1, 0, &a1);
+  ASSERT_TRUE(a0.done() && a1.done());
+  EXPECT_TRUE(has("trellis_scheduler_barrier_releases_total{job=\"mlp\",role=\"scheduler\"} 1"));
+  EXPECT_TRUE(has("trellis_scheduler_barrier_wait_seconds_total{job=\"mlp\",role=\"scheduler\"} 2"));
+
+  ASSERT_TRUE(Exit(v1::ROLE_WORKER, 1, 1, /*will_restart=*/true).ok());
+  EXPECT_TRUE(has("trellis_scheduler_restarts_total{job=\"mlp\",role=\"scheduler\",node_role=\"worker\"} 1"));
+  EXPECT_TRUE(has("trellis_scheduler_restarts_total{job=\"mlp\",role=\"scheduler\",node_role=\"server\"} 0"));
+
+  clock_.Advance(11s);  // everyone silent past the heartbeat timeout
+  state_->Sweep();
+  EXPECT_TRUE(has("trellis_scheduler_dead_nodes{job=\"mlp\",role=\"scheduler\",node_role=\"server\"} 1"));
+  EXPECT_TRUE(has("trellis_scheduler_dead_nodes{job=\"mlp\",role=\"scheduler\",node_role=\"worker\"} 2"));
+  EXPECT_TRUE(has("trellis_scheduler_dead_detected_total{job=\"mlp\",role=\"scheduler\"} 3"))
+      << registry.Serialize();
+  EXPECT_TRUE(registry.errors().empty());
 }
 
 }  // namespace

@@ -76,6 +76,8 @@ class LocalCluster {
       po.service.token = o.token;
       po.service.pool_threads = 2;
       po.slice_bytes = o.slice_bytes;
+      po.store.metrics = std::make_shared<MetricsRegistry>(MetricLabels{"local", "server", s});
+      server_metrics.push_back(po.store.metrics);
       TRELLIS_ASSIGN_OR_RETURN(auto ps, ParameterServer::Start(po));
       addresses.push_back(tcpwire::JoinDataAddress("127.0.0.1:" + std::to_string(ps->port()),
                                                    ps->tcp_port()));
@@ -93,6 +95,8 @@ class LocalCluster {
       setup.water_mark = o.water_mark;
       setup.timeout_ms = o.timeout_ms;
       setup.transport = o.transport;
+      setup.metrics = std::make_shared<MetricsRegistry>(MetricLabels{"local", "worker", w});
+      worker_metrics.push_back(setup.metrics);
       int ns = o.servers;
       int64_t sb = o.slice_bytes;
       setup.declare = [ns, sb](const std::vector<v1::KeySpec>& keys) {
@@ -169,6 +173,9 @@ class LocalCluster {
 
   std::vector<std::unique_ptr<ParameterServer>> servers;
   std::vector<std::unique_ptr<Worker>> workers;
+  // Each process's registry, as Worker::Create and trellis-pserver would make them.
+  std::vector<std::shared_ptr<MetricsRegistry>> server_metrics;
+  std::vector<std::shared_ptr<MetricsRegistry>> worker_metrics;
 
  private:
   std::shared_ptr<LocalBarrier> barrier_;

@@ -1,0 +1,36 @@
+#include "pserver/pserver_metrics.h"
+
+namespace trellis {
+
+PserverMetrics::PserverMetrics(MetricsRegistry& r)
+    : received_bytes_(r.Counter("trellis_pserver_received_bytes_total", "Payload bytes received in push and init requests")),
+      sent_bytes_(r.Counter("trellis_pserver_sent_bytes_total", "Payload bytes answered to pulls")),
+      request_errors_(r.Counter("trellis_pserver_request_errors_total",
+                                "Requests answered with an error (unknown key, wrong step or length, shutdown)")),
+      aggregation_seconds_(r.Histogram("trellis_pserver_aggregation_duration_seconds",
+                                       "Time to add one pushed slice into its step's sum",
+                                       MetricsRegistry::LatencyBuckets())),
+      update_seconds_(r.Histogram("trellis_pserver_update_duration_seconds",
+                                  "Time to finish a slice's step once all workers pushed (mean and optimizer in "
+                                  "update mode, publishing the result)",
+                                  MetricsRegistry::LatencyBuckets())),
+      slice_steps_(r.Counter("trellis_pserver_slice_steps_total", "Steps completed, summed over the slices held")),
+      waiting_pulls_(r.Gauge("trellis_pserver_waiting_pulls", "Pulls waiting for their step to complete")),
+      slices_(r.Gauge("trellis_pserver_slices", "Slices this server holds")),
+      slice_bytes_(r.Gauge("trellis_pserver_slice_bytes", "Bytes of the slices this server holds")) {
+  const char* ops[] = {"push", "pull", "pushpull", "init"};
+  for (int i = 0; i < 4; ++i) {
+    requests_[i] = &r.Counter("trellis_pserver_requests_total", "Requests received, by operation", {{"op", ops[i]}});
+  }
+}
+
+void PserverMetrics::Request(wire::Op op, uint64_t payload_bytes) {
+  int i = 3;
+  if (op == wire::Op::kPush) i = 0;
+  if (op == wire::Op::kPull) i = 1;
+  if (op == wire::Op::kPushPull) i = 2;
+  requests_[i]->Increment();
+  if (payload_bytes > 0) received_bytes_.Increment(static_cast<double>(payload_bytes));
+}
+
+}  // namespace trellis

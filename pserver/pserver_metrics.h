@@ -1,0 +1,44 @@
+// The parameter server's series on the process's MetricsRegistry (docs/metrics.md), registered
+// once when the store is made. Counted in the store, so the gRPC and raw-TCP paths agree.
+#pragma once
+
+#include <cstdint>
+
+#include "common/metrics.h"
+#include "pserver/wire.h"
+
+namespace trellis {
+
+class PserverMetrics {
+ public:
+  explicit PserverMetrics(MetricsRegistry& registry);
+
+  void Request(wire::Op op, uint64_t payload_bytes);
+  void RequestFailed() { request_errors_.Increment(); }
+  void Sent(uint64_t bytes) { sent_bytes_.Increment(static_cast<double>(bytes)); }
+  void Aggregated(double seconds) { aggregation_seconds_.Observe(seconds); }
+  void StepCompleted(double update_seconds) {
+    slice_steps_.Increment();
+    update_seconds_.Observe(update_seconds);
+  }
+  void PullWaiting() { waiting_pulls_.Increment(); }
+  void PullAnswered(size_t n = 1) { waiting_pulls_.Decrement(static_cast<double>(n)); }
+  void SlicesHeld(int64_t slices, int64_t bytes) {
+    slices_.Set(static_cast<double>(slices));
+    slice_bytes_.Set(static_cast<double>(bytes));
+  }
+
+ private:
+  prometheus::Counter* requests_[4];  // push, pull, pushpull, init
+  prometheus::Counter& received_bytes_;
+  prometheus::Counter& sent_bytes_;
+  prometheus::Counter& request_errors_;
+  prometheus::Histogram& aggregation_seconds_;
+  prometheus::Histogram& update_seconds_;
+  prometheus::Counter& slice_steps_;
+  prometheus::Gauge& waiting_pulls_;
+  prometheus::Gauge& slices_;
+  prometheus::Gauge& slice_bytes_;
+};
+
+}  // namespace trellis

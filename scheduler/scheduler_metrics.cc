@@ -1,0 +1,56 @@
+#include "scheduler/scheduler_metrics.h"
+
+namespace trellis {
+namespace {
+
+// Counters mirror totals kept by the state: advanced by the difference at scrape time.
+void Advance(prometheus::Counter& c, double total) {
+  const double delta = total - c.Value();
+  if (delta > 0) c.Increment(delta);
+}
+
+}  // namespace
+
+void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
+  struct Series {
+    prometheus::Gauge* nodes[2];
+    prometheus::Gauge* dead[2];
+    prometheus::Counter* restarts[2];
+    prometheus::Counter* registrations;
+    prometheus::Counter* dead_detected;
+    prometheus::Counter* barrier_releases;
+    prometheus::Counter* barrier_wait;
+    prometheus::Gauge* waiters;
+    prometheus::Gauge* version;
+  } s{};
+  const char* roles[] = {"server", "worker"};
+  for (int i = 0; i < 2; ++i) {
+    const MetricsRegistry::Labels l = {{"node_role", roles[i]}};
+    s.nodes[i] = &r.Gauge("trellis_scheduler_nodes", "Nodes registered now, by role", l);
+    s.dead[i] = &r.Gauge("trellis_scheduler_dead_nodes", "Nodes marked dead now (heartbeats stopped), by role", l);
+    s.restarts[i] = &r.Counter("trellis_scheduler_restarts_total", "Program restarts reported by the agents, by role", l);
+  }
+  s.registrations = &r.Counter("trellis_scheduler_registrations_total", "Accepted Register calls, re-registrations included");
+  s.dead_detected = &r.Counter("trellis_scheduler_dead_detected_total", "Times a node was marked dead");
+  s.barrier_releases = &r.Counter("trellis_scheduler_barrier_releases_total", "Barrier generations released");
+  s.barrier_wait = &r.Counter("trellis_scheduler_barrier_wait_seconds_total",
+                              "Time nodes spent waiting in barriers, summed over every released waiter");
+  s.waiters = &r.Gauge("trellis_scheduler_waiting_calls", "Calls waiting now (cluster view, key declaration, barriers)");
+  s.version = &r.Gauge("trellis_scheduler_cluster_version", "Version of the cluster view (bumped on every change)");
+  r.OnCollect([s, &state] {
+    const SchedulerStats st = state.stats();
+    for (int i = 0; i < 2; ++i) {
+      s.nodes[i]->Set(static_cast<double>(st.registered[i]));
+      s.dead[i]->Set(static_cast<double>(st.dead[i]));
+      Advance(*s.restarts[i], static_cast<double>(st.restarts_of[i]));
+    }
+    Advance(*s.registrations, static_cast<double>(st.registrations));
+    Advance(*s.dead_detected, static_cast<double>(st.dead_detected));
+    Advance(*s.barrier_releases, static_cast<double>(st.barrier_releases));
+    Advance(*s.barrier_wait, st.barrier_wait_seconds);
+    s.waiters->Set(static_cast<double>(st.waiters));
+    s.version->Set(static_cast<double>(st.version));
+  });
+}
+
+}  // namespace trellis
