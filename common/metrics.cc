@@ -1,6 +1,7 @@
 #include "common/metrics.h"
 
 #include <exception>
+#include <type_traits>
 #include <utility>
 
 #include <prometheus/text_serializer.h>
@@ -56,7 +57,11 @@ prometheus::Family<T>* MetricsRegistry::FamilyFor(Kind kind, const std::string& 
                                                   const std::string& help) {
   auto it = families_.find(name);
   if (it != families_.end()) {
-    if (it->second.kind != kind || it->second.family == nullptr) {
+    if (it->second.family == nullptr) {
+      RecordError(name + ": reserved for the registry's own use");
+      return nullptr;
+    }
+    if (it->second.kind != kind) {
       RecordError(name + ": already registered as a " + KindName(static_cast<int>(it->second.kind)) +
                   ", not a " + KindName(static_cast<int>(kind)));
       return nullptr;

@@ -6,6 +6,7 @@
                                        and the rendered objects; exit 77 (skip) without helm
 """
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ KNOWN = {
     "apps/v1": {"Deployment"},
     "rbac.authorization.k8s.io/v1": {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"},
     "apiextensions.k8s.io/v1": {"CustomResourceDefinition"},
-    "monitoring.coreos.com/v1": {"ServiceMonitor"},
+    "monitoring.coreos.com/v1": {"ServiceMonitor", "PodMonitor", "PrometheusRule"},
     "trellis.io/v1alpha1": {"TrainingJob"},
 }
 # The least verbs the operator needs, per (apiGroup, resource).
@@ -135,7 +136,8 @@ class Helm(ObjectChecks):
         docs = self.render("--set", "image.repository=registry.local/trellis", "--set", "image.tag=1.2.3",
                            "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prom",
                            "--set", "grafanaDashboards.enabled=true", "--set", "operator.watchNamespace=ml",
-                           "--set", "metrics.port=9000", "--set", "metrics.service.enabled=false")
+                           "--set", "metrics.port=9000", "--set", "metrics.service.enabled=false",
+                           "--set", "podMonitor.enabled=true", "--set", "prometheusRule.enabled=true")
         by_kind = {}
         for d in docs:
             self.check_object("helm template", d)
@@ -150,10 +152,20 @@ class Helm(ObjectChecks):
         self.assertEqual(sm["metadata"]["labels"]["release"], "prom")
         self.assertEqual(sm["spec"]["endpoints"][0]["port"], "metrics")
         dashboards = [d for d in by_kind["ConfigMap"] if d["metadata"]["labels"].get("grafana_dashboard") == "1"]
-        self.assertGreaterEqual(len(dashboards), 1)
+        names = sorted(n for d in dashboards for n in d["data"])
+        self.assertEqual(names, ["trellis-job.json", "trellis-operator.json", "trellis-pserver.json"])
         for d in dashboards:
             for text in d["data"].values():
-                self.assertIn("trellis_operator_", text)
+                self.assertIn("trellis_", json.loads(text)["panels"][0]["targets"][0]["expr"])
+        # The job pods: both metrics ports, the series' own job label kept.
+        pm = by_kind["PodMonitor"][0]["spec"]
+        self.assertEqual([e["port"] for e in pm["podMetricsEndpoints"]], ["metrics", "agent-metrics"])
+        self.assertTrue(all(e["honorLabels"] for e in pm["podMetricsEndpoints"]))
+        self.assertTrue(pm["namespaceSelector"]["any"])
+        # The alert rules file, verbatim (its {{ $labels }} templates untouched by Helm).
+        rule = by_kind["PrometheusRule"][0]["spec"]
+        with open(os.path.join(REPO, "charts/trellis/rules/trellis-alerts.yaml")) as f:
+            self.assertEqual(rule, yaml.safe_load(f))
 
     def test_rbac_can_be_left_out(self):
         docs = self.render("--set", "rbac.create=false", "--set", "serviceAccount.create=false",

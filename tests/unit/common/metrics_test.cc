@@ -61,9 +61,10 @@ TEST(MetricsRegistryTest, InvalidNamesAndClashesAreErrorsNotExceptions) {
   bad_label.Set(3);
   auto& reserved = m.Gauge("trellis_worker_other", "g", {{"rank", "7"}});  // a constant label
   reserved.Set(4);
-  EXPECT_EQ(m.errors().size(), 4u) << ::testing::PrintToString(m.errors());
+  m.Counter("trellis_metrics_registration_errors_total", "mine").Increment(100);  // the registry's own
+  EXPECT_EQ(m.errors().size(), 5u) << ::testing::PrintToString(m.errors());
   const std::string text = m.Serialize();
-  EXPECT_THAT(text, HasSubstr("trellis_metrics_registration_errors_total{job=\"j\",rank=\"0\",role=\"worker\"} 4"));
+  EXPECT_THAT(text, HasSubstr("trellis_metrics_registration_errors_total{job=\"j\",rank=\"0\",role=\"worker\"} 5"));
   EXPECT_THAT(text, Not(HasSubstr("bad name")));
   EXPECT_THAT(text, Not(HasSubstr("trellis_worker_thing_total")));
   EXPECT_THAT(text, HasSubstr("# TYPE trellis_worker_thing gauge"));
