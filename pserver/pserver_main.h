@@ -21,8 +21,9 @@ struct PserverConfig {
 };
 
 // Parses trellis-pserver's command line and environment (TRELLIS_SCHEDULER, TRELLIS_RANK,
-// TRELLIS_NUM_WORKERS, TRELLIS_TOKEN_FILE, TRELLIS_HOST, TRELLIS_METRICS_PORT/HOST) and reads the job from the scheduler
-// (or from --job FILE when no scheduler is given). Errors name the flag or variable.
+// TRELLIS_NUM_WORKERS, TRELLIS_TOKEN_FILE, TRELLIS_HOST, TRELLIS_METRICS_PORT/HOST) and reads
+// the job from the scheduler (or from --job FILE when no scheduler is given). Errors name the
+// flag or variable.
 StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args);
 
 // main(): start, report ready to the scheduler, serve until SIGINT/SIGTERM. Returns the exit code.
