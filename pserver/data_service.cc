@@ -110,9 +110,11 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       // Garbage cannot be attributed to a pending request beyond its id (0 when unreadable);
       // answer it and keep the stream: gRPC framing keeps the next message intact.
       SendError(state_, id, wire::Op::kPush, st);
-    } else {
+    } else if (task.header.op != wire::Op::kBulk) {
       task.priority = task.header.priority;
       service_->Submit(std::move(task), wire::TotalBytes(chunks));
+    } else {
+      SubmitBulk(std::move(task), chunks);
     }
     StartRead(&in_);
   }
@@ -137,6 +139,28 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       state_->finished = true;
     }
     delete this;
+  }
+
+  // One task per entry, each a view into the same received slices (reference-counted).
+  void SubmitBulk(DataService::Task bulk, const wire::Chunks& chunks) {
+    std::vector<wire::BulkEntry> entries;
+    Status st = wire::ParseBulk(chunks, wire::kRequestHeaderBytes, bulk.header.payload_bytes,
+                                &entries);
+    if (!st.ok()) {
+      TLOG_WARN << "data stream of worker " << state_->worker << ": " << st.ToString();
+      SendError(state_, bulk.header.request_id, wire::Op::kBulk, st);
+      return;
+    }
+    for (const auto& e : entries) {
+      DataService::Task t;
+      t.stream = state_;
+      t.header = e.header;
+      t.priority = e.header.priority;
+      t.slices = bulk.slices;
+      t.offset = e.offset;
+      t.bytes = e.bytes;
+      service_->Submit(std::move(t), e.header.payload_bytes);
+    }
   }
 
   static void SendError(const std::shared_ptr<DataService::StreamState>& stream, uint64_t id,
@@ -262,6 +286,7 @@ void DataService::Submit(Task task, size_t payload_bytes) {
 void DataService::Serve(Task& task) {
   const wire::RequestHeader h = task.header;
   wire::Chunks chunks = wire::ChunksOf(task.slices);
+  if (task.bytes > 0) chunks = wire::SubChunks(chunks, task.offset, task.bytes);  // a bulk entry
   std::shared_ptr<StreamState> stream = task.stream;
   store_->Handle(stream->worker, h, chunks, [stream, h](const Status& st, Values values) {
     if (!st.ok()) {

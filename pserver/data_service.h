@@ -55,6 +55,8 @@ class DataService final : public DataServiceBase {
     std::shared_ptr<StreamState> stream;
     wire::RequestHeader header;
     std::vector<grpc::Slice> slices;
+    size_t offset = 0;  // a bulk entry: its bytes [offset, offset + bytes) of `slices`
+    size_t bytes = 0;   // 0: the whole frame
     bool operator<(const Task& o) const {  // max-heap: higher priority, then lower seq first
       return priority != o.priority ? priority < o.priority : seq > o.seq;
     }

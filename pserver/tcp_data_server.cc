@@ -31,6 +31,9 @@ struct Outgoing {
 };
 
 constexpr size_t kMaxBatch = 16;  // frames per sendmsg
+// Bytes per sendmsg: once a batch is handed to the kernel its order is fixed, so a batch stays
+// small enough that a higher-priority answer queued meanwhile waits at most about this much.
+constexpr size_t kMaxBatchBytes = 1 << 20;
 
 std::string PeerName(int fd) {
   sockaddr_storage ss{};
@@ -113,6 +116,9 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
 
   Status Hello(tcpwire::SocketReader& rd);
   void ReadLoop();
+  // Hands one request (header + payload in `frame`) to the store; the answer is queued by
+  // priority. The store has read the payload when this returns.
+  void Serve(const wire::RequestHeader& h, const wire::Chunks& frame);
   void WriteLoop();
 };
 
@@ -173,7 +179,6 @@ void TcpDataServer::Connection::ReadLoop() {
   // The payload buffer, reused for every request: grown to the largest payload seen (bounded by
   // max_payload) and zero-filled once, so no request pays page faults on fresh memory.
   std::vector<float> payload;
-  auto self = shared_from_this();
   while (true) {
     uint8_t head[wire::kRequestHeaderBytes];
     st = rd.Read(head, sizeof head);
@@ -198,22 +203,39 @@ void TcpDataServer::Connection::ReadLoop() {
                            std::span<const uint8_t>(
                                reinterpret_cast<const uint8_t*>(payload.data()),
                                h.payload_bytes)};
-    store->Handle(worker, h, chunks, [self, op = h.op, id = h.request_id,
-                                      priority = h.priority](const Status& s, Values values) {
-      if (!s.ok()) {
-        self->SendStatus(op, id, s);
-        return;
-      }
-      wire::ResponseHeader r;
-      r.op = op;
-      r.request_id = id;
-      r.payload_bytes = values ? values->size() * sizeof(float) : 0;
-      Outgoing o{priority, 0, std::vector<uint8_t>(wire::kResponseHeaderBytes), std::move(values)};
-      wire::EncodeResponseHeader(r, o.head.data());
-      self->Send(std::move(o));
-    });
+    if (h.op != wire::Op::kBulk) {
+      Serve(h, chunks);
+      continue;
+    }
+    std::vector<wire::BulkEntry> entries;
+    st = wire::ParseBulk(chunks, wire::kRequestHeaderBytes, h.payload_bytes, &entries);
+    if (!st.ok()) {
+      // The frame was read whole, so the stream is still in step: refuse the bulk, keep going.
+      TLOG_WARN << "data connection from " << peer << " (worker " << worker
+                << "): " << st.ToString();
+      SendStatus(wire::Op::kBulk, h.request_id, st);
+      continue;
+    }
+    for (const auto& e : entries) Serve(e.header, wire::SubChunks(chunks, e.offset, e.bytes));
   }
   CloseAfterFlush();
+}
+
+void TcpDataServer::Connection::Serve(const wire::RequestHeader& h, const wire::Chunks& frame) {
+  store->Handle(worker, h, frame, [self = shared_from_this(), op = h.op, id = h.request_id,
+                                   priority = h.priority](const Status& s, Values values) {
+    if (!s.ok()) {
+      self->SendStatus(op, id, s);
+      return;
+    }
+    wire::ResponseHeader r;
+    r.op = op;
+    r.request_id = id;
+    r.payload_bytes = values ? values->size() * sizeof(float) : 0;
+    Outgoing o{priority, 0, std::vector<uint8_t>(wire::kResponseHeaderBytes), std::move(values)};
+    wire::EncodeResponseHeader(r, o.head.data());
+    self->Send(std::move(o));
+  });
 }
 
 void TcpDataServer::Connection::WriteLoop() {
@@ -225,9 +247,12 @@ void TcpDataServer::Connection::WriteLoop() {
     if (dead || out.empty()) break;  // killed, or closing with everything flushed
     batch.clear();
     iov.clear();
-    while (!out.empty() && batch.size() < kMaxBatch) {
+    size_t batch_bytes = 0;
+    while (!out.empty() && batch.size() < kMaxBatch && batch_bytes < kMaxBatchBytes) {
       batch.push_back(std::move(const_cast<Outgoing&>(out.top())));
       out.pop();
+      batch_bytes += batch.back().head.size() +
+                     (batch.back().values ? batch.back().values->size() * sizeof(float) : 0);
     }
     lock.unlock();
     for (auto& o : batch) {

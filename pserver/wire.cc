@@ -68,6 +68,7 @@ const char* OpName(Op op) {
     case Op::kPull: return "pull";
     case Op::kPushPull: return "pushpull";
     case Op::kInit: return "init";
+    case Op::kBulk: return "bulk";
   }
   return "op(?)";
 }
@@ -117,7 +118,7 @@ Status ParseRequestHeader(const uint8_t* h, RequestHeader* out) {
                                 " (not a trellis data request)");
   }
   uint8_t op = GetLe<uint8_t>(h, 4);
-  if (op < 1 || op > 4) {
+  if (op < 1 || op > 5) {
     return InvalidArgumentError("malformed frame: unknown op " + std::to_string(op));
   }
   out->op = static_cast<Op>(op);
@@ -180,7 +181,7 @@ Status DecodeRequest(const Chunks& frame, RequestHeader* out, uint64_t* request_
                                 std::to_string(out->payload_bytes) + " payload bytes, " +
                                 std::to_string(present) + " present (truncated or padded)");
   }
-  bool wants_payload = out->op == Op::kPush || out->op == Op::kPushPull || out->op == Op::kInit;
+  bool wants_payload = out->op != Op::kPull;
   if (!wants_payload && present != 0) {
     return InvalidArgumentError("malformed frame: a pull carries no payload, got " +
                                 std::to_string(present) + " bytes");
@@ -205,6 +206,71 @@ Status DecodeResponse(const Chunks& frame, ResponseHeader* out, std::string* mes
   }
   message->resize(out->message_bytes);
   CopyOut(frame, kResponseHeaderBytes, out->message_bytes, message->data());
+  return Status::Ok();
+}
+
+Chunks SubChunks(const Chunks& chunks, size_t offset, size_t n) {
+  Chunks out;
+  for (const auto& c : chunks) {
+    if (n == 0) break;
+    if (offset >= c.size()) {
+      offset -= c.size();
+      continue;
+    }
+    const size_t take = std::min(n, c.size() - offset);
+    out.push_back(c.subspan(offset, take));
+    offset = 0;
+    n -= take;
+  }
+  return out;
+}
+
+Status ParseBulk(const Chunks& frame, size_t offset, uint64_t bytes, std::vector<BulkEntry>* out) {
+  out->clear();
+  const uint64_t end = offset + bytes;
+  if (end > TotalBytes(frame)) {
+    return InvalidArgumentError("malformed bulk: body of " + std::to_string(bytes) +
+                                " bytes runs past the frame");
+  }
+  uint64_t at = offset;
+  while (at < end) {
+    const std::string where = "malformed bulk: entry " + std::to_string(out->size());
+    if (out->size() >= kMaxBulkEntries) {
+      return InvalidArgumentError("malformed bulk: more than " + std::to_string(kMaxBulkEntries) +
+                                  " entries");
+    }
+    if (end - at < kRequestHeaderBytes) {
+      return InvalidArgumentError(where + ": " + std::to_string(end - at) +
+                                  " bytes left, shorter than a request header");
+    }
+    uint8_t h[kRequestHeaderBytes];
+    CopyOut(frame, at, kRequestHeaderBytes, h);
+    BulkEntry e;
+    if (Status st = ParseRequestHeader(h, &e.header); !st.ok()) {
+      return InvalidArgumentError(where + ": " + st.message());
+    }
+    const RequestHeader& eh = e.header;
+    if (eh.op == Op::kBulk || eh.op == Op::kInit) {
+      return InvalidArgumentError(where + ": op " + OpName(eh.op) + " cannot travel in a bulk");
+    }
+    if (eh.payload_bytes > end - at - kRequestHeaderBytes) {
+      return InvalidArgumentError(where + ": payload of " + std::to_string(eh.payload_bytes) +
+                                  " bytes runs past the bulk");
+    }
+    if (eh.op == Op::kPull && eh.payload_bytes != 0) {
+      return InvalidArgumentError(where + ": a pull carries no payload, got " +
+                                  std::to_string(eh.payload_bytes) + " bytes");
+    }
+    if (eh.payload_bytes % sizeof(float) != 0) {
+      return InvalidArgumentError(where + ": payload of " + std::to_string(eh.payload_bytes) +
+                                  " bytes is not a whole number of float32 values");
+    }
+    e.offset = at;
+    e.bytes = kRequestHeaderBytes + eh.payload_bytes;
+    at += e.bytes;
+    out->push_back(e);
+  }
+  if (out->empty()) return InvalidArgumentError("malformed bulk: no entries");
   return Status::Ok();
 }
 

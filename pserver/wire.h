@@ -43,8 +43,9 @@ void ApplyDataChannelArgs(SetInt set) {
   set("grpc.experimental.tcp_max_read_chunk_size", 8 << 20);
 }
 
-enum class Op : uint8_t { kPush = 1, kPull = 2, kPushPull = 3, kInit = 4 };
-const char* OpName(Op op);  // "push", "pull", "pushpull", "init", "op(N)"
+// kBulk: several small requests in one frame (see ParseBulk); answered one by one.
+enum class Op : uint8_t { kPush = 1, kPull = 2, kPushPull = 3, kInit = 4, kBulk = 5 };
+const char* OpName(Op op);  // "push", "pull", "pushpull", "init", "bulk", "op(N)"
 
 struct RequestHeader {
   Op op = Op::kPush;
@@ -92,6 +93,24 @@ Status DecodeRequest(const Chunks& frame, RequestHeader* out, uint64_t* request_
 // Parses a response; `message` receives the error text (if any). The payload starts at
 // kResponseHeaderBytes + message_bytes.
 Status DecodeResponse(const Chunks& frame, ResponseHeader* out, std::string* message);
+
+// A bulk frame: request header with op kBulk (its own request id, the highest priority of its
+// entries) and a payload made of the entries back to back, each a whole request header (its
+// own request id, op push, pull or pushpull) followed by that entry's payload. The server
+// answers each entry with an ordinary response frame under the entry's id; an error about the
+// bulk itself (it does not parse) is answered under the bulk's id and nothing in it is served.
+inline constexpr uint32_t kMaxBulkEntries = 4096;
+struct BulkEntry {
+  RequestHeader header;
+  size_t offset = 0;  // where the entry's header starts in the frame
+  size_t bytes = 0;   // header + payload
+};
+// Parses and checks the entries of the bulk body at [offset, offset + bytes) of `frame`: every
+// entry's header as DecodeRequest checks a request, no nested bulk or init, lengths adding up
+// exactly, at most kMaxBulkEntries. Errors are INVALID_ARGUMENT "malformed bulk: entry 3: ...".
+Status ParseBulk(const Chunks& frame, size_t offset, uint64_t bytes, std::vector<BulkEntry>* out);
+// The bytes [offset, offset + n) of `chunks` as chunks (a view; nothing copied).
+Chunks SubChunks(const Chunks& chunks, size_t offset, size_t n);
 
 // Builds a frame from a header and a payload that is referenced, not copied: `release(arg)` is
 // called when gRPC no longer needs the bytes (possibly after the frame was sent).

@@ -55,14 +55,9 @@ class GrpcConnection final : public ServerConnection,
     return InstallShardMapOnServer(control_.get(), options_, map, server_rank, timeout_ms);
   }
 
-  void Send(const SliceRequest& r, SliceReply reply) override {
-    wire::RequestHeader h;
-    h.op = r.op;
-    h.key = r.key;
-    h.slice = r.slice;
-    h.step = r.step;
-    h.priority = r.priority;
-    h.payload_bytes = static_cast<uint64_t>(r.payload_elements) * sizeof(float);
+  using ServerConnection::Send;
+  void Send(const SliceRequest& r, SliceReply reply, SliceSent sent) override {
+    wire::RequestHeader h = HeaderOf(r);
     Status dead;
     {
       std::lock_guard lock(mu_);
@@ -72,14 +67,58 @@ class GrpcConnection final : public ServerConnection,
         h.request_id = next_id_++;
         uint8_t buf[wire::kRequestHeaderBytes];
         wire::EncodeRequestHeader(h, buf);
-        pending_.emplace(h.request_id, std::move(reply));
-        writes_.push_back(wire::MakeFrame(buf, sizeof buf, {}, r.payload, h.payload_bytes,
-                                          NoRelease, nullptr));
+        pending_.emplace(h.request_id, Pending{std::move(reply), 0});
+        writes_.push_back({wire::MakeFrame(buf, sizeof buf, {}, r.payload, h.payload_bytes,
+                                           NoRelease, nullptr),
+                           std::move(sent)});
         StartNextWriteLocked();
         return;
       }
     }
     reply(dead, Payload{});
+  }
+
+  void SendBulk(const std::vector<SliceRequest>& requests, std::vector<SliceReply> replies,
+                SliceSent sent) override {
+    wire::RequestHeader bulk;
+    bulk.op = wire::Op::kBulk;
+    bulk.priority = requests.front().priority;
+    for (const auto& r : requests) {
+      bulk.payload_bytes += wire::kRequestHeaderBytes + HeaderOf(r).payload_bytes;
+    }
+    Status dead;
+    {
+      std::lock_guard lock(mu_);
+      if (done_ || broken_) {
+        dead = broken_status_;
+      } else {
+        // Headers are copied into the frame; payloads are referenced (sent without a copy).
+        std::vector<grpc::Slice> slices;
+        slices.reserve(1 + 2 * requests.size());
+        uint8_t buf[wire::kRequestHeaderBytes];
+        bulk.request_id = next_id_++;
+        wire::EncodeRequestHeader(bulk, buf);
+        slices.emplace_back(buf, sizeof buf);
+        std::vector<uint64_t> ids;
+        for (size_t i = 0; i < requests.size(); ++i) {
+          wire::RequestHeader h = HeaderOf(requests[i]);
+          h.request_id = next_id_++;
+          wire::EncodeRequestHeader(h, buf);
+          slices.emplace_back(buf, sizeof buf);
+          if (h.payload_bytes > 0) {
+            slices.emplace_back(const_cast<float*>(requests[i].payload), h.payload_bytes,
+                                NoRelease, nullptr);
+          }
+          pending_.emplace(h.request_id, Pending{std::move(replies[i]), bulk.request_id});
+          ids.push_back(h.request_id);
+        }
+        bulk_entries_.emplace(bulk.request_id, std::move(ids));
+        writes_.push_back({grpc::ByteBuffer(slices.data(), slices.size()), std::move(sent)});
+        StartNextWriteLocked();
+        return;
+      }
+    }
+    for (auto& reply : replies) reply(dead, Payload{});
   }
 
   void OnReadDone(bool ok) override {
@@ -95,15 +134,30 @@ class GrpcConnection final : public ServerConnection,
       TLOG_WARN << "server " << options_.address << ": " << st.ToString();
     } else {
       SliceReply reply;
+      std::vector<SliceReply> refused;  // the entries of a bulk the server refused as a whole
       {
         std::lock_guard lock(mu_);
+        if (auto b = bulk_entries_.find(h.request_id); b != bulk_entries_.end()) {
+          for (uint64_t id : b->second) {
+            if (auto e = pending_.find(id); e != pending_.end() && h.code != 0) {
+              refused.push_back(std::move(e->second.reply));
+              pending_.erase(e);
+            }
+          }
+          bulk_entries_.erase(b);
+        }
         auto it = pending_.find(h.request_id);
         if (it != pending_.end()) {
-          reply = std::move(it->second);
+          reply = std::move(it->second.reply);
+          // An entry was answered: the server took its bulk, no error for it can follow.
+          if (it->second.bulk_id != 0) bulk_entries_.erase(it->second.bulk_id);
           pending_.erase(it);
         }
       }
-      if (!reply) {
+      for (auto& r : refused) r(Status(static_cast<StatusCode>(h.code), message), Payload{});
+      if (!refused.empty()) {
+        // answered: the bulk's entries failed with its error
+      } else if (!reply) {
         TLOG_WARN << "server " << options_.address << " answered unknown request "
                   << h.request_id << ": " << message;
       } else if (h.code != 0) {
@@ -117,15 +171,21 @@ class GrpcConnection final : public ServerConnection,
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard lock(mu_);
-    writing_ = false;
-    current_.Clear();
-    if (!ok) return;  // the stream is failing; OnDone fails what is pending
-    StartNextWriteLocked();
+    SliceSent sent;
+    {
+      std::lock_guard lock(mu_);
+      writing_ = false;
+      current_.Clear();
+      sent = std::move(current_sent_);
+      current_sent_ = nullptr;
+      if (!ok) return;  // the stream is failing; OnDone fails what is pending
+      StartNextWriteLocked();
+    }
+    if (sent) sent();
   }
 
   void OnDone(const grpc::Status& s) override {
-    std::unordered_map<uint64_t, SliceReply> pending;
+    std::unordered_map<uint64_t, Pending> pending;
     Status st;
     {
       std::lock_guard lock(mu_);
@@ -137,9 +197,10 @@ class GrpcConnection final : public ServerConnection,
       broken_ = true;
       broken_status_ = st;
       pending.swap(pending_);
+      bulk_entries_.clear();
       writes_.clear();
     }
-    for (auto& [id, reply] : pending) reply(st, Payload{});
+    for (auto& [id, p] : pending) p.reply(st, Payload{});
     std::lock_guard lock(mu_);
     done_ = true;
     done_cv_.notify_all();
@@ -149,7 +210,8 @@ class GrpcConnection final : public ServerConnection,
   void StartNextWriteLocked() {
     if (writing_ || writes_.empty() || broken_) return;
     writing_ = true;
-    current_ = std::move(writes_.front());
+    current_ = std::move(writes_.front().frame);
+    current_sent_ = std::move(writes_.front().sent);
     writes_.pop_front();
     StartWrite(&current_);
   }
@@ -163,9 +225,21 @@ class GrpcConnection final : public ServerConnection,
 
   std::mutex mu_;
   std::condition_variable done_cv_;
-  std::unordered_map<uint64_t, SliceReply> pending_;  // GUARDED_BY(mu_)
-  std::deque<grpc::ByteBuffer> writes_;               // GUARDED_BY(mu_)
+  struct Pending {
+    SliceReply reply;
+    uint64_t bulk_id = 0;  // the bulk it travelled in, or 0
+  };
+  std::unordered_map<uint64_t, Pending> pending_;  // GUARDED_BY(mu_)
+  struct Write {
+    grpc::ByteBuffer frame;
+    SliceSent sent;  // may be empty
+  };
+  std::deque<Write> writes_;                          // GUARDED_BY(mu_)
+  // GUARDED_BY(mu_): bulk request id -> its entries' ids, so that an error about the bulk
+  // fails them; dropped once one entry is answered.
+  std::unordered_map<uint64_t, std::vector<uint64_t>> bulk_entries_;
   grpc::ByteBuffer current_;                          // GUARDED_BY(mu_): the write in flight
+  SliceSent current_sent_;                            // GUARDED_BY(mu_)
   bool writing_ = false;                              // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                              // GUARDED_BY(mu_): 0 = unattributable
   bool broken_ = false;                               // GUARDED_BY(mu_)

@@ -97,17 +97,13 @@ class TcpConnection final : public ServerConnection {
     return InstallShardMapOnServer(control_.get(), options_, map, server_rank, timeout_ms);
   }
 
-  void Send(const SliceRequest& r, SliceReply reply) override {
+  using ServerConnection::Send;
+  void Send(const SliceRequest& r, SliceReply reply, SliceSent sent) override {
     Frame f;
-    wire::RequestHeader h;
-    h.op = r.op;
-    h.key = r.key;
-    h.slice = r.slice;
-    h.step = r.step;
-    h.priority = r.priority;
-    h.payload_bytes = static_cast<uint64_t>(r.payload_elements) * sizeof(float);
+    wire::RequestHeader h = HeaderOf(r);
     f.payload = r.payload;
     f.payload_bytes = h.payload_bytes;
+    f.sent = std::move(sent);
     Status dead;
     {
       std::lock_guard lock(mu_);
@@ -116,15 +112,54 @@ class TcpConnection final : public ServerConnection {
       } else {
         h.request_id = next_id_++;
         wire::EncodeRequestHeader(h, f.head);
-        pending_.emplace(h.request_id,
-                         Pending{std::move(reply), r.out,
-                                 static_cast<uint64_t>(r.out_elements) * sizeof(float), r.out_mu,
-                                 r.out_closed});
-        queue_.push_back(f);
+        pending_.emplace(h.request_id, PendingOf(r, std::move(reply)));
+        queue_.push_back(std::move(f));
       }
     }
     if (!dead.ok()) {
       reply(dead, Payload{});
+      return;
+    }
+    cv_.notify_all();
+  }
+
+  void SendBulk(const std::vector<SliceRequest>& requests, std::vector<SliceReply> replies,
+                SliceSent sent) override {
+    Frame f;
+    f.sent = std::move(sent);
+    f.entries.resize(requests.size());
+    wire::RequestHeader bulk;
+    bulk.op = wire::Op::kBulk;
+    bulk.priority = requests.front().priority;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      f.entries[i].payload = requests[i].payload;
+      f.entries[i].payload_bytes = HeaderOf(requests[i]).payload_bytes;
+      bulk.payload_bytes += wire::kRequestHeaderBytes + f.entries[i].payload_bytes;
+    }
+    Status dead;
+    {
+      std::lock_guard lock(mu_);
+      if (broken_) {
+        dead = broken_status_;
+      } else {
+        bulk.request_id = next_id_++;
+        wire::EncodeRequestHeader(bulk, f.head);
+        for (size_t i = 0; i < requests.size(); ++i) {
+          wire::RequestHeader h = HeaderOf(requests[i]);
+          h.request_id = next_id_++;
+          wire::EncodeRequestHeader(h, f.entries[i].head);
+          Pending p = PendingOf(requests[i], std::move(replies[i]));
+          p.bulk_id = bulk.request_id;
+          pending_.emplace(h.request_id, std::move(p));
+        }
+        // An error about the bulk as a whole (it did not parse) fails every entry.
+        bulk_entries_.emplace(bulk.request_id,
+                              std::make_pair(bulk.request_id + 1, requests.size()));
+        queue_.push_back(std::move(f));
+      }
+    }
+    if (!dead.ok()) {
+      for (auto& reply : replies) reply(dead, Payload{});
       return;
     }
     cv_.notify_all();
@@ -135,6 +170,13 @@ class TcpConnection final : public ServerConnection {
     uint8_t head[wire::kRequestHeaderBytes];
     const float* payload = nullptr;  // the caller's memory, sent without a copy
     uint64_t payload_bytes = 0;
+    SliceSent sent;  // may be empty
+    struct Entry {    // a bulk's entries, after `head` (whose payload they are)
+      uint8_t head[wire::kRequestHeaderBytes];
+      const float* payload = nullptr;
+      uint64_t payload_bytes = 0;
+    };
+    std::vector<Entry> entries;
   };
   struct Pending {
     SliceReply reply;
@@ -142,7 +184,12 @@ class TcpConnection final : public ServerConnection {
     uint64_t out_bytes;
     std::shared_mutex* out_mu;
     const std::atomic<bool>* out_closed;
+    uint64_t bulk_id = 0;  // the bulk it travelled in, or 0
   };
+  static Pending PendingOf(const SliceRequest& r, SliceReply reply) {
+    return Pending{std::move(reply), r.out, static_cast<uint64_t>(r.out_elements) * sizeof(float),
+                   r.out_mu, r.out_closed};
+  }
 
   void ReadLoop() {
     Status st;
@@ -162,16 +209,32 @@ class TcpConnection final : public ServerConnection {
       }
       Pending p{};
       bool found = false;
+      std::vector<Pending> refused;  // the entries of a bulk the server refused as a whole
       {
         std::lock_guard lock(mu_);
+        if (auto b = bulk_entries_.find(h.request_id); b != bulk_entries_.end()) {
+          if (h.code != 0) {
+            for (uint64_t id = b->second.first; id < b->second.first + b->second.second; ++id) {
+              if (auto e = pending_.find(id); e != pending_.end()) {
+                refused.push_back(std::move(e->second));
+                pending_.erase(e);
+              }
+            }
+          }
+          bulk_entries_.erase(b);
+        }
         auto it = pending_.find(h.request_id);
         if (it != pending_.end()) {
           p = std::move(it->second);
           pending_.erase(it);
           found = true;
+          // An entry was answered: the server took its bulk, no error for it can follow.
+          if (p.bulk_id != 0) bulk_entries_.erase(p.bulk_id);
         }
       }
-      if (!found || h.code != 0) {
+      for (auto& e : refused) e.reply(Status(static_cast<StatusCode>(h.code), message), Payload{});
+      if (!refused.empty()) found = true;  // the answer was for the bulk
+      if (!found || h.code != 0 || !p.reply) {
         st = reader_->Skip(h.payload_bytes);
         if (!st.ok()) break;
         if (!found) {
@@ -182,7 +245,7 @@ class TcpConnection final : public ServerConnection {
             st = Status(static_cast<StatusCode>(h.code), message);
             break;
           }
-        } else {
+        } else if (p.reply) {
           p.reply(Status(static_cast<StatusCode>(h.code), message), Payload{});
         }
         continue;
@@ -226,6 +289,7 @@ class TcpConnection final : public ServerConnection {
       broken_ = true;
       broken_status_ = st;
       queue_.clear();
+      bulk_entries_.clear();
       cv_.notify_all();
       ::shutdown(fd_, SHUT_RDWR);
       cv_.wait(lock, [this] { return !writing_; });
@@ -243,7 +307,7 @@ class TcpConnection final : public ServerConnection {
       if (broken_) return;
       batch.clear();
       while (!queue_.empty() && batch.size() < kMaxBatch) {
-        batch.push_back(queue_.front());
+        batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
       writing_ = true;
@@ -254,8 +318,19 @@ class TcpConnection final : public ServerConnection {
         if (f.payload_bytes > 0) {
           iov.push_back({const_cast<float*>(f.payload), static_cast<size_t>(f.payload_bytes)});
         }
+        for (auto& e : f.entries) {
+          iov.push_back({e.head, sizeof e.head});
+          if (e.payload_bytes > 0) {
+            iov.push_back({const_cast<float*>(e.payload), static_cast<size_t>(e.payload_bytes)});
+          }
+        }
       }
       Status st = tcpwire::SendAll(fd_, iov.data(), static_cast<int>(iov.size()));
+      if (st.ok()) {
+        for (auto& f : batch) {
+          if (f.sent) f.sent();
+        }
+      }
       lock.lock();
       writing_ = false;
       cv_.notify_all();
@@ -279,6 +354,9 @@ class TcpConnection final : public ServerConnection {
   std::condition_variable cv_;
   std::unordered_map<uint64_t, Pending> pending_;  // GUARDED_BY(mu_)
   std::deque<Frame> queue_;                        // GUARDED_BY(mu_): not yet written
+  // GUARDED_BY(mu_): bulk request id -> (first entry id, entries), until one entry is answered
+  // (or the bulk is refused).
+  std::unordered_map<uint64_t, std::pair<uint64_t, size_t>> bulk_entries_;
   uint64_t next_id_ = 1;                           // GUARDED_BY(mu_): 0 = the stream itself
   bool writing_ = false;                           // GUARDED_BY(mu_): a sendmsg in progress
   bool broken_ = false;                            // GUARDED_BY(mu_)
@@ -323,6 +401,17 @@ StatusOr<std::unique_ptr<ServerConnection>> ConnectTcp(const ConnectionOptions& 
   }
   SetRecvTimeout(fd, 0);
   return std::unique_ptr<ServerConnection>(new TcpConnection(o, fd, std::move(reader)));
+}
+
+wire::RequestHeader HeaderOf(const SliceRequest& r) {
+  wire::RequestHeader h;
+  h.op = r.op;
+  h.key = r.key;
+  h.slice = r.slice;
+  h.step = r.step;
+  h.priority = r.priority;
+  h.payload_bytes = static_cast<uint64_t>(r.payload_elements) * sizeof(float);
+  return h;
 }
 
 StatusOr<ConnectFn> TransportByName(const std::string& name) {

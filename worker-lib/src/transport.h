@@ -35,6 +35,8 @@ struct SliceRequest {
   const std::atomic<bool>* out_closed = nullptr;
 };
 
+wire::RequestHeader HeaderOf(const SliceRequest& r);  // request_id left 0
+
 // The bytes of an answer; valid only during the reply call.
 struct Payload {
   const wire::Chunks* chunks = nullptr;
@@ -46,6 +48,11 @@ struct Payload {
 // Runs exactly once per request, on a transport thread: OK with the answer's payload (empty
 // for push and init), or the error (the server's, or the connection's).
 using SliceReply = std::function<void(const Status&, const Payload&)>;
+// Runs at most once, on a transport thread, when the request's bytes were handed to the kernel;
+// never under a transport lock. It may not run at all when the connection breaks first (the
+// reply then reports the error). The worker frees the slice's in-flight place here, so the
+// water mark counts what is on its way to the server, not answers that wait for other workers.
+using SliceSent = std::function<void()>;
 
 class ServerConnection {
  public:
@@ -56,7 +63,15 @@ class ServerConnection {
   virtual Status InstallShardMap(const v1::ShardMap& map, int32_t server_rank,
                                  int64_t timeout_ms) = 0;
   // Queues one request; never blocks on the network.
-  virtual void Send(const SliceRequest& request, SliceReply reply) = 0;
+  virtual void Send(const SliceRequest& request, SliceReply reply, SliceSent sent) = 0;
+  void Send(const SliceRequest& request, SliceReply reply) {
+    Send(request, std::move(reply), nullptr);
+  }
+  // Several small requests in one bulk frame (wire::ParseBulk): `replies[i]` answers
+  // `requests[i]` exactly as Send's reply would; `sent` runs once for the whole frame.
+  // REQUIRES: requests.size() == replies.size() >= 1; no kInit request.
+  virtual void SendBulk(const std::vector<SliceRequest>& requests,
+                        std::vector<SliceReply> replies, SliceSent sent) = 0;
 };
 
 struct ConnectionOptions {

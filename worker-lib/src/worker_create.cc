@@ -74,6 +74,9 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   if (!job.ok()) return job.status().Annotate("the scheduler's job");
   setup.water_mark = options.water_mark > 0 ? options.water_mark : job->priority.waterMark;
   setup.priority_enabled = job->priority.enabled;
+  setup.bulking = {job->bulking.enabled,      job->bulking.thresholdBytes,
+                   job->bulking.pushMaxBytes, job->bulking.pushMaxCount,
+                   job->bulking.pullMaxBytes, job->bulking.pullMaxCount};
   setup.slice_bytes_override = options.slice_bytes;
   // The data path: WorkerOptions > the job's spec.transport (default tcp).
   setup.transport =

@@ -54,9 +54,8 @@ WorkerImpl::WorkerImpl(WorkerSetup setup)
 WorkerImpl::~WorkerImpl() {
   closing_.store(true);
   // Queued slices never reach the wire: fail their operations.
-  while (auto t = queue_.TryPop()) {
-    t->op->Complete(CancelledError(t->op->what + ": worker shutting down"));
-    queue_.Release();
+  for (Task& t : queue_.TakeAll()) {
+    t.op->Complete(CancelledError(t.op->what + ": worker shutting down"));
   }
   // Closing a connection fails what it still has pending.
   servers_.clear();
@@ -271,6 +270,8 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
       t.request.payload_elements = s.num_elements;
     }
     t.out = needs_dst ? dst + s.offset : nullptr;
+    t.slice_bytes = s.num_elements * static_cast<int64_t>(sizeof(float));
+    t.enqueued = SliceClock::now();
     if (t.out != nullptr) {  // a bulk transport reads the answer straight into `out`
       t.request.out = t.out;
       t.request.out_elements = s.num_elements;
@@ -282,68 +283,6 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
   series_.SampleQueue(queue_.queued(), queue_.in_flight());
   Pump();
   return Handle(st);
-}
-
-void WorkerImpl::Pump() {
-  // A reply that runs inline inside Send (dead connection) releases a slot and calls Pump
-  // again; the outer loop on this thread picks that up instead of recursing.
-  thread_local const WorkerImpl* pumping = nullptr;
-  if (pumping == this) return;
-  const WorkerImpl* saved = pumping;
-  pumping = this;
-  while (!closing_.load()) {
-    auto t = queue_.TryPop();
-    if (!t) break;
-    Dispatch(std::move(*t));
-  }
-  series_.SampleQueue(queue_.queued(), queue_.in_flight());
-  pumping = saved;
-}
-
-void WorkerImpl::Dispatch(Task task) {
-  if (task.op->closed.load()) {  // failed or timed out meanwhile: do not send the rest
-    queue_.Release();
-    return;
-  }
-  ServerConnection* conn = servers_[task.server].get();
-  const uint64_t push_bytes = static_cast<uint64_t>(task.request.payload_elements) * sizeof(float);
-  auto op = task.op;
-  const size_t part = task.part;
-  float* out = task.out;
-  const uint32_t slice = task.request.slice;
-  const int32_t server = task.server;
-  // Elements expected back: the slice length (pull/pushpull), else none.
-  int64_t want = 0;
-  if (out != nullptr) {
-    auto& k = *keys_.at(task.request.key);
-    want = k.slices[part].num_elements;
-  }
-  series_.SliceSent();
-  conn->Send(task.request, [this, op, part, out, want, slice, server, push_bytes](
-                               const Status& s, const Payload& p) {
-    if (!s.ok()) {
-      op->Complete(Status(s.code(), op->what + ": slice " + std::to_string(slice) +
-                                        " on server " + std::to_string(server) + " (" +
-                                        setup_.server_addresses[server] + "): " + s.message()));
-    } else if (out != nullptr && p.bytes != static_cast<size_t>(want) * sizeof(float)) {
-      op->Complete(DataLossError(op->what + ": slice " + std::to_string(slice) + " on server " +
-                                 std::to_string(server) + " answered " +
-                                 std::to_string(p.bytes) + " bytes, expected " +
-                                 std::to_string(want * 4)));
-    } else {
-      bytes_pushed_.fetch_add(push_bytes);
-      series_.BytesPushed(push_bytes);
-      op->PartDone(part, [&] {
-        if (out != nullptr) {
-          if (!p.in_place) wire::CopyOut(*p.chunks, p.offset, p.bytes, out);
-          bytes_pulled_.fetch_add(p.bytes);
-          series_.BytesPulled(p.bytes);
-        }
-      });
-    }
-    queue_.Release();
-    Pump();
-  });
 }
 
 void WorkerImpl::WatchdogLoop() {

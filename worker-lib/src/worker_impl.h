@@ -22,10 +22,21 @@
 #include "trellis/v1/scheduler.pb.h"
 #include "worker-lib/src/op_state.h"
 #include "worker-lib/src/slice_queue.h"
+#include "worker-lib/src/slice_stats.h"
 #include "worker-lib/src/transport.h"
 #include "worker-lib/src/worker_metrics.h"
 
 namespace trellis {
+
+// Bulking of small slices (the job's spec.bulking; docs/job-spec.md).
+struct BulkingOptions {
+  bool enabled = true;
+  int64_t threshold_bytes = 64 << 10;  // slices up to this size may share a message
+  int64_t push_max_bytes = 1 << 20;    // per bulk going up: headers + payloads
+  int32_t push_max_count = 64;
+  int64_t pull_max_bytes = 1 << 20;    // per bulk of pulls: the bytes they bring back
+  int32_t pull_max_count = 64;
+};
 
 struct WorkerSetup {
   int32_t rank = 0;
@@ -35,6 +46,7 @@ struct WorkerSetup {
   int64_t slice_bytes_override = 0;  // WorkerOptions.slice_bytes: must match the map's
   int32_t water_mark = 8;
   bool priority_enabled = true;  // off: every slice FIFO
+  BulkingOptions bulking;
   int64_t timeout_ms = 120000;
 
   // Collective declaration (the scheduler's DeclareKeys): this worker's keys -> the map.
@@ -76,6 +88,14 @@ class WorkerImpl final : public Worker {
   uint64_t bytes_pushed() const override { return bytes_pushed_.load(); }
   uint64_t bytes_pulled() const override { return bytes_pulled_.load(); }
 
+  // Scheduling figures (tests, metrics): queue depth per priority band, places taken.
+  std::array<size_t, SliceQueue<int>::kBands> queued_by_band() const {
+    return queue_.queued_by_band();
+  }
+  int slices_in_flight() const { return queue_.in_flight(); }
+  const SliceStats& slice_stats() const { return stats_; }
+  uint64_t bulks_sent() const { return bulks_sent_.load(); }
+
  private:
   struct SliceInfo {
     uint32_t index;
@@ -95,13 +115,20 @@ class WorkerImpl final : public Worker {
     int32_t server;
     SliceRequest request;
     float* out;  // pull destination, or nullptr
+    int64_t slice_bytes;  // the slice's size (what a pull brings back)
+    SliceClock::time_point enqueued;
   };
 
   Handle Start(const char* verb, wire::Op op, KeyId key, const float* src, float* dst,
                int priority, Callback done, bool broadcast);
   static Handle Failed(const Status& st, Callback done);
+  // worker_dispatch.cc
   void Pump();
+  bool Bulkable(const Task& t) const;
+  std::function<void()> PlaceReleaser();
+  SliceReply ReplyFor(const Task& task, std::function<void()> release);
   void Dispatch(Task task);
+  void DispatchBulk(std::vector<Task> tasks);
   void WatchdogLoop();
   std::string KeyName(const KeyState& k) const;
 
@@ -117,8 +144,10 @@ class WorkerImpl final : public Worker {
   std::vector<std::unique_ptr<ServerConnection>> servers_;     // written once under decl_mu_
 
   SliceQueue<Task> queue_;
+  SliceStats stats_;
   std::atomic<uint64_t> bytes_pushed_{0};
   std::atomic<uint64_t> bytes_pulled_{0};
+  std::atomic<uint64_t> bulks_sent_{0};
 
   std::mutex barrier_mu_;
   std::map<std::string, int64_t> barrier_generation_;  // GUARDED_BY(barrier_mu_)

@@ -1,5 +1,7 @@
 // The parameter server over real gRPC on 127.0.0.1:0, driven by a raw stream client: every bad
 // request gets an error naming the problem and the server keeps serving.
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "pserver/parameter_server.h"
@@ -12,6 +14,7 @@ namespace trellis {
 namespace {
 
 using testing::Answer;
+using testing::BulkBytes;
 using testing::RawStream;
 using testing::RequestBytes;
 
@@ -100,6 +103,41 @@ TEST_F(DataServiceTest, StepOutsideWindow) {
   ExpectServing(s, 1);
   ExpectError(s, RequestBytes(wire::Op::kPull, 7, 0, 3, {}), grpc::OUT_OF_RANGE,
               "pull of step 3 outside the window [0, 2]");
+}
+
+TEST_F(DataServiceTest, BulkEntriesAreAnsweredOneByOne) {
+  RawStream s(address_, kToken, "0");
+  ASSERT_TRUE(s.Write(BulkBytes({RequestBytes(wire::Op::kPushPull, 7, 0, 1, {1, 2, 3, 4}, 21),
+                                 RequestBytes(wire::Op::kPull, 7, 0, 1, {}, 22),
+                                 RequestBytes(wire::Op::kPush, 99, 0, 1, {1}, 23)},
+                                20)));
+  std::map<uint64_t, Answer> answers;
+  for (int i = 0; i < 3; ++i) {
+    Answer a;
+    ASSERT_TRUE(s.Read(&a));
+    answers[a.header.request_id] = a;
+  }
+  ASSERT_EQ(answers.size(), 3u);
+  EXPECT_EQ(answers[21].values, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(answers[22].values, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(answers[23].header.code, grpc::NOT_FOUND) << answers[23].message;  // its own error
+  ExpectServing(s, 2);
+}
+
+TEST_F(DataServiceTest, MalformedBulkIsRefusedAndTheStreamGoesOn) {
+  RawStream s(address_, kToken, "0");
+  auto bad = RequestBytes(wire::Op::kPush, 7, 0, 1, {1, 2, 3, 4}, 31);
+  bad.resize(bad.size() - 8);
+  Answer a;
+  ASSERT_TRUE(s.Write(BulkBytes({RequestBytes(wire::Op::kPush, 7, 0, 1, {1, 2, 3, 4}, 30), bad},
+                                29)));
+  ASSERT_TRUE(s.Read(&a));
+  EXPECT_EQ(a.header.request_id, 29u);
+  EXPECT_EQ(a.header.code, grpc::INVALID_ARGUMENT);
+  EXPECT_NE(a.message.find("malformed bulk: entry 1: payload of 16 bytes runs past the bulk"),
+            std::string::npos)
+      << a.message;
+  ExpectServing(s, 1);  // nothing of the refused bulk was applied: step 1 is still open
 }
 
 TEST_F(DataServiceTest, GarbageBytes) {

@@ -26,6 +26,23 @@ inline std::vector<uint8_t> RequestBytes(wire::Op op, uint64_t key, uint32_t sli
   return out;
 }
 
+// A bulk frame (op kBulk, request id `id`) whose body is `entries`, each a whole request frame
+// (RequestBytes).
+inline std::vector<uint8_t> BulkBytes(const std::vector<std::vector<uint8_t>>& entries,
+                                      uint64_t id = 1, int32_t priority = 0) {
+  std::vector<uint8_t> body;
+  for (const auto& e : entries) body.insert(body.end(), e.begin(), e.end());
+  wire::RequestHeader h;
+  h.op = wire::Op::kBulk;
+  h.request_id = id;
+  h.priority = priority;
+  h.payload_bytes = body.size();
+  std::vector<uint8_t> out(wire::kRequestHeaderBytes);
+  wire::EncodeRequestHeader(h, out.data());
+  out.insert(out.end(), body.begin(), body.end());
+  return out;
+}
+
 // Splits `bytes` into chunks of `chunk` bytes (the last shorter).
 inline wire::Chunks Split(const std::vector<uint8_t>& bytes, size_t chunk) {
   wire::Chunks c;

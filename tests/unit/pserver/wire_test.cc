@@ -7,6 +7,7 @@
 namespace trellis {
 namespace {
 
+using testing::BulkBytes;
 using testing::RequestBytes;
 using testing::Split;
 
@@ -65,6 +66,69 @@ TEST(WireTest, GarbageIsRejectedWithReasons) {
   odd[40] = 9;  // payload_bytes = 9: not whole floats
   st = wire::DecodeRequest(Split(odd, 100), &h, &id);
   EXPECT_NE(st.message().find("not a whole number of float32"), std::string::npos) << st.message();
+}
+
+TEST(WireTest, BulkEntriesParseAcrossOddChunks) {
+  auto bytes = BulkBytes({RequestBytes(wire::Op::kPushPull, 1, 0, 3, {1, 2}, 11, -1),
+                          RequestBytes(wire::Op::kPull, 2, 4, 3, {}, 12, -1),
+                          RequestBytes(wire::Op::kPush, 3, 1, 3, {7, 8, 9}, 13, -2)},
+                         10);
+  for (size_t chunk : {1, 5, 48, 1000}) {
+    auto c = Split(bytes, chunk);
+    wire::RequestHeader h;
+    uint64_t id = 0;
+    ASSERT_TRUE(wire::DecodeRequest(c, &h, &id).ok()) << chunk;
+    EXPECT_EQ(h.op, wire::Op::kBulk);
+    std::vector<wire::BulkEntry> e;
+    ASSERT_TRUE(wire::ParseBulk(c, wire::kRequestHeaderBytes, h.payload_bytes, &e).ok());
+    ASSERT_EQ(e.size(), 3u);
+    EXPECT_EQ(e[0].header.request_id, 11u);
+    EXPECT_EQ(e[1].header.op, wire::Op::kPull);
+    EXPECT_EQ(e[2].header.key, 3u);
+    // An entry's view holds exactly its own frame: header + payload.
+    auto sub = wire::SubChunks(c, e[2].offset, e[2].bytes);
+    ASSERT_EQ(wire::TotalBytes(sub), wire::kRequestHeaderBytes + 12);
+    std::vector<float> v(3);
+    wire::CopyFloats(sub, wire::kRequestHeaderBytes, 3, v.data());
+    EXPECT_EQ(v, (std::vector<float>{7, 8, 9}));
+  }
+}
+
+TEST(WireTest, MalformedBulksAreRejectedWithReasons) {
+  auto good = RequestBytes(wire::Op::kPush, 1, 0, 1, {1, 2}, 5);
+  auto bad_magic = good;
+  bad_magic[0] ^= 0xff;
+  auto overrun = good;
+  overrun.resize(overrun.size() - 4);  // announces 8 payload bytes, 4 follow
+  auto pull_with_payload = RequestBytes(wire::Op::kPull, 1, 0, 1, {1}, 6);
+  auto odd = RequestBytes(wire::Op::kPush, 1, 0, 1, {}, 7);
+  odd[40] = 3;  // 3 payload bytes
+  odd.insert(odd.end(), {1, 2, 3});
+  struct Case {
+    std::vector<std::vector<uint8_t>> entries;
+    const char* text;
+  };
+  const Case cases[] = {
+      {{}, "malformed bulk: no entries"},
+      {{good, bad_magic}, "malformed bulk: entry 1: malformed frame: bad magic"},
+      {{good, overrun}, "malformed bulk: entry 1: payload of 8 bytes runs past the bulk"},
+      {{pull_with_payload}, "malformed bulk: entry 0: a pull carries no payload, got 4 bytes"},
+      {{RequestBytes(wire::Op::kInit, 1, 0, 0, {1}, 8)},
+       "malformed bulk: entry 0: op init cannot travel in a bulk"},
+      {{BulkBytes({good})}, "malformed bulk: entry 0: op bulk cannot travel in a bulk"},
+      {{good, std::vector<uint8_t>(20, 0)},
+       "malformed bulk: entry 1: 20 bytes left, shorter than a request header"},
+      {{odd}, "malformed bulk: entry 0: payload of 3 bytes is not a whole number of float32"},
+  };
+  for (const Case& k : cases) {
+    auto bytes = BulkBytes(k.entries);
+    auto c = Split(bytes, 7);
+    std::vector<wire::BulkEntry> e;
+    Status st = wire::ParseBulk(c, wire::kRequestHeaderBytes,
+                                bytes.size() - wire::kRequestHeaderBytes, &e);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << k.text;
+    EXPECT_NE(st.message().find(k.text), std::string::npos) << st.message();
+  }
 }
 
 }  // namespace

@@ -59,6 +59,7 @@ struct ClusterOptions {
   bool priority = true;            // the job's priority.enabled
   int local_size = 1;              // processes per worker pod (G)
   int64_t local_chunk_bytes = 1 << 20;
+  BulkingOptions bulking;
 };
 
 class LocalCluster {
@@ -97,6 +98,7 @@ class LocalCluster {
       setup.transport = o.transport;
       setup.metrics = std::make_shared<MetricsRegistry>(MetricLabels{"local", "worker", w});
       worker_metrics.push_back(setup.metrics);
+      setup.bulking = o.bulking;
       int ns = o.servers;
       int64_t sb = o.slice_bytes;
       setup.declare = [ns, sb](const std::vector<v1::KeySpec>& keys) {

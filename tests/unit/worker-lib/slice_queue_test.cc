@@ -1,6 +1,9 @@
 #include "worker-lib/src/slice_queue.h"
 
 #include <algorithm>
+#include <array>
+#include <climits>
+#include <string>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -91,6 +94,64 @@ TEST(SliceQueueTest, ConcurrentProducersAndConsumersLoseNothing) {
   EXPECT_LE(max_in_flight.load(), kWaterMark);
   EXPECT_EQ(q.queued(), 0u);
   EXPECT_EQ(q.in_flight(), 0);
+}
+
+// Within one priority nothing overtakes: every producer's items come out in the order it pushed
+// them, however the producers interleave (FIFO = no starvation inside a band).
+TEST(SliceQueueTest, FifoWithinPriorityUnderConcurrentProducers) {
+  constexpr int kProducers = 4;
+  constexpr int kPerProducer = 3000;
+  SliceQueue<int> q(1 << 20);
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      for (int i = 0; i < kPerProducer; ++i) q.Push(-(i % 3), p * kPerProducer + i);
+    });
+  }
+  for (auto& t : producers) t.join();
+  std::vector<int> last(kProducers * 3, -1);  // [producer * 3 + band]: last index seen
+  int prev_priority = 0;
+  int count = 0;
+  while (auto v = q.TryPop()) {
+    const int p = *v / kPerProducer, i = *v % kPerProducer, prio = -(i % 3);
+    ASSERT_LE(prio, prev_priority) << "a lower priority came out before a higher one";
+    prev_priority = prio;
+    int& seen = last[p * 3 + (i % 3)];
+    ASSERT_GT(i, seen) << "producer " << p << " item " << i << " overtaken within its priority";
+    seen = i;
+    ++count;
+  }
+  EXPECT_EQ(count, kProducers * kPerProducer);
+}
+
+TEST(SliceQueueTest, DepthByBand) {
+  SliceQueue<int> q(1);
+  q.Push(0, 1);          // band 0: layer 0
+  q.Push(-3, 2);         // band 1-9
+  q.Push(-9, 3);
+  q.Push(-10, 4);        // band 10-99
+  q.Push(-250, 5);       // band 100+
+  q.Push(INT32_MAX - 1, 6);  // broadcasts count as band 0
+  EXPECT_EQ(q.queued_by_band(), (std::array<size_t, 4>{2, 2, 1, 1}));
+  ASSERT_EQ(*q.TryPop(), 6);
+  EXPECT_EQ(q.queued_by_band(), (std::array<size_t, 4>{1, 2, 1, 1}));
+  EXPECT_EQ(std::string(SliceQueue<int>::kBandNames[SliceQueue<int>::Band(-42)]), "10-99");
+}
+
+// A bulk grows only from the head of the queue: TryPopIf never reaches past an item that does
+// not fit, and takes no extra place.
+TEST(SliceQueueTest, TryPopIfTakesOnlyTheHeadAndNoPlace) {
+  SliceQueue<int> q(1);
+  q.Push(0, 10);
+  q.Push(0, 11);
+  q.Push(0, 99);  // does not fit
+  q.Push(0, 12);
+  ASSERT_EQ(*q.TryPop(), 10);
+  auto small = [](int v) { return v < 50; };
+  EXPECT_EQ(*q.TryPopIf(small), 11);
+  EXPECT_FALSE(q.TryPopIf(small).has_value());  // 99 is next: 12 must not jump it
+  EXPECT_EQ(q.in_flight(), 1);
+  EXPECT_EQ(q.queued(), 2u);
 }
 
 }  // namespace

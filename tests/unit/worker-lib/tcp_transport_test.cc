@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 
@@ -318,6 +319,66 @@ TEST_F(TcpTransportTest, BadRequestsGetErrorsAndTheConnectionGoesOn) {
     EXPECT_NE(box.status.message().find(k.text), std::string::npos) << box.status.ToString();
   }
   ExpectPushPull(*c, 1);
+}
+
+TEST_F(TcpTransportTest, BulkEntriesAreAnsweredEachIntoItsOut) {
+  Start(1);
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  std::vector<float> g = {1, 2, 3, 4}, out1(4, -1), out2(4, -1);
+  std::vector<SliceRequest> rs(3);
+  rs[0].op = wire::Op::kPushPull;
+  rs[0].key = 7;
+  rs[0].step = 1;
+  rs[0].payload = g.data();
+  rs[0].payload_elements = 4;
+  rs[0].out = out1.data();
+  rs[0].out_elements = 4;
+  rs[1].op = wire::Op::kPull;
+  rs[1].key = 7;
+  rs[1].step = 1;
+  rs[1].out = out2.data();
+  rs[1].out_elements = 4;
+  rs[2].op = wire::Op::kPush;  // its own error, the others unaffected
+  rs[2].key = 99;
+  rs[2].step = 1;
+  rs[2].payload = g.data();
+  rs[2].payload_elements = 4;
+  ReplyBox b0, b1, b2;
+  std::atomic<int> sent{0};
+  c->SendBulk(rs, {b0.Reply(), b1.Reply(), b2.Reply()}, [&] { sent.fetch_add(1); });
+  ASSERT_TRUE(b0.Wait() && b1.Wait() && b2.Wait());
+  EXPECT_TRUE(b0.status.ok()) << b0.status.ToString();
+  EXPECT_TRUE(b1.status.ok()) << b1.status.ToString();
+  EXPECT_EQ(b2.status.code(), StatusCode::kNotFound) << b2.status.ToString();
+  EXPECT_EQ(out1, g);
+  EXPECT_EQ(out2, g);
+  EXPECT_EQ(sent.load(), 1);  // the frame went out once
+  ExpectPushPull(*c, 2);
+}
+
+TEST_F(TcpTransportTest, MalformedBulkGetsAnErrorAndTheConnectionGoesOn) {
+  Start(1);
+  auto c = Connect();  // installs the shard map
+  ASSERT_NE(c, nullptr);
+  RawSocket s(ps_->tcp_port());
+  s.Hello(kToken, 0);
+  auto nested = testing::BulkBytes({testing::RequestBytes(wire::Op::kPush, 7, 0, 1, {1, 2, 3, 4})});
+  s.Write(testing::BulkBytes({nested}, 41));
+  int32_t code = 0;
+  std::string msg;
+  uint64_t id = 0;
+  ASSERT_TRUE(s.ReadFrame(&code, &msg, &id));
+  EXPECT_EQ(id, 41u);
+  EXPECT_EQ(code, static_cast<int32_t>(StatusCode::kInvalidArgument));
+  EXPECT_NE(msg.find("malformed bulk: entry 0: op bulk cannot travel in a bulk"),
+            std::string::npos)
+      << msg;
+  // The same connection still serves: a good push, answered under its id.
+  s.Write(testing::RequestBytes(wire::Op::kPush, 7, 0, 1, {1, 2, 3, 4}, 42));
+  ASSERT_TRUE(s.ReadFrame(&code, &msg, &id));
+  EXPECT_EQ(id, 42u);
+  EXPECT_EQ(code, 0) << msg;
 }
 
 TEST_F(TcpTransportTest, CompletedOperationsOutIsNotWritten) {

@@ -1,0 +1,159 @@
+// The sending half of WorkerImpl: draining the priority queue into the transports, bulking
+// small slices, and turning answers into completed parts.
+//
+// A slice's in-flight place is freed once its bytes went to the kernel (or its reply came
+// first, on an error), not when the answer is back: a PushPull's answer waits until every
+// worker pushed, and holding places for that would couple the workers' queues (one worker's
+// places all taken by answers that wait on keys another worker has not reached yet).
+//
+// Bulks: a popped slice no bigger than bulking.thresholdBytes takes the following queue heads
+// with it while they are small, go to the same server, go the same direction (pulls, or slices
+// that carry a payload) and fit the direction's byte and count limits. Only the head is ever
+// taken, so a bulk never jumps a higher-priority slice; the bulk takes one place.
+#include "worker-lib/src/worker_impl.h"
+
+namespace trellis {
+
+bool WorkerImpl::Bulkable(const Task& t) const {
+  const BulkingOptions& b = setup_.bulking;
+  return b.enabled && t.request.op != wire::Op::kInit && t.slice_bytes <= b.threshold_bytes;
+}
+
+void WorkerImpl::Pump() {
+  // A reply that runs inline inside Send (dead connection) releases a slot and calls Pump
+  // again; the outer loop on this thread picks that up instead of recursing.
+  thread_local const WorkerImpl* pumping = nullptr;
+  if (pumping == this) return;
+  const WorkerImpl* saved = pumping;
+  pumping = this;
+  while (!closing_.load()) {
+    auto t = queue_.TryPop();
+    if (!t) break;
+    if (!Bulkable(*t)) {
+      Dispatch(std::move(*t));
+      continue;
+    }
+    const bool pull = t->request.op == wire::Op::kPull;
+    const BulkingOptions& b = setup_.bulking;
+    const int64_t max_bytes = pull ? b.pull_max_bytes : b.push_max_bytes;
+    const int32_t max_count = pull ? b.pull_max_count : b.push_max_count;
+    // Push direction: what goes up (headers + payloads); pull direction: what comes back.
+    auto cost = [pull](const Task& x) {
+      return pull ? x.slice_bytes
+                  : static_cast<int64_t>(wire::kRequestHeaderBytes) +
+                        x.request.payload_elements * static_cast<int64_t>(sizeof(float));
+    };
+    std::vector<Task> bulk;
+    int64_t bytes = cost(*t);
+    const int32_t server = t->server;
+    bulk.push_back(std::move(*t));
+    while (static_cast<int32_t>(bulk.size()) < max_count) {
+      auto next = queue_.TryPopIf([&](const Task& x) {
+        return x.server == server && Bulkable(x) && (x.request.op == wire::Op::kPull) == pull &&
+               bytes + cost(x) <= max_bytes;
+      });
+      if (!next) break;
+      bytes += cost(*next);
+      bulk.push_back(std::move(*next));
+    }
+    if (bulk.size() == 1) {
+      Dispatch(std::move(bulk.front()));
+    } else {
+      DispatchBulk(std::move(bulk));
+    }
+  }
+  series_.SampleQueue(queue_.queued(), queue_.in_flight());
+  pumping = saved;
+}
+
+// Frees the place once: on the first of "sent" and any reply.
+std::function<void()> WorkerImpl::PlaceReleaser() {
+  auto released = std::make_shared<std::atomic<bool>>(false);
+  return [this, released] {
+    if (released->exchange(true)) return;
+    queue_.Release();
+    Pump();
+  };
+}
+
+SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release) {
+  auto op = task.op;
+  const size_t part = task.part;
+  float* out = task.out;
+  const uint32_t slice = task.request.slice;
+  const int32_t server = task.server;
+  const uint64_t push_bytes = static_cast<uint64_t>(task.request.payload_elements) * sizeof(float);
+  // Bytes expected back: the slice (pull/pushpull), else none.
+  const int64_t want = out != nullptr ? task.slice_bytes : 0;
+  const auto dispatched = SliceClock::now();
+  return [this, op, part, out, want, slice, server, push_bytes, release = std::move(release),
+          dispatched](const Status& s, const Payload& p) {
+    if (!s.ok()) {
+      op->Complete(Status(s.code(), op->what + ": slice " + std::to_string(slice) +
+                                        " on server " + std::to_string(server) + " (" +
+                                        setup_.server_addresses[server] + "): " + s.message()));
+    } else if (out != nullptr && p.bytes != static_cast<size_t>(want)) {
+      op->Complete(DataLossError(op->what + ": slice " + std::to_string(slice) + " on server " +
+                                 std::to_string(server) + " answered " +
+                                 std::to_string(p.bytes) + " bytes, expected " +
+                                 std::to_string(want)));
+    } else {
+      stats_.ObserveRoundTrip(SecondsBetween(dispatched, SliceClock::now()));
+      bytes_pushed_.fetch_add(push_bytes);
+      series_.BytesPushed(push_bytes);
+      op->PartDone(part, [&] {
+        if (out != nullptr) {
+          if (!p.in_place) wire::CopyOut(*p.chunks, p.offset, p.bytes, out);
+          bytes_pulled_.fetch_add(p.bytes);
+          series_.BytesPulled(p.bytes);
+        }
+      });
+    }
+    release();
+  };
+}
+
+void WorkerImpl::Dispatch(Task task) {
+  if (task.op->closed.load()) {  // failed or timed out meanwhile: do not send the rest
+    queue_.Release();
+    return;
+  }
+  auto release = PlaceReleaser();
+  series_.SliceSent();
+  const auto enqueued = task.enqueued;
+  servers_[task.server]->Send(task.request, ReplyFor(task, release), [this, release, enqueued] {
+    stats_.ObserveWait(SecondsBetween(enqueued, SliceClock::now()));
+    release();
+  });
+}
+
+void WorkerImpl::DispatchBulk(std::vector<Task> tasks) {
+  std::erase_if(tasks, [](const Task& t) { return t.op->closed.load(); });
+  if (tasks.empty()) {
+    queue_.Release();
+    return;
+  }
+  if (tasks.size() == 1) {
+    Dispatch(std::move(tasks.front()));
+    return;
+  }
+  auto release = PlaceReleaser();
+  std::vector<SliceRequest> requests;
+  std::vector<SliceReply> replies;
+  std::vector<SliceClock::time_point> enqueued;
+  for (const Task& t : tasks) {
+    series_.SliceSent();
+    requests.push_back(t.request);
+    replies.push_back(ReplyFor(t, release));
+    enqueued.push_back(t.enqueued);
+  }
+  bulks_sent_.fetch_add(1, std::memory_order_relaxed);
+  servers_[tasks.front().server]->SendBulk(
+      requests, std::move(replies), [this, release, enqueued = std::move(enqueued)] {
+        const auto now = SliceClock::now();
+        for (auto e : enqueued) stats_.ObserveWait(SecondsBetween(e, now));
+        release();
+      });
+}
+
+}  // namespace trellis
