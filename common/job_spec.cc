@@ -265,6 +265,16 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
   prio.GetBool("enabled", &out->priority.enabled);
   IntField(prio, "waterMark", 1, kInt32Max, &out->priority.waterMark);
 
+  MapReader bulk(spec.Get("bulking"), spec.Path("bulking"), errors,
+                 {"enabled", "thresholdBytes", "pushMaxBytes", "pushMaxCount", "pullMaxBytes",
+                  "pullMaxCount"});
+  bulk.GetBool("enabled", &out->bulking.enabled);
+  IntField(bulk, "thresholdBytes", 4, kMaxBulkBytes, &out->bulking.thresholdBytes);
+  IntField(bulk, "pushMaxBytes", 4, kMaxBulkBytes, &out->bulking.pushMaxBytes);
+  IntField(bulk, "pushMaxCount", 1, kMaxBulkCount, &out->bulking.pushMaxCount);
+  IntField(bulk, "pullMaxBytes", 4, kMaxBulkBytes, &out->bulking.pullMaxBytes);
+  IntField(bulk, "pullMaxCount", 1, kMaxBulkCount, &out->bulking.pullMaxCount);
+
   MapReader comp(spec.Get("compression"), spec.Path("compression"), errors,
                  {"type", "threshold", "warmupSteps"});
   comp.GetEnum("type", CompressionTypeNames(), &out->compression.type);
@@ -406,7 +416,7 @@ StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
   } else {
     MapReader spec(top.Get("spec"), "spec", &errors,
                    {"image", "servers", "workers", "keyDispatch", "sliceBytes", "priority",
-                    "compression", "serverMode", "transport", "optimizer", "checkpoint",
+                    "bulking", "compression", "serverMode", "transport", "optimizer", "checkpoint",
                     "runPolicy", "scheduler"});
     if (spec.is_mapping()) ParseSpec(spec, &job);
   }

@@ -63,6 +63,22 @@ struct PrioritySpec {
   bool operator==(const PrioritySpec&) const = default;
 };
 
+// Small slices travel together in one message (P3-style bulking); bytes are plain integers.
+struct BulkingSpec {
+  bool enabled = true;
+  int64_t thresholdBytes = 64 << 10;  // slices up to this size may share a message
+  int64_t pushMaxBytes = 1 << 20;     // per bulk going to a server: headers + payloads
+  int32_t pushMaxCount = 64;
+  int64_t pullMaxBytes = 1 << 20;     // per bulk of pulls: the bytes they bring back
+  int32_t pullMaxCount = 64;
+
+  bool operator==(const BulkingSpec&) const = default;
+};
+// Bounds: a bulk fits the data path's smallest frame limit (4 MiB, wire::MaxMessageBytes) and
+// wire::kMaxBulkEntries.
+inline constexpr int64_t kMaxBulkBytes = 4 << 20;
+inline constexpr int32_t kMaxBulkCount = 4096;
+
 struct CompressionSpec {
   CompressionType type = CompressionType::kNone;
   double threshold = 0.5;    // 2bit: |residual| >= threshold is sent as +-threshold
@@ -123,6 +139,7 @@ struct JobSpec {
   KeyDispatch keyDispatch = KeyDispatch::kRoundRobin;
   int64_t sliceBytes = 4 << 20;
   PrioritySpec priority;
+  BulkingSpec bulking;
   CompressionSpec compression;
   ServerMode serverMode = ServerMode::kAggregate;
   Transport transport = Transport::kTcp;

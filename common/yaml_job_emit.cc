@@ -118,6 +118,15 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   Int(out, "waterMark", spec.priority.waterMark);
   out << YAML::EndMap;
 
+  out << YAML::Key << "bulking" << YAML::Value << YAML::BeginMap;
+  Bool(out, "enabled", spec.bulking.enabled);
+  Int(out, "thresholdBytes", spec.bulking.thresholdBytes);
+  Int(out, "pushMaxBytes", spec.bulking.pushMaxBytes);
+  Int(out, "pushMaxCount", spec.bulking.pushMaxCount);
+  Int(out, "pullMaxBytes", spec.bulking.pullMaxBytes);
+  Int(out, "pullMaxCount", spec.bulking.pullMaxCount);
+  out << YAML::EndMap;
+
   out << YAML::Key << "compression" << YAML::Value << YAML::BeginMap;
   Plain(out, "type", ToString(spec.compression.type));
   Double(out, "threshold", spec.compression.threshold);

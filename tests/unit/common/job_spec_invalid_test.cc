@@ -147,6 +147,12 @@ std::vector<InvalidCase> Cases() {
        WithWorkers("  scheduler: {heartbeatIntervalSeconds: 30}\n"),
        "spec.scheduler.heartbeatTimeoutSeconds: must be > "
        "spec.scheduler.heartbeatIntervalSeconds (30), got 10 (default)"},
+      {"BulkCountAboveLimit", WithWorkers("  bulking: {pushMaxCount: 5000}\n"),
+       "spec.bulking.pushMaxCount: must be <= 4096, got 5000"},
+      {"BulkBytesAboveFrameLimit", WithWorkers("  bulking: {pullMaxBytes: 8388608}\n"),
+       "spec.bulking.pullMaxBytes: must be <= 4194304, got 8388608"},
+      {"BulkUnknownField", WithWorkers("  bulking: {maxBytes: 10}\n"),
+       "spec.bulking.maxBytes: unknown field"},
       {"DeadlineZero", WithWorkers("  runPolicy: {activeDeadlineSeconds: 0}\n"),
        "spec.runPolicy.activeDeadlineSeconds: must be >= 1, got 0"},
       {"ManyErrorsAtOnce",

@@ -63,6 +63,8 @@ TEST(JobSpecTest, MinimalTakesEveryDefault) {
   EXPECT_EQ(job.sliceBytes, 4 << 20);
   EXPECT_TRUE(job.priority.enabled);
   EXPECT_EQ(job.priority.waterMark, 8);
+  EXPECT_EQ(job.bulking, BulkingSpec{});
+  EXPECT_TRUE(job.bulking.enabled);
   EXPECT_EQ(job.compression.type, CompressionType::kNone);
   EXPECT_DOUBLE_EQ(job.compression.threshold, 0.5);
   EXPECT_EQ(job.serverMode, ServerMode::kAggregate);
@@ -109,6 +111,8 @@ spec:
   keyDispatch: balanced
   sliceBytes: 512Ki
   priority: {enabled: false, waterMark: 2}
+  bulking: {enabled: false, thresholdBytes: 4096, pushMaxBytes: 65536, pushMaxCount: 16,
+            pullMaxBytes: 131072, pullMaxCount: 32}
   compression: {type: 2bit, threshold: 0.125, warmupSteps: 50}
   serverMode: update
   optimizer: {type: adam, learningRate: 3e-4, momentum: 0.5, beta1: 0.8, beta2: 0.99,
@@ -143,6 +147,12 @@ spec:
   EXPECT_EQ(job.sliceBytes, 512 * 1024);
   EXPECT_FALSE(job.priority.enabled);
   EXPECT_EQ(job.priority.waterMark, 2);
+  EXPECT_FALSE(job.bulking.enabled);
+  EXPECT_EQ(job.bulking.thresholdBytes, 4096);
+  EXPECT_EQ(job.bulking.pushMaxBytes, 65536);
+  EXPECT_EQ(job.bulking.pushMaxCount, 16);
+  EXPECT_EQ(job.bulking.pullMaxBytes, 131072);
+  EXPECT_EQ(job.bulking.pullMaxCount, 32);
   EXPECT_EQ(job.compression.type, CompressionType::kTwoBit);
   EXPECT_DOUBLE_EQ(job.compression.threshold, 0.125);
   EXPECT_EQ(job.compression.warmupSteps, 50);
