@@ -63,6 +63,7 @@ void WorkerImpl::Pump() {
     }
   }
   series_.SampleQueue(queue_.queued(), queue_.in_flight());
+  slice_metrics_.SetDepth(queue_.queued_by_band());
   pumping = saved;
 }
 
@@ -98,7 +99,7 @@ SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release)
                                  std::to_string(p.bytes) + " bytes, expected " +
                                  std::to_string(want)));
     } else {
-      stats_.ObserveRoundTrip(SecondsBetween(dispatched, SliceClock::now()));
+      slice_metrics_.ObserveRoundTrip(SecondsBetween(dispatched, SliceClock::now()));
       bytes_pushed_.fetch_add(push_bytes);
       series_.BytesPushed(push_bytes);
       op->PartDone(part, [&] {
@@ -122,7 +123,7 @@ void WorkerImpl::Dispatch(Task task) {
   series_.SliceSent();
   const auto enqueued = task.enqueued;
   servers_[task.server]->Send(task.request, ReplyFor(task, release), [this, release, enqueued] {
-    stats_.ObserveWait(SecondsBetween(enqueued, SliceClock::now()));
+    slice_metrics_.ObserveWait(SecondsBetween(enqueued, SliceClock::now()));
     release();
   });
 }
@@ -148,10 +149,11 @@ void WorkerImpl::DispatchBulk(std::vector<Task> tasks) {
     enqueued.push_back(t.enqueued);
   }
   bulks_sent_.fetch_add(1, std::memory_order_relaxed);
+  slice_metrics_.CountBulk();
   servers_[tasks.front().server]->SendBulk(
       requests, std::move(replies), [this, release, enqueued = std::move(enqueued)] {
         const auto now = SliceClock::now();
-        for (auto e : enqueued) stats_.ObserveWait(SecondsBetween(e, now));
+        for (auto e : enqueued) slice_metrics_.ObserveWait(SecondsBetween(e, now));
         release();
       });
 }

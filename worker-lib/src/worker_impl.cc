@@ -44,6 +44,7 @@ WorkerImpl::WorkerImpl(WorkerSetup setup)
       metrics_(setup_.metrics ? setup_.metrics
                               : std::make_shared<MetricsRegistry>(MetricLabels{"", "worker", setup_.rank})),
       series_(*metrics_),
+      slice_metrics_(*metrics_),
       queue_(setup_.water_mark) {
   watchdog_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "trellis-watch");
@@ -281,6 +282,7 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
     queue_.Push(priority, std::move(t));
   }
   series_.SampleQueue(queue_.queued(), queue_.in_flight());
+  slice_metrics_.SetDepth(queue_.queued_by_band());
   Pump();
   return Handle(st);
 }

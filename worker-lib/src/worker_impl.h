@@ -22,7 +22,7 @@
 #include "trellis/v1/scheduler.pb.h"
 #include "worker-lib/src/op_state.h"
 #include "worker-lib/src/slice_queue.h"
-#include "worker-lib/src/slice_stats.h"
+#include "worker-lib/src/slice_metrics.h"
 #include "worker-lib/src/transport.h"
 #include "worker-lib/src/worker_metrics.h"
 
@@ -93,8 +93,8 @@ class WorkerImpl final : public Worker {
     return queue_.queued_by_band();
   }
   int slices_in_flight() const { return queue_.in_flight(); }
-  const SliceStats& slice_stats() const { return stats_; }
   uint64_t bulks_sent() const { return bulks_sent_.load(); }
+  const MetricsRegistry& metrics() const { return *metrics_; }
 
  private:
   struct SliceInfo {
@@ -135,6 +135,7 @@ class WorkerImpl final : public Worker {
   const WorkerSetup setup_;
   const std::shared_ptr<MetricsRegistry> metrics_;  // setup_.metrics or one of its own
   WorkerMetrics series_;                             // this worker's series on metrics_
+  SliceMetrics slice_metrics_;                      // registered in metrics_
 
   std::mutex decl_mu_;
   std::map<KeyId, KeyDecl> declared_;  // GUARDED_BY(decl_mu_)
@@ -144,7 +145,6 @@ class WorkerImpl final : public Worker {
   std::vector<std::unique_ptr<ServerConnection>> servers_;     // written once under decl_mu_
 
   SliceQueue<Task> queue_;
-  SliceStats stats_;
   std::atomic<uint64_t> bytes_pushed_{0};
   std::atomic<uint64_t> bytes_pulled_{0};
   std::atomic<uint64_t> bulks_sent_{0};

@@ -6,6 +6,7 @@
 // completes in issue order, which shows the check can fail.
 #include <atomic>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -28,6 +29,7 @@ constexpr int64_t kBigElements = 8 << 20;  // 32 MiB, 128 slices of 256 KiB: far
 struct Outcome {
   std::vector<KeyId> completion_order;
   uint64_t bulks = 0;
+  std::string metrics;  // the worker's /metrics text at the end
 };
 
 Outcome IssueBehindAHeldLink(bool priority) {
@@ -88,8 +90,21 @@ Outcome IssueBehindAHeldLink(bool priority) {
   EXPECT_EQ(big[0], 1.0f);  // W = 1: the sum is the gradient
   EXPECT_EQ(small[5], 3.0f);
   run.bulks = dynamic_cast<WorkerImpl&>(w).bulks_sent();
+  run.metrics = dynamic_cast<WorkerImpl&>(w).metrics().Serialize();
   worker->reset();  // before the link and the server
   return run;
+}
+
+// The value of the first series of `name` whose labels contain `label` ("" if none).
+std::string SeriesValue(const std::string& text, const std::string& name, const std::string& label) {
+  size_t at = 0;
+  while ((at = text.find(name + "{", at)) != std::string::npos) {
+    const size_t end = text.find('\n', at);
+    const std::string line = text.substr(at, end - at);
+    at = end;
+    if (line.find(label) != std::string::npos) return line.substr(line.rfind(' ') + 1);
+  }
+  return "";
 }
 
 size_t Position(const std::vector<KeyId>& order, KeyId k) {
@@ -108,6 +123,22 @@ TEST(PriorityOrderTest, HighPriorityKeysIssuedLaterCompleteBeforeTheBigKey) {
   for (int i = 0; i < kSmallKeys; ++i) EXPECT_LT(Position(run.completion_order, KeyId(i)), big);
   // The small keys waited together at the head of the queue: they went out in bulks.
   EXPECT_GT(run.bulks, 0u);
+  // The scheduling metrics saw it: bulks counted, every slice timed, queues drained.
+  EXPECT_NE(run.metrics.find("trellis_worker_bulks_sent_total{rank=\"0\",role=\"worker\"} " +
+                             std::to_string(run.bulks)),
+            std::string::npos)
+      << run.metrics;
+  EXPECT_NE(run.metrics.find("trellis_worker_slice_wait_seconds_count"), std::string::npos);
+  EXPECT_NE(run.metrics.find("trellis_worker_slice_round_trip_seconds_count{rank=\"0\",role=\"worker\"} " +
+                             std::to_string(128 + 1 + kSmallKeys)),
+            std::string::npos)
+      << run.metrics;
+  for (const char* band : {"0", "1-9", "10-99", "100+"}) {
+    EXPECT_EQ(SeriesValue(run.metrics, "trellis_worker_queue_depth_by_band_slices",
+                          std::string("band=\"") + band + "\""),
+              "0")
+        << band << "\n" << run.metrics;
+  }
 }
 
 TEST(PriorityOrderTest, WithPriorityOffKeysCompleteInIssueOrder) {
