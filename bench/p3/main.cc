@@ -13,8 +13,9 @@
 // the real compute times, so a 1gbit test link stands for 10 Gbit/s.
 //
 //   sudo build/bin/bench_p3 [--models resnet50,vgg19,transformer] [--rate 1gbit] [--dilation 10]
-//        [--steps 2] [--warmup 1] [--slice-bytes 1Mi] [--water-mark 8] [--schedules a,b,c]
-//        [--prefix tb4] [--log-dir DIR]
+//        [--steps 2] [--warmup 1] [--slice-bytes 256Ki] [--water-mark 8] [--bulking true]
+//        [--schedules a,b,c] [--prefix tb4] [--log-dir DIR]
+// (a) and (b) never bulk (whole tensors); --slice-bytes, --water-mark and --bulking apply to (c).
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -142,9 +143,10 @@ StatusOr<double> RunCase(const Flags& f, const std::string& bin_dir, const std::
         << ", --result-dir, " << run_dir << "]\n"
         << "  transport: tcp\n"
         // Whole tensors: one slice per key (the largest, VGG-19's fc6, is 392 MiB).
-        << "  sliceBytes: " << (p3 ? f.Get("slice-bytes", "1Mi") : std::string("1Gi")) << "\n"
+        << "  sliceBytes: " << (p3 ? f.Get("slice-bytes", "256Ki") : std::string("1Gi")) << "\n"
         << "  priority:\n    enabled: " << (p3 ? "true" : "false")
-        << "\n    waterMark: " << f.Get("water-mark", "8") << "\n";
+        << "\n    waterMark: " << f.Get("water-mark", "8") << "\n"
+        << "  bulking:\n    enabled: " << (p3 ? f.Get("bulking", "true") : "false") << "\n";
     if (!job) return UnavailableError("cannot write " + job_file);
   }
   NetnsJobOptions o;
