@@ -219,7 +219,7 @@ int Main(int argc, char** argv) {
             << " (tc tbf in network namespaces); compute dilated x" << dilation
             << ", so this stands for " << dilation << " x " << rate
             << " with the models' real compute times\n";
-  Table table({"model", "params", "compute/step", "link (simulated)", "(a) s/step", "(b) s/step",
+  Table table({"model", "params", "compute/step", "link, dilation", "(a) s/step", "(b) s/step",
                "(c) s/step", "c/a speed-up", "goal", "met"});
   int status = 0;
   const auto schedules = Split(f.Get("schedules", "a,b,c"));
@@ -254,7 +254,7 @@ int Main(int argc, char** argv) {
     }
     table.AddRow({name, Fixed(static_cast<double>(model->parameters()) / 1e6, 1) + "M",
                   Fixed(model->compute_s() * 1e3, 0) + " ms",
-                  rate + " (" + Fixed(dilation, 0) + "x: " + Fixed(dilation, 0) + " x " + rate + ")",
+                  rate + " x" + Fixed(dilation, 0) + " compute",
                   cell("a"), cell("b"), cell("c"), speedup,
                   ">= " + Fixed(goal, 2) + "x", met});
   }

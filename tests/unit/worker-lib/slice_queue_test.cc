@@ -138,6 +138,17 @@ TEST(SliceQueueTest, DepthByBand) {
   EXPECT_EQ(std::string(SliceQueue<int>::kBandNames[SliceQueue<int>::Band(-42)]), "10-99");
 }
 
+// Shutdown fails everything still queued, even while every place is taken.
+TEST(SliceQueueTest, TakeAllEmptiesTheQueueWhateverIsInFlight) {
+  SliceQueue<int> q(1);
+  for (int i = 0; i < 4; ++i) q.Push(-i, i);
+  ASSERT_EQ(*q.TryPop(), 0);
+  EXPECT_FALSE(q.TryPop().has_value());  // the one place is taken
+  EXPECT_EQ(q.TakeAll(), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(q.queued(), 0u);
+  EXPECT_EQ(q.queued_by_band(), (std::array<size_t, 4>{0, 0, 0, 0}));
+}
+
 // A bulk grows only from the head of the queue: TryPopIf never reaches past an item that does
 // not fit, and takes no extra place.
 TEST(SliceQueueTest, TryPopIfTakesOnlyTheHeadAndNoPlace) {
