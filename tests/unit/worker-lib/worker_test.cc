@@ -226,6 +226,7 @@ TEST_P(WorkerTest, OppositeKeyOrdersDoNotCoupleTheQueues) {
   o.slice_bytes = 64;  // several slices per key
   o.water_mark = 1;
   o.timeout_ms = 10000;
+  o.bulking.enabled = false;  // one slice per place (a bulk would carry both keys at once)
   LocalCluster c;
   ASSERT_TRUE(c.Start(o).ok());
   ASSERT_TRUE(c.Declare({{.id = 1, .name = "a", .num_elements = 64},
