@@ -14,12 +14,14 @@
 //
 //   sudo build/bin/bench_p3 [--models resnet50,vgg19,transformer] [--rate 1gbit] [--dilation 10]
 //        [--steps 2] [--warmup 1] [--slice-bytes 256Ki] [--water-mark 8] [--bulking true]
-//        [--schedules a,b,c] [--prefix tb4] [--log-dir DIR]
+//        [--schedules a,b,c] [--prefix tb4] [--log-dir DIR] [--deadline 600] [--case-deadline 240]
 // (a) and (b) never bulk (whole tensors); --slice-bytes, --water-mark and --bulking apply to (c).
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -126,8 +128,11 @@ struct Goal {
 };
 constexpr Goal kGoals[] = {{"resnet50", 1.25}, {"vgg19", 1.66}, {"transformer", 1.38}};
 
+// The whole bench ends by --deadline (seconds, default 600): a case gets what is left, at most
+// --case-deadline (default 240).
 StatusOr<double> RunCase(const Flags& f, const std::string& bin_dir, const std::string& log_dir,
-                         const std::string& model, const std::string& schedule) {
+                         const std::string& model, const std::string& schedule,
+                         std::chrono::steady_clock::time_point bench_deadline) {
   const std::string name = "p3-" + model + "-" + schedule;
   const std::string run_dir = log_dir + "/" + name;
   std::system(("rm -rf '" + run_dir + "' && mkdir -p '" + run_dir + "'").c_str());
@@ -154,7 +159,12 @@ StatusOr<double> RunCase(const Flags& f, const std::string& bin_dir, const std::
   o.bin_dir = bin_dir;
   o.run_dir = run_dir;
   o.job_file = job_file;
-  o.deadline = std::chrono::seconds(std::atoi(f.Get("case-deadline", "240").c_str()));
+  const auto left = std::chrono::duration_cast<std::chrono::seconds>(
+      bench_deadline - std::chrono::steady_clock::now());
+  o.deadline = std::min(std::chrono::seconds(std::atoi(f.Get("case-deadline", "240").c_str())), left);
+  if (o.deadline.count() <= 0) {
+    return DeadlineExceededError(name + ": skipped, the bench's --deadline has passed");
+  }
   TRELLIS_RETURN_IF_ERROR(RunNetnsJob(o).Annotate(name));
   double sum = 0;
   for (int w = 0; w < 2; ++w) {
@@ -223,6 +233,8 @@ int Main(int argc, char** argv) {
                "(c) s/step", "c/a speed-up", "goal", "met"});
   int status = 0;
   const auto schedules = Split(f.Get("schedules", "a,b,c"));
+  const auto bench_deadline = std::chrono::steady_clock::now() +
+                              std::chrono::seconds(std::atoi(f.Get("deadline", "600").c_str()));
   for (const std::string& name : Split(f.Get("models", "resnet50,vgg19,transformer"))) {
     auto model = ModelByName(name);
     if (!model.ok()) {
@@ -232,7 +244,7 @@ int Main(int argc, char** argv) {
     }
     std::map<std::string, double> step;
     for (const std::string& s : schedules) {
-      auto r = RunCase(f, bin_dir, log_dir, name, s);
+      auto r = RunCase(f, bin_dir, log_dir, name, s, bench_deadline);
       if (!r.ok()) {
         std::cerr << "bench_p3: " << r.status().ToString() << "\n";
         status = 1;
