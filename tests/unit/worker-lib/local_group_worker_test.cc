@@ -2,11 +2,11 @@
 // workers (broadcast, PushPull over several steps and slices, Push + Pull, barriers), with
 // priority on and off, and each pod sends 1/G of what its processes would send alone.
 //
-// Two shapes: all keys of a step in flight at once with a water mark above the slices in
-// flight, and a water mark of 2 (the queue decides) with one key in flight at a time. All keys
-// at once under a small water mark can stall until the deadline, grouped or not: an in-flight
-// PushPull holds its place until every worker pushed that slice, and two workers whose queues
-// sent different slices first wait on each other (docs/multi-gpu.md, Limits).
+// Shapes: all keys of a step in flight at once with a water mark above the slices in flight, a
+// water mark of 2 (the queue decides) with one key in flight at a time, and all keys in flight
+// under a water mark of 2. The last used to stall until the deadline (an in-flight PushPull
+// held its place until every worker pushed that slice); places are now freed once a slice's
+// bytes are sent (worker-lib/src/worker_dispatch.cc).
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -115,7 +115,8 @@ std::vector<float> Expected() {
 
 struct Shape {
   bool priority;
-  bool concurrent;  // all keys of a step in flight at once
+  bool concurrent;      // all keys of a step in flight at once
+  int water_mark = 0;   // 0: 32 when concurrent, else 2
 };
 
 class LocalGroupEquivalenceTest : public ::testing::TestWithParam<Shape> {};
@@ -125,8 +126,11 @@ TEST_P(LocalGroupEquivalenceTest, TwoPodsOfTwoEqualFourWorkers) {
   o.servers = 2;
   o.slice_bytes = 16 << 10;  // key 3 spans 18 slices, or 9 per part when grouped
   // Concurrent: above the 21 slices a plain worker has in flight; else the queue decides.
-  o.water_mark = GetParam().concurrent ? 32 : 2;
+  o.water_mark = GetParam().water_mark > 0 ? GetParam().water_mark
+                                           : GetParam().concurrent ? 32 : 2;
   o.priority = GetParam().priority;
+  // One slice per place in the small-water-mark shape, so bulks cannot hide a stall.
+  o.bulking.enabled = GetParam().water_mark == 0;
   o.transport = "tcp";
   o.workers = 4;
   Outcome plain = RunJob(o, GetParam().concurrent);
@@ -159,10 +163,15 @@ TEST_P(LocalGroupEquivalenceTest, TwoPodsOfTwoEqualFourWorkers) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LocalGroupEquivalenceTest,
                          ::testing::Values(Shape{true, false}, Shape{true, true},
-                                           Shape{false, false}, Shape{false, true}),
+                                           Shape{false, false}, Shape{false, true},
+                                           // Stalled until places were freed on send (issue 4).
+                                           Shape{true, true, 2}),
                          [](const auto& info) {
                            return std::string(info.param.priority ? "PriorityOn" : "PriorityOff") +
-                                  (info.param.concurrent ? "_AllKeysInFlight" : "_OneKeyInFlight");
+                                  (info.param.concurrent ? "_AllKeysInFlight" : "_OneKeyInFlight") +
+                                  (info.param.water_mark > 0
+                                       ? "_WaterMark" + std::to_string(info.param.water_mark)
+                                       : "");
                          });
 
 TEST(LocalGroupWorkerTest, RejectsWhatItCannotMap) {
