@@ -1,0 +1,152 @@
+#include "common/checkpoint_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace trellis {
+namespace {
+
+constexpr char kSuffix[] = ".ckpt";
+constexpr int kStepDigits = 12;
+
+Status Errno(const std::string& what, const std::string& file) {
+  return InternalError(what + " " + file + ": " + std::strerror(errno));
+}
+
+Status WriteAll(int fd, const std::string& data, const std::string& file) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno("writing", file);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status FsyncPath(const std::string& path, int flags, const std::string& what) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return Errno("opening " + what, path);
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Errno("fsync of " + what, path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+CheckpointDir::CheckpointDir(std::string dir, std::string prefix, int32_t keep)
+    : dir_(std::move(dir)), prefix_(std::move(prefix)), keep_(std::max(keep, 1)) {}
+
+std::string CheckpointDir::FileFor(int64_t step) const {
+  char digits[32];
+  std::snprintf(digits, sizeof(digits), "%0*lld", kStepDigits, static_cast<long long>(step));
+  return dir_ + "/" + prefix_ + "-" + digits + kSuffix;
+}
+
+StatusOr<std::string> CheckpointDir::Save(const Checkpoint& c, uint64_t* bytes) {
+  if (c.step < 0) return InvalidArgumentError("checkpoint step " + std::to_string(c.step) + " < 0");
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) return InternalError("creating checkpoint directory " + dir_ + ": " + ec.message());
+  const std::string final_name = FileFor(c.step);
+  // Dot-prefixed and suffixed: never listed as a checkpoint, even if a crash leaves it behind.
+  const std::string tmp = dir_ + "/." + prefix_ + "-" + std::to_string(c.step) + "." +
+                          std::to_string(::getpid()) + ".tmp";
+  const std::string data = EncodeCheckpoint(c);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("creating", tmp);
+  Status st = WriteAll(fd, data, tmp);
+  if (st.ok() && ::fsync(fd) != 0) st = Errno("fsync of", tmp);
+  if (::close(fd) != 0 && st.ok()) st = Errno("closing", tmp);
+  if (st.ok() && ::rename(tmp.c_str(), final_name.c_str()) != 0) {
+    st = Errno("renaming " + tmp + " to", final_name);
+  }
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  TRELLIS_RETURN_IF_ERROR(FsyncPath(dir_, O_RDONLY | O_DIRECTORY, "checkpoint directory"));
+  if (bytes != nullptr) *bytes = data.size();
+  TRELLIS_RETURN_IF_ERROR(Prune());
+  return final_name;
+}
+
+StatusOr<std::vector<int64_t>> CheckpointDir::Steps() const {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir_, ec);
+  if (ec) {
+    if (ec == std::errc::no_such_file_or_directory) return steps;
+    return InternalError("listing checkpoint directory " + dir_ + ": " + ec.message());
+  }
+  const std::string head = prefix_ + "-";
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (ec) return InternalError("listing checkpoint directory " + dir_ + ": " + ec.message());
+    const std::string name = it->path().filename().string();
+    const size_t want = head.size() + kStepDigits + std::strlen(kSuffix);
+    if (name.size() != want || name.rfind(head, 0) != 0 ||
+        name.compare(name.size() - std::strlen(kSuffix), std::string::npos, kSuffix) != 0) {
+      continue;
+    }
+    const std::string digits = name.substr(head.size(), kStepDigits);
+    if (!std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      continue;
+    }
+    steps.push_back(std::stoll(digits));
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
+Status CheckpointDir::Prune() const {
+  TRELLIS_ASSIGN_OR_RETURN(std::vector<int64_t> steps, Steps());
+  for (size_t i = static_cast<size_t>(keep_); i < steps.size(); ++i) {
+    const std::string f = FileFor(steps[i]);
+    if (::unlink(f.c_str()) != 0 && errno != ENOENT) return Errno("removing old checkpoint", f);
+  }
+  return Status::Ok();
+}
+
+StatusOr<LoadedCheckpoint> CheckpointDir::LoadNewest() const {
+  TRELLIS_ASSIGN_OR_RETURN(std::vector<int64_t> steps, Steps());
+  LoadedCheckpoint out;
+  for (int64_t step : steps) {
+    const std::string f = FileFor(step);
+    std::ifstream in(f, std::ios::binary);
+    std::ostringstream buf;
+    buf << in.rdbuf();
+    if (!in.good() && !in.eof()) {
+      out.skipped.push_back(InternalError(f + ": cannot read: " + std::strerror(errno)));
+      continue;
+    }
+    auto c = DecodeCheckpoint(buf.str(), f);
+    if (!c.ok()) {
+      out.skipped.push_back(c.status());
+      continue;
+    }
+    if (c->step != step) {
+      out.skipped.push_back(DataLossError(f + ": holds step " + std::to_string(c->step) +
+                                          ", its name says step " + std::to_string(step)));
+      continue;
+    }
+    out.file = f;
+    out.checkpoint = std::move(*c);
+    return out;
+  }
+  std::string msg = "no usable checkpoint " + prefix_ + "-*" + kSuffix + " in " + dir_;
+  for (const auto& s : out.skipped) msg += "; rejected " + s.message();
+  return NotFoundError(msg);
+}
+
+}  // namespace trellis
