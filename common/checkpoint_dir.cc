@@ -118,29 +118,31 @@ Status CheckpointDir::Prune() const {
   return Status::Ok();
 }
 
+StatusOr<Checkpoint> CheckpointDir::Load(int64_t step) const {
+  const std::string f = FileFor(step);
+  std::ifstream in(f, std::ios::binary);
+  if (!in) return NotFoundError(f + ": cannot open: " + std::strerror(errno));
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) return InternalError(f + ": read error");
+  TRELLIS_ASSIGN_OR_RETURN(Checkpoint c, DecodeCheckpoint(buf.str(), f));
+  if (c.step != step) {
+    return DataLossError(f + ": holds step " + std::to_string(c.step) + ", its name says step " +
+                         std::to_string(step));
+  }
+  return c;
+}
+
 StatusOr<LoadedCheckpoint> CheckpointDir::LoadNewest() const {
   TRELLIS_ASSIGN_OR_RETURN(std::vector<int64_t> steps, Steps());
   LoadedCheckpoint out;
   for (int64_t step : steps) {
-    const std::string f = FileFor(step);
-    std::ifstream in(f, std::ios::binary);
-    std::ostringstream buf;
-    buf << in.rdbuf();
-    if (!in.good() && !in.eof()) {
-      out.skipped.push_back(InternalError(f + ": cannot read: " + std::strerror(errno)));
-      continue;
-    }
-    auto c = DecodeCheckpoint(buf.str(), f);
+    auto c = Load(step);
     if (!c.ok()) {
       out.skipped.push_back(c.status());
       continue;
     }
-    if (c->step != step) {
-      out.skipped.push_back(DataLossError(f + ": holds step " + std::to_string(c->step) +
-                                          ", its name says step " + std::to_string(step)));
-      continue;
-    }
-    out.file = f;
+    out.file = FileFor(step);
     out.checkpoint = std::move(*c);
     return out;
   }

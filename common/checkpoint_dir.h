@@ -35,6 +35,9 @@ class CheckpointDir {
   // Steps with a file here, newest first (temporary files and other names are ignored).
   StatusOr<std::vector<int64_t>> Steps() const;
 
+  // The checkpoint of exactly `step`; errors name the file and what is wrong with it.
+  StatusOr<Checkpoint> Load(int64_t step) const;
+
   // The newest checkpoint that decodes. NOT_FOUND when there is none (no files, or all bad: the
   // message then lists every rejected file).
   StatusOr<LoadedCheckpoint> LoadNewest() const;

@@ -123,6 +123,8 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
   c.server.store.num_workers = job.workers.replicas;
   c.server.store.mode = job.serverMode;
   c.server.store.optimizer = job.optimizer;
+  c.server.store.checkpoint_path = job.checkpoint.path;
+  c.server.store.checkpoint_keep = job.checkpoint.keep;
   c.server.slice_bytes = job.sliceBytes;
   if (std::string w = Pick(flags, "num-workers", "TRELLIS_NUM_WORKERS", &src); !w.empty()) {
     TRELLIS_ASSIGN_OR_RETURN(int64_t n, ToInt(src, w, 1, 1 << 20));

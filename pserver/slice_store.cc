@@ -112,6 +112,10 @@ Status SliceStore::Describe404(uint64_t key, uint32_t slice) const {
 
 void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame,
                         Reply reply) {
+  if (h.op == wire::Op::kSave || h.op == wire::Op::kLoad) {
+    reply(HandleCheckpointOp(h), nullptr);
+    return;
+  }
   std::vector<Deferred> deferred;
   Status st;
   series_.Request(h.op, h.op == wire::Op::kPull ? 0 : h.payload_bytes);
@@ -122,7 +126,7 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
       st = Describe404(h.key, h.slice);
     } else {
       int64_t got = static_cast<int64_t>(h.payload_bytes / sizeof(float));
-      bool has_payload = h.op != wire::Op::kPull;
+      bool has_payload = wire::OpHasPayload(h.op);
       if (has_payload && got != s->num_elements) {
         st = InvalidArgumentError(s->name + ": " + wire::OpName(h.op) + " of " +
                                   std::to_string(got) + " elements, the slice has " +
@@ -145,6 +149,9 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
           case wire::Op::kPull:
             Pull(s, h.step, std::move(reply), &deferred);
             break;
+          case wire::Op::kSave:
+          case wire::Op::kLoad:
+            break;  // handled above
         }
       }
     }
@@ -229,7 +236,8 @@ Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
     float* g = s->accum->data();
     const float inv = 1.0f / static_cast<float>(config_.num_workers);
     for (size_t i = 0; i < n; ++i) g[i] *= inv;
-    ApplyOptimizer(config_.optimizer, step, g, s->weights.data(), s->num_elements, &s->opt);
+    ApplyOptimizer(config_.optimizer, s->step_base + step, g, s->weights.data(), s->num_elements,
+                   &s->opt);
     result = std::make_shared<const std::vector<float>>(s->weights);
   }
   // Recycle the buffer of step-2 as the next accumulator when no answer still references it

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/checkpoint_dir.h"
 #include "common/job_spec.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -39,6 +40,8 @@ struct StoreConfig {
   OptimizerSpec optimizer;
   // The process's metrics (role server); null: the store keeps its own.
   std::shared_ptr<MetricsRegistry> metrics;
+  std::string checkpoint_path;  // the job's spec.checkpoint.path; empty: SAVE/LOAD refused
+  int32_t checkpoint_keep = 3;
 };
 
 using Values = std::shared_ptr<const std::vector<float>>;
@@ -70,6 +73,14 @@ class SliceStore {
   // Latest complete step of a slice, or -1 if unknown (tests, metrics).
   int64_t CompleteStep(uint64_t key, uint32_t slice) const;
 
+  // Checkpoints (slice_store_checkpoint.cc). Snapshot: in update mode every initialized slice
+  // held here (weights, optimizer state, optimizer step count), except those of `skip_key`;
+  // in aggregate mode nothing. RestoreFrom installs a snapshot as the slices' step-0 values
+  // (pulled like a broadcast) with their optimizer state; everything is checked first, so a
+  // file that does not fit this shard map changes nothing. Errors name `file`.
+  Checkpoint Snapshot(int64_t step, uint64_t skip_key) const;
+  Status RestoreFrom(const Checkpoint& c, const std::string& file);
+
  private:
   struct Waiter {
     int64_t step;
@@ -91,6 +102,7 @@ class SliceStore {
     int32_t pushes = 0;                 // GUARDED_BY(mu)
     std::vector<float> weights;         // GUARDED_BY(mu): update mode
     OptimizerState opt;                 // GUARDED_BY(mu)
+    int64_t step_base = 0;              // GUARDED_BY(mu): optimizer steps before a restore
     std::vector<Waiter> waiters;        // GUARDED_BY(mu)
   };
   struct Deferred {
@@ -107,6 +119,9 @@ class SliceStore {
   Status Init(Slice* s, const wire::Chunks& frame, std::vector<Deferred>* out);
   void Pull(Slice* s, int64_t step, Reply reply, std::vector<Deferred>* out);
   Values ResultFor(Slice* s, int64_t step) const;
+  CheckpointDir Dir() const;
+  // SAVE: Snapshot to the checkpoint directory; LOAD: RestoreFrom the file of h.step.
+  Status HandleCheckpointOp(const wire::RequestHeader& h);
 
   const StoreConfig config_;
   const std::shared_ptr<MetricsRegistry> registry_;  // config_.metrics or the store's own

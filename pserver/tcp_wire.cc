@@ -98,9 +98,10 @@ Status DecodeRequestHeader(const uint8_t* h, uint64_t max_payload, wire::Request
                                 std::to_string(out->payload_bytes) +
                                 " bytes is not a whole number of float32 values");
   }
-  if (out->op == wire::Op::kPull && out->payload_bytes != 0) {
-    return InvalidArgumentError("malformed frame: a pull carries no payload, got " +
-                                std::to_string(out->payload_bytes) + " bytes");
+  if (!wire::OpHasPayload(out->op) && out->payload_bytes != 0) {
+    return InvalidArgumentError(std::string("malformed frame: a ") + wire::OpName(out->op) +
+                                " carries no payload, got " + std::to_string(out->payload_bytes) +
+                                " bytes");
   }
   return Status::Ok();
 }

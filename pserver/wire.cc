@@ -69,6 +69,8 @@ const char* OpName(Op op) {
     case Op::kPushPull: return "pushpull";
     case Op::kInit: return "init";
     case Op::kBulk: return "bulk";
+    case Op::kSave: return "save";
+    case Op::kLoad: return "load";
   }
   return "op(?)";
 }
@@ -118,7 +120,8 @@ Status ParseRequestHeader(const uint8_t* h, RequestHeader* out) {
                                 " (not a trellis data request)");
   }
   uint8_t op = GetLe<uint8_t>(h, 4);
-  if (op < 1 || op > 5) {
+  if ((op < 1 || op > 5) && op != static_cast<uint8_t>(Op::kSave) &&
+      op != static_cast<uint8_t>(Op::kLoad)) {
     return InvalidArgumentError("malformed frame: unknown op " + std::to_string(op));
   }
   out->op = static_cast<Op>(op);
@@ -181,10 +184,9 @@ Status DecodeRequest(const Chunks& frame, RequestHeader* out, uint64_t* request_
                                 std::to_string(out->payload_bytes) + " payload bytes, " +
                                 std::to_string(present) + " present (truncated or padded)");
   }
-  bool wants_payload = out->op != Op::kPull;
-  if (!wants_payload && present != 0) {
-    return InvalidArgumentError("malformed frame: a pull carries no payload, got " +
-                                std::to_string(present) + " bytes");
+  if (!OpHasPayload(out->op) && present != 0) {
+    return InvalidArgumentError(std::string("malformed frame: a ") + OpName(out->op) +
+                                " carries no payload, got " + std::to_string(present) + " bytes");
   }
   if (present % sizeof(float) != 0) {
     return InvalidArgumentError("malformed frame: payload of " + std::to_string(present) +

@@ -44,8 +44,16 @@ void ApplyDataChannelArgs(SetInt set) {
 }
 
 // kBulk: several small requests in one frame (see ParseBulk); answered one by one.
-enum class Op : uint8_t { kPush = 1, kPull = 2, kPushPull = 3, kInit = 4, kBulk = 5 };
-const char* OpName(Op op);  // "push", "pull", "pushpull", "init", "bulk", "op(N)"
+// kSave / kLoad are server-wide (key and slice name no slice): rank 0's checkpoint round
+// (docs/checkpoints.md). kSave's key is a key left out of the file (the checkpointer's own).
+enum class Op : uint8_t {
+  kPush = 1, kPull = 2, kPushPull = 3, kInit = 4, kBulk = 5, kSave = 16, kLoad = 17
+};
+const char* OpName(Op op);  // "push", "pull", "pushpull", "init", "bulk", "save", "load", "op(N)"
+// Whether requests of `op` carry a payload (floats, or a bulk's sub-requests).
+inline bool OpHasPayload(Op op) {
+  return op == Op::kPush || op == Op::kPushPull || op == Op::kInit || op == Op::kBulk;
+}
 
 struct RequestHeader {
   Op op = Op::kPush;

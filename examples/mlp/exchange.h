@@ -16,8 +16,15 @@ class Exchange {
   virtual int rank() const = 0;
   virtual int world() const = 0;
   // Once, after every worker initialized its own model: declares one key per layer and makes
-  // every worker's parameters equal to rank 0's.
-  virtual Status Setup(Mlp& model) = 0;
+  // every worker's parameters and `velocity` (the optimizer's momentum, one vector per layer)
+  // equal to rank 0's, restored from the newest checkpoint when the job has one. Returns the
+  // global step training resumes after (0: from the start).
+  virtual StatusOr<int64_t> Setup(Mlp& model, std::vector<std::vector<float>>& velocity) = 0;
+  // Whether a checkpoint is due after global step `step` (1-based). The trainer then applies
+  // every pending update, so parameters and velocity are those after `step`, and calls
+  // SaveCheckpoint(step).
+  virtual bool CheckpointDue(int64_t /*step*/) const { return false; }
+  virtual Status SaveCheckpoint(int64_t /*step*/) { return Status::Ok(); }
   // Starts summing `grad` (layer `layer`'s gradient) over all workers, in place. Returns at
   // once; `grad` must stay untouched until Wait(layer) returns.
   virtual void Start(int layer, float* grad, int priority) = 0;
@@ -34,7 +41,7 @@ class LocalExchange : public Exchange {
  public:
   int rank() const override { return 0; }
   int world() const override { return 1; }
-  Status Setup(Mlp&) override { return Status::Ok(); }
+  StatusOr<int64_t> Setup(Mlp&, std::vector<std::vector<float>>&) override { return int64_t{0}; }
   void Start(int, float*, int) override {}
   Status Wait(int) override { return Status::Ok(); }
   StatusOr<std::vector<double>> SumStats(const std::vector<double>& v) override { return v; }

@@ -54,6 +54,6 @@ int main(int argc, char** argv) {
               << "\n";
     return 4;
   }
-  if (exchange->rank() == 0 && !report->reached_target) return 1;
+  if (exchange->rank() == 0 && !report->stopped && !report->reached_target) return 1;
   return 0;
 }

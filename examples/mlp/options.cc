@@ -112,6 +112,10 @@ const std::map<std::string, Setter>& Setters() {
          TRELLIS_ASSIGN_OR_RETURN(o.task.min_margin, ParseDouble("min-margin", v, 0.0, 10.0));
          return Status::Ok();
        }},
+      {"stop-at-step", [](TrainOptions& o, const std::string& v) -> Status {
+         TRELLIS_ASSIGN_OR_RETURN(o.stop_at_step, ParseInt("stop-at-step", v, 0));
+         return Status::Ok();
+       }},
       {"layers", [](TrainOptions& o, const std::string& v) -> Status {
          TRELLIS_ASSIGN_OR_RETURN(o.sizes, ParseSizes(v));
          return Status::Ok();
@@ -194,7 +198,11 @@ std::string TrainUsage() {
   --latent-dim N        inputs lie near a random N-dim subspace; 0 = full (default 16)
   --min-margin X        redraw samples whose teacher top-2 logit gap is below X (default 0.3)
   --layers A,B,...      layer sizes, input first, classes last (default 64,1024,768,256,10)
+  --stop-at-step N      end (exit 0) after global step N, e.g. right after a checkpoint
   --local               train in this process without Trellis (same data and math)
+
+Checkpoints: with the job's spec.checkpoint.path set, rank 0 saves the weights and momentum every
+spec.checkpoint.intervalSteps steps, and a (re)started job resumes from the newest good one.
 
 Every flag can also come from the environment as TRELLIS_MLP_<FLAG> (e.g. TRELLIS_MLP_EPOCHS=3,
 TRELLIS_MLP_LOCAL=1); a flag wins.

@@ -21,6 +21,7 @@ struct TrainOptions {
   int64_t train_samples = 32768;   // whole training set, split across workers
   int64_t test_samples = 2048;
   TaskOptions task;
+  int64_t stop_at_step = 0;        // > 0: end after this global step (checkpoint tests)
   bool local = false;              // train in this process without Trellis
   bool help = false;
 };

@@ -81,13 +81,15 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
                                 std::to_string(batch));
   }
 
-  // Each worker starts from its own seed; Setup makes everyone equal to rank 0.
-  model.Init(MixSeed(options.seed, 10 + static_cast<uint64_t>(rank)));
-  TRELLIS_RETURN_IF_ERROR(exchange.Setup(model).Annotate("setting up keys and initial weights"));
-
   const int layers = model.num_layers();
   std::vector<std::vector<float>> velocity(layers);
   for (int l = 0; l < layers; ++l) velocity[l].assign(model.layer_size(l), 0.0f);
+  // Each worker starts from its own seed; Setup makes everyone equal to rank 0 (or to rank 0's
+  // checkpoint, and then training resumes after the step it was saved at).
+  model.Init(MixSeed(options.seed, 10 + static_cast<uint64_t>(rank)));
+  auto setup = exchange.Setup(model, velocity);
+  if (!setup.ok()) return setup.status().Annotate("setting up keys and initial weights");
+  const int64_t resume_after = *setup;
   std::vector<bool> pending(layers, false);
   const float lr = static_cast<float>(options.lr);
   const float momentum = static_cast<float>(options.momentum);
@@ -116,6 +118,7 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
   std::vector<int32_t> yb(batch);
 
   TrainReport report;
+  report.resumed_after = resume_after;
   report.num_params = model.num_params();
   report.world = world;
   double train_seconds = 0;
@@ -124,17 +127,28 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
         << train.size << " training samples per worker, batch " << batch << ", "
         << steps_per_epoch << " steps per epoch\n"
         << std::flush;
+    if (resume_after > 0) out << "trellis-mlp: resuming after step " << resume_after << "\n";
   }
+  // Applies every pending update: parameters and velocity are then those after the last step.
+  auto finish_all = [&]() -> Status {
+    for (int l = 0; l < layers; ++l) finish_layer(l);
+    return comm_error;
+  };
 
-  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+  for (int epoch = 1; epoch <= options.epochs && !report.stopped; ++epoch) {
     const Clock::time_point epoch_start = Clock::now();
+    // Each epoch shuffles the previous epoch's order, so a resumed run replays the shuffles of
+    // the epochs it skips.
     Rng shuffle(MixSeed(options.seed, 100000 + 1000 * static_cast<uint64_t>(epoch) + rank));
     for (int64_t i = train.size - 1; i > 0; --i) {
       std::swap(order[i], order[shuffle.Below(static_cast<uint64_t>(i) + 1)]);
     }
+    const int64_t epoch_first = static_cast<int64_t>(epoch - 1) * steps_per_epoch;
+    if (epoch_first + steps_per_epoch <= resume_after) continue;  // trained before the restore
+    const int64_t first_step = std::max<int64_t>(0, resume_after - epoch_first);
     double loss_sum = 0;
     const int64_t bar_every = std::max<int64_t>(1, steps_per_epoch / 50);
-    for (int64_t step = 0; step < steps_per_epoch; ++step) {
+    for (int64_t step = first_step; step < steps_per_epoch; ++step) {
       for (int64_t r = 0; r < batch; ++r) {
         const int64_t idx = order[step * batch + r];
         std::copy(train.row(idx), train.row(idx) + train.dim, xb.data() + r * train.dim);
@@ -145,6 +159,16 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
       model.Backward(xb.data(), batch, start_layer);
       if (!comm_error.ok()) return comm_error;
       ++report.steps;
+      const int64_t global_step = epoch_first + step + 1;
+      if (exchange.CheckpointDue(global_step)) {
+        TRELLIS_RETURN_IF_ERROR(finish_all());
+        TRELLIS_RETURN_IF_ERROR(exchange.SaveCheckpoint(global_step));
+      }
+      if (options.stop_at_step > 0 && global_step >= options.stop_at_step) {
+        TRELLIS_RETURN_IF_ERROR(finish_all());
+        report.stopped = true;
+        break;
+      }
       if (talk && output.tty && (step % bar_every == 0 || step + 1 == steps_per_epoch)) {
         const double secs = SecondsSince(epoch_start);
         const double rate = secs > 0 ? world * batch * (step + 1) / secs : 0;
@@ -156,17 +180,21 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
         out << line << std::flush;
       }
     }
+    if (report.stopped) {
+      if (talk) out << "\ntrellis-mlp: stopped after step " << options.stop_at_step << " as asked\n";
+      break;
+    }
     // Apply the last step's updates so every worker holds the same weights at the epoch end.
-    for (int l = 0; l < layers; ++l) finish_layer(l);
-    if (!comm_error.ok()) return comm_error;
+    TRELLIS_RETURN_IF_ERROR(finish_all());
 
     EpochStats stats;
     stats.epoch = epoch;
     stats.train_seconds = SecondsSince(epoch_start);
     train_seconds += stats.train_seconds;
-    stats.train_loss = loss_sum / static_cast<double>(steps_per_epoch);
+    const int64_t epoch_steps = steps_per_epoch - first_step;
+    stats.train_loss = loss_sum / static_cast<double>(epoch_steps);
     stats.samples_per_second =
-        static_cast<double>(world * batch * steps_per_epoch) / std::max(stats.train_seconds, 1e-9);
+        static_cast<double>(world * batch * epoch_steps) / std::max(stats.train_seconds, 1e-9);
     if (rank == 0) {
       const EvalResult eval = model.Evaluate(test.x.data(), test.y.data(), test.size);
       stats.test_loss = eval.loss;

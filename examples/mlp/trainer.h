@@ -27,7 +27,9 @@ struct EpochStats {
 struct TrainReport {
   int64_t num_params = 0;
   int world = 1;
-  int64_t steps = 0;              // per worker
+  int64_t steps = 0;              // per worker, in this run
+  int64_t resumed_after = 0;      // global step restored from a checkpoint (0: none)
+  bool stopped = false;           // ended early at options.stop_at_step
   double test_accuracy = 0;       // rank 0 only
   double test_loss = 0;           // rank 0 only
   bool reached_target = false;    // rank 0 only

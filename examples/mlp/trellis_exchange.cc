@@ -9,23 +9,26 @@ StatusOr<std::unique_ptr<TrellisExchange>> TrellisExchange::Create() {
   return std::unique_ptr<TrellisExchange>(new TrellisExchange(std::move(worker)));
 }
 
-Status TrellisExchange::Setup(Mlp& model) {
+StatusOr<int64_t> TrellisExchange::Setup(Mlp& model, std::vector<std::vector<float>>& velocity) {
   const int layers = model.num_layers();
+  std::vector<TensorRef> params;
+  std::vector<TensorRef> state;
   for (int l = 0; l < layers; ++l) {
+    const std::string name = "layer" + std::to_string(l);
     TRELLIS_RETURN_IF_ERROR(worker_->DeclareKey(
-        {.id = static_cast<KeyId>(l), .name = "layer" + std::to_string(l),
-         .num_elements = model.layer_size(l)}));
+        {.id = static_cast<KeyId>(l), .name = name, .num_elements = model.layer_size(l)}));
+    params.push_back({name, model.params(l), model.layer_size(l), static_cast<KeyId>(l)});
+    state.push_back({name + ".velocity", velocity[l].data(), model.layer_size(l)});
   }
   stats_key_ = static_cast<KeyId>(layers);
   TRELLIS_RETURN_IF_ERROR(
       worker_->DeclareKey({.id = stats_key_, .name = "stats", .num_elements = kStatsSlots}));
+  TRELLIS_ASSIGN_OR_RETURN(checkpoints_,
+                           Checkpointer::Create(*worker_, std::move(params), std::move(state)));
   TRELLIS_RETURN_IF_ERROR(worker_->FinishDeclarations());
   handles_.assign(layers, Handle());
-  for (int l = 0; l < layers; ++l) handles_[l] = worker_->Broadcast(l, model.params(l), 0);
-  for (int l = 0; l < layers; ++l) {
-    TRELLIS_RETURN_IF_ERROR(handles_[l].Wait().Annotate("broadcast of layer " + std::to_string(l)));
-  }
-  return Status::Ok();
+  // The initial broadcast, or the restore of rank 0's newest checkpoint.
+  return checkpoints_->Restore();
 }
 
 void TrellisExchange::Start(int layer, float* grad, int priority) {

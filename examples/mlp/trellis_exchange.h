@@ -1,11 +1,13 @@
 // The Exchange over Trellis: one key per layer (weight and bias together), gradients summed by
-// the parameter servers (aggregate mode), initial weights broadcast from rank 0.
+// the parameter servers (aggregate mode), initial weights broadcast from rank 0; checkpoints of
+// weights and momentum through trellis::Checkpointer when the job sets spec.checkpoint.path.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "examples/mlp/exchange.h"
+#include "trellis/checkpoint.h"
 #include "trellis/trellis.h"
 
 namespace trellis::mlp {
@@ -17,7 +19,9 @@ class TrellisExchange : public Exchange {
 
   int rank() const override { return worker_->rank(); }
   int world() const override { return worker_->size(); }
-  Status Setup(Mlp& model) override;
+  StatusOr<int64_t> Setup(Mlp& model, std::vector<std::vector<float>>& velocity) override;
+  bool CheckpointDue(int64_t step) const override { return checkpoints_->Due(step); }
+  Status SaveCheckpoint(int64_t step) override { return checkpoints_->Save(step); }
   void Start(int layer, float* grad, int priority) override;
   Status Wait(int layer) override;
   StatusOr<std::vector<double>> SumStats(const std::vector<double>& values) override;
@@ -30,6 +34,7 @@ class TrellisExchange : public Exchange {
   static constexpr int64_t kStatsSlots = 4;
   std::unique_ptr<Worker> worker_;
   KeyId stats_key_ = 0;
+  std::unique_ptr<Checkpointer> checkpoints_;  // set by Setup
   std::vector<Handle> handles_;  // one per layer; touched only by the training thread
 };
 

@@ -17,6 +17,7 @@
 
 #include "common/env.h"
 #include "common/subprocess.h"
+#include "tests/integration/job_processes.h"
 
 namespace trellis {
 namespace {
@@ -24,50 +25,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 namespace fs = std::filesystem;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Pids of processes whose environment holds TRELLIS_JOB=<job> (our own user's processes).
-std::vector<pid_t> ProcessesOfJob(const std::string& job) {
-  std::vector<pid_t> out;
-  const std::string needle = "TRELLIS_JOB=" + job;
-  DIR* d = ::opendir("/proc");
-  if (d == nullptr) return out;
-  while (dirent* e = ::readdir(d)) {
-    pid_t pid = std::atoi(e->d_name);
-    if (pid <= 0 || pid == ::getpid()) continue;
-    std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
-    std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-    size_t close = stat.rfind(')');
-    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z') continue;
-    std::istringstream vars(env);
-    for (std::string v; std::getline(vars, v, '\0');) {
-      if (v == needle) {
-        out.push_back(pid);
-        break;
-      }
-    }
-  }
-  ::closedir(d);
-  return out;
-}
-
-// Waits (bounded) until no process of `job` remains; kills leftovers so one failure does not
-// leak into the next test. Returns the pids that were still there at the deadline.
-std::vector<pid_t> WaitNoProcessesOfJob(const std::string& job, seconds limit = seconds(10)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  std::vector<pid_t> left;
-  while (!(left = ProcessesOfJob(job)).empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  for (pid_t p : left) ::kill(p, SIGKILL);
-  return left;
-}
 
 struct JobOptions {
   std::string restart_policy = "OnFailure";

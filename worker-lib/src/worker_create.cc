@@ -78,6 +78,8 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
                    job->bulking.pushMaxBytes, job->bulking.pushMaxCount,
                    job->bulking.pullMaxBytes, job->bulking.pullMaxCount};
   setup.slice_bytes_override = options.slice_bytes;
+  setup.checkpoint = {job->checkpoint.path, job->checkpoint.intervalSteps, job->checkpoint.keep,
+                      job->serverMode == ServerMode::kUpdate};
   // The data path: WorkerOptions > the job's spec.transport (default tcp).
   setup.transport =
       !options.transport.empty() ? options.transport : std::string(ToString(job->transport));

@@ -251,10 +251,8 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
   }
   st->part_done.assign(parts, 0);
   st->remaining.store(static_cast<int64_t>(parts));
-  {
-    std::lock_guard lock(watch_mu_);
-    live_.push_back(st);
-  }
+  std::vector<Task> tasks;
+  tasks.reserve(parts);
   for (size_t i = 0; i < parts; ++i) {
     const SliceInfo& s = k.slices[i];
     Task t;
@@ -279,12 +277,53 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
       t.request.out_mu = &st->data_mu;
       t.request.out_closed = &st->closed;
     }
-    queue_.Push(priority, std::move(t));
+    tasks.push_back(std::move(t));
   }
+  return Launch(std::move(st), priority, std::move(tasks));
+}
+
+Handle WorkerImpl::Launch(std::shared_ptr<Handle::State> st, int priority,
+                          std::vector<Task> tasks) {
+  {
+    std::lock_guard lock(watch_mu_);
+    live_.push_back(st);
+  }
+  for (auto& t : tasks) queue_.Push(priority, std::move(t));
   series_.SampleQueue(queue_.queued(), queue_.in_flight());
   slice_metrics_.SetDepth(queue_.queued_by_band());
   Pump();
-  return Handle(st);
+  return Handle(std::move(st));
+}
+
+Handle WorkerImpl::ServerCommand(wire::Op op, int64_t step, uint64_t key) {
+  if (closing_.load()) return Failed(CancelledError("worker shutting down"), nullptr);
+  if (!finished_.load()) {
+    return Failed(FailedPreconditionError(std::string(wire::OpName(op)) +
+                                          " before FinishDeclarations"),
+                  nullptr);
+  }
+  const size_t parts = servers_.size();
+  auto st = std::make_shared<Handle::State>();
+  st->what = std::string("checkpoint ") + wire::OpName(op) + " of step " + std::to_string(step);
+  st->deadline = Handle::State::Clock::now() + std::chrono::milliseconds(setup_.timeout_ms);
+  st->part_done.assign(parts, 0);
+  st->remaining.store(static_cast<int64_t>(parts));
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < parts; ++i) {
+    st->slice_index.push_back(0);
+    st->slice_server.push_back(static_cast<int32_t>(i));
+    Task t;
+    t.op = st;
+    t.part = i;
+    t.server = static_cast<int32_t>(i);
+    t.request.op = op;
+    t.request.key = key;
+    t.request.step = step;
+    t.request.priority = kBroadcastPriority;
+    t.out = nullptr;
+    tasks.push_back(std::move(t));
+  }
+  return Launch(std::move(st), kBroadcastPriority, std::move(tasks));
 }
 
 void WorkerImpl::WatchdogLoop() {

@@ -48,6 +48,7 @@ struct WorkerSetup {
   bool priority_enabled = true;  // off: every slice FIFO
   BulkingOptions bulking;
   int64_t timeout_ms = 120000;
+  CheckpointConfig checkpoint;  // the job's spec.checkpoint
 
   // Collective declaration (the scheduler's DeclareKeys): this worker's keys -> the map.
   std::function<StatusOr<v1::ShardMap>(const std::vector<v1::KeySpec>&)> declare;
@@ -76,6 +77,7 @@ class WorkerImpl final : public Worker {
   int rank() const override { return setup_.rank; }
   int size() const override { return setup_.num_workers; }
   int num_servers() const override { return static_cast<int>(setup_.server_addresses.size()); }
+  const CheckpointConfig& checkpoint_config() const override { return setup_.checkpoint; }
 
   Status DeclareKey(const KeyDecl& key) override;
   Status FinishDeclarations() override;
@@ -95,6 +97,9 @@ class WorkerImpl final : public Worker {
   int slices_in_flight() const { return queue_.in_flight(); }
   uint64_t bulks_sent() const { return bulks_sent_.load(); }
   const MetricsRegistry& metrics() const { return *metrics_; }
+  // Sends one server-wide request (wire::Op::kSave / kLoad) to every server; the handle
+  // completes when all answered (checkpointer.cc). `key` goes in the header's key field.
+  Handle ServerCommand(wire::Op op, int64_t step, uint64_t key);
 
  private:
   struct SliceInfo {
@@ -121,6 +126,8 @@ class WorkerImpl final : public Worker {
 
   Handle Start(const char* verb, wire::Op op, KeyId key, const float* src, float* dst,
                int priority, Callback done, bool broadcast);
+  // Registers `st` with the watchdog, queues its tasks and pumps.
+  Handle Launch(std::shared_ptr<Handle::State> st, int priority, std::vector<Task> tasks);
   static Handle Failed(const Status& st, Callback done);
   // worker_dispatch.cc
   void Pump();

@@ -5,7 +5,9 @@
 
 #include <csignal>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -17,6 +19,7 @@
 #include "common/subprocess.h"
 #include "scheduler/scheduler_client.h"
 #include "scheduler/scheduler_service.h"
+#include "trellis/checkpoint.h"
 #include "trellis/trellis.h"
 
 namespace trellis {
@@ -24,22 +27,25 @@ namespace {
 
 constexpr char kToken[] = "datapath-test-token";
 
-std::string JobYaml(int servers, int workers, int64_t slice_bytes, const std::string& transport) {
+// `extra`: more spec fields, each line indented by two spaces; it may replace serverMode.
+std::string JobYaml(int servers, int workers, int64_t slice_bytes, const std::string& transport,
+                    const std::string& extra) {
+  const bool mode_set = extra.find("serverMode:") != std::string::npos;
   return "apiVersion: trellis.io/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: dp\nspec:\n"
          "  image: trellis:latest\n  servers:\n    replicas: " + std::to_string(servers) +
-         "\n  workers:\n    replicas: " + std::to_string(workers) +
-         "\n    command: [none]\n  serverMode: aggregate\n  transport: " + transport +
-         "\n  sliceBytes: " +
-         std::to_string(slice_bytes) + "\n  priority:\n    enabled: true\n    waterMark: 4\n";
+         "\n  workers:\n    replicas: " + std::to_string(workers) + "\n    command: [none]\n" +
+         (mode_set ? "" : "  serverMode: aggregate\n") + "  transport: " + transport +
+         "\n  sliceBytes: " + std::to_string(slice_bytes) +
+         "\n  priority:\n    enabled: true\n    waterMark: 4\n" + extra;
 }
 
 // Each case over both data paths, chosen the way users choose it: spec.transport in the job.
 class DatapathTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void StartJob(int servers, int workers, int64_t slice_bytes) {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("trellis-datapath-" + std::to_string(::getpid()));
+  void StartJob(int servers, int workers, int64_t slice_bytes, const std::string& extra = "") {
+    dir_ = JobDir();
     std::filesystem::create_directories(dir_);
+    worker_ranks_.clear();
     token_file_ = (dir_ / "token").string();
     std::ofstream(token_file_) << kToken << "\n";
 
@@ -51,7 +57,7 @@ class DatapathTest : public ::testing::TestWithParam<std::string> {
     SchedulerServerOptions so;
     so.host = "127.0.0.1";
     so.service.token = kToken;
-    so.service.job_yaml = JobYaml(servers, workers, slice_bytes, GetParam());
+    so.service.job_yaml = JobYaml(servers, workers, slice_bytes, GetParam(), extra);
     auto sched = SchedulerServer::Start(config, so);
     ASSERT_TRUE(sched.ok()) << sched.status().ToString();
     scheduler_ = std::move(*sched);
@@ -90,10 +96,18 @@ class DatapathTest : public ::testing::TestWithParam<std::string> {
       worker_ranks_.push_back(resp->rank());
     }
   }
-  void TearDown() override {
+  static std::filesystem::path JobDir() {
+    return std::filesystem::temp_directory_path() /
+           ("trellis-datapath-" + std::to_string(::getpid()));
+  }
+  // Ends the job's processes (the directory stays: a later job may restore from it).
+  void StopJob() {
     servers_.clear();  // SIGTERM, then SIGKILL after the grace period; reaped
     client_.reset();
     scheduler_.reset();
+  }
+  void TearDown() override {
+    StopJob();
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
@@ -189,6 +203,139 @@ TEST_P(DatapathTest, DataParallelSgdEqualsSingleProcess) {
       ASSERT_NEAR(final_w[r][i], ref[i], 1e-5 * scale) << "worker " << r << " w[" << i << "]";
     }
   }
+}
+
+// Every worker initialises its model from its own seed; after Broadcast, before step 1, all hold
+// the root's values bit for bit (key 0 from rank 0, spread over both servers; key 1 from rank 1).
+TEST_P(DatapathTest, BroadcastGivesEveryWorkerTheRootsValuesWhateverItsSeed) {
+  constexpr int kServers = 2, kWorkers = 3, kBig = 1000, kSmall = 7;
+  StartJob(kServers, kWorkers, 256);  // 64 floats per slice: key 0 has 16 slices on 2 servers
+  auto init = [](int rank, int n) {
+    std::mt19937 rng(1000 + rank);  // a different seed per worker
+    std::normal_distribution<float> nd;
+    std::vector<float> v(n);
+    for (auto& x : v) x = nd(rng);
+    return v;
+  };
+  std::vector<std::vector<float>> big(kWorkers), small(kWorkers), after_step(kWorkers);
+  std::vector<Status> results(kWorkers);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorkers; ++r) {
+    threads.emplace_back([&, r] {
+      auto wk = Worker::Create(Options(worker_ranks_[r]));
+      if (!wk.ok()) {
+        results[r] = wk.status();
+        return;
+      }
+      Worker& worker = **wk;
+      const int rank = worker.rank();
+      Status st = worker.DeclareKey({.id = 0, .name = "big", .num_elements = kBig});
+      if (st.ok()) st = worker.DeclareKey({.id = 1, .name = "small", .num_elements = kSmall});
+      if (st.ok()) st = worker.FinishDeclarations();
+      std::vector<float> b = init(rank, kBig), s = init(rank, kSmall);
+      if (st.ok()) {
+        Handle hb = worker.Broadcast(0, b.data(), 0);
+        Handle hs = worker.Broadcast(1, s.data(), 1);
+        st = hb.Wait();
+        if (st.ok()) st = hs.Wait();
+      }
+      big[rank] = b;
+      small[rank] = s;
+      // Step 1 runs on top: the sum of equal tensors is W times the root's values.
+      std::vector<float> sum(kBig);
+      if (st.ok()) st = worker.PushPull(0, b.data(), sum.data()).Wait();
+      after_step[rank] = sum;
+      results[r] = st;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "worker " << r << ": " << results[r].ToString();
+  }
+  const std::vector<float> root_big = init(0, kBig), root_small = init(1, kSmall);
+  ASSERT_NE(init(2, kBig), root_big);  // the seeds really differ
+  for (int r = 0; r < kWorkers; ++r) {
+    EXPECT_EQ(std::memcmp(big[r].data(), root_big.data(), kBig * 4), 0) << "worker " << r;
+    EXPECT_EQ(std::memcmp(small[r].data(), root_small.data(), kSmall * 4), 0) << "worker " << r;
+    EXPECT_EQ(after_step[r], after_step[0]) << "worker " << r;
+  }
+  for (int i = 0; i < kBig; ++i) {
+    ASSERT_NEAR(after_step[0][i], kWorkers * root_big[i], 1e-5f * (1 + std::fabs(root_big[i])));
+  }
+}
+
+// Update mode with Adam (servers hold weights and optimizer state): a job that stops after the
+// checkpoint of step 3 and a new job (new server processes) that restores it and runs 3 more
+// steps end with the very weights of one job that ran 6 steps, bit for bit.
+TEST_P(DatapathTest, UpdateModeCheckpointRestoreContinueIsBitExact) {
+  constexpr int kServers = 2, kWorkers = 2, kIn = 40, kSteps = 6;
+  const auto ckpt = [](const char* name) { return (JobDir() / name).string(); };
+  auto run = [&](const std::string& path, int steps, int64_t* restored) {
+    StartJob(kServers, kWorkers, 64,
+             "  serverMode: update\n  optimizer: {type: adam, learningRate: 0.05}\n"
+             "  checkpoint: {path: " + path + ", intervalSteps: 3, keep: 2}\n");
+    std::vector<std::vector<float>> final_w(kWorkers);
+    std::vector<Status> results(kWorkers);
+    std::vector<int64_t> from(kWorkers, -1);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorkers; ++r) {
+      threads.emplace_back([&, r] {
+        auto wk = Worker::Create(Options(worker_ranks_[r]));
+        if (!wk.ok()) {
+          results[r] = wk.status();
+          return;
+        }
+        Worker& worker = **wk;
+        const int rank = worker.rank();
+        std::vector<float> w(kIn);
+        for (int i = 0; i < kIn; ++i) w[i] = rank == 0 ? 0.01f * i : -5.0f;
+        Status st = worker.DeclareKey({.id = 3, .name = "w", .num_elements = kIn});
+        auto ck = Checkpointer::Create(worker, {{"w", w.data(), kIn, 3}});
+        if (!ck.ok()) st = ck.status();
+        if (st.ok()) st = worker.FinishDeclarations();
+        auto at = st.ok() ? (*ck)->Restore() : StatusOr<int64_t>(st);
+        if (!at.ok()) {
+          results[r] = at.status();
+          return;
+        }
+        from[rank] = *at;
+        for (int64_t step = *at + 1; st.ok() && step <= *at + steps; ++step) {
+          std::vector<float> g(kIn);  // gradient of sum_i (w_i - t_i)^2 / 2, t depends on the step
+          for (int i = 0; i < kIn; ++i) {
+            g[i] = w[i] - std::sin(0.1f * i + step + rank);
+          }
+          st = worker.PushPull(3, g.data(), w.data()).Wait();
+          if (st.ok() && (*ck)->Due(step)) st = (*ck)->Save(step);
+        }
+        final_w[rank] = w;
+        results[r] = st;
+      });
+    }
+    for (auto& t : threads) t.join();
+    StopJob();
+    for (int r = 0; r < kWorkers; ++r) {
+      EXPECT_TRUE(results[r].ok()) << "worker " << r << ": " << results[r].ToString();
+      EXPECT_EQ(from[r], from[0]);
+    }
+    *restored = from[0];
+    EXPECT_EQ(final_w[1], final_w[0]);
+    return final_w[0];
+  };
+  int64_t restored = -1;
+  const std::vector<float> whole = run(ckpt("whole"), kSteps, &restored);
+  EXPECT_EQ(restored, 0);
+  run(ckpt("split"), kSteps / 2, &restored);
+  EXPECT_EQ(restored, 0);
+  EXPECT_TRUE(std::filesystem::exists(ckpt("split") + "/server-0-000000000003.ckpt"));
+  EXPECT_TRUE(std::filesystem::exists(ckpt("split") + "/server-1-000000000003.ckpt"));
+  EXPECT_TRUE(std::filesystem::exists(ckpt("split") + "/model-000000000003.ckpt"));
+  const std::vector<float> resumed = run(ckpt("split"), kSteps / 2, &restored);
+  EXPECT_EQ(restored, kSteps / 2);
+  ASSERT_EQ(resumed.size(), whole.size());
+  EXPECT_EQ(std::memcmp(resumed.data(), whole.data(), whole.size() * sizeof(float)), 0);
+  // A checkpoint really restored state: a fresh job of 3 steps ends elsewhere.
+  const std::vector<float> three = run(ckpt("fresh"), kSteps / 2, &restored);
+  EXPECT_NE(three, whole);
 }
 
 // A worker holding the wrong token is refused by the scheduler before it touches a server, and

@@ -98,9 +98,9 @@ class MirrorExchange : public Exchange {
   explicit MirrorExchange(int layers) : in_flight_(layers, nullptr), checksum_(layers, 0) {}
   int rank() const override { return 0; }
   int world() const override { return 2; }
-  Status Setup(Mlp&) override {
+  StatusOr<int64_t> Setup(Mlp&, std::vector<std::vector<float>>&) override {
     setup_called = true;
-    return Status::Ok();
+    return int64_t{0};
   }
   void Start(int layer, float* grad, int priority) override {
     if (in_flight_[layer] != nullptr) errors.push_back("layer started twice");
@@ -215,6 +215,90 @@ TEST(TrainerTest, ModelShapeMustMatchOptions) {
   LocalExchange local;
   Mlp model({16, 8, 10});
   EXPECT_EQ(Train(o, local, model, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace trellis::mlp
+
+namespace trellis::mlp {
+namespace {
+
+// One process whose "checkpoint directory" is memory: what TrellisExchange does with
+// trellis::Checkpointer, without a cluster, so the trainer's resume logic is pinned down alone.
+class MemoryCheckpointExchange : public LocalExchange {
+ public:
+  struct Saved {
+    int64_t step = 0;
+    std::vector<std::vector<float>> params, velocity;
+  };
+  MemoryCheckpointExchange(int64_t interval, Saved* store) : interval_(interval), store_(store) {}
+  StatusOr<int64_t> Setup(Mlp& model, std::vector<std::vector<float>>& velocity) override {
+    model_ = &model;
+    velocity_ = &velocity;
+    if (store_->step == 0) return int64_t{0};
+    for (int l = 0; l < model.num_layers(); ++l) {
+      std::copy(store_->params[l].begin(), store_->params[l].end(), model.params(l));
+    }
+    velocity = store_->velocity;
+    return store_->step;
+  }
+  bool CheckpointDue(int64_t step) const override { return step % interval_ == 0; }
+  Status SaveCheckpoint(int64_t step) override {
+    store_->step = step;
+    store_->params.clear();
+    for (int l = 0; l < model_->num_layers(); ++l) {
+      store_->params.emplace_back(model_->params(l), model_->params(l) + model_->layer_size(l));
+    }
+    store_->velocity = *velocity_;
+    ++saves;
+    return Status::Ok();
+  }
+  int saves = 0;
+
+ private:
+  const int64_t interval_;
+  Saved* store_;
+  Mlp* model_ = nullptr;
+  std::vector<std::vector<float>>* velocity_ = nullptr;
+};
+
+// Save -> stop -> restore into a freshly initialised model -> continue ends bit for bit where an
+// uninterrupted run ends, with the restore point in the middle of an epoch.
+TEST(TrainerTest, ResumeFromACheckpointMidEpochEqualsAnUninterruptedRun) {
+  TrainOptions o = SmallOptions();
+  o.epochs = 3;
+  o.train_samples = 2048;  // 64 steps per epoch
+  MemoryCheckpointExchange::Saved unused;
+  MemoryCheckpointExchange plain(1 << 30, &unused);
+  Mlp whole(o.sizes);
+  auto full = Train(o, plain, whole, {});
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  ASSERT_EQ(full->steps, 3 * 64);
+
+  MemoryCheckpointExchange::Saved store;
+  TrainOptions first = o;
+  first.stop_at_step = 80;  // epoch 2, step 16
+  MemoryCheckpointExchange saving(40, &store);
+  Mlp part(o.sizes);
+  auto a = Train(first, saving, part, {});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(a->stopped);
+  EXPECT_EQ(a->steps, 80);
+  EXPECT_EQ(saving.saves, 2);
+  EXPECT_EQ(store.step, 80);
+
+  TrainOptions second = o;
+  second.seed = o.seed;  // the fresh model starts from its own random init, then restores
+  MemoryCheckpointExchange resuming(40, &store);
+  Mlp resumed(o.sizes);
+  std::ostringstream out;
+  auto b = Train(second, resuming, resumed, {&out, false});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->resumed_after, 80);
+  EXPECT_EQ(b->steps, 3 * 64 - 80);
+  EXPECT_NE(out.str().find("resuming after step 80"), std::string::npos) << out.str();
+  EXPECT_EQ(AllParams(resumed), AllParams(whole));  // bit for bit
+  EXPECT_EQ(b->test_accuracy, full->test_accuracy);
 }
 
 }  // namespace

@@ -46,6 +46,14 @@ struct WorkerOptions {
   std::string transport;           // data path: "grpc" or "tcp"; else the job's spec.transport
 };
 
+// The job's spec.checkpoint as the worker received it (trellis/checkpoint.h uses it).
+struct CheckpointConfig {
+  std::string path;            // directory; empty: checkpoints off
+  int64_t interval_steps = 0;  // 0: only when the program asks
+  int32_t keep = 3;            // newest checkpoints kept
+  bool servers_save = false;   // update mode: servers save their shards with optimizer state
+};
+
 // Completion of an asynchronous operation. Copyable; all copies observe the same operation.
 class Handle {
  public:
@@ -75,6 +83,7 @@ class Worker {
   virtual int rank() const = 0;
   virtual int size() const = 0;         // number of workers
   virtual int num_servers() const = 0;
+  virtual const CheckpointConfig& checkpoint_config() const = 0;
 
   // Declares a key. Every worker declares the same keys (id, element count, dtype).
   virtual Status DeclareKey(const KeyDecl& key) = 0;

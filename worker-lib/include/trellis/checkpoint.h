@@ -1,0 +1,72 @@
+// Checkpoints of a training program, saved by rank 0 and restored on every worker through a
+// broadcast from rank 0 (docs/checkpoints.md). Three lines in a training program:
+//
+//   auto ckpt = trellis::Checkpointer::Create(*worker, params, state);  // before FinishDeclarations
+//   int64_t step = (*ckpt)->Restore().value();     // after it: every worker holds rank 0's values
+//   ... after each step s (all updates applied): if ((*ckpt)->Due(s)) (*ckpt)->Save(s);
+//
+// Restore doubles as the initial broadcast: with no checkpoint in the directory, rank 0's own
+// values are sent to everyone and the step is 0. The directory, interval and count kept come from
+// the job's spec.checkpoint unless CheckpointOptions overrides them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trellis/status.h"
+#include "trellis/trellis.h"
+
+namespace trellis {
+
+// One tensor the checkpointer saves and restores in place. The buffer belongs to the caller and
+// must outlive the checkpointer.
+struct TensorRef {
+  std::string name;  // unique among the tracked tensors; recorded in the file
+  float* data = nullptr;
+  int64_t num_elements = 0;
+  KeyId key = 0;  // parameters only: the declared key they are broadcast on
+};
+
+// Overrides of the job's spec.checkpoint (empty / negative / zero: take the job's).
+struct CheckpointOptions {
+  std::string path;
+  int64_t interval_steps = -1;
+  int32_t keep = 0;
+  // The extra key that carries the step and the `state` tensors; must not be a model key.
+  KeyId state_key = 0xFFFFFFFFFFFF0000ull;
+};
+
+class Checkpointer {
+ public:
+  // `params`: the model parameters, each on its own declared key. `state`: any other state to
+  // restore bit for bit (e.g. a worker-side optimizer's momentum), carried on one key the
+  // checkpointer declares itself. REQUIRES: before worker.FinishDeclarations().
+  static StatusOr<std::unique_ptr<Checkpointer>> Create(Worker& worker, std::vector<TensorRef> params,
+                                                        std::vector<TensorRef> state = {},
+                                                        const CheckpointOptions& options = {});
+  virtual ~Checkpointer();
+
+  // Collective, after FinishDeclarations and before the first push. Rank 0 loads the newest
+  // checkpoint that passes its checks (newer ones that are corrupt, truncated or of another
+  // version are skipped with a warning naming the file and the problem) and every worker ends
+  // with rank 0's parameters and state. Returns the step to resume after (0: nothing restored).
+  // A checkpoint that does not fit the tracked tensors is an error on rank 0, reported to the
+  // other workers as a failed restore (never a hang).
+  virtual StatusOr<int64_t> Restore() = 0;
+
+  // Whether a checkpoint is due after `step` (>= 1): rank 0, a path, and step % interval == 0.
+  virtual bool Due(int64_t step) const = 0;
+  // Rank 0 writes the tracked tensors as the checkpoint of `step` (no-op on other ranks, and
+  // without a path). Write to a temporary file, fsync, rename; the newest `keep` are kept.
+  virtual Status Save(int64_t step) = 0;
+
+  // The directory in use (empty: checkpoints off) and what rank 0 did last.
+  virtual const std::string& path() const = 0;
+  virtual const std::string& last_file() const = 0;  // saved or restored
+  virtual uint64_t saves() const = 0;
+  virtual uint64_t bytes_written() const = 0;
+};
+
+}  // namespace trellis

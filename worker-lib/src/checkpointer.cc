@@ -1,0 +1,266 @@
+// Checkpointer: rank 0 saves the tracked tensors with common/checkpoint_dir; Restore loads on
+// rank 0 and broadcasts parameters on their keys and (step, state) on one extra key. In update
+// mode rank 0 also runs the servers' round: SAVE to every server before its own file (which so
+// marks a complete round), LOAD of the same step before anyone pulls the weights.
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <set>
+
+#include "common/checkpoint_dir.h"
+#include "common/logging.h"
+#include "trellis/checkpoint.h"
+#include "worker-lib/src/worker_impl.h"
+
+namespace trellis {
+namespace {
+
+// The state key holds [step as two floats' bits][state tensors, concatenated]. A step of -1
+// tells the other workers that rank 0 could not restore.
+constexpr int64_t kStepSlots = 2;
+constexpr int64_t kRestoreFailed = -1;
+
+class CheckpointerImpl final : public Checkpointer {
+ public:
+  CheckpointerImpl(Worker& worker, WorkerImpl* impl, std::vector<TensorRef> params,
+                   std::vector<TensorRef> state, CheckpointConfig config, KeyId state_key,
+                   int64_t state_elements)
+      : worker_(worker),
+        impl_(impl),
+        params_(std::move(params)),
+        state_(std::move(state)),
+        config_(std::move(config)),
+        state_key_(state_key),
+        state_buf_(kStepSlots + state_elements) {}
+
+  StatusOr<int64_t> Restore() override;
+  bool Due(int64_t step) const override {
+    return worker_.rank() == 0 && !config_.path.empty() && config_.interval_steps > 0 &&
+           step > 0 && step % config_.interval_steps == 0;
+  }
+  Status Save(int64_t step) override;
+  const std::string& path() const override { return config_.path; }
+  const std::string& last_file() const override { return last_file_; }
+  uint64_t saves() const override { return saves_; }
+  uint64_t bytes_written() const override { return bytes_written_; }
+
+ private:
+  // Rank 0: fills the tracked buffers from the newest good checkpoint; returns its step (0: none).
+  StatusOr<int64_t> LoadOnRoot();
+  void PackStep(int64_t step) { std::memcpy(state_buf_.data(), &step, sizeof(step)); }
+  int64_t UnpackStep() const {
+    int64_t step;
+    std::memcpy(&step, state_buf_.data(), sizeof(step));
+    return step;
+  }
+
+  // Rank 0, update mode: the servers' half of a round.
+  Status ServersDo(wire::Op op, int64_t step) {
+    return impl_->ServerCommand(op, step, state_key_).Wait();
+  }
+  // Copies checkpoint `c` (read from `file`) into the tracked buffers.
+  Status Fill(const Checkpoint& c, const std::string& file);
+
+  Worker& worker_;
+  WorkerImpl* const impl_;  // the same worker; null when servers keep no state
+  const std::vector<TensorRef> params_;
+  const std::vector<TensorRef> state_;
+  const CheckpointConfig config_;
+  const KeyId state_key_;
+  std::vector<float> state_buf_;
+  std::string last_file_;
+  uint64_t saves_ = 0;
+  uint64_t bytes_written_ = 0;
+};
+
+Status CheckpointerImpl::Fill(const Checkpoint& c, const std::string& file) {
+  auto fill = [&](const TensorRef& t, KeyId key) -> Status {
+    for (const auto& e : c.entries) {
+      if (e.name != t.name || e.key != key || e.kind != EntryKind::kValues) continue;
+      if (static_cast<int64_t>(e.values.size()) != t.num_elements) {
+        return FailedPreconditionError(file + ": tensor '" + t.name + "' has " +
+                                       std::to_string(e.values.size()) +
+                                       " elements, the program has " +
+                                       std::to_string(t.num_elements));
+      }
+      std::memcpy(t.data, e.values.data(), e.values.size() * sizeof(float));
+      return Status::Ok();
+    }
+    return FailedPreconditionError(file + ": no tensor '" + t.name + "' (key " +
+                                   std::to_string(key) + ") in the checkpoint");
+  };
+  if (c.entries.size() != params_.size() + state_.size()) {
+    return FailedPreconditionError(file + ": holds " + std::to_string(c.entries.size()) +
+                                   " tensors, the program tracks " +
+                                   std::to_string(params_.size() + state_.size()));
+  }
+  for (const auto& p : params_) TRELLIS_RETURN_IF_ERROR(fill(p, p.key));
+  for (const auto& s : state_) TRELLIS_RETURN_IF_ERROR(fill(s, state_key_));
+  return Status::Ok();
+}
+
+StatusOr<int64_t> CheckpointerImpl::LoadOnRoot() {
+  if (config_.path.empty()) return int64_t{0};
+  CheckpointDir dir(config_.path, "model", config_.keep);
+  TRELLIS_ASSIGN_OR_RETURN(auto steps, dir.Steps());
+  if (steps.empty()) return int64_t{0};
+  // Newest first; a file that is bad, or whose servers cannot load their half, is skipped.
+  std::string rejected;
+  for (int64_t step : steps) {
+    const std::string file = dir.FileFor(step);
+    auto c = dir.Load(step);
+    Status st = c.ok() ? Fill(*c, file) : c.status();
+    if (st.ok() && impl_ != nullptr) {
+      st = ServersDo(wire::Op::kLoad, step).Annotate("servers restoring step " +
+                                                      std::to_string(step) + " of " + file);
+    }
+    if (!st.ok()) {
+      TLOG_WARN << "skipping checkpoint: " << st.message();
+      rejected += "; rejected " + st.message();
+      continue;
+    }
+    last_file_ = file;
+    TLOG_INFO << "restored step " << step << " from " << file;
+    return step;
+  }
+  // Files exist but none is usable: starting over silently would lose the training.
+  return NotFoundError("no usable checkpoint model-*.ckpt in " + config_.path + rejected);
+}
+
+StatusOr<int64_t> CheckpointerImpl::Restore() {
+  const bool root = worker_.rank() == 0;
+  int64_t step = 0;
+  Status load_error;
+  if (root) {
+    auto s = LoadOnRoot();
+    if (s.ok()) {
+      step = *s;
+    } else {
+      load_error = s.status();
+      step = kRestoreFailed;
+    }
+    PackStep(step);
+    int64_t at = kStepSlots;
+    for (const auto& t : state_) {
+      std::memcpy(state_buf_.data() + at, t.data, t.num_elements * sizeof(float));
+      at += t.num_elements;
+    }
+  }
+  // The state key first: on failure the others learn it before waiting for parameters.
+  TRELLIS_RETURN_IF_ERROR(
+      worker_.Broadcast(state_key_, state_buf_.data(), 0).Wait().Annotate("restoring the step"));
+  if (root && !load_error.ok()) return load_error.Annotate("restoring the checkpoint");
+  step = UnpackStep();
+  if (step == kRestoreFailed) {
+    return AbortedError("rank 0 could not restore the checkpoint from " + config_.path +
+                        " (its log says why)");
+  }
+  if (step < 0) return DataLossError("restoring: rank 0 sent step " + std::to_string(step));
+  std::vector<Handle> handles;
+  handles.reserve(params_.size());
+  // Restored servers hold the weights as step 0: everyone, rank 0 included, pulls them.
+  const bool from_servers = step > 0 && config_.servers_save;
+  for (const auto& p : params_) {
+    handles.push_back(from_servers ? worker_.Pull(p.key, p.data, INT32_MAX - 1)
+                                   : worker_.Broadcast(p.key, p.data, 0));
+  }
+  for (size_t i = 0; i < handles.size(); ++i) {
+    TRELLIS_RETURN_IF_ERROR(handles[i].Wait().Annotate("broadcast of '" + params_[i].name + "'"));
+  }
+  if (!root) {
+    int64_t at = kStepSlots;
+    for (const auto& t : state_) {
+      std::memcpy(t.data, state_buf_.data() + at, t.num_elements * sizeof(float));
+      at += t.num_elements;
+    }
+  }
+  return step;
+}
+
+Status CheckpointerImpl::Save(int64_t step) {
+  if (worker_.rank() != 0 || config_.path.empty()) return Status::Ok();
+  const auto start = std::chrono::steady_clock::now();
+  Checkpoint c;
+  c.step = step;
+  c.origin = "worker rank 0 of " + std::to_string(worker_.size());
+  auto add = [&](const TensorRef& t, KeyId key) {
+    c.entries.push_back({key, 0, EntryKind::kValues, step, t.name,
+                         std::vector<float>(t.data, t.data + t.num_elements)});
+  };
+  for (const auto& p : params_) add(p, p.key);
+  for (const auto& s : state_) add(s, state_key_);
+  if (impl_ != nullptr) {
+    // The servers' files first: the model file then marks a complete round.
+    TRELLIS_RETURN_IF_ERROR(ServersDo(wire::Op::kSave, step)
+                                .Annotate("servers saving step " + std::to_string(step)));
+  }
+  CheckpointDir dir(config_.path, "model", config_.keep);
+  uint64_t bytes = 0;
+  auto file = dir.Save(c, &bytes);
+  if (!file.ok()) return file.status().Annotate("saving the checkpoint of step " + std::to_string(step));
+  last_file_ = *file;
+  ++saves_;
+  bytes_written_ += bytes;
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  TLOG_INFO << "saved step " << step << " to " << *file << " (" << bytes << " bytes, " << secs
+            << " s)";
+  return Status::Ok();
+}
+
+Status CheckTensors(const std::vector<TensorRef>& tensors, const char* what,
+                    std::set<std::string>* names) {
+  for (const auto& t : tensors) {
+    if (t.name.empty()) return InvalidArgumentError(std::string(what) + " tensor without a name");
+    if (t.data == nullptr || t.num_elements < 1) {
+      return InvalidArgumentError(std::string(what) + " '" + t.name +
+                                  "': null buffer or fewer than 1 element");
+    }
+    if (!names->insert(t.name).second) {
+      return InvalidArgumentError("tensor name '" + t.name + "' tracked twice");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Checkpointer::~Checkpointer() = default;
+
+StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(Worker& worker,
+                                                              std::vector<TensorRef> params,
+                                                              std::vector<TensorRef> state,
+                                                              const CheckpointOptions& options) {
+  std::set<std::string> names;
+  TRELLIS_RETURN_IF_ERROR(CheckTensors(params, "parameter", &names));
+  TRELLIS_RETURN_IF_ERROR(CheckTensors(state, "state", &names));
+  for (const auto& p : params) {
+    if (p.key == options.state_key) {
+      return InvalidArgumentError("parameter '" + p.name + "' uses the checkpoint state key " +
+                                  std::to_string(options.state_key));
+    }
+  }
+  CheckpointConfig config = worker.checkpoint_config();
+  if (!options.path.empty()) config.path = options.path;
+  if (options.interval_steps >= 0) config.interval_steps = options.interval_steps;
+  if (options.keep > 0) config.keep = options.keep;
+  if (config.keep < 1) return InvalidArgumentError("checkpoint keep must be >= 1");
+  WorkerImpl* impl = nullptr;
+  if (config.servers_save && !config.path.empty()) {
+    impl = dynamic_cast<WorkerImpl*>(&worker);
+    if (impl == nullptr) {
+      return InvalidArgumentError("update-mode checkpoints need a worker made by Worker::Create");
+    }
+  }
+  int64_t state_elements = 0;
+  for (const auto& s : state) state_elements += s.num_elements;
+  TRELLIS_RETURN_IF_ERROR(worker.DeclareKey({.id = options.state_key,
+                                             .name = "checkpoint.state",
+                                             .num_elements = kStepSlots + state_elements})
+                              .Annotate("Checkpointer::Create"));
+  return std::unique_ptr<Checkpointer>(new CheckpointerImpl(
+      worker, impl, std::move(params), std::move(state), std::move(config), options.state_key,
+      state_elements));
+}
+
+}  // namespace trellis
