@@ -248,6 +248,20 @@ TEST_F(SliceStoreTest, FailWaitersAnswersPendingPulls) {
 namespace trellis {
 namespace {
 
+// One request from worker 0 straight into `s`; returns the reply.
+Got Request(SliceStore& s, wire::Op op, int64_t step, const std::vector<float>& v,
+            uint64_t key = 7) {
+  auto bytes = testing::RequestBytes(op, key, 0, step, v);
+  auto chunks = testing::Split(bytes, 3);
+  wire::RequestHeader h;
+  uint64_t id;
+  EXPECT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
+  Got g;
+  s.Handle(0, h, chunks, g.reply());
+  EXPECT_TRUE(g.called);
+  return g;
+}
+
 // A snapshot in update mode carries weights, Adam's m and v, and the optimizer step count; a new
 // store restored from it continues exactly like the original (step 0 = the restored weights).
 TEST(SliceStoreCheckpointTest, SnapshotRestoreContinuesAdamExactly) {
@@ -265,14 +279,8 @@ TEST(SliceStoreCheckpointTest, SnapshotRestoreContinuesAdamExactly) {
     return s;
   };
   auto send = [](SliceStore& s, wire::Op op, int64_t step, std::vector<float> v) {
-    auto bytes = testing::RequestBytes(op, 7, 0, step, v);
-    auto chunks = testing::Split(bytes, 3);
-    wire::RequestHeader h;
-    uint64_t id;
-    EXPECT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
-    Got g;
-    s.Handle(0, h, chunks, g.reply());
-    EXPECT_TRUE(g.called && g.status.ok()) << g.status.ToString();
+    Got g = Request(s, op, step, v);
+    EXPECT_TRUE(g.status.ok()) << g.status.ToString();
     return g.values;
   };
   auto a = make();
@@ -315,13 +323,7 @@ TEST(SliceStoreCheckpointTest, AFileThatDoesNotFitChangesNothing) {
             std::string::npos)
       << st.message();
   // Nothing was installed: an update-mode push is still refused for want of an init.
-  auto bytes = testing::RequestBytes(wire::Op::kPush, 7, 0, 1, {1, 1, 1, 1});
-  auto chunks = testing::Split(bytes, 64);
-  wire::RequestHeader h;
-  uint64_t id;
-  ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
-  Got g;
-  s.Handle(0, h, chunks, g.reply());
+  Got g = Request(s, wire::Op::kPush, 1, {1, 1, 1, 1});
   EXPECT_EQ(g.status.code(), StatusCode::kFailedPrecondition) << g.status.ToString();
 }
 
@@ -330,13 +332,7 @@ TEST(SliceStoreCheckpointTest, SaveWithoutAPathIsRefused) {
   SliceStore s(cfg);
   int64_t n = 0, b = 0;
   ASSERT_TRUE(s.Install(OneKeyMap(7, 4), &n, &b).ok());
-  auto bytes = testing::RequestBytes(wire::Op::kSave, 0, 0, 3, {});
-  auto chunks = testing::Split(bytes, 64);
-  wire::RequestHeader h;
-  uint64_t id;
-  ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
-  Got g;
-  s.Handle(0, h, chunks, g.reply());
+  Got g = Request(s, wire::Op::kSave, 3, {}, /*key=*/0);
   EXPECT_EQ(g.status.message(), "server 0: checkpoint request but the job has no checkpoint.path");
 }
 
