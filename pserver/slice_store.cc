@@ -35,30 +35,31 @@ Status SliceStore::Install(const v1::ShardMap& map, int64_t* slices, int64_t* by
     map.SerializeToCodedStream(&cos);
   }
   std::unique_lock lock(map_mu_);
-  if (!installed_.empty()) {
-    if (installed_ != serialized) {
-      return FailedPreconditionError(
-          "shard map differs from the one already installed on server " +
-          std::to_string(config_.server_rank) + " (all workers must relay the same map)");
-    }
-  } else {
-    if (map.num_servers() <= config_.server_rank) {
+  if (installed_ != serialized) {
+    if (!installed_.empty()) {
+      TRELLIS_RETURN_IF_ERROR(CheckExtension(map));
+    } else if (map.num_servers() <= config_.server_rank) {
       return InvalidArgumentError("shard map is for " + std::to_string(map.num_servers()) +
                                   " servers, this is server " +
                                   std::to_string(config_.server_rank));
     }
+    for (const auto& ks : map.keys()) {
+      for (const auto& sa : ks.slices()) {
+        if (sa.server() == config_.server_rank && sa.num_elements() <= 0) {
+          return InvalidArgumentError("shard map: " +
+                                      SliceName(ks.key().id(), ks.key().name(), sa.index()) +
+                                      " has " + std::to_string(sa.num_elements()) + " elements");
+        }
+      }
+    }
+    // A first map, or one that adds keys (deferred init): slices already held stay as they are.
     map_ = map;
-    int64_t n = 0;
-    int64_t b = 0;
+    all_keys_.clear();
     for (const auto& ks : map_.keys()) {
       const auto& k = ks.key();
       all_keys_[k.id()] = KeyInfo{k.name(), &ks};
       for (const auto& sa : ks.slices()) {
-        if (sa.server() != config_.server_rank) continue;
-        if (sa.num_elements() <= 0) {
-          return InvalidArgumentError("shard map: " + SliceName(k.id(), k.name(), sa.index()) +
-                                      " has " + std::to_string(sa.num_elements()) + " elements");
-        }
+        if (sa.server() != config_.server_rank || keys_[k.id()].count(sa.index()) != 0) continue;
         auto s = std::make_unique<Slice>();
         s->key = k.id();
         s->index = sa.index();
@@ -66,11 +67,9 @@ Status SliceStore::Install(const v1::ShardMap& map, int64_t* slices, int64_t* by
         s->num_elements = sa.num_elements();
         s->pushed.assign(config_.num_workers, false);
         keys_[k.id()][sa.index()] = std::move(s);
-        ++n;
-        b += sa.num_elements() * static_cast<int64_t>(sizeof(float));
+        ++num_slices_;
       }
     }
-    num_slices_ = n;
     installed_ = std::move(serialized);
   }
   *slices = num_slices_;
@@ -79,6 +78,37 @@ Status SliceStore::Install(const v1::ShardMap& map, int64_t* slices, int64_t* by
     for (const auto& [i, s] : slices_of_key) *bytes += s->num_elements * 4;
   }
   series_.SlicesHeld(*slices, *bytes);
+  return Status::Ok();
+}
+
+Status SliceStore::CheckExtension(const v1::ShardMap& map) const {
+  const auto differs = [&](const std::string& what) {
+    return FailedPreconditionError("shard map differs from the one already installed on server " +
+                                   std::to_string(config_.server_rank) + ": " + what +
+                                   " (all workers must relay the same map; a later map may only "
+                                   "add keys)");
+  };
+  if (map.slice_bytes() != map_.slice_bytes() || map.dispatch() != map_.dispatch() ||
+      map.num_servers() != map_.num_servers()) {
+    return differs("other settings");
+  }
+  std::unordered_map<uint64_t, const v1::KeyShards*> now;
+  for (const auto& ks : map.keys()) now[ks.key().id()] = &ks;
+  for (const auto& old : map_.keys()) {
+    auto it = now.find(old.key().id());
+    if (it == now.end()) return differs("key " + std::to_string(old.key().id()) + " is missing");
+    const v1::KeyShards& ks = *it->second;
+    bool same = ks.key().name() == old.key().name() &&
+                ks.key().num_elements() == old.key().num_elements() &&
+                ks.key().dtype() == old.key().dtype() && ks.slices_size() == old.slices_size();
+    for (int i = 0; same && i < ks.slices_size(); ++i) {
+      const auto& a = ks.slices(i);
+      const auto& b = old.slices(i);
+      same = a.index() == b.index() && a.offset() == b.offset() &&
+             a.num_elements() == b.num_elements() && a.server() == b.server();
+    }
+    if (!same) return differs("key " + std::to_string(old.key().id()) + " is laid out otherwise");
+  }
   return Status::Ok();
 }
 

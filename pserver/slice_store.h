@@ -58,7 +58,9 @@ class SliceStore {
   const StoreConfig& config() const { return config_; }
 
   // Keeps the slices of `map` assigned to this server. Installing an equal map again is a no-op;
-  // a different one is FAILED_PRECONDITION (every worker relays the same scheduler map).
+  // a map that adds keys to the installed one (deferred init: same settings, every installed key
+  // laid out the same) adds their slices; any other is FAILED_PRECONDITION (every worker relays
+  // the same scheduler map).
   Status Install(const v1::ShardMap& map, int64_t* slices, int64_t* bytes);
 
   // Handles one decoded request from `worker`; the payload is `frame` from byte
@@ -112,6 +114,7 @@ class SliceStore {
   };
 
   Slice* Find(uint64_t key, uint32_t slice) const;  // REQUIRES: map_mu_ held
+  Status CheckExtension(const v1::ShardMap& map) const;  // REQUIRES: map_mu_ held
   Status Describe404(uint64_t key, uint32_t slice) const;
   // Each returns replies to run after the slice lock is released.
   Status Push(int32_t worker, Slice* s, const wire::RequestHeader& h, const wire::Chunks& frame,

@@ -461,6 +461,23 @@ void SchedulerState::Sweep() {
       declare_waiters_.erase(dit, declare_waiters_.end());
     }
 
+    // A deferred-init round not complete by the first waiter's deadline fails for everyone in
+    // it, naming the keys and who did not declare them: never a hang.
+    const bool ext_expired = std::any_of(ext_waiters_.begin(), ext_waiters_.end(),
+                                         [&](const DeclareWaiter& w) { return w.deadline <= now; });
+    if (ext_expired) {
+      std::string missing;
+      for (int32_t r = 0; r < config_.num_workers; ++r) {
+        if (ext_ranks_.count(r) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      const Status st = DeadlineExceededError(
+          "key declaration after training started: " + AddedKeysLocked() + " declared by " +
+          std::to_string(ext_ranks_.size()) + " of " + std::to_string(config_.num_workers) +
+          " workers; worker " + missing + " did not declare it (every worker must)");
+      TLOG_ERROR << st.message();
+      CloseExtensionLocked(st, &deferred);
+    }
+
     for (auto& [name, g] : barriers_) {
       auto bit = std::partition(g.waiters.begin(), g.waiters.end(),
                                 [&](const BarrierWaiter& w) { return w.deadline > now; });
@@ -496,6 +513,7 @@ SchedulerState::TimePoint SchedulerState::NextDeadline() const {
   TimePoint next = TimePoint::max();
   for (const auto& w : cluster_waiters_) next = std::min(next, w.deadline);
   for (const auto& w : declare_waiters_) next = std::min(next, w.deadline);
+  for (const auto& w : ext_waiters_) next = std::min(next, w.deadline);
   for (const auto& [name, g] : barriers_) {
     for (const auto& w : g.waiters) next = std::min(next, w.deadline);
   }
@@ -524,7 +542,8 @@ SchedulerStats SchedulerState::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   SchedulerStats s = stats_;
   s.version = version_;
-  s.waiters = static_cast<int64_t>(cluster_waiters_.size() + declare_waiters_.size());
+  s.waiters = static_cast<int64_t>(cluster_waiters_.size() + declare_waiters_.size() +
+                                   ext_waiters_.size());
   for (const auto& [name, g] : barriers_) s.waiters += static_cast<int64_t>(g.waiters.size());
   int role = 0;
   for (const auto* nodes : {&servers_, &workers_}) {

@@ -168,6 +168,12 @@ class SchedulerState {
   std::string KeyMismatchLocked(int32_t rank_a, const std::vector<const v1::KeySpec*>& a,
                                 int32_t rank_b, const std::vector<const v1::KeySpec*>& b) const;
   std::string MissingDeclarersLocked() const;
+  // Deferred init: `keys` (sorted) differ from the map's keys. Joins or opens the round.
+  void ExtendLocked(int32_t rank, const std::vector<const v1::KeySpec*>& keys, TimePoint deadline,
+                    Callback<std::shared_ptr<const v1::ShardMap>> done, Deferred* deferred);
+  // "key 9 "late", key 10" : the open round's keys that are not in the map (at most 5 named).
+  std::string AddedKeysLocked() const;
+  void CloseExtensionLocked(const Status& status, Deferred* deferred);
   static void Run(Deferred& deferred);
   // keys == nullptr: equal to the reference declaration.
   bool DeclareImpl(int32_t rank, const std::vector<const v1::KeySpec*>* keys, TimePoint deadline,
@@ -198,6 +204,15 @@ class SchedulerState {
   std::shared_ptr<const v1::ShardMap> shard_map_;  // GUARDED_BY(mu_); built once
   Status keys_error_;                         // GUARDED_BY(mu_); sticky once set
   std::vector<DeclareWaiter> declare_waiters_;  // GUARDED_BY(mu_)
+
+  // Keys declared after the map was built (deferred init), one round at a time: a worker
+  // declares all its keys again, the map's plus the new ones. The round's declaration (from its
+  // first declarer), who declared it, and who waits. Rounds fail alone; the map is untouched.
+  std::vector<v1::KeySpec> ext_keys_;         // GUARDED_BY(mu_); sorted by id
+  std::vector<const v1::KeySpec*> ext_ptrs_;  // GUARDED_BY(mu_); into ext_keys_
+  int32_t ext_rank_ = -1;                     // GUARDED_BY(mu_); -1: no round open
+  std::set<int32_t> ext_ranks_;               // GUARDED_BY(mu_)
+  std::vector<DeclareWaiter> ext_waiters_;    // GUARDED_BY(mu_)
 
   std::map<std::string, BarrierGroup> barriers_;  // GUARDED_BY(mu_)
 };

@@ -62,6 +62,7 @@ void SchedulerState::FailDeclarationsLocked(const Status& status, Deferred* defe
     deferred->push_back([done = std::move(w.done), status] { done(status); });
   }
   declare_waiters_.clear();
+  CloseExtensionLocked(status, deferred);
 }
 
 bool SchedulerState::DeclareKeys(const v1::DeclareKeysRequest& req, TimePoint deadline,
@@ -97,6 +98,12 @@ bool SchedulerState::DeclareImpl(int32_t rank, const std::vector<const v1::KeySp
       for (const auto* k : *keys) reference_keys_.push_back(*k);
       reference_ptrs_ = SortedById(reference_keys_);
       reference_rank_ = rank;
+    } else if (st.ok() && keys != nullptr && shard_map_ && !SameKeys(reference_ptrs_, *keys)) {
+      // Keys added after training started (deferred init).
+      ExtendLocked(rank, *keys, deadline, std::move(done), &deferred);
+      lock.unlock();
+      Run(deferred);
+      return true;
     } else if (st.ok() && keys != nullptr && !SameKeys(reference_ptrs_, *keys)) {
       // Name the lowest rank that declared the reference keys, whatever the arrival order.
       const int32_t ref_rank = declared_ranks_.empty() ? reference_rank_ : *declared_ranks_.begin();
@@ -141,6 +148,99 @@ bool SchedulerState::DeclareImpl(int32_t rank, const std::vector<const v1::KeySp
   }
   Run(deferred);
   return true;
+}
+
+std::string SchedulerState::AddedKeysLocked() const {
+  std::string s;
+  size_t i = 0, named = 0, more = 0;
+  for (const auto* k : ext_ptrs_) {
+    while (i < reference_ptrs_.size() && reference_ptrs_[i]->id() < k->id()) ++i;
+    if (i < reference_ptrs_.size() && reference_ptrs_[i]->id() == k->id()) continue;
+    if (named < 5) {
+      s += (named == 0 ? "" : ", ") + KeyLabel(*k);
+      ++named;
+    } else {
+      ++more;
+    }
+  }
+  if (more > 0) s += " and " + std::to_string(more) + " more";
+  return s;
+}
+
+void SchedulerState::CloseExtensionLocked(const Status& status, Deferred* deferred) {
+  for (auto& w : ext_waiters_) {
+    if (status.ok()) {
+      deferred->push_back([done = std::move(w.done), map = shard_map_] { done(map); });
+    } else {
+      deferred->push_back([done = std::move(w.done), status] { done(status); });
+    }
+  }
+  ext_waiters_.clear();
+  ext_ranks_.clear();
+  ext_rank_ = -1;
+  ext_ptrs_.clear();
+  ext_keys_.clear();
+}
+
+void SchedulerState::ExtendLocked(int32_t rank, const std::vector<const v1::KeySpec*>& keys,
+                                  TimePoint deadline,
+                                  Callback<std::shared_ptr<const v1::ShardMap>> done,
+                                  Deferred* deferred) {
+  // Keys of the map may not change or go away: their slices hold state on the servers.
+  size_t j = 0;
+  for (const auto* k : reference_ptrs_) {
+    while (j < keys.size() && keys[j]->id() < k->id()) ++j;
+    if (j == keys.size() || !SameKey(*keys[j], *k)) {
+      const std::string what =
+          j < keys.size() && keys[j]->id() == k->id()
+              ? "declares " + KeyLabel(*keys[j]) + " " + Shape(*keys[j]) + ", the shard map has " +
+                    Shape(*k)
+              : "no longer declares " + KeyLabel(*k) + " of the shard map";
+      deferred->push_back([done = std::move(done),
+                           st = FailedPreconditionError(
+                               "key declaration after training started: worker " +
+                               std::to_string(rank) + " " + what +
+                               " (keys may only be added)")] { done(st); });
+      return;
+    }
+  }
+  if (ext_rank_ < 0) {
+    ext_keys_.reserve(keys.size());
+    for (const auto* k : keys) ext_keys_.push_back(*k);
+    ext_ptrs_ = SortedById(ext_keys_);
+    ext_rank_ = rank;
+  } else if (!SameKeys(ext_ptrs_, keys)) {
+    const Status st = FailedPreconditionError("key declaration after training started: " +
+                                              KeyMismatchLocked(ext_rank_, ext_ptrs_, rank, keys));
+    TLOG_ERROR << st.message();
+    CloseExtensionLocked(st, deferred);
+    deferred->push_back([done = std::move(done), st] { done(st); });
+    return;
+  }
+  ext_ranks_.insert(rank);
+  ext_waiters_.push_back({rank, deadline, std::move(done)});
+  if (static_cast<int32_t>(ext_ranks_.size()) < config_.num_workers) return;
+
+  std::vector<v1::KeySpec> added;
+  size_t i = 0;
+  for (const auto* k : ext_ptrs_) {
+    while (i < reference_ptrs_.size() && reference_ptrs_[i]->id() < k->id()) ++i;
+    if (i < reference_ptrs_.size() && reference_ptrs_[i]->id() == k->id()) continue;
+    added.push_back(*k);
+  }
+  auto built = ExtendShardMap(*shard_map_, std::move(added));
+  if (!built.ok()) {
+    const Status st = built.status().Annotate("extending the shard map");
+    TLOG_ERROR << st.message();
+    CloseExtensionLocked(st, deferred);
+    return;
+  }
+  TLOG_INFO << "shard map extended with " << AddedKeysLocked() << ": "
+            << built->keys_size() << " keys";
+  shard_map_ = std::make_shared<const v1::ShardMap>(std::move(built).value());
+  reference_keys_ = ext_keys_;
+  reference_ptrs_ = SortedById(reference_keys_);
+  CloseExtensionLocked(Status::Ok(), deferred);
 }
 
 }  // namespace trellis

@@ -203,4 +203,30 @@ StatusOr<v1::ShardMap> BuildShardMap(std::vector<v1::KeySpec> keys, int32_t num_
   return map;
 }
 
+StatusOr<v1::ShardMap> ExtendShardMap(const v1::ShardMap& base, std::vector<v1::KeySpec> added) {
+  for (const auto& k : added) {
+    for (const auto& ks : base.keys()) {
+      if (ks.key().id() == k.id()) {
+        return InvalidArgumentError("key " + std::to_string(k.id()) +
+                                    " is already in the shard map");
+      }
+    }
+  }
+  TRELLIS_ASSIGN_OR_RETURN(v1::ShardMap more, BuildShardMap(std::move(added), base.num_servers(),
+                                                            base.dispatch(), base.slice_bytes()));
+  v1::ShardMap out = base;
+  out.clear_keys();
+  // Merge two id-sorted lists.
+  int i = 0, j = 0;
+  while (i < base.keys_size() || j < more.keys_size()) {
+    const bool take_base = j >= more.keys_size() ||
+                           (i < base.keys_size() && base.keys(i).key().id() < more.keys(j).key().id());
+    *out.add_keys() = take_base ? base.keys(i++) : more.keys(j++);
+  }
+  for (int s = 0; s < out.server_bytes_size() && s < more.server_bytes_size(); ++s) {
+    out.set_server_bytes(s, out.server_bytes(s) + more.server_bytes(s));
+  }
+  return out;
+}
+
 }  // namespace trellis

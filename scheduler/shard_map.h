@@ -55,4 +55,10 @@ Status ValidateShardSettings(std::string_view dispatch, int32_t num_servers, int
 StatusOr<v1::ShardMap> BuildShardMap(std::vector<v1::KeySpec> keys, int32_t num_servers,
                                      std::string_view dispatch, int64_t slice_bytes);
 
+// Adds keys declared after `base` was built (deferred init). The slices of `base` never move
+// (their servers hold their state); the added keys are laid out by BuildShardMap as a map of
+// their own with base's settings (roundRobin starts again at server 0 for them) and merged in
+// id order. An added id already in `base` is INVALID_ARGUMENT.
+StatusOr<v1::ShardMap> ExtendShardMap(const v1::ShardMap& base, std::vector<v1::KeySpec> added);
+
 }  // namespace trellis

@@ -78,9 +78,6 @@ Status WorkerImpl::DeclareKey(const KeyDecl& key) {
   std::lock_guard lock(decl_mu_);
   std::string name = "key " + std::to_string(key.id) +
                      (key.name.empty() ? std::string() : " (" + key.name + ")");
-  if (finished_) {
-    return FailedPreconditionError("DeclareKey " + name + " after FinishDeclarations");
-  }
   if (key.num_elements < 1) {
     return InvalidArgumentError("DeclareKey " + name + ": num_elements must be >= 1, got " +
                                 std::to_string(key.num_elements));
@@ -92,13 +89,38 @@ Status WorkerImpl::DeclareKey(const KeyDecl& key) {
     return AlreadyExistsError("DeclareKey " + name + ": key id declared twice");
   }
   declared_[key.id] = key;
+  if (finished_.load()) {
+    std::unique_lock keys_lock(keys_mu_);
+    late_.insert(key.id);
+  }
   return Status::Ok();
 }
 
 Status WorkerImpl::FinishDeclarations() {
   std::lock_guard lock(decl_mu_);
-  if (finished_) return FailedPreconditionError("FinishDeclarations called twice");
+  const bool first = !finished_.load();
+  std::vector<KeyId> added;  // declared since the last round
+  for (const auto& [id, d] : declared_) {
+    if (first || FindKey(id) == nullptr) added.push_back(id);
+  }
   if (declared_.empty()) return FailedPreconditionError("FinishDeclarations: no keys declared");
+  if (added.empty()) {
+    return FailedPreconditionError("FinishDeclarations: no keys declared since the last call");
+  }
+  Status st = DeclareRound(first);
+  if (!first) {
+    // Done with these either way; after a failed round (another worker did not declare the
+    // same keys) they are undeclared again, and the program may declare again.
+    std::unique_lock keys_lock(keys_mu_);
+    for (KeyId id : added) {
+      late_.erase(id);
+      if (!st.ok()) declared_.erase(id);
+    }
+  }
+  return st;
+}
+
+Status WorkerImpl::DeclareRound(bool first) {
   std::vector<v1::KeySpec> specs;
   specs.reserve(declared_.size());
   for (const auto& [id, d] : declared_) {
@@ -121,13 +143,15 @@ Status WorkerImpl::FinishDeclarations() {
     return InternalError("shard map is for " + std::to_string(map.num_servers()) +
                          " servers, the cluster has " + std::to_string(ns));
   }
-  std::unordered_map<KeyId, std::unique_ptr<KeyState>> keys;
+  // The keys new to this worker (all of them the first time).
+  std::vector<std::unique_ptr<KeyState>> fresh;
   for (const auto& ks : map.keys()) {
     auto d = declared_.find(ks.key().id());
     if (d == declared_.end()) {
       return InternalError("shard map has key " + std::to_string(ks.key().id()) +
                            " this worker did not declare");
     }
+    if (!first && FindKey(d->first) != nullptr) continue;
     auto k = std::make_unique<KeyState>();
     k->decl = d->second;
     int64_t next = 0;
@@ -143,30 +167,49 @@ Status WorkerImpl::FinishDeclarations() {
       return InternalError("shard map covers " + std::to_string(next) + " elements of " +
                            KeyName(*k) + ", declared " + std::to_string(k->decl.num_elements));
     }
-    keys[k->decl.id] = std::move(k);
+    fresh.push_back(std::move(k));
   }
-  if (keys.size() != declared_.size()) {
+  if (static_cast<size_t>(map.keys_size()) != declared_.size()) {
     return InternalError("shard map lacks some of the " + std::to_string(declared_.size()) +
                          " declared keys");
   }
-  std::vector<std::unique_ptr<ServerConnection>> servers;
-  for (int32_t s = 0; s < ns; ++s) {
-    ConnectionOptions o;
-    // "host:port;tcp=P": the gRPC address and the raw-TCP port (tcp_wire.h).
-    TRELLIS_RETURN_IF_ERROR(tcpwire::SplitDataAddress(setup_.server_addresses[s], &o.address,
-                                                      nullptr, &o.tcp_port));
-    o.timeout_ms = setup_.timeout_ms;
-    o.token = setup_.token;
-    o.worker_rank = setup_.rank;
-    o.slice_bytes = map.slice_bytes();
-    TRELLIS_ASSIGN_OR_RETURN(auto conn, setup_.connect(o));
-    TRELLIS_RETURN_IF_ERROR(conn->InstallShardMap(map, s, setup_.timeout_ms));
-    servers.push_back(std::move(conn));
+  if (first) {
+    std::vector<std::unique_ptr<ServerConnection>> servers;
+    for (int32_t s = 0; s < ns; ++s) {
+      ConnectionOptions o;
+      // "host:port;tcp=P": the gRPC address and the raw-TCP port (tcp_wire.h).
+      TRELLIS_RETURN_IF_ERROR(tcpwire::SplitDataAddress(setup_.server_addresses[s], &o.address,
+                                                        nullptr, &o.tcp_port));
+      o.timeout_ms = setup_.timeout_ms;
+      o.token = setup_.token;
+      o.worker_rank = setup_.rank;
+      o.slice_bytes = map.slice_bytes();
+      TRELLIS_ASSIGN_OR_RETURN(auto conn, setup_.connect(o));
+      TRELLIS_RETURN_IF_ERROR(conn->InstallShardMap(map, s, setup_.timeout_ms));
+      servers.push_back(std::move(conn));
+    }
+    servers_ = std::move(servers);
+  } else {
+    // Deferred init: the servers add the new keys' slices; the others stay as they are.
+    for (int32_t s = 0; s < ns; ++s) {
+      TRELLIS_RETURN_IF_ERROR(servers_[s]->InstallShardMap(map, s, setup_.timeout_ms));
+    }
   }
-  keys_ = std::move(keys);
-  servers_ = std::move(servers);
+  {
+    std::unique_lock keys_lock(keys_mu_);
+    for (auto& k : fresh) {
+      const KeyId id = k->decl.id;
+      keys_[id] = std::move(k);
+    }
+  }
   finished_.store(true);
   return Status::Ok();
+}
+
+WorkerImpl::KeyState* WorkerImpl::FindKey(KeyId key) const {
+  std::shared_lock keys_lock(keys_mu_);
+  auto it = keys_.find(key);
+  return it == keys_.end() ? nullptr : it->second.get();
 }
 
 Handle WorkerImpl::Failed(const Status& st, Callback done) {
@@ -206,12 +249,22 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
                                           " before FinishDeclarations"),
                   std::move(done));
   }
-  auto it = keys_.find(key);
-  if (it == keys_.end()) {
-    return Failed(NotFoundError(std::string(verb) + " of undeclared key " + std::to_string(key)),
+  KeyState* found = FindKey(key);
+  if (found == nullptr) {
+    bool late;
+    {
+      std::shared_lock keys_lock(keys_mu_);
+      late = late_.count(key) != 0;
+    }
+    return Failed(late ? FailedPreconditionError(std::string(verb) + " of key " +
+                                                 std::to_string(key) +
+                                                 " declared after FinishDeclarations: call "
+                                                 "FinishDeclarations again first")
+                       : NotFoundError(std::string(verb) + " of undeclared key " +
+                                       std::to_string(key)),
                   std::move(done));
   }
-  KeyState& k = *it->second;
+  KeyState& k = *found;
   bool needs_src = op != wire::Op::kPull;
   bool needs_dst = op == wire::Op::kPull || op == wire::Op::kPushPull;
   if ((needs_src && src == nullptr) || (needs_dst && dst == nullptr)) {

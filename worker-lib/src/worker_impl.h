@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -138,6 +140,9 @@ class WorkerImpl final : public Worker {
   void DispatchBulk(std::vector<Task> tasks);
   void WatchdogLoop();
   std::string KeyName(const KeyState& k) const;
+  KeyState* FindKey(KeyId key) const;  // null when not (yet) in the map
+  // One declaration round: all declared keys to the scheduler, the new ones into keys_.
+  Status DeclareRound(bool first);  // REQUIRES: decl_mu_ held
 
   const WorkerSetup setup_;
   const std::shared_ptr<MetricsRegistry> metrics_;  // setup_.metrics or one of its own
@@ -146,9 +151,13 @@ class WorkerImpl final : public Worker {
 
   std::mutex decl_mu_;
   std::map<KeyId, KeyDecl> declared_;  // GUARDED_BY(decl_mu_)
-  std::atomic<bool> finished_{false};  // FinishDeclarations succeeded; keys_ is frozen
+  std::atomic<bool> finished_{false};  // the first FinishDeclarations succeeded
   std::atomic<bool> closing_{false};   // destructor started
-  std::unordered_map<KeyId, std::unique_ptr<KeyState>> keys_;  // written once under decl_mu_
+  // Keys only grow (deferred init adds keys in later FinishDeclarations rounds); a KeyState
+  // never moves or goes away, so a pointer found under the lock stays valid without it.
+  mutable std::shared_mutex keys_mu_;
+  std::unordered_map<KeyId, std::unique_ptr<KeyState>> keys_;  // GUARDED_BY(keys_mu_)
+  std::set<KeyId> late_;  // GUARDED_BY(keys_mu_): declared after the first map, not in one yet
   std::vector<std::unique_ptr<ServerConnection>> servers_;     // written once under decl_mu_
 
   SliceQueue<Task> queue_;

@@ -338,6 +338,113 @@ TEST_P(DatapathTest, UpdateModeCheckpointRestoreContinueIsBitExact) {
   EXPECT_NE(three, whole);
 }
 
+// Deferred init: after step 5 every worker declares a new key (a layer whose shape is known
+// only now) with values from its own seed; FinishDeclarations extends the shard map on every
+// worker and server, Broadcast gives all rank 0's values, and training goes on with both keys.
+TEST_P(DatapathTest, KeyAddedAtStep5EndsIdenticalOnAllWorkers) {
+  constexpr int kServers = 2, kWorkers = 3, kIn = 24, kLate = 50, kSteps = 8;
+  StartJob(kServers, kWorkers, 64);  // 16 floats per slice: the late key spans both servers
+  std::vector<std::vector<float>> w_end(kWorkers), late_end(kWorkers), late_start(kWorkers);
+  std::vector<Status> results(kWorkers);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorkers; ++r) {
+    threads.emplace_back([&, r] {
+      auto wk = Worker::Create(Options(worker_ranks_[r]));
+      if (!wk.ok()) {
+        results[r] = wk.status();
+        return;
+      }
+      Worker& worker = **wk;
+      const int rank = worker.rank();
+      std::mt19937 rng(77 + rank);  // every worker its own seed
+      std::normal_distribution<float> nd;
+      std::vector<float> w(kIn), late;
+      for (auto& x : w) x = nd(rng);
+      Status st = worker.DeclareKey({.id = 0, .name = "w", .num_elements = kIn});
+      if (st.ok()) st = worker.FinishDeclarations();
+      if (st.ok()) st = worker.Broadcast(0, w.data(), 0).Wait();
+      for (int step = 1; st.ok() && step <= kSteps; ++step) {
+        std::vector<float> g(kIn), sum(kIn);
+        for (int i = 0; i < kIn; ++i) g[i] = 0.1f * w[i] + 0.01f * (rank + 1) * step;
+        st = worker.PushPull(0, g.data(), sum.data()).Wait();
+        for (int i = 0; st.ok() && i < kIn; ++i) w[i] -= 0.1f * sum[i] / kWorkers;
+        if (st.ok() && !late.empty()) {
+          std::vector<float> lg(kLate), lsum(kLate);
+          for (int i = 0; i < kLate; ++i) lg[i] = late[i] * 0.5f + 0.001f * rank;
+          st = worker.PushPull(9, lg.data(), lsum.data()).Wait();
+          for (int i = 0; st.ok() && i < kLate; ++i) late[i] -= 0.2f * lsum[i] / kWorkers;
+        }
+        if (st.ok() && step == 5) {
+          late.resize(kLate);
+          for (auto& x : late) x = nd(rng);
+          st = worker.DeclareKey({.id = 9, .name = "late", .num_elements = kLate});
+          if (st.ok()) st = worker.FinishDeclarations();
+          if (st.ok()) st = worker.Broadcast(9, late.data(), 0).Wait();
+          late_start[rank] = late;
+        }
+      }
+      w_end[rank] = w;
+      late_end[rank] = late;
+      results[r] = st;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "worker " << r << ": " << results[r].ToString();
+  }
+  ASSERT_EQ(late_end[0].size(), size_t{kLate});
+  EXPECT_NE(late_end[0], late_start[0]);  // it trained
+  for (int r = 1; r < kWorkers; ++r) {
+    EXPECT_EQ(late_start[r], late_start[0]) << "worker " << r << " after the broadcast";
+    EXPECT_EQ(late_end[r], late_end[0]) << "worker " << r;
+    EXPECT_EQ(w_end[r], w_end[0]) << "worker " << r;
+  }
+}
+
+// A key declared late by only some workers: each of them gets an error naming the key and the
+// worker that did not declare it, after a bounded wait (the worker's timeout), not a hang.
+TEST_P(DatapathTest, KeyDeclaredLateByOnlySomeWorkersIsAClearError) {
+  constexpr int kWorkers = 3;
+  StartJob(1, kWorkers, 1 << 20);
+  std::vector<Status> results(kWorkers);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorkers; ++r) {
+    threads.emplace_back([&, r] {
+      WorkerOptions o = Options(worker_ranks_[r]);
+      o.timeout_ms = 3000;
+      auto wk = Worker::Create(o);
+      if (!wk.ok()) {
+        results[r] = wk.status();
+        return;
+      }
+      Worker& worker = **wk;
+      std::vector<float> v(4, 1.0f);
+      Status st = worker.DeclareKey({.id = 0, .name = "w", .num_elements = 4});
+      if (st.ok()) st = worker.FinishDeclarations();
+      if (st.ok()) st = worker.PushPull(0, v.data(), v.data()).Wait();
+      if (st.ok() && worker.rank() != 2) {
+        st = worker.DeclareKey({.id = 9, .name = "late", .num_elements = 4});
+        if (st.ok()) st = worker.FinishDeclarations();
+        // The failed round leaves the key undeclared: usable again after a fix.
+        if (!st.ok() && worker.PushPull(9, v.data(), v.data()).Wait().message() !=
+                            "PushPull of undeclared key 9") {
+          st = InternalError("key 9 usable after a failed round");
+        }
+      }
+      results[worker.rank()] = st;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(results[2].ok()) << results[2].ToString();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].code(), StatusCode::kDeadlineExceeded) << results[r].ToString();
+    EXPECT_NE(results[r].message().find("key declaration after training started: key 9 \"late\" "
+                                        "declared by 2 of 3 workers; worker 2 did not declare it"),
+              std::string::npos)
+        << results[r].ToString();
+  }
+}
+
 // A worker holding the wrong token is refused by the scheduler before it touches a server, and
 // a server that dies turns pending operations into errors naming it, never a hang.
 TEST_P(DatapathTest, WrongTokenAndDeadServer) {

@@ -155,6 +155,36 @@ TEST_F(SliceStoreTest, DifferentMapIsRefused) {
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
 }
 
+// Deferred init: a map that adds keys adds their slices; the installed ones keep their state.
+TEST_F(SliceStoreTest, AMapThatAddsKeysExtendsTheStore) {
+  Make(1);
+  Got a;
+  Send(0, wire::Op::kPushPull, 1, {1, 2, 3, 4}, &a);
+  ASSERT_TRUE(a.status.ok());
+  auto bigger = ExtendShardMap(OneKeyMap(7, 4), {[] {
+                                 v1::KeySpec k;
+                                 k.set_id(9);
+                                 k.set_name("late");
+                                 k.set_num_elements(2);
+                                 k.set_dtype(v1::DTYPE_FLOAT32);
+                                 return k;
+                               }()});
+  ASSERT_TRUE(bigger.ok());
+  int64_t n = 0, b = 0;
+  ASSERT_TRUE(store_->Install(*bigger, &n, &b).ok());
+  EXPECT_EQ(n, 2);
+  EXPECT_EQ(b, 24);
+  ASSERT_TRUE(store_->Install(*bigger, &n, &b).ok());  // every worker relays it: no-op
+  EXPECT_EQ(store_->CompleteStep(7, 0), 1);          // untouched
+  Got c;
+  Send(0, wire::Op::kPushPull, 1, {5, 6}, &c, /*key=*/9);
+  ASSERT_TRUE(c.status.ok()) << c.status.ToString();
+  EXPECT_EQ(c.values, (std::vector<float>{5, 6}));
+  // The old map again (it lacks key 9) is refused, naming what is wrong.
+  auto st = store_->Install(OneKeyMap(7, 4), &n, &b);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+}
+
 TEST_F(SliceStoreTest, BroadcastInitWakesStepZeroPulls) {
   Make(2);
   Got pull;

@@ -167,3 +167,34 @@ TEST(SchedulerShardMap, NoKeysGiveAnEmptyMap) {
 
 }  // namespace
 }  // namespace trellis
+
+namespace trellis {
+namespace {
+
+// Deferred init: existing slices stay where they are; added keys are merged in id order.
+TEST(SchedulerShardMapExtend, KeepsTheBaseAndAddsKeysInIdOrder) {
+  auto base = BuildShardMap({Key(10, 10), Key(5, 4)}, 3, "roundRobin", 16);
+  ASSERT_TRUE(base.ok());
+  auto ext = ExtendShardMap(*base, {Key(12, 8, "late"), Key(7, 1)});
+  ASSERT_TRUE(ext.ok()) << ext.status().ToString();
+  ASSERT_EQ(ext->keys_size(), 4);
+  EXPECT_EQ(ext->keys(0).key().id(), 5u);
+  EXPECT_EQ(ext->keys(1).key().id(), 7u);
+  EXPECT_EQ(ext->keys(2).key().id(), 10u);
+  EXPECT_EQ(ext->keys(3).key().id(), 12u);
+  EXPECT_EQ(Slices(*ext, 0), Slices(*base, 0));
+  EXPECT_EQ(Slices(*ext, 2), Slices(*base, 1));
+  // The added keys as a map of their own: 7.s0 12.s0 12.s1 -> servers 0 1 2.
+  EXPECT_EQ(Slices(*ext, 1), (std::vector<T>{{0, 1, 0}}));
+  EXPECT_EQ(Slices(*ext, 3), (std::vector<T>{{0, 4, 1}, {4, 4, 2}}));
+  int64_t total = 0;
+  for (int64_t b : ext->server_bytes()) total += b;
+  EXPECT_EQ(total, (10 + 4 + 8 + 1) * 4);
+
+  auto dup = ExtendShardMap(*base, {Key(5, 4)});
+  ASSERT_FALSE(dup.ok());
+  EXPECT_THAT(dup.status().message(), HasSubstr("key 5 is already in the shard map"));
+}
+
+}  // namespace
+}  // namespace trellis

@@ -86,9 +86,14 @@ class Worker {
   virtual const CheckpointConfig& checkpoint_config() const = 0;
 
   // Declares a key. Every worker declares the same keys (id, element count, dtype).
+  // Also after FinishDeclarations (deferred init: a layer whose shape is known only at its first
+  // forward pass); such keys are usable after the next FinishDeclarations.
   virtual Status DeclareKey(const KeyDecl& key) = 0;
   // Collective: sends this worker's declarations to the scheduler and waits for the shard map.
   // A mismatch between workers fails here on every worker with a message naming the key.
+  // Called again after declaring more keys, it extends the map: every worker must declare the
+  // same new keys; if some worker does not within the timeout, every worker that did gets an
+  // error naming the keys and the workers missing. Then Broadcast the new keys' first values.
   virtual Status FinishDeclarations() = 0;
 
   // Sums `grad` over all workers for this key's next step and writes the result to `out`
