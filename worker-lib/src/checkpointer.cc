@@ -20,13 +20,35 @@ namespace {
 constexpr int64_t kStepSlots = 2;
 constexpr int64_t kRestoreFailed = -1;
 
+// Series of rank 0's checkpoints (docs/checkpoints.md#metrics); registered once at Create.
+struct CheckpointMetrics {
+  explicit CheckpointMetrics(MetricsRegistry& r)
+      : save_seconds(r.Histogram("trellis_worker_checkpoint_save_seconds",
+                                 "Time to save one checkpoint on rank 0, servers' files included",
+                                 MetricsRegistry::LatencyBuckets())),
+        size_bytes(r.Gauge("trellis_worker_checkpoint_size_bytes",
+                           "Size of the newest model checkpoint file rank 0 wrote")),
+        saves(r.Counter("trellis_worker_checkpoint_saves_total", "Checkpoints saved by rank 0")),
+        restores(r.Counter("trellis_worker_checkpoint_restores_total",
+                           "Checkpoints restored (step > 0) by rank 0")),
+        rejected(r.Counter("trellis_worker_checkpoint_rejected_files_total",
+                           "Checkpoint files skipped on restore: corrupt, truncated, other "
+                           "version, or not loadable by the servers")) {}
+  prometheus::Histogram& save_seconds;
+  prometheus::Gauge& size_bytes;
+  prometheus::Counter& saves;
+  prometheus::Counter& restores;
+  prometheus::Counter& rejected;
+};
+
 class CheckpointerImpl final : public Checkpointer {
  public:
   CheckpointerImpl(Worker& worker, WorkerImpl* impl, std::vector<TensorRef> params,
                    std::vector<TensorRef> state, CheckpointConfig config, KeyId state_key,
                    int64_t state_elements)
       : worker_(worker),
-        impl_(impl),
+        impl_(config.servers_save ? impl : nullptr),
+        metrics_(impl != nullptr ? std::make_unique<CheckpointMetrics>(impl->metrics()) : nullptr),
         params_(std::move(params)),
         state_(std::move(state)),
         config_(std::move(config)),
@@ -63,6 +85,7 @@ class CheckpointerImpl final : public Checkpointer {
 
   Worker& worker_;
   WorkerImpl* const impl_;  // the same worker; null when servers keep no state
+  const std::unique_ptr<CheckpointMetrics> metrics_;  // null: a worker of another kind
   const std::vector<TensorRef> params_;
   const std::vector<TensorRef> state_;
   const CheckpointConfig config_;
@@ -117,8 +140,10 @@ StatusOr<int64_t> CheckpointerImpl::LoadOnRoot() {
     if (!st.ok()) {
       TLOG_WARN << "skipping checkpoint: " << st.message();
       rejected += "; rejected " + st.message();
+      if (metrics_) metrics_->rejected.Increment();
       continue;
     }
+    if (metrics_) metrics_->restores.Increment();
     last_file_ = file;
     TLOG_INFO << "restored step " << step << " from " << file;
     return step;
@@ -203,6 +228,11 @@ Status CheckpointerImpl::Save(int64_t step) {
   bytes_written_ += bytes;
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (metrics_) {
+    metrics_->saves.Increment();
+    metrics_->save_seconds.Observe(secs);
+    metrics_->size_bytes.Set(static_cast<double>(bytes));
+  }
   TLOG_INFO << "saved step " << step << " to " << *file << " (" << bytes << " bytes, " << secs
             << " s)";
   return Status::Ok();
@@ -245,12 +275,9 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(Worker& worker,
   if (options.interval_steps >= 0) config.interval_steps = options.interval_steps;
   if (options.keep > 0) config.keep = options.keep;
   if (config.keep < 1) return InvalidArgumentError("checkpoint keep must be >= 1");
-  WorkerImpl* impl = nullptr;
-  if (config.servers_save && !config.path.empty()) {
-    impl = dynamic_cast<WorkerImpl*>(&worker);
-    if (impl == nullptr) {
-      return InvalidArgumentError("update-mode checkpoints need a worker made by Worker::Create");
-    }
+  WorkerImpl* impl = dynamic_cast<WorkerImpl*>(&worker);
+  if (impl == nullptr && config.servers_save && !config.path.empty()) {
+    return InvalidArgumentError("update-mode checkpoints need a worker made by Worker::Create");
   }
   int64_t state_elements = 0;
   for (const auto& s : state) state_elements += s.num_elements;

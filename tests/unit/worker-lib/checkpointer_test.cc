@@ -1,0 +1,149 @@
+// trellis::Checkpointer on an in-process cluster (aggregate mode): initial broadcast, save,
+// restore into a fresh job, fall back past a bad file, a failed restore reaching every worker,
+// and the metrics it keeps.
+#include "trellis/checkpoint.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/worker-lib/local_cluster.h"
+#include "worker-lib/src/worker_impl.h"
+
+namespace trellis {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / ("trellis-ckpter-" + std::to_string(::getpid()) + "-" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A 2-worker job: `w` and `v` per worker (rank r starts with r+1 everywhere). Restore on each
+  // worker in rank order; returns each worker's result.
+  std::vector<StatusOr<int64_t>> Job(std::vector<std::vector<float>>* w,
+                                     std::vector<std::vector<float>>* v, int64_t w_size = 6) {
+    checkpointers_.clear();  // they refer to the old cluster's workers
+    cluster_ = std::make_unique<testing::LocalCluster>();
+    testing::ClusterOptions o;
+    o.workers = 2;
+    o.timeout_ms = 5000;
+    EXPECT_TRUE(cluster_->Start(o).ok());
+    w->assign(2, {});
+    v->assign(2, {});
+    std::vector<StatusOr<int64_t>> out;
+    for (int r = 0; r < 2; ++r) {
+      Worker& worker = *cluster_->workers[r];
+      (*w)[r].assign(w_size, r + 1.0f);
+      (*v)[r].assign(3, r + 1.0f);
+      EXPECT_TRUE(worker.DeclareKey({.id = 1, .name = "w", .num_elements = w_size}).ok());
+      CheckpointOptions co;
+      co.path = dir_;
+      co.interval_steps = 5;
+      co.keep = 2;
+      auto ck = Checkpointer::Create(worker, {{"w", (*w)[r].data(), w_size, 1}},
+                                     {{"v", (*v)[r].data(), 3}}, co);
+      EXPECT_TRUE(ck.ok()) << ck.status().ToString();
+      checkpointers_.push_back(std::move(*ck));
+      EXPECT_TRUE(worker.FinishDeclarations().ok());
+    }
+    for (int r = 0; r < 2; ++r) out.push_back(checkpointers_[r]->Restore());
+    return out;
+  }
+  std::string Metrics(int rank) {
+    return dynamic_cast<WorkerImpl&>(*cluster_->workers[rank]).metrics().Serialize();
+  }
+
+  std::string dir_;
+  std::unique_ptr<testing::LocalCluster> cluster_;
+  std::vector<std::unique_ptr<Checkpointer>> checkpointers_;
+};
+
+TEST_F(CheckpointerTest, FreshStartBroadcastsThenSaveRestoreAndFallBack) {
+  std::vector<std::vector<float>> w, v;
+  auto r = Job(&w, &v);
+  ASSERT_TRUE(r[0].ok() && r[1].ok()) << r[1].status().ToString();
+  EXPECT_EQ(*r[0], 0);
+  EXPECT_EQ(*r[1], 0);
+  EXPECT_EQ(w[1], w[0]);  // rank 0's values everywhere
+  EXPECT_EQ(v[1], v[0]);
+  EXPECT_FALSE(checkpointers_[0]->Due(4));
+  EXPECT_TRUE(checkpointers_[0]->Due(5));
+  EXPECT_FALSE(checkpointers_[1]->Due(5));  // only rank 0 saves
+  for (int step : {5, 10}) {
+    for (auto& x : w[0]) x += 1;
+    v[0][2] = static_cast<float>(step);
+    ASSERT_TRUE(checkpointers_[0]->Save(step).ok());
+    ASSERT_TRUE(checkpointers_[1]->Save(step).ok());  // a no-op
+  }
+  EXPECT_EQ(checkpointers_[0]->saves(), 2u);
+  EXPECT_EQ(checkpointers_[1]->saves(), 0u);
+  EXPECT_NE(Metrics(0).find("trellis_worker_checkpoint_saves_total{"), std::string::npos);
+  EXPECT_NE(Metrics(0).find("} 2"), std::string::npos) << Metrics(0);
+
+  // A new job on the directory: step 10's values on both workers.
+  r = Job(&w, &v);
+  ASSERT_TRUE(r[0].ok() && r[1].ok());
+  EXPECT_EQ(*r[0], 10);
+  EXPECT_EQ(*r[1], 10);
+  EXPECT_EQ(w[0], std::vector<float>(6, 3.0f));
+  EXPECT_EQ(w[1], w[0]);
+  EXPECT_EQ(v[1], (std::vector<float>{1, 1, 10}));
+
+  // The newest file damaged: step 5 is used, the bad file named in the log and counted.
+  const std::string newest = dir_ + "/model-000000000010.ckpt";
+  std::ofstream(newest, std::ios::binary | std::ios::trunc) << "TRLSCKPT";
+  r = Job(&w, &v);
+  ASSERT_TRUE(r[0].ok() && r[1].ok());
+  EXPECT_EQ(*r[1], 5);
+  EXPECT_EQ(v[1], (std::vector<float>{1, 1, 5}));
+  EXPECT_EQ(checkpointers_[0]->last_file(), dir_ + "/model-000000000005.ckpt");
+  const std::string m = Metrics(0);
+  EXPECT_NE(m.find("trellis_worker_checkpoint_rejected_files_total"), std::string::npos) << m;
+  EXPECT_NE(m.find("trellis_worker_checkpoint_restores_total"), std::string::npos) << m;
+}
+
+// A checkpoint that does not fit the program: rank 0 fails naming the file and the tensor, and
+// the other worker learns at once that rank 0 could not restore (no wait for a broadcast).
+TEST_F(CheckpointerTest, ACheckpointThatDoesNotFitFailsEveryWorkerClearly) {
+  std::vector<std::vector<float>> w, v;
+  auto r = Job(&w, &v);
+  ASSERT_TRUE(r[0].ok());
+  ASSERT_TRUE(checkpointers_[0]->Save(5).ok());
+  r = Job(&w, &v, /*w_size=*/7);
+  ASSERT_FALSE(r[0].ok());
+  EXPECT_EQ(r[0].status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r[0].status().message().find(dir_ + "/model-000000000005.ckpt: tensor 'w' has 6 "
+                                         "elements, the program has 7"),
+            std::string::npos)
+      << r[0].status().ToString();
+  ASSERT_FALSE(r[1].ok());
+  EXPECT_EQ(r[1].status().code(), StatusCode::kAborted);
+  EXPECT_NE(r[1].status().message().find("rank 0 could not restore the checkpoint from " + dir_),
+            std::string::npos)
+      << r[1].status().ToString();
+}
+
+TEST_F(CheckpointerTest, BadTensorsAreRefusedAtCreate) {
+  testing::LocalCluster c;
+  ASSERT_TRUE(c.Start({}).ok());
+  std::vector<float> a(2);
+  auto dup = Checkpointer::Create(*c.workers[0], {{"a", a.data(), 2, 1}}, {{"a", a.data(), 2}});
+  EXPECT_EQ(dup.status().message(), "tensor name 'a' tracked twice");
+  auto null = Checkpointer::Create(*c.workers[0], {{"a", nullptr, 2, 1}});
+  EXPECT_EQ(null.status().code(), StatusCode::kInvalidArgument);
+  auto clash = Checkpointer::Create(*c.workers[0], {{"a", a.data(), 2, 0xFFFFFFFFFFFF0000ull}});
+  EXPECT_NE(clash.status().message().find("uses the checkpoint state key"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trellis
