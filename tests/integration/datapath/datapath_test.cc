@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -120,6 +121,24 @@ class DatapathTest : public ::testing::TestWithParam<std::string> {
     return o;
   }
 
+  // One thread per worker: Worker::Create from the environment contract, then `body`. Returns
+  // each worker's status, by registration order.
+  std::vector<Status> RunWorkers(const std::function<Status(Worker&)>& body,
+                                 int64_t timeout_ms = 0) {
+    std::vector<Status> results(worker_ranks_.size());
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < worker_ranks_.size(); ++r) {
+      threads.emplace_back([&, r] {
+        WorkerOptions o = Options(worker_ranks_[r]);
+        if (timeout_ms > 0) o.timeout_ms = timeout_ms;
+        auto wk = Worker::Create(o);
+        results[r] = wk.ok() ? body(**wk) : wk.status();
+      });
+    }
+    for (auto& t : threads) t.join();
+    return results;
+  }
+
   std::filesystem::path dir_;
   std::string token_file_;
   std::unique_ptr<SchedulerServer> scheduler_;
@@ -218,37 +237,26 @@ TEST_P(DatapathTest, BroadcastGivesEveryWorkerTheRootsValuesWhateverItsSeed) {
     return v;
   };
   std::vector<std::vector<float>> big(kWorkers), small(kWorkers), after_step(kWorkers);
-  std::vector<Status> results(kWorkers);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorkers; ++r) {
-    threads.emplace_back([&, r] {
-      auto wk = Worker::Create(Options(worker_ranks_[r]));
-      if (!wk.ok()) {
-        results[r] = wk.status();
-        return;
-      }
-      Worker& worker = **wk;
-      const int rank = worker.rank();
-      Status st = worker.DeclareKey({.id = 0, .name = "big", .num_elements = kBig});
-      if (st.ok()) st = worker.DeclareKey({.id = 1, .name = "small", .num_elements = kSmall});
-      if (st.ok()) st = worker.FinishDeclarations();
-      std::vector<float> b = init(rank, kBig), s = init(rank, kSmall);
-      if (st.ok()) {
-        Handle hb = worker.Broadcast(0, b.data(), 0);
-        Handle hs = worker.Broadcast(1, s.data(), 1);
-        st = hb.Wait();
-        if (st.ok()) st = hs.Wait();
-      }
-      big[rank] = b;
-      small[rank] = s;
-      // Step 1 runs on top: the sum of equal tensors is W times the root's values.
-      std::vector<float> sum(kBig);
-      if (st.ok()) st = worker.PushPull(0, b.data(), sum.data()).Wait();
-      after_step[rank] = sum;
-      results[r] = st;
-    });
-  }
-  for (auto& t : threads) t.join();
+  auto results = RunWorkers([&](Worker& worker) {
+    const int rank = worker.rank();
+    Status st = worker.DeclareKey({.id = 0, .name = "big", .num_elements = kBig});
+    if (st.ok()) st = worker.DeclareKey({.id = 1, .name = "small", .num_elements = kSmall});
+    if (st.ok()) st = worker.FinishDeclarations();
+    std::vector<float> b = init(rank, kBig), s = init(rank, kSmall);
+    if (st.ok()) {
+      Handle hb = worker.Broadcast(0, b.data(), 0);
+      Handle hs = worker.Broadcast(1, s.data(), 1);
+      st = hb.Wait();
+      if (st.ok()) st = hs.Wait();
+    }
+    big[rank] = b;
+    small[rank] = s;
+    // Step 1 runs on top: the sum of equal tensors is W times the root's values.
+    std::vector<float> sum(kBig);
+    if (st.ok()) st = worker.PushPull(0, b.data(), sum.data()).Wait();
+    after_step[rank] = sum;
+    return st;
+  });
   for (int r = 0; r < kWorkers; ++r) {
     ASSERT_TRUE(results[r].ok()) << "worker " << r << ": " << results[r].ToString();
   }
@@ -275,43 +283,29 @@ TEST_P(DatapathTest, UpdateModeCheckpointRestoreContinueIsBitExact) {
              "  serverMode: update\n  optimizer: {type: adam, learningRate: 0.05}\n"
              "  checkpoint: {path: " + path + ", intervalSteps: 3, keep: 2}\n");
     std::vector<std::vector<float>> final_w(kWorkers);
-    std::vector<Status> results(kWorkers);
     std::vector<int64_t> from(kWorkers, -1);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kWorkers; ++r) {
-      threads.emplace_back([&, r] {
-        auto wk = Worker::Create(Options(worker_ranks_[r]));
-        if (!wk.ok()) {
-          results[r] = wk.status();
-          return;
+    auto results = RunWorkers([&](Worker& worker) -> Status {
+      const int rank = worker.rank();
+      std::vector<float> w(kIn);
+      for (int i = 0; i < kIn; ++i) w[i] = rank == 0 ? 0.01f * i : -5.0f;
+      Status st = worker.DeclareKey({.id = 3, .name = "w", .num_elements = kIn});
+      auto ck = Checkpointer::Create(worker, {{"w", w.data(), kIn, 3}});
+      if (!ck.ok()) st = ck.status();
+      if (st.ok()) st = worker.FinishDeclarations();
+      auto at = st.ok() ? (*ck)->Restore() : StatusOr<int64_t>(st);
+      if (!at.ok()) return at.status();
+      from[rank] = *at;
+      for (int64_t step = *at + 1; st.ok() && step <= *at + steps; ++step) {
+        std::vector<float> g(kIn);  // gradient of sum_i (w_i - t_i)^2 / 2, t depends on the step
+        for (int i = 0; i < kIn; ++i) {
+          g[i] = w[i] - std::sin(0.1f * i + step + rank);
         }
-        Worker& worker = **wk;
-        const int rank = worker.rank();
-        std::vector<float> w(kIn);
-        for (int i = 0; i < kIn; ++i) w[i] = rank == 0 ? 0.01f * i : -5.0f;
-        Status st = worker.DeclareKey({.id = 3, .name = "w", .num_elements = kIn});
-        auto ck = Checkpointer::Create(worker, {{"w", w.data(), kIn, 3}});
-        if (!ck.ok()) st = ck.status();
-        if (st.ok()) st = worker.FinishDeclarations();
-        auto at = st.ok() ? (*ck)->Restore() : StatusOr<int64_t>(st);
-        if (!at.ok()) {
-          results[r] = at.status();
-          return;
-        }
-        from[rank] = *at;
-        for (int64_t step = *at + 1; st.ok() && step <= *at + steps; ++step) {
-          std::vector<float> g(kIn);  // gradient of sum_i (w_i - t_i)^2 / 2, t depends on the step
-          for (int i = 0; i < kIn; ++i) {
-            g[i] = w[i] - std::sin(0.1f * i + step + rank);
-          }
-          st = worker.PushPull(3, g.data(), w.data()).Wait();
-          if (st.ok() && (*ck)->Due(step)) st = (*ck)->Save(step);
-        }
-        final_w[rank] = w;
-        results[r] = st;
-      });
-    }
-    for (auto& t : threads) t.join();
+        st = worker.PushPull(3, g.data(), w.data()).Wait();
+        if (st.ok() && (*ck)->Due(step)) st = (*ck)->Save(step);
+      }
+      final_w[rank] = w;
+      return st;
+    });
     StopJob();
     for (int r = 0; r < kWorkers; ++r) {
       EXPECT_TRUE(results[r].ok()) << "worker " << r << ": " << results[r].ToString();
@@ -345,50 +339,39 @@ TEST_P(DatapathTest, KeyAddedAtStep5EndsIdenticalOnAllWorkers) {
   constexpr int kServers = 2, kWorkers = 3, kIn = 24, kLate = 50, kSteps = 8;
   StartJob(kServers, kWorkers, 64);  // 16 floats per slice: the late key spans both servers
   std::vector<std::vector<float>> w_end(kWorkers), late_end(kWorkers), late_start(kWorkers);
-  std::vector<Status> results(kWorkers);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorkers; ++r) {
-    threads.emplace_back([&, r] {
-      auto wk = Worker::Create(Options(worker_ranks_[r]));
-      if (!wk.ok()) {
-        results[r] = wk.status();
-        return;
+  auto results = RunWorkers([&](Worker& worker) {
+    const int rank = worker.rank();
+    std::mt19937 rng(77 + rank);  // every worker its own seed
+    std::normal_distribution<float> nd;
+    std::vector<float> w(kIn), late;
+    for (auto& x : w) x = nd(rng);
+    Status st = worker.DeclareKey({.id = 0, .name = "w", .num_elements = kIn});
+    if (st.ok()) st = worker.FinishDeclarations();
+    if (st.ok()) st = worker.Broadcast(0, w.data(), 0).Wait();
+    for (int step = 1; st.ok() && step <= kSteps; ++step) {
+      std::vector<float> g(kIn), sum(kIn);
+      for (int i = 0; i < kIn; ++i) g[i] = 0.1f * w[i] + 0.01f * (rank + 1) * step;
+      st = worker.PushPull(0, g.data(), sum.data()).Wait();
+      for (int i = 0; st.ok() && i < kIn; ++i) w[i] -= 0.1f * sum[i] / kWorkers;
+      if (st.ok() && !late.empty()) {
+        std::vector<float> lg(kLate), lsum(kLate);
+        for (int i = 0; i < kLate; ++i) lg[i] = late[i] * 0.5f + 0.001f * rank;
+        st = worker.PushPull(9, lg.data(), lsum.data()).Wait();
+        for (int i = 0; st.ok() && i < kLate; ++i) late[i] -= 0.2f * lsum[i] / kWorkers;
       }
-      Worker& worker = **wk;
-      const int rank = worker.rank();
-      std::mt19937 rng(77 + rank);  // every worker its own seed
-      std::normal_distribution<float> nd;
-      std::vector<float> w(kIn), late;
-      for (auto& x : w) x = nd(rng);
-      Status st = worker.DeclareKey({.id = 0, .name = "w", .num_elements = kIn});
-      if (st.ok()) st = worker.FinishDeclarations();
-      if (st.ok()) st = worker.Broadcast(0, w.data(), 0).Wait();
-      for (int step = 1; st.ok() && step <= kSteps; ++step) {
-        std::vector<float> g(kIn), sum(kIn);
-        for (int i = 0; i < kIn; ++i) g[i] = 0.1f * w[i] + 0.01f * (rank + 1) * step;
-        st = worker.PushPull(0, g.data(), sum.data()).Wait();
-        for (int i = 0; st.ok() && i < kIn; ++i) w[i] -= 0.1f * sum[i] / kWorkers;
-        if (st.ok() && !late.empty()) {
-          std::vector<float> lg(kLate), lsum(kLate);
-          for (int i = 0; i < kLate; ++i) lg[i] = late[i] * 0.5f + 0.001f * rank;
-          st = worker.PushPull(9, lg.data(), lsum.data()).Wait();
-          for (int i = 0; st.ok() && i < kLate; ++i) late[i] -= 0.2f * lsum[i] / kWorkers;
-        }
-        if (st.ok() && step == 5) {
-          late.resize(kLate);
-          for (auto& x : late) x = nd(rng);
-          st = worker.DeclareKey({.id = 9, .name = "late", .num_elements = kLate});
-          if (st.ok()) st = worker.FinishDeclarations();
-          if (st.ok()) st = worker.Broadcast(9, late.data(), 0).Wait();
-          late_start[rank] = late;
-        }
+      if (st.ok() && step == 5) {
+        late.resize(kLate);
+        for (auto& x : late) x = nd(rng);
+        st = worker.DeclareKey({.id = 9, .name = "late", .num_elements = kLate});
+        if (st.ok()) st = worker.FinishDeclarations();
+        if (st.ok()) st = worker.Broadcast(9, late.data(), 0).Wait();
+        late_start[rank] = late;
       }
-      w_end[rank] = w;
-      late_end[rank] = late;
-      results[r] = st;
-    });
-  }
-  for (auto& t : threads) t.join();
+    }
+    w_end[rank] = w;
+    late_end[rank] = late;
+    return st;
+  });
   for (int r = 0; r < kWorkers; ++r) {
     ASSERT_TRUE(results[r].ok()) << "worker " << r << ": " << results[r].ToString();
   }
@@ -406,37 +389,29 @@ TEST_P(DatapathTest, KeyAddedAtStep5EndsIdenticalOnAllWorkers) {
 TEST_P(DatapathTest, KeyDeclaredLateByOnlySomeWorkersIsAClearError) {
   constexpr int kWorkers = 3;
   StartJob(1, kWorkers, 1 << 20);
-  std::vector<Status> results(kWorkers);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorkers; ++r) {
-    threads.emplace_back([&, r] {
-      WorkerOptions o = Options(worker_ranks_[r]);
-      o.timeout_ms = 3000;
-      auto wk = Worker::Create(o);
-      if (!wk.ok()) {
-        results[r] = wk.status();
-        return;
-      }
-      Worker& worker = **wk;
-      std::vector<float> v(4, 1.0f);
-      Status st = worker.DeclareKey({.id = 0, .name = "w", .num_elements = 4});
-      if (st.ok()) st = worker.FinishDeclarations();
-      if (st.ok()) st = worker.PushPull(0, v.data(), v.data()).Wait();
-      if (st.ok() && worker.rank() != 2) {
-        st = worker.DeclareKey({.id = 9, .name = "late", .num_elements = 4});
+  auto results = RunWorkers(
+      [&](Worker& worker) {
+        std::vector<float> v(4, 1.0f);
+        Status st = worker.DeclareKey({.id = 0, .name = "w", .num_elements = 4});
         if (st.ok()) st = worker.FinishDeclarations();
-        // The failed round leaves the key undeclared: usable again after a fix.
-        if (!st.ok() && worker.PushPull(9, v.data(), v.data()).Wait().message() !=
-                            "PushPull of undeclared key 9") {
-          st = InternalError("key 9 usable after a failed round");
+        if (st.ok()) st = worker.PushPull(0, v.data(), v.data()).Wait();
+        if (st.ok() && worker.rank() != 2) {
+          st = worker.DeclareKey({.id = 9, .name = "late", .num_elements = 4});
+          if (st.ok()) st = worker.FinishDeclarations();
+          // The failed round leaves the key undeclared: usable again after a fix.
+          if (!st.ok() && worker.PushPull(9, v.data(), v.data()).Wait().message() !=
+                              "PushPull of undeclared key 9") {
+            st = InternalError("key 9 usable after a failed round");
+          }
         }
-      }
-      results[worker.rank()] = st;
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_TRUE(results[2].ok()) << results[2].ToString();
-  for (int r = 0; r < 2; ++r) {
+        return st;
+      },
+      /*timeout_ms=*/3000);
+  for (int r = 0; r < kWorkers; ++r) {
+    if (worker_ranks_[r] == 2) {
+      EXPECT_TRUE(results[r].ok()) << results[r].ToString();
+      continue;
+    }
     EXPECT_EQ(results[r].code(), StatusCode::kDeadlineExceeded) << results[r].ToString();
     EXPECT_NE(results[r].message().find("key declaration after training started: key 9 \"late\" "
                                         "declared by 2 of 3 workers; worker 2 did not declare it"),
