@@ -79,7 +79,8 @@ class SliceStore {
   // held here (weights, optimizer state, optimizer step count), except those of `skip_key`;
   // in aggregate mode nothing. RestoreFrom installs a snapshot as the slices' step-0 values
   // (pulled like a broadcast) with their optimizer state; everything is checked first, so a
-  // file that does not fit this shard map changes nothing. Errors name `file`.
+  // file that does not fit this shard map changes nothing. Entries of keys absent from the map
+  // (declared late in the saving run) are left out. Errors name `file`.
   Checkpoint Snapshot(int64_t step, uint64_t skip_key) const;
   Status RestoreFrom(const Checkpoint& c, const std::string& file);
 

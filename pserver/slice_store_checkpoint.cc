@@ -50,7 +50,10 @@ Status SliceStore::RestoreFrom(const Checkpoint& c, const std::string& file) {
                                      std::to_string(config_.server_rank) + " yet");
     }
     // Check everything before changing anything: a bad file leaves the store as it was.
+    // Keys not in the map at all were declared after training started (deferred init): they
+    // are not part of a restore; the program declares and broadcasts them again.
     for (const auto& e : c.entries) {
+      if (all_keys_.count(e.key) == 0) continue;
       Slice* s = Find(e.key, e.slice);
       if (s == nullptr) {
         return FailedPreconditionError(
@@ -72,6 +75,7 @@ Status SliceStore::RestoreFrom(const Checkpoint& c, const std::string& file) {
       }
     }
     for (const auto& e : c.entries) {
+      if (all_keys_.count(e.key) == 0) continue;
       Slice* s = Find(e.key, e.slice);
       std::lock_guard lock(s->mu);
       switch (e.kind) {
