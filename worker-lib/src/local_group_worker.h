@@ -54,6 +54,9 @@ class LocalGroupWorker final : public Worker {
   int rank() const override { return pod_ * g_ + local_; }
   int size() const override { return pods_ * g_; }
   int num_servers() const override { return inner_->num_servers(); }
+  const CheckpointConfig& checkpoint_config() const override {
+    return inner_->checkpoint_config();
+  }
 
   Status DeclareKey(const KeyDecl& key) override;
   Status FinishDeclarations() override;

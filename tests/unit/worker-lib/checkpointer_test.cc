@@ -141,7 +141,7 @@ TEST_F(CheckpointerTest, BadTensorsAreRefusedAtCreate) {
   EXPECT_EQ(dup.status().message(), "tensor name 'a' tracked twice");
   auto null = Checkpointer::Create(*c.workers[0], {{"a", nullptr, 2, 1}});
   EXPECT_EQ(null.status().code(), StatusCode::kInvalidArgument);
-  auto clash = Checkpointer::Create(*c.workers[0], {{"a", a.data(), 2, 0xFFFFFFFFFFFF0000ull}});
+  auto clash = Checkpointer::Create(*c.workers[0], {{"a", a.data(), 2, CheckpointOptions{}.state_key}});
   EXPECT_NE(clash.status().message().find("uses the checkpoint state key"), std::string::npos);
 }
 

@@ -35,7 +35,8 @@ struct CheckpointOptions {
   int64_t interval_steps = -1;
   int32_t keep = 0;
   // The extra key that carries the step and the `state` tensors; must not be a model key.
-  KeyId state_key = 0xFFFFFFFFFFFF0000ull;
+  // (Small enough for multi-GPU pods, whose part keys are id * G + l.)
+  KeyId state_key = 0x00FFFFFFFFFF0000ull;
 };
 
 class Checkpointer {
