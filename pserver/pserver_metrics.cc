@@ -17,7 +17,16 @@ PserverMetrics::PserverMetrics(MetricsRegistry& r)
       slice_steps_(r.Counter("trellis_pserver_slice_steps_total", "Steps completed, summed over the slices held")),
       waiting_pulls_(r.Gauge("trellis_pserver_waiting_pulls", "Pulls waiting for their step to complete")),
       slices_(r.Gauge("trellis_pserver_slices", "Slices this server holds")),
-      slice_bytes_(r.Gauge("trellis_pserver_slice_bytes", "Bytes of the slices this server holds")) {
+      slice_bytes_(r.Gauge("trellis_pserver_slice_bytes", "Bytes of the slices this server holds")),
+      checkpoint_save_seconds_(r.Histogram("trellis_pserver_checkpoint_save_seconds",
+                                           "Time to write this server's checkpoint file (update mode)",
+                                           MetricsRegistry::LatencyBuckets())),
+      checkpoint_size_bytes_(r.Gauge("trellis_pserver_checkpoint_size_bytes",
+                                     "Size of the newest checkpoint file this server wrote")),
+      checkpoint_saves_(r.Counter("trellis_pserver_checkpoint_saves_total",
+                                  "Checkpoint files this server wrote")),
+      checkpoint_restores_(r.Counter("trellis_pserver_checkpoint_restores_total",
+                                     "Checkpoints this server restored its slices from")) {
   const char* ops[] = {"push", "pull", "pushpull", "init"};
   for (int i = 0; i < 4; ++i) {
     requests_[i] = &r.Counter("trellis_pserver_requests_total", "Requests received, by operation", {{"op", ops[i]}});

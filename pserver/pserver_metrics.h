@@ -23,6 +23,12 @@ class PserverMetrics {
   }
   void PullWaiting() { waiting_pulls_.Increment(); }
   void PullAnswered(size_t n = 1) { waiting_pulls_.Decrement(static_cast<double>(n)); }
+  void CheckpointSaved(double seconds, uint64_t bytes) {
+    checkpoint_saves_.Increment();
+    checkpoint_save_seconds_.Observe(seconds);
+    checkpoint_size_bytes_.Set(static_cast<double>(bytes));
+  }
+  void CheckpointRestored() { checkpoint_restores_.Increment(); }
   void SlicesHeld(int64_t slices, int64_t bytes) {
     slices_.Set(static_cast<double>(slices));
     slice_bytes_.Set(static_cast<double>(bytes));
@@ -39,6 +45,10 @@ class PserverMetrics {
   prometheus::Gauge& waiting_pulls_;
   prometheus::Gauge& slices_;
   prometheus::Gauge& slice_bytes_;
+  prometheus::Histogram& checkpoint_save_seconds_;
+  prometheus::Gauge& checkpoint_size_bytes_;
+  prometheus::Counter& checkpoint_saves_;
+  prometheus::Counter& checkpoint_restores_;
 };
 
 }  // namespace trellis

@@ -123,14 +123,17 @@ Status SliceStore::HandleCheckpointOp(const wire::RequestHeader& h) {
     uint64_t bytes = 0;
     auto file = dir.Save(Snapshot(h.step, h.key), &bytes);
     if (!file.ok()) return file.status();
-    TLOG_INFO << "saved step " << h.step << " to " << *file << " (" << bytes << " bytes, "
-              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    series_.CheckpointSaved(secs, bytes);
+    TLOG_INFO << "saved step " << h.step << " to " << *file << " (" << bytes << " bytes, " << secs
               << " s)";
     return Status::Ok();
   }
   auto c = dir.Load(h.step);
   if (!c.ok()) return c.status();
   TRELLIS_RETURN_IF_ERROR(RestoreFrom(*c, dir.FileFor(h.step)));
+  series_.CheckpointRestored();
   TLOG_INFO << "restored step " << h.step << " from " << dir.FileFor(h.step) << " ("
             << c->entries.size() << " entries)";
   return Status::Ok();
