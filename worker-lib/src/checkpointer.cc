@@ -48,7 +48,7 @@ class CheckpointerImpl final : public Checkpointer {
                    int64_t state_elements)
       : worker_(worker),
         impl_(config.servers_save ? impl : nullptr),
-        metrics_(impl != nullptr ? std::make_unique<CheckpointMetrics>(impl->metrics()) : nullptr),
+        metrics_(impl != nullptr ? std::make_unique<CheckpointMetrics>(impl->registry()) : nullptr),
         params_(std::move(params)),
         state_(std::move(state)),
         config_(std::move(config)),

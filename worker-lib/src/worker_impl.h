@@ -103,7 +103,7 @@ class WorkerImpl final : public Worker {
   // completes when all answered (checkpointer.cc). `key` goes in the header's key field.
   Handle ServerCommand(wire::Op op, int64_t step, uint64_t key);
   // The process's registry (checkpointer.cc registers its series in it).
-  MetricsRegistry& metrics() const { return *metrics_; }
+  MetricsRegistry& registry() const { return *metrics_; }
 
  private:
   struct SliceInfo {

@@ -60,7 +60,7 @@ class CheckpointerTest : public ::testing::Test {
     return out;
   }
   std::string Metrics(int rank) {
-    return dynamic_cast<WorkerImpl&>(*cluster_->workers[rank]).metrics().Serialize();
+    return dynamic_cast<WorkerImpl&>(*cluster_->workers[rank]).registry().Serialize();
   }
 
   std::string dir_;
