@@ -82,6 +82,15 @@ def job_overview():
             (f"sum by (rank) (trellis_worker_queue_depth{s})", "queued, worker {{rank}}"),
             (f"sum by (rank) (trellis_worker_inflight_slices{s})", "in flight, worker {{rank}}")], "short",
               desc="Slices waiting above the water mark, and those on the wire."),
+        panel("Queue depth by priority band", [
+            (f"sum by (band) (trellis_worker_queue_depth_by_band_slices{s})", "band {{band}}")], "short",
+              desc="Slices waiting by priority band (with -layer priorities: band 0 = layer 0 and broadcasts). "
+                   "A growing low band under a flat 0 band is P3 working: the first layers overtake the tail."),
+        panel("Slice wait and round trip (p99)", [
+            (f"histogram_quantile(0.99, sum by (le) (rate(trellis_worker_slice_wait_seconds_bucket{s}[{R}])))",
+             "queued -> sent"),
+            (f"histogram_quantile(0.99, sum by (le) (rate(trellis_worker_slice_round_trip_seconds_bucket{s}[{R}])))",
+             "sent -> answered")], "s"),
         panel("Failed operations per second", [
             (f"sum by (op) (rate(trellis_worker_operation_errors_total{s}[{R}]))", "{{op}}")], "ops"),
         panel("Barrier wait", quantiles("trellis_worker_barrier_wait_seconds", s, qs=(0.5, 0.99)), "s"),
@@ -92,6 +101,16 @@ def job_overview():
             ('sum by (node_role) (increase(trellis_scheduler_restarts_total{job=~"$job"}[1h]))', "{{node_role}}s")],
               "short", desc="Restarts the agents reported to the scheduler."),
         panel("Programs up", [('sum by (role) (trellis_agent_program_up{job=~"$job"})', "{{role}}s")], "short"),
+        panel("Checkpoints", [
+            ('sum(increase(trellis_worker_checkpoint_saves_total{job=~"$job"}[1h]))', "saved (last hour)"),
+            ('sum(increase(trellis_worker_checkpoint_rejected_files_total{job=~"$job"}[1h]))',
+             "files rejected on restore (last hour)")], "short",
+              desc="Rank 0's model checkpoints (docs/checkpoints.md); a rejected file was corrupt, truncated or "
+                   "of another version and the previous good one was used."),
+        panel("Checkpoint save time and size", [
+            ('histogram_quantile(0.99, sum by (le) (rate(trellis_worker_checkpoint_save_seconds_bucket{job=~"$job"}[1h])))',
+             "save p99 (s)"),
+            ('max(trellis_worker_checkpoint_size_bytes{job=~"$job"})', "newest file (bytes)")], "short"),
         panel("Scrape targets up", [('sum by (role) (up{job=~"$job"})', "{{role}}")], "short", w=24, h=6),
     ], "trellis_worker_steps_total")
 
