@@ -161,4 +161,26 @@ Status SchedulerClient::Leave(v1::Role role, int32_t rank) {
   return Finish(stub_->Leave(&ctx, req, &resp), "Leave");
 }
 
+Status SchedulerClient::PublishGroupKey(const std::string& group, const std::string& key) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::PublishGroupKeyRequest req;
+  req.set_group(group);
+  req.set_key(key);
+  v1::PublishGroupKeyResponse resp;
+  return Finish(stub_->PublishGroupKey(&ctx, req, &resp), "PublishGroupKey");
+}
+
+StatusOr<std::string> SchedulerClient::GetGroupKey(const std::string& group,
+                                                   std::chrono::milliseconds wait) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, std::max(wait, std::chrono::milliseconds(1)));
+  v1::GetGroupKeyRequest req;
+  req.set_group(group);
+  v1::GetGroupKeyResponse resp;
+  auto st = stub_->GetGroupKey(&ctx, req, &resp);
+  TRELLIS_RETURN_IF_ERROR(Finish(st, "GetGroupKey"));
+  return std::move(*resp.mutable_key());
+}
+
 }  // namespace trellis

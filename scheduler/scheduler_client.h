@@ -43,6 +43,10 @@ class SchedulerClient {
                                             const std::string& state);
   Status ReportExit(const v1::ReportExitRequest& request);
   Status Leave(v1::Role role, int32_t rank);
+  // A local group's bootstrap key: local rank 0 publishes, the others wait for it (bounded by
+  // `wait`; DEADLINE_EXCEEDED when nobody published).
+  Status PublishGroupKey(const std::string& group, const std::string& key);
+  StatusOr<std::string> GetGroupKey(const std::string& group, std::chrono::milliseconds wait);
 
  private:
   SchedulerClient(SchedulerClientOptions options, std::unique_ptr<v1::Scheduler::Stub> stub);

@@ -232,6 +232,25 @@ grpc::ServerUnaryReactor* SchedulerService::Barrier(grpc::CallbackServerContext*
   return reactor;
 }
 
+grpc::ServerUnaryReactor* SchedulerService::PublishGroupKey(grpc::CallbackServerContext* ctx,
+                                                            const v1::PublishGroupKeyRequest* req,
+                                                            v1::PublishGroupKeyResponse* resp) {
+  if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  return FinishNow(ctx, ToGrpc(state_->PublishGroupKey(*req)));
+}
+
+grpc::ServerUnaryReactor* SchedulerService::GetGroupKey(grpc::CallbackServerContext* ctx,
+                                                        const v1::GetGroupKeyRequest* req,
+                                                        v1::GetGroupKeyResponse* resp) {
+  if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  auto* reactor = ctx->DefaultReactor();
+  state_->GetGroupKey(*req, WaitDeadline(ctx), [reactor, resp](StatusOr<std::string> key) {
+    if (key.ok()) resp->set_key(std::move(key).value());
+    reactor->Finish(ToGrpc(key.status()));
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                       const v1::HeartbeatRequest* req,
                                                       v1::HeartbeatResponse* resp) {

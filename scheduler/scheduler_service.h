@@ -65,6 +65,12 @@ class SchedulerService final : public SchedulerServiceBase {
                                        v1::ReportExitResponse* resp) override;
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
                                   v1::LeaveResponse* resp) override;
+  grpc::ServerUnaryReactor* PublishGroupKey(grpc::CallbackServerContext* ctx,
+                                            const v1::PublishGroupKeyRequest* req,
+                                            v1::PublishGroupKeyResponse* resp) override;
+  grpc::ServerUnaryReactor* GetGroupKey(grpc::CallbackServerContext* ctx,
+                                        const v1::GetGroupKeyRequest* req,
+                                        v1::GetGroupKeyResponse* resp) override;
 
  private:
   // UNAUTHENTICATED unless the call carries the job token.

@@ -504,6 +504,7 @@ void SchedulerState::Sweep() {
       }
       g.waiters.erase(bit, g.waiters.end());
     }
+    SweepGroupKeysLocked(now, &deferred);
   }
   Run(deferred);
 }
@@ -516,6 +517,9 @@ SchedulerState::TimePoint SchedulerState::NextDeadline() const {
   for (const auto& w : ext_waiters_) next = std::min(next, w.deadline);
   for (const auto& [name, g] : barriers_) {
     for (const auto& w : g.waiters) next = std::min(next, w.deadline);
+  }
+  for (const auto& [name, k] : group_keys_) {
+    for (const auto& w : k.waiters) next = std::min(next, w.deadline);
   }
   return next;
 }
@@ -534,6 +538,10 @@ void SchedulerState::Shutdown() {
       for (auto& w : g.waiters) deferred.push_back([done = std::move(w.done), st] { done(st); });
       g.waiters.clear();
     }
+    for (auto& [name, k] : group_keys_) {
+      for (auto& w : k.waiters) deferred.push_back([done = std::move(w.done), st] { done(st); });
+      k.waiters.clear();
+    }
   }
   Run(deferred);
 }
@@ -545,6 +553,7 @@ SchedulerStats SchedulerState::stats() const {
   s.waiters = static_cast<int64_t>(cluster_waiters_.size() + declare_waiters_.size() +
                                    ext_waiters_.size());
   for (const auto& [name, g] : barriers_) s.waiters += static_cast<int64_t>(g.waiters.size());
+  for (const auto& [name, k] : group_keys_) s.waiters += static_cast<int64_t>(k.waiters.size());
   int role = 0;
   for (const auto* nodes : {&servers_, &workers_}) {
     for (const Node& n : *nodes) {

@@ -95,6 +95,15 @@ class SchedulerState {
   // generation already released passes at once (a restarted process catching up).
   void Barrier(const v1::BarrierRequest& req, TimePoint deadline,
                Callback<v1::BarrierResponse> done);
+  // A local group's bootstrap key (scheduler_state_group_keys.cc). Publishing overwrites the
+  // group's key and answers its waiters; GetGroupKey answers once the key is there, or
+  // DEADLINE_EXCEEDED at `deadline`. Names 1..256 characters, keys 1..kMaxGroupKeyBytes; at most
+  // kMaxGroupKeys groups, the oldest published one without waiters making room for a new one.
+  static constexpr size_t kMaxGroupKeyBytes = 1024;
+  static constexpr size_t kMaxGroupKeys = 4096;
+  Status PublishGroupKey(const v1::PublishGroupKeyRequest& req);
+  void GetGroupKey(const v1::GetGroupKeyRequest& req, TimePoint deadline,
+                   Callback<std::string> done);
   StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
   Status ReportExit(const v1::ReportExitRequest& req);
   Status Leave(const v1::LeaveRequest& req);
@@ -150,6 +159,17 @@ class SchedulerState {
     std::set<std::pair<int, int32_t>> arrived;  // (role, rank) at generation `released`
     std::vector<BarrierWaiter> waiters;
   };
+  struct GroupKeyWaiter {
+    TimePoint arrived;
+    TimePoint deadline;
+    Callback<std::string> done;
+  };
+  struct GroupKey {
+    bool published = false;
+    std::string key;
+    uint64_t published_seq = 0;  // publication order, for choosing what to evict
+    std::vector<GroupKeyWaiter> waiters;
+  };
   // Work to do once the lock is released (callbacks).
   using Deferred = std::vector<std::function<void()>>;
 
@@ -175,6 +195,10 @@ class SchedulerState {
   std::string AddedKeysLocked() const;
   void CloseExtensionLocked(const Status& status, Deferred* deferred);
   static void Run(Deferred& deferred);
+  // Room for one more group name: evicts the oldest published key without waiters.
+  Status MakeGroupKeyRoomLocked();
+  // Fails the group-key waiters past their deadline (Sweep).
+  void SweepGroupKeysLocked(TimePoint now, Deferred* deferred);
   // keys == nullptr: equal to the reference declaration.
   bool DeclareImpl(int32_t rank, const std::vector<const v1::KeySpec*>* keys, TimePoint deadline,
                    Callback<std::shared_ptr<const v1::ShardMap>> done);
@@ -215,6 +239,9 @@ class SchedulerState {
   std::vector<DeclareWaiter> ext_waiters_;    // GUARDED_BY(mu_)
 
   std::map<std::string, BarrierGroup> barriers_;  // GUARDED_BY(mu_)
+
+  std::unordered_map<std::string, GroupKey> group_keys_;  // GUARDED_BY(mu_)
+  uint64_t group_key_seq_ = 0;                             // GUARDED_BY(mu_)
 };
 
 }  // namespace trellis

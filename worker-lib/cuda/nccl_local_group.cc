@@ -5,8 +5,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <thread>
-#include <vector>
 
 #include "worker-lib/cuda/twobit_cuda.h"
 
@@ -165,26 +165,26 @@ class NcclLocalGroup final : public LocalGroup {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<LocalGroup>> OpenNcclLocalGroup(const LocalGroupOptions& o,
-                                                         LocalGroup& bootstrap) {
+StatusOr<std::unique_ptr<LocalGroup>> OpenNcclLocalGroup(const LocalGroupOptions& o) {
   const int devices = CudaDeviceCount();
   if (devices < 1) return FailedPreconditionError("NCCL local group: no CUDA device");
-  if (bootstrap.size() != o.size || bootstrap.rank() != o.rank) {
-    return InvalidArgumentError("NCCL local group: bootstrap group differs");
-  }
   if (auto e = cudaSetDevice(o.rank % devices); e) return CudaError("cudaSetDevice", e);
-  // The 128-byte id crosses the shm group as 32 floats (copied bitwise).
-  static_assert(sizeof(ncclUniqueId) % sizeof(float) == 0);
-  std::vector<float> words(sizeof(ncclUniqueId) / sizeof(float));
+  // Rank 0 makes the id; if that fails it returns without publishing and the others fail at
+  // their exchange deadline.
   ncclUniqueId id{};
-  Status got = Status::Ok();
+  std::string mine;
   if (o.rank == 0) {
-    if (auto r = ncclGetUniqueId(&id); r) got = NcclError("ncclGetUniqueId", r);
-    std::memcpy(words.data(), &id, sizeof id);
+    if (auto r = ncclGetUniqueId(&id); r) return NcclError("ncclGetUniqueId", r);
+    mine.assign(reinterpret_cast<const char*>(&id), sizeof id);
   }
-  TRELLIS_RETURN_IF_ERROR(bootstrap.Broadcast(words.data(), static_cast<int64_t>(words.size()), 0));
-  TRELLIS_RETURN_IF_ERROR(got);
-  std::memcpy(&id, words.data(), sizeof id);
+  if (!o.exchange_key) return InvalidArgumentError("NCCL local group: no exchange_key");
+  TRELLIS_ASSIGN_OR_RETURN(std::string got, o.exchange_key(o.name + "/" + o.channel, o.rank, mine));
+  if (got.size() != sizeof id) {
+    return InvalidArgumentError("NCCL local group " + o.name + ": unique id of " +
+                                std::to_string(got.size()) + " bytes, want " +
+                                std::to_string(sizeof id));
+  }
+  std::memcpy(&id, got.data(), sizeof id);
   ncclComm_t comm = nullptr;
   if (auto r = ncclCommInitRank(&comm, o.size, id, o.rank); r) {
     return NcclError("ncclCommInitRank", r);

@@ -2,7 +2,9 @@
 // NCCL on the pod's GPUs. Buffers stay host memory (the Worker API takes host pointers and the
 // parts go to the network from the host): each call stages through device buffers.
 // Local rank l uses device l % CudaDeviceCount(). The NCCL unique id travels from local rank 0
-// over `bootstrap`, a shared-memory group of the same processes.
+// through options.exchange_key, which must be set: OpenLocalGroup sets it to ExchangeGroupKey
+// (the scheduler in a real pod, else a small shared-memory group). Kept a hook so this library
+// needs nothing from libtrellis.
 #pragma once
 
 #include <memory>
@@ -11,7 +13,6 @@
 
 namespace trellis {
 
-StatusOr<std::unique_ptr<LocalGroup>> OpenNcclLocalGroup(const LocalGroupOptions& options,
-                                                         LocalGroup& bootstrap);
+StatusOr<std::unique_ptr<LocalGroup>> OpenNcclLocalGroup(const LocalGroupOptions& options);
 
 }  // namespace trellis

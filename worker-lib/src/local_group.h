@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -43,6 +44,13 @@ class LocalGroup {
   virtual Status Broadcast(float* data, int64_t n, int root) = 0;
 };
 
+// Hands a group's bootstrap key (the NCCL unique id) from local rank 0 to the others: rank 0
+// passes its key and gets it back, the others pass "" and get rank 0's. `group` names the group
+// and channel ("<name>/<channel>"). Worker::Create wires it to the scheduler (PublishGroupKey /
+// GetGroupKey, group_key_exchange.h).
+using GroupKeyExchange =
+    std::function<StatusOr<std::string>(const std::string& group, int rank, const std::string& key)>;
+
 struct LocalGroupOptions {
   // Shared by the G processes and unique on the host while they run: the agent passes
   // TRELLIS_LOCAL_GROUP = <job>-<pod>-<incarnation>.
@@ -52,6 +60,9 @@ struct LocalGroupOptions {
   int size = 1;
   int64_t timeout_ms = 120000;  // a peer that does not arrive in time fails the collective
   int64_t chunk_bytes = 1 << 20;  // shm staging per rank and buffer (two buffers)
+  // How the NCCL group's unique id travels; unset (groups built by hand, without a scheduler):
+  // over a small shm group of the same processes, channel "<channel>-id".
+  GroupKeyExchange exchange_key;
 };
 
 // POSIX shared memory named LocalGroupShmName(name, channel) (common/local_group_name.h).
@@ -60,9 +71,15 @@ struct LocalGroupOptions {
 StatusOr<std::unique_ptr<LocalGroup>> OpenShmLocalGroup(const LocalGroupOptions& options);
 
 
+// Local rank 0's `key` (1..kMaxGroupKeyBytes bytes; ignored on the other ranks) on every rank:
+// through options.exchange_key when set, else over an shm group "<channel>-id". No GPU needed;
+// the NCCL open uses it for the unique id.
+inline constexpr size_t kMaxGroupKeyBytes = 1024;
+StatusOr<std::string> ExchangeGroupKey(const LocalGroupOptions& options, const std::string& key);
+
 // NCCL (when built with CUDA and this process sees a CUDA device) else shared memory. The NCCL
-// unique id travels over `bootstrap` (an shm group of the same processes). `force_cpu` keeps
-// the CPU path (TRELLIS_LOCAL_BACKEND=shm).
+// unique id travels by ExchangeGroupKey. `force_cpu` keeps the CPU path
+// (TRELLIS_LOCAL_BACKEND=shm).
 StatusOr<std::unique_ptr<LocalGroup>> OpenLocalGroup(const LocalGroupOptions& options,
                                                      bool force_cpu);
 

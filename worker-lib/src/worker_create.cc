@@ -11,6 +11,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "scheduler/scheduler_client.h"
+#include "worker-lib/src/group_key_exchange.h"
 #include "worker-lib/src/local_group_worker.h"
 #include "worker-lib/src/worker_impl.h"
 
@@ -157,6 +158,8 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   lo.rank = static_cast<int>(local_rank);
   lo.size = static_cast<int>(local_size);
   lo.timeout_ms = setup.timeout_ms;
+  // The NCCL unique id goes through the scheduler.
+  lo.exchange_key = SchedulerGroupKeyExchange(client, wait);
   const bool force_cpu = Env("TRELLIS_LOCAL_BACKEND") == "shm";
   LocalGroupSetup group;
   group.pod_rank = setup.rank;

@@ -43,11 +43,12 @@ void CheckGroup(int g) {
       o.rank = r;
       o.size = g;
       o.timeout_ms = 60000;
-      o.channel = "boot";
-      auto boot = OpenShmLocalGroup(o);
-      ASSERT_TRUE(boot.ok()) << boot.status().ToString();
       o.channel = "nccl";
-      auto group = OpenNcclLocalGroup(o, **boot);
+      // The id crosses the shm fallback (no scheduler here).
+      o.exchange_key = [o](const std::string&, int, const std::string& key) {
+        return ExchangeGroupKey(o, key);
+      };
+      auto group = OpenNcclLocalGroup(o);
       ASSERT_TRUE(group.ok()) << group.status().ToString();
       EXPECT_STREQ((*group)->kind(), "nccl");
       const PartRange mine = LocalPart(kN, g, r);
