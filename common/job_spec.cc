@@ -278,7 +278,9 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
   MapReader comp(spec.Get("compression"), spec.Path("compression"), errors,
                  {"type", "threshold", "warmupSteps"});
   comp.GetEnum("type", CompressionTypeNames(), &out->compression.type);
-  DoubleField(comp, "threshold", "must be > 0", [](double v) { return v > 0; },
+  // The codec works in float32: the threshold must stay > 0 and finite as a float.
+  DoubleField(comp, "threshold", "must be > 0 and within float32 range",
+              [](double v) { return v > 0 && v <= 3.4e38 && static_cast<float>(v) > 0; },
               &out->compression.threshold);
   IntField(comp, "warmupSteps", 0, kInt64Max, &out->compression.warmupSteps);
 

@@ -155,13 +155,11 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
     if (s == nullptr) {
       st = Describe404(h.key, h.slice);
     } else {
-      int64_t got = static_cast<int64_t>(h.payload_bytes / sizeof(float));
-      bool has_payload = wire::OpHasPayload(h.op);
-      if (has_payload && got != s->num_elements) {
-        st = InvalidArgumentError(s->name + ": " + wire::OpName(h.op) + " of " +
-                                  std::to_string(got) + " elements, the slice has " +
-                                  std::to_string(s->num_elements));
-      } else {
+      std::vector<uint8_t> scratch;  // a 2-bit frame split across chunks, gathered
+      TwoBitFrame twobit;
+      st = CheckPayload(*s, h, frame, &scratch, &twobit);
+      if (st.ok()) {
+        const Gradient grad{&frame, wire::IsTwoBit(h.op) ? &twobit : nullptr};
         std::lock_guard lock(s->mu);
         switch (h.op) {
           case wire::Op::kInit:
@@ -169,11 +167,13 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
             if (st.ok()) deferred.push_back({std::move(reply), Status::Ok(), nullptr});
             break;
           case wire::Op::kPush:
-            st = Push(worker, s, h, frame, &deferred);
+          case wire::Op::kPushTwoBit:
+            st = Push(worker, s, h, grad, &deferred);
             if (st.ok()) deferred.push_back({std::move(reply), Status::Ok(), nullptr});
             break;
           case wire::Op::kPushPull:
-            st = Push(worker, s, h, frame, &deferred);
+          case wire::Op::kPushPullTwoBit:
+            st = Push(worker, s, h, grad, &deferred);
             if (st.ok()) Pull(s, h.step, std::move(reply), &deferred);
             break;
           case wire::Op::kPull:
@@ -198,6 +198,28 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
     }
     d.reply(d.status, std::move(d.values));
   }
+}
+
+Status SliceStore::CheckPayload(const Slice& s, const wire::RequestHeader& h,
+                                const wire::Chunks& frame, std::vector<uint8_t>* scratch,
+                                TwoBitFrame* twobit) const {
+  if (wire::IsTwoBit(h.op)) {
+    const uint8_t* bytes =
+        wire::Contiguous(frame, wire::kRequestHeaderBytes, h.payload_bytes, scratch);
+    auto parsed = TwoBitParse(bytes, h.payload_bytes, static_cast<size_t>(s.num_elements));
+    if (!parsed.ok()) {
+      return InvalidArgumentError(s.name + ": " + wire::OpName(h.op) + ": " +
+                                  parsed.status().message());
+    }
+    *twobit = *parsed;
+    return Status::Ok();
+  }
+  const int64_t got = static_cast<int64_t>(h.payload_bytes / sizeof(float));
+  if (wire::OpHasPayload(h.op) && got != s.num_elements) {
+    return InvalidArgumentError(s.name + ": " + wire::OpName(h.op) + " of " + std::to_string(got) +
+                                " elements, the slice has " + std::to_string(s.num_elements));
+  }
+  return Status::Ok();
 }
 
 Status SliceStore::Init(Slice* s, const wire::Chunks& frame, std::vector<Deferred>* out) {
@@ -226,7 +248,7 @@ Status SliceStore::Init(Slice* s, const wire::Chunks& frame, std::vector<Deferre
 }
 
 Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
-                        const wire::Chunks& frame, std::vector<Deferred>* out) {
+                        const Gradient& grad, std::vector<Deferred>* out) {
   const int64_t expected = s->complete + 1;
   if (h.step != expected) {
     return OutOfRangeError(s->name + ": push for step " + std::to_string(h.step) +
@@ -248,9 +270,15 @@ Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
   if (s->pushes == 0) {
     // First contribution: copy instead of zero + add. Reuse a result buffer nobody references.
     if (!s->accum) s->accum = std::make_unique<std::vector<float>>(n);
-    wire::CopyFloats(frame, wire::kRequestHeaderBytes, n, s->accum->data());
+    if (grad.twobit != nullptr) {
+      TwoBitDequantizeFrame(*grad.twobit, s->accum->data());
+    } else {
+      wire::CopyFloats(*grad.frame, wire::kRequestHeaderBytes, n, s->accum->data());
+    }
+  } else if (grad.twobit != nullptr) {
+    TwoBitDequantizeAddFrame(*grad.twobit, s->accum->data());
   } else {
-    wire::AddFloats(frame, wire::kRequestHeaderBytes, n, s->accum->data());
+    wire::AddFloats(*grad.frame, wire::kRequestHeaderBytes, n, s->accum->data());
   }
   s->pushed[worker] = true;
   const auto add_end = Clock::now();

@@ -29,6 +29,7 @@
 #include "pserver/optimizer.h"
 #include "pserver/pserver_metrics.h"
 #include "pserver/wire.h"
+#include "worker-lib/codec/twobit.h"
 #include "trellis/v1/scheduler.pb.h"
 
 namespace trellis {
@@ -108,6 +109,11 @@ class SliceStore {
     int64_t step_base = 0;              // GUARDED_BY(mu): optimizer steps before a restore
     std::vector<Waiter> waiters;        // GUARDED_BY(mu)
   };
+  // A push's gradient: float32 values in the frame, or a validated 2-bit frame.
+  struct Gradient {
+    const wire::Chunks* frame = nullptr;  // values from byte wire::kRequestHeaderBytes on
+    const TwoBitFrame* twobit = nullptr;  // set for the 2-bit ops (points into the request)
+  };
   struct Deferred {
     Reply reply;
     Status status;
@@ -118,8 +124,13 @@ class SliceStore {
   Status CheckExtension(const v1::ShardMap& map) const;  // REQUIRES: map_mu_ held
   Status Describe404(uint64_t key, uint32_t slice) const;
   // Each returns replies to run after the slice lock is released.
-  Status Push(int32_t worker, Slice* s, const wire::RequestHeader& h, const wire::Chunks& frame,
+  Status Push(int32_t worker, Slice* s, const wire::RequestHeader& h, const Gradient& grad,
               std::vector<Deferred>* out);
+  // Checks a request's payload against the slice before any lock is taken: the float count, or
+  // the whole 2-bit frame (count = the slice's elements). *twobit then points into `frame` or
+  // *scratch.
+  Status CheckPayload(const Slice& s, const wire::RequestHeader& h, const wire::Chunks& frame,
+                      std::vector<uint8_t>* scratch, TwoBitFrame* twobit) const;
   Status Init(Slice* s, const wire::Chunks& frame, std::vector<Deferred>* out);
   void Pull(Slice* s, int64_t step, Reply reply, std::vector<Deferred>* out);
   Values ResultFor(Slice* s, int64_t step) const;

@@ -19,8 +19,10 @@ CheckpointDir SliceStore::Dir() const {
 Checkpoint SliceStore::Snapshot(int64_t step, uint64_t skip_key) const {
   Checkpoint c;
   c.step = step;
-  c.origin = "server " + std::to_string(config_.server_rank) + " (" +
-             std::string(ToString(config_.mode)) + " mode)";
+  // Spelled here rather than with job_spec's ToString, so the store (and its fuzz target) does
+  // not need the job model.
+  c.origin = "server " + std::to_string(config_.server_rank) +
+             (config_.mode == ServerMode::kUpdate ? " (update mode)" : " (aggregate mode)");
   if (config_.mode != ServerMode::kUpdate) return c;  // sums do not outlive their step
   std::shared_lock map_lock(map_mu_);
   for (const auto& [key, slices] : keys_) {

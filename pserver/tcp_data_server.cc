@@ -193,9 +193,10 @@ void TcpDataServer::Connection::ReadLoop() {
       SendStatus(wire::Op::kPush, id, st);
       break;
     }
-    const size_t n = h.payload_bytes / sizeof(float);
+    // Rounded up: a 2-bit frame need not be a whole number of floats.
+    const size_t n = (h.payload_bytes + sizeof(float) - 1) / sizeof(float);
     if (payload.size() < n) payload.resize(n);
-    if (n > 0) {
+    if (h.payload_bytes > 0) {
       st = rd.Read(payload.data(), h.payload_bytes);
       if (!st.ok()) break;  // truncated frame: the peer closed mid-payload
     }

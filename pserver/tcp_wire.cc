@@ -93,7 +93,7 @@ Status DecodeRequestHeader(const uint8_t* h, uint64_t max_payload, wire::Request
                                 std::to_string(max_payload) +
                                 "-byte limit (sliceBytes); closing the connection");
   }
-  if (out->payload_bytes % sizeof(float) != 0) {
+  if (wire::PayloadIsFloat32(out->op) && out->payload_bytes % sizeof(float) != 0) {
     return InvalidArgumentError("malformed frame: payload of " +
                                 std::to_string(out->payload_bytes) +
                                 " bytes is not a whole number of float32 values");

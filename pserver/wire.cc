@@ -71,6 +71,8 @@ const char* OpName(Op op) {
     case Op::kBulk: return "bulk";
     case Op::kSave: return "save";
     case Op::kLoad: return "load";
+    case Op::kPushTwoBit: return "push2bit";
+    case Op::kPushPullTwoBit: return "pushpull2bit";
   }
   return "op(?)";
 }
@@ -100,6 +102,21 @@ void CopyOut(const Chunks& chunks, size_t offset, size_t n, void* dst) {
   }
 }
 
+const uint8_t* Contiguous(const Chunks& chunks, size_t offset, size_t n,
+                          std::vector<uint8_t>* scratch) {
+  size_t at = offset;
+  for (const auto& c : chunks) {
+    if (at < c.size()) {
+      if (c.size() - at >= n) return c.data() + at;
+      break;
+    }
+    at -= c.size();
+  }
+  scratch->resize(n);
+  CopyOut(chunks, offset, n, scratch->data());
+  return scratch->data();
+}
+
 void CopyFloats(const Chunks& chunks, size_t offset, size_t count, float* dst) {
   CopyOut(chunks, offset, count * sizeof(float), dst);
 }
@@ -120,8 +137,7 @@ Status ParseRequestHeader(const uint8_t* h, RequestHeader* out) {
                                 " (not a trellis data request)");
   }
   uint8_t op = GetLe<uint8_t>(h, 4);
-  if ((op < 1 || op > 5) && op != static_cast<uint8_t>(Op::kSave) &&
-      op != static_cast<uint8_t>(Op::kLoad)) {
+  if (!IsKnownOp(op)) {
     return InvalidArgumentError("malformed frame: unknown op " + std::to_string(op));
   }
   out->op = static_cast<Op>(op);
@@ -188,7 +204,7 @@ Status DecodeRequest(const Chunks& frame, RequestHeader* out, uint64_t* request_
     return InvalidArgumentError(std::string("malformed frame: a ") + OpName(out->op) +
                                 " carries no payload, got " + std::to_string(present) + " bytes");
   }
-  if (present % sizeof(float) != 0) {
+  if (PayloadIsFloat32(out->op) && present % sizeof(float) != 0) {
     return InvalidArgumentError("malformed frame: payload of " + std::to_string(present) +
                                 " bytes is not a whole number of float32 values");
   }
@@ -263,7 +279,7 @@ Status ParseBulk(const Chunks& frame, size_t offset, uint64_t bytes, std::vector
       return InvalidArgumentError(where + ": a pull carries no payload, got " +
                                   std::to_string(eh.payload_bytes) + " bytes");
     }
-    if (eh.payload_bytes % sizeof(float) != 0) {
+    if (PayloadIsFloat32(eh.op) && eh.payload_bytes % sizeof(float) != 0) {
       return InvalidArgumentError(where + ": payload of " + std::to_string(eh.payload_bytes) +
                                   " bytes is not a whole number of float32 values");
     }

@@ -44,15 +44,44 @@ void ApplyDataChannelArgs(SetInt set) {
 }
 
 // kBulk: several small requests in one frame (see ParseBulk); answered one by one.
+// kPushTwoBit / kPushPullTwoBit are kPush / kPushPull whose payload is one 2-bit frame
+// (worker-lib/codec/twobit.h) of the slice's elements instead of float32 values; the answer of
+// kPushPullTwoBit is full precision. New op codes keep the uncompressed frames byte-identical.
 // kSave / kLoad are server-wide (key and slice name no slice): rank 0's checkpoint round
 // (docs/checkpoints.md). kSave's key is a key left out of the file (the checkpointer's own).
 enum class Op : uint8_t {
-  kPush = 1, kPull = 2, kPushPull = 3, kInit = 4, kBulk = 5, kSave = 16, kLoad = 17
+  kPush = 1,
+  kPull = 2,
+  kPushPull = 3,
+  kInit = 4,
+  kBulk = 5,
+  kPushTwoBit = 6,
+  kPushPullTwoBit = 7,
+  kSave = 16,
+  kLoad = 17,
 };
-const char* OpName(Op op);  // "push", "pull", "pushpull", "init", "bulk", "save", "load", "op(N)"
-// Whether requests of `op` carry a payload (floats, or a bulk's sub-requests).
+inline constexpr uint8_t kMaxDataOp = 7;  // ops 1..7 are data ops; 16 and 17 the checkpoint round
+inline bool IsKnownOp(uint8_t op) {
+  return (op >= 1 && op <= kMaxDataOp) || op == static_cast<uint8_t>(Op::kSave) ||
+         op == static_cast<uint8_t>(Op::kLoad);
+}
+// "push", "pull", "pushpull", "init", "bulk", "push2bit", "pushpull2bit", "save", "load", "op(N)"
+const char* OpName(Op op);
+// The payload is a 2-bit frame (any byte length; the frame's own checks apply).
+inline bool IsTwoBit(Op op) { return op == Op::kPushTwoBit || op == Op::kPushPullTwoBit; }
+// Whether requests of `op` carry a payload (floats, a 2-bit frame, or a bulk's sub-requests).
 inline bool OpHasPayload(Op op) {
-  return op == Op::kPush || op == Op::kPushPull || op == Op::kInit || op == Op::kBulk;
+  return op == Op::kPush || op == Op::kPushPull || op == Op::kInit || op == Op::kBulk ||
+         IsTwoBit(op);
+}
+// The payload is float32 values (a whole number of them); a bulk's and a 2-bit frame's lengths
+// are checked by their own parsers.
+inline bool PayloadIsFloat32(Op op) {
+  return op == Op::kPush || op == Op::kPushPull || op == Op::kInit;
+}
+// The answer carries the step's values.
+inline bool AnswersWithValues(Op op) {
+  return op == Op::kPull || op == Op::kPushPull || op == Op::kPushPullTwoBit;
 }
 
 struct RequestHeader {
@@ -82,6 +111,10 @@ size_t TotalBytes(const Chunks& chunks);
 // Copies `n` bytes starting at byte `offset` of the chunked data into `dst`.
 // REQUIRES: offset + n <= TotalBytes(chunks).
 void CopyOut(const Chunks& chunks, size_t offset, size_t n, void* dst);
+// The `n` bytes at `offset` as one contiguous run: a pointer into the chunk that holds them
+// all, else a copy in *scratch. REQUIRES: offset + n <= TotalBytes(chunks).
+const uint8_t* Contiguous(const Chunks& chunks, size_t offset, size_t n,
+                          std::vector<uint8_t>* scratch);
 // Like CopyOut, for a float payload: dst[i] = value i (bytes may straddle chunks).
 void CopyFloats(const Chunks& chunks, size_t offset, size_t count, float* dst);
 // dst[i] += value i.
@@ -104,7 +137,8 @@ Status DecodeResponse(const Chunks& frame, ResponseHeader* out, std::string* mes
 
 // A bulk frame: request header with op kBulk (its own request id, the highest priority of its
 // entries) and a payload made of the entries back to back, each a whole request header (its
-// own request id, op push, pull or pushpull) followed by that entry's payload. The server
+// own request id, op push, pull, pushpull or one of their 2-bit forms) followed by that entry's
+// payload. The server
 // answers each entry with an ordinary response frame under the entry's id; an error about the
 // bulk itself (it does not parse) is answered under the bulk's id and nothing in it is served.
 inline constexpr uint32_t kMaxBulkEntries = 4096;

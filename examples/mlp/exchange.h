@@ -34,6 +34,9 @@ class Exchange {
   virtual StatusOr<std::vector<double>> SumStats(const std::vector<double>& values) = 0;
   virtual uint64_t bytes_pushed() const = 0;
   virtual uint64_t bytes_pulled() const = 0;
+  // Gradient bytes that went through the job's compression, before and after (0: none).
+  virtual uint64_t compressed_bytes_in() const { return 0; }
+  virtual uint64_t compressed_bytes_out() const { return 0; }
 };
 
 // One worker, no peers: the sum of one gradient is itself.

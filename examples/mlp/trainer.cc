@@ -219,11 +219,15 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
       std::vector<double> totals,
       exchange.SumStats({static_cast<double>(report.steps * batch),
                          static_cast<double>(exchange.bytes_pushed()),
-                         static_cast<double>(exchange.bytes_pulled())}));
+                         static_cast<double>(exchange.bytes_pulled()),
+                         static_cast<double>(exchange.compressed_bytes_in()),
+                         static_cast<double>(exchange.compressed_bytes_out())}));
   report.train_seconds = train_seconds;
   report.samples_per_second = totals[0] / std::max(train_seconds, 1e-9);
   report.bytes_pushed = totals[1];
   report.bytes_pulled = totals[2];
+  report.compressed_in = totals[3];
+  report.compressed_out = totals[4];
   if (!report.epochs.empty()) {
     report.test_accuracy = report.epochs.back().test_accuracy;
     report.test_loss = report.epochs.back().test_loss;
@@ -256,6 +260,16 @@ std::string FormatResult(const TrainOptions& options, const TrainReport& report)
   s << line;
   s << "RESULT: bytes pushed " << Bytes(report.bytes_pushed) << ", pulled "
     << Bytes(report.bytes_pulled) << " (all workers)\n";
+  // Plain byte counts (to float precision) for tools that compare runs, e.g. the 2-bit test.
+  std::snprintf(line, sizeof(line), "RESULT: pushed %.0f B", report.bytes_pushed);
+  s << line;
+  if (report.compressed_out > 0) {
+    std::snprintf(line, sizeof(line), "; compression: %.0f B of gradients sent as %.0f B (%.2fx)",
+                  report.compressed_in, report.compressed_out,
+                  report.compressed_in / report.compressed_out);
+    s << line;
+  }
+  s << "\n";
   std::snprintf(line, sizeof(line), "RESULT: wall time %.1f s (training %.1f s)\n",
                 report.wall_seconds, report.train_seconds);
   s << line;

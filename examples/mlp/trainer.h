@@ -36,6 +36,8 @@ struct TrainReport {
   double samples_per_second = 0;  // all workers
   double bytes_pushed = 0;        // all workers
   double bytes_pulled = 0;        // all workers
+  double compressed_in = 0;       // all workers: gradient bytes that were compressed
+  double compressed_out = 0;      // all workers: what they were sent as
   double wall_seconds = 0;
   double train_seconds = 0;
   std::vector<EpochStats> epochs;

@@ -21,8 +21,10 @@ StatusOr<int64_t> TrellisExchange::Setup(Mlp& model, std::vector<std::vector<flo
     state.push_back({name + ".velocity", velocity[l].data(), model.layer_size(l)});
   }
   stats_key_ = static_cast<KeyId>(layers);
-  TRELLIS_RETURN_IF_ERROR(
-      worker_->DeclareKey({.id = stats_key_, .name = "stats", .num_elements = kStatsSlots}));
+  // Statistics must sum exactly: never compressed, whatever the job's compression.
+  TRELLIS_RETURN_IF_ERROR(worker_->DeclareKey({.id = stats_key_, .name = "stats",
+                                               .num_elements = kStatsSlots,
+                                               .allow_compression = false}));
   TRELLIS_ASSIGN_OR_RETURN(checkpoints_,
                            Checkpointer::Create(*worker_, std::move(params), std::move(state)));
   TRELLIS_RETURN_IF_ERROR(worker_->FinishDeclarations());

@@ -27,11 +27,13 @@ class TrellisExchange : public Exchange {
   StatusOr<std::vector<double>> SumStats(const std::vector<double>& values) override;
   uint64_t bytes_pushed() const override { return worker_->bytes_pushed(); }
   uint64_t bytes_pulled() const override { return worker_->bytes_pulled(); }
+  uint64_t compressed_bytes_in() const override { return worker_->compression_stats().bytes_in; }
+  uint64_t compressed_bytes_out() const override { return worker_->compression_stats().bytes_out; }
 
  private:
   explicit TrellisExchange(std::unique_ptr<Worker> worker) : worker_(std::move(worker)) {}
 
-  static constexpr int64_t kStatsSlots = 4;
+  static constexpr int64_t kStatsSlots = 8;
   std::unique_ptr<Worker> worker_;
   KeyId stats_key_ = 0;
   std::unique_ptr<Checkpointer> checkpoints_;  // set by Setup

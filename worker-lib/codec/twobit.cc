@@ -186,6 +186,14 @@ Status TwoBitDequantize(const uint8_t* payload, size_t bytes, float* out, size_t
   return Status::Ok();
 }
 
+void TwoBitDequantizeFrame(const TwoBitFrame& frame, float* out) {
+  ActiveKernels().dequantize(frame.words, frame.count, frame.threshold, out);
+}
+
+void TwoBitDequantizeAddFrame(const TwoBitFrame& frame, float* acc) {
+  ActiveKernels().dequantize_add(frame.words, frame.count, frame.threshold, acc);
+}
+
 Status TwoBitDequantizeAdd(const uint8_t* payload, size_t bytes, float* acc, size_t n) {
   TRELLIS_ASSIGN_OR_RETURN(TwoBitFrame frame, TwoBitParse(payload, bytes, n));
   ActiveKernels().dequantize_add(frame.words, frame.count, frame.threshold, acc);

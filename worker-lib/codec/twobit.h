@@ -89,6 +89,11 @@ struct TwoBitFrame {
 StatusOr<TwoBitFrame> TwoBitParse(const uint8_t* payload, size_t bytes);
 StatusOr<TwoBitFrame> TwoBitParse(const uint8_t* payload, size_t bytes, size_t expected_count);
 
+// Decode / add a frame TwoBitParse accepted (no second validation pass): out[0..count) = values,
+// or acc[0..count) += values. For a server that validates outside its lock and sums under it.
+void TwoBitDequantizeFrame(const TwoBitFrame& frame, float* out);
+void TwoBitDequantizeAddFrame(const TwoBitFrame& frame, float* acc);
+
 // Validate + decode a frame of exactly n elements into out[0..n).
 Status TwoBitDequantize(const uint8_t* payload, size_t bytes, float* out, size_t n);
 // Validate + add a frame of exactly n elements into acc[0..n) (the server summing pushes).

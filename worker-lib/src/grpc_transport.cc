@@ -21,6 +21,10 @@ namespace {
 
 void NoRelease(void*) {}
 
+// A compressed push's frame, referenced by the gRPC slice that carries it.
+using EncodedRef = std::shared_ptr<const std::vector<uint8_t>>;
+void ReleaseEncoded(void* ref) { delete static_cast<EncodedRef*>(ref); }
+
 class GrpcConnection final : public ServerConnection,
                              public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
@@ -68,9 +72,17 @@ class GrpcConnection final : public ServerConnection,
         uint8_t buf[wire::kRequestHeaderBytes];
         wire::EncodeRequestHeader(h, buf);
         pending_.emplace(h.request_id, Pending{std::move(reply), 0});
-        writes_.push_back({wire::MakeFrame(buf, sizeof buf, {}, r.payload, h.payload_bytes,
-                                           NoRelease, nullptr),
-                           std::move(sent)});
+        if (r.encoded) {
+          // gRPC releases the slice when it no longer needs the bytes; until then the frame is
+          // kept alive by this reference.
+          writes_.push_back({wire::MakeFrame(buf, sizeof buf, {}, PayloadData(r), h.payload_bytes,
+                                             ReleaseEncoded, new EncodedRef(r.encoded)),
+                             std::move(sent)});
+        } else {
+          writes_.push_back({wire::MakeFrame(buf, sizeof buf, {}, r.payload, h.payload_bytes,
+                                             NoRelease, nullptr),
+                             std::move(sent)});
+        }
         StartNextWriteLocked();
         return;
       }
@@ -105,7 +117,11 @@ class GrpcConnection final : public ServerConnection,
           h.request_id = next_id_++;
           wire::EncodeRequestHeader(h, buf);
           slices.emplace_back(buf, sizeof buf);
-          if (h.payload_bytes > 0) {
+          if (h.payload_bytes > 0 && requests[i].encoded) {
+            // As in Send: the slice's release drops this reference to the 2-bit frame.
+            slices.emplace_back(const_cast<void*>(PayloadData(requests[i])), h.payload_bytes,
+                                ReleaseEncoded, new EncodedRef(requests[i].encoded));
+          } else if (h.payload_bytes > 0) {
             slices.emplace_back(const_cast<float*>(requests[i].payload), h.payload_bytes,
                                 NoRelease, nullptr);
           }

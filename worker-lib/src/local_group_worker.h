@@ -68,6 +68,7 @@ class LocalGroupWorker final : public Worker {
   Status Barrier(const std::string& name) override;
   uint64_t bytes_pushed() const override { return inner_->bytes_pushed(); }
   uint64_t bytes_pulled() const override { return inner_->bytes_pulled(); }
+  CompressionStats compression_stats() const override { return inner_->compression_stats(); }
 
   const char* group_kind() const { return reduce_->kind(); }
   MetricsRegistry& metrics() { return *metrics_; }

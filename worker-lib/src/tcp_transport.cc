@@ -101,8 +101,9 @@ class TcpConnection final : public ServerConnection {
   void Send(const SliceRequest& r, SliceReply reply, SliceSent sent) override {
     Frame f;
     wire::RequestHeader h = HeaderOf(r);
-    f.payload = r.payload;
+    f.payload = PayloadData(r);
     f.payload_bytes = h.payload_bytes;
+    f.encoded = r.encoded;
     f.sent = std::move(sent);
     Status dead;
     {
@@ -132,8 +133,9 @@ class TcpConnection final : public ServerConnection {
     bulk.op = wire::Op::kBulk;
     bulk.priority = requests.front().priority;
     for (size_t i = 0; i < requests.size(); ++i) {
-      f.entries[i].payload = requests[i].payload;
-      f.entries[i].payload_bytes = HeaderOf(requests[i]).payload_bytes;
+      f.entries[i].payload = PayloadData(requests[i]);
+      f.entries[i].payload_bytes = PayloadBytes(requests[i]);
+      f.entries[i].encoded = requests[i].encoded;
       bulk.payload_bytes += wire::kRequestHeaderBytes + f.entries[i].payload_bytes;
     }
     Status dead;
@@ -168,15 +170,18 @@ class TcpConnection final : public ServerConnection {
  private:
   struct Frame {
     uint8_t head[wire::kRequestHeaderBytes];
-    const float* payload = nullptr;  // the caller's memory, sent without a copy
+    const void* payload = nullptr;  // the caller's memory (or `encoded`), sent without a copy
     uint64_t payload_bytes = 0;
     SliceSent sent;  // may be empty
     struct Entry {    // a bulk's entries, after `head` (whose payload they are)
       uint8_t head[wire::kRequestHeaderBytes];
-      const float* payload = nullptr;
+      const void* payload = nullptr;
       uint64_t payload_bytes = 0;
+      std::shared_ptr<const std::vector<uint8_t>> encoded;  // as Frame::encoded
     };
     std::vector<Entry> entries;
+    // A compressed push's frame: held until the write that sends it returned.
+    std::shared_ptr<const std::vector<uint8_t>> encoded;
   };
   struct Pending {
     SliceReply reply;
@@ -316,12 +321,12 @@ class TcpConnection final : public ServerConnection {
       for (auto& f : batch) {
         iov.push_back({f.head, sizeof f.head});
         if (f.payload_bytes > 0) {
-          iov.push_back({const_cast<float*>(f.payload), static_cast<size_t>(f.payload_bytes)});
+          iov.push_back({const_cast<void*>(f.payload), static_cast<size_t>(f.payload_bytes)});
         }
         for (auto& e : f.entries) {
           iov.push_back({e.head, sizeof e.head});
           if (e.payload_bytes > 0) {
-            iov.push_back({const_cast<float*>(e.payload), static_cast<size_t>(e.payload_bytes)});
+            iov.push_back({const_cast<void*>(e.payload), static_cast<size_t>(e.payload_bytes)});
           }
         }
       }
@@ -410,7 +415,7 @@ wire::RequestHeader HeaderOf(const SliceRequest& r) {
   h.slice = r.slice;
   h.step = r.step;
   h.priority = r.priority;
-  h.payload_bytes = static_cast<uint64_t>(r.payload_elements) * sizeof(float);
+  h.payload_bytes = PayloadBytes(r);
   return h;
 }
 

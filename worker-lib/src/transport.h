@@ -9,6 +9,7 @@
 #include <memory>
 #include <shared_mutex>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "pserver/wire.h"
@@ -25,6 +26,11 @@ struct SliceRequest {
   // Sent without a copy: must stay valid until the reply ran.
   const float* payload = nullptr;
   int64_t payload_elements = 0;
+  // A compressed push (wire::IsTwoBit(op)): the 2-bit frame sent instead of `payload`. Shared
+  // ownership defines its lifetime: the transport holds a reference until the bytes left the
+  // process (gRPC: the slice's release; TCP: the end of the write), the worker until the reply
+  // ran, so the frame outlives both whatever finishes first (a reply, a deadline, a close).
+  std::shared_ptr<const std::vector<uint8_t>> encoded;
   // Where the answer's payload goes (pull, pushpull). A bulk transport reads it straight in,
   // holding `out_mu` shared while it writes and writing nothing once `out_closed` is true (the
   // operation completed; the user may have freed `out`). Both outlive the reply. Optional: a
@@ -35,7 +41,16 @@ struct SliceRequest {
   const std::atomic<bool>* out_closed = nullptr;
 };
 
-wire::RequestHeader HeaderOf(const SliceRequest& r);  // request_id left 0
+// What a transport sends after the request header: the 2-bit frame of a compressed push,
+// else the float32 values.
+inline const void* PayloadData(const SliceRequest& r) {
+  return r.encoded ? static_cast<const void*>(r.encoded->data()) : r.payload;
+}
+inline uint64_t PayloadBytes(const SliceRequest& r) {
+  return r.encoded ? r.encoded->size() : static_cast<uint64_t>(r.payload_elements) * sizeof(float);
+}
+// payload_bytes is PayloadBytes(r); request_id left 0.
+wire::RequestHeader HeaderOf(const SliceRequest& r);
 
 // The bytes of an answer; valid only during the reply call.
 struct Payload {

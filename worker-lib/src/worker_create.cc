@@ -1,7 +1,7 @@
 // Worker::Create: the environment contract (TRELLIS_SCHEDULER, TRELLIS_RANK, TRELLIS_TOKEN_FILE,
 // TRELLIS_NUM_WORKERS, TRELLIS_TIMEOUT_MS, TRELLIS_METRICS_PORT/HOST), the job from the scheduler
-// (incl. spec.transport), the complete cluster view; precedence WorkerOptions > environment >
-// job > default.
+// (incl. spec.transport and spec.compression), the complete cluster view; precedence
+// WorkerOptions > environment > job > default.
 // A multi-GPU pod (TRELLIS_LOCAL_SIZE > 1, set by the agent) gets a LocalGroupWorker around the
 // pod's WorkerImpl (local_group_worker.h); TRELLIS_RANK is then the pod's rank.
 #include <chrono>
@@ -81,6 +81,7 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   setup.slice_bytes_override = options.slice_bytes;
   setup.checkpoint = {job->checkpoint.path, job->checkpoint.intervalSteps, job->checkpoint.keep,
                       job->serverMode == ServerMode::kUpdate};
+  setup.compression = job->compression;
   // The data path: WorkerOptions > the job's spec.transport (default tcp).
   setup.transport =
       !options.transport.empty() ? options.transport : std::string(ToString(job->transport));

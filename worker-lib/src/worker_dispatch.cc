@@ -40,8 +40,7 @@ void WorkerImpl::Pump() {
     // Push direction: what goes up (headers + payloads); pull direction: what comes back.
     auto cost = [pull](const Task& x) {
       return pull ? x.slice_bytes
-                  : static_cast<int64_t>(wire::kRequestHeaderBytes) +
-                        x.request.payload_elements * static_cast<int64_t>(sizeof(float));
+                  : static_cast<int64_t>(wire::kRequestHeaderBytes + PayloadBytes(x.request));
     };
     std::vector<Task> bulk;
     int64_t bytes = cost(*t);
@@ -83,12 +82,16 @@ SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release)
   float* out = task.out;
   const uint32_t slice = task.request.slice;
   const int32_t server = task.server;
-  const uint64_t push_bytes = static_cast<uint64_t>(task.request.payload_elements) * sizeof(float);
+  // Bytes that went up: a compressed push counts its 2-bit frame.
+  const uint64_t push_bytes = PayloadBytes(task.request);
+  // The 2-bit frame stays alive until the reply ran (the transport holds its own reference
+  // until the bytes were sent).
+  auto encoded = task.request.encoded;
   // Bytes expected back: the slice (pull/pushpull), else none.
   const int64_t want = out != nullptr ? task.slice_bytes : 0;
   const auto dispatched = SliceClock::now();
   return [this, op, part, out, want, slice, server, push_bytes, release = std::move(release),
-          dispatched](const Status& s, const Payload& p) {
+          dispatched, encoded = std::move(encoded)](const Status& s, const Payload& p) {
     if (!s.ok()) {
       op->Complete(Status(s.code(), op->what + ": slice " + std::to_string(slice) +
                                         " on server " + std::to_string(server) + " (" +

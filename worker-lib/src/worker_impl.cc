@@ -3,10 +3,12 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 
 #include "common/logging.h"
 #include "pserver/tcp_wire.h"
+#include "worker-lib/codec/twobit.h"
 #include "worker-lib/src/tcp_transport.h"
 
 namespace trellis {
@@ -36,6 +38,13 @@ StatusOr<std::unique_ptr<Worker>> CreateWorker(WorkerSetup setup) {
   if (!setup.connect) {
     TRELLIS_ASSIGN_OR_RETURN(setup.connect, TransportByName(setup.transport));
   }
+  if (setup.compression.type == CompressionType::kTwoBit) {
+    Status st = ValidateTwoBitThreshold(static_cast<float>(setup.compression.threshold));
+    if (!st.ok()) return st.Annotate("compression");
+    if (setup.compression.warmupSteps < 0) {
+      return InvalidArgumentError("compression: warmupSteps must be >= 0");
+    }
+  }
   return std::unique_ptr<Worker>(new WorkerImpl(std::move(setup)));
 }
 
@@ -46,6 +55,14 @@ WorkerImpl::WorkerImpl(WorkerSetup setup)
       series_(*metrics_),
       slice_metrics_(*metrics_),
       queue_(setup_.water_mark) {
+  compression_metrics_ = {
+      &metrics_->Counter("trellis_worker_compression_input_bytes_total",
+                         "Gradient bytes of compressed pushes, before compression (float32)."),
+      &metrics_->Counter("trellis_worker_compression_output_bytes_total",
+                         "What the compressed pushes were sent as (2-bit frames), in bytes."),
+      &metrics_->Histogram("trellis_worker_compression_seconds",
+                           "Time to compress one push (every slice of the key).",
+                           MetricsRegistry::LatencyBuckets())};
   watchdog_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "trellis-watch");
     WatchdogLoop();
@@ -154,6 +171,10 @@ Status WorkerImpl::DeclareRound(bool first) {
     if (!first && FindKey(d->first) != nullptr) continue;
     auto k = std::make_unique<KeyState>();
     k->decl = d->second;
+    if (setup_.compression.type == CompressionType::kTwoBit && k->decl.allow_compression) {
+      TRELLIS_ASSIGN_OR_RETURN(
+          k->codec, TwoBitCodec::Create(static_cast<float>(setup_.compression.threshold)));
+    }
     int64_t next = 0;
     for (const auto& sa : ks.slices()) {
       if (sa.offset() != next || sa.num_elements() < 1 || sa.server() < 0 || sa.server() >= ns) {
@@ -265,8 +286,8 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
                   std::move(done));
   }
   KeyState& k = *found;
-  bool needs_src = op != wire::Op::kPull;
-  bool needs_dst = op == wire::Op::kPull || op == wire::Op::kPushPull;
+  const bool needs_src = wire::OpHasPayload(op);
+  const bool needs_dst = wire::AnswersWithValues(op);
   if ((needs_src && src == nullptr) || (needs_dst && dst == nullptr)) {
     return Failed(InvalidArgumentError(std::string(verb) + " " + KeyName(k) + ": null buffer"),
                   std::move(done));
@@ -286,6 +307,9 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
     series_.KeyPushed(step);
   }
   if (!setup_.priority_enabled && !broadcast) priority = 0;
+  const bool compressed =
+      (op == wire::Op::kPush || op == wire::Op::kPushPull) && Compressed(k, step);
+  if (compressed) op = op == wire::Op::kPush ? wire::Op::kPushTwoBit : wire::Op::kPushPullTwoBit;
 
   auto st = std::make_shared<Handle::State>();
   st->what = std::string(verb) + " " + KeyName(k) + " step " + std::to_string(step);
@@ -304,6 +328,29 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
   }
   st->part_done.assign(parts, 0);
   st->remaining.store(static_cast<int64_t>(parts));
+  // Compressed pushes are encoded here, on the caller's thread and in call order, so a slice's
+  // residual sees its steps in sequence; the frames then live in the requests.
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> frames(compressed ? parts : 0);
+  if (compressed) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < parts; ++i) {
+      auto f = EncodeSlice(k, k.slices[i], src);
+      if (!f.ok()) {
+        st->Complete(f.status().Annotate(st->what));
+        return Handle(st);
+      }
+      frames[i] = std::move(*f);
+      const uint64_t in = static_cast<uint64_t>(k.slices[i].num_elements) * sizeof(float);
+      compress_in_bytes_.fetch_add(in);
+      compress_out_bytes_.fetch_add(frames[i]->size());
+      compression_metrics_.bytes_in->Increment(static_cast<double>(in));
+      compression_metrics_.bytes_out->Increment(static_cast<double>(frames[i]->size()));
+    }
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - t0).count();
+    compress_ns_.fetch_add(static_cast<uint64_t>(ns));
+    compression_metrics_.seconds->Observe(static_cast<double>(ns) * 1e-9);
+  }
   std::vector<Task> tasks;
   tasks.reserve(parts);
   for (size_t i = 0; i < parts; ++i) {
@@ -317,7 +364,9 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
     t.request.slice = s.index;
     t.request.step = step;
     t.request.priority = priority;
-    if (needs_src) {
+    if (compressed) {
+      t.request.encoded = std::move(frames[i]);
+    } else if (needs_src) {
       t.request.payload = src + s.offset;
       t.request.payload_elements = s.num_elements;
     }
@@ -377,6 +426,23 @@ Handle WorkerImpl::ServerCommand(wire::Op op, int64_t step, uint64_t key) {
     tasks.push_back(std::move(t));
   }
   return Launch(std::move(st), kBroadcastPriority, std::move(tasks));
+}
+
+bool WorkerImpl::Compressed(const KeyState& k, int64_t step) const {
+  return k.codec != nullptr && step > setup_.compression.warmupSteps;
+}
+
+StatusOr<std::shared_ptr<const std::vector<uint8_t>>> WorkerImpl::EncodeSlice(KeyState& k,
+                                                                              const SliceInfo& s,
+                                                                              const float* src) {
+  auto frame = std::make_shared<std::vector<uint8_t>>();
+  TRELLIS_RETURN_IF_ERROR(k.codec->Encode(s.index, src + s.offset,
+                                          static_cast<size_t>(s.num_elements), frame.get()));
+  return std::shared_ptr<const std::vector<uint8_t>>(std::move(frame));
+}
+
+CompressionStats WorkerImpl::compression_stats() const {
+  return {compress_in_bytes_.load(), compress_out_bytes_.load(), compress_ns_.load()};
 }
 
 void WorkerImpl::WatchdogLoop() {

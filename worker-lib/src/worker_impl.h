@@ -18,10 +18,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
 #include "trellis/trellis.h"
 #include "trellis/v1/scheduler.pb.h"
+#include "worker-lib/codec/twobit_codec.h"
 #include "worker-lib/src/op_state.h"
 #include "worker-lib/src/slice_queue.h"
 #include "worker-lib/src/slice_metrics.h"
@@ -51,6 +53,9 @@ struct WorkerSetup {
   BulkingOptions bulking;
   int64_t timeout_ms = 120000;
   CheckpointConfig checkpoint;  // the job's spec.checkpoint
+  // The job's spec.compression: with 2bit, pushes of keys that allow it are sent as 2-bit
+  // frames (per-slice residuals here) once a key passed warmupSteps full-precision steps.
+  CompressionSpec compression;
 
   // Collective declaration (the scheduler's DeclareKeys): this worker's keys -> the map.
   std::function<StatusOr<v1::ShardMap>(const std::vector<v1::KeySpec>&)> declare;
@@ -91,6 +96,7 @@ class WorkerImpl final : public Worker {
   Status Barrier(const std::string& name) override;
   uint64_t bytes_pushed() const override { return bytes_pushed_.load(); }
   uint64_t bytes_pulled() const override { return bytes_pulled_.load(); }
+  CompressionStats compression_stats() const override;
 
   // Scheduling figures (tests, metrics): queue depth per priority band, places taken.
   std::array<size_t, SliceQueue<int>::kBands> queued_by_band() const {
@@ -116,6 +122,8 @@ class WorkerImpl final : public Worker {
     KeyDecl decl;
     std::vector<SliceInfo> slices;
     std::atomic<int64_t> push_step{0};  // steps this worker pushed
+    // Residuals per slice (by slice index) when the key's pushes are compressed, else null.
+    std::unique_ptr<TwoBitCodec> codec;
   };
   // One slice of one operation, waiting in the queue or in flight.
   struct Task {
@@ -133,6 +141,12 @@ class WorkerImpl final : public Worker {
   // Registers `st` with the watchdog, queues its tasks and pumps.
   Handle Launch(std::shared_ptr<Handle::State> st, int priority, std::vector<Task> tasks);
   static Handle Failed(const Status& st, Callback done);
+  // Whether the push of `step` of key `k` goes compressed (2bit job, key allows, warm-up over).
+  bool Compressed(const KeyState& k, int64_t step) const;
+  // One slice of a compressed push as a 2-bit frame (updates the slice's residual).
+  StatusOr<std::shared_ptr<const std::vector<uint8_t>>> EncodeSlice(KeyState& k,
+                                                                    const SliceInfo& s,
+                                                                    const float* src);
   // worker_dispatch.cc
   void Pump();
   bool Bulkable(const Task& t) const;
@@ -166,6 +180,16 @@ class WorkerImpl final : public Worker {
   std::atomic<uint64_t> bytes_pushed_{0};
   std::atomic<uint64_t> bytes_pulled_{0};
   std::atomic<uint64_t> bulks_sent_{0};
+  std::atomic<uint64_t> compress_in_bytes_{0};
+  std::atomic<uint64_t> compress_out_bytes_{0};
+  std::atomic<uint64_t> compress_ns_{0};
+  // The same in metrics_, registered once in the constructor (docs/compression.md, Metrics).
+  struct CompressionMetrics {
+    prometheus::Counter* bytes_in;
+    prometheus::Counter* bytes_out;
+    prometheus::Histogram* seconds;  // per compressed operation (all its slices)
+  };
+  CompressionMetrics compression_metrics_;
 
   std::mutex barrier_mu_;
   std::map<std::string, int64_t> barrier_generation_;  // GUARDED_BY(barrier_mu_)

@@ -5,10 +5,13 @@ namespace {
 
 int OpIndex(wire::Op op) {
   switch (op) {
-    case wire::Op::kPush: return 0;
+    case wire::Op::kPush:
+    case wire::Op::kPushTwoBit: return 0;  // the user's operation, whatever its encoding
     case wire::Op::kPull: return 1;
-    case wire::Op::kPushPull: return 2;
-    default: return 3;  // kInit: a broadcast from the root
+    case wire::Op::kPushPull:
+    case wire::Op::kPushPullTwoBit: return 2;
+    case wire::Op::kInit: return 3;  // a broadcast from the root
+    default: return -1;              // kBulk and anything else: not a user operation
   }
 }
 
@@ -49,6 +52,7 @@ void WorkerMetrics::KeyPushed(int64_t step) {
 
 void WorkerMetrics::OperationDone(wire::Op op, bool ok, double seconds) {
   const int i = OpIndex(op);
+  if (i < 0) return;
   if (ok) {
     op_seconds_[i]->Observe(seconds);
   } else {

@@ -101,6 +101,8 @@ std::vector<InvalidCase> Cases() {
        "spec.optimizer.learningRate: must be a number, got \"fast\""},
       {"InfiniteThreshold", WithWorkers("  compression: {type: 2bit, threshold: .inf}\n"),
        "spec.compression.threshold: must be a finite number, got .inf"},
+      {"ThresholdBelowFloat32", WithWorkers("  compression: {type: 2bit, threshold: 1e-50}\n"),
+       "spec.compression.threshold: must be > 0 and within float32 range, got 1e-50"},
       {"BadEnum", WithWorkers("  keyDispatch: random\n"),
        "spec.keyDispatch: must be one of roundRobin, hash, balanced, got \"random\""},
       {"EnumNearMiss", WithWorkers("  compression: {type: 2Bit}\n"),

@@ -7,6 +7,7 @@
 
 #include "scheduler/shard_map.h"
 #include "tests/unit/pserver/test_frames.h"
+#include "worker-lib/codec/twobit.h"
 
 namespace trellis {
 namespace {
@@ -61,8 +62,83 @@ class SliceStoreTest : public ::testing::Test {
     ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
     store_->Handle(worker, h, chunks, got->reply());
   }
+  // A 2-bit push of `grad` (threshold 0.5, zero residual), its frame split into 3-byte chunks.
+  void SendTwoBit(int32_t worker, wire::Op op, int64_t step, std::vector<float> grad, Got* got,
+                  std::vector<uint8_t> frame = {}) {
+    if (frame.empty()) {
+      std::vector<float> residual(grad.size(), 0.0f);
+      frame.resize(TwoBitEncodedBytes(grad.size()));
+      ASSERT_TRUE(TwoBitEncode(grad.data(), residual.data(), grad.size(), 0.5f, frame.data(),
+                               frame.size()).ok());
+    }
+    wire::RequestHeader h;
+    h.op = op;
+    h.key = 7;
+    h.step = step;
+    h.payload_bytes = frame.size();
+    std::vector<uint8_t> bytes(wire::kRequestHeaderBytes);
+    wire::EncodeRequestHeader(h, bytes.data());
+    bytes.insert(bytes.end(), frame.begin(), frame.end());
+    auto chunks = Split(bytes, 3);
+    uint64_t id;
+    ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
+    store_->Handle(worker, h, chunks, got->reply());
+  }
   std::unique_ptr<SliceStore> store_;
 };
+
+TEST_F(SliceStoreTest, TwoBitPushesSumWithFloatPushesFromChunkedFrames) {
+  Make(2);
+  Got a, b;
+  // Worker 0 still in its warm-up (float32), worker 1 compressed: the server takes both.
+  Send(0, wire::Op::kPushPull, 1, {1, 2, 3, 4}, &a);
+  SendTwoBit(1, wire::Op::kPushPullTwoBit, 1, {0.7f, -0.2f, -3.0f, 0.5f}, &b);
+  ASSERT_TRUE(a.called && b.called);
+  ASSERT_TRUE(b.status.ok()) << b.status.ToString();
+  EXPECT_EQ(a.values, (std::vector<float>{1.5f, 2, 2.5f, 4.5f}));
+  EXPECT_EQ(b.values, a.values);
+  // Both compressed, and the step's first push writes the decoded values.
+  Got c, d;
+  SendTwoBit(1, wire::Op::kPushTwoBit, 2, {-1, 0, 1, 0}, &c);
+  SendTwoBit(0, wire::Op::kPushPullTwoBit, 2, {-1, 0, 0.25f, 9}, &d);
+  ASSERT_TRUE(c.status.ok() && d.status.ok()) << c.status.ToString() << d.status.ToString();
+  EXPECT_TRUE(c.values.empty());
+  EXPECT_EQ(d.values, (std::vector<float>{-1, 0, 0.5f, 0.5f}));
+}
+
+TEST_F(SliceStoreTest, BadTwoBitFrameIsRefusedAndDoesNotCount) {
+  Make(1);
+  std::vector<float> five(5, 1.0f), residual(5, 0.0f);
+  std::vector<uint8_t> wrong(TwoBitEncodedBytes(5));
+  ASSERT_TRUE(TwoBitEncode(five.data(), residual.data(), 5, 0.5f, wrong.data(), wrong.size()).ok());
+  Got bad;
+  SendTwoBit(0, wire::Op::kPushPullTwoBit, 1, {}, &bad, wrong);
+  ASSERT_TRUE(bad.called);
+  EXPECT_EQ(bad.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status.message(),
+            "key 7 (w) slice 0: pushpull2bit: 2bit frame: element count 5 does not match the "
+            "expected 4");
+  Got good;
+  SendTwoBit(0, wire::Op::kPushPullTwoBit, 1, {1, -1, 0, 0}, &good);
+  ASSERT_TRUE(good.status.ok()) << good.status.ToString();
+  EXPECT_EQ(good.values, (std::vector<float>{0.5f, -0.5f, 0, 0}));
+}
+
+TEST_F(SliceStoreTest, UpdateModeTakesTwoBitPushes) {
+  OptimizerSpec sgd;
+  sgd.learningRate = 0.5;
+  Make(2, ServerMode::kUpdate, sgd);
+  Got i0;
+  Send(0, wire::Op::kInit, 0, {1, 1, 1, 1}, &i0);
+  ASSERT_TRUE(i0.status.ok()) << i0.status.ToString();
+  Got a, b;
+  SendTwoBit(0, wire::Op::kPushPullTwoBit, 1, {1, 1, -1, 0}, &a);
+  SendTwoBit(1, wire::Op::kPushPullTwoBit, 1, {1, -1, -1, 0}, &b);
+  ASSERT_TRUE(a.status.ok() && b.status.ok()) << a.status.ToString() << b.status.ToString();
+  // mean gradient {0.5, 0, -0.5, 0}; w -= 0.5 * g
+  EXPECT_EQ(a.values, (std::vector<float>{0.75f, 1, 1.25f, 1}));
+  EXPECT_EQ(b.values, a.values);
+}
 
 TEST_F(SliceStoreTest, AggregateSumsAndPullWaitsForAllWorkers) {
   Make(2);

@@ -66,6 +66,42 @@ TEST(WireTest, GarbageIsRejectedWithReasons) {
   odd[40] = 9;  // payload_bytes = 9: not whole floats
   st = wire::DecodeRequest(Split(odd, 100), &h, &id);
   EXPECT_NE(st.message().find("not a whole number of float32"), std::string::npos) << st.message();
+
+  // A 2-bit push's payload is a frame of any length: the frame validator judges it later.
+  odd[4] = static_cast<uint8_t>(wire::Op::kPushTwoBit);
+  EXPECT_TRUE(wire::DecodeRequest(Split(odd, 100), &h, &id).ok());
+  EXPECT_EQ(h.op, wire::Op::kPushTwoBit);
+  EXPECT_EQ(h.payload_bytes, 9u);
+  for (uint8_t op : {8, 15, 18}) {  // after the 2-bit ones, and around save (16) / load (17)
+    bad_op[4] = op;
+    st = wire::DecodeRequest(Split(bad_op, 100), &h, &id);
+    EXPECT_NE(st.message().find("unknown op " + std::to_string(op)), std::string::npos)
+        << st.message();
+  }
+}
+
+TEST(Wire, TwoBitOpsAreNamedAndClassified) {
+  EXPECT_STREQ(wire::OpName(wire::Op::kPushTwoBit), "push2bit");
+  EXPECT_STREQ(wire::OpName(wire::Op::kPushPullTwoBit), "pushpull2bit");
+  EXPECT_TRUE(wire::IsTwoBit(wire::Op::kPushPullTwoBit));
+  EXPECT_FALSE(wire::IsTwoBit(wire::Op::kPushPull));
+  EXPECT_TRUE(wire::AnswersWithValues(wire::Op::kPushPullTwoBit));
+  EXPECT_FALSE(wire::AnswersWithValues(wire::Op::kPushTwoBit));
+  EXPECT_TRUE(wire::OpHasPayload(wire::Op::kPushTwoBit));
+  EXPECT_FALSE(wire::OpHasPayload(wire::Op::kPull));
+}
+
+TEST(Wire, ContiguousPointsIntoAChunkOrGathers) {
+  std::vector<uint8_t> bytes(40);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i);
+  auto chunks = Split(bytes, 16);
+  std::vector<uint8_t> scratch;
+  EXPECT_EQ(wire::Contiguous(chunks, 17, 10, &scratch), bytes.data() + 17);  // inside chunk 1
+  EXPECT_TRUE(scratch.empty());
+  const uint8_t* p = wire::Contiguous(chunks, 10, 20, &scratch);  // straddles chunks 0-1
+  EXPECT_EQ(p, scratch.data());
+  EXPECT_EQ(std::vector<uint8_t>(p, p + 20),
+            std::vector<uint8_t>(bytes.begin() + 10, bytes.begin() + 30));
 }
 
 TEST(WireTest, BulkEntriesParseAcrossOddChunks) {

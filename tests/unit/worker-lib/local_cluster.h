@@ -60,6 +60,7 @@ struct ClusterOptions {
   int local_size = 1;              // processes per worker pod (G)
   int64_t local_chunk_bytes = 1 << 20;
   BulkingOptions bulking;
+  CompressionSpec compression;     // the job's spec.compression
 };
 
 class LocalCluster {
@@ -99,6 +100,7 @@ class LocalCluster {
       setup.metrics = std::make_shared<MetricsRegistry>(MetricLabels{"local", "worker", w});
       worker_metrics.push_back(setup.metrics);
       setup.bulking = o.bulking;
+      setup.compression = o.compression;
       int ns = o.servers;
       int64_t sb = o.slice_bytes;
       setup.declare = [ns, sb](const std::vector<v1::KeySpec>& keys) {

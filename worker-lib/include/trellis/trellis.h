@@ -32,6 +32,16 @@ struct KeyDecl {
   std::string name;          // optional, used in messages and checkpoints
   int64_t num_elements = 0;  // >= 1
   DType dtype = DType::kFloat32;
+  // false: this key's pushes are always full precision, whatever the job's compression (for
+  // values that must sum exactly: counters, statistics).
+  bool allow_compression = true;
+};
+
+// The job's gradient compression as seen by one worker (all zero without compression).
+struct CompressionStats {
+  uint64_t bytes_in = 0;     // gradient bytes of the compressed pushes (float32)
+  uint64_t bytes_out = 0;    // what they were sent as (2-bit frames)
+  uint64_t nanoseconds = 0;  // time spent compressing
 };
 
 // Overrides for what the environment and the job file say (flag > environment > job > default).
@@ -116,6 +126,8 @@ class Worker {
   // Bytes this worker sent and received on the data path so far (payload bytes).
   virtual uint64_t bytes_pushed() const = 0;
   virtual uint64_t bytes_pulled() const = 0;
+  // Compression of pushes so far (the job's spec.compression; see docs/compression.md).
+  virtual CompressionStats compression_stats() const = 0;
 };
 
 }  // namespace trellis

@@ -1,0 +1,215 @@
+// Compressed pushes with bad 2-bit frames, over each transport (gRPC stream, raw TCP) against an
+// in-process parameter server: every bad frame is answered INVALID_ARGUMENT naming the problem,
+// does not count as the worker's push, and the server keeps serving that connection and others.
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include <gtest/gtest.h>
+
+#include "pserver/parameter_server.h"
+#include "pserver/tcp_wire.h"
+#include "scheduler/shard_map.h"
+#include "worker-lib/codec/twobit.h"
+#include "worker-lib/src/transport.h"
+
+namespace trellis {
+namespace {
+
+constexpr char kToken[] = "twobit-token";
+constexpr int64_t kTimeoutMs = 10000;
+constexpr int64_t kN = 20;  // not a multiple of 16: the last word has padding
+constexpr float kT = 0.5f;
+
+struct Answer {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;         // GUARDED_BY(mu)
+  Status status;             // GUARDED_BY(mu)
+  std::vector<float> values; // GUARDED_BY(mu): payload handed over (gRPC)
+  SliceReply Reply() {
+    return [this](const Status& st, const Payload& p) {
+      std::lock_guard lock(mu);
+      status = st;
+      if (p.chunks != nullptr) {
+        values.resize(p.bytes / 4);
+        wire::CopyOut(*p.chunks, p.offset, p.bytes, values.data());
+      }
+      done = true;
+      cv.notify_all();
+    };
+  }
+  bool Wait() {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return done; });
+  }
+};
+
+// A valid frame for gradient {+1, -1, 0.1, +1, -1, 0.1, ...} (codes 11 10 00 ...).
+std::vector<uint8_t> GoodFrame(int64_t n = kN) {
+  std::vector<float> g(n), residual(n, 0.0f);
+  for (int64_t i = 0; i < n; ++i) g[i] = i % 3 == 0 ? 1.0f : (i % 3 == 1 ? -1.0f : 0.1f);
+  std::vector<uint8_t> f(TwoBitEncodedBytes(n));
+  EXPECT_TRUE(TwoBitEncode(g.data(), residual.data(), n, kT, f.data(), f.size()).ok());
+  return f;
+}
+std::vector<float> GoodValues() {
+  std::vector<float> v(kN);
+  for (int64_t i = 0; i < kN; ++i) v[i] = i % 3 == 0 ? kT : (i % 3 == 1 ? -kT : 0.0f);
+  return v;
+}
+
+class TwoBitBadPayloadTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    PserverOptions o;
+    o.listen_host = "127.0.0.1";
+    o.store.num_workers = 1;
+    o.service.token = kToken;
+    o.service.pool_threads = 1;
+    o.slice_bytes = 1 << 20;
+    auto ps = ParameterServer::Start(o);
+    ASSERT_TRUE(ps.ok()) << ps.status().ToString();
+    ps_ = std::move(*ps);
+    v1::KeySpec k;
+    k.set_id(7);
+    k.set_name("fc1");
+    k.set_num_elements(kN);
+    k.set_dtype(v1::DTYPE_FLOAT32);
+    auto m = BuildShardMap({k}, 1, "roundRobin", 1 << 20);
+    ASSERT_TRUE(m.ok());
+    map_ = *m;
+  }
+  std::unique_ptr<ServerConnection> Connect() {
+    ConnectionOptions o;
+    o.address = "127.0.0.1:" + std::to_string(ps_->port());
+    o.tcp_port = ps_->tcp_port();
+    o.token = kToken;
+    o.slice_bytes = 1 << 20;
+    o.timeout_ms = kTimeoutMs;
+    auto connect = TransportByName(GetParam());
+    EXPECT_TRUE(connect.ok());
+    auto c = (*connect)(o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (!c.ok()) return nullptr;
+    EXPECT_TRUE((*c)->InstallShardMap(map_, 0, kTimeoutMs).ok());
+    return std::move(*c);
+  }
+  // A compressed PushPull of `frame` at `step`; the answer lands in *out (or Answer::values).
+  void Send(ServerConnection& c, std::vector<uint8_t> frame, int64_t step, Answer* a,
+            std::vector<float>* out) {
+    SliceRequest r;
+    r.op = wire::Op::kPushPullTwoBit;
+    r.key = 7;
+    r.step = step;
+    r.encoded = std::make_shared<const std::vector<uint8_t>>(std::move(frame));
+    r.out = out->data();
+    r.out_elements = kN;
+    r.out_mu = &out_mu_;
+    r.out_closed = &out_closed_;
+    c.Send(r, a->Reply());
+    ASSERT_TRUE(a->Wait());
+  }
+  void ExpectServes(ServerConnection& c, int64_t step) {
+    Answer a;
+    std::vector<float> out(kN, -9.0f);
+    Send(c, GoodFrame(), step, &a, &out);
+    ASSERT_TRUE(a.status.ok()) << a.status.ToString();
+    EXPECT_EQ(a.values.empty() ? out : a.values, GoodValues());
+  }
+
+  std::unique_ptr<ParameterServer> ps_;
+  v1::ShardMap map_;
+  std::shared_mutex out_mu_;
+  std::atomic<bool> out_closed_{false};
+};
+INSTANTIATE_TEST_SUITE_P(Transports, TwoBitBadPayloadTest, ::testing::Values("grpc", "tcp"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(TwoBitBadPayloadTest, BadFramesGetInvalidArgumentAndTheServerKeepsServing) {
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  const std::vector<uint8_t> good = GoodFrame();
+  auto with = [&](auto edit) {
+    std::vector<uint8_t> f = good;
+    edit(f);
+    return f;
+  };
+  struct Case {
+    const char* name;
+    std::vector<uint8_t> frame;
+    const char* text;
+  };
+  const float nan = std::nanf("");
+  std::vector<Case> cases = {
+      {"wrong count", GoodFrame(kN - 1), "element count 19 does not match the expected 20"},
+      {"truncated by a byte", with([](auto& f) { f.pop_back(); }), "truncated: 23 bytes"},
+      {"truncated by a word", with([](auto& f) { f.resize(f.size() - 4); }), "truncated: 20 bytes"},
+      {"oversized", with([](auto& f) { f.resize(f.size() + 4); }), "oversized"},
+      {"header only, short", std::vector<uint8_t>(good.begin(), good.begin() + 9),
+       "truncated header"},
+      {"empty", {}, "truncated header"},
+      {"garbage", std::vector<uint8_t>(24, 0xA5), "bad magic"},
+      {"code 01", with([](auto& f) { f[16 + 3] = (f[16 + 3] & 0x3F) | 0x40; }),
+       "invalid code 01 at element 0"},
+      {"padding", with([](auto& f) { f[16 + 4] |= 0x03; }), "nonzero padding"},
+      {"nan threshold", with([&](auto& f) { std::memcpy(f.data() + 8, &nan, 4); }), "threshold"},
+  };
+  for (const Case& k : cases) {
+    Answer a;
+    std::vector<float> out(kN, -9.0f);
+    Send(*c, k.frame, 1, &a, &out);
+    const std::string what = std::string(k.name) + ": " + a.status.ToString();
+    EXPECT_EQ(a.status.code(), StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(a.status.message().find(k.text), std::string::npos) << what;
+    EXPECT_NE(a.status.message().find("key 7 (fc1) slice 0"), std::string::npos) << what;
+    EXPECT_EQ(out, std::vector<float>(kN, -9.0f)) << k.name;
+  }
+  // None of them counted as the push of step 1; the same connection and a new one go on.
+  ExpectServes(*c, 1);
+  auto other = Connect();
+  ASSERT_NE(other, nullptr);
+  ExpectServes(*other, 2);
+}
+
+// 2-bit pushes travel in bulks (docs/compression.md): a good and a truncated frame in one bulk;
+// the bad entry gets its own INVALID_ARGUMENT, the good one is served.
+TEST_P(TwoBitBadPayloadTest, TwoBitEntriesInABulkAreServedOneByOne) {
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  std::vector<uint8_t> bad = GoodFrame();
+  bad.resize(bad.size() - 3);  // truncated: not a multiple of 4 either
+  std::vector<SliceRequest> rs(2);
+  rs[0].op = wire::Op::kPushTwoBit;
+  rs[0].key = 7;
+  rs[0].step = 1;
+  rs[0].encoded = std::make_shared<const std::vector<uint8_t>>(std::move(bad));
+  rs[1].op = wire::Op::kPushTwoBit;
+  rs[1].key = 7;
+  rs[1].step = 1;
+  rs[1].encoded = std::make_shared<const std::vector<uint8_t>>(GoodFrame());
+  Answer a0, a1;
+  c->SendBulk(rs, {a0.Reply(), a1.Reply()}, nullptr);
+  rs.clear();  // the transport holds the frames until they were sent
+  ASSERT_TRUE(a0.Wait() && a1.Wait());
+  EXPECT_EQ(a0.status.code(), StatusCode::kInvalidArgument) << a0.status.ToString();
+  EXPECT_TRUE(a1.status.ok()) << a1.status.ToString();
+  // The good entry counted as the worker's step-1 push: the step-1 pull answers its values.
+  Answer p;
+  std::vector<float> out(kN, -9.0f);
+  SliceRequest r;
+  r.op = wire::Op::kPull;
+  r.key = 7;
+  r.step = 1;
+  r.out = out.data();
+  r.out_elements = kN;
+  r.out_mu = &out_mu_;
+  r.out_closed = &out_closed_;
+  c->Send(r, p.Reply());
+  ASSERT_TRUE(p.Wait());
+  ASSERT_TRUE(p.status.ok()) << p.status.ToString();
+  EXPECT_EQ(p.values.empty() ? out : p.values, GoodValues());
+}
+
+}  // namespace
+}  // namespace trellis
