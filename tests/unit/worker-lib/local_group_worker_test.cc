@@ -174,6 +174,59 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LocalGroupEquivalenceTest,
                                        : "");
                          });
 
+// With 2-bit compression a pod compresses its local sum once (each local rank its part), so the
+// servers see W_pods quantized sums: every rank must end with exactly what the algorithm gives
+// for 2 pods (residual += pod sum; +-threshold or 0; residual -= sent), with priority on.
+TEST(LocalGroupWorkerTest, TwoBitCompressesEachPodsSum) {
+  ClusterOptions o;
+  o.servers = 2;
+  o.slice_bytes = 16 << 10;
+  o.water_mark = 32;
+  o.priority = true;
+  o.transport = "tcp";
+  o.workers = 2;
+  o.local_size = 2;
+  o.local_chunk_bytes = 8192;
+  o.compression.type = CompressionType::kTwoBit;
+  o.compression.threshold = 0.5;
+  o.compression.warmupSteps = 0;
+  Outcome grouped = RunJob(o, /*concurrent=*/true);
+  ASSERT_EQ(grouped.values.size(), static_cast<size_t>(kRanks));
+
+  constexpr float t = 0.5f;
+  std::vector<float> want = Grad(99, 0, kKeys[2]);  // the broadcast is never compressed
+  std::vector<std::vector<std::vector<float>>> residual(2);  // [pod][key]
+  for (auto& r : residual)
+    for (const auto& k : kKeys) r.emplace_back(k.num_elements, 0.0f);
+  for (int step = 0; step < kSteps; ++step) {
+    for (const auto& k : kKeys) {
+      std::vector<float> sum(k.num_elements, 0.0f);
+      for (int pod = 0; pod < 2; ++pod) {
+        const auto g0 = Grad(2 * pod, step, k), g1 = Grad(2 * pod + 1, step, k);
+        auto& r = residual[pod][k.id];
+        for (int64_t i = 0; i < k.num_elements; ++i) {
+          r[i] += g0[i] + g1[i];  // the local reduce sums in local-rank order
+          const float q = r[i] >= t ? t : (r[i] <= -t ? -t : 0.0f);
+          r[i] -= q;
+          sum[i] += q;
+        }
+      }
+      want.insert(want.end(), sum.begin(), sum.end());
+    }
+  }
+  for (int rank = 0; rank < kRanks; ++rank) {
+    ASSERT_EQ(grouped.values[rank].size(), want.size()) << "rank " << rank;
+    int bad = 0;
+    for (size_t i = 0; i < want.size() && bad < 5; ++i) {
+      if (grouped.values[rank][i] != want[i]) {
+        ADD_FAILURE() << "rank " << rank << " element " << i << ": got "
+                      << grouped.values[rank][i] << ", the 2-pod algorithm gives " << want[i];
+        ++bad;
+      }
+    }
+  }
+}
+
 TEST(LocalGroupWorkerTest, RejectsWhatItCannotMap) {
   ClusterOptions o;
   o.workers = 1;
