@@ -35,6 +35,13 @@ Handle FailedHandle(const Status& st, Callback done) {
   return Handle(std::move(state));
 }
 
+Status CheckBroadcastRoot(KeyId key, int root, int size) {
+  if (root >= 0 && root < size) return Status::Ok();
+  return InvalidArgumentError("Broadcast key " + std::to_string(key) + ": root " +
+                              std::to_string(root) + " outside [0, " + std::to_string(size) +
+                              ")");
+}
+
 Handle::Handle() : state_(std::make_shared<State>()) {
   state_->closed.store(true);
   state_->done.store(true);

@@ -203,12 +203,7 @@ Handle LocalGroupWorker::Pull(KeyId key, float* out, int priority, Callback done
   return Submit("Pull", key, nullptr, out, priority, std::move(done), -1);
 }
 Handle LocalGroupWorker::Broadcast(KeyId key, float* data, int root) {
-  if (root < 0 || root >= size()) {
-    return Failed(InvalidArgumentError("Broadcast key " + std::to_string(key) + ": root " +
-                                       std::to_string(root) + " outside [0, " +
-                                       std::to_string(size()) + ")"),
-                  nullptr);
-  }
+  if (Status st = CheckBroadcastRoot(key, root, size()); !st.ok()) return Failed(st, nullptr);
   return Submit("Broadcast", key, nullptr, data, 0, nullptr, root);
 }
 

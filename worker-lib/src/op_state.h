@@ -65,4 +65,7 @@ struct Handle::State {
 // An operation that failed before it started: completed with `st`, `done` already called.
 Handle FailedHandle(const Status& st, Callback done);
 
+// INVALID_ARGUMENT naming the key when `root` is not a rank of a job of `size` workers.
+Status CheckBroadcastRoot(KeyId key, int root, int size);
+
 }  // namespace trellis

@@ -248,12 +248,7 @@ Handle WorkerImpl::Pull(KeyId key, float* out, int priority, Callback done) {
   return Start("Pull", wire::Op::kPull, key, nullptr, out, priority, std::move(done), false);
 }
 Handle WorkerImpl::Broadcast(KeyId key, float* data, int root) {
-  if (root < 0 || root >= size()) {
-    return Failed(InvalidArgumentError("Broadcast key " + std::to_string(key) + ": root " +
-                                       std::to_string(root) + " outside [0, " +
-                                       std::to_string(size()) + ")"),
-                  nullptr);
-  }
+  if (Status st = CheckBroadcastRoot(key, root, size()); !st.ok()) return Failed(st, nullptr);
   if (rank() == root) {
     return Start("Broadcast", wire::Op::kInit, key, data, nullptr, kBroadcastPriority, nullptr,
                  true);
