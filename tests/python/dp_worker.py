@@ -107,6 +107,13 @@ def main():
         k = int(sys.argv[3])
         dc.train_steps(model, opt, 0, k, r, n)
         tt.save_checkpoint(sys.argv[4], model, opt, step=k)
+    elif mode == "resume-damaged":
+        # The root cannot read the file: every worker must get the error, none may hang.
+        try:
+            tt.load_checkpoint(sys.argv[3], model, opt)
+            checks.append("loaded")
+        except tt.CheckpointError as e:
+            checks.append(str(e).replace(sys.argv[3], "CKPT"))
     elif mode == "resume":
         # Every worker but the root forgets its state: the restore must bring it back.
         extra = tt.load_checkpoint(sys.argv[3], model, opt)

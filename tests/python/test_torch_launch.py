@@ -71,6 +71,22 @@ def test_checkpoint_restore_continues_training(launch, tmp_path):
     assert_same(w0, reference(dc.STEPS), 1e-5)
 
 
+def test_damaged_checkpoint_fails_every_worker_not_just_the_root(launch, tmp_path):
+    ckpt = str(tmp_path / "ckpt.pt")
+    first = tmp_path / "first"
+    first.mkdir()
+    launch("py-save2", str(first), "save", "2", ckpt)
+    data = bytearray(open(ckpt, "rb").read())
+    data[-10] ^= 0x40
+    open(ckpt, "wb").write(bytes(data))
+    second = tmp_path / "second"
+    second.mkdir()
+    launch("py-damaged", str(second), "resume-damaged", ckpt)
+    lines = [(second / ("checks%d.txt" % r)).read_text().splitlines() for r in (0, 1)]
+    assert len(lines[0]) == 1 and lines[0][0].startswith("CKPT: payload checksum mismatch"), lines
+    assert lines[1] == ["rank 0 could not load the checkpoint: " + lines[0][0]]
+
+
 def test_worker_api_without_torch_layer(launch, tmp_path):
     launch("py-lowlevel", str(tmp_path), "lowlevel")
     for r in (0, 1):

@@ -123,6 +123,72 @@ def test_checkpoint_round_trip(tmp_path):
         assert torch.equal(v, other.state_dict()[k]), k
 
 
+def _saved(tmp_path):
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    dc.train_steps(model, opt, 0, 1)
+    path = tmp_path / "c.pt"
+    tt.save_checkpoint(str(path), model, opt, step=1)
+    return path, model, opt
+
+
+def test_checkpoint_file_is_atomic_and_checksummed(tmp_path):
+    path, _, _ = _saved(tmp_path)
+    data = path.read_bytes()
+    assert data[:8] == b"TRLSPYCK"
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temporary file left
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: d[:20], r"truncated: 20 bytes, shorter than the 28-byte header"),
+    (lambda d: d[:-7], r"truncated: the header says \d+ payload bytes, the file has \d+"),
+    (lambda d: d + b"x", r"trailing bytes: the header says"),
+    (lambda d: d[:100] + bytes([d[100] ^ 1]) + d[101:], r"payload checksum mismatch \(stored 0x"),
+    (lambda d: d[:9] + bytes([d[9] ^ 1]) + d[10:], r"header checksum mismatch"),
+    (lambda d: b"NOTTRLS!" + d[8:], r"not a trellis.torch checkpoint"),
+    (lambda d: b"", r"truncated: 0 bytes"),
+])
+def test_damaged_checkpoint_is_rejected_naming_the_file(tmp_path, damage, message):
+    path, model, opt = _saved(tmp_path)
+    path.write_bytes(damage(path.read_bytes()))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(tt.CheckpointError, match=str(path).replace(".", r"\.") + ": " + message):
+        tt.load_checkpoint(str(path), model, opt)
+    for k, v in model.state_dict().items():  # nothing half-loaded
+        assert torch.equal(v, before[k]), k
+
+
+def test_other_checkpoint_version_is_rejected(tmp_path):
+    path, model, opt = _saved(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[8] = 9  # version 9 ...
+    head = bytes(data[:24])
+    data[24:28] = tt._crc32c(head).to_bytes(4, "little")  # ... with a valid header checksum
+    path.write_bytes(bytes(data))
+    with pytest.raises(tt.CheckpointError, match="checkpoint format version 9, this build reads "
+                                                 "version 1"):
+        tt.load_checkpoint(str(path), model, opt)
+
+
+def test_missing_checkpoint_names_the_file(tmp_path):
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    with pytest.raises(tt.CheckpointError, match="nope.pt: cannot read"):
+        tt.load_checkpoint(str(tmp_path / "nope.pt"), model, opt)
+
+
+def test_plain_torch_save_file_still_loads(tmp_path):
+    path, model, opt = _saved(tmp_path)
+    plain = tmp_path / "plain.pt"
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                "extra": {"step": 5}}, str(plain))
+    assert tt.load_checkpoint(str(plain), model, opt) == {"step": 5}
+
+
+def test_crc32c_matches_the_cpp_checksum():
+    assert tt._crc32c(b"123456789") == 0xE3069283  # RFC 3720 vector, as common/crc32c
+
+
 def test_seal_without_optimizer_runs_queued_broadcasts():
     ran = []
     model = dc.Net()

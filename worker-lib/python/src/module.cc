@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "trellis/trellis.h"
 
 namespace py = pybind11;
@@ -240,6 +241,16 @@ class TrellisError(RuntimeError):
   ErrorClass() = ns["TrellisError"];
   ErrorClass().attr("__module__") = "trellis";
   m.attr("TrellisError") = ErrorClass();
+
+  // CRC32C of a bytes object: trellis.torch's checkpoint files use the same checksum as the C++
+  // checkpoint format (docs/checkpoints.md).
+  m.def(
+      "crc32c",
+      [](py::bytes data, uint32_t crc) {
+        std::string_view v = data;
+        return trellis::Crc32cExtend(crc, v.data(), v.size());
+      },
+      py::arg("data"), py::arg("crc") = 0);
 
   py::class_<PyHandle>(m, "Handle")
       .def("wait", &PyHandle::Wait,

@@ -21,6 +21,7 @@ before the optimizer update, so every worker ends the first step with identical 
 
 import io
 import os
+import struct
 
 import numpy as np
 import torch
@@ -28,7 +29,8 @@ import torch
 import trellis as _trellis
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
-           "broadcast_object", "save_checkpoint", "load_checkpoint", "is_sealed", "seal"]
+           "broadcast_object", "save_checkpoint", "load_checkpoint", "CheckpointError", "is_sealed",
+           "seal"]
 
 _CHANNEL_KEY = 1 << 62        # the broadcast channel's key id
 _CHANNEL_FLOATS = 1 << 18     # 1 MiB per broadcast round
@@ -334,34 +336,126 @@ def DistributedOptimizer(optimizer, named_parameters=None):
     return optimizer
 
 
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used; the message names the file and what is wrong."""
+
+
+# Checkpoint files: a 28-byte header, then torch.save's bytes. Header (little-endian): magic,
+# u32 version, u64 payload bytes, u32 CRC32C of the payload, u32 CRC32C of the header before it.
+# The same checksum as the C++ format (docs/checkpoints.md), so a flipped bit or a short file is
+# caught before torch.load sees it.
+_CKPT_MAGIC = b"TRLSPYCK"
+_CKPT_VERSION = 1
+_CKPT_HEAD = struct.Struct("<8sIQI")
+_CKPT_HEADER_BYTES = _CKPT_HEAD.size + 4
+
+
+def _crc32c(data):
+    return _trellis._trellis.crc32c(bytes(data))
+
+
+def _write_checkpoint_file(path, state):
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    payload = buf.getbuffer()
+    head = _CKPT_HEAD.pack(_CKPT_MAGIC, _CKPT_VERSION, len(payload), _crc32c(payload))
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                       ".%s.tmp.%d" % (os.path.basename(path), os.getpid()))
+    try:
+        with open(tmp, "wb") as f:
+            f.write(head)
+            f.write(struct.pack("<I", _crc32c(head)))
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    # The rename itself is durable only once the directory is synced.
+    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _read_checkpoint_file(path):
+    """The state saved by save_checkpoint; CheckpointError naming the file if it is unusable.
+    A plain torch.save file (a zip archive, as older builds wrote) is read as it is."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise CheckpointError("%s: cannot read: %s" % (path, e.strerror)) from None
+    if data[:4] == b"PK\x03\x04":
+        return torch.load(io.BytesIO(data), map_location="cpu")
+    if len(data) < _CKPT_HEADER_BYTES:
+        raise CheckpointError("%s: truncated: %d bytes, shorter than the %d-byte header"
+                              % (path, len(data), _CKPT_HEADER_BYTES))
+    magic, version, size, crc = _CKPT_HEAD.unpack_from(data)
+    if magic != _CKPT_MAGIC:
+        raise CheckpointError("%s: not a trellis.torch checkpoint (magic %r)" % (path, magic))
+    (head_crc,) = struct.unpack_from("<I", data, _CKPT_HEAD.size)
+    if _crc32c(data[:_CKPT_HEAD.size]) != head_crc:
+        raise CheckpointError("%s: header checksum mismatch" % path)
+    if version != _CKPT_VERSION:
+        raise CheckpointError("%s: checkpoint format version %d, this build reads version %d"
+                              % (path, version, _CKPT_VERSION))
+    payload = memoryview(data)[_CKPT_HEADER_BYTES:]
+    if len(payload) != size:
+        raise CheckpointError("%s: %s: the header says %d payload bytes, the file has %d"
+                              % (path, "truncated" if len(payload) < size else "trailing bytes",
+                                 size, len(payload)))
+    got = _crc32c(payload)
+    if got != crc:
+        raise CheckpointError("%s: payload checksum mismatch (stored 0x%08x, computed 0x%08x)"
+                              % (path, crc, got))
+    return torch.load(io.BytesIO(payload), map_location="cpu")
+
+
 def save_checkpoint(path, model, optimizer=None, **extra):
-    """Rank 0 writes {model, optimizer, extra} with torch.save (temporary file + rename);
-    every worker returns once the file is complete."""
+    """Rank 0 writes {model, optimizer, extra} (torch.save inside a checksummed envelope) to a
+    temporary file, fsyncs it, renames it to `path` and fsyncs the directory; every worker
+    returns once the file is complete."""
     if _trellis.rank() == 0:
         state = {"model": model.state_dict(), "extra": extra}
         if optimizer is not None:
             state["optimizer"] = optimizer.state_dict()
-        tmp = "%s.tmp.%d" % (path, os.getpid())
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        _write_checkpoint_file(path, state)
     _trellis.barrier("trellis.torch.checkpoint")
 
 
 def load_checkpoint(path, model, optimizer=None, root_rank=0):
     """`root_rank` reads the checkpoint, then every worker receives its model and optimizer
-    state; returns the `extra` values saved with it. Call it after DistributedOptimizer(...)."""
+    state; returns the `extra` values saved with it. Call it after DistributedOptimizer(...).
+    A damaged file raises CheckpointError on every worker (the root tells the others), so no
+    worker waits for a broadcast that will not come."""
     extra = None
+    problem = None
+    state = None
     if _trellis.rank() == root_rank:
-        state = torch.load(path, map_location="cpu")
+        try:
+            state = _read_checkpoint_file(path)
+        except CheckpointError as e:
+            problem = str(e)
+    if _trellis.size() > 1:
+        if not _state.sealed:
+            raise RuntimeError("trellis.torch.load_checkpoint: call it after DistributedOptimizer(...)"
+                               " (after the first step for lazy modules)")
+        problem = broadcast_object(problem, root_rank)
+    if problem is not None:
+        if _trellis.rank() == root_rank:
+            raise CheckpointError(problem)
+        raise CheckpointError("rank %d could not load the checkpoint: %s" % (root_rank, problem))
+    if _trellis.rank() == root_rank:
         model.load_state_dict(state["model"])
         if optimizer is not None and "optimizer" in state:
             optimizer.load_state_dict(state["optimizer"])
         extra = state.get("extra", {})
     if _trellis.size() == 1:
         return extra
-    if not _state.sealed:
-        raise RuntimeError("trellis.torch.load_checkpoint: call it after DistributedOptimizer(...)"
-                           " (after the first step for lazy modules)")
     _broadcast_tensors_now(_tensors_of(model.state_dict()), root_rank)
     if optimizer is not None:
         sd = broadcast_object(optimizer.state_dict(), root_rank)
