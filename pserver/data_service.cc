@@ -20,6 +20,7 @@ std::string Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
 }
 
 void ReleaseValues(void* arg) { delete static_cast<Values*>(arg); }
+void ReleasePacked(void* arg) { delete static_cast<Packed*>(arg); }
 
 struct Outgoing {
   int32_t priority;
@@ -288,7 +289,7 @@ void DataService::Serve(Task& task) {
   wire::Chunks chunks = wire::ChunksOf(task.slices);
   if (task.bytes > 0) chunks = wire::SubChunks(chunks, task.offset, task.bytes);  // a bulk entry
   std::shared_ptr<StreamState> stream = task.stream;
-  store_->Handle(stream->worker, h, chunks, [stream, h](const Status& st, Values values) {
+  store_->Handle(stream->worker, h, chunks, [stream, h](const Status& st, Answer answer) {
     if (!st.ok()) {
       StreamReactor::SendError(stream, h.request_id, h.op, st);
       return;
@@ -296,15 +297,21 @@ void DataService::Serve(Task& task) {
     wire::ResponseHeader r;
     r.op = h.op;
     r.request_id = h.request_id;
-    r.payload_bytes = values ? values->size() * sizeof(float) : 0;
+    r.packed = answer.packed != nullptr;
+    r.payload_bytes = r.packed ? answer.packed->size()
+                               : (answer.values ? answer.values->size() * sizeof(float) : 0);
     uint8_t buf[wire::kResponseHeaderBytes];
     wire::EncodeResponseHeader(r, buf);
-    if (values) {
-      const float* data = values->data();
-      size_t bytes = values->size() * sizeof(float);
-      auto* keep = new Values(std::move(values));  // released by gRPC when sent
-      stream->Send(h.priority, wire::MakeFrame(buf, sizeof buf, {}, data, bytes, ReleaseValues,
-                                               keep));
+    if (answer.packed) {
+      const uint8_t* data = answer.packed->data();
+      auto* keep = new Packed(std::move(answer.packed));  // released by gRPC when sent
+      stream->Send(h.priority, wire::MakeFrame(buf, sizeof buf, {}, data, r.payload_bytes,
+                                               ReleasePacked, keep));
+    } else if (answer.values) {
+      const float* data = answer.values->data();
+      auto* keep = new Values(std::move(answer.values));  // released by gRPC when sent
+      stream->Send(h.priority, wire::MakeFrame(buf, sizeof buf, {}, data, r.payload_bytes,
+                                               ReleaseValues, keep));
     } else {
       stream->Send(h.priority, wire::MakeFrame(buf, sizeof buf, {}, nullptr, 0, nullptr, nullptr));
     }

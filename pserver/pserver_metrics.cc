@@ -36,8 +36,11 @@ PserverMetrics::PserverMetrics(MetricsRegistry& r)
 void PserverMetrics::Request(wire::Op op, uint64_t payload_bytes) {
   int i = -1;  // kBulk (its entries are counted one by one) and unknown ops: no op series
   if (op == wire::Op::kPush || op == wire::Op::kPushTwoBit) i = 0;  // either encoding
-  if (op == wire::Op::kPull) i = 1;
-  if (op == wire::Op::kPushPull || op == wire::Op::kPushPullTwoBit) i = 2;
+  if (op == wire::Op::kPull || op == wire::Op::kPullPacked) i = 1;
+  if (op == wire::Op::kPushPull || op == wire::Op::kPushPullTwoBit ||
+      op == wire::Op::kPushPullTwoBitPacked) {
+    i = 2;
+  }
   if (op == wire::Op::kInit) i = 3;
   if (i >= 0) requests_[i]->Increment();
   if (payload_bytes > 0) received_bytes_.Increment(static_cast<double>(payload_bytes));

@@ -7,6 +7,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include "worker-lib/codec/packed_sum.h"
+
 namespace trellis {
 namespace {
 
@@ -143,12 +145,12 @@ Status SliceStore::Describe404(uint64_t key, uint32_t slice) const {
 void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame,
                         Reply reply) {
   if (h.op == wire::Op::kSave || h.op == wire::Op::kLoad) {
-    reply(HandleCheckpointOp(h), nullptr);
+    reply(HandleCheckpointOp(h), Answer{});
     return;
   }
   std::vector<Deferred> deferred;
   Status st;
-  series_.Request(h.op, h.op == wire::Op::kPull ? 0 : h.payload_bytes);
+  series_.Request(h.op, wire::OpHasPayload(h.op) ? h.payload_bytes : 0);
   {
     std::shared_lock map_lock(map_mu_);
     Slice* s = Find(h.key, h.slice);
@@ -164,20 +166,22 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
         switch (h.op) {
           case wire::Op::kInit:
             st = Init(s, frame, &deferred);
-            if (st.ok()) deferred.push_back({std::move(reply), Status::Ok(), nullptr});
+            if (st.ok()) deferred.push_back({std::move(reply), Status::Ok(), nullptr, nullptr});
             break;
           case wire::Op::kPush:
           case wire::Op::kPushTwoBit:
             st = Push(worker, s, h, grad, &deferred);
-            if (st.ok()) deferred.push_back({std::move(reply), Status::Ok(), nullptr});
+            if (st.ok()) deferred.push_back({std::move(reply), Status::Ok(), nullptr, nullptr});
             break;
           case wire::Op::kPushPull:
           case wire::Op::kPushPullTwoBit:
+          case wire::Op::kPushPullTwoBitPacked:
             st = Push(worker, s, h, grad, &deferred);
-            if (st.ok()) Pull(s, h.step, std::move(reply), &deferred);
+            if (st.ok()) Pull(s, h.step, wire::AcceptsPacked(h.op), std::move(reply), &deferred);
             break;
           case wire::Op::kPull:
-            Pull(s, h.step, std::move(reply), &deferred);
+          case wire::Op::kPullPacked:
+            Pull(s, h.step, wire::AcceptsPacked(h.op), std::move(reply), &deferred);
             break;
           case wire::Op::kSave:
           case wire::Op::kLoad:
@@ -188,15 +192,17 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
   }
   if (!st.ok()) {
     series_.RequestFailed();
-    reply(st, nullptr);
+    reply(st, Answer{});
   }
   for (auto& d : deferred) {
     if (!d.status.ok()) {
       series_.RequestFailed();
+    } else if (d.packed) {
+      series_.Sent(d.packed->size());
     } else if (d.values) {
       series_.Sent(d.values->size() * sizeof(float));
     }
-    d.reply(d.status, std::move(d.values));
+    d.reply(d.status, Answer{std::move(d.values), std::move(d.packed)});
   }
 }
 
@@ -238,7 +244,7 @@ Status SliceStore::Init(Slice* s, const wire::Chunks& frame, std::vector<Deferre
   for (auto it = ws.begin(); it != ws.end();) {
     if (it->step == 0) {
       series_.PullAnswered();
-      out->push_back({std::move(it->reply), Status::Ok(), v});
+      out->push_back({std::move(it->reply), Status::Ok(), v, nullptr});
       it = ws.erase(it);
     } else {
       ++it;
@@ -267,6 +273,9 @@ Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
   const size_t n = static_cast<size_t>(s->num_elements);
   using Clock = std::chrono::steady_clock;
   const auto add_start = Clock::now();
+  // Whether the step stays a sum of 2-bit pushes of one threshold (then its answer can be packed).
+  const float t = grad.twobit != nullptr ? grad.twobit->threshold : 0.0f;
+  s->step_threshold = s->pushes == 0 || s->step_threshold == t ? t : 0.0f;
   if (s->pushes == 0) {
     // First contribution: copy instead of zero + add. Reuse a result buffer nobody references.
     if (!s->accum) s->accum = std::make_unique<std::vector<float>>(n);
@@ -288,8 +297,10 @@ Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
   // Step complete.
   const int64_t step = expected;
   Values result;
+  float packable = 0;
   if (config_.mode == ServerMode::kAggregate) {
     result = std::shared_ptr<const std::vector<float>>(std::move(s->accum));
+    packable = s->step_threshold;
   } else {
     float* g = s->accum->data();
     const float inv = 1.0f / static_cast<float>(config_.num_workers);
@@ -303,17 +314,21 @@ Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
   auto old = std::const_pointer_cast<std::vector<float>>(std::move(s->results[step % 2]));
   s->results[step % 2] = result;
   s->result_step[step % 2] = step;
+  s->packable[step % 2] = packable;
+  s->packed[step % 2] = nullptr;
   if (!s->accum && old && old.use_count() == 1 && old->size() == n) {
     s->accum = std::make_unique<std::vector<float>>(std::move(*old));
   }
   s->complete = step;
   s->pushes = 0;
+  s->step_threshold = 0;
   std::fill(s->pushed.begin(), s->pushed.end(), false);
   auto& ws = s->waiters;
   for (auto it = ws.begin(); it != ws.end();) {
     if (it->step == step) {
       series_.PullAnswered();
-      out->push_back({std::move(it->reply), Status::Ok(), result});
+      out->push_back({std::move(it->reply), Status::Ok(), result,
+                      it->packed ? PackedFor(s, step) : nullptr});
       it = ws.erase(it);
     } else {
       ++it;
@@ -328,18 +343,38 @@ Values SliceStore::ResultFor(Slice* s, int64_t step) const {
   return s->result_step[i] == step ? s->results[i] : nullptr;
 }
 
-void SliceStore::Pull(Slice* s, int64_t step, Reply reply, std::vector<Deferred>* out) {
+Packed SliceStore::PackedFor(Slice* s, int64_t step) {
+  const int i = static_cast<int>(step % 2);
+  if (s->result_step[i] != step || s->packable[i] == 0) return nullptr;
+  if (!s->packed[i]) {
+    const int bits = PackedSumBits(config_.num_workers);
+    const std::vector<float>& sum = *s->results[i];
+    auto bytes = std::make_shared<std::vector<uint8_t>>(bits == 0 ? 0 : PackedSumBytes(sum.size(), bits));
+    if (bits == 0 || !PackSum(sum.data(), sum.size(), s->packable[i], bits, bytes->data(),
+                              bytes->size()).ok()) {
+      // Too many workers for 8 bits, or (should not happen) a sum that is not one of 2-bit
+      // pushes: float32 answers for this step, and no second try.
+      s->packable[i] = 0;
+      return nullptr;
+    }
+    s->packed[i] = std::move(bytes);
+  }
+  return s->packed[i];
+}
+
+void SliceStore::Pull(Slice* s, int64_t step, bool packed, Reply reply,
+                      std::vector<Deferred>* out) {
   if (step < 0 || step < s->complete - 1 || step > s->complete + 1) {
     out->push_back({std::move(reply),
                     OutOfRangeError(s->name + ": pull of step " + std::to_string(step) +
                                     " outside the window [" +
                                     std::to_string(std::max<int64_t>(0, s->complete - 1)) + ", " +
                                     std::to_string(s->complete + 1) + "]"),
-                    nullptr});
+                    nullptr, nullptr});
     return;
   }
   if (step == s->complete + 1 || (step == 0 && !s->initialized && s->complete == 0)) {
-    s->waiters.push_back({step, std::move(reply)});  // answered when the step completes
+    s->waiters.push_back({step, packed, std::move(reply)});  // answered when the step completes
     series_.PullWaiting();
     return;
   }
@@ -348,10 +383,10 @@ void SliceStore::Pull(Slice* s, int64_t step, Reply reply, std::vector<Deferred>
     out->push_back({std::move(reply),
                     FailedPreconditionError(s->name + ": step 0 was never initialized "
                                             "(no Broadcast from the root)"),
-                    nullptr});
+                    nullptr, nullptr});
     return;
   }
-  out->push_back({std::move(reply), Status::Ok(), std::move(v)});
+  out->push_back({std::move(reply), Status::Ok(), std::move(v), packed ? PackedFor(s, step) : nullptr});
 }
 
 void SliceStore::FailWaiters(const Status& status) {
@@ -367,7 +402,7 @@ void SliceStore::FailWaiters(const Status& status) {
     }
   }
   series_.PullAnswered(replies.size());
-  for (auto& r : replies) r(status, nullptr);
+  for (auto& r : replies) r(status, Answer{});
 }
 
 int64_t SliceStore::CompleteStep(uint64_t key, uint32_t slice) const {

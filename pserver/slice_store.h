@@ -46,8 +46,17 @@ struct StoreConfig {
 };
 
 using Values = std::shared_ptr<const std::vector<float>>;
+// A packed answer (worker-lib/codec/packed_sum.h), immutable and shared like Values.
+using Packed = std::shared_ptr<const std::vector<uint8_t>>;
+// What a pull is answered with: the step's values, and for a request that accepts a packed
+// answer (wire::AcceptsPacked) whose step qualifies, their packed form, which is what goes on
+// the wire then.
+struct Answer {
+  Values values;
+  Packed packed;
+};
 // Answer to one request: a status, and for pulls the step's values. Called exactly once.
-using Reply = std::function<void(const Status&, Values)>;
+using Reply = std::function<void(const Status&, Answer)>;
 
 class SliceStore {
  public:
@@ -88,6 +97,7 @@ class SliceStore {
  private:
   struct Waiter {
     int64_t step;
+    bool packed;  // the request accepts a packed answer
     Reply reply;
   };
   struct Slice {
@@ -101,6 +111,14 @@ class SliceStore {
     bool initialized = false;           // GUARDED_BY(mu): step 0 value present
     Values results[2];                  // GUARDED_BY(mu): [s % 2] for s in {complete-1, complete}
     int64_t result_step[2] = {-1, -1};  // GUARDED_BY(mu)
+    // GUARDED_BY(mu): per result, the threshold t when the result is a sum of 2-bit pushes of
+    // that one threshold (aggregate mode), so it can be packed; else 0. packed[i] is its packed
+    // form, made at the first request that accepts one.
+    float packable[2] = {0, 0};
+    Packed packed[2];
+    // GUARDED_BY(mu): the threshold of every push of step complete+1 so far when all were 2-bit
+    // frames of one threshold; 0 once one was not.
+    float step_threshold = 0;
     std::unique_ptr<std::vector<float>> accum;  // GUARDED_BY(mu): sum of step complete+1
     std::vector<bool> pushed;           // GUARDED_BY(mu): per worker, for step complete+1
     int32_t pushes = 0;                 // GUARDED_BY(mu)
@@ -118,6 +136,7 @@ class SliceStore {
     Reply reply;
     Status status;
     Values values;
+    Packed packed;
   };
 
   Slice* Find(uint64_t key, uint32_t slice) const;  // REQUIRES: map_mu_ held
@@ -132,8 +151,12 @@ class SliceStore {
   Status CheckPayload(const Slice& s, const wire::RequestHeader& h, const wire::Chunks& frame,
                       std::vector<uint8_t>* scratch, TwoBitFrame* twobit) const;
   Status Init(Slice* s, const wire::Chunks& frame, std::vector<Deferred>* out);
-  void Pull(Slice* s, int64_t step, Reply reply, std::vector<Deferred>* out);
+  // `packed`: the request accepts a packed answer.
+  void Pull(Slice* s, int64_t step, bool packed, Reply reply, std::vector<Deferred>* out);
   Values ResultFor(Slice* s, int64_t step) const;
+  // The packed form of the kept result of `step` (made once, here), or null when that result
+  // is not a sum of 2-bit pushes of one threshold or cannot be packed (the answer is float32).
+  Packed PackedFor(Slice* s, int64_t step);
   CheckpointDir Dir() const;
   // SAVE: Snapshot to the checkpoint directory; LOAD: RestoreFrom the file of h.step.
   Status HandleCheckpointOp(const wire::RequestHeader& h);

@@ -95,7 +95,7 @@ Status SliceStore::RestoreFrom(const Checkpoint& c, const std::string& file) {
           // Wake pulls of step 0 that came first.
           for (auto it = s->waiters.begin(); it != s->waiters.end();) {
             if (it->step == 0) {
-              deferred.push_back({std::move(it->reply), Status::Ok(), v});
+              deferred.push_back({std::move(it->reply), Status::Ok(), v, nullptr});
               it = s->waiters.erase(it);
             } else {
               ++it;
@@ -106,7 +106,7 @@ Status SliceStore::RestoreFrom(const Checkpoint& c, const std::string& file) {
       }
     }
   }
-  for (auto& d : deferred) d.reply(d.status, std::move(d.values));
+  for (auto& d : deferred) d.reply(d.status, Answer{std::move(d.values), nullptr});
   return Status::Ok();
 }
 

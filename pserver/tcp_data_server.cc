@@ -24,7 +24,16 @@ struct Outgoing {
   int32_t priority;
   uint64_t seq;
   std::vector<uint8_t> head;  // response header + message
-  Values values;              // payload, sent straight from the store's result buffer
+  // The payload, sent straight from the store's result buffer: the float32 values, or the
+  // packed answer when set.
+  Values values;
+  Packed packed;
+  size_t PayloadBytes() const {
+    return packed ? packed->size() : (values ? values->size() * sizeof(float) : 0);
+  }
+  const void* PayloadData() const {
+    return packed ? static_cast<const void*>(packed->data()) : values->data();
+  }
   bool operator<(const Outgoing& o) const {  // max-heap: higher priority, then FIFO
     return priority != o.priority ? priority < o.priority : seq > o.seq;
   }
@@ -96,7 +105,7 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   }
   void SendStatus(wire::Op op, uint64_t id, const Status& st) {
     // Errors jump the queue: the worker's handle fails at once.
-    Send(Outgoing{INT32_MAX, 0, tcpwire::EncodeStatusFrame(op, id, st), nullptr});
+    Send(Outgoing{INT32_MAX, 0, tcpwire::EncodeStatusFrame(op, id, st), nullptr, nullptr});
   }
   void CloseAfterFlush() {
     {
@@ -224,16 +233,22 @@ void TcpDataServer::Connection::ReadLoop() {
 
 void TcpDataServer::Connection::Serve(const wire::RequestHeader& h, const wire::Chunks& frame) {
   store->Handle(worker, h, frame, [self = shared_from_this(), op = h.op, id = h.request_id,
-                                   priority = h.priority](const Status& s, Values values) {
+                                   priority = h.priority](const Status& s, Answer answer) {
     if (!s.ok()) {
       self->SendStatus(op, id, s);
       return;
     }
+    Outgoing o{priority, 0, std::vector<uint8_t>(wire::kResponseHeaderBytes), nullptr, nullptr};
+    if (answer.packed) {
+      o.packed = std::move(answer.packed);  // only what is sent is held
+    } else {
+      o.values = std::move(answer.values);
+    }
     wire::ResponseHeader r;
     r.op = op;
     r.request_id = id;
-    r.payload_bytes = values ? values->size() * sizeof(float) : 0;
-    Outgoing o{priority, 0, std::vector<uint8_t>(wire::kResponseHeaderBytes), std::move(values)};
+    r.packed = o.packed != nullptr;
+    r.payload_bytes = o.PayloadBytes();
     wire::EncodeResponseHeader(r, o.head.data());
     self->Send(std::move(o));
   });
@@ -252,14 +267,13 @@ void TcpDataServer::Connection::WriteLoop() {
     while (!out.empty() && batch.size() < kMaxBatch && batch_bytes < kMaxBatchBytes) {
       batch.push_back(std::move(const_cast<Outgoing&>(out.top())));
       out.pop();
-      batch_bytes += batch.back().head.size() +
-                     (batch.back().values ? batch.back().values->size() * sizeof(float) : 0);
+      batch_bytes += batch.back().head.size() + batch.back().PayloadBytes();
     }
     lock.unlock();
     for (auto& o : batch) {
       iov.push_back({o.head.data(), o.head.size()});
-      if (o.values && !o.values->empty()) {
-        iov.push_back({const_cast<float*>(o.values->data()), o.values->size() * sizeof(float)});
+      if (o.PayloadBytes() > 0) {
+        iov.push_back({const_cast<void*>(o.PayloadData()), o.PayloadBytes()});
       }
     }
     Status st = tcpwire::SendAll(fd, iov.data(), static_cast<int>(iov.size()));

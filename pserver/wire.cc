@@ -73,6 +73,8 @@ const char* OpName(Op op) {
     case Op::kLoad: return "load";
     case Op::kPushTwoBit: return "push2bit";
     case Op::kPushPullTwoBit: return "pushpull2bit";
+    case Op::kPullPacked: return "pullpacked";
+    case Op::kPushPullTwoBitPacked: return "pushpull2bitpacked";
   }
   return "op(?)";
 }
@@ -153,6 +155,12 @@ Status ParseRequestHeader(const uint8_t* h, RequestHeader* out) {
 Status ParseResponseHeader(const uint8_t* h, ResponseHeader* out) {
   if (GetLe<uint32_t>(h, 0) != kResponseMagic) return DataLossError("malformed response: bad magic");
   out->op = static_cast<Op>(GetLe<uint8_t>(h, 4));
+  const uint8_t encoding = GetLe<uint8_t>(h, 5);
+  if (encoding > 1) {
+    return DataLossError("malformed response: unknown payload encoding " +
+                         std::to_string(encoding));
+  }
+  out->packed = encoding == 1;
   out->request_id = GetLe<uint64_t>(h, 8);
   out->code = GetLe<int32_t>(h, 16);
   out->message_bytes = GetLe<uint32_t>(h, 20);
@@ -176,6 +184,7 @@ void EncodeResponseHeader(const ResponseHeader& h, uint8_t out[kResponseHeaderBy
   std::memset(out, 0, kResponseHeaderBytes);
   PutLe<uint32_t>(out, 0, kResponseMagic);
   PutLe<uint8_t>(out, 4, static_cast<uint8_t>(h.op));
+  PutLe<uint8_t>(out, 5, h.packed ? 1 : 0);
   PutLe<uint64_t>(out, 8, h.request_id);
   PutLe<int32_t>(out, 16, h.code);
   PutLe<uint32_t>(out, 20, h.message_bytes);
@@ -275,8 +284,8 @@ Status ParseBulk(const Chunks& frame, size_t offset, uint64_t bytes, std::vector
       return InvalidArgumentError(where + ": payload of " + std::to_string(eh.payload_bytes) +
                                   " bytes runs past the bulk");
     }
-    if (eh.op == Op::kPull && eh.payload_bytes != 0) {
-      return InvalidArgumentError(where + ": a pull carries no payload, got " +
+    if ((eh.op == Op::kPull || eh.op == Op::kPullPacked) && eh.payload_bytes != 0) {
+      return InvalidArgumentError(where + ": a " + OpName(eh.op) + " carries no payload, got " +
                                   std::to_string(eh.payload_bytes) + " bytes");
     }
     if (PayloadIsFloat32(eh.op) && eh.payload_bytes % sizeof(float) != 0) {

@@ -47,6 +47,10 @@ void ApplyDataChannelArgs(SetInt set) {
 // kPushTwoBit / kPushPullTwoBit are kPush / kPushPull whose payload is one 2-bit frame
 // (worker-lib/codec/twobit.h) of the slice's elements instead of float32 values; the answer of
 // kPushPullTwoBit is full precision. New op codes keep the uncompressed frames byte-identical.
+// kPullPacked / kPushPullTwoBitPacked are kPull / kPushPullTwoBit whose answer may be packed
+// (worker-lib/codec/packed_sum.h): the server packs it when every push of the step was a 2-bit
+// frame of one threshold (aggregate mode), else answers float32; ResponseHeader::packed says
+// which. The old ops' frames are unchanged.
 // kSave / kLoad are server-wide (key and slice name no slice): rank 0's checkpoint round
 // (docs/checkpoints.md). kSave's key is a key left out of the file (the checkpointer's own).
 enum class Op : uint8_t {
@@ -57,18 +61,25 @@ enum class Op : uint8_t {
   kBulk = 5,
   kPushTwoBit = 6,
   kPushPullTwoBit = 7,
+  kPullPacked = 8,
+  kPushPullTwoBitPacked = 9,
   kSave = 16,
   kLoad = 17,
 };
-inline constexpr uint8_t kMaxDataOp = 7;  // ops 1..7 are data ops; 16 and 17 the checkpoint round
+inline constexpr uint8_t kMaxDataOp = 9;  // ops 1..9 are data ops; 16 and 17 the checkpoint round
 inline bool IsKnownOp(uint8_t op) {
   return (op >= 1 && op <= kMaxDataOp) || op == static_cast<uint8_t>(Op::kSave) ||
          op == static_cast<uint8_t>(Op::kLoad);
 }
-// "push", "pull", "pushpull", "init", "bulk", "push2bit", "pushpull2bit", "save", "load", "op(N)"
+// "push", "pull", "pushpull", "init", "bulk", "push2bit", "pushpull2bit", "pullpacked",
+// "pushpull2bitpacked", "save", "load", "op(N)"
 const char* OpName(Op op);
 // The payload is a 2-bit frame (any byte length; the frame's own checks apply).
-inline bool IsTwoBit(Op op) { return op == Op::kPushTwoBit || op == Op::kPushPullTwoBit; }
+inline bool IsTwoBit(Op op) {
+  return op == Op::kPushTwoBit || op == Op::kPushPullTwoBit || op == Op::kPushPullTwoBitPacked;
+}
+// The answer may be a packed answer instead of float32 values.
+inline bool AcceptsPacked(Op op) { return op == Op::kPullPacked || op == Op::kPushPullTwoBitPacked; }
 // Whether requests of `op` carry a payload (floats, a 2-bit frame, or a bulk's sub-requests).
 inline bool OpHasPayload(Op op) {
   return op == Op::kPush || op == Op::kPushPull || op == Op::kInit || op == Op::kBulk ||
@@ -81,7 +92,7 @@ inline bool PayloadIsFloat32(Op op) {
 }
 // The answer carries the step's values.
 inline bool AnswersWithValues(Op op) {
-  return op == Op::kPull || op == Op::kPushPull || op == Op::kPushPullTwoBit;
+  return op == Op::kPull || op == Op::kPushPull || op == Op::kPushPullTwoBit || AcceptsPacked(op);
 }
 
 struct RequestHeader {
@@ -100,6 +111,8 @@ struct ResponseHeader {
   int32_t code = 0;  // grpc::StatusCode
   uint32_t message_bytes = 0;
   uint64_t payload_bytes = 0;
+  // Byte 5 (0 in every other answer): the payload is a packed answer, not float32 values.
+  bool packed = false;
 };
 
 // Non-owning view of a frame's bytes: the data of each grpc::Slice in order. Valid while the

@@ -1,8 +1,9 @@
 // libFuzzer target: the parameter server's handling of compressed pushes (SliceStore::Handle
-// with kPushTwoBit / kPushPullTwoBit), as both front-ends call it, fed arbitrary payloads split
-// into arbitrary chunks. It must never crash or read out of bounds; it must answer exactly once;
-// it must accept a payload exactly when the codec's validator accepts it for the slice's size
-// (and then return the decoded values, W = 1), and reject everything else with
+// with kPushTwoBit / kPushPullTwoBit / kPushPullTwoBitPacked), as both front-ends call it, fed
+// arbitrary payloads split into arbitrary chunks. It must never crash or read out of bounds; it
+// must answer exactly once; it must accept a payload exactly when the codec's validator accepts
+// it for the slice's size (and then return the decoded values, W = 1, and for the packed op a
+// packed answer that decodes to the same bits), and reject everything else with
 // INVALID_ARGUMENT, leaving the slice able to take the next good push.
 //
 // Input: byte 0 picks the slice size (1..64 elements), byte 1 the op, byte 2 the chunk size of
@@ -16,6 +17,7 @@
 
 #include "pserver/slice_store.h"
 #include "pserver/wire.h"
+#include "worker-lib/codec/packed_sum.h"
 #include "worker-lib/codec/twobit.h"
 
 namespace {
@@ -50,6 +52,7 @@ struct Outcome {
   int calls = 0;
   Status status;
   std::vector<float> values;
+  std::vector<uint8_t> packed;
 };
 
 Outcome Run(trellis::SliceStore& store, wire::Op op, int64_t step,
@@ -70,10 +73,11 @@ Outcome Run(trellis::SliceStore& store, wire::Op op, int64_t step,
     chunks.emplace_back(bytes.data() + off, std::min(chunk, bytes.size() - off));
   }
   Outcome out;
-  store.Handle(0, h, chunks, [&out](const Status& st, trellis::Values v) {
+  store.Handle(0, h, chunks, [&out](const Status& st, trellis::Answer a) {
     ++out.calls;
     out.status = st;
-    if (v) out.values = *v;
+    if (a.values) out.values = *a.values;
+    if (a.packed) out.packed = *a.packed;
   });
   return out;
 }
@@ -83,7 +87,9 @@ Outcome Run(trellis::SliceStore& store, wire::Op op, int64_t step,
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 4) return 0;
   const int64_t n = 1 + data[0] % 64;
-  const wire::Op op = data[1] % 2 == 0 ? wire::Op::kPushTwoBit : wire::Op::kPushPullTwoBit;
+  const wire::Op ops[] = {wire::Op::kPushTwoBit, wire::Op::kPushPullTwoBit,
+                          wire::Op::kPushPullTwoBitPacked};
+  const wire::Op op = ops[data[1] % 3];
   const size_t chunk = data[2] % 8 == 0 ? 0 : data[2] % 37;
   std::vector<uint8_t> payload(data + 4, data + size);
   if (data[3] != 0) {
@@ -118,11 +124,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   Check(o.status.ok());
-  if (op == wire::Op::kPushPullTwoBit) {
+  if (op != wire::Op::kPushTwoBit) {
     std::vector<float> want(n);
     Check(trellis::TwoBitDequantize(payload.data(), payload.size(), want.data(), n).ok());
     Check(o.values.size() == static_cast<size_t>(n));
     Check(std::memcmp(o.values.data(), want.data(), n * sizeof(float)) == 0);
+    // The packed op's answer is packed (the step is one 2-bit push) and decodes to the same bits.
+    Check(o.packed.empty() == (op == wire::Op::kPushPullTwoBit));
+    if (!o.packed.empty()) {
+      std::vector<float> decoded(n);
+      Check(trellis::UnpackSum(o.packed.data(), o.packed.size(), n, decoded.data()).ok());
+      Check(std::memcmp(decoded.data(), want.data(), n * sizeof(float)) == 0);
+    }
   }
   return 0;
 }

@@ -8,7 +8,10 @@
 #include "scheduler/shard_map.h"
 #include "tests/unit/pserver/raw_stream.h"
 #include "tests/unit/pserver/test_frames.h"
+#include "pserver/le_bytes.h"
 #include "trellis/v1/data.grpc.pb.h"
+#include "worker-lib/codec/packed_sum.h"
+#include "worker-lib/codec/twobit.h"
 
 namespace trellis {
 namespace {
@@ -151,6 +154,41 @@ TEST_F(DataServiceTest, GarbageBytes) {
   truncated.resize(truncated.size() - 6);
   ExpectError(s, truncated, grpc::INVALID_ARGUMENT, "announces 16 payload bytes, 10 present");
   ExpectServing(s, 1);
+}
+
+// The ops that accept a packed answer: malformed requests get INVALID_ARGUMENT naming the
+// problem and the stream goes on; a good one is answered packed (W = 1: the step is all 2-bit).
+TEST_F(DataServiceTest, PackedOpsMalformedRequestsAndAPackedAnswer) {
+  RawStream s(address_, kToken, "0");
+  ExpectError(s, RequestBytes(wire::Op::kPullPacked, 7, 0, 1, {1}), grpc::INVALID_ARGUMENT,
+              "malformed frame: a pullpacked carries no payload, got 4 bytes");
+  ExpectError(s, RequestBytes(wire::Op::kPushPullTwoBitPacked, 7, 0, 1, {1, 2, 3, 4}),
+              grpc::INVALID_ARGUMENT, "key 7 (fc1) slice 0: pushpull2bitpacked: 2bit frame: bad magic");
+  ExpectError(s, RequestBytes(wire::Op::kPushPullTwoBitPacked, 7, 0, 1, {}),
+              grpc::INVALID_ARGUMENT, "2bit frame: truncated header: 0 bytes");
+  ExpectServing(s, 1);
+  // Step 2 as a 2-bit frame of {+t, -t, 0, +t}, t = 0.25.
+  const std::vector<float> grad = {0.3f, -0.3f, 0.1f, 1.0f}, sum = {0.25f, -0.25f, 0, 0.25f};
+  std::vector<float> residual(4, 0.0f);
+  std::vector<uint8_t> frame(TwoBitEncodedBytes(4));
+  ASSERT_TRUE(TwoBitEncode(grad.data(), residual.data(), 4, 0.25f, frame.data(), frame.size()).ok());
+  auto req = RequestBytes(wire::Op::kPushPullTwoBitPacked, 7, 0, 2, {}, 50);
+  req.insert(req.end(), frame.begin(), frame.end());
+  wire::PutLe<uint64_t>(req.data(), 40, frame.size());
+  ASSERT_TRUE(s.Write(req));
+  Answer a;
+  ASSERT_TRUE(s.Read(&a));
+  ASSERT_EQ(a.header.code, 0) << a.message;
+  EXPECT_TRUE(a.header.packed);
+  std::vector<float> decoded(4);
+  ASSERT_TRUE(UnpackSum(a.payload.data(), a.payload.size(), 4, decoded.data()).ok());
+  EXPECT_EQ(decoded, sum);
+  // A plain pull of the same step: float32, unflagged.
+  ASSERT_TRUE(s.Write(RequestBytes(wire::Op::kPull, 7, 0, 2, {}, 51)));
+  ASSERT_TRUE(s.Read(&a));
+  EXPECT_FALSE(a.header.packed);
+  EXPECT_EQ(a.values, sum);
+  ExpectServing(s, 3);
 }
 
 TEST_F(DataServiceTest, BadOrMissingTokenEndsTheStream) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,7 +18,8 @@ namespace trellis::testing {
 struct Answer {
   wire::ResponseHeader header;
   std::string message;
-  std::vector<float> values;
+  std::vector<float> values;    // a float32 payload
+  std::vector<uint8_t> payload;  // the payload's bytes (a packed answer: header.packed)
 };
 
 class RawStream {
@@ -61,9 +63,11 @@ class RawStream {
     (void)bb.Dump(&slices);
     auto chunks = wire::ChunksOf(slices);
     if (!wire::DecodeResponse(chunks, &a->header, &a->message).ok()) return false;
-    a->values.resize(a->header.payload_bytes / 4);
+    a->payload.resize(a->header.payload_bytes);
     wire::CopyOut(chunks, wire::kResponseHeaderBytes + a->header.message_bytes,
-                  a->header.payload_bytes, a->values.data());
+                  a->header.payload_bytes, a->payload.data());
+    a->values.resize(a->header.packed ? 0 : a->payload.size() / 4);
+    if (!a->values.empty()) std::memcpy(a->values.data(), a->payload.data(), a->values.size() * 4);
     return true;
   }
   grpc::Status Finish() {

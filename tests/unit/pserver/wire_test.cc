@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "pserver/le_bytes.h"
 #include "tests/unit/pserver/test_frames.h"
 
 namespace trellis {
@@ -57,9 +58,9 @@ TEST(WireTest, GarbageIsRejectedWithReasons) {
       << st.message();
 
   auto bad_op = bytes;
-  bad_op[4] = 9;
+  bad_op[4] = 10;
   st = wire::DecodeRequest(Split(bad_op, 100), &h, &id);
-  EXPECT_NE(st.message().find("unknown op 9"), std::string::npos);
+  EXPECT_NE(st.message().find("unknown op 10"), std::string::npos);
 
   auto odd = RequestBytes(wire::Op::kPush, 1, 0, 1, {1, 2});
   odd.push_back(0);
@@ -72,7 +73,7 @@ TEST(WireTest, GarbageIsRejectedWithReasons) {
   EXPECT_TRUE(wire::DecodeRequest(Split(odd, 100), &h, &id).ok());
   EXPECT_EQ(h.op, wire::Op::kPushTwoBit);
   EXPECT_EQ(h.payload_bytes, 9u);
-  for (uint8_t op : {8, 15, 18}) {  // after the 2-bit ones, and around save (16) / load (17)
+  for (uint8_t op : {10, 15, 18}) {  // after the packed ones, and around save (16) / load (17)
     bad_op[4] = op;
     st = wire::DecodeRequest(Split(bad_op, 100), &h, &id);
     EXPECT_NE(st.message().find("unknown op " + std::to_string(op)), std::string::npos)
@@ -89,6 +90,70 @@ TEST(Wire, TwoBitOpsAreNamedAndClassified) {
   EXPECT_FALSE(wire::AnswersWithValues(wire::Op::kPushTwoBit));
   EXPECT_TRUE(wire::OpHasPayload(wire::Op::kPushTwoBit));
   EXPECT_FALSE(wire::OpHasPayload(wire::Op::kPull));
+}
+
+TEST(Wire, PackedOpsAreNamedClassifiedAndCheckedInBulks) {
+  EXPECT_EQ(static_cast<int>(wire::Op::kPullPacked), 8);
+  EXPECT_EQ(static_cast<int>(wire::Op::kPushPullTwoBitPacked), 9);
+  EXPECT_STREQ(wire::OpName(wire::Op::kPullPacked), "pullpacked");
+  EXPECT_STREQ(wire::OpName(wire::Op::kPushPullTwoBitPacked), "pushpull2bitpacked");
+  EXPECT_TRUE(wire::IsTwoBit(wire::Op::kPushPullTwoBitPacked));
+  EXPECT_FALSE(wire::IsTwoBit(wire::Op::kPullPacked));
+  EXPECT_TRUE(wire::AcceptsPacked(wire::Op::kPullPacked));
+  EXPECT_TRUE(wire::AcceptsPacked(wire::Op::kPushPullTwoBitPacked));
+  EXPECT_FALSE(wire::AcceptsPacked(wire::Op::kPushPullTwoBit));
+  EXPECT_TRUE(wire::AnswersWithValues(wire::Op::kPullPacked));
+  EXPECT_TRUE(wire::AnswersWithValues(wire::Op::kPushPullTwoBitPacked));
+  EXPECT_FALSE(wire::OpHasPayload(wire::Op::kPullPacked));
+  EXPECT_TRUE(wire::OpHasPayload(wire::Op::kPushPullTwoBitPacked));
+  EXPECT_FALSE(wire::PayloadIsFloat32(wire::Op::kPushPullTwoBitPacked));
+
+  // A pullpacked carries no payload, alone or in a bulk; both packed ops travel in bulks.
+  wire::RequestHeader h;
+  uint64_t id;
+  Status st = wire::DecodeRequest(Split(RequestBytes(wire::Op::kPullPacked, 1, 0, 1, {1}), 7), &h,
+                                  &id);
+  EXPECT_EQ(st.message(), "malformed frame: a pullpacked carries no payload, got 4 bytes");
+  auto frame = RequestBytes(wire::Op::kPushPullTwoBitPacked, 1, 0, 1, {});
+  frame.push_back(7);  // a 1-byte "frame": the 2-bit validator judges it later
+  wire::PutLe<uint64_t>(frame.data(), 40, 1);
+  auto bulk = BulkBytes({RequestBytes(wire::Op::kPullPacked, 1, 0, 1, {}, 2), frame});
+  auto chunks = Split(bulk, 5);
+  ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
+  std::vector<wire::BulkEntry> entries;
+  st = wire::ParseBulk(chunks, wire::kRequestHeaderBytes, h.payload_bytes, &entries);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].header.op, wire::Op::kPullPacked);
+  EXPECT_EQ(entries[1].header.op, wire::Op::kPushPullTwoBitPacked);
+  bulk = BulkBytes({RequestBytes(wire::Op::kPullPacked, 1, 0, 1, {2}, 2)});
+  chunks = Split(bulk, 5);
+  ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
+  st = wire::ParseBulk(chunks, wire::kRequestHeaderBytes, h.payload_bytes, &entries);
+  EXPECT_EQ(st.message(), "malformed bulk: entry 0: a pullpacked carries no payload, got 4 bytes");
+}
+
+// The packed flag is byte 5 of the response header: 0 in every float32 answer (so those are
+// byte-identical to before), 1 for a packed one, anything else is a malformed response.
+TEST(Wire, ResponseHeaderCarriesThePackedFlag) {
+  wire::ResponseHeader r;
+  r.op = wire::Op::kPushPullTwoBitPacked;
+  r.request_id = 3;
+  r.payload_bytes = 18;
+  uint8_t buf[wire::kResponseHeaderBytes];
+  wire::EncodeResponseHeader(r, buf);
+  EXPECT_EQ(buf[5], 0);
+  r.packed = true;
+  wire::EncodeResponseHeader(r, buf);
+  EXPECT_EQ(buf[5], 1);
+  wire::ResponseHeader back;
+  ASSERT_TRUE(wire::ParseResponseHeader(buf, &back).ok());
+  EXPECT_TRUE(back.packed);
+  EXPECT_EQ(back.payload_bytes, 18u);
+  buf[5] = 2;
+  Status st = wire::ParseResponseHeader(buf, &back);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(st.message(), "malformed response: unknown payload encoding 2");
 }
 
 TEST(Wire, ContiguousPointsIntoAChunkOrGathers) {
