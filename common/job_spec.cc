@@ -276,13 +276,14 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
   IntField(bulk, "pullMaxCount", 1, kMaxBulkCount, &out->bulking.pullMaxCount);
 
   MapReader comp(spec.Get("compression"), spec.Path("compression"), errors,
-                 {"type", "threshold", "warmupSteps"});
+                 {"type", "threshold", "warmupSteps", "packedPulls"});
   comp.GetEnum("type", CompressionTypeNames(), &out->compression.type);
   // The codec works in float32: the threshold must stay > 0 and finite as a float.
   DoubleField(comp, "threshold", "must be > 0 and within float32 range",
               [](double v) { return v > 0 && v <= 3.4e38 && static_cast<float>(v) > 0; },
               &out->compression.threshold);
   IntField(comp, "warmupSteps", 0, kInt64Max, &out->compression.warmupSteps);
+  comp.GetBool("packedPulls", &out->compression.packedPulls);
 
   spec.GetEnum("serverMode", ServerModeNames(), &out->serverMode);
   spec.GetEnum("transport", TransportNames(), &out->transport);

@@ -83,6 +83,9 @@ struct CompressionSpec {
   CompressionType type = CompressionType::kNone;
   double threshold = 0.5;    // 2bit: |residual| >= threshold is sent as +-threshold
   int64_t warmupSteps = 0;   // 2bit starts after this many full-precision steps
+  // 2bit: pulls of compressed steps accept the lossless packed answer (aggregate mode; see
+  // docs/compression.md). Lossless, so on by default; false: float32 answers as before.
+  bool packedPulls = true;
 
   bool operator==(const CompressionSpec&) const = default;
 };

@@ -131,6 +131,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   Plain(out, "type", ToString(spec.compression.type));
   Double(out, "threshold", spec.compression.threshold);
   Int(out, "warmupSteps", spec.compression.warmupSteps);
+  Bool(out, "packedPulls", spec.compression.packedPulls);
   out << YAML::EndMap;
 
   Plain(out, "serverMode", ToString(spec.serverMode));

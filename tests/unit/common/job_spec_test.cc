@@ -67,6 +67,7 @@ TEST(JobSpecTest, MinimalTakesEveryDefault) {
   EXPECT_TRUE(job.bulking.enabled);
   EXPECT_EQ(job.compression.type, CompressionType::kNone);
   EXPECT_DOUBLE_EQ(job.compression.threshold, 0.5);
+  EXPECT_TRUE(job.compression.packedPulls);  // lossless, so on by default
   EXPECT_EQ(job.serverMode, ServerMode::kAggregate);
   EXPECT_EQ(job.optimizer.type, OptimizerType::kSgd);
   EXPECT_DOUBLE_EQ(job.optimizer.learningRate, 0.01);
@@ -113,7 +114,7 @@ spec:
   priority: {enabled: false, waterMark: 2}
   bulking: {enabled: false, thresholdBytes: 4096, pushMaxBytes: 65536, pushMaxCount: 16,
             pullMaxBytes: 131072, pullMaxCount: 32}
-  compression: {type: 2bit, threshold: 0.125, warmupSteps: 50}
+  compression: {type: 2bit, threshold: 0.125, warmupSteps: 50, packedPulls: false}
   serverMode: update
   optimizer: {type: adam, learningRate: 3e-4, momentum: 0.5, beta1: 0.8, beta2: 0.99,
               epsilon: 1e-6, weightDecay: 0.01}
@@ -156,6 +157,7 @@ spec:
   EXPECT_EQ(job.compression.type, CompressionType::kTwoBit);
   EXPECT_DOUBLE_EQ(job.compression.threshold, 0.125);
   EXPECT_EQ(job.compression.warmupSteps, 50);
+  EXPECT_FALSE(job.compression.packedPulls);
   EXPECT_EQ(job.serverMode, ServerMode::kUpdate);
   EXPECT_EQ(job.optimizer.type, OptimizerType::kAdam);
   EXPECT_DOUBLE_EQ(job.optimizer.learningRate, 3e-4);
