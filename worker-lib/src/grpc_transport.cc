@@ -180,7 +180,7 @@ class GrpcConnection final : public ServerConnection,
         reply(Status(static_cast<StatusCode>(h.code), message), Payload{});
       } else {
         reply(Status::Ok(), Payload{&chunks, wire::kResponseHeaderBytes + h.message_bytes,
-                                    static_cast<size_t>(h.payload_bytes)});
+                                    static_cast<size_t>(h.payload_bytes), false, h.packed});
       }
     }
     StartRead(&in_);

@@ -199,7 +199,8 @@ class TcpConnection final : public ServerConnection {
   void ReadLoop() {
     Status st;
     std::string message;
-    std::vector<float> scratch;  // only for answers that do not fit `out` (reported as errors)
+    // Packed answers, and answers that do not fit `out` (reported as errors).
+    std::vector<float> scratch;
     while (true) {
       uint8_t head[wire::kResponseHeaderBytes];
       st = reader_->Read(head, sizeof head);
@@ -257,7 +258,7 @@ class TcpConnection final : public ServerConnection {
       }
       if (h.payload_bytes == 0) {
         p.reply(Status::Ok(), Payload{});
-      } else if (p.out != nullptr && h.payload_bytes == p.out_bytes) {
+      } else if (p.out != nullptr && h.payload_bytes == p.out_bytes && !h.packed) {
         OutGuard guard(p.out_mu, p.out_closed);
         st = reader_->Read(p.out, h.payload_bytes, &guard);
         if (!st.ok()) {
@@ -268,14 +269,14 @@ class TcpConnection final : public ServerConnection {
         }
         p.reply(Status::Ok(), Payload{nullptr, 0, h.payload_bytes, /*in_place=*/true});
       } else {
-        // Unexpected length (bounded by max_payload_): hand the bytes over; the worker reports
-        // the mismatch.
+        // A packed answer, or an unexpected length (bounded by max_payload_): hand the bytes
+        // over; the worker decodes the one and reports the other.
         scratch.resize((h.payload_bytes + sizeof(float) - 1) / sizeof(float));
         st = reader_->Read(scratch.data(), h.payload_bytes);
         if (!st.ok()) break;
         wire::Chunks chunks = {std::span<const uint8_t>(
             reinterpret_cast<const uint8_t*>(scratch.data()), h.payload_bytes)};
-        p.reply(Status::Ok(), Payload{&chunks, 0, h.payload_bytes});
+        p.reply(Status::Ok(), Payload{&chunks, 0, h.payload_bytes, false, h.packed});
       }
     }
     Break(st);

@@ -58,6 +58,9 @@ struct Payload {
   size_t offset = 0;
   size_t bytes = 0;
   bool in_place = false;  // the bytes were already read into SliceRequest::out (chunks unused)
+  // A packed answer (worker-lib/codec/packed_sum.h; wire::ResponseHeader::packed), never read
+  // in place: the worker validates and decodes it into `out`.
+  bool packed = false;
 };
 
 // Runs exactly once per request, on a transport thread: OK with the answer's payload (empty

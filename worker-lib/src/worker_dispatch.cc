@@ -12,7 +12,27 @@
 // taken, so a bulk never jumps a higher-priority slice; the bulk takes one place.
 #include "worker-lib/src/worker_impl.h"
 
+#include "worker-lib/codec/packed_sum.h"
+
 namespace trellis {
+namespace {
+
+// A pull without payload (plain or accepting a packed answer): bulks by the pull direction.
+bool IsPullOnly(wire::Op op) { return op == wire::Op::kPull || op == wire::Op::kPullPacked; }
+
+// A packed answer (Payload::packed) checked completely before anything is written: a request
+// that accepts one, the slice's element count, the format (ParsePackedSum). The view points
+// into the payload or *scratch.
+StatusOr<PackedSumView> ParsePackedAnswer(const Payload& p, bool accepted, int64_t want_bytes,
+                                          std::vector<uint8_t>* scratch) {
+  if (!accepted) {
+    return InvalidArgumentError("answered packed to a request that accepts no packed answer");
+  }
+  const uint8_t* bytes = wire::Contiguous(*p.chunks, p.offset, p.bytes, scratch);
+  return ParsePackedSum(bytes, p.bytes, static_cast<size_t>(want_bytes) / sizeof(float));
+}
+
+}  // namespace
 
 bool WorkerImpl::Bulkable(const Task& t) const {
   const BulkingOptions& b = setup_.bulking;
@@ -33,7 +53,7 @@ void WorkerImpl::Pump() {
       Dispatch(std::move(*t));
       continue;
     }
-    const bool pull = t->request.op == wire::Op::kPull;
+    const bool pull = IsPullOnly(t->request.op);
     const BulkingOptions& b = setup_.bulking;
     const int64_t max_bytes = pull ? b.pull_max_bytes : b.push_max_bytes;
     const int32_t max_count = pull ? b.pull_max_count : b.push_max_count;
@@ -48,7 +68,7 @@ void WorkerImpl::Pump() {
     bulk.push_back(std::move(*t));
     while (static_cast<int32_t>(bulk.size()) < max_count) {
       auto next = queue_.TryPopIf([&](const Task& x) {
-        return x.server == server && Bulkable(x) && (x.request.op == wire::Op::kPull) == pull &&
+        return x.server == server && Bulkable(x) && IsPullOnly(x.request.op) == pull &&
                bytes + cost(x) <= max_bytes;
       });
       if (!next) break;
@@ -90,21 +110,40 @@ SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release)
   // Bytes expected back: the slice (pull/pushpull), else none.
   const int64_t want = out != nullptr ? task.slice_bytes : 0;
   const auto dispatched = SliceClock::now();
+  const bool accepts_packed = wire::AcceptsPacked(task.request.op);
   return [this, op, part, out, want, slice, server, push_bytes, release = std::move(release),
-          dispatched, encoded = std::move(encoded)](const Status& s, const Payload& p) {
+          dispatched, encoded = std::move(encoded), accepts_packed](const Status& s,
+                                                                     const Payload& p) {
+    auto where = [&] {
+      return op->what + ": slice " + std::to_string(slice) + " on server " +
+             std::to_string(server) + " (" + setup_.server_addresses[server] + "): ";
+    };
     if (!s.ok()) {
-      op->Complete(Status(s.code(), op->what + ": slice " + std::to_string(slice) +
-                                        " on server " + std::to_string(server) + " (" +
-                                        setup_.server_addresses[server] + "): " + s.message()));
+      op->Complete(Status(s.code(), where() + s.message()));
+    } else if (p.packed) {
+      std::vector<uint8_t> scratch;
+      auto view = ParsePackedAnswer(p, out != nullptr && accepts_packed, want, &scratch);
+      if (!view.ok()) {
+        op->Complete(DataLossError(where() + view.status().message()));
+      } else {
+        Answered(dispatched, push_bytes);
+        op->PartDone(part, [&] {
+          UnpackParsedSum(*view, out);
+          bytes_pulled_.fetch_add(p.bytes);
+          series_.BytesPulled(p.bytes);
+          unpacked_bytes_.fetch_add(static_cast<uint64_t>(want));
+          packed_bytes_.fetch_add(p.bytes);
+          compression_metrics_.pulled_unpacked->Increment(static_cast<double>(want));
+          compression_metrics_.pulled_packed->Increment(static_cast<double>(p.bytes));
+        });
+      }
     } else if (out != nullptr && p.bytes != static_cast<size_t>(want)) {
       op->Complete(DataLossError(op->what + ": slice " + std::to_string(slice) + " on server " +
                                  std::to_string(server) + " answered " +
                                  std::to_string(p.bytes) + " bytes, expected " +
                                  std::to_string(want)));
     } else {
-      slice_metrics_.ObserveRoundTrip(SecondsBetween(dispatched, SliceClock::now()));
-      bytes_pushed_.fetch_add(push_bytes);
-      series_.BytesPushed(push_bytes);
+      Answered(dispatched, push_bytes);
       op->PartDone(part, [&] {
         if (out != nullptr) {
           if (!p.in_place) wire::CopyOut(*p.chunks, p.offset, p.bytes, out);
@@ -115,6 +154,12 @@ SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release)
     }
     release();
   };
+}
+
+void WorkerImpl::Answered(SliceClock::time_point dispatched, uint64_t push_bytes) {
+  slice_metrics_.ObserveRoundTrip(SecondsBetween(dispatched, SliceClock::now()));
+  bytes_pushed_.fetch_add(push_bytes);
+  series_.BytesPushed(push_bytes);
 }
 
 void WorkerImpl::Dispatch(Task task) {

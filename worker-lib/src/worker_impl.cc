@@ -62,7 +62,11 @@ WorkerImpl::WorkerImpl(WorkerSetup setup)
                          "What the compressed pushes were sent as (2-bit frames), in bytes."),
       &metrics_->Histogram("trellis_worker_compression_seconds",
                            "Time to compress one push (every slice of the key).",
-                           MetricsRegistry::LatencyBuckets())};
+                           MetricsRegistry::LatencyBuckets()),
+      &metrics_->Counter("trellis_worker_compression_pulled_unpacked_bytes_total",
+                         "Packed pull answers: the float32 bytes they decoded to."),
+      &metrics_->Counter("trellis_worker_compression_pulled_packed_bytes_total",
+                         "Packed pull answers: the bytes they took on the wire.")};
   watchdog_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "trellis-watch");
     WatchdogLoop();
@@ -304,7 +308,8 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
   if (!setup_.priority_enabled && !broadcast) priority = 0;
   const bool compressed =
       (op == wire::Op::kPush || op == wire::Op::kPushPull) && Compressed(k, step);
-  if (compressed) op = op == wire::Op::kPush ? wire::Op::kPushTwoBit : wire::Op::kPushPullTwoBit;
+  // A pull of a compressed step may come back packed as well (never a broadcast's: step 0).
+  if (!broadcast) op = WireOp(op, compressed || (op == wire::Op::kPull && Compressed(k, step)));
 
   auto st = std::make_shared<Handle::State>();
   st->what = std::string(verb) + " " + KeyName(k) + " step " + std::to_string(step);
@@ -427,6 +432,18 @@ bool WorkerImpl::Compressed(const KeyState& k, int64_t step) const {
   return k.codec != nullptr && step > setup_.compression.warmupSteps;
 }
 
+wire::Op WorkerImpl::WireOp(wire::Op op, bool compressed) const {
+  if (!compressed) return op;
+  const bool packed = setup_.compression.packedPulls;
+  switch (op) {
+    case wire::Op::kPush: return wire::Op::kPushTwoBit;
+    case wire::Op::kPushPull:
+      return packed ? wire::Op::kPushPullTwoBitPacked : wire::Op::kPushPullTwoBit;
+    case wire::Op::kPull: return packed ? wire::Op::kPullPacked : wire::Op::kPull;
+    default: return op;
+  }
+}
+
 StatusOr<std::shared_ptr<const std::vector<uint8_t>>> WorkerImpl::EncodeSlice(KeyState& k,
                                                                               const SliceInfo& s,
                                                                               const float* src) {
@@ -437,7 +454,8 @@ StatusOr<std::shared_ptr<const std::vector<uint8_t>>> WorkerImpl::EncodeSlice(Ke
 }
 
 CompressionStats WorkerImpl::compression_stats() const {
-  return {compress_in_bytes_.load(), compress_out_bytes_.load(), compress_ns_.load()};
+  return {compress_in_bytes_.load(), compress_out_bytes_.load(), compress_ns_.load(),
+          unpacked_bytes_.load(), packed_bytes_.load()};
 }
 
 void WorkerImpl::WatchdogLoop() {

@@ -143,6 +143,9 @@ class WorkerImpl final : public Worker {
   static Handle Failed(const Status& st, Callback done);
   // Whether the push of `step` of key `k` goes compressed (2bit job, key allows, warm-up over).
   bool Compressed(const KeyState& k, int64_t step) const;
+  // The op that carries `op` (push, pull, pushpull) of a step: its 2-bit form when `compressed`,
+  // and the form that accepts a packed answer when the job has packedPulls (docs/compression.md).
+  wire::Op WireOp(wire::Op op, bool compressed) const;
   // One slice of a compressed push as a 2-bit frame (updates the slice's residual).
   StatusOr<std::shared_ptr<const std::vector<uint8_t>>> EncodeSlice(KeyState& k,
                                                                     const SliceInfo& s,
@@ -152,6 +155,8 @@ class WorkerImpl final : public Worker {
   bool Bulkable(const Task& t) const;
   std::function<void()> PlaceReleaser();
   SliceReply ReplyFor(const Task& task, std::function<void()> release);
+  // A slice answered (whatever the payload): round-trip time and pushed bytes.
+  void Answered(SliceClock::time_point dispatched, uint64_t push_bytes);
   void Dispatch(Task task);
   void DispatchBulk(std::vector<Task> tasks);
   void WatchdogLoop();
@@ -183,11 +188,15 @@ class WorkerImpl final : public Worker {
   std::atomic<uint64_t> compress_in_bytes_{0};
   std::atomic<uint64_t> compress_out_bytes_{0};
   std::atomic<uint64_t> compress_ns_{0};
+  std::atomic<uint64_t> unpacked_bytes_{0};  // packed answers: their float32 size
+  std::atomic<uint64_t> packed_bytes_{0};    // packed answers: their wire size
   // The same in metrics_, registered once in the constructor (docs/compression.md, Metrics).
   struct CompressionMetrics {
     prometheus::Counter* bytes_in;
     prometheus::Counter* bytes_out;
     prometheus::Histogram* seconds;  // per compressed operation (all its slices)
+    prometheus::Counter* pulled_unpacked;
+    prometheus::Counter* pulled_packed;
   };
   CompressionMetrics compression_metrics_;
 

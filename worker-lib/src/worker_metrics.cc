@@ -7,9 +7,11 @@ int OpIndex(wire::Op op) {
   switch (op) {
     case wire::Op::kPush:
     case wire::Op::kPushTwoBit: return 0;  // the user's operation, whatever its encoding
-    case wire::Op::kPull: return 1;
+    case wire::Op::kPull:
+    case wire::Op::kPullPacked: return 1;
     case wire::Op::kPushPull:
-    case wire::Op::kPushPullTwoBit: return 2;
+    case wire::Op::kPushPullTwoBit:
+    case wire::Op::kPushPullTwoBitPacked: return 2;
     case wire::Op::kInit: return 3;  // a broadcast from the root
     default: return -1;              // kBulk and anything else: not a user operation
   }

@@ -1,6 +1,7 @@
 // Compressed pushes with bad 2-bit frames, over each transport (gRPC stream, raw TCP) against an
 // in-process parameter server: every bad frame is answered INVALID_ARGUMENT naming the problem,
-// does not count as the worker's push, and the server keeps serving that connection and others.
+// does not count as the worker's push, and the server keeps serving that connection and others;
+// the same for the ops that accept a packed answer, and their packed answers.
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -10,6 +11,7 @@
 #include "pserver/parameter_server.h"
 #include "pserver/tcp_wire.h"
 #include "scheduler/shard_map.h"
+#include "worker-lib/codec/packed_sum.h"
 #include "worker-lib/codec/twobit.h"
 #include "worker-lib/src/transport.h"
 
@@ -27,11 +29,15 @@ struct Answer {
   bool done = false;         // GUARDED_BY(mu)
   Status status;             // GUARDED_BY(mu)
   std::vector<float> values; // GUARDED_BY(mu): payload handed over (gRPC)
+  std::vector<uint8_t> packed;  // GUARDED_BY(mu): a packed answer (Payload::packed)
   SliceReply Reply() {
     return [this](const Status& st, const Payload& p) {
       std::lock_guard lock(mu);
       status = st;
-      if (p.chunks != nullptr) {
+      if (p.packed) {
+        packed.resize(p.bytes);
+        wire::CopyOut(*p.chunks, p.offset, p.bytes, packed.data());
+      } else if (p.chunks != nullptr) {
         values.resize(p.bytes / 4);
         wire::CopyOut(*p.chunks, p.offset, p.bytes, values.data());
       }
@@ -97,9 +103,9 @@ class TwoBitBadPayloadTest : public ::testing::TestWithParam<std::string> {
   }
   // A compressed PushPull of `frame` at `step`; the answer lands in *out (or Answer::values).
   void Send(ServerConnection& c, std::vector<uint8_t> frame, int64_t step, Answer* a,
-            std::vector<float>* out) {
+            std::vector<float>* out, wire::Op op = wire::Op::kPushPullTwoBit) {
     SliceRequest r;
-    r.op = wire::Op::kPushPullTwoBit;
+    r.op = op;
     r.key = 7;
     r.step = step;
     r.encoded = std::make_shared<const std::vector<uint8_t>>(std::move(frame));
@@ -156,20 +162,61 @@ TEST_P(TwoBitBadPayloadTest, BadFramesGetInvalidArgumentAndTheServerKeepsServing
       {"nan threshold", with([&](auto& f) { std::memcpy(f.data() + 8, &nan, 4); }), "threshold"},
   };
   for (const Case& k : cases) {
-    Answer a;
-    std::vector<float> out(kN, -9.0f);
-    Send(*c, k.frame, 1, &a, &out);
-    const std::string what = std::string(k.name) + ": " + a.status.ToString();
-    EXPECT_EQ(a.status.code(), StatusCode::kInvalidArgument) << what;
-    EXPECT_NE(a.status.message().find(k.text), std::string::npos) << what;
-    EXPECT_NE(a.status.message().find("key 7 (fc1) slice 0"), std::string::npos) << what;
-    EXPECT_EQ(out, std::vector<float>(kN, -9.0f)) << k.name;
+    for (wire::Op op : {wire::Op::kPushPullTwoBit, wire::Op::kPushPullTwoBitPacked}) {
+      Answer a;
+      std::vector<float> out(kN, -9.0f);
+      Send(*c, k.frame, 1, &a, &out, op);
+      const std::string what = std::string(k.name) + " (" + wire::OpName(op) + "): " +
+                               a.status.ToString();
+      EXPECT_EQ(a.status.code(), StatusCode::kInvalidArgument) << what;
+      EXPECT_NE(a.status.message().find(k.text), std::string::npos) << what;
+      EXPECT_NE(a.status.message().find("key 7 (fc1) slice 0"), std::string::npos) << what;
+      EXPECT_EQ(out, std::vector<float>(kN, -9.0f)) << k.name;
+    }
   }
   // None of them counted as the push of step 1; the same connection and a new one go on.
   ExpectServes(*c, 1);
   auto other = Connect();
   ASSERT_NE(other, nullptr);
   ExpectServes(*other, 2);
+}
+
+// Ops that accept a packed answer get one over either transport (W = 1: every push of the step
+// is 2-bit), flagged in the response header and never read in place; a bulk carries them too.
+TEST_P(TwoBitBadPayloadTest, PackedAnswersArriveFlaggedOverBothTransports) {
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  Answer a;
+  std::vector<float> out(kN, -9.0f);
+  Send(*c, GoodFrame(), 1, &a, &out, wire::Op::kPushPullTwoBitPacked);
+  ASSERT_TRUE(a.status.ok()) << a.status.ToString();
+  ASSERT_EQ(a.packed.size(), PackedSumBytes(kN, 4));
+  EXPECT_EQ(out, std::vector<float>(kN, -9.0f));  // the worker decodes, not the transport
+  std::vector<float> decoded(kN);
+  ASSERT_TRUE(UnpackSum(a.packed.data(), a.packed.size(), kN, decoded.data()).ok());
+  EXPECT_EQ(decoded, GoodValues());
+  // In a bulk: a pushpull2bitpacked of step 2 and a pullpacked of step 1.
+  std::vector<SliceRequest> rs(2);
+  rs[0].op = wire::Op::kPushPullTwoBitPacked;
+  rs[0].key = 7;
+  rs[0].step = 2;
+  rs[0].encoded = std::make_shared<const std::vector<uint8_t>>(GoodFrame());
+  rs[1].op = wire::Op::kPullPacked;
+  rs[1].key = 7;
+  rs[1].step = 1;
+  std::vector<float> out0(kN), out1(kN);
+  for (size_t i = 0; i < 2; ++i) {
+    rs[i].out = i == 0 ? out0.data() : out1.data();
+    rs[i].out_elements = kN;
+    rs[i].out_mu = &out_mu_;
+    rs[i].out_closed = &out_closed_;
+  }
+  Answer a0, a1;
+  c->SendBulk(rs, {a0.Reply(), a1.Reply()}, nullptr);
+  ASSERT_TRUE(a0.Wait() && a1.Wait());
+  ASSERT_TRUE(a0.status.ok() && a1.status.ok()) << a0.status.ToString() << a1.status.ToString();
+  EXPECT_EQ(a0.packed, a.packed);  // the same gradient, the same sum
+  EXPECT_EQ(a1.packed, a.packed);
 }
 
 // 2-bit pushes travel in bulks (docs/compression.md): a good and a truncated frame in one bulk;

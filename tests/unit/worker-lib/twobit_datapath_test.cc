@@ -2,7 +2,9 @@
 // servers over each transport. The sums the servers return must equal, bit for bit, a plain
 // scalar reference of the algorithm applied per slice per worker (residual += gradient; send
 // +-t or 0; residual -= sent), with the warm-up steps full precision, priority slicing on, and
-// in update mode the server's optimizer applied to the dequantized sum.
+// in update mode the server's optimizer applied to the dequantized sum; in aggregate mode the
+// compressed steps' answers come back packed (spec.compression.packedPulls) and decode to the
+// same bits.
 #include <cmath>
 #include <random>
 
@@ -10,6 +12,7 @@
 
 #include "pserver/optimizer.h"
 #include "tests/unit/worker-lib/local_cluster.h"
+#include "worker-lib/codec/packed_sum.h"
 #include "worker-lib/codec/twobit.h"
 
 namespace trellis {
@@ -136,6 +139,18 @@ uint64_t ExpectedPushBytes(const std::vector<int64_t>& sizes, int steps, int war
   return full * warmup + packed * (steps - warmup);
 }
 
+// Wire bytes of one step's packed answers of `bits` per element: one per slice.
+uint64_t ExpectedPackedBytes(const std::vector<int64_t>& sizes, int bits) {
+  const int64_t per_slice = kSliceBytes / 4;
+  uint64_t bytes = 0;
+  for (int64_t n : sizes) {
+    for (int64_t lo = 0; lo < n; lo += per_slice) {
+      bytes += PackedSumBytes(static_cast<size_t>(std::min(per_slice, n - lo)), bits);
+    }
+  }
+  return bytes;
+}
+
 // The value of the first series of `name` in Prometheus text format, or -1.
 double MetricValue(const std::string& text, const std::string& name) {
   for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1)) {
@@ -177,7 +192,44 @@ TEST_P(TwoBitDatapathTest, AggregateSumsEqualTheScalarReferenceBitForBit) {
     // One observation per compressed PushPull.
     EXPECT_EQ(MetricValue(text, "trellis_worker_compression_seconds_count"),
               static_cast<double>(sizes.size() * (steps - 2)));
+    // The compressed steps came back packed (packedPulls defaults to true; W = 2: 4 bits), the
+    // warm-up steps as float32; bytes_pulled counts what came over the wire.
+    EXPECT_EQ(cs.pulled_unpacked_bytes, cs.bytes_in);
+    EXPECT_EQ(cs.pulled_packed_bytes, ExpectedPackedBytes(sizes, 4) * (steps - 2));
+    EXPECT_EQ(wk->bytes_pulled(), cs.pulled_packed_bytes + 4u * (1000 + 37 + 64 + 129) * 2);
+    EXPECT_EQ(MetricValue(text, "trellis_worker_compression_pulled_unpacked_bytes_total"),
+              static_cast<double>(cs.pulled_unpacked_bytes));
+    EXPECT_EQ(MetricValue(text, "trellis_worker_compression_pulled_packed_bytes_total"),
+              static_cast<double>(cs.pulled_packed_bytes));
   }
+}
+
+// The same pushes with packedPulls off and on: every answer equals the same reference bit for
+// bit either way (RunAndCheck), and the packed answers take 4 bits per element instead of 32.
+TEST_P(TwoBitDatapathTest, PackedAnswersGiveTheFloat32AnswersValuesInFewerBytes) {
+  const std::vector<int64_t> sizes = {1000, 37, 64, 129};
+  const int steps = 4;
+  uint64_t pulled[2] = {0, 0};
+  for (bool packed : {false, true}) {
+    ClusterOptions o;
+    o.transport = GetParam();
+    o.servers = 2;
+    o.workers = 3;
+    o.slice_bytes = kSliceBytes;
+    o.compression = {CompressionType::kTwoBit, kThreshold, 0};
+    o.compression.packedPulls = packed;
+    LocalCluster c;
+    ASSERT_TRUE(c.Start(o).ok());
+    RunAndCheck(c, o, sizes, steps);
+    const CompressionStats cs = c.workers[0]->compression_stats();
+    pulled[packed] = c.workers[0]->bytes_pulled();
+    EXPECT_EQ(cs.pulled_packed_bytes, packed ? pulled[packed] : 0u);
+    EXPECT_EQ(cs.pulled_unpacked_bytes, packed ? cs.bytes_in : 0u);
+  }
+  EXPECT_EQ(pulled[0], 4u * (1000 + 37 + 64 + 129) * steps);
+  EXPECT_EQ(pulled[1], ExpectedPackedBytes(sizes, 4) * steps);
+  // 64-element slices: 32 bytes of counts and a 16-byte header instead of 256 bytes.
+  EXPECT_GT(pulled[0], 5 * pulled[1]);
 }
 
 TEST_P(TwoBitDatapathTest, ThreeWorkersNoWarmup) {
@@ -225,6 +277,37 @@ TEST_P(TwoBitDatapathTest, KeysThatOptOutStayFullPrecision) {
   EXPECT_EQ(oa, (std::vector<float>{1.375f, 1e6f + 7, 0}));
   EXPECT_EQ(ob, oa);
   EXPECT_EQ(c.workers[0]->compression_stats().bytes_out, 0u);
+}
+
+// Push, then Pull: the pull of a compressed step accepts a packed answer as well.
+TEST_P(TwoBitDatapathTest, PullAfterACompressedPushComesBackPacked) {
+  ClusterOptions o;
+  o.transport = GetParam();
+  o.workers = 2;
+  o.slice_bytes = kSliceBytes;
+  o.compression = {CompressionType::kTwoBit, kThreshold, 0};
+  LocalCluster c;
+  ASSERT_TRUE(c.Start(o).ok());
+  ASSERT_TRUE(c.Declare({{.id = 3, .name = "w", .num_elements = 100}}).ok());
+  std::vector<float> a(100), b(100), oa(100, -1), ob(100, -1), want(100);
+  const auto sent = [](float g) {  // zero residual: the first step sends +-t or 0
+    return g >= kThreshold ? kThreshold : (g <= -kThreshold ? -kThreshold : 0.0f);
+  };
+  for (int i = 0; i < 100; ++i) {
+    a[i] = static_cast<float>(i % 5) * 0.3f - 0.6f;  // -0.6 .. 0.6: codes 10, 00, 11
+    b[i] = static_cast<float>(i % 3) * 0.5f - 0.5f;  // -0.5, 0, 0.5
+    want[i] = sent(a[i]) + sent(b[i]);
+  }
+  auto pa = c.workers[0]->Push(3, a.data());
+  auto pb = c.workers[1]->Push(3, b.data());
+  ASSERT_TRUE(pa.Wait().ok() && pb.Wait().ok()) << pa.Wait().ToString() << pb.Wait().ToString();
+  auto qa = c.workers[0]->Pull(3, oa.data());
+  auto qb = c.workers[1]->Pull(3, ob.data());
+  ASSERT_TRUE(qa.Wait().ok() && qb.Wait().ok()) << qa.Wait().ToString() << qb.Wait().ToString();
+  EXPECT_EQ(oa, want);
+  EXPECT_EQ(ob, want);
+  EXPECT_EQ(c.workers[0]->compression_stats().pulled_packed_bytes,
+            ExpectedPackedBytes({100}, 4));
 }
 
 TEST(TwoBitWorkerSetup, BadThresholdIsRefusedAtCreate) {

@@ -42,6 +42,10 @@ struct CompressionStats {
   uint64_t bytes_in = 0;     // gradient bytes of the compressed pushes (float32)
   uint64_t bytes_out = 0;    // what they were sent as (2-bit frames)
   uint64_t nanoseconds = 0;  // time spent compressing
+  // Answers that came back packed (spec.compression.packedPulls): their float32 size, and the
+  // bytes they took on the wire (both also in bytes_pulled()'s count: the wire bytes).
+  uint64_t pulled_unpacked_bytes = 0;
+  uint64_t pulled_packed_bytes = 0;
 };
 
 // Overrides for what the environment and the job file say (flag > environment > job > default).
