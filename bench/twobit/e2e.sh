@@ -2,7 +2,8 @@
 # bench/twobit end to end: step rate of an FC-heavy model (trellis-bench-fc: big fully connected
 # layers, simulated compute) with 2 workers and 2 parameter servers, each process on its own
 # shaped test host (bench/common/testhosts.sh: namespaces, 1 Gbit/s per host and direction),
-# once with full-precision pushes and once with `compression: 2bit`; prints both and the ratio.
+# three times: float32, 2-bit pushes with float32 answers (packedPulls: false), and 2-bit with
+# packed answers (the default); prints each row and its ratios against float32.
 #
 #   bench/twobit/e2e.sh [--bin build/bin] [--prefix tb5] [--rate 1gbit] [--transport tcp]
 #                       [--layers N,N,...] [--steps 8] [--compute-ms 20]
@@ -47,7 +48,7 @@ trap cleanup EXIT
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/token"
 chmod 600 "$work/token"
 
-# run_job <name> <compression yaml or empty>: prints "steps_per_s pushed_bytes".
+# run_job <name> <compression yaml or empty>: prints "steps_per_s pushed_bytes pulled_bytes".
 run_job() {
   local name=$1 compression=$2 job=$work/$1.yaml
   cat > "$job" <<YAML
@@ -97,20 +98,30 @@ YAML
   fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  sed -n 's/.*RESULT: steps_per_s \([0-9.]*\) pushed_bytes \([0-9]*\).*/\1 \2/p' "$work/$name-worker-0.log"
+  sed -n 's/.*RESULT: steps_per_s \([0-9.]*\) pushed_bytes \([0-9]*\) pulled_bytes \([0-9]*\).*/\1 \2 \3/p' \
+    "$work/$name-worker-0.log"
 }
 
-read -r full_rate full_bytes < <(run_job full "")
-read -r tb_rate tb_bytes < <(run_job 2bit "  compression:
+twobit="  compression:
     type: 2bit
     threshold: 0.5
-    warmupSteps: 0")
+    warmupSteps: 0"
+read -r full_rate full_push full_pull < <(run_job full "")
+read -r tb_rate tb_push tb_pull < <(run_job 2bit "$twobit
+    packedPulls: false")
+read -r pk_rate pk_push pk_pull < <(run_job 2bit-packed "$twobit
+    packedPulls: true")
 
 echo "bench/twobit end to end: 2 workers x 2 servers, one test host each, $rate per host and"
 echo "direction ($prefix-h*), transport $transport, layers $layers (float32), compute ${compute_ms} ms/step,"
-echo "$steps timed steps after 2 warm-up steps; worker 0's figures"
-printf '%-12s %12s %16s\n' "pushes" "steps/s" "bytes pushed"
-printf '%-12s %12s %16s\n' "float32" "$full_rate" "$full_bytes"
-printf '%-12s %12s %16s\n' "2bit" "$tb_rate" "$tb_bytes"
-awk -v a="$full_rate" -v b="$tb_rate" -v pa="$full_bytes" -v pb="$tb_bytes" \
-  'BEGIN { printf "ratio 2bit/float32: step rate %.2fx, bytes pushed %.2fx less\n", b / a, pa / pb }'
+echo "$steps timed steps after 2 warm-up steps; worker 0's figures (bytes: all steps, on the wire);"
+echo "x: ratio against float32 in this run (step rate: faster; bytes: less)"
+row() {  # row <name> <rate> <pushed> <pulled>
+  awk -v n="$1" -v r="$2" -v pu="$3" -v pl="$4" -v r0="$full_rate" -v pu0="$full_push" \
+      -v pl0="$full_pull" \
+    'BEGIN { printf "%-24s %8.4f %7.2fx %12.0f %7.2fx %12.0f %7.2fx\n", n, r, r / r0, pu, pu0 / pu, pl, pl0 / pl }'
+}
+printf '%-24s %8s %8s %12s %8s %12s %8s\n' "run" "steps/s" "" "bytes pushed" "" "bytes pulled" ""
+row "float32" "$full_rate" "$full_push" "$full_pull"
+row "2bit, float32 answers" "$tb_rate" "$tb_push" "$tb_pull"
+row "2bit, packed answers" "$pk_rate" "$pk_push" "$pk_pull"

@@ -4,8 +4,8 @@
 // from the last layer to the first, starting each layer's PushPull as soon as its gradient is
 // ready (priority = -layer, so the first layer's slices go first), and the next forward pass
 // waits for each layer's sum in order. Rank 0 prints the step rate of the timed steps and the
-// bytes it pushed:
-//   RESULT: steps_per_s 1.234 pushed_bytes 123 steps 10 params 16777216
+// bytes it pushed and pulled (all steps, on the wire):
+//   RESULT: steps_per_s 1.234 pushed_bytes 123 pulled_bytes 456 steps 10 params 16777216
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -114,8 +114,9 @@ int main(int argc, char** argv) {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (worker.rank() == 0) {
-    std::printf("RESULT: steps_per_s %.4f pushed_bytes %llu steps %d params %lld\n", f.steps / s,
-                static_cast<unsigned long long>(worker.bytes_pushed()), f.steps,
+    std::printf("RESULT: steps_per_s %.4f pushed_bytes %llu pulled_bytes %llu steps %d params %lld\n",
+                f.steps / s, static_cast<unsigned long long>(worker.bytes_pushed()),
+                static_cast<unsigned long long>(worker.bytes_pulled()), f.steps,
                 static_cast<long long>(params));
   }
   return 0;
