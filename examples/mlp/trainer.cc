@@ -261,7 +261,8 @@ std::string FormatResult(const TrainOptions& options, const TrainReport& report)
   s << "RESULT: bytes pushed " << Bytes(report.bytes_pushed) << ", pulled "
     << Bytes(report.bytes_pulled) << " (all workers)\n";
   // Plain byte counts (to float precision) for tools that compare runs, e.g. the 2-bit test.
-  std::snprintf(line, sizeof(line), "RESULT: pushed %.0f B", report.bytes_pushed);
+  std::snprintf(line, sizeof(line), "RESULT: pushed %.0f B, pulled %.0f B", report.bytes_pushed,
+                report.bytes_pulled);
   s << line;
   if (report.compressed_out > 0) {
     std::snprintf(line, sizeof(line), "; compression: %.0f B of gradients sent as %.0f B (%.2fx)",
