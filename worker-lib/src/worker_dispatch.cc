@@ -13,24 +13,13 @@
 #include "worker-lib/src/worker_impl.h"
 
 #include "worker-lib/codec/packed_sum.h"
+#include "worker-lib/src/packed_answer.h"
 
 namespace trellis {
 namespace {
 
 // A pull without payload (plain or accepting a packed answer): bulks by the pull direction.
 bool IsPullOnly(wire::Op op) { return op == wire::Op::kPull || op == wire::Op::kPullPacked; }
-
-// A packed answer (Payload::packed) checked completely before anything is written: a request
-// that accepts one, the slice's element count, the format (ParsePackedSum). The view points
-// into the payload or *scratch.
-StatusOr<PackedSumView> ParsePackedAnswer(const Payload& p, bool accepted, int64_t want_bytes,
-                                          std::vector<uint8_t>* scratch) {
-  if (!accepted) {
-    return InvalidArgumentError("answered packed to a request that accepts no packed answer");
-  }
-  const uint8_t* bytes = wire::Contiguous(*p.chunks, p.offset, p.bytes, scratch);
-  return ParsePackedSum(bytes, p.bytes, static_cast<size_t>(want_bytes) / sizeof(float));
-}
 
 }  // namespace
 
