@@ -349,7 +349,8 @@ Packed SliceStore::PackedFor(Slice* s, int64_t step) {
   if (!s->packed[i]) {
     const int bits = PackedSumBits(config_.num_workers);
     const std::vector<float>& sum = *s->results[i];
-    auto bytes = std::make_shared<std::vector<uint8_t>>(bits == 0 ? 0 : PackedSumBytes(sum.size(), bits));
+    auto bytes =
+        std::make_shared<std::vector<uint8_t>>(bits == 0 ? 0 : PackedSumBytes(sum.size(), bits));
     if (bits == 0 || !PackSum(sum.data(), sum.size(), s->packable[i], bits, bytes->data(),
                               bytes->size()).ok()) {
       // Too many workers for 8 bits, or (should not happen) a sum that is not one of 2-bit
@@ -386,7 +387,8 @@ void SliceStore::Pull(Slice* s, int64_t step, bool packed, Reply reply,
                     nullptr, nullptr});
     return;
   }
-  out->push_back({std::move(reply), Status::Ok(), std::move(v), packed ? PackedFor(s, step) : nullptr});
+  Packed p = packed ? PackedFor(s, step) : nullptr;
+  out->push_back({std::move(reply), Status::Ok(), std::move(v), std::move(p)});
 }
 
 void SliceStore::FailWaiters(const Status& status) {

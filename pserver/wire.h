@@ -79,7 +79,9 @@ inline bool IsTwoBit(Op op) {
   return op == Op::kPushTwoBit || op == Op::kPushPullTwoBit || op == Op::kPushPullTwoBitPacked;
 }
 // The answer may be a packed answer instead of float32 values.
-inline bool AcceptsPacked(Op op) { return op == Op::kPullPacked || op == Op::kPushPullTwoBitPacked; }
+inline bool AcceptsPacked(Op op) {
+  return op == Op::kPullPacked || op == Op::kPushPullTwoBitPacked;
+}
 // Whether requests of `op` carry a payload (floats, a 2-bit frame, or a bulk's sub-requests).
 inline bool OpHasPayload(Op op) {
   return op == Op::kPush || op == Op::kPushPull || op == Op::kInit || op == Op::kBulk ||

@@ -114,7 +114,8 @@ int main(int argc, char** argv) {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (worker.rank() == 0) {
-    std::printf("RESULT: steps_per_s %.4f pushed_bytes %llu pulled_bytes %llu steps %d params %lld\n",
+    std::printf("RESULT: steps_per_s %.4f pushed_bytes %llu pulled_bytes %llu steps %d "
+                "params %lld\n",
                 f.steps / s, static_cast<unsigned long long>(worker.bytes_pushed()),
                 static_cast<unsigned long long>(worker.bytes_pulled()), f.steps,
                 static_cast<long long>(params));

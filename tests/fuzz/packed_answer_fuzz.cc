@@ -53,7 +53,8 @@ std::vector<uint8_t> BuildAnswer(Reader& in) {
   if (flags & 4) body = in.U8() % (body + 8);  // wrong length (sometimes right)
   std::vector<uint8_t> answer(trellis::kPackedSumHeaderBytes + body, 0);
   const uint32_t magic = (flags & 8) ? in.U32() : trellis::kPackedSumMagic;
-  const uint16_t version = (flags & 16) ? static_cast<uint16_t>(in.U32()) : trellis::kPackedSumVersion;
+  const uint16_t version =
+      (flags & 16) ? static_cast<uint16_t>(in.U32()) : trellis::kPackedSumVersion;
   const uint8_t width = (flags & 32) ? in.U8() : bits;
   const uint8_t reserved = (flags & 64) ? in.U8() : 0;
   std::memcpy(answer.data(), &magic, 4);
@@ -100,7 +101,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (float v : out) {
     const float k = v / t;
     Check(std::isinf(v) || std::fabs(k - std::nearbyint(k)) <= 1.0f / 64);
-    Check(std::isinf(v) || std::fabs(std::nearbyint(k)) <= trellis::PackedSumMaxCount(view->bits));
+    const int32_t max = trellis::PackedSumMaxCount(view->bits);
+    Check(std::isinf(v) || std::fabs(std::nearbyint(k)) <= static_cast<float>(max));
     finite = finite && std::isfinite(v);
   }
   // Decoded values pack back to the same bytes (unless k*t overflowed a huge threshold).

@@ -159,7 +159,8 @@ TEST(PackedSum, DecoderRejectsEveryMalformedAnswer) {
   std::memcpy(nan_t.data() + 8, &nan, 4);
   ExpectRejected(nan_t, 5, "threshold must be finite and > 0, got nan");
   ExpectRejected(good, 6, "element count 5 does not match the expected 6");
-  ExpectRejected({good.begin(), good.end() - 1}, 5, "truncated: 18 bytes, 19 expected for 5 elements of 4 bits");
+  ExpectRejected({good.begin(), good.end() - 1}, 5,
+                 "truncated: 18 bytes, 19 expected for 5 elements of 4 bits");
   auto longer = good;
   longer.push_back(0);
   ExpectRejected(longer, 5, "oversized: 20 bytes, 19 expected");

@@ -163,7 +163,8 @@ TEST_F(DataServiceTest, PackedOpsMalformedRequestsAndAPackedAnswer) {
   ExpectError(s, RequestBytes(wire::Op::kPullPacked, 7, 0, 1, {1}), grpc::INVALID_ARGUMENT,
               "malformed frame: a pullpacked carries no payload, got 4 bytes");
   ExpectError(s, RequestBytes(wire::Op::kPushPullTwoBitPacked, 7, 0, 1, {1, 2, 3, 4}),
-              grpc::INVALID_ARGUMENT, "key 7 (fc1) slice 0: pushpull2bitpacked: 2bit frame: bad magic");
+              grpc::INVALID_ARGUMENT,
+              "key 7 (fc1) slice 0: pushpull2bitpacked: 2bit frame: bad magic");
   ExpectError(s, RequestBytes(wire::Op::kPushPullTwoBitPacked, 7, 0, 1, {}),
               grpc::INVALID_ARGUMENT, "2bit frame: truncated header: 0 bytes");
   ExpectServing(s, 1);

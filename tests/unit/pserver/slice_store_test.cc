@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/shard_map.h"
+#include "tests/unit/pserver/slice_store_fixture.h"
 #include "tests/unit/pserver/test_frames.h"
-#include "worker-lib/codec/packed_sum.h"
 #include "worker-lib/codec/twobit.h"
 
 namespace trellis {
@@ -16,79 +16,9 @@ namespace {
 using testing::RequestBytes;
 using testing::Split;
 
-v1::ShardMap OneKeyMap(uint64_t id, int64_t n, int32_t servers = 1, int64_t slice_bytes = 1 << 20) {
-  v1::KeySpec k;
-  k.set_id(id);
-  k.set_name("w");
-  k.set_num_elements(n);
-  k.set_dtype(v1::DTYPE_FLOAT32);
-  auto m = BuildShardMap({k}, servers, "roundRobin", slice_bytes);
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return *m;
-}
-
-// Captures one reply.
-struct Got {
-  bool called = false;
-  Status status;
-  std::vector<float> values;
-  std::vector<uint8_t> packed;  // the packed answer, when the answer went packed
-  Reply reply() {
-    return [this](const Status& s, Answer a) {
-      called = true;
-      status = s;
-      if (a.values) values = *a.values;
-      if (a.packed) packed = *a.packed;
-    };
-  }
-};
-
-class SliceStoreTest : public ::testing::Test {
- protected:
-  void Make(int32_t workers, ServerMode mode = ServerMode::kAggregate, OptimizerSpec opt = {}) {
-    StoreConfig c;
-    c.num_workers = workers;
-    c.mode = mode;
-    c.optimizer = opt;
-    store_ = std::make_unique<SliceStore>(c);
-    int64_t slices = 0, bytes = 0;
-    ASSERT_TRUE(store_->Install(OneKeyMap(7, 4), &slices, &bytes).ok());
-    EXPECT_EQ(slices, 1);
-    EXPECT_EQ(bytes, 16);
-  }
-  void Send(int32_t worker, wire::Op op, int64_t step, std::vector<float> v, Got* got,
-            uint64_t key = 7, uint32_t slice = 0) {
-    auto bytes = RequestBytes(op, key, slice, step, v);
-    auto chunks = Split(bytes, 5);  // floats straddle chunks
-    wire::RequestHeader h;
-    uint64_t id;
-    ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
-    store_->Handle(worker, h, chunks, got->reply());
-  }
-  // A 2-bit push of `grad` (threshold t, zero residual), its frame split into 3-byte chunks.
-  void SendTwoBit(int32_t worker, wire::Op op, int64_t step, std::vector<float> grad, Got* got,
-                  std::vector<uint8_t> frame = {}, float t = 0.5f) {
-    if (frame.empty()) {
-      std::vector<float> residual(grad.size(), 0.0f);
-      frame.resize(TwoBitEncodedBytes(grad.size()));
-      ASSERT_TRUE(TwoBitEncode(grad.data(), residual.data(), grad.size(), t, frame.data(),
-                               frame.size()).ok());
-    }
-    wire::RequestHeader h;
-    h.op = op;
-    h.key = 7;
-    h.step = step;
-    h.payload_bytes = frame.size();
-    std::vector<uint8_t> bytes(wire::kRequestHeaderBytes);
-    wire::EncodeRequestHeader(h, bytes.data());
-    bytes.insert(bytes.end(), frame.begin(), frame.end());
-    auto chunks = Split(bytes, 3);
-    uint64_t id;
-    ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
-    store_->Handle(worker, h, chunks, got->reply());
-  }
-  std::unique_ptr<SliceStore> store_;
-};
+using store_testing::Got;
+using store_testing::OneKeyMap;
+using store_testing::SliceStoreTest;
 
 TEST_F(SliceStoreTest, TwoBitPushesSumWithFloatPushesFromChunkedFrames) {
   Make(2);
@@ -107,87 +37,6 @@ TEST_F(SliceStoreTest, TwoBitPushesSumWithFloatPushesFromChunkedFrames) {
   ASSERT_TRUE(c.status.ok() && d.status.ok()) << c.status.ToString() << d.status.ToString();
   EXPECT_TRUE(c.values.empty());
   EXPECT_EQ(d.values, (std::vector<float>{-1, 0, 0.5f, 0.5f}));
-}
-
-// Every push of the step a 2-bit frame of one threshold: a request that accepts a packed answer
-// gets one (made once, the same bytes for every such request), decoding to the float32 sum;
-// a request that does not accept one gets float32.
-TEST_F(SliceStoreTest, AllTwoBitStepAnswersPackedToThoseWhoAccept) {
-  Make(2);
-  Got a, b;
-  SendTwoBit(0, wire::Op::kPushPullTwoBitPacked, 1, {0.7f, -0.2f, -3.0f, 0.5f}, &a);
-  EXPECT_FALSE(a.called);  // waits for worker 1
-  SendTwoBit(1, wire::Op::kPushPullTwoBit, 1, {1, -1, -1, 0}, &b);
-  ASSERT_TRUE(a.called && b.called);
-  ASSERT_TRUE(a.status.ok() && b.status.ok()) << a.status.ToString() << b.status.ToString();
-  const std::vector<float> sum = {1.0f, -0.5f, -1.0f, 0.5f};
-  EXPECT_EQ(b.values, sum);
-  EXPECT_TRUE(b.packed.empty());
-  ASSERT_EQ(a.packed.size(), PackedSumBytes(4, 4));  // W = 2: 4 bits per element
-  std::vector<float> decoded(4);
-  ASSERT_TRUE(UnpackSum(a.packed.data(), a.packed.size(), 4, decoded.data()).ok());
-  EXPECT_EQ(decoded, sum);
-  // A later pull of the kept step: the same packed bytes; a plain pull: float32.
-  Got c, d;
-  Send(0, wire::Op::kPullPacked, 1, {}, &c);
-  Send(1, wire::Op::kPull, 1, {}, &d);
-  ASSERT_TRUE(c.status.ok() && d.status.ok());
-  EXPECT_EQ(c.packed, a.packed);
-  EXPECT_TRUE(d.packed.empty());
-  EXPECT_EQ(d.values, sum);
-}
-
-// Any float32 push in the step (warm-up, a key with allow_compression = false), or pushes of two
-// thresholds: the answer is float32 even to a request that accepts a packed one.
-TEST_F(SliceStoreTest, MixedStepsAnswerFloat32) {
-  Make(2);
-  Got a, b;
-  Send(0, wire::Op::kPushPull, 1, {1, 2, 3, 4}, &a);
-  SendTwoBit(1, wire::Op::kPushPullTwoBitPacked, 1, {0.7f, -0.2f, -3.0f, 0.5f}, &b);
-  ASSERT_TRUE(b.status.ok()) << b.status.ToString();
-  EXPECT_TRUE(b.packed.empty());
-  EXPECT_EQ(b.values, (std::vector<float>{1.5f, 2, 2.5f, 4.5f}));
-  Got c, d;
-  SendTwoBit(0, wire::Op::kPushPullTwoBitPacked, 2, {1, 1, 1, 1}, &c, {}, 0.5f);
-  SendTwoBit(1, wire::Op::kPushPullTwoBitPacked, 2, {1, 1, 1, 1}, &d, {}, 0.25f);
-  ASSERT_TRUE(c.status.ok() && d.status.ok());
-  EXPECT_TRUE(c.packed.empty() && d.packed.empty());
-  EXPECT_EQ(d.values, (std::vector<float>{0.75f, 0.75f, 0.75f, 0.75f}));
-  // The next step is all 2-bit again: packed.
-  Got e, f;
-  SendTwoBit(0, wire::Op::kPushPullTwoBitPacked, 3, {1, 1, 1, 1}, &e);
-  SendTwoBit(1, wire::Op::kPushPullTwoBitPacked, 3, {-1, 1, 1, 1}, &f);
-  EXPECT_FALSE(e.packed.empty());
-  EXPECT_EQ(e.packed, f.packed);
-}
-
-// Update mode answers weights, never a sum of pushes: float32.
-TEST_F(SliceStoreTest, UpdateModeAnswersFloat32ToPackedRequests) {
-  OptimizerSpec sgd;
-  sgd.learningRate = 0.5;
-  Make(1, ServerMode::kUpdate, sgd);
-  Got i0, a;
-  Send(0, wire::Op::kInit, 0, {1, 1, 1, 1}, &i0);
-  SendTwoBit(0, wire::Op::kPushPullTwoBitPacked, 1, {1, 1, -1, 0}, &a);
-  ASSERT_TRUE(a.status.ok()) << a.status.ToString();
-  EXPECT_TRUE(a.packed.empty());
-  EXPECT_EQ(a.values, (std::vector<float>{0.75f, 0.75f, 1.25f, 1}));
-}
-
-TEST_F(SliceStoreTest, BadFrameInAPackedPushPullIsRefused) {
-  Make(1);
-  Got bad;
-  SendTwoBit(0, wire::Op::kPushPullTwoBitPacked, 1, {}, &bad, std::vector<uint8_t>(20, 0));
-  ASSERT_TRUE(bad.called);
-  EXPECT_EQ(bad.status.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad.status.message(),
-            "key 7 (w) slice 0: pushpull2bitpacked: 2bit frame: bad magic 0x00000000, want "
-            "0x42325254 (\"TR2B\")");
-  Got good;
-  SendTwoBit(0, wire::Op::kPushPullTwoBitPacked, 1, {1, -1, 0, 0}, &good);
-  ASSERT_TRUE(good.status.ok()) << good.status.ToString();
-  EXPECT_EQ(good.values, (std::vector<float>{0.5f, -0.5f, 0, 0}));
-  EXPECT_FALSE(good.packed.empty());
 }
 
 TEST_F(SliceStoreTest, BadTwoBitFrameIsRefusedAndDoesNotCount) {
