@@ -63,6 +63,23 @@ TEST_F(SliceStoreTest, MixedStepsAnswerFloat32) {
   EXPECT_EQ(e.packed, f.packed);
 }
 
+// 8 workers do not fit 4 bits (|k| <= 8): the answer takes 8 bits per element.
+TEST_F(SliceStoreTest, EightWorkersAnswerEightBitsPerElement) {
+  Make(8);
+  std::vector<Got> got(8);
+  for (int32_t w = 0; w < 8; ++w) {
+    SendTwoBit(w, wire::Op::kPushPullTwoBitPacked, 1, {1, -1, w < 4 ? 1.0f : -1.0f, 0}, &got[w]);
+  }
+  for (const Got& g : got) ASSERT_TRUE(g.called && g.status.ok()) << g.status.ToString();
+  ASSERT_EQ(got[0].packed.size(), PackedSumBytes(4, 8));
+  EXPECT_EQ(got[0].packed[6], 8);  // the bits field
+  std::vector<float> decoded(4);
+  ASSERT_TRUE(UnpackSum(got[0].packed.data(), got[0].packed.size(), 4, decoded.data()).ok());
+  EXPECT_EQ(decoded, (std::vector<float>{4, -4, 0, 0}));
+  EXPECT_EQ(decoded, got[7].values);
+  EXPECT_EQ(got[7].packed, got[0].packed);
+}
+
 // Update mode answers weights, never a sum of pushes: float32.
 TEST_F(SliceStoreTest, UpdateModeAnswersFloat32ToPackedRequests) {
   OptimizerSpec sgd;
