@@ -26,7 +26,9 @@ PserverMetrics::PserverMetrics(MetricsRegistry& r)
       checkpoint_saves_(r.Counter("trellis_pserver_checkpoint_saves_total",
                                   "Checkpoint files this server wrote")),
       checkpoint_restores_(r.Counter("trellis_pserver_checkpoint_restores_total",
-                                     "Checkpoints this server restored its slices from")) {
+                                     "Checkpoints this server restored its slices from")),
+      rebuilt_slices_(r.Counter("trellis_pserver_rebuilt_slices_total",
+                                "Slices rebuilt from the workers' replayed pushes after a restart")) {
   const char* ops[] = {"push", "pull", "pushpull", "init"};
   for (int i = 0; i < 4; ++i) {
     requests_[i] = &r.Counter("trellis_pserver_requests_total", "Requests received, by operation", {{"op", ops[i]}});

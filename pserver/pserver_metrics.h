@@ -29,6 +29,7 @@ class PserverMetrics {
     checkpoint_size_bytes_.Set(static_cast<double>(bytes));
   }
   void CheckpointRestored() { checkpoint_restores_.Increment(); }
+  void SlicesRebuilt(int64_t n) { rebuilt_slices_.Increment(static_cast<double>(n)); }
   void SlicesHeld(int64_t slices, int64_t bytes) {
     slices_.Set(static_cast<double>(slices));
     slice_bytes_.Set(static_cast<double>(bytes));
@@ -49,6 +50,7 @@ class PserverMetrics {
   prometheus::Gauge& checkpoint_size_bytes_;
   prometheus::Counter& checkpoint_saves_;
   prometheus::Counter& checkpoint_restores_;
+  prometheus::Counter& rebuilt_slices_;
 };
 
 }  // namespace trellis

@@ -148,6 +148,10 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
     reply(HandleCheckpointOp(h), Answer{});
     return;
   }
+  if (wire::IsReplay(h.op)) {
+    HandleReplay(worker, h, frame, std::move(reply));
+    return;
+  }
   std::vector<Deferred> deferred;
   Status st;
   series_.Request(h.op, wire::OpHasPayload(h.op) ? h.payload_bytes : 0);
@@ -163,7 +167,9 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
       if (st.ok()) {
         const Gradient grad{&frame, wire::IsTwoBit(h.op) ? &twobit : nullptr};
         std::lock_guard lock(s->mu);
-        switch (h.op) {
+        if (s->rebuild && h.op != wire::Op::kInit) {
+          RebuildRequest(worker, s, h, grad, std::move(reply), &deferred);
+        } else switch (h.op) {
           case wire::Op::kInit:
             st = Init(s, frame, &deferred);
             if (st.ok()) deferred.push_back({std::move(reply), Status::Ok(), nullptr, nullptr});
@@ -185,6 +191,7 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
             break;
           case wire::Op::kSave:
           case wire::Op::kLoad:
+          case wire::Op::kReplay:
             break;  // handled above
         }
       }

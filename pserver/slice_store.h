@@ -10,11 +10,18 @@
 // else is OUT_OF_RANGE. Results are immutable shared buffers, so a response can reference them
 // without copying while the slice moves on.
 //
+// Crash recovery (slice_store_rebuild.cc, docs/checkpoints.md): a restarted server is fresh;
+// the workers reconnect and replay their last two pushes of every slice (wire::Op::kReplay).
+// The first replay on a fresh store starts a rebuild: every slice collects contributions per step
+// and worker, pulls wait; when all W workers ended their replays, each slice's highest step with
+// all W contributions becomes `complete`, the next step's contributions its accumulator.
+//
 // Thread-safe: one lock per slice, so requests on different slices run in parallel.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -94,7 +101,18 @@ class SliceStore {
   Checkpoint Snapshot(int64_t step, uint64_t skip_key) const;
   Status RestoreFrom(const Checkpoint& c, const std::string& file);
 
+  // Whether a rebuild from replays is under way (tests).
+  bool Rebuilding() const;
+
  private:
+  // One slice's replayed contributions while the store rebuilds (slice_store_rebuild.cc).
+  struct Rebuild {
+    // step -> per worker: the dequantized gradient, or null while that worker's is missing.
+    std::map<int64_t, std::vector<std::unique_ptr<std::vector<float>>>> steps;
+    // Update mode: the step of the reloaded checkpoint's weights; replayed steps up to it are
+    // already in them and are not applied again.
+    int64_t restored_step = 0;
+  };
   struct Waiter {
     int64_t step;
     bool packed;  // the request accepts a packed answer
@@ -126,6 +144,7 @@ class SliceStore {
     OptimizerState opt;                 // GUARDED_BY(mu)
     int64_t step_base = 0;              // GUARDED_BY(mu): optimizer steps before a restore
     std::vector<Waiter> waiters;        // GUARDED_BY(mu)
+    std::unique_ptr<Rebuild> rebuild;   // GUARDED_BY(mu): set while the store rebuilds
   };
   // A push's gradient: float32 values in the frame, or a validated 2-bit frame.
   struct Gradient {
@@ -161,6 +180,21 @@ class SliceStore {
   // SAVE: Snapshot to the checkpoint directory; LOAD: RestoreFrom the file of h.step.
   Status HandleCheckpointOp(const wire::RequestHeader& h);
 
+  // Rebuild from replays (slice_store_rebuild.cc).
+  void HandleReplay(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame,
+                    Reply reply);
+  // Push, pull or pushpull on a slice that is being rebuilt: a push is one more contribution, a
+  // pull waits for the rebuild. REQUIRES: s->mu held, s->rebuild set.
+  void RebuildRequest(int32_t worker, Slice* s, const wire::RequestHeader& h,
+                      const Gradient& grad, Reply reply, std::vector<Deferred>* out);
+  // Decides, at the first replay, whether this store rebuilds (it is fresh) or replays are
+  // pushes that may have been lost on a live server. REQUIRES: rebuild_mu_ held, map_mu_ not.
+  void StartRebuildLocked();
+  // All workers ended their replays: every slice takes its rebuilt state.
+  void FinishRebuildLocked(std::vector<Deferred>* out);  // REQUIRES: rebuild_mu_ held
+  void FinalizeSlice(Slice* s, std::vector<Deferred>* out);  // REQUIRES: s->mu held
+  // One step's sum over the contributions, or the update-mode weights after it.
+  Values StepResult(Slice* s, int64_t step, std::vector<float>* sum);
   const StoreConfig config_;
   const std::shared_ptr<MetricsRegistry> registry_;  // config_.metrics or the store's own
   PserverMetrics series_;
@@ -175,6 +209,14 @@ class SliceStore {
   v1::ShardMap map_;                              // GUARDED_BY(map_mu_)
   std::unordered_map<uint64_t, KeyInfo> all_keys_;  // GUARDED_BY(map_mu_): every key of the map
   int64_t num_slices_ = 0;  // GUARDED_BY(map_mu_)
+
+  // Rebuild from replays. Lock order: rebuild_mu_, then map_mu_, then a slice's mu.
+  enum class RebuildPhase { kNotSeen, kRebuilding, kOver };
+  mutable std::mutex rebuild_mu_;
+  RebuildPhase rebuild_phase_ = RebuildPhase::kNotSeen;  // GUARDED_BY(rebuild_mu_)
+  Status rebuild_error_;                          // GUARDED_BY(rebuild_mu_): refuses all replays
+  std::vector<int64_t> replays_seen_;             // GUARDED_BY(rebuild_mu_): per worker
+  std::vector<int64_t> replays_announced_;        // GUARDED_BY(rebuild_mu_): per worker, -1: not yet
 };
 
 }  // namespace trellis

@@ -75,6 +75,7 @@ const char* OpName(Op op) {
     case Op::kPushPullTwoBit: return "pushpull2bit";
     case Op::kPullPacked: return "pullpacked";
     case Op::kPushPullTwoBitPacked: return "pushpull2bitpacked";
+    case Op::kReplay: return "replay";
   }
   return "op(?)";
 }
@@ -277,7 +278,7 @@ Status ParseBulk(const Chunks& frame, size_t offset, uint64_t bytes, std::vector
       return InvalidArgumentError(where + ": " + st.message());
     }
     const RequestHeader& eh = e.header;
-    if (eh.op == Op::kBulk || eh.op == Op::kInit) {
+    if (eh.op == Op::kBulk || eh.op == Op::kInit || IsReplay(eh.op)) {
       return InvalidArgumentError(where + ": op " + OpName(eh.op) + " cannot travel in a bulk");
     }
     if (eh.payload_bytes > end - at - kRequestHeaderBytes) {

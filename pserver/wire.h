@@ -65,14 +65,21 @@ enum class Op : uint8_t {
   kPushPullTwoBitPacked = 9,
   kSave = 16,
   kLoad = 17,
+  // Crash recovery of a server (docs/checkpoints.md): ops 18..21 are reserved for it.
+  kReplay = 21,  // see IsReplay below
 };
 inline constexpr uint8_t kMaxDataOp = 9;  // ops 1..9 are data ops; 16 and 17 the checkpoint round
 inline bool IsKnownOp(uint8_t op) {
   return (op >= 1 && op <= kMaxDataOp) || op == static_cast<uint8_t>(Op::kSave) ||
-         op == static_cast<uint8_t>(Op::kLoad);
+         op == static_cast<uint8_t>(Op::kLoad) || op == static_cast<uint8_t>(Op::kReplay);
 }
+// kReplay: after reconnecting to a restarted server, a worker re-sends the pushes it retained.
+// Key, slice and step name the push; the payload is the whole push request as it was sent (a
+// request header with op kPush or kPushTwoBit, then its payload). A kReplay with no payload ends
+// the worker's replays on that server; its step is how many replays it sent before.
+inline bool IsReplay(Op op) { return op == Op::kReplay; }
 // "push", "pull", "pushpull", "init", "bulk", "push2bit", "pushpull2bit", "pullpacked",
-// "pushpull2bitpacked", "save", "load", "op(N)"
+// "pushpull2bitpacked", "save", "load", "replay", "op(N)"
 const char* OpName(Op op);
 // The payload is a 2-bit frame (any byte length; the frame's own checks apply).
 inline bool IsTwoBit(Op op) {
@@ -85,7 +92,7 @@ inline bool AcceptsPacked(Op op) {
 // Whether requests of `op` carry a payload (floats, a 2-bit frame, or a bulk's sub-requests).
 inline bool OpHasPayload(Op op) {
   return op == Op::kPush || op == Op::kPushPull || op == Op::kInit || op == Op::kBulk ||
-         IsTwoBit(op);
+         IsTwoBit(op) || IsReplay(op);
 }
 // The payload is float32 values (a whole number of them); a bulk's and a 2-bit frame's lengths
 // are checked by their own parsers.

@@ -43,6 +43,23 @@ inline std::vector<uint8_t> BulkBytes(const std::vector<std::vector<uint8_t>>& e
   return out;
 }
 
+// A replay (wire::Op::kReplay) of the push request `push` (RequestBytes of kPush or a 2-bit
+// push); with `push` empty, the end of a worker's replays announcing `count` replays.
+inline std::vector<uint8_t> ReplayBytes(const std::vector<uint8_t>& push, uint64_t key,
+                                        uint32_t slice, int64_t step_or_count) {
+  wire::RequestHeader h;
+  h.op = wire::Op::kReplay;
+  h.request_id = 1;
+  h.key = key;
+  h.slice = slice;
+  h.step = step_or_count;
+  h.payload_bytes = push.size();
+  std::vector<uint8_t> out(wire::kRequestHeaderBytes);
+  wire::EncodeRequestHeader(h, out.data());
+  out.insert(out.end(), push.begin(), push.end());
+  return out;
+}
+
 // Splits `bytes` into chunks of `chunk` bytes (the last shorter).
 inline wire::Chunks Split(const std::vector<uint8_t>& bytes, size_t chunk) {
   wire::Chunks c;
