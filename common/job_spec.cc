@@ -312,6 +312,9 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
   }
   IntField(ckpt, "keep", 1, kInt32Max, &out->checkpoint.keep);
 
+  MapReader rec(spec.Get("recovery"), spec.Path("recovery"), errors, {"retainPushes"});
+  rec.GetBool("retainPushes", &out->recovery.retainPushes);
+
   MapReader run(spec.Get("runPolicy"), spec.Path("runPolicy"), errors,
                 {"restartPolicy", "backoffLimit", "activeDeadlineSeconds",
                  "ttlSecondsAfterFinished", "cleanPodPolicy", "suspend"});
@@ -420,7 +423,7 @@ StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
     MapReader spec(top.Get("spec"), "spec", &errors,
                    {"image", "servers", "workers", "keyDispatch", "sliceBytes", "priority",
                     "bulking", "compression", "serverMode", "transport", "optimizer", "checkpoint",
-                    "runPolicy", "scheduler"});
+                    "recovery", "runPolicy", "scheduler"});
     if (spec.is_mapping()) ParseSpec(spec, &job);
   }
   if (!errors.empty()) return errors.ToStatus();

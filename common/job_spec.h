@@ -110,6 +110,15 @@ struct CheckpointSpec {
   bool operator==(const CheckpointSpec&) const = default;
 };
 
+// Crash recovery of servers (docs/checkpoints.md): each worker keeps its last two pushes per
+// slice (host memory: up to 2x the gradients, 1/8 of that with 2-bit) so that a restarted
+// server can be rebuilt from replays. Off: a server's death fails the job's operations.
+struct RecoverySpec {
+  bool retainPushes = true;
+
+  bool operator==(const RecoverySpec&) const = default;
+};
+
 struct RunPolicySpec {
   RestartPolicy restartPolicy = RestartPolicy::kOnFailure;
   int32_t backoffLimit = 3;                          // restarts per process before failing
@@ -148,6 +157,7 @@ struct JobSpec {
   Transport transport = Transport::kTcp;
   OptimizerSpec optimizer;
   CheckpointSpec checkpoint;
+  RecoverySpec recovery;
   RunPolicySpec runPolicy;
   SchedulerSpec scheduler;
 

@@ -154,6 +154,10 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   Int(out, "keep", spec.checkpoint.keep);
   out << YAML::EndMap;
 
+  out << YAML::Key << "recovery" << YAML::Value << YAML::BeginMap;
+  Bool(out, "retainPushes", spec.recovery.retainPushes);
+  out << YAML::EndMap;
+
   const RunPolicySpec& r = spec.runPolicy;
   out << YAML::Key << "runPolicy" << YAML::Value << YAML::BeginMap;
   Plain(out, "restartPolicy", ToString(r.restartPolicy));

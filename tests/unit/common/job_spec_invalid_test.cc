@@ -97,6 +97,8 @@ std::vector<InvalidCase> Cases() {
        "99999999999999999999"},
       {"NumberForBool", WithWorkers("  runPolicy: {suspend: 1}\n"),
        "spec.runPolicy.suspend: must be true or false, got 1"},
+      {"RetainPushesNotBool", WithWorkers("  recovery: {retainPushes: yes please}\n"),
+       "spec.recovery.retainPushes: must be true or false, got \"yes please\""},
       {"StringForNumber", WithWorkers("  optimizer: {learningRate: fast}\n"),
        "spec.optimizer.learningRate: must be a number, got \"fast\""},
       {"InfiniteThreshold", WithWorkers("  compression: {type: 2bit, threshold: .inf}\n"),

@@ -74,6 +74,7 @@ TEST(JobSpecTest, MinimalTakesEveryDefault) {
   EXPECT_DOUBLE_EQ(job.optimizer.epsilon, 1e-8);
   EXPECT_EQ(job.checkpoint.path, "");
   EXPECT_EQ(job.checkpoint.keep, 3);
+  EXPECT_TRUE(job.recovery.retainPushes);
   EXPECT_EQ(job.runPolicy.restartPolicy, RestartPolicy::kOnFailure);
   EXPECT_EQ(job.runPolicy.backoffLimit, 3);
   EXPECT_FALSE(job.runPolicy.activeDeadlineSeconds.has_value());
@@ -119,6 +120,7 @@ spec:
   optimizer: {type: adam, learningRate: 3e-4, momentum: 0.5, beta1: 0.8, beta2: 0.99,
               epsilon: 1e-6, weightDecay: 0.01}
   checkpoint: {path: /ckpt, intervalSteps: 100, keep: 5}
+  recovery: {retainPushes: false}
   runPolicy: {restartPolicy: Never, backoffLimit: 0, activeDeadlineSeconds: 3600,
               ttlSecondsAfterFinished: 0, cleanPodPolicy: All, suspend: true}
   scheduler: {heartbeatIntervalSeconds: 0.5, heartbeatTimeoutSeconds: 3,
@@ -169,6 +171,7 @@ spec:
   EXPECT_EQ(job.checkpoint.path, "/ckpt");
   EXPECT_EQ(job.checkpoint.intervalSteps, 100);
   EXPECT_EQ(job.checkpoint.keep, 5);
+  EXPECT_FALSE(job.recovery.retainPushes);
   EXPECT_EQ(job.runPolicy.restartPolicy, RestartPolicy::kNever);
   EXPECT_EQ(job.runPolicy.backoffLimit, 0);
   EXPECT_EQ(job.runPolicy.activeDeadlineSeconds, 3600);
