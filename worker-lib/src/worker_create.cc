@@ -121,6 +121,18 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
     return c->Barrier(name, v1::ROLE_WORKER, rank, generation, /*all_nodes=*/false, wait);
   };
   setup.keep_alive = client;
+  setup.retain_pushes = job->recovery.retainPushes;
+  // A restarted server reports ready again, maybe at another port: ask the cluster view.
+  setup.resolve_server = [c](int32_t server, int64_t wait_ms) -> StatusOr<std::string> {
+    TRELLIS_ASSIGN_OR_RETURN(v1::ClusterView view,
+                             c->GetCluster(0, /*wait_complete=*/true,
+                                           std::chrono::milliseconds(wait_ms)));
+    for (const auto& s : view.servers()) {
+      if (s.rank() == server && s.ready() && !s.address().empty()) return s.address();
+    }
+    return UnavailableError("server " + std::to_string(server) +
+                            " is not ready in the scheduler's cluster view");
+  };
 
   // The pod's local group: TRELLIS_LOCAL_RANK of TRELLIS_LOCAL_SIZE, named TRELLIS_LOCAL_GROUP.
   int64_t local_size = 1, local_rank = 0;

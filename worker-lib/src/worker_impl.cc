@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "pserver/tcp_wire.h"
 #include "worker-lib/codec/twobit.h"
+#include "worker-lib/src/recovering_connection.h"
 #include "worker-lib/src/tcp_transport.h"
 
 namespace trellis {
@@ -210,6 +211,15 @@ Status WorkerImpl::DeclareRound(bool first) {
       o.worker_rank = setup_.rank;
       o.slice_bytes = map.slice_bytes();
       TRELLIS_ASSIGN_OR_RETURN(auto conn, setup_.connect(o));
+      if (setup_.retain_pushes) {
+        RecoveryOptions r;
+        r.server_rank = s;
+        r.connect = setup_.connect;
+        r.resolve = setup_.resolve_server;
+        r.reconnects = series_.reconnects();
+        r.replayed = series_.replayed();
+        conn = MakeRecoveringConnection(o, std::move(r), std::move(conn));
+      }
       TRELLIS_RETURN_IF_ERROR(conn->InstallShardMap(map, s, setup_.timeout_ms));
       servers.push_back(std::move(conn));
     }

@@ -65,6 +65,12 @@ struct WorkerSetup {
   std::string transport = "grpc";
   // Opens a server connection (default: by `transport`).
   std::function<StatusOr<std::unique_ptr<ServerConnection>>(const ConnectionOptions&)> connect;
+  // The job's spec.recovery.retainPushes: keep the last two pushes per slice and, when a
+  // server's connection ends, reconnect and replay them (recovering_connection.h).
+  bool retain_pushes = true;
+  // The current data address of server `server` (the scheduler's cluster view, waiting at most
+  // `wait_ms` for it to be complete); null: addresses do not change.
+  std::function<StatusOr<std::string>(int32_t server, int64_t wait_ms)> resolve_server;
   // Kept alive as long as the worker (e.g. the scheduler client the hooks use).
   std::shared_ptr<void> keep_alive;
   // The process's metrics (job, role worker, rank); null: the worker makes its own.

@@ -29,7 +29,11 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
       queue_depth_(r.Gauge("trellis_worker_queue_depth", "Slices waiting in the priority queue")),
       in_flight_(r.Gauge("trellis_worker_inflight_slices", "Slices sent and not answered yet")),
       barrier_wait_(r.Histogram("trellis_worker_barrier_wait_seconds", "Time a worker waited in Barrier",
-                                MetricsRegistry::LatencyBuckets())) {
+                                MetricsRegistry::LatencyBuckets())),
+      reconnects_(r.Counter("trellis_worker_server_reconnects_total",
+                            "Times a lost server connection was re-established or given up on")),
+      replayed_(r.Counter("trellis_worker_replayed_slices_total",
+                          "Retained pushes replayed to restarted servers")) {
   const char* ops[] = {"push", "pull", "pushpull", "init"};
   for (int i = 0; i < 4; ++i) {
     op_seconds_[i] = &r.Histogram("trellis_worker_operation_duration_seconds",

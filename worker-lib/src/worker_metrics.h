@@ -31,6 +31,9 @@ class WorkerMetrics {
     in_flight_.Set(in_flight);
   }
   void BarrierWaited(double seconds) { barrier_wait_.Observe(seconds); }
+  // Counted by the recovering connections (recovering_connection.h).
+  prometheus::Counter* reconnects() { return &reconnects_; }
+  prometheus::Counter* replayed() { return &replayed_; }
 
  private:
   prometheus::Counter& steps_;
@@ -41,6 +44,8 @@ class WorkerMetrics {
   prometheus::Gauge& queue_depth_;
   prometheus::Gauge& in_flight_;
   prometheus::Histogram& barrier_wait_;
+  prometheus::Counter& reconnects_;
+  prometheus::Counter& replayed_;
   // Indexed by wire::Op order below: push, pull, pushpull, broadcast.
   prometheus::Histogram* op_seconds_[4];
   prometheus::Counter* op_errors_[4];

@@ -61,6 +61,7 @@ struct ClusterOptions {
   int64_t local_chunk_bytes = 1 << 20;
   BulkingOptions bulking;
   CompressionSpec compression;     // the job's spec.compression
+  bool retain_pushes = true;       // the job's spec.recovery.retainPushes
 };
 
 class LocalCluster {
@@ -83,7 +84,14 @@ class LocalCluster {
       TRELLIS_ASSIGN_OR_RETURN(auto ps, ParameterServer::Start(po));
       addresses.push_back(tcpwire::JoinDataAddress("127.0.0.1:" + std::to_string(ps->port()),
                                                    ps->tcp_port()));
+      po.port = ps->port();  // a restart takes the same ports
+      po.tcp_port = ps->tcp_port();
+      server_options_.push_back(po);
       servers.push_back(std::move(ps));
+    }
+    {
+      std::lock_guard lock(addresses_mu_);
+      addresses_ = addresses;
     }
     std::vector<std::unique_ptr<Worker>> inner;
     for (int i = 0; i < o.workers * o.local_size; ++i) {
@@ -101,6 +109,8 @@ class LocalCluster {
       worker_metrics.push_back(setup.metrics);
       setup.bulking = o.bulking;
       setup.compression = o.compression;
+      setup.retain_pushes = o.retain_pushes;
+      setup.resolve_server = [this](int32_t server, int64_t) { return AddressOf(server); };
       int ns = o.servers;
       int64_t sb = o.slice_bytes;
       setup.declare = [ns, sb](const std::vector<v1::KeySpec>& keys) {
@@ -170,6 +180,35 @@ class LocalCluster {
     }
     return Status::Ok();
   }
+  // A server's current data address (the scheduler's cluster view in a real job).
+  StatusOr<std::string> AddressOf(int32_t server) {
+    std::lock_guard lock(addresses_mu_);
+    if (server < 0 || server >= static_cast<int32_t>(addresses_.size()) ||
+        addresses_[server].empty()) {
+      return UnavailableError("server " + std::to_string(server) + " is not running");
+    }
+    return addresses_[server];
+  }
+  // Stops server `s` (its state is gone, as when its process dies).
+  void StopServer(int s) {
+    {
+      std::lock_guard lock(addresses_mu_);
+      addresses_[s].clear();
+    }
+    servers[s].reset();
+  }
+  // Starts a fresh server `s` on its old ports, or on new ones (`same_ports` false).
+  Status RestartServer(int s, bool same_ports = true) {
+    if (servers[s]) StopServer(s);
+    PserverOptions po = server_options_[s];
+    if (!same_ports) po.port = po.tcp_port = 0;
+    TRELLIS_ASSIGN_OR_RETURN(servers[s], ParameterServer::Start(po));
+    std::lock_guard lock(addresses_mu_);
+    addresses_[s] = tcpwire::JoinDataAddress(
+        "127.0.0.1:" + std::to_string(servers[s]->port()), servers[s]->tcp_port());
+    return Status::Ok();
+  }
+
   ~LocalCluster() {
     workers.clear();  // streams closed before the servers go
     servers.clear();
@@ -183,6 +222,9 @@ class LocalCluster {
 
  private:
   std::shared_ptr<LocalBarrier> barrier_;
+  std::vector<PserverOptions> server_options_;  // as started, with the ports they got
+  std::mutex addresses_mu_;
+  std::vector<std::string> addresses_;  // GUARDED_BY(addresses_mu_): empty while stopped
 };
 
 }  // namespace trellis::testing
