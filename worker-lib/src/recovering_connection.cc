@@ -274,7 +274,10 @@ class RecoveringConnection final : public ServerConnection {
       auto conn = Recover(&replayed, &fatal);
       std::vector<Held> held;
       lock.lock();
-      if (closing_) return;  // the destructor fails what is held
+      if (closing_) {  // the destructor fails what is held
+        lock.unlock();  // `conn` goes without the lock (its callbacks may take it)
+        return;
+      }
       if (conn) {
         retired_.push_back(std::move(inner_));
         inner_ = std::move(conn);

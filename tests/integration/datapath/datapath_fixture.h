@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -88,6 +90,7 @@ class DatapathTest : public ::testing::TestWithParam<std::string> {
       auto p = Subprocess::Start(o);
       ASSERT_TRUE(p.ok()) << p.status().ToString();
       servers_.push_back(std::move(*p));
+      server_spawn_.push_back(o);
     }
     for (int w = 0; w < workers; ++w) {
       v1::RegisterRequest r;
@@ -107,6 +110,8 @@ class DatapathTest : public ::testing::TestWithParam<std::string> {
   // Ends the job's processes (the directory stays: a later job may restore from it).
   void StopJob() {
     servers_.clear();  // SIGTERM, then SIGKILL after the grace period; reaped
+    server_spawn_.clear();
+    StopRestarter();  // after the servers: their processes die with it
     client_.reset();
     scheduler_.reset();
   }
@@ -142,12 +147,64 @@ class DatapathTest : public ::testing::TestWithParam<std::string> {
     return results;
   }
 
+  // Kills server `s`'s process with SIGKILL and starts a fresh one as its agent would. Callable
+  // from a worker thread: the new process is forked by a thread of the fixture that lives until
+  // StopJob (a child dies with the thread that forked it: PR_SET_PDEATHSIG).
+  Status KillAndRestartServer(int s) {
+    std::promise<Status> done;
+    auto result = done.get_future();
+    {
+      std::lock_guard lock(restart_mu_);
+      restart_requests_.push_back({s, std::move(done)});
+      if (!restarter_.joinable()) restarter_ = std::thread([this] { RestartLoop(); });
+    }
+    restart_cv_.notify_all();
+    return result.get();
+  }
+  void RestartLoop() {
+    std::unique_lock lock(restart_mu_);
+    while (true) {
+      restart_cv_.wait(lock, [this] { return stop_restarter_ || !restart_requests_.empty(); });
+      if (stop_restarter_) return;
+      auto [s, done] = std::move(restart_requests_.front());
+      restart_requests_.erase(restart_requests_.begin());
+      Status st = servers_[s]->Signal(SIGKILL);
+      if (st.ok() && !servers_[s]->WaitFor(std::chrono::seconds(10))) {
+        st = DeadlineExceededError("server " + std::to_string(s) + " survived SIGKILL");
+      }
+      if (st.ok()) {
+        auto p = Subprocess::Start(server_spawn_[s]);
+        if (p.ok()) {
+          servers_[s] = std::move(*p);
+        } else {
+          st = p.status();
+        }
+      }
+      done.set_value(st);
+    }
+  }
+  void StopRestarter() {
+    {
+      std::lock_guard lock(restart_mu_);
+      stop_restarter_ = true;
+    }
+    restart_cv_.notify_all();
+    if (restarter_.joinable()) restarter_.join();
+    stop_restarter_ = false;
+  }
+
   std::filesystem::path dir_;
   std::string token_file_;
   std::unique_ptr<SchedulerServer> scheduler_;
   std::unique_ptr<SchedulerClient> client_;
   std::vector<std::unique_ptr<Subprocess>> servers_;
   std::vector<int> worker_ranks_;
+  std::vector<SpawnOptions> server_spawn_;  // how each server was started
+  std::mutex restart_mu_;
+  std::condition_variable restart_cv_;
+  std::vector<std::pair<int, std::promise<Status>>> restart_requests_;  // GUARDED_BY(restart_mu_)
+  bool stop_restarter_ = false;                                        // GUARDED_BY(restart_mu_)
+  std::thread restarter_;  // forks restarted servers (KillAndRestartServer)
 };
 
 }  // namespace datapath_testing
