@@ -3,6 +3,7 @@
 //
 //   bench_pushpull [--quick] [--sizes=4K,1M,16M,64M] [--topologies=1x1,2x2] [--baselines-only]
 //                  [--slice-bytes=B] [--transport=grpc,tcp] [--bin-dir=DIR] [--log-dir=DIR]
+//                  [--retain-pushes=on|off]
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -37,13 +38,14 @@ struct Flags {
   std::string bin_dir;
   std::string log_dir;
   int64_t slice_bytes = 0;  // 0: the job default
+  bool retain_pushes = true;  // the job's spec.recovery.retainPushes
   std::vector<std::string> transports = {"grpc", "tcp"};  // each measured in the same run
 };
 
 constexpr char kUsage[] =
     "usage: bench_pushpull [--quick] [--sizes=4K,1M,16M,64M] [--topologies=1x1,2x2]\n"
     "                      [--baselines-only] [--slice-bytes=B] [--transport=grpc,tcp]\n"
-    "                      [--bin-dir=DIR] [--log-dir=DIR]\n"
+    "                      [--bin-dir=DIR] [--log-dir=DIR] [--retain-pushes=on|off]\n"
     "  --quick           fewer iterations (smoke run, a few seconds)\n"
     "  --sizes           tensor/message sizes, binary units (K, M, G)\n"
     "  --topologies      WxS pairs: W workers (threads) x S servers (processes)\n"
@@ -51,7 +53,8 @@ constexpr char kUsage[] =
     "  --slice-bytes     the job's sliceBytes (default: the job default, 4 MiB)\n"
     "  --transport       the workers' data paths to measure, in this run (default grpc,tcp)\n"
     "  --bin-dir         where trellis-scheduler and trellis-pserver are (default: next to this)\n"
-    "  --log-dir         where the children's logs go (default: a fresh temp dir)\n";
+    "  --log-dir         where the children's logs go (default: a fresh temp dir)\n"
+    "  --retain-pushes   the job's recovery.retainPushes (default on; off: no copy per push)\n";
 
 StatusOr<std::vector<TrellisTopology>> ParseTopologies(const std::string& text) {
   std::vector<TrellisTopology> out;
@@ -115,6 +118,9 @@ StatusOr<Flags> ParseFlags(int argc, char** argv) {
       flags.slice_bytes = static_cast<int64_t>(b);
     } else if (auto v = value_of("transport")) {
       TRELLIS_ASSIGN_OR_RETURN(flags.transports, ParseTransports(*v));
+    } else if (auto v = value_of("retain-pushes")) {
+      if (*v != "on" && *v != "off") return InvalidArgumentError("--retain-pushes: on or off");
+      flags.retain_pushes = *v == "on";
     } else if (auto v = value_of("log-dir")) {
       flags.log_dir = *v;
     } else {
@@ -248,6 +254,7 @@ int Run(const Flags& flags) {
         options.bin_dir = bin_dir;
         options.log_dir = log_dir;
         options.slice_bytes = flags.slice_bytes;
+        options.retain_pushes = flags.retain_pushes;
         StatusOr<std::vector<TrellisSizeResult>> r = MeasureTrellis(options);
         if (!r.ok()) {
           std::cerr << "trellis " << name << ": " << r.status().ToString() << "\n";

@@ -92,6 +92,7 @@ Status Cluster::StartScheduler(const TrellisRunOptions& options) {
         << "\nspec:\n  servers:\n    replicas: " << t.servers << "\n  workers:\n    replicas: "
         << t.workers << "\n    command: [bench_pushpull]\n";
     if (options.slice_bytes > 0) job << "  sliceBytes: " << options.slice_bytes << "\n";
+    if (!options.retain_pushes) job << "  recovery: {retainPushes: false}\n";
     if (!job) return UnavailableError("cannot write " + job_file);
   }
   SpawnOptions spawn = ChildSpawn(

@@ -38,6 +38,7 @@ struct TrellisRunOptions {
   std::string log_dir;          // child logs, the job file, the token
   int64_t slice_bytes = 0;      // the job's sliceBytes; 0: the job default
   std::string transport;        // the workers' data path ("grpc", "tcp"); empty: the job's
+  bool retain_pushes = true;    // the job's recovery.retainPushes
 };
 
 // True when this bench was built with the worker library (the data path exists).
