@@ -327,6 +327,10 @@ class RecoveringConnection final : public ServerConnection {
           std::min(deadline, Clock::now() + std::chrono::milliseconds(recovery_.attempt_timeout_ms));
       auto conn = Attempt(attempt_end, replayed, &last);
       if (conn) return conn;
+      if (attempts == 1 || attempts % 10 == 0) {
+        TLOG_INFO << "server " << recovery_.server_rank << ": reconnect attempt " << attempts
+                  << ": " << last.ToString();
+      }
       const StatusCode c = last.code();
       if (c != StatusCode::kUnavailable && c != StatusCode::kDeadlineExceeded &&
           c != StatusCode::kCancelled) {
