@@ -21,17 +21,22 @@ namespace trellis {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
 
 bool IsPush(wire::Op op) {
   return op == wire::Op::kPush || op == wire::Op::kPushPull || wire::IsTwoBit(op);
 }
 
 // The push request as it went out (header + payload), replayed as the payload of a kReplay.
-Bytes RetainedBytes(const SliceRequest& r) {
+// Written into `reuse` when it is the right size (a retained buffer nobody else holds: no fresh
+// multi-MiB allocation and page faults per push), else into a new buffer.
+std::shared_ptr<std::vector<uint8_t>> RetainedBytes(const SliceRequest& r,
+                                                    std::shared_ptr<std::vector<uint8_t>> reuse) {
   wire::RequestHeader h = HeaderOf(r);
   h.op = wire::IsTwoBit(r.op) ? wire::Op::kPushTwoBit : wire::Op::kPush;
-  auto out = std::make_shared<std::vector<uint8_t>>(wire::kRequestHeaderBytes + h.payload_bytes);
+  const size_t bytes = wire::kRequestHeaderBytes + h.payload_bytes;
+  auto out = reuse && reuse.use_count() == 1 && reuse->size() == bytes
+                 ? std::move(reuse)
+                 : std::make_shared<std::vector<uint8_t>>(bytes);
   wire::EncodeRequestHeader(h, out->data());
   if (h.payload_bytes > 0) {
     std::memcpy(out->data() + wire::kRequestHeaderBytes, PayloadData(r), h.payload_bytes);
@@ -156,15 +161,25 @@ class RecoveringConnection final : public ServerConnection {
   using PushId = std::tuple<uint64_t, uint32_t, int64_t>;  // key, slice, step
   struct Retained {
     int64_t step;
-    Bytes bytes;
+    std::shared_ptr<std::vector<uint8_t>> bytes;  // a replay's `encoded` while it is sent
   };
 
+  // Keeps the push as the slice's newest; the oldest of three goes (its buffer is reused).
   void Retain(const SliceRequest& r) {
     if (!IsPush(r.op)) return;
-    Bytes bytes = RetainedBytes(r);
+    std::shared_ptr<std::vector<uint8_t>> reuse;
+    {
+      std::lock_guard lock(mu_);
+      auto& kept = retained_[{r.key, r.slice}];
+      std::erase_if(kept, [&](const Retained& k) { return k.step == r.step; });
+      if (kept.size() >= 2) {
+        reuse = std::move(kept.front().bytes);
+        kept.erase(kept.begin());
+      }
+    }
+    auto bytes = RetainedBytes(r, std::move(reuse));  // the copy, outside the lock
     std::lock_guard lock(mu_);
     auto& kept = retained_[{r.key, r.slice}];
-    std::erase_if(kept, [&](const Retained& k) { return k.step == r.step; });
     kept.push_back({r.step, std::move(bytes)});
     std::sort(kept.begin(), kept.end(),
               [](const Retained& a, const Retained& b) { return a.step < b.step; });
