@@ -149,17 +149,16 @@ void SliceStore::HandleReplay(int32_t worker, const wire::RequestHeader& h,
     }
   }
   if (!st.ok()) series_.RequestFailed();
-  reply(st, nullptr);
+  reply(st, Answer{});
   for (auto& d : deferred) {
     if (!d.status.ok()) series_.RequestFailed();
-    d.reply(d.status, std::move(d.values));
+    d.reply(d.status, Answer{std::move(d.values), std::move(d.packed)});
   }
 }
 
 void SliceStore::RebuildRequest(int32_t worker, Slice* s, const wire::RequestHeader& h,
                                 const Gradient& grad, Reply reply, std::vector<Deferred>* out) {
-  const bool push = h.op != wire::Op::kPull;
-  if (push) {
+  if (wire::OpHasPayload(h.op)) {  // a push or pushpull, float32 or 2-bit
     auto& per_worker = s->rebuild->steps[h.step];
     per_worker.resize(config_.num_workers);
     if (!per_worker[worker]) {  // a worker's duplicate (replayed and sent again) counts once
@@ -174,9 +173,9 @@ void SliceStore::RebuildRequest(int32_t worker, Slice* s, const wire::RequestHea
   }
   if (!reply) return;
   if (h.op == wire::Op::kPush || h.op == wire::Op::kPushTwoBit) {
-    out->push_back({std::move(reply), Status::Ok(), nullptr});
-  } else {
-    s->waiters.push_back({h.step, std::move(reply)});  // answered when the rebuild ends
+    out->push_back({std::move(reply), Status::Ok(), nullptr, nullptr});
+  } else {  // answered when the rebuild ends
+    s->waiters.push_back({h.step, wire::AcceptsPacked(h.op), std::move(reply)});
     series_.PullWaiting();
   }
 }
@@ -236,7 +235,7 @@ void SliceStore::FinalizeSlice(Slice* s, std::vector<Deferred>* out) {
       out->push_back({std::move(wt.reply),
                       FailedPreconditionError(s->name + ": not in the newest checkpoint; its "
                                               "weights were lost with the server"),
-                      nullptr});
+                      nullptr, nullptr});
     }
     s->waiters.clear();
     return;
@@ -248,8 +247,12 @@ void SliceStore::FinalizeSlice(Slice* s, std::vector<Deferred>* out) {
     }
     complete = std::max<int64_t>(complete, 0);
     if (complete > 0) {  // else keep step 0 (a broadcast that came during the rebuild)
-      s->results[0] = s->results[1] = nullptr;
-      s->result_step[0] = s->result_step[1] = -1;
+      for (int i = 0; i < 2; ++i) {
+        s->results[i] = nullptr;
+        s->result_step[i] = -1;
+        s->packable[i] = 0;  // rebuilt results are answered as float32
+        s->packed[i] = nullptr;
+      }
     }
     for (int64_t step : {complete - 1, complete}) {
       auto it = steps.find(step);
@@ -265,6 +268,7 @@ void SliceStore::FinalizeSlice(Slice* s, std::vector<Deferred>* out) {
     }
     s->complete = complete;
     s->pushes = 0;
+    s->step_threshold = 0;  // the rebuilt accumulator is answered as float32 too
     std::fill(s->pushed.begin(), s->pushed.end(), false);
     s->accum.reset();
     if (auto it = steps.find(complete + 1); it != steps.end()) {
@@ -288,13 +292,14 @@ void SliceStore::FinalizeSlice(Slice* s, std::vector<Deferred>* out) {
     }
     series_.PullAnswered();
     if (Values v = ResultFor(s, wt.step)) {
-      out->push_back({std::move(wt.reply), Status::Ok(), std::move(v)});
+      out->push_back({std::move(wt.reply), Status::Ok(), std::move(v),
+                      wt.packed ? PackedFor(s, wt.step) : nullptr});
     } else {
       out->push_back({std::move(wt.reply),
                       OutOfRangeError(s->name + ": pull of step " + std::to_string(wt.step) +
                                       " after the server's restart: it kept steps up to " +
                                       std::to_string(s->complete) + " (lost with the server)"),
-                      nullptr});
+                      nullptr, nullptr});
     }
   }
 }

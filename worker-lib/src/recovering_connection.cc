@@ -269,7 +269,8 @@ class RecoveringConnection final : public ServerConnection {
       h.reply(Status::Ok(), Payload{});
       return;
     }
-    h.request.op = wire::Op::kPull;  // the push arrived as a replay: only its answer is missing
+    // The push arrived as a replay: only its answer is missing, in the form the op accepts.
+    h.request.op = wire::AcceptsPacked(h.request.op) ? wire::Op::kPullPacked : wire::Op::kPull;
     h.request.payload = nullptr;
     h.request.payload_elements = 0;
     h.request.encoded = nullptr;

@@ -6,30 +6,16 @@
 
 #include <gtest/gtest.h>
 
-#include "pserver/slice_store.h"
-#include "scheduler/shard_map.h"
-#include "tests/unit/pserver/test_frames.h"
-#include "worker-lib/codec/twobit.h"
+#include "tests/unit/pserver/slice_store_fixture.h"
 
 namespace trellis {
 namespace {
 
+using store_testing::Got;
+using store_testing::OneKeyMap;
 using testing::ReplayBytes;
 using testing::RequestBytes;
 using testing::Split;
-
-struct Got {
-  bool called = false;
-  Status status;
-  std::vector<float> values;
-  Reply reply() {
-    return [this](const Status& s, Values v) {
-      called = true;
-      status = s;
-      if (v) values = *v;
-    };
-  }
-};
 
 class RebuildTest : public ::testing::Test {
  protected:
@@ -40,15 +26,8 @@ class RebuildTest : public ::testing::Test {
     c.optimizer.learningRate = 0.5;
     c.checkpoint_path = std::move(path);
     store_ = std::make_unique<SliceStore>(c);
-    v1::KeySpec k;
-    k.set_id(7);
-    k.set_name("w");
-    k.set_num_elements(4);
-    k.set_dtype(v1::DTYPE_FLOAT32);
-    auto m = BuildShardMap({k}, 1, "roundRobin", 1 << 20);
-    ASSERT_TRUE(m.ok());
     int64_t slices = 0, bytes = 0;
-    ASSERT_TRUE(store_->Install(*m, &slices, &bytes).ok());
+    ASSERT_TRUE(store_->Install(OneKeyMap(7, 4), &slices, &bytes).ok());
   }
   void Frame(int32_t worker, const std::vector<uint8_t>& bytes, Got* got) {
     auto chunks = Split(bytes, 7);
@@ -167,6 +146,12 @@ TEST_F(RebuildTest, TwoBitReplays) {
   Send(1, wire::Op::kPull, 1, {}, &one);
   ASSERT_TRUE(one.status.ok()) << one.status.ToString();
   EXPECT_EQ(one.values, (std::vector<float>{1.5f, 0.5f, 1, 1.5f}));
+  // A request that accepts a packed answer gets the rebuilt result as float32 values.
+  Got packed;
+  Send(0, wire::Op::kPullPacked, 1, {}, &packed);
+  ASSERT_TRUE(packed.status.ok()) << packed.status.ToString();
+  EXPECT_EQ(packed.values, one.values);
+  EXPECT_TRUE(packed.packed.empty());
 }
 
 // A replay must carry the push it names, and a push at that.
