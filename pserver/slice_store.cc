@@ -152,6 +152,10 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
     HandleReplay(worker, h, frame, std::move(reply));
     return;
   }
+  if (h.op == wire::Op::kRejoin) {
+    reply(MarkRejoined(worker), Answer{});
+    return;
+  }
   std::vector<Deferred> deferred;
   Status st;
   series_.Request(h.op, wire::OpHasPayload(h.op) ? h.payload_bytes : 0);
@@ -189,9 +193,17 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
           case wire::Op::kPullPacked:
             Pull(s, h.step, wire::AcceptsPacked(h.op), std::move(reply), &deferred);
             break;
+          case wire::Op::kStash:
+            Stash(s, h, frame);
+            deferred.push_back({std::move(reply), Status::Ok(), nullptr, nullptr});
+            break;
+          case wire::Op::kFetch:
+            Fetch(s, h, std::move(reply), &deferred);
+            break;
           case wire::Op::kSave:
           case wire::Op::kLoad:
           case wire::Op::kReplay:
+          case wire::Op::kRejoin:
             break;  // handled above
         }
       }
@@ -262,6 +274,7 @@ Status SliceStore::Init(Slice* s, const wire::Chunks& frame, std::vector<Deferre
 
 Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
                         const Gradient& grad, std::vector<Deferred>* out) {
+  if (RejoinPushIsNoOp(worker, s, h.step)) return Status::Ok();
   const int64_t expected = s->complete + 1;
   if (h.step != expected) {
     return OutOfRangeError(s->name + ": push for step " + std::to_string(h.step) +

@@ -7,7 +7,8 @@
 // `update` mode applies the optimizer to sum/W and publishes the new weights. Results of the
 // last two complete steps are kept (a fast worker may push s+1 while a slow one has not pulled
 // s yet). A pull of step complete+1 waits; a pull of a kept step is answered at once; anything
-// else is OUT_OF_RANGE. Results are immutable shared buffers, so a response can reference them
+// else is OUT_OF_RANGE. A worker that restarted and rejoined (kRejoin; docs/checkpoints.md,
+// Crash recovery) may push steps its dead incarnation already pushed: those are no-ops. Results are immutable shared buffers, so a response can reference them
 // without copying while the slice moves on.
 //
 // Crash recovery (slice_store_rebuild.cc, docs/checkpoints.md): a restarted server is fresh;
@@ -145,6 +146,12 @@ class SliceStore {
     int64_t step_base = 0;              // GUARDED_BY(mu): optimizer steps before a restore
     std::vector<Waiter> waiters;        // GUARDED_BY(mu)
     std::unique_ptr<Rebuild> rebuild;   // GUARDED_BY(mu): set while the store rebuilds
+    // Crash recovery (slice_store_rejoin.cc). rejoined[w]: worker w restarted and rejoined
+    // (kRejoin) and has not made a push here that counts yet. The stash: values a donor put
+    // here for rejoin `stash_id`, apart from the step protocol, until fetched or replaced.
+    std::vector<bool> rejoined;         // GUARDED_BY(mu): per worker; empty: none
+    uint64_t stash_id = 0;              // GUARDED_BY(mu)
+    Values stash;                       // GUARDED_BY(mu): null: nothing stashed
   };
   // A push's gradient: float32 values in the frame, or a validated 2-bit frame.
   struct Gradient {
@@ -170,6 +177,13 @@ class SliceStore {
   Status CheckPayload(const Slice& s, const wire::RequestHeader& h, const wire::Chunks& frame,
                       std::vector<uint8_t>* scratch, TwoBitFrame* twobit) const;
   Status Init(Slice* s, const wire::Chunks& frame, std::vector<Deferred>* out);
+  // Crash recovery (slice_store_rejoin.cc). kRejoin: marks `worker` rejoined on every slice.
+  Status MarkRejoined(int32_t worker);
+  // Whether a push of `step` by a rejoined worker is one the slice already counted (from its
+  // previous incarnation): answered OK without adding. A push that counts clears the mark.
+  bool RejoinPushIsNoOp(int32_t worker, Slice* s, int64_t step);
+  void Stash(Slice* s, const wire::RequestHeader& h, const wire::Chunks& frame);
+  void Fetch(Slice* s, const wire::RequestHeader& h, Reply reply, std::vector<Deferred>* out);
   // `packed`: the request accepts a packed answer.
   void Pull(Slice* s, int64_t step, bool packed, Reply reply, std::vector<Deferred>* out);
   Values ResultFor(Slice* s, int64_t step) const;

@@ -71,6 +71,9 @@ const char* OpName(Op op) {
     case Op::kBulk: return "bulk";
     case Op::kSave: return "save";
     case Op::kLoad: return "load";
+    case Op::kRejoin: return "rejoin";
+    case Op::kStash: return "stash";
+    case Op::kFetch: return "fetch";
     case Op::kPushTwoBit: return "push2bit";
     case Op::kPushPullTwoBit: return "pushpull2bit";
     case Op::kPullPacked: return "pullpacked";
@@ -278,7 +281,8 @@ Status ParseBulk(const Chunks& frame, size_t offset, uint64_t bytes, std::vector
       return InvalidArgumentError(where + ": " + st.message());
     }
     const RequestHeader& eh = e.header;
-    if (eh.op == Op::kBulk || eh.op == Op::kInit || IsReplay(eh.op)) {
+    if (eh.op == Op::kBulk || eh.op == Op::kInit || IsReplay(eh.op) ||
+        IsRejoinOp(static_cast<uint8_t>(eh.op))) {
       return InvalidArgumentError(where + ": op " + OpName(eh.op) + " cannot travel in a bulk");
     }
     if (eh.payload_bytes > end - at - kRequestHeaderBytes) {

@@ -65,13 +65,22 @@ enum class Op : uint8_t {
   kPushPullTwoBitPacked = 9,
   kSave = 16,
   kLoad = 17,
-  // Crash recovery of a server (docs/checkpoints.md): ops 18..21 are reserved for it.
-  kReplay = 21,  // see IsReplay below
+  // Crash recovery, ops 18..21. A worker rejoining a running job (docs/checkpoints.md):
+  // kRejoin is server-wide: the connection's worker restarted and starts over at the donor's
+  // step (SliceStore treats its pushes of steps already counted as no-ops). kStash puts a
+  // slice's values in the slice's side buffer under the rejoin id (the header's step field);
+  // kFetch answers them once and drops them. Neither touches the step protocol.
+  kRejoin = 18,
+  kStash = 19,
+  kFetch = 20,
+  kReplay = 21,  // a server rebuilt from the workers' pushes; see IsReplay below
 };
+inline bool IsRejoinOp(uint8_t op) { return op >= 18 && op <= 20; }
 inline constexpr uint8_t kMaxDataOp = 9;  // ops 1..9 are data ops; 16 and 17 the checkpoint round
 inline bool IsKnownOp(uint8_t op) {
   return (op >= 1 && op <= kMaxDataOp) || op == static_cast<uint8_t>(Op::kSave) ||
-         op == static_cast<uint8_t>(Op::kLoad) || op == static_cast<uint8_t>(Op::kReplay);
+         op == static_cast<uint8_t>(Op::kLoad) || IsRejoinOp(op) ||
+         op == static_cast<uint8_t>(Op::kReplay);
 }
 // kReplay: after reconnecting to a restarted server, a worker re-sends the pushes it retained.
 // Key, slice and step name the push; the payload is the whole push request as it was sent (a
@@ -79,7 +88,7 @@ inline bool IsKnownOp(uint8_t op) {
 // the worker's replays on that server; its step is how many replays it sent before.
 inline bool IsReplay(Op op) { return op == Op::kReplay; }
 // "push", "pull", "pushpull", "init", "bulk", "push2bit", "pushpull2bit", "pullpacked",
-// "pushpull2bitpacked", "save", "load", "replay", "op(N)"
+// "pushpull2bitpacked", "save", "load", "rejoin", "stash", "fetch", "replay", "op(N)"
 const char* OpName(Op op);
 // The payload is a 2-bit frame (any byte length; the frame's own checks apply).
 inline bool IsTwoBit(Op op) {
@@ -92,16 +101,17 @@ inline bool AcceptsPacked(Op op) {
 // Whether requests of `op` carry a payload (floats, a 2-bit frame, or a bulk's sub-requests).
 inline bool OpHasPayload(Op op) {
   return op == Op::kPush || op == Op::kPushPull || op == Op::kInit || op == Op::kBulk ||
-         IsTwoBit(op) || IsReplay(op);
+         op == Op::kStash || IsTwoBit(op) || IsReplay(op);
 }
 // The payload is float32 values (a whole number of them); a bulk's and a 2-bit frame's lengths
 // are checked by their own parsers.
 inline bool PayloadIsFloat32(Op op) {
-  return op == Op::kPush || op == Op::kPushPull || op == Op::kInit;
+  return op == Op::kPush || op == Op::kPushPull || op == Op::kInit || op == Op::kStash;
 }
 // The answer carries the step's values.
 inline bool AnswersWithValues(Op op) {
-  return op == Op::kPull || op == Op::kPushPull || op == Op::kPushPullTwoBit || AcceptsPacked(op);
+  return op == Op::kPull || op == Op::kPushPull || op == Op::kPushPullTwoBit ||
+         AcceptsPacked(op) || op == Op::kFetch;
 }
 
 struct RequestHeader {
