@@ -183,4 +183,38 @@ StatusOr<std::string> SchedulerClient::GetGroupKey(const std::string& group,
   return std::move(*resp.mutable_key());
 }
 
+StatusOr<v1::RequestRejoinResponse> SchedulerClient::RequestRejoin(int32_t rank,
+                                                                   int64_t incarnation,
+                                                                   std::chrono::milliseconds wait) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, std::max(wait, std::chrono::milliseconds(1)));
+  v1::RequestRejoinRequest req;
+  req.set_rank(rank);
+  req.set_incarnation(incarnation);
+  v1::RequestRejoinResponse resp;
+  TRELLIS_RETURN_IF_ERROR(Finish(stub_->RequestRejoin(&ctx, req, &resp), "RequestRejoin"));
+  return resp;
+}
+
+StatusOr<v1::WatchRejoinsResponse> SchedulerClient::WatchRejoins(int32_t rank, int64_t incarnation,
+                                                                 bool wait_poll,
+                                                                 std::chrono::milliseconds wait) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, std::max(wait, std::chrono::milliseconds(1)));
+  v1::WatchRejoinsRequest req;
+  req.set_rank(rank);
+  req.set_incarnation(incarnation);
+  req.set_wait(wait_poll);
+  v1::WatchRejoinsResponse resp;
+  TRELLIS_RETURN_IF_ERROR(Finish(stub_->WatchRejoins(&ctx, req, &resp), "WatchRejoins"));
+  return resp;
+}
+
+Status SchedulerClient::RejoinServed(const v1::RejoinServedRequest& request) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::RejoinServedResponse resp;
+  return Finish(stub_->RejoinServed(&ctx, request, &resp), "RejoinServed");
+}
+
 }  // namespace trellis

@@ -20,6 +20,8 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
     prometheus::Counter* dead_detected;
     prometheus::Counter* barrier_releases;
     prometheus::Counter* barrier_wait;
+    prometheus::Counter* rejoins;
+    prometheus::Counter* fresh_rejoins;
     prometheus::Gauge* waiters;
     prometheus::Gauge* version;
   } s{};
@@ -35,6 +37,10 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
   s.barrier_releases = &r.Counter("trellis_scheduler_barrier_releases_total", "Barrier generations released");
   s.barrier_wait = &r.Counter("trellis_scheduler_barrier_wait_seconds_total",
                               "Time nodes spent waiting in barriers, summed over every released waiter");
+  s.rejoins = &r.Counter("trellis_scheduler_rejoins_total",
+                         "Restarted workers that rejoined the running job from a donor's commit");
+  s.fresh_rejoins = &r.Counter("trellis_scheduler_fresh_rejoins_total",
+                               "Rejoin requests answered 'start fresh' (no live worker had committed a step)");
   s.waiters = &r.Gauge("trellis_scheduler_waiting_calls", "Calls waiting now (cluster view, key declaration, barriers)");
   s.version = &r.Gauge("trellis_scheduler_cluster_version", "Version of the cluster view (bumped on every change)");
   r.OnCollect([s, &state] {
@@ -48,6 +54,8 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
     Advance(*s.dead_detected, static_cast<double>(st.dead_detected));
     Advance(*s.barrier_releases, static_cast<double>(st.barrier_releases));
     Advance(*s.barrier_wait, st.barrier_wait_seconds);
+    Advance(*s.rejoins, static_cast<double>(st.rejoins));
+    Advance(*s.fresh_rejoins, static_cast<double>(st.fresh_rejoins));
     s.waiters->Set(static_cast<double>(st.waiters));
     s.version->Set(static_cast<double>(st.version));
   });

@@ -251,6 +251,39 @@ grpc::ServerUnaryReactor* SchedulerService::GetGroupKey(grpc::CallbackServerCont
   return reactor;
 }
 
+grpc::ServerUnaryReactor* SchedulerService::RequestRejoin(grpc::CallbackServerContext* ctx,
+                                                          const v1::RequestRejoinRequest* req,
+                                                          v1::RequestRejoinResponse* resp) {
+  if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  auto* reactor = ctx->DefaultReactor();
+  state_->RequestRejoin(*req, WaitDeadline(ctx),
+                        [reactor, resp](StatusOr<v1::RequestRejoinResponse> r) {
+                          if (r.ok()) *resp = std::move(r).value();
+                          reactor->Finish(ToGrpc(r.status()));
+                        });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SchedulerService::WatchRejoins(grpc::CallbackServerContext* ctx,
+                                                         const v1::WatchRejoinsRequest* req,
+                                                         v1::WatchRejoinsResponse* resp) {
+  if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  auto* reactor = ctx->DefaultReactor();
+  state_->WatchRejoins(*req, WaitDeadline(ctx),
+                       [reactor, resp](StatusOr<v1::WatchRejoinsResponse> r) {
+                         if (r.ok()) *resp = std::move(r).value();
+                         reactor->Finish(ToGrpc(r.status()));
+                       });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SchedulerService::RejoinServed(grpc::CallbackServerContext* ctx,
+                                                         const v1::RejoinServedRequest* req,
+                                                         v1::RejoinServedResponse* resp) {
+  if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  return FinishNow(ctx, ToGrpc(state_->RejoinServed(*req)));
+}
+
 grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                       const v1::HeartbeatRequest* req,
                                                       v1::HeartbeatResponse* resp) {

@@ -71,6 +71,15 @@ class SchedulerService final : public SchedulerServiceBase {
   grpc::ServerUnaryReactor* GetGroupKey(grpc::CallbackServerContext* ctx,
                                         const v1::GetGroupKeyRequest* req,
                                         v1::GetGroupKeyResponse* resp) override;
+  grpc::ServerUnaryReactor* RequestRejoin(grpc::CallbackServerContext* ctx,
+                                          const v1::RequestRejoinRequest* req,
+                                          v1::RequestRejoinResponse* resp) override;
+  grpc::ServerUnaryReactor* WatchRejoins(grpc::CallbackServerContext* ctx,
+                                         const v1::WatchRejoinsRequest* req,
+                                         v1::WatchRejoinsResponse* resp) override;
+  grpc::ServerUnaryReactor* RejoinServed(grpc::CallbackServerContext* ctx,
+                                         const v1::RejoinServedRequest* req,
+                                         v1::RejoinServedResponse* resp) override;
 
  private:
   // UNAUTHENTICATED unless the call carries the job token.

@@ -64,6 +64,7 @@ SchedulerState::SchedulerState(SchedulerConfig config, const Clock* clock)
     : config_(std::move(config)), clock_(clock) {
   servers_.resize(static_cast<size_t>(config_.num_servers));
   workers_.resize(static_cast<size_t>(config_.num_workers));
+  rejoin_watchers_.resize(static_cast<size_t>(config_.num_workers));
 }
 
 SchedulerState::~SchedulerState() { Shutdown(); }
@@ -505,6 +506,7 @@ void SchedulerState::Sweep() {
       g.waiters.erase(bit, g.waiters.end());
     }
     SweepGroupKeysLocked(now, &deferred);
+    SweepRejoinsLocked(now, &deferred);
   }
   Run(deferred);
 }
@@ -521,7 +523,7 @@ SchedulerState::TimePoint SchedulerState::NextDeadline() const {
   for (const auto& [name, k] : group_keys_) {
     for (const auto& w : k.waiters) next = std::min(next, w.deadline);
   }
-  return next;
+  return std::min(next, NextRejoinDeadlineLocked());
 }
 
 void SchedulerState::Shutdown() {
@@ -542,6 +544,7 @@ void SchedulerState::Shutdown() {
       for (auto& w : k.waiters) deferred.push_back([done = std::move(w.done), st] { done(st); });
       k.waiters.clear();
     }
+    FailRejoinsLocked(st, &deferred);
   }
   Run(deferred);
 }
@@ -554,6 +557,7 @@ SchedulerStats SchedulerState::stats() const {
                                    ext_waiters_.size());
   for (const auto& [name, g] : barriers_) s.waiters += static_cast<int64_t>(g.waiters.size());
   for (const auto& [name, k] : group_keys_) s.waiters += static_cast<int64_t>(k.waiters.size());
+  s.waiters += static_cast<int64_t>(RejoinWaitersLocked());
   int role = 0;
   for (const auto* nodes : {&servers_, &workers_}) {
     for (const Node& n : *nodes) {

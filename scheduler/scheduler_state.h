@@ -55,6 +55,8 @@ struct SchedulerStats {
   int64_t restarts_of[2] = {0, 0};
   int64_t barrier_releases = 0;        // barrier generations released
   double barrier_wait_seconds = 0;     // summed over every released waiter
+  int64_t rejoins = 0;                 // rejoin requests served by a donor
+  int64_t fresh_rejoins = 0;           // rejoin requests answered "start fresh"
 };
 
 class SchedulerState {
@@ -104,6 +106,17 @@ class SchedulerState {
   Status PublishGroupKey(const v1::PublishGroupKeyRequest& req);
   void GetGroupKey(const v1::GetGroupKeyRequest& req, TimePoint deadline,
                    Callback<std::string> done);
+  // Crash recovery (scheduler_state_rejoin.cc; proto: RequestRejoin, WatchRejoins,
+  // RejoinServed). The donor is the lowest-rank live worker watching under its current
+  // incarnation, other than the rejoiner; none: answered `fresh` at once. A request waits for
+  // its donor's RejoinServed until `deadline` (then DEADLINE_EXCEEDED naming the donor); one
+  // request per rank is kept (a newer one fails the older with ABORTED), so the state is
+  // bounded by the number of workers.
+  void RequestRejoin(const v1::RequestRejoinRequest& req, TimePoint deadline,
+                     Callback<v1::RequestRejoinResponse> done);
+  void WatchRejoins(const v1::WatchRejoinsRequest& req, TimePoint deadline,
+                    Callback<v1::WatchRejoinsResponse> done);
+  Status RejoinServed(const v1::RejoinServedRequest& req);
   StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
   Status ReportExit(const v1::ReportExitRequest& req);
   Status Leave(const v1::LeaveRequest& req);
@@ -170,6 +183,22 @@ class SchedulerState {
     uint64_t published_seq = 0;  // publication order, for choosing what to evict
     std::vector<GroupKeyWaiter> waiters;
   };
+  // A worker's rejoin watcher (index = rank). `incarnation` 0: never watched.
+  struct RejoinWatcher {
+    int64_t incarnation = 0;
+    bool waiting = false;  // a WatchRejoins long poll is parked here
+    TimePoint deadline{};
+    Callback<v1::WatchRejoinsResponse> done;
+    std::vector<uint64_t> queue;  // rejoin ids handed to this donor, not yet polled
+  };
+  struct Rejoin {
+    int32_t rank = 0;
+    int64_t incarnation = 0;
+    int32_t donor = 0;
+    TimePoint arrived{};
+    TimePoint deadline{};
+    Callback<v1::RequestRejoinResponse> done;
+  };
   // Work to do once the lock is released (callbacks).
   using Deferred = std::vector<std::function<void()>>;
 
@@ -199,6 +228,11 @@ class SchedulerState {
   Status MakeGroupKeyRoomLocked();
   // Fails the group-key waiters past their deadline (Sweep).
   void SweepGroupKeysLocked(TimePoint now, Deferred* deferred);
+  // Rejoins past their deadline, watchers' polls to answer empty (Sweep); all (Shutdown).
+  void SweepRejoinsLocked(TimePoint now, Deferred* deferred);
+  void FailRejoinsLocked(const Status& status, Deferred* deferred);
+  TimePoint NextRejoinDeadlineLocked() const;
+  size_t RejoinWaitersLocked() const;
   // keys == nullptr: equal to the reference declaration.
   bool DeclareImpl(int32_t rank, const std::vector<const v1::KeySpec*>* keys, TimePoint deadline,
                    Callback<std::shared_ptr<const v1::ShardMap>> done);
@@ -242,6 +276,10 @@ class SchedulerState {
 
   std::unordered_map<std::string, GroupKey> group_keys_;  // GUARDED_BY(mu_)
   uint64_t group_key_seq_ = 0;                             // GUARDED_BY(mu_)
+
+  std::vector<RejoinWatcher> rejoin_watchers_;  // GUARDED_BY(mu_); index = worker rank
+  std::map<uint64_t, Rejoin> rejoins_;         // GUARDED_BY(mu_); at most one per rank
+  uint64_t next_rejoin_id_ = 1;                 // GUARDED_BY(mu_)
 };
 
 }  // namespace trellis
