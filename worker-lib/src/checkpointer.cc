@@ -10,6 +10,7 @@
 #include "common/checkpoint_dir.h"
 #include "common/logging.h"
 #include "trellis/checkpoint.h"
+#include "worker-lib/src/rejoin_keeper.h"
 #include "worker-lib/src/worker_impl.h"
 
 namespace trellis {
@@ -45,7 +46,7 @@ class CheckpointerImpl final : public Checkpointer {
  public:
   CheckpointerImpl(Worker& worker, WorkerImpl* impl, std::vector<TensorRef> params,
                    std::vector<TensorRef> state, CheckpointConfig config, KeyId state_key,
-                   int64_t state_elements)
+                   int64_t state_elements, bool rejoin)
       : worker_(worker),
         impl_(config.servers_save ? impl : nullptr),
         metrics_(impl != nullptr ? std::make_unique<CheckpointMetrics>(impl->registry()) : nullptr),
@@ -53,9 +54,21 @@ class CheckpointerImpl final : public Checkpointer {
         state_(std::move(state)),
         config_(std::move(config)),
         state_key_(state_key),
-        state_buf_(kStepSlots + state_elements) {}
+        state_buf_(kStepSlots + state_elements) {
+    // Crash recovery needs the plain worker and the scheduler's rejoin calls.
+    if (rejoin && impl != nullptr && impl->setup().request_rejoin) {
+      incarnation_ = impl->setup().incarnation;
+      keeper_ = std::make_unique<RejoinKeeper>(*impl, params_, state_key_, state_buf_.data(),
+                                               static_cast<int64_t>(state_buf_.size()));
+    }
+  }
 
   StatusOr<int64_t> Restore() override;
+  Status Commit(int64_t step) override;
+  Status EndStep(int64_t step) override {
+    TRELLIS_RETURN_IF_ERROR(Commit(step));
+    return Due(step) ? Save(step) : Status::Ok();
+  }
   bool Due(int64_t step) const override {
     return worker_.rank() == 0 && !config_.path.empty() && config_.interval_steps > 0 &&
            step > 0 && step % config_.interval_steps == 0;
@@ -69,6 +82,11 @@ class CheckpointerImpl final : public Checkpointer {
  private:
   // Rank 0: fills the tracked buffers from the newest good checkpoint; returns its step (0: none).
   StatusOr<int64_t> LoadOnRoot();
+  // The collective restore: rank 0's checkpoint (or own values) to every worker.
+  StatusOr<int64_t> RestoreFromRoot();
+  // state_buf_ <-> the state tensors (after kStepSlots).
+  void PackState();
+  void UnpackState();
   void PackStep(int64_t step) { std::memcpy(state_buf_.data(), &step, sizeof(step)); }
   int64_t UnpackStep() const {
     int64_t step;
@@ -94,7 +112,58 @@ class CheckpointerImpl final : public Checkpointer {
   std::string last_file_;
   uint64_t saves_ = 0;
   uint64_t bytes_written_ = 0;
+  int64_t incarnation_ = 1;
+  std::unique_ptr<RejoinKeeper> keeper_;  // null: crash recovery off; declared last: stops first
 };
+
+void CheckpointerImpl::PackState() {
+  int64_t at = kStepSlots;
+  for (const auto& t : state_) {
+    std::memcpy(state_buf_.data() + at, t.data, t.num_elements * sizeof(float));
+    at += t.num_elements;
+  }
+}
+
+void CheckpointerImpl::UnpackState() {
+  int64_t at = kStepSlots;
+  for (const auto& t : state_) {
+    std::memcpy(t.data, state_buf_.data() + at, t.num_elements * sizeof(float));
+    at += t.num_elements;
+  }
+}
+
+Status CheckpointerImpl::Commit(int64_t step) {
+  if (!keeper_) return Status::Ok();
+  if (step < 0) return InvalidArgumentError("Commit of step " + std::to_string(step));
+  PackStep(step);
+  PackState();
+  return keeper_->Commit(step);
+}
+
+StatusOr<int64_t> CheckpointerImpl::Restore() {
+  if (keeper_ && incarnation_ > 1) {
+    // Restarted while the job runs: continue from a live worker's last commit.
+    TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> rejoined, keeper_->Rejoin());
+    if (rejoined.has_value()) {
+      if (UnpackStep() != *rejoined) {
+        return DataLossError("rejoin: the donor's state holds step " +
+                             std::to_string(UnpackStep()) + ", its commit says " +
+                             std::to_string(*rejoined));
+      }
+      UnpackState();
+      TRELLIS_RETURN_IF_ERROR(Commit(*rejoined));
+      return *rejoined;
+    }
+    // Nobody committed yet: a first start, but the dead incarnation may have pushed step 1.
+    TRELLIS_ASSIGN_OR_RETURN(int64_t step, RestoreFromRoot());
+    TRELLIS_RETURN_IF_ERROR(keeper_->MarkServersRejoined());
+    TRELLIS_RETURN_IF_ERROR(Commit(step));
+    return step;
+  }
+  TRELLIS_ASSIGN_OR_RETURN(int64_t step, RestoreFromRoot());
+  TRELLIS_RETURN_IF_ERROR(Commit(step));
+  return step;
+}
 
 Status CheckpointerImpl::Fill(const Checkpoint& c, const std::string& file) {
   auto fill = [&](const TensorRef& t, KeyId key) -> Status {
@@ -152,7 +221,7 @@ StatusOr<int64_t> CheckpointerImpl::LoadOnRoot() {
   return NotFoundError("no usable checkpoint model-*.ckpt in " + config_.path + rejected);
 }
 
-StatusOr<int64_t> CheckpointerImpl::Restore() {
+StatusOr<int64_t> CheckpointerImpl::RestoreFromRoot() {
   const bool root = worker_.rank() == 0;
   int64_t step = 0;
   Status load_error;
@@ -165,11 +234,7 @@ StatusOr<int64_t> CheckpointerImpl::Restore() {
       step = kRestoreFailed;
     }
     PackStep(step);
-    int64_t at = kStepSlots;
-    for (const auto& t : state_) {
-      std::memcpy(state_buf_.data() + at, t.data, t.num_elements * sizeof(float));
-      at += t.num_elements;
-    }
+    PackState();
   }
   // The state key first: on failure the others learn it before waiting for parameters.
   TRELLIS_RETURN_IF_ERROR(
@@ -192,13 +257,7 @@ StatusOr<int64_t> CheckpointerImpl::Restore() {
   for (size_t i = 0; i < handles.size(); ++i) {
     TRELLIS_RETURN_IF_ERROR(handles[i].Wait().Annotate("broadcast of '" + params_[i].name + "'"));
   }
-  if (!root) {
-    int64_t at = kStepSlots;
-    for (const auto& t : state_) {
-      std::memcpy(t.data, state_buf_.data() + at, t.num_elements * sizeof(float));
-      at += t.num_elements;
-    }
-  }
+  if (!root) UnpackState();
   return step;
 }
 
@@ -287,7 +346,7 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(Worker& worker,
                               .Annotate("Checkpointer::Create"));
   return std::unique_ptr<Checkpointer>(new CheckpointerImpl(
       worker, impl, std::move(params), std::move(state), std::move(config), options.state_key,
-      state_elements));
+      state_elements, options.rejoin));
 }
 
 }  // namespace trellis

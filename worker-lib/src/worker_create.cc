@@ -1,5 +1,5 @@
 // Worker::Create: the environment contract (TRELLIS_SCHEDULER, TRELLIS_RANK, TRELLIS_TOKEN_FILE,
-// TRELLIS_NUM_WORKERS, TRELLIS_TIMEOUT_MS, TRELLIS_METRICS_PORT/HOST), the job from the scheduler
+// TRELLIS_NUM_WORKERS, TRELLIS_TIMEOUT_MS, TRELLIS_INCARNATION, TRELLIS_METRICS_PORT/HOST), the job from the scheduler
 // (incl. spec.transport and spec.compression), the complete cluster view; precedence
 // WorkerOptions > environment > job > default.
 // A multi-GPU pod (TRELLIS_LOCAL_SIZE > 1, set by the agent) gets a LocalGroupWorker around the
@@ -120,6 +120,18 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   setup.barrier = [c, rank, wait](const std::string& name, int64_t generation) {
     return c->Barrier(name, v1::ROLE_WORKER, rank, generation, /*all_nodes=*/false, wait);
   };
+  // Crash recovery: after a restart (incarnation > 1) the checkpointer asks to rejoin.
+  if (std::string inc = Env("TRELLIS_INCARNATION"); !inc.empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(setup.incarnation, ParseEnvInt("TRELLIS_INCARNATION", inc, 1, 1 << 30));
+  }
+  const int64_t incarnation = setup.incarnation;
+  setup.request_rejoin = [c, rank, incarnation, wait] {
+    return c->RequestRejoin(rank, incarnation, wait);
+  };
+  setup.watch_rejoins = [c, rank, incarnation](bool poll, std::chrono::milliseconds w) {
+    return c->WatchRejoins(rank, incarnation, poll, w);
+  };
+  setup.rejoin_served = [c](const v1::RejoinServedRequest& r) { return c->RejoinServed(r); };
   setup.keep_alive = client;
   setup.retain_pushes = job->recovery.retainPushes;
   // A restarted server reports ready again, maybe at another port: ask the cluster view.

@@ -25,7 +25,9 @@ bool IsPullOnly(wire::Op op) { return op == wire::Op::kPull || op == wire::Op::k
 
 bool WorkerImpl::Bulkable(const Task& t) const {
   const BulkingOptions& b = setup_.bulking;
-  return b.enabled && t.request.op != wire::Op::kInit && t.slice_bytes <= b.threshold_bytes;
+  return b.enabled && t.request.op != wire::Op::kInit &&
+         !wire::IsRejoinOp(static_cast<uint8_t>(t.request.op)) &&
+         t.slice_bytes <= b.threshold_bytes;
 }
 
 void WorkerImpl::Pump() {

@@ -272,7 +272,7 @@ Handle WorkerImpl::Broadcast(KeyId key, float* data, int root) {
 }
 
 Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* src, float* dst,
-                         int priority, Callback done, bool broadcast) {
+                         int priority, Callback done, bool broadcast, int64_t tag) {
   if (closing_.load()) return Failed(CancelledError("worker shutting down"), std::move(done));
   if (!finished_.load()) {
     return Failed(FailedPreconditionError(std::string(verb) + " key " + std::to_string(key) +
@@ -302,7 +302,9 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
                   std::move(done));
   }
   int64_t step = 0;
-  if (broadcast) {
+  if (wire::IsRejoinOp(static_cast<uint8_t>(op))) {
+    step = tag;  // not a step: the transfer's tag
+  } else if (broadcast) {
     if (k.push_step.load() != 0) {
       return Failed(FailedPreconditionError(std::string(verb) + " " + KeyName(k) + " after step " +
                                             std::to_string(k.push_step.load()) +

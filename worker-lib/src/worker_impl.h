@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -71,6 +72,14 @@ struct WorkerSetup {
   // The current data address of server `server` (the scheduler's cluster view, waiting at most
   // `wait_ms` for it to be complete); null: addresses do not change.
   std::function<StatusOr<std::string>(int32_t server, int64_t wait_ms)> resolve_server;
+  // Crash recovery (checkpointer_rejoin.cc; docs/checkpoints.md#crash-recovery): this
+  // process's incarnation (TRELLIS_INCARNATION: > 1 after its agent restarted it) and the
+  // scheduler's rejoin calls. Hooks left unset: rejoining is off (workers built by hand).
+  int64_t incarnation = 1;
+  std::function<StatusOr<v1::RequestRejoinResponse>()> request_rejoin;
+  // (wait: long poll up to the duration, else answer at once)
+  std::function<StatusOr<v1::WatchRejoinsResponse>(bool, std::chrono::milliseconds)> watch_rejoins;
+  std::function<Status(const v1::RejoinServedRequest&)> rejoin_served;
   // Kept alive as long as the worker (e.g. the scheduler client the hooks use).
   std::shared_ptr<void> keep_alive;
   // The process's metrics (job, role worker, rank); null: the worker makes its own.
@@ -117,6 +126,16 @@ class WorkerImpl final : public Worker {
   // The process's registry (checkpointer.cc registers its series in it).
   MetricsRegistry& registry() const { return *metrics_; }
 
+  // Crash recovery, used by the checkpointer (worker_rejoin.cc).
+  const WorkerSetup& setup() const { return setup_; }
+  // kStash: `data` to every slice of `key` under rejoin `id`; kFetch: those values into `data`.
+  Handle Transfer(wire::Op op, KeyId key, uint64_t id, float* data);
+  // Every key's push count so far (the server's step of its latest push), by key id.
+  std::vector<std::pair<KeyId, int64_t>> PushSteps() const;
+  // A rejoiner continues the donor's counts. Keys absent here are an error naming them.
+  // REQUIRES: no operation in flight.
+  Status SetPushSteps(const std::vector<std::pair<KeyId, int64_t>>& steps);
+
  private:
   struct SliceInfo {
     uint32_t index;
@@ -142,8 +161,9 @@ class WorkerImpl final : public Worker {
     SliceClock::time_point enqueued;
   };
 
+  // `tag`: the step field of kStash / kFetch (the rejoin id).
   Handle Start(const char* verb, wire::Op op, KeyId key, const float* src, float* dst,
-               int priority, Callback done, bool broadcast);
+               int priority, Callback done, bool broadcast, int64_t tag = 0);
   // Registers `st` with the watchdog, queues its tasks and pumps.
   Handle Launch(std::shared_ptr<Handle::State> st, int priority, std::vector<Task> tasks);
   static Handle Failed(const Status& st, Callback done);

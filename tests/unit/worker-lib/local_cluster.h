@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -62,6 +63,8 @@ struct ClusterOptions {
   BulkingOptions bulking;
   CompressionSpec compression;     // the job's spec.compression
   bool retain_pushes = true;       // the job's spec.recovery.retainPushes
+  // Called on every worker's setup before the worker is made (e.g. scheduler hooks).
+  std::function<void(int rank, WorkerSetup*)> customize;
 };
 
 class LocalCluster {
@@ -93,34 +96,11 @@ class LocalCluster {
       std::lock_guard lock(addresses_mu_);
       addresses_ = addresses;
     }
+    options_ = o;
     std::vector<std::unique_ptr<Worker>> inner;
     for (int i = 0; i < o.workers * o.local_size; ++i) {
       const int w = i / o.local_size;  // the pod
-      WorkerSetup setup;
-      setup.rank = w;
-      setup.priority_enabled = o.priority;
-      setup.num_workers = o.workers;
-      setup.server_addresses = addresses;
-      setup.token = o.token;
-      setup.water_mark = o.water_mark;
-      setup.timeout_ms = o.timeout_ms;
-      setup.transport = o.transport;
-      setup.metrics = std::make_shared<MetricsRegistry>(MetricLabels{"local", "worker", w});
-      worker_metrics.push_back(setup.metrics);
-      setup.bulking = o.bulking;
-      setup.compression = o.compression;
-      setup.retain_pushes = o.retain_pushes;
-      setup.resolve_server = [this](int32_t server, int64_t) { return AddressOf(server); };
-      int ns = o.servers;
-      int64_t sb = o.slice_bytes;
-      setup.declare = [ns, sb](const std::vector<v1::KeySpec>& keys) {
-        return BuildShardMap(keys, ns, "roundRobin", sb);
-      };
-      auto barrier = barrier_;
-      int64_t t = o.timeout_ms;
-      setup.barrier = [barrier, t](const std::string& name, int64_t gen) {
-        return barrier->Arrive(name, gen, std::chrono::milliseconds(t));
-      };
+      WorkerSetup setup = SetupFor(w);
       TRELLIS_ASSIGN_OR_RETURN(auto worker, CreateWorker(std::move(setup)));
       inner.push_back(std::move(worker));
     }
@@ -129,6 +109,40 @@ class LocalCluster {
       return Status::Ok();
     }
     return GroupPods(o, std::move(inner));
+  }
+  // The setup Start gives worker `w` (tests add hooks and start a replacement worker with it).
+  WorkerSetup SetupFor(int w) {
+    const ClusterOptions& o = options_;
+    WorkerSetup setup;
+    setup.rank = w;
+    setup.priority_enabled = o.priority;
+    setup.num_workers = o.workers;
+    {
+      std::lock_guard lock(addresses_mu_);
+      setup.server_addresses = addresses_;
+    }
+    setup.token = o.token;
+    setup.water_mark = o.water_mark;
+    setup.timeout_ms = o.timeout_ms;
+    setup.transport = o.transport;
+    setup.metrics = std::make_shared<MetricsRegistry>(MetricLabels{"local", "worker", w});
+    worker_metrics.push_back(setup.metrics);
+    setup.bulking = o.bulking;
+    setup.compression = o.compression;
+    setup.retain_pushes = o.retain_pushes;
+    setup.resolve_server = [this](int32_t server, int64_t) { return AddressOf(server); };
+    int ns = o.servers;
+    int64_t sb = o.slice_bytes;
+    setup.declare = [ns, sb](const std::vector<v1::KeySpec>& keys) {
+      return BuildShardMap(keys, ns, "roundRobin", sb);
+    };
+    auto barrier = barrier_;
+    int64_t t = o.timeout_ms;
+    setup.barrier = [barrier, t](const std::string& name, int64_t gen) {
+      return barrier->Arrive(name, gen, std::chrono::milliseconds(t));
+    };
+    if (o.customize) o.customize(w, &setup);
+    return setup;
   }
   // Declares the same keys on every worker and finishes declarations.
   Status Declare(const std::vector<KeyDecl>& keys) {
@@ -223,6 +237,7 @@ class LocalCluster {
  private:
   std::shared_ptr<LocalBarrier> barrier_;
   std::vector<PserverOptions> server_options_;  // as started, with the ports they got
+  ClusterOptions options_;
   std::mutex addresses_mu_;
   std::vector<std::string> addresses_;  // GUARDED_BY(addresses_mu_): empty while stopped
 };

@@ -3,7 +3,11 @@
 //
 //   auto ckpt = trellis::Checkpointer::Create(*worker, params, state);  // before FinishDeclarations
 //   int64_t step = (*ckpt)->Restore().value();     // after it: every worker holds rank 0's values
-//   ... after each step s (all updates applied): if ((*ckpt)->Due(s)) (*ckpt)->Save(s);
+//   ... after each step s (all updates applied): (*ckpt)->EndStep(s);
+//
+// EndStep also keeps the commit a restarted worker rejoins the running job from (crash
+// recovery: a worker killed mid-training comes back under its rank and continues where the
+// others are; docs/checkpoints.md#crash-recovery).
 //
 // Restore doubles as the initial broadcast: with no checkpoint in the directory, rank 0's own
 // values are sent to everyone and the step is 0. The directory, interval and count kept come from
@@ -37,6 +41,11 @@ struct CheckpointOptions {
   // The extra key that carries the step and the `state` tensors; must not be a model key.
   // (Small enough for multi-GPU pods, whose part keys are id * G + l.)
   KeyId state_key = 0x00FFFFFFFFFF0000ull;
+  // Crash recovery: every Commit copies the tracked tensors (params and state) into host memory,
+  // so that a restarted worker can rejoin from a live one. Costs one host copy of all tracked
+  // tensors and a memcpy of them per step. Off: a restarted worker cannot rejoin (its Restore
+  // starts over as on a first start, which only works before training started).
+  bool rejoin = true;
 };
 
 class Checkpointer {
@@ -55,7 +64,19 @@ class Checkpointer {
   // with rank 0's parameters and state. Returns the step to resume after (0: nothing restored).
   // A checkpoint that does not fit the tracked tensors is an error on rank 0, reported to the
   // other workers as a failed restore (never a hang).
+  // On a worker its agent restarted (TRELLIS_INCARNATION > 1) while the job runs, Restore
+  // rejoins instead: the tensors become a live worker's last commit and the returned step is
+  // that commit's (not a collective then: the others keep training). Restore commits its step.
   virtual StatusOr<int64_t> Restore() = 0;
+
+  // The tracked tensors hold the values after `step` and every handle of the step was waited
+  // for (and no push of step+1 started): keeps them as the commit a restarted worker rejoins
+  // from. Call once per step in step order; the same step again is a no-op. A loop that
+  // overlaps the next step's first layers with the last updates can call it at the point where
+  // the previous step's updates are all applied (examples/mlp does, after the forward pass).
+  virtual Status Commit(int64_t step) = 0;
+  // Commit(step), then Save(step) when Due(step): the one per-step call of a simple loop.
+  virtual Status EndStep(int64_t step) = 0;
 
   // Whether a checkpoint is due after `step` (>= 1): rank 0, a path, and step % interval == 0.
   virtual bool Due(int64_t step) const = 0;

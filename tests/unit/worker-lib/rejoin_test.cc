@@ -1,0 +1,232 @@
+// Crash recovery through trellis::Checkpointer (docs/checkpoints.md#crash-recovery): in-process
+// servers (both transports) and an in-process scheduler for the rejoin calls. Worker 1 trains,
+// pushes one step more than it commits and "dies" (its objects go away); a replacement with
+// incarnation 2 rejoins from worker 0's commit and both end with the values of an undisturbed run.
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "scheduler/scheduler_client.h"
+#include "scheduler/scheduler_service.h"
+#include "tests/unit/worker-lib/local_cluster.h"
+#include "trellis/checkpoint.h"
+#include "worker-lib/src/worker_impl.h"
+
+namespace trellis {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int64_t kN = 6;     // elements of key 1, in 3 slices over 2 servers
+constexpr int kSteps = 8;
+
+// Worker r's gradient at `step`, from the weights every worker holds.
+void Gradient(const std::vector<float>& w, int r, int64_t step, std::vector<float>* g) {
+  g->resize(kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    (*g)[i] = 0.5f * w[i] + static_cast<float>(r + 1) + 0.01f * static_cast<float>(step + i);
+  }
+}
+// The update every worker applies to the sum: weights and a momentum-like state.
+void Apply(const std::vector<float>& sum, std::vector<float>* w, std::vector<float>* v) {
+  for (int64_t i = 0; i < kN; ++i) {
+    (*v)[i] = 0.9f * (*v)[i] + sum[i];
+    (*w)[i] -= 0.01f * (*v)[i];
+  }
+}
+
+struct Trainer {
+  std::unique_ptr<Checkpointer> ckpt;
+  std::vector<float> w = std::vector<float>(kN), v = std::vector<float>(kN);
+};
+
+class RejoinTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    SchedulerConfig sc;
+    sc.job_name = "rj";
+    sc.num_workers = 2;
+    SchedulerServerOptions so;
+    so.host = "127.0.0.1";
+    so.sweep_interval = 10ms;
+    auto s = SchedulerServer::Start(sc, so);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    scheduler_ = std::move(s).value();
+    auto c = SchedulerClient::Connect({scheduler_->address(), "", 5s});
+    ASSERT_TRUE(c.ok());
+    client_ = std::move(c).value();
+    for (int r = 0; r < 2; ++r) incarnation_[r] = Register(r);
+
+    testing::ClusterOptions o;
+    o.servers = 2;
+    o.workers = 2;
+    o.slice_bytes = 8;  // 2 floats per slice
+    o.timeout_ms = 10000;
+    o.transport = GetParam();
+    o.customize = [this](int rank, WorkerSetup* s) { Hook(rank, s); };
+    ASSERT_TRUE(cluster_.Start(o).ok());
+  }
+  void TearDown() override {
+    for (auto& t : trainers_) t.ckpt.reset();  // before the workers they use
+  }
+  int64_t Register(int rank) {
+    v1::RegisterRequest r;
+    r.set_job("rj");
+    r.set_role(v1::ROLE_WORKER);
+    r.set_pod_name("rj-worker-" + std::to_string(rank));
+    auto got = client_->Register(r);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    return got.ok() ? got->incarnation() : 0;
+  }
+  void Hook(int rank, WorkerSetup* s) {
+    SchedulerClient* c = client_.get();
+    const int64_t inc = incarnation_[rank];
+    s->incarnation = inc;
+    s->request_rejoin = [c, rank, inc] { return c->RequestRejoin(rank, inc, 10s); };
+    s->watch_rejoins = [c, rank, inc](bool poll, std::chrono::milliseconds w) {
+      return c->WatchRejoins(rank, inc, poll, w);
+    };
+    s->rejoin_served = [c](const v1::RejoinServedRequest& r) { return c->RejoinServed(r); };
+  }
+  // Declares, creates the checkpointer (rank r starts from its own values).
+  void Prepare(Worker& worker, int r, Trainer* t) {
+    for (int64_t i = 0; i < kN; ++i) {
+      t->w[i] = static_cast<float>(r + 1) * 0.1f * static_cast<float>(i + 1);
+      t->v[i] = 0;
+    }
+    ASSERT_TRUE(worker.DeclareKey({.id = 1, .name = "w", .num_elements = kN}).ok());
+    auto ck = Checkpointer::Create(worker, {{"w", t->w.data(), kN, 1}}, {{"v", t->v.data(), kN}},
+                                   CheckpointOptions{});
+    ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+    t->ckpt = std::move(*ck);
+    ASSERT_TRUE(worker.FinishDeclarations().ok());
+  }
+  // Steps first..last; EndStep after each unless `last_uncommitted` (the dying worker pushes
+  // its last step but never commits it).
+  static Status Train(Worker& worker, int r, Trainer* t, int64_t first, int64_t last,
+                      bool last_uncommitted = false) {
+    std::vector<float> g;
+    for (int64_t step = first; step <= last; ++step) {
+      Gradient(t->w, r, step, &g);
+      TRELLIS_RETURN_IF_ERROR(worker.PushPull(1, g.data(), g.data()).Wait());
+      Apply(g, &t->w, &t->v);
+      if (!(last_uncommitted && step == last)) TRELLIS_RETURN_IF_ERROR(t->ckpt->EndStep(step));
+    }
+    return Status::Ok();
+  }
+  // The same arithmetic on one machine: what every worker must hold after kSteps.
+  void Expected(std::vector<float>* w, std::vector<float>* v) const {
+    w->resize(kN);
+    v->assign(kN, 0.0f);
+    for (int64_t i = 0; i < kN; ++i) (*w)[i] = 0.1f * static_cast<float>(i + 1);  // rank 0's
+    std::vector<float> g0, g1;
+    for (int64_t step = 1; step <= kSteps; ++step) {
+      Gradient(*w, 0, step, &g0);
+      Gradient(*w, 1, step, &g1);
+      for (int64_t i = 0; i < kN; ++i) g0[i] += g1[i];
+      Apply(g0, w, v);
+    }
+  }
+  std::string Metrics(Worker& w) { return dynamic_cast<WorkerImpl&>(w).registry().Serialize(); }
+
+  std::unique_ptr<SchedulerServer> scheduler_;
+  std::unique_ptr<SchedulerClient> client_;
+  int64_t incarnation_[2] = {0, 0};
+  testing::LocalCluster cluster_;
+  Trainer trainers_[2];
+};
+
+// Worker 0 holds after committing step 5 (as if slow), worker 1 pushes step 6 and dies: the
+// rejoiner resumes after 5 and its push of 6 is one the servers already counted.
+TEST_P(RejoinTest, KilledWorkerRejoinsFromTheDonorsCommitAndTrainingEndsAsUndisturbed) {
+  Worker& w0 = *cluster_.workers[0];
+  Prepare(w0, 0, &trainers_[0]);
+  Prepare(*cluster_.workers[1], 1, &trainers_[1]);
+  ASSERT_EQ(trainers_[0].ckpt->Restore().value(), 0);
+  ASSERT_EQ(trainers_[1].ckpt->Restore().value(), 0);
+
+  std::promise<void> go_on;
+  Status st0;
+  std::thread rank0([&, go = go_on.get_future()] {
+    st0 = Train(w0, 0, &trainers_[0], 1, 5);
+    go.wait();
+    if (st0.ok()) st0 = Train(w0, 0, &trainers_[0], 6, kSteps);
+  });
+  ASSERT_TRUE(Train(*cluster_.workers[1], 1, &trainers_[1], 1, 5).ok());
+  {
+    std::vector<float> g;
+    Gradient(trainers_[1].w, 1, 6, &g);
+    ASSERT_TRUE(cluster_.workers[1]->Push(1, g.data()).Wait().ok());  // counted, then it dies
+  }
+  trainers_[1].ckpt.reset();
+  cluster_.workers[1].reset();
+
+  // Its agent restarts it: incarnation 2, a new process with its own initial values.
+  incarnation_[1] = Register(1);
+  ASSERT_EQ(incarnation_[1], 2);
+  auto made = CreateWorker(cluster_.SetupFor(1));
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  cluster_.workers[1] = std::move(*made);
+  Worker& w1 = *cluster_.workers[1];
+  Trainer& t1 = trainers_[1];
+  Prepare(w1, 1, &t1);
+  auto resumed = t1.ckpt->Restore();
+  go_on.set_value();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_EQ(*resumed, 5);  // worker 0's commit
+  EXPECT_EQ(t1.w, trainers_[0].w);
+  EXPECT_EQ(t1.v, trainers_[0].v);
+  ASSERT_TRUE(Train(w1, 1, &t1, *resumed + 1, kSteps).ok());
+  rank0.join();
+  ASSERT_TRUE(st0.ok()) << st0.ToString();
+
+  std::vector<float> w, v;
+  Expected(&w, &v);
+  EXPECT_EQ(trainers_[0].w, w);
+  EXPECT_EQ(trainers_[0].v, v);
+  EXPECT_EQ(t1.w, w);
+  EXPECT_EQ(t1.v, v);
+  EXPECT_NE(Metrics(w1).find("trellis_worker_rejoins_total{job=\"local\",rank=\"1\",role=\"worker\"} 1"),
+            std::string::npos)
+      << Metrics(w1);
+  EXPECT_NE(Metrics(w0).find("trellis_worker_rejoins_served_total{job=\"local\",rank=\"0\",role=\"worker\"} 1"),
+            std::string::npos)
+      << Metrics(w0);
+}
+
+TEST_P(RejoinTest, RestartBeforeAnyCommitStartsFreshFromRankZero) {
+  // Worker 1 died before its Restore; its replacement asks before worker 0 committed anything.
+  incarnation_[1] = Register(1);
+  auto made = CreateWorker(cluster_.SetupFor(1));
+  ASSERT_TRUE(made.ok());
+  cluster_.workers[1] = std::move(*made);
+  Prepare(*cluster_.workers[0], 0, &trainers_[0]);
+  Prepare(*cluster_.workers[1], 1, &trainers_[1]);
+  StatusOr<int64_t> r1 = InternalError("not run");
+  std::thread rank1([&] { r1 = trainers_[1].ckpt->Restore(); });
+  // Rank 1 got "start fresh" and waits for rank 0's broadcast (bounded wait for the answer).
+  for (int i = 0; i < 1000 && scheduler_->state().stats().fresh_rejoins == 0; ++i) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(scheduler_->state().stats().fresh_rejoins, 1);
+  ASSERT_EQ(trainers_[0].ckpt->Restore().value(), 0);
+  rank1.join();
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  EXPECT_EQ(*r1, 0);
+  EXPECT_EQ(trainers_[1].w, trainers_[0].w);
+  Status st0;
+  std::thread rank0([&] { st0 = Train(*cluster_.workers[0], 0, &trainers_[0], 1, kSteps); });
+  ASSERT_TRUE(Train(*cluster_.workers[1], 1, &trainers_[1], 1, kSteps).ok());
+  rank0.join();
+  ASSERT_TRUE(st0.ok()) << st0.ToString();
+  std::vector<float> w, v;
+  Expected(&w, &v);
+  EXPECT_EQ(trainers_[1].w, w);
+  EXPECT_EQ(trainers_[0].w, w);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, RejoinTest, ::testing::Values("grpc", "tcp"));
+
+}  // namespace
+}  // namespace trellis

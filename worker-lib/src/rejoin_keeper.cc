@@ -1,0 +1,150 @@
+#include "worker-lib/src/rejoin_keeper.h"
+
+#include <pthread.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "common/logging.h"
+
+namespace trellis {
+namespace {
+
+// How long one watcher poll waits: also how long stopping the watcher may take.
+constexpr std::chrono::milliseconds kWatchPoll{1000};
+
+}  // namespace
+
+RejoinKeeper::RejoinKeeper(WorkerImpl& impl, const std::vector<TensorRef>& params,
+                           KeyId state_key, float* state, int64_t state_elements)
+    : impl_(impl),
+      params_(params),
+      state_key_(state_key),
+      state_(state),
+      state_elements_(state_elements) {
+  MetricsRegistry& r = impl.registry();
+  series_.rejoins = &r.Counter("trellis_worker_rejoins_total",
+                               "Times this worker rank rejoined a running job after a restart");
+  series_.served = &r.Counter("trellis_worker_rejoins_served_total",
+                              "Rejoins of restarted workers this worker served as the donor");
+}
+
+RejoinKeeper::~RejoinKeeper() {
+  {
+    std::lock_guard lock(stop_mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+Status RejoinKeeper::Commit(int64_t step) {
+  bool first;
+  {
+    std::lock_guard lock(commit_mu_);
+    if (committed_ && step == step_) return Status::Ok();  // the same boundary again
+    first = !committed_;
+    params_copy_.resize(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      params_copy_[i].assign(params_[i].data, params_[i].data + params_[i].num_elements);
+    }
+    state_copy_.assign(state_, state_ + state_elements_);
+    key_steps_ = impl_.PushSteps();
+    step_ = step;
+    committed_ = true;
+  }
+  if (!first) return Status::Ok();
+  // Registered before Restore returns: a rejoin asked for from now on finds this donor.
+  auto reg = impl_.setup().watch_rejoins(false, kWatchPoll);
+  if (!reg.ok()) return reg.status().Annotate("registering as a rejoin donor with the scheduler");
+  watcher_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "trellis-rejoin");
+    WatchLoop();
+  });
+  return Status::Ok();
+}
+
+void RejoinKeeper::WatchLoop() {
+  while (true) {
+    {
+      std::lock_guard lock(stop_mu_);
+      if (stopping_) return;
+    }
+    auto task = impl_.setup().watch_rejoins(true, kWatchPoll);
+    if (!task.ok()) {
+      // The scheduler is gone or restarting: nothing to serve; try again after a poll's time.
+      TLOG_WARN << "rejoin watcher: " << task.status().ToString();
+      std::unique_lock lock(stop_mu_);
+      stop_cv_.wait_for(lock, kWatchPoll, [this] { return stopping_; });
+      continue;
+    }
+    if (task->has_request()) Serve(task->rejoin_id(), task->rejoiner());
+  }
+}
+
+void RejoinKeeper::Serve(uint64_t id, int32_t rejoiner) {
+  v1::RejoinServedRequest done;
+  done.set_rejoin_id(id);
+  done.set_donor(impl_.rank());
+  Status st;
+  {
+    // The training thread's next Commit waits until the servers hold this one.
+    std::lock_guard lock(commit_mu_);
+    std::vector<Handle> handles;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      handles.push_back(impl_.Transfer(wire::Op::kStash, params_[i].key, id, params_copy_[i].data()));
+    }
+    handles.push_back(impl_.Transfer(wire::Op::kStash, state_key_, id, state_copy_.data()));
+    for (auto& h : handles) {
+      Status s = h.Wait();
+      if (st.ok() && !s.ok()) st = s;
+    }
+    done.set_step(step_);
+    for (const auto& [key, steps] : key_steps_) {
+      auto* ks = done.add_key_steps();
+      ks->set_key(key);
+      ks->set_steps(steps);
+    }
+  }
+  if (!st.ok()) {
+    done.set_error(st.ToString());
+    done.clear_key_steps();
+  }
+  TLOG_INFO << "rejoin " << id << " of worker " << rejoiner << ": "
+            << (st.ok() ? "stashed step " + std::to_string(done.step()) : st.ToString());
+  if (Status s = impl_.setup().rejoin_served(done); !s.ok()) {
+    TLOG_WARN << "rejoin " << id << ": reporting to the scheduler: " << s.ToString();
+  } else if (st.ok()) {
+    series_.served->Increment();
+  }
+}
+
+StatusOr<std::optional<int64_t>> RejoinKeeper::Rejoin() {
+  auto r = impl_.setup().request_rejoin();
+  if (!r.ok()) return r.status().Annotate("asking the scheduler to rejoin the running job");
+  if (r->fresh()) return std::optional<int64_t>();
+  const uint64_t id = r->rejoin_id();
+  std::vector<Handle> handles;
+  for (const auto& p : params_) handles.push_back(impl_.Transfer(wire::Op::kFetch, p.key, id, p.data));
+  handles.push_back(impl_.Transfer(wire::Op::kFetch, state_key_, id, state_));
+  for (size_t i = 0; i < handles.size(); ++i) {
+    const std::string what = i < params_.size() ? "'" + params_[i].name + "'" : "the state";
+    TRELLIS_RETURN_IF_ERROR(handles[i].Wait().Annotate(
+        "rejoin " + std::to_string(id) + ": fetching " + what + " stashed by worker " +
+        std::to_string(r->donor())));
+  }
+  std::vector<std::pair<KeyId, int64_t>> steps;
+  for (const auto& ks : r->key_steps()) steps.emplace_back(ks.key(), ks.steps());
+  TRELLIS_RETURN_IF_ERROR(impl_.SetPushSteps(steps));
+  TRELLIS_RETURN_IF_ERROR(MarkServersRejoined());
+  series_.rejoins->Increment();
+  TLOG_INFO << "rejoined the running job after step " << r->step() << " (rejoin " << id
+            << ", donor worker " << r->donor() << ")";
+  return std::optional<int64_t>(r->step());
+}
+
+Status RejoinKeeper::MarkServersRejoined() {
+  return impl_.ServerCommand(wire::Op::kRejoin, 0, 0).Wait().Annotate("rejoin: telling the servers");
+}
+
+}  // namespace trellis
