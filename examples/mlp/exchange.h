@@ -25,6 +25,9 @@ class Exchange {
   // SaveCheckpoint(step).
   virtual bool CheckpointDue(int64_t /*step*/) const { return false; }
   virtual Status SaveCheckpoint(int64_t /*step*/) { return Status::Ok(); }
+  // Every update of global step `step` is applied and no gradient of step+1 is on its way yet:
+  // the point a restarted worker can rejoin from (crash recovery; trellis::Checkpointer::Commit).
+  virtual Status Commit(int64_t /*step*/) { return Status::Ok(); }
   // Starts summing `grad` (layer `layer`'s gradient) over all workers, in place. Returns at
   // once; `grad` must stay untouched until Wait(layer) returns.
   virtual void Start(int layer, float* grad, int priority) = 0;

@@ -155,6 +155,11 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
         yb[r] = train.y[idx];
       }
       model.Forward(xb.data(), batch, finish_layer);
+      if (!comm_error.ok()) return comm_error;
+      // The forward pass applied the previous step's last updates, and this step's gradients
+      // are not pushed yet: the commit point of the previous step (a restarted worker resumes
+      // from it; it replays the shuffles above like a restore).
+      TRELLIS_RETURN_IF_ERROR(exchange.Commit(epoch_first + step));
       loss_sum += model.LossAndGradient(yb.data(), batch);
       model.Backward(xb.data(), batch, start_layer);
       if (!comm_error.ok()) return comm_error;

@@ -22,6 +22,7 @@ class TrellisExchange : public Exchange {
   StatusOr<int64_t> Setup(Mlp& model, std::vector<std::vector<float>>& velocity) override;
   bool CheckpointDue(int64_t step) const override { return checkpoints_->Due(step); }
   Status SaveCheckpoint(int64_t step) override { return checkpoints_->Save(step); }
+  Status Commit(int64_t step) override { return checkpoints_->Commit(step); }
   void Start(int layer, float* grad, int priority) override;
   Status Wait(int layer) override;
   StatusOr<std::vector<double>> SumStats(const std::vector<double>& values) override;
