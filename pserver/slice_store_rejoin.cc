@@ -1,4 +1,4 @@
-// SliceStore: crash recovery of a worker (docs/checkpoints.md#crash-recovery). A restarted worker
+// SliceStore: crash recovery of a worker (docs/checkpoints.md#crash-recovery-workers). A restarted worker
 // gets a live worker's last commit (step c) through the stash of every slice, then sends kRejoin
 // and pushes every key from step c+1 on.
 //

@@ -47,7 +47,7 @@ class SchedulerClient {
   // `wait`; DEADLINE_EXCEEDED when nobody published).
   Status PublishGroupKey(const std::string& group, const std::string& key);
   StatusOr<std::string> GetGroupKey(const std::string& group, std::chrono::milliseconds wait);
-  // Crash recovery (docs/checkpoints.md#crash-recovery): a restarted worker asks to rejoin
+  // Crash recovery (docs/checkpoints.md#crash-recovery-workers): a restarted worker asks to rejoin
   // (long poll bounded by `wait`); a live worker watches for requests and reports the stash.
   StatusOr<v1::RequestRejoinResponse> RequestRejoin(int32_t rank, int64_t incarnation,
                                                     std::chrono::milliseconds wait);

@@ -1,4 +1,4 @@
-// SchedulerState: a restarted worker rejoining the running job (docs/checkpoints.md#crash-recovery).
+// SchedulerState: a restarted worker rejoining the running job (docs/checkpoints.md#crash-recovery-workers).
 // The scheduler only matches a rejoiner with a donor and relays the donor's answer; the data
 // travels through the parameter servers (kStash / kFetch).
 #include "common/logging.h"

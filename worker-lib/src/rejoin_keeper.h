@@ -1,4 +1,4 @@
-// Crash recovery of a worker (docs/checkpoints.md#crash-recovery), the checkpointer's half.
+// Crash recovery of a worker (docs/checkpoints.md#crash-recovery-workers), the checkpointer's half.
 //
 // On a live worker: Commit keeps a host copy of the tracked tensors at a step boundary; after the
 // first commit a named thread ("trellis-rejoin") watches the scheduler for rejoin requests

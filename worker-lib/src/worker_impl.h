@@ -72,7 +72,7 @@ struct WorkerSetup {
   // The current data address of server `server` (the scheduler's cluster view, waiting at most
   // `wait_ms` for it to be complete); null: addresses do not change.
   std::function<StatusOr<std::string>(int32_t server, int64_t wait_ms)> resolve_server;
-  // Crash recovery (checkpointer_rejoin.cc; docs/checkpoints.md#crash-recovery): this
+  // Crash recovery (checkpointer_rejoin.cc; docs/checkpoints.md#crash-recovery-workers): this
   // process's incarnation (TRELLIS_INCARNATION: > 1 after its agent restarted it) and the
   // scheduler's rejoin calls. Hooks left unset: rejoining is off (workers built by hand).
   int64_t incarnation = 1;

@@ -1,5 +1,5 @@
 // WorkerImpl: what the checkpointer needs to let a restarted worker rejoin a running job
-// (docs/checkpoints.md#crash-recovery): moving a commit through the servers' stash, and the
+// (docs/checkpoints.md#crash-recovery-workers): moving a commit through the servers' stash, and the
 // per-key step counters a rejoiner takes over from its donor.
 #include <climits>
 

@@ -1,5 +1,5 @@
 // SliceStore crash recovery: the stash side buffer (kStash / kFetch) and a rejoined worker's
-// pushes of steps already counted (kRejoin); docs/checkpoints.md#crash-recovery.
+// pushes of steps already counted (kRejoin); docs/checkpoints.md#crash-recovery-workers.
 #include <gtest/gtest.h>
 
 #include "tests/unit/pserver/slice_store_fixture.h"

@@ -1,4 +1,4 @@
-// Crash recovery through trellis::Checkpointer (docs/checkpoints.md#crash-recovery): in-process
+// Crash recovery through trellis::Checkpointer (docs/checkpoints.md#crash-recovery-workers): in-process
 // servers (both transports) and an in-process scheduler for the rejoin calls. Worker 1 trains,
 // pushes one step more than it commits and "dies" (its objects go away); a replacement with
 // incarnation 2 rejoins from worker 0's commit and both end with the values of an undisturbed run.

@@ -7,7 +7,7 @@
 //
 // EndStep also keeps the commit a restarted worker rejoins the running job from (crash
 // recovery: a worker killed mid-training comes back under its rank and continues where the
-// others are; docs/checkpoints.md#crash-recovery).
+// others are; docs/checkpoints.md#crash-recovery-workers).
 //
 // Restore doubles as the initial broadcast: with no checkpoint in the directory, rank 0's own
 // values are sent to everyone and the step is 0. The directory, interval and count kept come from

@@ -1,0 +1,170 @@
+// Crash recovery of a worker (docs/checkpoints.md#crash-recovery-workers): trellis-mlp under
+// trellis-launch (2 workers x 2 servers, restartPolicy OnFailure). Mid-training a worker's
+// program (not its agent) is SIGKILLed; its agent restarts it, it rejoins under its rank from a
+// live worker's commit, and the job ends as an undisturbed run of the same job does: the same
+// final accuracy and, in aggregate mode, the very same final weights and momentum.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <gtest/gtest.h>
+
+#include "common/checkpoint_dir.h"
+#include "common/env.h"
+#include "common/subprocess.h"
+#include "tests/integration/job_processes.h"
+
+namespace trellis {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// mlp-tiny (as tests/integration/checkpoint): 128 steps per epoch, 3 epochs.
+constexpr int kSteps = 3 * 128;
+constexpr int kInterval = 32;
+constexpr int kKillAfter = 160;  // mid-epoch 2: the first checkpoint at or after this step
+
+std::string JobYaml(const std::string& name, const std::string& ckpt_dir) {
+  return "apiVersion: trellis.io/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: " + name +
+         "\nspec:\n  servers:\n    replicas: 2\n  workers:\n    replicas: 2\n"
+         "    restartPolicy: OnFailure\n"
+         "    command: [trellis-mlp]\n"
+         "    args: [--layers, \"16,128,64,10\", --latent-dim, \"8\", --teacher-hidden, \"16\",\n"
+         "           --epochs, \"3\", --batch, \"32\", --lr, \"0.02\", --train-samples, \"8192\",\n"
+         "           --test-samples, \"1000\", --target-accuracy, \"0.85\"]\n"
+         "  sliceBytes: 16384\n  checkpoint:\n    path: " + ckpt_dir +
+         "\n    intervalSteps: " + std::to_string(kInterval) +
+         "\n    keep: 2\n  runPolicy:\n    backoffLimit: 2\n    activeDeadlineSeconds: 200\n";
+}
+
+// The pid of worker `rank`'s training program (trellis-mlp, a child of that worker's agent).
+pid_t WorkerProgram(const std::string& job, int rank) {
+  for (pid_t pid : ProcessesOfJob(job)) {
+    std::string comm = ReadFile("/proc/" + std::to_string(pid) + "/comm");
+    if (comm.rfind("trellis-mlp", 0) != 0) continue;
+    std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+    if (env.find(std::string("TRELLIS_RANK=") + std::to_string(rank) + '\0') != std::string::npos &&
+        env.find(std::string("TRELLIS_ROLE=worker") + '\0') != std::string::npos) {
+      return pid;
+    }
+  }
+  return -1;
+}
+
+double Accuracy(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex("RESULT: test accuracy ([0-9.]+)%"))) return -1;
+  return std::stod(m[1]);
+}
+
+class WorkerKillTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/trellis-fault-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    for (const auto& job : jobs_) {
+      EXPECT_TRUE(WaitNoProcessesOfJob(job).empty()) << "processes of job " << job << " left";
+    }
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // Runs one job to its end (bounded). With kill_rank >= 0, SIGKILLs that worker's program
+  // once a checkpoint at or after kKillAfter exists (the job's own progress record).
+  int Run(const std::string& job, int kill_rank, std::string* output, int* killed_after) {
+    jobs_.push_back(job);
+    const std::string ckpt = dir_ + "/ckpt-" + job;
+    const std::string file = dir_ + "/" + job + ".yaml";
+    std::ofstream(file) << JobYaml(job, ckpt);
+    SpawnOptions o;
+    o.argv = {std::string(TRELLIS_BIN_DIR) + "/trellis-launch", "--log-dir",
+              dir_ + "/logs-" + job, file};
+    o.env = CurrentEnvironment();
+    o.stdout_mode = SpawnOptions::Output::kFile;
+    o.stdout_path = dir_ + "/" + job + ".out";
+    o.stderr_mode = SpawnOptions::Output::kStdout;
+    auto p = Subprocess::Start(o);
+    if (!p.ok()) {
+      *output = p.status().ToString();
+      return -1;
+    }
+    if (kill_rank >= 0) {
+      CheckpointDir dir(ckpt, "model", 2);
+      const auto deadline = std::chrono::steady_clock::now() + 150s;
+      while (*killed_after < 0 && std::chrono::steady_clock::now() < deadline &&
+             !(*p)->Poll().has_value()) {
+        auto steps = dir.Steps();
+        const int64_t newest = steps.ok() && !steps->empty() ? steps->front() : 0;
+        const pid_t victim = newest >= kKillAfter ? WorkerProgram(job, kill_rank) : -1;
+        if (victim > 0 && ::kill(victim, SIGKILL) == 0) {
+          *killed_after = static_cast<int>(newest);
+        } else {
+          std::this_thread::sleep_for(10ms);
+        }
+      }
+    }
+    auto st = (*p)->WaitFor(200s);
+    *output = ReadFile(o.stdout_path);
+    return st ? st->exit_code : -1;
+  }
+
+  // The undisturbed run, then the one with a kill; compares what they end with.
+  void KillAndCompare(int kill_rank) {
+    const std::string base = "wk" + std::to_string(kill_rank) + "-" + std::to_string(::getpid());
+    std::string whole_out, fault_out;
+    int none = -1, killed_after = -1;
+    ASSERT_EQ(Run(base + "-whole", -1, &whole_out, &none), 0) << whole_out;
+    ASSERT_EQ(Run(base + "-kill", kill_rank, &fault_out, &killed_after), 0) << fault_out;
+    ASSERT_GE(killed_after, kKillAfter) << "the worker was never killed\n" << fault_out;
+    ASSERT_LT(killed_after, kSteps) << "killed only after the last step\n" << fault_out;
+
+    // The restart is visible: the launcher's summary and the rejoiner's own log.
+    EXPECT_NE(fault_out.find(std::to_string(kill_rank) + " running (1 restart)"), std::string::npos)
+        << fault_out;
+    const std::string log = ReadFile(dir_ + "/logs-" + base + "-kill/worker-" +
+                                     std::to_string(kill_rank) + ".log");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("rejoined the running job after step ([0-9]+)")))
+        << log;
+    EXPECT_GE(std::stoi(m[1]), killed_after - 1) << log;  // from the donor's latest commit
+
+    const double whole = Accuracy(whole_out), fault = Accuracy(fault_out);
+    ASSERT_GT(whole, 0) << whole_out;
+    ASSERT_GT(fault, 0) << fault_out;
+    EXPECT_NEAR(fault, whole, 1.0);
+    // Aggregate mode without compression loses nothing: the same final weights and momentum.
+    auto a = CheckpointDir(dir_ + "/ckpt-" + base + "-whole", "model", 2).LoadNewest();
+    auto b = CheckpointDir(dir_ + "/ckpt-" + base + "-kill", "model", 2).LoadNewest();
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ASSERT_EQ(a->checkpoint.step, kSteps);
+    ASSERT_EQ(b->checkpoint.step, kSteps);
+    ASSERT_EQ(a->checkpoint.entries.size(), b->checkpoint.entries.size());
+    for (size_t i = 0; i < a->checkpoint.entries.size(); ++i) {
+      const auto& x = a->checkpoint.entries[i];
+      const auto& y = b->checkpoint.entries[i];
+      ASSERT_EQ(x.values.size(), y.values.size());
+      EXPECT_EQ(std::memcmp(x.values.data(), y.values.data(), x.values.size() * sizeof(float)), 0)
+          << x.name << " differs between the undisturbed run and the one with a kill";
+    }
+  }
+
+  std::string dir_;
+  std::vector<std::string> jobs_;
+};
+
+TEST_F(WorkerKillTest, KilledWorkerOneRejoinsAndTheJobEndsAsUndisturbed) { KillAndCompare(1); }
+
+// Rank 0 is the usual donor and the checkpoint writer: rank 1 serves the rejoin, and the
+// restarted rank 0 writes the final checkpoint.
+TEST_F(WorkerKillTest, KilledRankZeroRejoinsFromRankOne) { KillAndCompare(0); }
+
+}  // namespace
+}  // namespace trellis
