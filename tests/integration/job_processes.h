@@ -1,5 +1,5 @@
-// Helpers of the multi-process tests: read a file, and find (or wait for the end of) every
-// process of a job. Each test uses its own job name, so "no process left" is checked by looking
+// Helpers of the multi-process tests: read a file, start a job under trellis-launch, and find
+// (or wait for the end of) every process of a job. Each test uses its own job name, so "no process left" is checked by looking
 // for TRELLIS_JOB=<name> in every process's environment.
 #pragma once
 
@@ -14,6 +14,10 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/env.h"
+#include "common/status.h"
+#include "common/subprocess.h"
 
 namespace trellis {
 
@@ -60,6 +64,23 @@ inline std::vector<pid_t> WaitNoProcessesOfJob(
   }
   for (pid_t p : left) ::kill(p, SIGKILL);
   return left;
+}
+
+// Starts `<bin_dir>/trellis-launch --log-dir <dir>/logs-<job> <dir>/<job>.yaml` with `yaml` as
+// the job file; stdout and stderr go to <dir>/<job>.out.
+inline StatusOr<std::unique_ptr<Subprocess>> StartLaunch(const std::string& bin_dir,
+                                                         const std::string& dir,
+                                                         const std::string& job,
+                                                         const std::string& yaml) {
+  const std::string file = dir + "/" + job + ".yaml";
+  std::ofstream(file) << yaml;
+  SpawnOptions o;
+  o.argv = {bin_dir + "/trellis-launch", "--log-dir", dir + "/logs-" + job, file};
+  o.env = CurrentEnvironment();
+  o.stdout_mode = SpawnOptions::Output::kFile;
+  o.stdout_path = dir + "/" + job + ".out";
+  o.stderr_mode = SpawnOptions::Output::kStdout;
+  return Subprocess::Start(o);
 }
 
 }  // namespace trellis

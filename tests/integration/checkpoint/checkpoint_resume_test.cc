@@ -10,8 +10,6 @@
 #include <gtest/gtest.h>
 
 #include "common/checkpoint_dir.h"
-#include "common/env.h"
-#include "common/subprocess.h"
 #include "tests/integration/job_processes.h"
 
 namespace trellis {
@@ -56,22 +54,13 @@ class CheckpointResumeTest : public ::testing::Test {
   int Run(const std::string& ckpt_dir, int stop_at_step, std::string* output) {
     const std::string job = "ck-" + std::to_string(::getpid()) + "-" + std::to_string(jobs_.size());
     jobs_.push_back(job);
-    const std::string file = dir_ + "/" + job + ".yaml";
-    std::ofstream(file) << JobYaml(job, ckpt_dir, stop_at_step);
-    SpawnOptions o;
-    o.argv = {std::string(TRELLIS_BIN_DIR) + "/trellis-launch", "--log-dir",
-              dir_ + "/logs-" + job, file};
-    o.env = CurrentEnvironment();
-    o.stdout_mode = SpawnOptions::Output::kFile;
-    o.stdout_path = dir_ + "/" + job + ".out";
-    o.stderr_mode = SpawnOptions::Output::kStdout;
-    auto p = Subprocess::Start(o);
+    auto p = StartLaunch(TRELLIS_BIN_DIR, dir_, job, JobYaml(job, ckpt_dir, stop_at_step));
     if (!p.ok()) {
       *output = p.status().ToString();
       return -1;
     }
     auto st = (*p)->WaitFor(std::chrono::seconds(240));
-    *output = ReadFile(o.stdout_path);
+    *output = ReadFile(dir_ + "/" + job + ".out");
     return st ? st->exit_code : -1;
   }
 

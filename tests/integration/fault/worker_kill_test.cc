@@ -14,8 +14,6 @@
 #include <gtest/gtest.h>
 
 #include "common/checkpoint_dir.h"
-#include "common/env.h"
-#include "common/subprocess.h"
 #include "tests/integration/job_processes.h"
 
 namespace trellis {
@@ -81,16 +79,7 @@ class WorkerKillTest : public ::testing::Test {
   int Run(const std::string& job, int kill_rank, std::string* output, int* killed_after) {
     jobs_.push_back(job);
     const std::string ckpt = dir_ + "/ckpt-" + job;
-    const std::string file = dir_ + "/" + job + ".yaml";
-    std::ofstream(file) << JobYaml(job, ckpt);
-    SpawnOptions o;
-    o.argv = {std::string(TRELLIS_BIN_DIR) + "/trellis-launch", "--log-dir",
-              dir_ + "/logs-" + job, file};
-    o.env = CurrentEnvironment();
-    o.stdout_mode = SpawnOptions::Output::kFile;
-    o.stdout_path = dir_ + "/" + job + ".out";
-    o.stderr_mode = SpawnOptions::Output::kStdout;
-    auto p = Subprocess::Start(o);
+    auto p = StartLaunch(TRELLIS_BIN_DIR, dir_, job, JobYaml(job, ckpt));
     if (!p.ok()) {
       *output = p.status().ToString();
       return -1;
@@ -111,7 +100,7 @@ class WorkerKillTest : public ::testing::Test {
       }
     }
     auto st = (*p)->WaitFor(200s);
-    *output = ReadFile(o.stdout_path);
+    *output = ReadFile(dir_ + "/" + job + ".out");
     return st ? st->exit_code : -1;
   }
 
