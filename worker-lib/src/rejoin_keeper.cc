@@ -54,8 +54,9 @@ Status RejoinKeeper::Commit(int64_t step) {
     committed_ = true;
   }
   if (!first) return Status::Ok();
-  // Registered before Restore returns: a rejoin asked for from now on finds this donor.
-  auto reg = impl_.setup().watch_rejoins(false, kWatchPoll);
+  // Registered before Restore returns: a rejoin asked for from now on finds this donor. Answered
+  // at once; the worker's deadline only guards against a scheduler that does not answer.
+  auto reg = impl_.setup().watch_rejoins(false, std::chrono::milliseconds(impl_.setup().timeout_ms));
   if (!reg.ok()) return reg.status().Annotate("registering as a rejoin donor with the scheduler");
   watcher_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "trellis-rejoin");
