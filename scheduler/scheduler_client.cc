@@ -197,14 +197,15 @@ StatusOr<v1::RequestRejoinResponse> SchedulerClient::RequestRejoin(int32_t rank,
 }
 
 StatusOr<v1::WatchRejoinsResponse> SchedulerClient::WatchRejoins(int32_t rank, int64_t incarnation,
-                                                                 bool wait_poll,
+                                                                 WatchMode mode,
                                                                  std::chrono::milliseconds wait) {
   grpc::ClientContext ctx;
   Prepare(&ctx, std::max(wait, std::chrono::milliseconds(1)));
   v1::WatchRejoinsRequest req;
   req.set_rank(rank);
   req.set_incarnation(incarnation);
-  req.set_wait(wait_poll);
+  req.set_wait(mode == WatchMode::kPoll);
+  req.set_stop(mode == WatchMode::kStop);
   v1::WatchRejoinsResponse resp;
   TRELLIS_RETURN_IF_ERROR(Finish(stub_->WatchRejoins(&ctx, req, &resp), "WatchRejoins"));
   return resp;

@@ -51,8 +51,9 @@ class SchedulerClient {
   // (long poll bounded by `wait`); a live worker watches for requests and reports the stash.
   StatusOr<v1::RequestRejoinResponse> RequestRejoin(int32_t rank, int64_t incarnation,
                                                     std::chrono::milliseconds wait);
-  StatusOr<v1::WatchRejoinsResponse> WatchRejoins(int32_t rank, int64_t incarnation, bool wait_poll,
-                                                  std::chrono::milliseconds wait);
+  enum class WatchMode { kRegister, kPoll, kStop };  // WatchRejoinsRequest: -, wait, stop
+  StatusOr<v1::WatchRejoinsResponse> WatchRejoins(int32_t rank, int64_t incarnation,
+                                                  WatchMode mode, std::chrono::milliseconds wait);
   Status RejoinServed(const v1::RejoinServedRequest& request);
 
  private:

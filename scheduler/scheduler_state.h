@@ -228,6 +228,11 @@ class SchedulerState {
   Status MakeGroupKeyRoomLocked();
   // Fails the group-key waiters past their deadline (Sweep).
   void SweepGroupKeysLocked(TimePoint now, Deferred* deferred);
+  // The lowest-rank live worker watching under its current incarnation, other than `rejoiner`;
+  // -1: none.
+  int32_t PickDonorLocked(int32_t rejoiner) const;
+  // Hands rejoin `id` to its donor's parked poll, or queues it for the donor's next poll.
+  void HandToDonorLocked(uint64_t id, Deferred* deferred);
   // Rejoins past their deadline, watchers' polls to answer empty (Sweep); all (Shutdown).
   void SweepRejoinsLocked(TimePoint now, Deferred* deferred);
   void FailRejoinsLocked(const Status& status, Deferred* deferred);

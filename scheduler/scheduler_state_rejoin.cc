@@ -19,6 +19,35 @@ std::string RejoinLabel(uint64_t id, int32_t rank, int64_t incarnation) {
 
 }  // namespace
 
+int32_t SchedulerState::PickDonorLocked(int32_t rejoiner) const {
+  for (int32_t r = 0; r < config_.num_workers; ++r) {
+    const Node& d = workers_[static_cast<size_t>(r)];
+    const RejoinWatcher& w = rejoin_watchers_[static_cast<size_t>(r)];
+    if (r != rejoiner && d.registered && !d.dead && !d.exited && w.incarnation > 0 &&
+        w.incarnation == d.incarnation) {
+      return r;
+    }
+  }
+  return -1;
+}
+
+void SchedulerState::HandToDonorLocked(uint64_t id, Deferred* deferred) {
+  const Rejoin& r = rejoins_.at(id);
+  RejoinWatcher& w = rejoin_watchers_[static_cast<size_t>(r.donor)];
+  if (w.waiting) {
+    w.waiting = false;
+    v1::WatchRejoinsResponse task;
+    task.set_has_request(true);
+    task.set_rejoin_id(id);
+    task.set_rejoiner(r.rank);
+    deferred->push_back([d = std::move(w.done), task] { d(task); });
+    return;
+  }
+  // Ids of requests that expired or were replaced go; the queue stays within W.
+  std::erase_if(w.queue, [&](uint64_t q) { return rejoins_.count(q) == 0; });
+  w.queue.push_back(id);
+}
+
 void SchedulerState::RequestRejoin(const v1::RequestRejoinRequest& req, TimePoint deadline,
                                    Callback<v1::RequestRejoinResponse> done) {
   Deferred deferred;
@@ -48,15 +77,7 @@ void SchedulerState::RequestRejoin(const v1::RequestRejoinRequest& req, TimePoin
         deferred.push_back([done = std::move(it->second.done), st] { done(st); });
         it = rejoins_.erase(it);
       }
-      int32_t donor = -1;
-      for (int32_t r = 0; r < config_.num_workers && donor < 0; ++r) {
-        const Node& d = workers_[static_cast<size_t>(r)];
-        const RejoinWatcher& w = rejoin_watchers_[static_cast<size_t>(r)];
-        if (r != req.rank() && d.registered && !d.dead && !d.exited && w.incarnation > 0 &&
-            w.incarnation == d.incarnation) {
-          donor = r;
-        }
-      }
+      const int32_t donor = PickDonorLocked(req.rank());
       if (donor < 0) {
         ++stats_.fresh_rejoins;
         TLOG_INFO << "worker " << req.rank() << " (incarnation " << req.incarnation()
@@ -70,19 +91,7 @@ void SchedulerState::RequestRejoin(const v1::RequestRejoinRequest& req, TimePoin
                   << donor;
         rejoins_[id] = Rejoin{req.rank(), req.incarnation(), donor, clock_->Now(), deadline,
                               std::move(done)};
-        RejoinWatcher& w = rejoin_watchers_[static_cast<size_t>(donor)];
-        if (w.waiting) {
-          w.waiting = false;
-          v1::WatchRejoinsResponse task;
-          task.set_has_request(true);
-          task.set_rejoin_id(id);
-          task.set_rejoiner(req.rank());
-          deferred.push_back([d = std::move(w.done), task] { d(task); });
-        } else {
-          // Ids of requests that expired or were replaced go; the queue stays within W.
-          std::erase_if(w.queue, [&](uint64_t q) { return rejoins_.count(q) == 0; });
-          w.queue.push_back(id);
-        }
+        HandToDonorLocked(id, &deferred);
       }
     }
   }
@@ -110,10 +119,31 @@ void SchedulerState::WatchRejoins(const v1::WatchRejoinsRequest& req, TimePoint 
     }
     if (error.ok()) {
       RejoinWatcher& w = rejoin_watchers_[static_cast<size_t>(req.rank())];
-      w.incarnation = req.incarnation();
-      if (w.waiting) {  // a poll of the same watcher that its client gave up on
+      w.incarnation = req.stop() ? 0 : req.incarnation();
+      if (w.waiting) {  // a poll its client gave up on, or the one a stop call ends
         w.waiting = false;
         deferred.push_back([d = std::move(w.done)] { d(v1::WatchRejoinsResponse()); });
+      }
+      if (req.stop()) {
+        // Requests queued for this worker go to the next donor, or learn that there is none.
+        std::vector<uint64_t> queued = std::move(w.queue);
+        w.queue.clear();
+        for (uint64_t id : queued) {
+          auto it = rejoins_.find(id);
+          if (it == rejoins_.end()) continue;
+          const int32_t donor = PickDonorLocked(it->second.rank);
+          if (donor >= 0) {
+            it->second.donor = donor;
+            HandToDonorLocked(id, &deferred);
+            continue;
+          }
+          const Status st = AbortedError(
+              RejoinLabel(id, it->second.rank, it->second.incarnation) + ": donor worker " +
+              std::to_string(req.rank()) + " stopped (its training ended) and no other live "
+              "worker has committed a step");
+          deferred.push_back([done = std::move(it->second.done), st] { done(st); });
+          rejoins_.erase(it);
+        }
       }
       v1::WatchRejoinsResponse task;
       while (!w.queue.empty() && !task.has_request()) {

@@ -10,8 +10,11 @@
 namespace trellis {
 namespace {
 
-// How long one watcher poll waits: also how long stopping the watcher may take.
-constexpr std::chrono::milliseconds kWatchPoll{1000};
+// How long one watcher poll waits (the destructor ends a parked poll at once with a stop call).
+constexpr std::chrono::milliseconds kWatchPoll{10000};
+// How long the stop call may take when the scheduler does not answer.
+constexpr std::chrono::milliseconds kStopWait{1000};
+using WatchMode = SchedulerClient::WatchMode;
 
 }  // namespace
 
@@ -35,7 +38,12 @@ RejoinKeeper::~RejoinKeeper() {
     stopping_ = true;
   }
   stop_cv_.notify_all();
-  if (watcher_.joinable()) watcher_.join();
+  if (!watcher_.joinable()) return;
+  // No longer a donor; this also answers the watcher's parked poll, so the join is quick.
+  if (auto st = impl_.setup().watch_rejoins(WatchMode::kStop, kStopWait); !st.ok()) {
+    TLOG_WARN << "rejoin watcher: stopping: " << st.status().ToString();
+  }
+  watcher_.join();
 }
 
 Status RejoinKeeper::Commit(int64_t step) {
@@ -56,7 +64,8 @@ Status RejoinKeeper::Commit(int64_t step) {
   if (!first) return Status::Ok();
   // Registered before Restore returns: a rejoin asked for from now on finds this donor. Answered
   // at once; the worker's deadline only guards against a scheduler that does not answer.
-  auto reg = impl_.setup().watch_rejoins(false, std::chrono::milliseconds(impl_.setup().timeout_ms));
+  auto reg = impl_.setup().watch_rejoins(WatchMode::kRegister,
+                                         std::chrono::milliseconds(impl_.setup().timeout_ms));
   if (!reg.ok()) return reg.status().Annotate("registering as a rejoin donor with the scheduler");
   watcher_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "trellis-rejoin");
@@ -71,12 +80,12 @@ void RejoinKeeper::WatchLoop() {
       std::lock_guard lock(stop_mu_);
       if (stopping_) return;
     }
-    auto task = impl_.setup().watch_rejoins(true, kWatchPoll);
+    auto task = impl_.setup().watch_rejoins(WatchMode::kPoll, kWatchPoll);
     if (!task.ok()) {
-      // The scheduler is gone or restarting: nothing to serve; try again after a poll's time.
+      // The scheduler is gone or restarting: nothing to serve; try again a little later.
       TLOG_WARN << "rejoin watcher: " << task.status().ToString();
       std::unique_lock lock(stop_mu_);
-      stop_cv_.wait_for(lock, kWatchPoll, [this] { return stopping_; });
+      stop_cv_.wait_for(lock, kStopWait, [this] { return stopping_; });
       continue;
     }
     if (task->has_request()) Serve(task->rejoin_id(), task->rejoiner());

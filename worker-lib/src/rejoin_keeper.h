@@ -32,7 +32,7 @@ class RejoinKeeper {
   // the caller and outlive the keeper. REQUIRES: impl's rejoin hooks are set.
   RejoinKeeper(WorkerImpl& impl, const std::vector<TensorRef>& params, KeyId state_key,
                float* state, int64_t state_elements);
-  ~RejoinKeeper();  // stops the watcher (within one poll, ~1 s)
+  ~RejoinKeeper();  // stops being a donor and joins the watcher
   RejoinKeeper(const RejoinKeeper&) = delete;
   RejoinKeeper& operator=(const RejoinKeeper&) = delete;
 

@@ -128,8 +128,9 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   setup.request_rejoin = [c, rank, incarnation, wait] {
     return c->RequestRejoin(rank, incarnation, wait);
   };
-  setup.watch_rejoins = [c, rank, incarnation](bool poll, std::chrono::milliseconds w) {
-    return c->WatchRejoins(rank, incarnation, poll, w);
+  setup.watch_rejoins = [c, rank, incarnation](SchedulerClient::WatchMode m,
+                                                std::chrono::milliseconds w) {
+    return c->WatchRejoins(rank, incarnation, m, w);
   };
   setup.rejoin_served = [c](const v1::RejoinServedRequest& r) { return c->RejoinServed(r); };
   setup.keep_alive = client;

@@ -22,6 +22,7 @@
 #include "common/job_spec.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
+#include "scheduler/scheduler_client.h"
 #include "trellis/trellis.h"
 #include "trellis/v1/scheduler.pb.h"
 #include "worker-lib/codec/twobit_codec.h"
@@ -77,8 +78,10 @@ struct WorkerSetup {
   // scheduler's rejoin calls. Hooks left unset: rejoining is off (workers built by hand).
   int64_t incarnation = 1;
   std::function<StatusOr<v1::RequestRejoinResponse>()> request_rejoin;
-  // (wait: long poll up to the duration, else answer at once)
-  std::function<StatusOr<v1::WatchRejoinsResponse>(bool, std::chrono::milliseconds)> watch_rejoins;
+  // (register / long poll up to the duration / stop being a donor)
+  std::function<StatusOr<v1::WatchRejoinsResponse>(SchedulerClient::WatchMode,
+                                                   std::chrono::milliseconds)>
+      watch_rejoins;
   std::function<Status(const v1::RejoinServedRequest&)> rejoin_served;
   // Kept alive as long as the worker (e.g. the scheduler client the hooks use).
   std::shared_ptr<void> keep_alive;

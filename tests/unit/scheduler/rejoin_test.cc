@@ -41,11 +41,12 @@ class RejoinStateTest : public ::testing::Test {
     return got.ok() ? got->incarnation() : -1;
   }
   void Watch(int32_t rank, int64_t incarnation, bool wait, Slot<v1::WatchRejoinsResponse>* got,
-             std::chrono::milliseconds for_ms = 10s) {
+             std::chrono::milliseconds for_ms = 10s, bool stop = false) {
     v1::WatchRejoinsRequest r;
     r.set_rank(rank);
     r.set_incarnation(incarnation);
     r.set_wait(wait);
+    r.set_stop(stop);
     state_->WatchRejoins(r, clock_.Now() + for_ms, [got](StatusOr<v1::WatchRejoinsResponse> v) {
       ASSERT_FALSE(got->has_value()) << "answered twice";
       got->emplace(std::move(v));
@@ -195,6 +196,49 @@ TEST_F(RejoinStateTest, SecondRequestOfTheSameWorkerReplacesTheFirst) {
   EXPECT_EQ((*second)->step(), 9);
 }
 
+TEST_F(RejoinStateTest, StoppedDonorHandsItsQueuedRequestToTheNextAndThenThereIsNone) {
+  AllWatch();
+  Slot<v1::WatchRejoinsResponse> parked;
+  Watch(0, 1, true, &parked);
+  ASSERT_EQ(Register("mlp-worker-2"), 2);
+  Slot<v1::RequestRejoinResponse> first;
+  Request(2, 2, &first);
+  ASSERT_TRUE(parked.has_value() && parked->ok() && (*parked)->has_request());  // handed out
+  // Rank 0 stops after taking it: it still serves that one.
+  Slot<v1::WatchRejoinsResponse> stop0;
+  Watch(0, 1, false, &stop0, 10s, /*stop=*/true);
+  ASSERT_TRUE(stop0.has_value() && stop0->ok());
+  ASSERT_TRUE(Served((*parked)->rejoin_id(), 0, 4).ok());
+  ASSERT_TRUE(first.has_value() && first->ok());
+  // The next request goes to rank 1 (rank 0 stopped), queued; rank 1 stops before polling.
+  ASSERT_EQ(Register("mlp-worker-2"), 3);
+  Slot<v1::RequestRejoinResponse> second;
+  Request(2, 3, &second);
+  EXPECT_FALSE(second.has_value());
+  Slot<v1::WatchRejoinsResponse> stop1;
+  Watch(1, 1, false, &stop1, 10s, /*stop=*/true);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->status().code(), StatusCode::kAborted);
+  EXPECT_THAT(second->status().message(),
+              HasSubstr("donor worker 1 stopped (its training ended) and no other live worker"));
+  EXPECT_EQ(state_->stats().waiters, 0);
+}
+
+TEST_F(RejoinStateTest, StoppedDonorsQueuedRequestMovesToAnotherDonor) {
+  AllWatch();
+  ASSERT_EQ(Register("mlp-worker-2"), 2);
+  Slot<v1::RequestRejoinResponse> got;
+  Request(2, 2, &got);  // queued for rank 0, which has no poll parked
+  Slot<v1::WatchRejoinsResponse> stop0;
+  Watch(0, 1, false, &stop0, 10s, /*stop=*/true);
+  Slot<v1::WatchRejoinsResponse> poll1;
+  Watch(1, 1, true, &poll1);
+  ASSERT_TRUE(poll1.has_value() && poll1->ok() && (*poll1)->has_request());
+  ASSERT_TRUE(Served((*poll1)->rejoin_id(), 1, 8).ok());
+  ASSERT_TRUE(got.has_value() && got->ok());
+  EXPECT_EQ((*got)->donor(), 1);
+}
+
 TEST_F(RejoinStateTest, BadRequestsAreRefused) {
   Slot<v1::RequestRejoinResponse> got;
   Request(7, 1, &got);
@@ -252,12 +296,12 @@ TEST_F(RejoinServiceTest, DonorServesARestartedWorkerOverGrpc) {
   auto donor = Client("s3cret"), rejoiner = Client("s3cret");
   RegisterWorker(*donor, "mlp-worker-0");
   RegisterWorker(*rejoiner, "mlp-worker-1");
-  ASSERT_TRUE(donor->WatchRejoins(0, 1, false, 1s).ok());
+  ASSERT_TRUE(donor->WatchRejoins(0, 1, SchedulerClient::WatchMode::kRegister, 1s).ok());
   RegisterWorker(*rejoiner, "mlp-worker-1");  // incarnation 2
   std::thread watcher([&] {
     // Bounded: a few polls at most (the request is queued for rank 0 whenever it polls).
     for (int i = 0; i < 20; ++i) {
-      auto t = donor->WatchRejoins(0, 1, true, 500ms);
+      auto t = donor->WatchRejoins(0, 1, SchedulerClient::WatchMode::kPoll, 500ms);
       ASSERT_TRUE(t.ok()) << t.status().ToString();
       if (!t->has_request()) continue;
       v1::RejoinServedRequest done;
@@ -279,12 +323,12 @@ TEST_F(RejoinServiceTest, DonorServesARestartedWorkerOverGrpc) {
 TEST_F(RejoinServiceTest, WrongTokenIsUnauthenticatedAndNoDonorIsDeadlineExceededByTheClient) {
   auto bad = Client("wrong");
   EXPECT_EQ(bad->RequestRejoin(0, 1, 1s).status().code(), StatusCode::kUnauthenticated);
-  EXPECT_EQ(bad->WatchRejoins(0, 1, false, 1s).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(bad->WatchRejoins(0, 1, SchedulerClient::WatchMode::kRegister, 1s).status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(bad->RejoinServed(v1::RejoinServedRequest()).code(), StatusCode::kUnauthenticated);
   auto c = Client("s3cret");
   RegisterWorker(*c, "mlp-worker-0");
   RegisterWorker(*c, "mlp-worker-1");
-  ASSERT_TRUE(c->WatchRejoins(0, 1, false, 1s).ok());  // rank 0 watches but never serves
+  ASSERT_TRUE(c->WatchRejoins(0, 1, SchedulerClient::WatchMode::kRegister, 1s).ok());  // rank 0 watches but never serves
   RegisterWorker(*c, "mlp-worker-1");
   auto r = c->RequestRejoin(1, 2, 400ms);
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
