@@ -85,6 +85,29 @@ TEST_F(DataServiceTest, GoodRequestRoundTrip) {
   EXPECT_TRUE(s.Finish().ok());
 }
 
+// Crash recovery's ops over gRPC (docs/checkpoints.md#crash-recovery): stash, fetch, rejoin;
+// malformed ones are INVALID_ARGUMENT and the stream keeps serving.
+TEST_F(DataServiceTest, RejoinOpsRoundTripAndMalformedOnesAreRefused) {
+  RawStream s(address_, kToken, "0");
+  ExpectError(s, RequestBytes(wire::Op::kStash, 7, 0, 9, {1, 2, 3}), 3, "stash of 3 elements");
+  ExpectError(s, RequestBytes(wire::Op::kFetch, 7, 0, 9, {1}), 3,
+              "malformed frame: a fetch carries no payload");
+  ExpectError(s, RequestBytes(wire::Op::kFetch, 7, 0, 9, {}), 5, "nothing stashed for rejoin 9");
+  ASSERT_TRUE(s.Write(RequestBytes(wire::Op::kStash, 7, 0, 9, {5, 6, 7, 8})));
+  Answer a;
+  ASSERT_TRUE(s.Read(&a));
+  EXPECT_EQ(a.header.code, 0) << a.message;
+  ASSERT_TRUE(s.Write(RequestBytes(wire::Op::kFetch, 7, 0, 9, {})));
+  ASSERT_TRUE(s.Read(&a));
+  EXPECT_EQ(a.header.code, 0) << a.message;
+  EXPECT_EQ(a.values, (std::vector<float>{5, 6, 7, 8}));
+  ASSERT_TRUE(s.Write(RequestBytes(wire::Op::kRejoin, 0, 0, 0, {})));
+  ASSERT_TRUE(s.Read(&a));
+  EXPECT_EQ(a.header.code, 0) << a.message;
+  ExpectServing(s, 1);
+  EXPECT_TRUE(s.Finish().ok());
+}
+
 TEST_F(DataServiceTest, UnknownKey) {
   RawStream s(address_, kToken, "0");
   ExpectError(s, RequestBytes(wire::Op::kPush, 99, 0, 1, {1, 2, 3, 4}), grpc::NOT_FOUND,
