@@ -1,7 +1,8 @@
 // Checkpointer: rank 0 saves the tracked tensors with common/checkpoint_dir; Restore loads on
 // rank 0 and broadcasts parameters on their keys and (step, state) on one extra key. In update
 // mode rank 0 also runs the servers' round: SAVE to every server before its own file (which so
-// marks a complete round), LOAD of the same step before anyone pulls the weights.
+// marks a complete round), LOAD of the same step before anyone pulls the weights. Crash recovery
+// (per-step commits, a restarted worker rejoining) lives in rejoin_keeper.{h,cc}.
 #include <chrono>
 #include <cstdint>
 #include <cstring>
