@@ -48,6 +48,11 @@ struct Variant {
   ServerMode mode;
   bool twobit;
 };
+// How ctest names the variant ("tcp update 2bit"), instead of its bytes.
+void PrintTo(const Variant& v, std::ostream* os) {
+  *os << v.transport << (v.mode == ServerMode::kUpdate ? " update" : " aggregate")
+      << (v.twobit ? " 2bit" : "");
+}
 
 class RejoinTest : public ::testing::TestWithParam<Variant> {
  protected:
@@ -268,7 +273,9 @@ TEST_P(RejoinTest, RestartBeforeAnyCommitStartsFreshFromRankZero) {
   EXPECT_EQ(trainers_[1].w, trainers_[0].w);
   std::vector<float> w, v;
   Undisturbed(&w, &v);
-  if (!GetParam().twobit) EXPECT_EQ(trainers_[0].w, w);
+  if (!GetParam().twobit) {
+    EXPECT_EQ(trainers_[0].w, w);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

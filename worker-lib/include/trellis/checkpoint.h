@@ -74,6 +74,8 @@ class Checkpointer {
   // from. Call once per step in step order; the same step again is a no-op. A loop that
   // overlaps the next step's first layers with the last updates can call it at the point where
   // the previous step's updates are all applied (examples/mlp does, after the forward pass).
+  // A rejoiner takes over the push counts of every key, tracked or not; the values of keys the
+  // checkpointer does not track (e.g. statistics summed now and then) are not carried.
   virtual Status Commit(int64_t step) = 0;
   // Commit(step), then Save(step) when Due(step): the one per-step call of a simple loop.
   virtual Status EndStep(int64_t step) = 0;
