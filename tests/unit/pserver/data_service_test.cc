@@ -85,7 +85,7 @@ TEST_F(DataServiceTest, GoodRequestRoundTrip) {
   EXPECT_TRUE(s.Finish().ok());
 }
 
-// Crash recovery's ops over gRPC (docs/checkpoints.md#crash-recovery): stash, fetch, rejoin;
+// Crash recovery's ops over gRPC (docs/checkpoints.md#crash-recovery-workers): stash, fetch, rejoin;
 // malformed ones are INVALID_ARGUMENT and the stream keeps serving.
 TEST_F(DataServiceTest, RejoinOpsRoundTripAndMalformedOnesAreRefused) {
   RawStream s(address_, kToken, "0");
