@@ -200,6 +200,9 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
           case wire::Op::kFetch:
             Fetch(s, h, std::move(reply), &deferred);
             break;
+          case wire::Op::kBulk:  // the front-ends hand over a bulk's entries one by one
+            st = InvalidArgumentError("a bulk frame inside a bulk frame");
+            break;
           case wire::Op::kSave:
           case wire::Op::kLoad:
           case wire::Op::kReplay:

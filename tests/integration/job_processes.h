@@ -4,16 +4,20 @@
 #pragma once
 
 #include <dirent.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "common/env.h"
 #include "common/status.h"
@@ -82,5 +86,31 @@ inline StatusOr<std::unique_ptr<Subprocess>> StartLaunch(const std::string& bin_
   o.stderr_mode = SpawnOptions::Output::kStdout;
   return Subprocess::Start(o);
 }
+
+// Base of the tests that run whole jobs: a fresh temporary directory per test (removed unless
+// the test failed, so its logs stay for a look), and at the end a bounded wait for every process
+// of each job the test named with NewJob to be gone (a leftover fails the test).
+class LaunchedJobsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/trellis-job-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    for (const auto& job : jobs_) {
+      EXPECT_TRUE(WaitNoProcessesOfJob(job).empty()) << "processes of job " << job << " left";
+    }
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+  // A job name unique to this process and test ("<prefix>-<pid>-<n>"), remembered for TearDown.
+  std::string NewJob(const std::string& prefix) {
+    jobs_.push_back(prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(jobs_.size()));
+    return jobs_.back();
+  }
+
+  std::string dir_;
+  std::vector<std::string> jobs_;
+};
 
 }  // namespace trellis

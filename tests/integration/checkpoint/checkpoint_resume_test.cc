@@ -36,24 +36,12 @@ std::string JobYaml(const std::string& name, const std::string& ckpt_dir, int st
   return y;
 }
 
-class CheckpointResumeTest : public ::testing::Test {
+class CheckpointResumeTest : public LaunchedJobsTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/trellis-ckpt-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    for (const auto& job : jobs_) {
-      EXPECT_TRUE(WaitNoProcessesOfJob(job).empty()) << "processes of job " << job << " left";
-    }
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
 
   // Runs one job to its end (bounded); returns the exit code and the launcher's output.
   int Run(const std::string& ckpt_dir, int stop_at_step, std::string* output) {
-    const std::string job = "ck-" + std::to_string(::getpid()) + "-" + std::to_string(jobs_.size());
-    jobs_.push_back(job);
+    const std::string job = NewJob("ck");
     auto p = StartLaunch(TRELLIS_BIN_DIR, dir_, job, JobYaml(job, ckpt_dir, stop_at_step));
     if (!p.ok()) {
       *output = p.status().ToString();
@@ -63,9 +51,6 @@ class CheckpointResumeTest : public ::testing::Test {
     *output = ReadFile(dir_ + "/" + job + ".out");
     return st ? st->exit_code : -1;
   }
-
-  std::string dir_;
-  std::vector<std::string> jobs_;
 };
 
 TEST_F(CheckpointResumeTest, StopRestoreContinueEqualsAnUninterruptedRunBitForBit) {

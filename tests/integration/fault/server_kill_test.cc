@@ -95,25 +95,13 @@ std::string TestLossOf(const std::string& out) {
   return out.substr(at + tag.size(), out.find(';', at) - at - tag.size());
 }
 
-class ServerKillTest : public ::testing::Test {
+class ServerKillTest : public LaunchedJobsTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/trellis-fault-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    for (const auto& job : jobs_) {
-      EXPECT_TRUE(WaitNoProcessesOfJob(job).empty()) << "processes of job " << job << " left";
-    }
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
 
   // Runs one job to its end (bounded); with `kill`, SIGKILLs server 1's program once worker 0
   // is past step kKillAfter (*killed: its pid). Returns the launcher's exit code.
   int Run(bool kill, std::string* output, pid_t* killed) {
-    const std::string job = "sk-" + std::to_string(::getpid()) + "-" + std::to_string(jobs_.size());
-    jobs_.push_back(job);
+    const std::string job = NewJob("sk");
     logs_ = dir_ + "/logs-" + job;
     const std::string file = dir_ + "/" + job + ".yaml";
     std::ofstream(file) << JobYaml(job);
@@ -154,9 +142,7 @@ class ServerKillTest : public ::testing::Test {
     return st ? st->exit_code : -1;
   }
 
-  std::string dir_;
   std::string logs_;  // of the last run
-  std::vector<std::string> jobs_;
 };
 
 TEST_F(ServerKillTest, KilledServerIsRestartedAndTheJobFinishesAsWell) {

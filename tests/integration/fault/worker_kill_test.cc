@@ -60,19 +60,8 @@ double Accuracy(const std::string& out) {
   return std::stod(m[1]);
 }
 
-class WorkerKillTest : public ::testing::Test {
+class WorkerKillTest : public LaunchedJobsTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/trellis-fault-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    for (const auto& job : jobs_) {
-      EXPECT_TRUE(WaitNoProcessesOfJob(job).empty()) << "processes of job " << job << " left";
-    }
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
 
   // Runs one job to its end (bounded). With kill_rank >= 0, SIGKILLs that worker's program
   // once a checkpoint at or after kKillAfter exists (the job's own progress record).
@@ -146,9 +135,6 @@ class WorkerKillTest : public ::testing::Test {
           << x.name << " differs between the undisturbed run and the one with a kill";
     }
   }
-
-  std::string dir_;
-  std::vector<std::string> jobs_;
 };
 
 TEST_F(WorkerKillTest, KilledWorkerOneRejoinsAndTheJobEndsAsUndisturbed) { KillAndCompare(1); }
