@@ -14,31 +14,12 @@
 #include <vector>
 
 #include "worker-lib/codec/packed_sum.h"
+#include "tests/fuzz/fuzz_input.h"
 
 namespace {
 
-void Check(bool ok) {
-  if (!ok) __builtin_trap();
-}
-
-// Reads little pieces of the input in order; zeros once it runs out.
-struct Reader {
-  const uint8_t* data;
-  size_t size;
-  uint32_t U32() {
-    uint32_t v = 0;
-    const size_t take = size < 4 ? size : 4;
-    std::memcpy(&v, data, take);
-    data += take;
-    size -= take;
-    return v;
-  }
-  uint8_t U8() {
-    if (size == 0) return 0;
-    --size;
-    return *data++;
-  }
-};
+using trellis_fuzz::Check;
+using trellis_fuzz::Reader;
 
 std::vector<uint8_t> BuildAnswer(Reader& in) {
   const uint8_t flags = in.U8();

@@ -19,16 +19,15 @@
 #include "pserver/wire.h"
 #include "worker-lib/codec/packed_sum.h"
 #include "worker-lib/codec/twobit.h"
+#include "tests/fuzz/fuzz_input.h"
 
 namespace {
+
+using trellis_fuzz::Check;
 
 using trellis::Status;
 using trellis::StatusCode;
 namespace wire = trellis::wire;
-
-void Check(bool ok) {
-  if (!ok) __builtin_trap();
-}
 
 std::unique_ptr<trellis::SliceStore> MakeStore(int64_t n) {
   auto store = std::make_unique<trellis::SliceStore>(trellis::StoreConfig{});

@@ -9,14 +9,13 @@
 
 #include "worker-lib/codec/twobit.h"
 #include "worker-lib/codec/twobit_kernels.h"
+#include "tests/fuzz/fuzz_input.h"
 
 namespace internal = trellis::twobit_internal;
 
 namespace {
 
-void Check(bool ok) {
-  if (!ok) __builtin_trap();
-}
+using trellis_fuzz::Check;
 
 bool SameFloat(float a, float b) {
   if (std::isnan(a) && std::isnan(b)) return true;
