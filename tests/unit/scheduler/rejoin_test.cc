@@ -8,6 +8,7 @@
 
 #include "scheduler/scheduler_client.h"
 #include "scheduler/scheduler_service.h"
+#include "tests/testing/test_scheduler.h"
 #include "scheduler/scheduler_state.h"
 
 namespace trellis {
@@ -269,16 +270,12 @@ class RejoinServiceTest : public ::testing::Test {
     SchedulerConfig config;
     config.job_name = "mlp";
     config.num_workers = 2;
-    SchedulerServerOptions options;
-    options.host = "127.0.0.1";
-    options.service.token = "s3cret";
-    options.sweep_interval = 10ms;
-    auto server = SchedulerServer::Start(config, options);
+    auto server = testing::StartTestScheduler(config, "s3cret");
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
   }
   std::unique_ptr<SchedulerClient> Client(const std::string& token) {
-    auto c = SchedulerClient::Connect({server_->address(), token, 5s});
+    auto c = testing::ConnectTestClient(*server_, token);
     EXPECT_TRUE(c.ok());
     return std::move(c).value();
   }

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/scheduler_service.h"
+#include "tests/testing/test_scheduler.h"
 #include "worker-lib/src/group_key_exchange.h"
 #include "worker-lib/src/local_group.h"
 
@@ -101,16 +102,12 @@ class SchedulerExchangeTest : public ::testing::Test {
   void SetUp() override {
     SchedulerConfig config;
     config.job_name = "mlp";
-    SchedulerServerOptions options;
-    options.host = "127.0.0.1";
-    options.service.token = "s3cret";
-    options.sweep_interval = 10ms;
-    auto server = SchedulerServer::Start(config, options);
+    auto server = testing::StartTestScheduler(config, "s3cret");
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
   }
   std::shared_ptr<SchedulerClient> Client() {
-    auto c = SchedulerClient::Connect({server_->address(), "s3cret", 5s});
+    auto c = testing::ConnectTestClient(*server_, "s3cret");
     EXPECT_TRUE(c.ok());
     return std::move(c).value();
   }

@@ -11,6 +11,7 @@
 
 #include "scheduler/scheduler_client.h"
 #include "scheduler/scheduler_service.h"
+#include "tests/testing/test_scheduler.h"
 #include "tests/unit/worker-lib/local_cluster.h"
 #include "trellis/checkpoint.h"
 #include "worker-lib/src/worker_impl.h"
@@ -60,13 +61,10 @@ class RejoinTest : public ::testing::TestWithParam<Variant> {
     SchedulerConfig sc;
     sc.job_name = "rj";
     sc.num_workers = 2;
-    SchedulerServerOptions so;
-    so.host = "127.0.0.1";
-    so.sweep_interval = 10ms;
-    auto s = SchedulerServer::Start(sc, so);
+    auto s = testing::StartTestScheduler(sc, "");
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     scheduler_ = std::move(s).value();
-    auto c = SchedulerClient::Connect({scheduler_->address(), "", 5s});
+    auto c = testing::ConnectTestClient(*scheduler_, "");
     ASSERT_TRUE(c.ok());
     client_ = std::move(c).value();
     for (int r = 0; r < 2; ++r) incarnation_[r] = Register(r);
