@@ -84,7 +84,7 @@ for d in /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib /usr/local/
 done
 if [[ -z $nccl ]]; then
   nccl=$(timeout 90 find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o \
-         -name 'libnccl.so*' -print 2>/dev/null | sort | head -1)
+         -name 'libnccl.so*' -xtype f -print 2>/dev/null | sort | head -1)
 fi
 libpath=$here/lib
 if [[ -n $nccl ]]; then
