@@ -20,8 +20,11 @@ build: configure
 run: build
 	$(BUILD_DIR)/bin/trellis-launch $(JOB)
 
+# KUBEBUILDER_ASSETS (the real-API-server tests, tests/k8s_real): as given, else the binaries of
+# ../shared/k8s when there is one (scripts/k8s-assets.sh), else those tests skip.
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	cd $(BUILD_DIR) && KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$($(CURDIR)/scripts/k8s-assets.sh $(abspath $(BUILD_DIR)))}" \
+	  ctest --output-on-failure -j $(JOBS) --timeout 600
 
 bench: build
 	@for b in $(BUILD_DIR)/bin/bench_*; do echo "== $$b"; $$b || exit 1; done

@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   clang-14 libclang-rt-14-dev
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
+  etcd-server kubectl xz-utils openssl  # the real-API-server tests (tests/k8s_real, KUBEBUILDER_ASSETS)
 )
 
 # Helm 3 CLI for the chart tests, project-local (build-tools/helm); optional: those tests skip without it.

@@ -9,36 +9,56 @@ port and points `<service>:<port>` in the other pods' environment at it; finds p
 --bin-dir; reports phase Running, then Succeeded/Failed with the container's exit code through
 the status subresource; stops the process of a pod that is deleted.
 
-Usage: kubelet.py --server URL --bin-dir DIR --work-dir DIR
+It talks to the double (plain HTTP) or to a real kube-apiserver (tests/k8s_real/envtest.py):
+HTTPS with --ca-file, authenticated by a client certificate or a bearer token. A Service keeps
+its local port for the kubelet's lifetime: a recreated scheduler pod listens where the job's
+other pods already point (a Service name is stable in a cluster).
+
+Usage: kubelet.py --server URL --bin-dir DIR --work-dir DIR [--namespace NS]
+                  [--ca-file PEM] [--client-cert PEM --client-key PEM | --token-file PATH]
 """
 import argparse
 import base64
+import ctypes
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 LABEL_JOB = "trellis.io/job-name"
 
 
 class Api:
-    def __init__(self, server):
+    def __init__(self, server, ca_file=None, client_cert=None, client_key=None, token_file=None):
         self.server = server.rstrip("/")
+        self.ctx = None
+        if self.server.startswith("https://"):
+            self.ctx = ssl.create_default_context(cafile=ca_file)
+            if client_cert:
+                self.ctx.load_cert_chain(client_cert, client_key)
+        self.token_file = token_file
 
     def call(self, method, path, body=None, content_type="application/json"):
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", content_type)
+        if self.token_file:
+            with open(self.token_file) as f:
+                req.add_header("Authorization", "Bearer " + f.read().strip())
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=10, context=self.ctx) as r:
                 return r.status, json.loads(r.read() or b"{}")
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"{}")
+        except (urllib.error.URLError, OSError) as e:  # the server restarting or gone: next round
+            return 0, {"message": str(e)}
 
     def patch_status(self, ns, name, status):
         return self.call("PATCH", "/api/v1/namespaces/%s/pods/%s/status" % (ns, name), {"status": status},
@@ -53,11 +73,18 @@ def free_port():
     return port
 
 
+_libc = ctypes.CDLL(None)
+
+
+def _die_with_parent():
+    _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no pod process outlives a killed kubelet
+
+
 class Kubelet:
-    def __init__(self, api, bin_dir, work_dir):
-        self.api, self.bin_dir, self.work_dir = api, bin_dir, work_dir
+    def __init__(self, api, bin_dir, work_dir, namespace=None):
+        self.api, self.bin_dir, self.work_dir, self.namespace = api, bin_dir, work_dir, namespace
         self.procs = {}      # (ns, name, uid) -> Popen
-        self.services = {}   # "<service>:<port>" -> "127.0.0.1:<local port>"
+        self.services = {}   # (ns, "<service>:<port>") -> "127.0.0.1:<local port>", kept for our lifetime
         self.done = set()    # uids that ran to the end
 
     def materialize(self, ns, pod, pod_dir):
@@ -101,6 +128,8 @@ class Kubelet:
 
         argv = [local(a) for a in c.get("command", []) + c.get("args", [])]
         env = {"PATH": self.bin_dir + ":" + os.environ.get("PATH", "/usr/bin:/bin")}
+        if "TRELLIS_ENVTEST_MARK" in os.environ:  # lets the envtest fixture find strays
+            env["TRELLIS_ENVTEST_MARK"] = os.environ["TRELLIS_ENVTEST_MARK"]
         for e in c.get("env", []):
             if "value" in e:
                 env[e["name"]] = local(e["value"])
@@ -114,14 +143,15 @@ class Kubelet:
         argv = [str(free_port()) if i > 0 and argv[i - 1] == "--metrics-port" else a for i, a in enumerate(argv)]
         role = pod["metadata"].get("labels", {}).get("trellis.io/role")
         if role == "scheduler":
-            port = free_port()
             cport = str(c["ports"][0]["containerPort"])
+            svc = (ns, pod["metadata"]["labels"][LABEL_JOB] + "-scheduler:" + cport)
+            # The same local port for a recreated scheduler pod: the Service name does not change.
+            addr = self.services.setdefault(svc, "127.0.0.1:%d" % free_port())
+            port = addr.rsplit(":", 1)[1]
             argv = [("127.0.0.1" if a == "0.0.0.0" else a) for a in argv]
-            argv = [(str(port) if a == cport else a) for a in argv]
-            svc = pod["metadata"]["labels"][LABEL_JOB] + "-scheduler:" + cport
-            self.services[svc] = "127.0.0.1:%d" % port
+            argv = [(port if a == cport else a) for a in argv]
         elif "TRELLIS_SCHEDULER" in env:
-            target = self.services.get(env["TRELLIS_SCHEDULER"])
+            target = self.services.get((ns, env["TRELLIS_SCHEDULER"]))
             if target is None:
                 return False  # the scheduler pod has not started yet
             env["TRELLIS_SCHEDULER"] = target
@@ -129,7 +159,8 @@ class Kubelet:
         if os.path.exists(prog):
             argv[0] = prog
         log = open(os.path.join(self.work_dir, name + ".log"), "wb")
-        p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                             preexec_fn=_die_with_parent)
         log.close()
         self.procs[(ns, name, pod["metadata"]["uid"])] = p
         self.api.patch_status(ns, name, {"phase": "Running", "podIP": "127.0.0.1",
@@ -149,22 +180,26 @@ class Kubelet:
             p.wait()
 
     def step(self):
-        code, lst = self.api.call("GET", "/api/v1/pods?labelSelector=" + LABEL_JOB)
+        where = "/api/v1/namespaces/%s/pods" % self.namespace if self.namespace else "/api/v1/pods"
+        code, lst = self.api.call("GET", where + "?labelSelector=" + LABEL_JOB)
         if code != 200:
             return
-        live = set()
+        pods = {}
         for pod in lst["items"]:
-            ns, name, uid = pod["metadata"].get("namespace", "default"), pod["metadata"]["name"], pod["metadata"]["uid"]
-            live.add((ns, name, uid))
-            if (ns, name, uid) not in self.procs and uid not in self.done and \
-                    pod.get("status", {}).get("phase", "Pending") == "Pending":
-                self.start(ns, pod)
+            m = pod["metadata"]
+            pods[(m.get("namespace", "default"), m["name"], m["uid"])] = pod
+        # Deleted pods first: a recreated scheduler pod reuses its predecessor's port.
         for key, p in list(self.procs.items()):
-            if key not in live:  # deleted: stop its process
+            if key not in pods or pods[key]["metadata"].get("deletionTimestamp"):
                 self.stop(p)
                 del self.procs[key]
                 self.done.add(key[2])
-                continue
+        for (ns, name, uid), pod in pods.items():
+            if (ns, name, uid) not in self.procs and uid not in self.done and \
+                    not pod["metadata"].get("deletionTimestamp") and \
+                    pod.get("status", {}).get("phase", "Pending") == "Pending":
+                self.start(ns, pod)
+        for key, p in list(self.procs.items()):
             rc = p.poll()
             if rc is not None:
                 code = rc if rc >= 0 else 128 - rc
@@ -186,13 +221,19 @@ def main():
     ap.add_argument("--server", required=True)
     ap.add_argument("--bin-dir", required=True)
     ap.add_argument("--work-dir", required=True)
+    ap.add_argument("--namespace", help="only this namespace's pods (default: all)")
+    ap.add_argument("--ca-file", help="PEM bundle that verifies an https server")
+    ap.add_argument("--client-cert", help="client certificate (PEM), with --client-key")
+    ap.add_argument("--client-key")
+    ap.add_argument("--token-file", help="bearer token, re-read for every request")
     args = ap.parse_args()
-    k = Kubelet(Api(args.server), os.path.abspath(args.bin_dir), os.path.abspath(args.work_dir))
+    api = Api(args.server, args.ca_file, args.client_cert, args.client_key, args.token_file)
+    k = Kubelet(api, os.path.abspath(args.bin_dir), os.path.abspath(args.work_dir), args.namespace)
     signal.signal(signal.SIGTERM, k.shutdown)
     signal.signal(signal.SIGINT, k.shutdown)
     while True:
         k.step()
-        time.sleep(0.1)  # a poll loop of a helper process, not test synchronisation
+        time.sleep(0.1 if api.ctx is None else 0.2)  # a helper's poll loop, not test synchronisation
 
 
 if __name__ == "__main__":
