@@ -1,7 +1,7 @@
 // A local group: the G training processes of one pod (local ranks 0..G-1), and the three
 // collectives the hierarchical exchange needs. Two implementations behind one interface:
 // shared memory on the CPU (always built; local_group_shm.cc) and NCCL on GPUs (built with
-// CUDA, worker-lib/cuda/nccl_local_group.*; chosen at run time when devices exist).
+// CUDA, worker-lib/cuda/nccl_local_group.*; chosen at run time when there is a device per rank).
 //
 // Every collective is blocking and must be called by all G ranks in the same order with the
 // same element count (the same program issues them). Buffers are host memory.
@@ -77,9 +77,20 @@ StatusOr<std::unique_ptr<LocalGroup>> OpenShmLocalGroup(const LocalGroupOptions&
 inline constexpr size_t kMaxGroupKeyBytes = 1024;
 StatusOr<std::string> ExchangeGroupKey(const LocalGroupOptions& options, const std::string& key);
 
-// NCCL (when built with CUDA and this process sees a CUDA device) else shared memory. The NCCL
-// unique id travels by ExchangeGroupKey. `force_cpu` keeps the CPU path
-// (TRELLIS_LOCAL_BACKEND=shm).
+// Which implementation a group of `group_size` ranks gets when this process sees `devices` CUDA
+// devices (0 in a build without CUDA). NCCL needs a device per rank (rank l takes device
+// l % devices, and NCCL refuses two ranks on one GPU: "Duplicate GPU detected"), so a group
+// larger than the devices seen, e.g. gpusPerWorker: 2 where the process sees one GPU, gets shm.
+// `why` says why, for the log.
+struct LocalBackendChoice {
+  bool nccl = false;
+  std::string why;
+};
+LocalBackendChoice ChooseLocalBackend(int devices, int group_size, bool force_cpu);
+
+// The implementation ChooseLocalBackend picks (NCCL only when built with CUDA); falling back to
+// shm although devices exist is logged once per process. The NCCL unique id travels by
+// ExchangeGroupKey. `force_cpu` keeps the CPU path (TRELLIS_LOCAL_BACKEND=shm).
 StatusOr<std::unique_ptr<LocalGroup>> OpenLocalGroup(const LocalGroupOptions& options,
                                                      bool force_cpu);
 

@@ -1,9 +1,12 @@
 // Picks the local group's implementation at run time: NCCL when it was built (CUDA present at
-// build time) and this process sees a device, else shared memory.
+// build time) and this process sees a device per local rank, else shared memory.
 #include "worker-lib/src/local_group.h"
 
+#include <atomic>
 #include <cstring>
 #include <vector>
+
+#include "common/logging.h"
 
 #ifdef TRELLIS_HAVE_NCCL
 #include "worker-lib/cuda/nccl_local_group.h"
@@ -60,19 +63,40 @@ StatusOr<std::string> ExchangeGroupKey(const LocalGroupOptions& options, const s
   return got;
 }
 
+LocalBackendChoice ChooseLocalBackend(int devices, int group_size, bool force_cpu) {
+  if (force_cpu) return {false, "TRELLIS_LOCAL_BACKEND=shm"};
+  if (devices < 1) return {false, "no CUDA device"};
+  const std::string seen = "this process sees " + std::to_string(devices) + " CUDA device" +
+                           (devices == 1 ? "" : "s") + " for a local group of " +
+                           std::to_string(group_size);
+  if (devices < group_size) return {false, seen + " (NCCL needs one device per local rank)"};
+  return {true, seen};
+}
+
 StatusOr<std::unique_ptr<LocalGroup>> OpenLocalGroup(const LocalGroupOptions& options,
                                                      bool force_cpu) {
 #ifdef TRELLIS_HAVE_NCCL
-  if (!force_cpu && CudaDeviceCount() > 0) {
+  const int devices = force_cpu ? 0 : CudaDeviceCount();
+#else
+  const int devices = 0;
+#endif
+  const LocalBackendChoice choice = ChooseLocalBackend(devices, options.size, force_cpu);
+#ifdef TRELLIS_HAVE_NCCL
+  if (choice.nccl) {
     LocalGroupOptions o = options;
     o.exchange_key = [options](const std::string&, int, const std::string& key) {
       return ExchangeGroupKey(options, key);
     };
     return OpenNcclLocalGroup(o);
   }
-#else
-  (void)force_cpu;
 #endif
+  // GPUs present but too few: the user probably expected NCCL, so say why not (once: every
+  // process opens a group per channel).
+  static std::atomic<bool> told{false};
+  if (devices > 0 && !told.exchange(true)) {
+    TLOG_WARN << "local group " << options.name << ": shared memory instead of NCCL: "
+              << choice.why;
+  }
   return OpenShmLocalGroup(options);
 }
 

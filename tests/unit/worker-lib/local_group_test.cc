@@ -70,6 +70,30 @@ TEST(LocalPartTest, CoversTheTensorInOrderWithPartsWithinOne) {
   }
 }
 
+// The backend choice, without a GPU: NCCL only with a device per local rank.
+TEST(ChooseLocalBackendTest, NcclOnlyWithADevicePerRank) {
+  EXPECT_TRUE(ChooseLocalBackend(1, 1, false).nccl);
+  EXPECT_TRUE(ChooseLocalBackend(2, 2, false).nccl);
+  EXPECT_TRUE(ChooseLocalBackend(8, 4, false).nccl);
+  EXPECT_FALSE(ChooseLocalBackend(0, 1, false).nccl);
+  EXPECT_FALSE(ChooseLocalBackend(0, 4, false).nccl);
+  // gpusPerWorker: 2 where the process sees one GPU: two ranks on one GPU is what NCCL refuses.
+  EXPECT_FALSE(ChooseLocalBackend(1, 2, false).nccl);
+  EXPECT_FALSE(ChooseLocalBackend(3, 4, false).nccl);
+  EXPECT_FALSE(ChooseLocalBackend(4, 4, true).nccl);
+}
+
+TEST(ChooseLocalBackendTest, SaysWhyWithDevicesAndGroupSize) {
+  EXPECT_EQ(ChooseLocalBackend(1, 2, false).why,
+            "this process sees 1 CUDA device for a local group of 2 (NCCL needs one device per "
+            "local rank)");
+  EXPECT_EQ(ChooseLocalBackend(3, 4, false).why,
+            "this process sees 3 CUDA devices for a local group of 4 (NCCL needs one device per "
+            "local rank)");
+  EXPECT_EQ(ChooseLocalBackend(0, 2, false).why, "no CUDA device");
+  EXPECT_EQ(ChooseLocalBackend(2, 2, true).why, "TRELLIS_LOCAL_BACKEND=shm");
+}
+
 struct Case {
   int g;
   int64_t n;
