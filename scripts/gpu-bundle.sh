@@ -129,8 +129,9 @@ run_test() {
   fi
 }
 run_test codec_twobit_cuda_test 60
-# G = 1 runs every NCCL call; G = 2 needs 2 devices (NCCL refuses two ranks on one GPU) and
-# skips with a message on a one-GPU machine.
+# G = 1 runs every NCCL call; G = 2 on NCCL needs 2 devices (NCCL refuses two ranks on one GPU)
+# and skips with a message on a one-GPU machine, where G = 2 through OpenLocalGroup must fall
+# back to shared memory.
 run_test nccl_local_group_test 90
 
 # Benchmark: CPU rows (64 MiB, one core) with GPU rows of 256 MiB, then GPU rows of 1 GiB (CPU

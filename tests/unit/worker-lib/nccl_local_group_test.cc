@@ -1,6 +1,7 @@
-// The NCCL local group against the shared-memory one: same collectives, same results (float
-// tolerance: NCCL sums in its own order). Skips without a CUDA device; G = 2 needs two devices
-// (NCCL refuses two ranks on one GPU); a group of one still runs every NCCL call.
+// The NCCL local group against the serial sums (float tolerance: NCCL sums in its own order).
+// Skips without a CUDA device; G = 2 on NCCL needs two devices (NCCL refuses two ranks on one
+// GPU); a group of one still runs every NCCL call. OpenLocalGroup with more ranks than devices
+// must fall back to shared memory and still give the sums.
 #include <unistd.h>
 
 #include <atomic>
@@ -26,7 +27,10 @@ std::vector<float> Data(int rank, int64_t n) {
   return v;
 }
 
-void CheckGroup(int g) {
+using Opener = std::function<StatusOr<std::unique_ptr<LocalGroup>>(const LocalGroupOptions&)>;
+
+// G ranks on G threads open a group with `open` and check its kind and the three collectives.
+void CheckGroup(int g, const Opener& open, const char* want_kind) {
   static std::atomic<int> id{0};
   const std::string name = "nccltest-" + std::to_string(getpid()) + "-" + std::to_string(id++);
   constexpr int64_t kN = 100'003;
@@ -44,13 +48,9 @@ void CheckGroup(int g) {
       o.size = g;
       o.timeout_ms = 60000;
       o.channel = "nccl";
-      // The id crosses the shm fallback (no scheduler here).
-      o.exchange_key = [o](const std::string&, int, const std::string& key) {
-        return ExchangeGroupKey(o, key);
-      };
-      auto group = OpenNcclLocalGroup(o);
+      auto group = open(o);
       ASSERT_TRUE(group.ok()) << group.status().ToString();
-      EXPECT_STREQ((*group)->kind(), "nccl");
+      EXPECT_STREQ((*group)->kind(), want_kind);
       const PartRange mine = LocalPart(kN, g, r);
       auto in = Data(r, kN);
       std::vector<float> part(mine.count), out(kN);
@@ -69,14 +69,34 @@ void CheckGroup(int g) {
   for (auto& t : threads) t.join();
 }
 
+StatusOr<std::unique_ptr<LocalGroup>> OpenNccl(const LocalGroupOptions& options) {
+  LocalGroupOptions o = options;
+  // The id crosses the shm fallback (no scheduler here).
+  o.exchange_key = [options](const std::string&, int, const std::string& key) {
+    return ExchangeGroupKey(options, key);
+  };
+  return OpenNcclLocalGroup(o);
+}
+
 TEST(NcclLocalGroupTest, GroupOfOneRunsEveryCall) {
   if (CudaDeviceCount() < 1) GTEST_SKIP() << "no CUDA device";
-  CheckGroup(1);
+  CheckGroup(1, OpenNccl, "nccl");
 }
 
 TEST(NcclLocalGroupTest, TwoGpusMatchTheSerialSum) {
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices, found " << CudaDeviceCount();
-  CheckGroup(2);
+  CheckGroup(2, OpenNccl, "nccl");
+}
+
+// A pod of gpusPerWorker: 2 whose processes see one GPU (or TRELLIS_LOCAL_SIZE=2 on a one-GPU
+// host): OpenLocalGroup must not put both ranks on that GPU (NCCL fails with "Duplicate GPU
+// detected") but fall back to shared memory, with the same sums. With 2+ devices it is NCCL.
+TEST(NcclLocalGroupTest, MoreRanksThanDevicesFallsBackToShm) {
+  const int devices = CudaDeviceCount();
+  if (devices < 1) GTEST_SKIP() << "no CUDA device";
+  CheckGroup(
+      2, [](const LocalGroupOptions& o) { return OpenLocalGroup(o, /*force_cpu=*/false); },
+      devices < 2 ? "shm" : "nccl");
 }
 
 }  // namespace
