@@ -13,6 +13,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "common/scheduling_policy.h"
 #include "common/yaml_emit.h"
 #include "common/yaml_fields.h"
 #include "common/yaml_load.h"
@@ -317,7 +318,7 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
 
   MapReader run(spec.Get("runPolicy"), spec.Path("runPolicy"), errors,
                 {"restartPolicy", "backoffLimit", "activeDeadlineSeconds",
-                 "ttlSecondsAfterFinished", "cleanPodPolicy", "suspend"});
+                 "ttlSecondsAfterFinished", "cleanPodPolicy", "suspend", "schedulingPolicy"});
   RunPolicySpec& r = out->runPolicy;
   run.GetEnum("restartPolicy", RestartPolicyNames(), &r.restartPolicy);
   IntField(run, "backoffLimit", 0, kInt32Max, &r.backoffLimit);
@@ -326,6 +327,7 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
   if (IntField(run, "ttlSecondsAfterFinished", 0, kInt64Max, &v)) r.ttlSecondsAfterFinished = v;
   run.GetEnum("cleanPodPolicy", CleanPodPolicyNames(), &r.cleanPodPolicy);
   run.GetBool("suspend", &r.suspend);
+  ParseSchedulingPolicy(run, &r.schedulingPolicy);
 
   MapReader sched(spec.Get("scheduler"), spec.Path("scheduler"), errors,
                   {"heartbeatIntervalSeconds", "heartbeatTimeoutSeconds",

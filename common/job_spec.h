@@ -25,6 +25,10 @@ enum class CleanPodPolicy { kNone, kRunning, kAll };
 // The workers' data path to the servers: raw TCP (default; measured at or above 0.75 of a raw
 // TCP echo for >= 16 MiB tensors, docs/performance.md) or gRPC streams.
 enum class Transport { kTcp, kGrpc };
+// Who schedules a job's pods as one gang (operator only): Volcano (scheduling.volcano.sh
+// PodGroup) or the coscheduling plugin of kubernetes-sigs/scheduler-plugins
+// (scheduling.x-k8s.io PodGroup).
+enum class GangScheduler { kVolcano, kSchedulerPlugins };
 
 std::string_view ToString(RestartPolicy v);     // "Never", "OnFailure", "Always", "ExitCode"
 std::string_view ToString(KeyDispatch v);       // "roundRobin", "hash", "balanced"
@@ -33,6 +37,7 @@ std::string_view ToString(ServerMode v);        // "aggregate", "update"
 std::string_view ToString(OptimizerType v);     // "sgd", "adam"
 std::string_view ToString(CleanPodPolicy v);    // "None", "Running", "All"
 std::string_view ToString(Transport v);         // "tcp", "grpc"
+std::string_view ToString(GangScheduler v);     // "volcano", "scheduler-plugins"
 
 struct ResourceSpec {
   std::string cpu;     // Kubernetes quantity, e.g. "2" or "500m"; empty: unset
@@ -119,6 +124,19 @@ struct RecoverySpec {
   bool operator==(const RecoverySpec&) const = default;
 };
 
+// spec.runPolicy.schedulingPolicy (the name Kubeflow's training-operator uses): how the cluster
+// schedules the job's pods. Ignored by trellis-launch. Every pod of a Trellis job must run at
+// once (the scheduler waits for all), so the gang is always the whole job: no minAvailable.
+struct SchedulingPolicySpec {
+  std::optional<GangScheduler> gangScheduler;  // unset: no PodGroup, pods scheduled one by one
+  std::string schedulerName;  // pods' spec.schedulerName; empty: the gang scheduler's default
+  std::string queue;          // Volcano queue (gangScheduler volcano only)
+  std::string priorityClass;  // pods' priorityClassName (and the Volcano PodGroup's)
+  std::optional<int32_t> scheduleTimeoutSeconds;  // gangScheduler scheduler-plugins only
+
+  bool operator==(const SchedulingPolicySpec&) const = default;
+};
+
 struct RunPolicySpec {
   RestartPolicy restartPolicy = RestartPolicy::kOnFailure;
   int32_t backoffLimit = 3;                          // restarts per process before failing
@@ -126,6 +144,7 @@ struct RunPolicySpec {
   std::optional<int64_t> ttlSecondsAfterFinished;
   CleanPodPolicy cleanPodPolicy = CleanPodPolicy::kRunning;
   bool suspend = false;
+  SchedulingPolicySpec schedulingPolicy;
 
   bool operator==(const RunPolicySpec&) const = default;
 };
@@ -198,5 +217,6 @@ std::optional<ServerMode> ParseServerMode(std::string_view s);
 std::optional<OptimizerType> ParseOptimizerType(std::string_view s);
 std::optional<CleanPodPolicy> ParseCleanPodPolicy(std::string_view s);
 std::optional<Transport> ParseTransport(std::string_view s);
+std::optional<GangScheduler> ParseGangScheduler(std::string_view s);
 
 }  // namespace trellis

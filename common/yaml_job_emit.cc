@@ -166,6 +166,17 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   if (r.ttlSecondsAfterFinished) Int(out, "ttlSecondsAfterFinished", *r.ttlSecondsAfterFinished);
   Plain(out, "cleanPodPolicy", ToString(r.cleanPodPolicy));
   Bool(out, "suspend", r.suspend);
+  // Written only when set: jobs without it keep the document they had.
+  const SchedulingPolicySpec& sp = r.schedulingPolicy;
+  if (sp != SchedulingPolicySpec{}) {
+    out << YAML::Key << "schedulingPolicy" << YAML::Value << YAML::BeginMap;
+    if (sp.gangScheduler) Plain(out, "gangScheduler", ToString(*sp.gangScheduler));
+    if (!sp.schedulerName.empty()) Str(out, "schedulerName", sp.schedulerName);
+    if (!sp.queue.empty()) Str(out, "queue", sp.queue);
+    if (!sp.priorityClass.empty()) Str(out, "priorityClass", sp.priorityClass);
+    if (sp.scheduleTimeoutSeconds) Int(out, "scheduleTimeoutSeconds", *sp.scheduleTimeoutSeconds);
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
 
   const SchedulerSpec& s = spec.scheduler;

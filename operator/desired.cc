@@ -1,5 +1,6 @@
 #include "operator/desired.h"
 
+#include "operator/gang.h"
 #include "operator/pod_template.h"
 
 namespace trellis::op {
@@ -12,7 +13,12 @@ Json Metadata(const JobMeta& job, const std::string& name, const std::string& ro
   m["namespace"] = JStr(job.ns);
   Json labels = Json::object();
   if (spec) {
-    for (const auto& [k, v] : spec->labels) labels[k] = JStr(v);
+    for (const auto& [k, v] : spec->labels) {
+      // Kueue admits the job as a whole (through suspend); its labels on the pods would make
+      // Kueue's pod integration queue each pod again on its own.
+      if (k.rfind(kKueueLabelPrefix, 0) == 0) continue;
+      labels[k] = JStr(v);
+    }
   }
   labels[kLabelJob] = JStr(job.name);
   if (!role.empty()) labels[kLabelRole] = JStr(role);
@@ -111,6 +117,7 @@ Json PodShell(const JobMeta& job, const JobSpec& spec, PodRole role, int index, 
   podspec["containers"] = containers;
   podspec["volumes"] = volumes;
   pod["spec"] = podspec;
+  ApplySchedulingPolicy(job, spec, pod);
   return pod;
 }
 

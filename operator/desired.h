@@ -2,7 +2,7 @@
 // a token Secret, a ConfigMap with the job file for the scheduler, the scheduler Pod and its
 // Service, server Pods and worker Pods. Every object carries a controller ownerReference to the
 // job (so deleting the job deletes them) and the labels trellis.io/job-name, trellis.io/role,
-// trellis.io/rank.
+// trellis.io/rank. The PodGroup of a gang-scheduled job is in operator/gang.h.
 #pragma once
 
 #include <string>
@@ -19,6 +19,8 @@ inline constexpr char kLabelJob[] = "trellis.io/job-name";
 inline constexpr char kLabelRole[] = "trellis.io/role";
 inline constexpr char kLabelRank[] = "trellis.io/rank";
 inline constexpr char kGpuResource[] = "nvidia.com/gpu";
+// Labels of the job under this prefix (kueue.x-k8s.io/queue-name, ...) are not copied to pods.
+inline constexpr char kKueueLabelPrefix[] = "kueue.x-k8s.io/";
 
 struct OperatorSettings {
   std::string default_image = "ghcr.io/trellis-ml/trellis:0.1.0";  // when spec.image is empty

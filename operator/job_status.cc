@@ -44,6 +44,37 @@ std::string Describe(const ObservedPod& p) {
   return s;
 }
 
+constexpr char kUnschedulable[] = "Unschedulable";
+
+// The Unschedulable condition: True with `reason` and `message` while something keeps the
+// job's pods from being placed (reason empty: nothing does). Jobs that never waited never get
+// it; once True, it turns False with `clear_reason` when the wait ends. Turning True is a
+// Warning event unless the plan already has one.
+void UpdateUnschedulable(Json& st, JobPlan& plan, const std::string& reason, std::string message,
+                         const std::string& clear_reason, const std::string& clear_message,
+                         Clock::time_point now) {
+  bool was_true = false;
+  if (const Json* conds = At(st, {"conditions"}); conds && conds->is_array()) {
+    for (size_t i = 0; i < conds->size(); ++i) {
+      if (Str(conds->at(i), {"type"}) != kUnschedulable) continue;
+      was_true = Str(conds->at(i), {"status"}) == "True";
+    }
+  }
+  if (reason.empty()) {
+    if (was_true) SetCondition(st, kUnschedulable, false, clear_reason, clear_message, now);
+    return;
+  }
+  // Schedulers' messages list every node's reason; the status keeps a readable head.
+  constexpr size_t kMaxMessage = 1024;
+  if (message.size() > kMaxMessage) message = message.substr(0, kMaxMessage - 3) + "...";
+  SetCondition(st, kUnschedulable, true, reason, message, now);
+  if (!was_true && plan.event_type != "Warning") {
+    plan.event_type = "Warning";
+    plan.event_reason = reason;
+    plan.event_message = message;
+  }
+}
+
 }  // namespace
 
 std::optional<ObservedPod> ObservePod(const Json& pod) {
@@ -65,6 +96,15 @@ std::optional<ObservedPod> ObservePod(const Json& pod) {
   o.deleting = At(pod, {"metadata", "deletionTimestamp"}) != nullptr;
   if (const Json* cs = At(pod, {"status", "containerStatuses"}); cs && cs->is_array() && cs->size() > 0) {
     if (auto code = Int(cs->at(0), {"state", "terminated", "exitCode"})) o.exit_code = static_cast<int>(*code);
+  }
+  if (const Json* conds = At(pod, {"status", "conditions"}); conds && conds->is_array()) {
+    for (size_t i = 0; i < conds->size(); ++i) {
+      const Json& c = conds->at(i);
+      if (Str(c, {"type"}) == "PodScheduled" && Str(c, {"status"}) == "False" &&
+          Str(c, {"reason"}) == "Unschedulable") {
+        o.unschedulable = Str(c, {"message"}, "Unschedulable");
+      }
+    }
   }
   return o;
 }
@@ -93,7 +133,7 @@ void SetCondition(Json& status, const std::string& type, bool value, const std::
 }
 
 JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vector<ObservedPod>& pods,
-                Clock::time_point now) {
+                Clock::time_point now, const GangObservation* gang) {
   JobPlan plan;
   const Json* old_status = At(job, {"status"});
   plan.status = old_status && old_status->is_object() ? *old_status : Json::object();
@@ -165,6 +205,7 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
     reason = "JobSuspended";
     message = "job " + name + " is suspended: its pods are deleted until spec.runPolicy.suspend is false";
     conclude();
+    UpdateUnschedulable(st, plan, "", "", reason, message, now);
     return plan;
   }
   if (old_phase == kSuspended) {
@@ -293,6 +334,34 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
     if (!up || p.deleting || removing.count(pod)) all_up = false;
   }
 
+  // Why the pods wait, when the cluster says so: the PodGroup could not be made, the gang
+  // scheduler holds the gang back, or the scheduler cannot place pods.
+  std::string wait_reason, wait_message;
+  if (gang && !gang->create_error.empty()) {
+    // Pods without their PodGroup would never be scheduled by the gang scheduler.
+    plan.create.clear();
+    all_up = false;
+    wait_reason = "PodGroupNotCreated";
+    wait_message = "job " + name + ": " + gang->create_error;
+  } else if (!all_up && gang && !gang->unschedulable_reason.empty()) {
+    wait_reason = "PodGroupUnschedulable";
+    wait_message = "job " + name + ": PodGroup " + PodGroupName(name) + ": " + gang->unschedulable_reason +
+                   (gang->unschedulable_message.empty() ? "" : ": " + gang->unschedulable_message);
+  } else if (!all_up) {
+    const ObservedPod* first = nullptr;
+    int n = 0;
+    for (const auto& p : pods) {
+      if (p.deleting || p.unschedulable.empty()) continue;
+      if (!first) first = &p;
+      ++n;
+    }
+    if (first) {
+      wait_reason = "PodsUnschedulable";
+      wait_message = "job " + name + ": " + std::to_string(n) + " of " + std::to_string(order.size()) +
+                     " pods cannot be scheduled; " + Describe(*first) + ": " + first->unschedulable;
+    }
+  }
+
   if (restarted) {
     phase = kRestarting;
   } else if (all_up) {
@@ -311,6 +380,8 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
     }
   }
   conclude();
+  UpdateUnschedulable(st, plan, wait_reason, wait_message, "PodsScheduled",
+                      "job " + name + ": every pod has been scheduled", now);
   return plan;
 }
 

@@ -10,6 +10,7 @@
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "operator/desired.h"
+#include "operator/gang.h"
 #include "operator/json_util.h"
 
 namespace trellis::op {
@@ -29,6 +30,9 @@ struct ObservedPod {
   std::string phase;   // Pending, Running, Succeeded, Failed, Unknown
   int exit_code = -1;  // of the terminated container; -1 when unknown
   bool deleting = false;
+  // The scheduler's message while it cannot place the pod (condition PodScheduled=False with
+  // reason Unschedulable); empty otherwise.
+  std::string unschedulable;
 };
 // nullopt for a pod without valid trellis.io/role and trellis.io/rank labels (not ours to judge).
 std::optional<ObservedPod> ObservePod(const Json& pod);
@@ -47,9 +51,12 @@ struct JobPlan {
 };
 
 // `spec` is ParseJobSpec of the job object (an error makes the job Failed with reason InvalidSpec
-// and the parser's message). `job` supplies the previous status.
+// and the parser's message). `job` supplies the previous status. `gang`: what the reconciler
+// found of the job's PodGroup (gang-scheduled jobs only). Pods that cannot be scheduled, or a
+// gang that cannot, set the condition Unschedulable (True, with the scheduler's message) while
+// the job waits; it turns False once they are placed.
 JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vector<ObservedPod>& pods,
-                Clock::time_point now);
+                Clock::time_point now, const GangObservation* gang = nullptr);
 
 // Sets (or updates) the condition of `type` in status.conditions; lastTransitionTime changes only
 // when the condition's status does.

@@ -15,6 +15,17 @@ Status CreateIfMissing(KubeClient& c, const Resource& r, const std::string& ns, 
   return s.status();
 }
 
+bool OwnedBy(const Json& obj, const std::string& uid) {
+  if (const Json* owners = At(obj, {"metadata", "ownerReferences"}); owners && owners->is_array()) {
+    for (size_t k = 0; k < owners->size(); ++k) {
+      if (Str(owners->at(k), {"uid"}) == uid) return true;
+    }
+  }
+  return false;
+}
+
+Resource PodGroups(GangScheduler g) { return {"apis/" + PodGroupApiOf(g).group_version, "podgroups"}; }
+
 }  // namespace
 
 StatusOr<std::string> RandomToken() {
@@ -72,8 +83,17 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
     }
   }
 
+  // The PodGroup comes before the plan: the plan creates no pod while it cannot exist.
+  const bool gang_job = spec.ok() && spec->runPolicy.schedulingPolicy.gangScheduler.has_value();
+  const std::string old_phase = Str(*job, {"status", "phase"});
+  const bool may_run = spec.ok() && !spec->runPolicy.suspend && old_phase != kSucceeded && old_phase != kFailed;
+  std::optional<GangObservation> gang;
+  if (gang_job && may_run) {
+    TRELLIS_ASSIGN_OR_RETURN(gang, EnsurePodGroup(meta, *spec));
+  }
+
   const Clock::time_point now = now_();
-  JobPlan plan = PlanJob(*job, spec, pods, now);
+  JobPlan plan = PlanJob(*job, spec, pods, now, gang ? &*gang : nullptr);
 
   if (plan.delete_job) {
     TLOG_INFO << "job " << ns << "/" << name << ": ttlSecondsAfterFinished passed, deleting it";
@@ -116,7 +136,50 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
     Status s = client_.Delete(kPods, ns, pod_name);
     if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
   }
+  if (gang_job && !may_run) TRELLIS_RETURN_IF_ERROR(RemovePodGroup(meta, *spec));
   return plan.requeue_after;
+}
+
+StatusOr<GangObservation> Reconciler::EnsurePodGroup(const JobMeta& meta, const JobSpec& spec) {
+  const GangScheduler g = *spec.runPolicy.schedulingPolicy.gangScheduler;
+  const Resource r = PodGroups(g);
+  const std::string what = "PodGroup " + PodGroupName(meta.name) + " (" + PodGroupApiOf(g).group_version + ")";
+  GangObservation o;
+  // Why the server said no, in the words a cluster admin acts on.
+  auto refused = [&](const Status& s, const char* verb) {
+    std::string hint;
+    if (s.code() == StatusCode::kNotFound) {
+      hint = g == GangScheduler::kVolcano ? " (the API server does not serve it: is Volcano installed?)"
+                                          : " (the API server does not serve it: are the scheduler-plugins CRDs installed?)";
+    } else if (s.code() == StatusCode::kPermissionDenied) {
+      hint = " (the operator's ClusterRole needs " + std::string(verb) + " on podgroups of this group)";
+    }
+    o.create_error = std::string("cannot ") + verb + " " + what + hint + ": " + s.message();
+  };
+  auto existing = client_.Get(r, meta.ns, PodGroupName(meta.name));
+  if (existing.ok()) return ObservePodGroup(*existing);
+  if (existing.status().code() == StatusCode::kUnavailable) return existing.status();
+  if (existing.status().code() != StatusCode::kNotFound) {
+    refused(existing.status(), "get");
+    return o;
+  }
+  auto created = client_.Create(r, meta.ns, DesiredPodGroup(meta, spec));
+  if (created.ok() || created.status().code() == StatusCode::kAlreadyExists) return o;
+  if (created.status().code() == StatusCode::kUnavailable) return created.status();
+  refused(created.status(), "create");
+  TLOG_WARN << "job " << meta.ns << "/" << meta.name << ": " << o.create_error;
+  return o;
+}
+
+Status Reconciler::RemovePodGroup(const JobMeta& meta, const JobSpec& spec) {
+  const Resource r = PodGroups(*spec.runPolicy.schedulingPolicy.gangScheduler);
+  // Get first: a finished job is looked at every resync, and a group that is gone (or an API
+  // that is not served) needs nothing.
+  auto existing = client_.Get(r, meta.ns, PodGroupName(meta.name));
+  if (!existing.ok()) return existing.status().code() == StatusCode::kNotFound ? Status::Ok() : existing.status();
+  if (!OwnedBy(*existing, meta.uid)) return Status::Ok();  // a same-named job's, not ours to delete
+  Status s = client_.Delete(r, meta.ns, PodGroupName(meta.name));
+  return s.ok() || s.code() == StatusCode::kNotFound ? Status::Ok() : s;
 }
 
 Status Reconciler::EnsureSupport(const JobMeta& meta, const JobSpec& spec) {

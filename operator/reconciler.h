@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "operator/desired.h"
+#include "operator/gang.h"
 #include "operator/kube_client.h"
 
 namespace trellis::op {
@@ -35,6 +36,11 @@ class Reconciler {
   // One attempt; ABORTED when the status write conflicted.
   StatusOr<std::optional<Clock::duration>> Attempt(const std::string& ns, const std::string& name);
   Status EnsureSupport(const JobMeta& meta, const JobSpec& spec);
+  // Gang-scheduled jobs (operator/gang.h): the PodGroup exists before the pods while the job
+  // may run; it is deleted while the job is suspended or over, so it holds no place in the gang
+  // scheduler's queue. A PodGroup the server refuses is reported, not retried in a loop.
+  StatusOr<GangObservation> EnsurePodGroup(const JobMeta& meta, const JobSpec& spec);
+  Status RemovePodGroup(const JobMeta& meta, const JobSpec& spec);
   Status RecordEvent(const Json& job, const std::string& type, const std::string& reason,
                      const std::string& message);
 

@@ -36,6 +36,8 @@ EXPECTED_RULES = {
     ("", "secrets"): {"get", "create"},
     ("", "configmaps"): {"get", "create", "update"},
     ("", "events"): {"create"},
+    ("scheduling.volcano.sh", "podgroups"): {"get", "create", "delete"},
+    ("scheduling.x-k8s.io", "podgroups"): {"get", "create", "delete"},
 }
 
 

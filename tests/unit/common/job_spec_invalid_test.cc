@@ -188,6 +188,30 @@ std::vector<InvalidCase> Cases() {
        "spec.scheduler.registrationTimeoutSeconds: must be > 0, got -1"},
       {"TooManyReplicas", WithSpec("  workers: {replicas: 10001, command: [a]}\n"),
        "spec.workers.replicas: must be <= 10000, got 10001"},
+      {"GangSchedulerUnknown", WithWorkers("  runPolicy: {schedulingPolicy: {gangScheduler: kube-batch}}\n"),
+       "spec.runPolicy.schedulingPolicy.gangScheduler: must be one of volcano, scheduler-plugins, "
+       "got \"kube-batch\""},
+      {"GangMinAvailableIsNamed",
+       WithWorkers("  runPolicy: {schedulingPolicy: {gangScheduler: volcano, minAvailable: 2}}\n"),
+       "spec.runPolicy.schedulingPolicy.minAvailable: is not supported: every pod of a Trellis job "
+       "must run at once, so the gang is always the whole job (minMember = 1 + servers + workers), "
+       "got 2"},
+      {"GangQueueWithoutVolcano",
+       WithWorkers("  runPolicy: {schedulingPolicy: {gangScheduler: scheduler-plugins, queue: q}}\n"),
+       "spec.runPolicy.schedulingPolicy.queue: is a Volcano queue: only allowed with gangScheduler "
+       "volcano, got \"q\""},
+      {"GangTimeoutWithoutCoscheduling",
+       WithWorkers("  runPolicy: {schedulingPolicy: {gangScheduler: volcano, scheduleTimeoutSeconds: 5}}\n"),
+       "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds: only allowed with gangScheduler "
+       "scheduler-plugins, got 5"},
+      {"GangTimeoutZero",
+       WithWorkers("  runPolicy: {schedulingPolicy: {gangScheduler: scheduler-plugins, "
+                   "scheduleTimeoutSeconds: 0}}\n"),
+       "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds: must be >= 1, got 0"},
+      {"PriorityClassNotAName",
+       WithWorkers("  runPolicy: {schedulingPolicy: {priorityClass: High_Prio}}\n"),
+       "spec.runPolicy.schedulingPolicy.priorityClass: must be a Kubernetes object name (DNS-1123 "
+       "subdomain: lower-case letters, digits, '-' and '.', at most 253 characters), got \"High_Prio\""},
   };
 }
 

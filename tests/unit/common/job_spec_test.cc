@@ -315,6 +315,38 @@ TEST(JobSpecTest, TransportDefaultValuesRoundTripAndErrors) {
               HasSubstr("spec.transport: must be one of tcp, grpc, got \"tpc\""));
 }
 
+// spec.runPolicy.schedulingPolicy: unset by default and then not written; each field round-trips.
+TEST(JobSpecTest, SchedulingPolicyDefaultsFieldsAndRoundTrip) {
+  EXPECT_EQ(MustParse(kMinimal).runPolicy.schedulingPolicy, SchedulingPolicySpec{});
+  EXPECT_THAT(JobSpecToYaml(MustParse(kMinimal)), Not(HasSubstr("schedulingPolicy")));
+  JobSpec volcano = MustParse(std::string(kMinimal) +
+                              "  runPolicy:\n    schedulingPolicy: {gangScheduler: volcano, queue: research, "
+                              "priorityClass: high, schedulerName: my-volcano}\n");
+  const SchedulingPolicySpec& v = volcano.runPolicy.schedulingPolicy;
+  EXPECT_EQ(v.gangScheduler, GangScheduler::kVolcano);
+  EXPECT_EQ(v.queue, "research");
+  EXPECT_EQ(v.priorityClass, "high");
+  EXPECT_EQ(v.schedulerName, "my-volcano");
+  EXPECT_EQ(v.scheduleTimeoutSeconds, std::nullopt);
+  JobSpec cosched = MustParse(std::string(kMinimal) +
+                              "  runPolicy:\n    schedulingPolicy: {gangScheduler: scheduler-plugins, "
+                              "scheduleTimeoutSeconds: 60}\n");
+  EXPECT_EQ(cosched.runPolicy.schedulingPolicy.gangScheduler, GangScheduler::kSchedulerPlugins);
+  EXPECT_EQ(cosched.runPolicy.schedulingPolicy.scheduleTimeoutSeconds, 60);
+  // A priority class alone (no gang) is allowed: it only sets the pods' priorityClassName.
+  EXPECT_EQ(MustParse(std::string(kMinimal) + "  runPolicy: {schedulingPolicy: {priorityClass: low}}\n")
+                .runPolicy.schedulingPolicy.priorityClass,
+            "low");
+  for (const JobSpec& job : {volcano, cosched}) {
+    auto again = ParseJobSpec(JobSpecToYaml(job));
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(*again, job) << JobSpecToYaml(job);
+  }
+  EXPECT_EQ(ToString(GangScheduler::kSchedulerPlugins), "scheduler-plugins");
+  EXPECT_EQ(ParseGangScheduler("volcano"), GangScheduler::kVolcano);
+  EXPECT_EQ(ParseGangScheduler("Volcano"), std::nullopt);
+}
+
 TEST(JobSpecTest, EnumNamesMatchTheYaml) {
   EXPECT_EQ(ToString(RestartPolicy::kNever), "Never");
   EXPECT_EQ(ToString(RestartPolicy::kOnFailure), "OnFailure");

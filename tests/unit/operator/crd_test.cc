@@ -2,6 +2,7 @@
 // declares is one ParseJobSpec accepts (with every enum value, and defaults equal to the
 // model's), every field of the annotated full example is in the schema, and the schema is
 // structural (apiextensions.k8s.io/v1 rules). manifests/crd.yaml must equal the chart's copy.
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -49,6 +50,19 @@ std::string JobWith(const std::vector<std::string>& path, const std::string& val
   YAML::Emitter out;
   out << doc;
   return out.c_str();
+}
+
+// The job with leaf = value, plus the sibling a leaf is only valid with (a Volcano queue needs
+// gangScheduler volcano, a coscheduling timeout scheduler-plugins).
+std::string LeafJob(const std::vector<std::string>& path, const std::string& value) {
+  const std::vector<std::string> policy = {"runPolicy", "schedulingPolicy"};
+  if (path.size() == 3 && std::equal(policy.begin(), policy.end(), path.begin())) {
+    if (path[2] == "queue") return JobWith(policy, "{gangScheduler: volcano, queue: " + value + "}");
+    if (path[2] == "scheduleTimeoutSeconds") {
+      return JobWith(policy, "{gangScheduler: scheduler-plugins, scheduleTimeoutSeconds: " + value + "}");
+    }
+  }
+  return JobWith(path, value);
 }
 
 std::string Join(const std::vector<std::string>& p) {
@@ -175,7 +189,7 @@ TEST(CrdTest, EveryFieldOfTheSchemaIsOneTheJobModelAccepts) {
     const auto samples = Samples(leaf);
     ASSERT_FALSE(samples.empty()) << Join(leaf.path) << ": no sample for its type";
     for (const auto& v : samples) {
-      auto job = ParseJobSpec(JobWith(leaf.path, v));
+      auto job = ParseJobSpec(LeafJob(leaf.path, v));
       EXPECT_TRUE(job.ok()) << Join(leaf.path) << " = " << v << ": " << job.status().message();
     }
   }
@@ -236,6 +250,8 @@ TEST(CrdTest, EveryFieldTheJobModelWritesIsInTheSchema) {
   job->workers.args = {"a"};
   job->workers.requests = {"1", "1Gi"};
   job->workers.limits = {"1", "1Gi"};
+  // Not a valid combination (queue is Volcano's, the timeout coscheduling's), but every field.
+  job->runPolicy.schedulingPolicy = {GangScheduler::kVolcano, "s", "q", "p", 5};
   YAML::Node doc = YAML::Load(JobSpecToYaml(*job));
   std::function<void(const YAML::Node&, const YAML::Node&, const std::string&)> walk =
       [&](const YAML::Node& d, const YAML::Node& schema, const std::string& where) {
@@ -261,7 +277,10 @@ TEST(CrdTest, SchemaRejectsWhatTheModelRejectsAtTheBounds) {
   for (const auto& leaf : leaves) {
     if (!leaf.schema["minimum"] || leaf.schema["type"].as<std::string>() != "integer") continue;
     const long below = leaf.schema["minimum"].as<long>() - 1;
-    EXPECT_FALSE(ParseJobSpec(JobWith(leaf.path, std::to_string(below))).ok()) << Join(leaf.path) << " = " << below;
+    auto job = ParseJobSpec(LeafJob(leaf.path, std::to_string(below)));
+    ASSERT_FALSE(job.ok()) << Join(leaf.path) << " = " << below;
+    EXPECT_NE(job.status().message().find(Join(leaf.path) + ": must be >="), std::string::npos)
+        << job.status().message();
     ++checked;
   }
   EXPECT_GE(checked, 8);
