@@ -22,7 +22,8 @@ A test file (see smoke_test.py) is run as `python3 FILE REPO BIN_DIR` and ends w
         envtest.main(MyTests, admission_plugins=["OwnerReferencesPermissionEnforcement"])
 
 `main` starts ONE control plane for every case of the file (startup costs 10-20 s on 2 cores),
-helm-installs the chart once (release "trellis" in "trellis-system"), runs the cases, and stops
+helm-installs the chart once (release "trellis" in "trellis-system"; before the controller
+manager starts, so that its garbage collector cascades TrainingJobs), runs the cases, and stops
 every process it started, also when a test fails or the run is interrupted (atexit, SIGTERM,
 PR_SET_PDEATHSIG, and a sweep for any process carrying this run's marker in its environment).
 
@@ -43,7 +44,8 @@ ControlPlane (EnvtestCase.cp):
 Proc: .name, .log (path), .popen, .alive(), .stop(sig=SIGTERM, timeout=10), .text()
 EnvtestCase: self.cp, self.ns (per test), self.start_operator(**kw) / self.start_kubelet(**kw)
   (stopped at the test's end; logs printed if it failed), self.create_job(obj), self.job(name),
-  self.pods(selector=""), self.wait_phase(name, phase, timeout) (records the phases seen in
+  self.pods(selector=""), self.events(name) (Event reasons: a phase that passed between two polls
+  still shows there), self.wait_phase(name, phase, timeout) (records the phases seen in
   self.phases[name]), self.job_url(name).
 Module (wait_for, Proc, free_port come from envtest_procs.py):
   wait_for(cond, timeout, interval=0.2) -> the last truthy value of cond() or None;
@@ -118,7 +120,11 @@ class ControlPlane:
         self.procs.append(p)
         return p
 
-    def start(self):
+    def start(self, before_controller_manager=None):
+        """Starts etcd and kube-apiserver, calls before_controller_manager(self) once the API is
+        ready, then starts kube-controller-manager. CRDs belong in that call: the garbage
+        collector only watches a resource that discovery shows when it starts (later ones after
+        its 30 s rediscovery), and until then it does not cascade a deleted owner of that kind."""
         t0 = time.time()
         d = self.dir
         make_certs(d)
@@ -163,6 +169,8 @@ class ControlPlane:
         if not wait_for(ready, 90, 0.5):
             raise RuntimeError("kube-apiserver not ready after 90 s:\n" + self.procs[-1].text()[-3000:])
         t_api = time.time()
+        if before_controller_manager:
+            before_controller_manager(self)
         if self.with_cm:
             # Only what the tests need: service-account tokens and the default ServiceAccount
             # (pods are refused without it), ownerReference garbage collection, namespace deletion.
@@ -362,8 +370,10 @@ class EnvtestCase(unittest.TestCase):
         return p
 
     def tearDown(self):
-        failed = not self._outcome.success or any(
-            err for _, err in getattr(self._outcome, "errors", []) if err)
+        # The test method's failure is already in the result (inside tearDown, _outcome.success
+        # speaks for tearDown itself).
+        result = self._outcome.result
+        failed = any(t is self for t, _ in result.failures + result.errors)
         if failed:
             self.cp.dump_logs(self._procs)
             for p in self._procs:
@@ -391,6 +401,12 @@ class EnvtestCase(unittest.TestCase):
     def pods(self, selector=""):
         path = "/api/v1/namespaces/%s/pods" % self.ns + ("?labelSelector=" + selector if selector else "")
         return self.cp.get(path)["items"]
+
+    def events(self, name):
+        """The reasons of the Events about object `name` in self.ns, oldest first."""
+        items = self.cp.get("/api/v1/namespaces/%s/events" % self.ns)["items"]
+        items.sort(key=lambda e: e.get("firstTimestamp") or e.get("eventTime") or "")
+        return [e["reason"] for e in items if e.get("involvedObject", {}).get("name") == name]
 
     def wait_phase(self, name, phase, timeout):
         """Waits until the job's status.phase is `phase` (a string or a tuple); returns the status."""
@@ -446,11 +462,11 @@ def main(*cases, admission_plugins=(), controller_manager=True, helm_install=Tru
     ok = False
     try:
         try:
-            cp.start()
-            if helm_install:
+            def install(cp):
                 t = time.time()
                 cp.helm_install()
                 print("envtest: helm install in %.1f s" % (time.time() - t), flush=True)
+            cp.start(install if helm_install else None)
         except Exception:
             cp.dump_logs()
             raise

@@ -31,6 +31,7 @@ KNOWN = {
 EXPECTED_RULES = {
     ("trellis.io", "trainingjobs"): {"get", "list", "watch", "delete"},
     ("trellis.io", "trainingjobs/status"): {"update"},
+    ("trellis.io", "trainingjobs/finalizers"): {"update"},  # blockOwnerDeletion under OwnerReferencesPermissionEnforcement
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("", "services"): {"get", "create"},
     ("", "secrets"): {"get", "create"},
