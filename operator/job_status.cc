@@ -97,7 +97,8 @@ std::optional<ObservedPod> ObservePod(const Json& pod) {
   if (const Json* cs = At(pod, {"status", "containerStatuses"}); cs && cs->is_array() && cs->size() > 0) {
     if (auto code = Int(cs->at(0), {"state", "terminated", "exitCode"})) o.exit_code = static_cast<int>(*code);
   }
-  if (const Json* conds = At(pod, {"status", "conditions"}); conds && conds->is_array()) {
+  // Only a pod still Pending waits for the scheduler; a stale condition on a running one does not.
+  if (const Json* conds = At(pod, {"status", "conditions"}); o.phase == "Pending" && conds && conds->is_array()) {
     for (size_t i = 0; i < conds->size(); ++i) {
       const Json& c = conds->at(i);
       if (Str(c, {"type"}) == "PodScheduled" && Str(c, {"status"}) == "False" &&

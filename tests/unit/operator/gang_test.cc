@@ -128,6 +128,9 @@ TEST(ObservePodGroupTest, ReadsThePodSchedulersUnschedulableCondition) {
       "trellis.io/rank":"0"}},"status":{"phase":"Pending","conditions":[{"type":"PodScheduled","status":"False",
       "reason":"Unschedulable","message":"0/3 nodes are available: 3 Insufficient cpu."}]}})");
   EXPECT_EQ(ObservePod(pod)->unschedulable, "0/3 nodes are available: 3 Insufficient cpu.");
+  pod["status"]["phase"] = JStr("Running");  // placed since: the old condition means nothing
+  EXPECT_EQ(ObservePod(pod)->unschedulable, "");
+  pod["status"]["phase"] = JStr("Pending");
   pod["status"]["conditions"][0]["reason"] = JStr("SchedulingGated");
   EXPECT_EQ(ObservePod(pod)->unschedulable, "");
 }
