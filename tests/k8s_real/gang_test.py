@@ -76,9 +76,10 @@ class Gang(envtest.EnvtestCase):
             name, type_, status, (self.job(name) or {}).get("status")))
         return c
 
-    def events(self, name):
+    def warnings(self, name):
+        """The reasons of the Warning Events about `name` (EnvtestCase.events has every type)."""
         items = self.cp.get("/api/v1/namespaces/%s/events" % self.ns)["items"]
-        return [e for e in items if e["involvedObject"]["name"] == name]
+        return [e["reason"] for e in items if e["involvedObject"]["name"] == name and e["type"] == "Warning"]
 
     def patch_job(self, name, patch):
         code, obj = self.cp.api("PATCH", self.job_url(name), patch, MERGE)
@@ -151,8 +152,8 @@ class Gang(envtest.EnvtestCase):
         self.assertEqual(c["reason"], "PodGroupUnschedulable")
         self.assertEqual(c["message"], "job uj: PodGroup uj: NotEnoughResources: " + msg)
         self.assertEqual(self.job("uj")["status"]["phase"], "Pending")
-        self.assertTrue(envtest.wait_for(lambda: [e for e in self.events("uj") if e["type"] == "Warning" and
-                                                  e["reason"] == "PodGroupUnschedulable"], 10), self.events("uj"))
+        self.assertTrue(envtest.wait_for(lambda: "PodGroupUnschedulable" in self.warnings("uj"), 10),
+                        self.events("uj"))
         # Room at last: Volcano places the gang (here: the kubelet runs it).
         self.cp.api("PATCH", "%s/namespaces/%s/podgroups/uj" % (VOLCANO, self.ns), {"status": {
             "phase": "Running", "conditions": [{"type": "Unschedulable", "status": "False"}]}}, MERGE)
