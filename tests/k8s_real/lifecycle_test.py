@@ -6,7 +6,7 @@ blockOwnerDeletion needs `update` on trainingjobs/finalizers in the chart's Clus
 Create -> Running -> Succeeded -> TTL (the garbage collector takes the owned objects); restart
 policies and backoffLimit; activeDeadlineSeconds; suspend/resume; the operator restarted mid-job
 (no pod recreated); two operator replicas with leader election (one reconciles, the other takes
-over when it dies). Workers are small shell programs under the real agent, scheduler and pserver
+over when it dies); an invalid spec refused by the CRD schema or failed by the operator. Workers are small shell programs under the real agent, scheduler and pserver
 (the MLP itself trains in smoke_test.py).
 
 Usage: lifecycle_test.py REPO BIN_DIR   (exit 77 without KUBEBUILDER_ASSETS)
@@ -71,7 +71,8 @@ class Lifecycle(envtest.EnvtestCase):
         self.assertTrue(pod["metadata"]["ownerReferences"][0]["blockOwnerDeletion"])
 
     def test_2_create_run_succeed_then_ttl_deletes_job_and_gc_takes_owned_objects(self):
-        self.start_operator()
+        # Watches the server ends every 2 s: each resumes from its resourceVersion, nothing missed.
+        op = self.start_operator(args=["--watch-timeout-seconds", "2"])
         self.start_kubelet()
         t0 = time.time()
         self.create_job(shell_job("life", "sleep 2", workers=2, ttlSecondsAfterFinished=3))
@@ -89,6 +90,7 @@ class Lifecycle(envtest.EnvtestCase):
         self.assertTrue(wait_for(lambda: self.job("life") is None, 30), "the TTL did not delete the job")
         t_ttl = time.time()
         self.assertTrue(wait_for(lambda: self.owned("life") == {}, 60), self.owned("life"))
+        self.assertNotRegex(op.text(), r"(?m)^[EW] ")  # no error or warning (a refused resourceVersion, say)
         print("lifecycle timings (real API server, shell workers): apply -> Running %.1f s, -> Succeeded %.1f s, "
               "-> deleted by TTL (3 s) %.1f s" % (t_run - t0, t_done - t0, t_ttl - t0), flush=True)
 
@@ -199,6 +201,26 @@ class Lifecycle(envtest.EnvtestCase):
         self.create_job(shell_job("led2", "sleep 1"))
         self.assertEqual(self.wait_phase("led2", ("Succeeded", "Failed"), 60)["phase"], "Succeeded")
         print("leader handover after SIGKILL: %.1f s" % took, flush=True)
+
+    def test_8_invalid_spec_refused_by_the_crd_schema_or_failed_with_the_launchers_message(self):
+        self.start_operator()
+        # The CRD's schema refuses what it can at apply time (the double accepts anything)...
+        bad = shell_job("neg", "true")
+        bad["spec"]["workers"]["replicas"] = -2
+        code, obj = self.cp.api("POST", self.job_url(), bad)
+        self.assertEqual(code, 422, obj)
+        self.assertIn("spec.workers.replicas", obj.get("message", ""))
+        # ... the rest reaches the operator, which fails the job with trellis-launch's message.
+        bad = shell_job("size", "true")
+        bad["spec"]["sliceBytes"] = "4MB"
+        self.create_job(bad)
+        st = self.wait_phase("size", ("Failed", "Running", "Succeeded"), 30)
+        self.assertEqual(st["phase"], "Failed", st)
+        failed = [c for c in st["conditions"] if c["type"] == "Failed"][0]
+        self.assertEqual(failed["reason"], "InvalidSpec")
+        self.assertEqual(failed["message"], "spec.sliceBytes: must be a number of bytes or a quantity such as 512Ki, "
+                                            "4Mi or 1Gi, got \"4MB\"")
+        self.assertEqual(self.pods("trellis.io/job-name=size"), [])
 
 
 if __name__ == "__main__":
