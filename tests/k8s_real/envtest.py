@@ -179,8 +179,9 @@ class ControlPlane:
                 "--leader-elect=false", "--use-service-account-credentials", "--root-ca-file", self.ca_file,
                 "--service-account-private-key-file", os.path.join(d, "sa.key"), "--secure-port=0",
                 "--controllers=serviceaccount-token,serviceaccount,garbagecollector,namespace", "--v=1"])
-        print("envtest: control plane %s up in %.1f s (API ready after %.1f s)" % (
-            self.server, time.time() - t0, t_api - t0), flush=True)
+        print("envtest: control plane %s up in %.1f s (API ready after %.1f s%s)" % (
+            self.server, time.time() - t0, t_api - t0,
+            ", then what came before the controller manager" if before_controller_manager else ""), flush=True)
         return self
 
     def stop(self):
