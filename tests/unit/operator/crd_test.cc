@@ -287,7 +287,7 @@ TEST(CrdTest, SchemaRejectsWhatTheModelRejectsAtTheBounds) {
 }
 
 TEST(ManifestExamplesTest, EveryExampleTrainingJobValidates) {
-  for (const char* f : {"mlp.yaml", "pytorch.yaml"}) {
+  for (const char* f : {"mlp.yaml", "pytorch.yaml", "mlp-gang.yaml"}) {
     auto job = LoadJobSpecFile(std::string(TRELLIS_SOURCE_DIR) + "/manifests/examples/" + f);
     EXPECT_TRUE(job.ok()) << job.status().message();
   }
