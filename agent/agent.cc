@@ -113,13 +113,22 @@ bool Agent::NoProgramRunning() const {
   return s == Supervisor::State::kIdle || s == Supervisor::State::kStarting;
 }
 
-StatusOr<v1::RegisterResponse> Agent::RegisterWithRetry() {
+StatusOr<v1::RegisterResponse> Agent::RegisterWithRetry(int attempt) {
   v1::RegisterRequest req;
   req.set_job(config_.job);
   req.set_role(config_.role);
   req.set_pod_name(config_.pod_name);
   req.set_host(config_.host);
   req.set_gpus(config_.gpus);
+  {
+    // A restart: a scheduler that restarted meanwhile gives the rank back from this.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rank_ >= 0) {
+      req.set_previous_rank(rank_);
+      req.set_previous_incarnation(incarnation_);
+      req.set_previous_restarts(attempt);
+    }
+  }
   auto deadline = std::chrono::steady_clock::now() + registration_timeout_;
   while (true) {
     auto resp = client_->Register(req);
@@ -145,11 +154,12 @@ StatusOr<std::vector<std::string>> Agent::ProgramArgv() const {
 }
 
 StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
-  TRELLIS_ASSIGN_OR_RETURN(v1::RegisterResponse reg, RegisterWithRetry());
+  TRELLIS_ASSIGN_OR_RETURN(v1::RegisterResponse reg, RegisterWithRetry(attempt));
   {
     std::lock_guard<std::mutex> lock(mu_);
     rank_ = reg.rank();
     incarnation_ = reg.incarnation();
+    attempt_ = attempt;
   }
   cv_.notify_all();  // the heartbeat thread starts once there is a rank
   if (!metrics_) {
@@ -217,8 +227,34 @@ void Agent::OnExit(const ExitStatus& status, bool will_restart, int restarts) {
   }
 }
 
+void Agent::Reregister(int32_t rank, int64_t incarnation) {
+  v1::RegisterRequest req;
+  req.set_job(config_.job);
+  req.set_role(config_.role);
+  req.set_pod_name(config_.pod_name);
+  req.set_host(config_.host);
+  req.set_gpus(config_.gpus);
+  req.set_previous_rank(rank);
+  req.set_previous_incarnation(incarnation);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    req.set_previous_restarts(attempt_);
+  }
+  req.set_resume(true);
+  auto resp = client_->Register(req);
+  if (!resp.ok()) {
+    TLOG_WARN << "registering again with the restarted scheduler: " << resp.status().ToString();
+    return;
+  }
+  TLOG_INFO << "registered again with the restarted scheduler: " << RoleName(config_.role) << " "
+            << resp->rank() << ", incarnation " << resp->incarnation() << " (the program runs on)";
+  std::lock_guard<std::mutex> lock(mu_);
+  if (resp->incarnation() > incarnation_) incarnation_ = resp->incarnation();
+}
+
 void Agent::HeartbeatLoop() {
   bool failure_logged = false;
+  bool unreachable = false;  // logged once per outage, not every beat
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait_for(lock, heartbeat_interval_, [&] { return stopping_; });
@@ -229,9 +265,23 @@ void Agent::HeartbeatLoop() {
     lock.unlock();
     std::string state(Supervisor::StateName(supervisor_->state()));
     auto resp = client_->Heartbeat(config_.role, rank, incarnation, state);
-    if (!resp.ok()) {
+    if (!resp.ok() && resp.status().code() == StatusCode::kNotFound) {
+      // Registered, yet unknown: the scheduler restarted and rebuilds the job from its members.
+      unreachable = false;
+      Reregister(rank, incarnation);
+    } else if (!resp.ok() && resp.status().code() == StatusCode::kUnavailable) {
+      if (!unreachable) {
+        TLOG_WARN << "heartbeat: " << resp.status().ToString()
+                  << "; the program runs on, retrying every beat";
+      }
+      unreachable = true;
+    } else if (!resp.ok()) {
       TLOG_WARN << "heartbeat: " << resp.status().ToString();
-    } else if (resp->job_failed() && !failure_logged) {
+    } else if (unreachable) {
+      TLOG_INFO << "heartbeat: the scheduler answers again";
+      unreachable = false;
+    }
+    if (resp.ok() && resp->job_failed() && !failure_logged) {
       TLOG_WARN << "the scheduler reports the job failed: " << resp->failure_message();
       failure_logged = true;
     }

@@ -43,7 +43,10 @@ class Agent : public SupervisorHooks {
 
  private:
   Agent(AgentConfig config, std::unique_ptr<SchedulerClient> client);
-  StatusOr<v1::RegisterResponse> RegisterWithRetry();
+  StatusOr<v1::RegisterResponse> RegisterWithRetry(int attempt);
+  // The scheduler does not know this pod although it registered (the scheduler restarted):
+  // register again under the rank and incarnation held, the program running on.
+  void Reregister(int32_t rank, int64_t incarnation);
   StatusOr<std::vector<std::string>> ProgramArgv() const;
   void HeartbeatLoop();
   // Processes per pod: a worker with gpusPerWorker (TRELLIS_GPUS) > 1 runs one per GPU.
@@ -66,6 +69,7 @@ class Agent : public SupervisorHooks {
   bool stopping_ = false;              // GUARDED_BY(mu_)
   int32_t rank_ = -1;                  // GUARDED_BY(mu_); -1 until registered
   int64_t incarnation_ = 0;            // GUARDED_BY(mu_)
+  int attempt_ = 0;                    // GUARDED_BY(mu_); restarts of the program so far
 
   // Made on the first registration (labels need the rank), then only read. Only touched from
   // the supervisor's thread (PrepareStart, OnExit).

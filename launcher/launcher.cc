@@ -123,6 +123,13 @@ Status Launcher::StartScheduler() {
   fs::remove(port_file);
   scheduler_ = std::make_unique<Child>();
   scheduler_->plan = PlanScheduler(paths_, CurrentEnvironment(), job_.name, scheduler_metrics_port_);
+  if (const auto colon = paths_.scheduler_address.rfind(':'); colon != std::string::npos) {
+    // A restart: where every process of the job already connects.
+    auto& argv = scheduler_->plan.spawn.argv;
+    for (size_t i = 0; i + 1 < argv.size(); ++i) {
+      if (argv[i] == "--port") argv[i + 1] = paths_.scheduler_address.substr(colon + 1);
+    }
+  }
   TRELLIS_ASSIGN_OR_RETURN(scheduler_->process, Subprocess::Start(scheduler_->plan.spawn));
   // The scheduler writes its port atomically once it serves.
   auto deadline = std::chrono::steady_clock::now() + options_.scheduler_start_timeout;
@@ -370,6 +377,29 @@ int Launcher::FailAgent(const std::vector<Child*>& failed) {
               culprit);
 }
 
+int Launcher::RestartScheduler() {
+  const std::string what = "the scheduler " + scheduler_->exit->Describe();
+  const int limit = job_.runPolicy.backoffLimit;
+  if (scheduler_restarts_ >= limit) {
+    return Fail("job " + job_.name + " failed: " + what + " after " +
+                    std::to_string(scheduler_restarts_) + " restarts (backoffLimit " +
+                    std::to_string(limit) + ")",
+                scheduler_.get());
+  }
+  ++scheduler_restarts_;
+  console_.ClearStatus();
+  console_.Line("trellis-launch: " + what + " (" + Seconds(Elapsed()) + "); restarting it on " +
+                paths_.scheduler_address + " (restart " + std::to_string(scheduler_restarts_) +
+                " of at most " + std::to_string(limit) +
+                "); the running job's members hand its state back");
+  if (Status s = StartScheduler(); !s.ok()) {
+    return Fail("job " + job_.name + " failed: restarting the scheduler: " + s.message(),
+                scheduler_.get());
+  }
+  console_.Line("trellis-launch: scheduler restarted (" + Seconds(Elapsed()) + ")");
+  return -1;
+}
+
 int Launcher::Supervise() {
   // activeDeadlineSeconds bounds the whole run; -1: none.
   const int64_t deadline_ms = job_.runPolicy.activeDeadlineSeconds.value_or(-1) * 1000;
@@ -415,7 +445,7 @@ int Launcher::Supervise() {
     if (!failed.empty()) return FailAgent(failed);
     if (auto s = scheduler_->process->Poll()) {
       scheduler_->exit = s;
-      return Fail("job " + job_.name + " failed: the scheduler " + s->Describe(), scheduler_.get());
+      if (int code = RestartScheduler(); code >= 0) return code;
     }
     if (workers_ok == job_.workers.replicas) {
       StopAll();

@@ -43,7 +43,11 @@ class Launcher {
   };
 
   Status Prepare();                       // run dir, token file
-  Status StartScheduler();                // and wait for its port file
+  Status StartScheduler();                // and wait for its port file (a restart: same port)
+  // The scheduler died: start it again on its port, at most backoffLimit times; the job's
+  // members hand its state back (docs/scheduler.md#scheduler-restart). -1: restarted, else the
+  // launcher's exit code.
+  int RestartScheduler();
   Status StartAgents();
   int Supervise();                        // the event loop
   void PumpOutput(Child& c, bool drain);  // worker stdout -> console + log
@@ -69,6 +73,7 @@ class Launcher {
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 
   std::unique_ptr<Child> scheduler_;
+  int scheduler_restarts_ = 0;
   std::vector<std::unique_ptr<Child>> agents_;
   std::unique_ptr<SchedulerClient> client_;
 

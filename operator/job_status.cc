@@ -248,14 +248,32 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
   }
 
   // Failed pods: restart under the role's policy until backoffLimit, else the job fails.
-  int total_restarts = restarts[PodRole::kServer] + restarts[PodRole::kWorker];
+  int total_restarts =
+      restarts[PodRole::kServer] + restarts[PodRole::kWorker] + restarts[PodRole::kScheduler];
   for (const auto& p : pods) {
     if (!phase.empty()) break;
     if (p.phase != "Failed" || p.deleting) continue;
     const std::string code = p.exit_code >= 0 ? " with exit code " + std::to_string(p.exit_code) : "";
     if (p.role == PodRole::kScheduler) {
-      finish(kFailed, "SchedulerFailed", "job " + name + ": " + Describe(p) + " failed" + code);
-      break;
+      // A new scheduler pod (same Service) recovers the running job from its members
+      // (docs/scheduler.md#scheduler-restart); only one that keeps failing fails the job.
+      if (total_restarts >= js.runPolicy.backoffLimit) {
+        finish(kFailed, "SchedulerFailed",
+               "job " + name + ": " + Describe(p) + " failed" + code + " after " +
+                   std::to_string(total_restarts) + " restarts (backoffLimit " +
+                   std::to_string(js.runPolicy.backoffLimit) + ")");
+        break;
+      }
+      ++restarts[p.role];
+      ++total_restarts;
+      plan.remove.push_back(p.name);
+      restarted = true;
+      reason = "SchedulerRestarted";
+      message = "job " + name + ": " + Describe(p) + " failed" + code +
+                "; recreating it, the running job's members hand its state back (restart " +
+                std::to_string(total_restarts) + " of at most " +
+                std::to_string(js.runPolicy.backoffLimit) + ")";
+      continue;
     }
     const RestartPolicy policy = js.RestartPolicyFor(p.role == PodRole::kServer ? js.servers : js.workers);
     const bool permanent = policy == RestartPolicy::kNever ||

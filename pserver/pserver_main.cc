@@ -7,12 +7,14 @@
 #include <cerrno>
 #include <cstdlib>
 #include <map>
+#include <thread>
 
 #include "common/auth.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
 #include "pserver/tcp_wire.h"
 #include "scheduler/scheduler_client.h"
+#include "scheduler/scheduler_watch.h"
 
 namespace trellis {
 
@@ -126,6 +128,8 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
   c.server.store.checkpoint_path = job.checkpoint.path;
   c.server.store.checkpoint_keep = job.checkpoint.keep;
   c.server.slice_bytes = job.sliceBytes;
+  c.scheduler_ping = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(0.05, job.scheduler.heartbeatIntervalSeconds) * 1000));
   if (std::string w = Pick(flags, "num-workers", "TRELLIS_NUM_WORKERS", &src); !w.empty()) {
     TRELLIS_ASSIGN_OR_RETURN(int64_t n, ToInt(src, w, 1, 1 << 20));
     c.server.store.num_workers = static_cast<int32_t>(n);
@@ -197,11 +201,32 @@ int PserverMain(int argc, char** argv) {
       config->advertise_host + ":" + std::to_string((*server)->port()), (*server)->tcp_port());
   TLOG_INFO << "serving on " << address << " (" << config->server.store.num_workers
             << " workers, " << ToString(config->server.store.mode) << " mode)";
+  std::unique_ptr<SchedulerClient> client;
+  std::unique_ptr<SchedulerWatch> watch;  // declared after the client: stops first
   if (!config->scheduler_address.empty()) {
-    auto client = SchedulerClient::Connect({config->scheduler_address, config->token});
-    Status st = client.ok() ? (*client)->ReportReady(v1::ROLE_SERVER,
-                                                     config->server.store.server_rank, address)
-                            : client.status();
+    auto c = SchedulerClient::Connect({config->scheduler_address, config->token});
+    Status st = c.status();
+    if (st.ok()) client = std::move(*c);
+    const int32_t rank = config->server.store.server_rank;
+    auto report = [&client, rank, address] {
+      return client->ReportReady(v1::ROLE_SERVER, rank, address);
+    };
+    auto ping = st.ok() ? client->Ping() : StatusOr<v1::PingResponse>(st);
+    st = ping.status();
+    if (st.ok()) {
+      // A restarted scheduler learns this server's address again from it.
+      watch = std::make_unique<SchedulerWatch>(client.get(), ping->scheduler_id(),
+                                               config->scheduler_ping, report,
+                                               "server " + std::to_string(rank));
+      st = report();
+      // The scheduler went away meanwhile, or restarted before our agent registered again.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+      while (SchedulerGoneOrRestarted(st) && std::chrono::steady_clock::now() < until) {
+        watch->WaitUp(std::chrono::seconds(10));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        st = report();
+      }
+    }
     if (!st.ok()) {
       TLOG_ERROR << "trellis-pserver: reporting ready: " << st.ToString();
       return 1;

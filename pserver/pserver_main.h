@@ -1,6 +1,7 @@
 // The start-up wiring of trellis-pserver: flags > environment > job > defaults.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ struct PserverConfig {
   // /metrics and /healthz: --metrics-port > TRELLIS_METRICS_PORT; -1: not served.
   int metrics_port = -1;
   std::string metrics_host = "0.0.0.0";  // TRELLIS_METRICS_HOST
+  // How often the scheduler is pinged to notice a restart (the job's heartbeat interval).
+  std::chrono::milliseconds scheduler_ping{1000};
 };
 
 // Parses trellis-pserver's command line and environment (TRELLIS_SCHEDULER, TRELLIS_RANK,

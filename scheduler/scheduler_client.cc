@@ -218,4 +218,20 @@ Status SchedulerClient::RejoinServed(const v1::RejoinServedRequest& request) {
   return Finish(stub_->RejoinServed(&ctx, request, &resp), "RejoinServed");
 }
 
+StatusOr<v1::PingResponse> SchedulerClient::Ping() {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::PingResponse resp;
+  TRELLIS_RETURN_IF_ERROR(Finish(stub_->Ping(&ctx, v1::PingRequest(), &resp), "Ping"));
+  return resp;
+}
+
+StatusOr<v1::ResumeResponse> SchedulerClient::Resume(const v1::ResumeRequest& request) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::ResumeResponse resp;
+  TRELLIS_RETURN_IF_ERROR(Finish(stub_->Resume(&ctx, request, &resp), "Resume"));
+  return resp;
+}
+
 }  // namespace trellis

@@ -55,6 +55,9 @@ class SchedulerClient {
   StatusOr<v1::WatchRejoinsResponse> WatchRejoins(int32_t rank, int64_t incarnation,
                                                   WatchMode mode, std::chrono::milliseconds wait);
   Status RejoinServed(const v1::RejoinServedRequest& request);
+  // Scheduler restarts (scheduler_watch.h): who serves; a worker hands back its state.
+  StatusOr<v1::PingResponse> Ping();
+  StatusOr<v1::ResumeResponse> Resume(const v1::ResumeRequest& request);
 
  private:
   SchedulerClient(SchedulerClientOptions options, std::unique_ptr<v1::Scheduler::Stub> stub);

@@ -284,6 +284,23 @@ grpc::ServerUnaryReactor* SchedulerService::RejoinServed(grpc::CallbackServerCon
   return FinishNow(ctx, ToGrpc(state_->RejoinServed(*req)));
 }
 
+grpc::ServerUnaryReactor* SchedulerService::Ping(grpc::CallbackServerContext* ctx,
+                                                 const v1::PingRequest* req,
+                                                 v1::PingResponse* resp) {
+  if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  *resp = state_->Ping();
+  return FinishNow(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Resume(grpc::CallbackServerContext* ctx,
+                                                   const v1::ResumeRequest* req,
+                                                   v1::ResumeResponse* resp) {
+  if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  auto r = state_->Resume(*req);
+  if (r.ok()) *resp = std::move(r).value();
+  return FinishNow(ctx, ToGrpc(r.status()));
+}
+
 grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                       const v1::HeartbeatRequest* req,
                                                       v1::HeartbeatResponse* resp) {

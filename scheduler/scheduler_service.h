@@ -80,6 +80,11 @@ class SchedulerService final : public SchedulerServiceBase {
   grpc::ServerUnaryReactor* RejoinServed(grpc::CallbackServerContext* ctx,
                                          const v1::RejoinServedRequest* req,
                                          v1::RejoinServedResponse* resp) override;
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* ctx, const v1::PingRequest* req,
+                                 v1::PingResponse* resp) override;
+  grpc::ServerUnaryReactor* Resume(grpc::CallbackServerContext* ctx,
+                                   const v1::ResumeRequest* req,
+                                   v1::ResumeResponse* resp) override;
 
  private:
   // UNAUTHENTICATED unless the call carries the job token.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <random>
 #include <sstream>
 
 #include "common/logging.h"
@@ -61,7 +62,11 @@ std::string DescribeExitCode(int32_t code) {
 }
 
 SchedulerState::SchedulerState(SchedulerConfig config, const Clock* clock)
-    : config_(std::move(config)), clock_(clock) {
+    : config_(std::move(config)),
+      clock_(clock),
+      instance_id_(config_.instance_id != 0 ? config_.instance_id
+                                            : (uint64_t{std::random_device()()} << 32 |
+                                               std::random_device()()) | 1) {
   servers_.resize(static_cast<size_t>(config_.num_servers));
   workers_.resize(static_cast<size_t>(config_.num_workers));
   rejoin_watchers_.resize(static_cast<size_t>(config_.num_workers));
@@ -85,7 +90,8 @@ Status SchedulerState::CheckNodeLocked(v1::Role role, int32_t rank, bool must_be
                                 std::to_string(n) + "), got " + std::to_string(rank));
   }
   if (must_be_registered && !NodeLocked(role, rank).registered) {
-    return FailedPreconditionError(std::string(RoleName(role)) + " " + std::to_string(rank) +
+    // NOT_FOUND: after a scheduler restart, the caller registers (resumes) again.
+    return NotFoundError(std::string(RoleName(role)) + " " + std::to_string(rank) +
                                    " has not registered");
   }
   return Status::Ok();
@@ -160,6 +166,8 @@ v1::ClusterView SchedulerState::ViewLocked() const {
   }
   v.set_failed(failed_);
   v.set_failure_message(failure_message_);
+  v.set_scheduler_id(instance_id_);
+  v.set_recovering(recovering_);
   return v;
 }
 
@@ -217,50 +225,65 @@ StatusOr<v1::RegisterResponse> SchedulerState::Register(const v1::RegisterReques
       }
       rank = it->second.second;
       Node& n = NodeLocked(req.role(), rank);
-      ++n.incarnation;
-      if (n.restart_reported) {
-        n.restart_reported = false;  // counted when the exit was reported
+      if (req.resume() && req.previous_incarnation() > 0 &&
+          req.previous_incarnation() <= n.incarnation) {
+        // The agent thought the scheduler restarted (its calls failed for a while) and this one
+        // already knows it: nothing changes but that the node is seen again.
+        if (n.dead) TLOG_INFO << RoleName(req.role()) << " " << rank << " revived by re-registration";
       } else {
-        ++n.restarts;
-        ++stats_.restarts;
+        ++n.incarnation;
+        if (n.restart_reported) {
+          n.restart_reported = false;  // counted when the exit was reported
+        } else {
+          ++n.restarts;
+          ++stats_.restarts;
+        }
+        if (n.dead) TLOG_INFO << RoleName(req.role()) << " " << rank << " revived by re-registration";
+        n.exited = false;
+        n.host = req.host();
+        n.gpus = req.gpus();
+        TLOG_INFO << RoleName(req.role()) << " " << rank << " (pod " << req.pod_name()
+                  << ") re-registered, incarnation " << n.incarnation;
       }
-      if (n.dead) TLOG_INFO << RoleName(req.role()) << " " << rank << " revived by re-registration";
       n.dead = false;
-      n.exited = false;
-      n.host = req.host();
-      n.gpus = req.gpus();
       n.last_seen = clock_->Now();
-      TLOG_INFO << RoleName(req.role()) << " " << rank << " (pod " << req.pod_name()
-                << ") re-registered, incarnation " << n.incarnation;
+    } else if (req.previous_incarnation() > 0) {
+      TRELLIS_ASSIGN_OR_RETURN(rank, AdoptLocked(req));
     } else {
       int32_t& count =
           req.role() == v1::ROLE_SERVER ? registered_servers_ : registered_workers_;
       const int32_t expected =
           req.role() == v1::ROLE_SERVER ? config_.num_servers : config_.num_workers;
       if (count >= expected) {
-        return ResourceExhaustedError("the job expects " + std::to_string(expected) + " " +
-                                      RoleName(req.role()) + "s and all ranks are taken; pod " +
-                                      req.pod_name() + " cannot register");
+        rank = TakeOrphanLocked(req);
+        if (rank < 0) {
+          return ResourceExhaustedError("the job expects " + std::to_string(expected) + " " +
+                                        RoleName(req.role()) + "s and all ranks are taken; pod " +
+                                        req.pod_name() + " cannot register");
+        }
+      } else {
+        rank = PreferredFreeRankLocked(req.role(), req.pod_name(), expected);
+        ++count;
+        Node& n = NodeLocked(req.role(), rank);
+        n.registered = true;
+        n.pod_name = req.pod_name();
+        n.host = req.host();
+        n.gpus = req.gpus();
+        n.incarnation = 1;
+        n.last_seen = clock_->Now();
+        pods_.emplace(req.pod_name(), std::make_pair(req.role(), rank));
+        TLOG_INFO << RoleName(req.role()) << " " << rank << " registered: pod " << req.pod_name()
+                  << " host " << req.host();
       }
-      rank = PreferredFreeRankLocked(req.role(), req.pod_name(), expected);
-      ++count;
-      Node& n = NodeLocked(req.role(), rank);
-      n.registered = true;
-      n.pod_name = req.pod_name();
-      n.host = req.host();
-      n.gpus = req.gpus();
-      n.incarnation = 1;
-      n.last_seen = clock_->Now();
-      pods_.emplace(req.pod_name(), std::make_pair(req.role(), rank));
-      TLOG_INFO << RoleName(req.role()) << " " << rank << " registered: pod " << req.pod_name()
-                << " host " << req.host();
     }
     ++stats_.registrations;
     resp.set_rank(rank);
     resp.set_incarnation(NodeLocked(req.role(), rank).incarnation);
     resp.set_num_servers(config_.num_servers);
     resp.set_num_workers(config_.num_workers);
+    resp.set_scheduler_id(instance_id_);
     ChangedLocked(&deferred);
+    MaybeFinishRecoveryLocked(clock_->Now(), &deferred);
   }
   Run(deferred);
   return resp;
@@ -421,8 +444,12 @@ void SchedulerState::Sweep() {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_) return;
     const TimePoint now = clock_->Now();
+    MaybeFinishRecoveryLocked(now, &deferred);
     bool changed = false;
     auto check = [&](std::vector<Node>& nodes, v1::Role role) {
+      // Nobody is declared dead while the members of a running job come back to a restarted
+      // scheduler: the grace period's end starts everyone's heartbeat timeout afresh.
+      if (recovering_) return;
       for (size_t r = 0; r < nodes.size(); ++r) {
         Node& n = nodes[r];
         if (!n.registered || n.exited || n.dead) continue;
@@ -558,6 +585,7 @@ SchedulerStats SchedulerState::stats() const {
   for (const auto& [name, g] : barriers_) s.waiters += static_cast<int64_t>(g.waiters.size());
   for (const auto& [name, k] : group_keys_) s.waiters += static_cast<int64_t>(k.waiters.size());
   s.waiters += static_cast<int64_t>(RejoinWaitersLocked());
+  s.recovering = recovering_;
   int role = 0;
   for (const auto* nodes : {&servers_, &workers_}) {
     for (const Node& n : *nodes) {

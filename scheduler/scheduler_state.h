@@ -36,6 +36,10 @@ struct SchedulerConfig {
   std::string dispatch = "roundRobin";  // see shard_map.h
   int64_t slice_bytes = 4 << 20;
   std::chrono::milliseconds heartbeat_timeout{10000};
+  // After a restart: how long the scheduler waits for the old members to register again before
+  // those still missing are marked dead (docs/scheduler.md#scheduler-restart).
+  std::chrono::milliseconds recovery_grace{30000};
+  uint64_t instance_id = 0;  // PingResponse.scheduler_id; 0: the state picks a random one
 };
 
 Status ValidateSchedulerConfig(const SchedulerConfig& config);
@@ -57,6 +61,8 @@ struct SchedulerStats {
   double barrier_wait_seconds = 0;     // summed over every released waiter
   int64_t rejoins = 0;                 // rejoin requests served by a donor
   int64_t fresh_rejoins = 0;           // rejoin requests answered "start fresh"
+  int64_t recoveries = 0;              // times this scheduler rebuilt a running job's state
+  bool recovering = false;             // waiting for the old members now
 };
 
 class SchedulerState {
@@ -73,10 +79,17 @@ class SchedulerState {
 
   const SchedulerConfig& config() const { return config_; }
   const Clock& clock() const { return *clock_; }
+  uint64_t instance_id() const { return instance_id_; }
 
   // Ranks in arrival order per role; the same pod name gets its old rank and incarnation + 1.
-  // More pods of a role than expected: RESOURCE_EXHAUSTED.
+  // More pods of a role than expected: RESOURCE_EXHAUSTED. A pod this scheduler does not know
+  // that held a rank before (previous_incarnation > 0) gets that rank back: the scheduler
+  // restarted, and this starts or continues its recovery (scheduler_state_recovery.cc).
   StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req);
+  // Scheduler restarts (scheduler_state_recovery.cc). Ping: who serves and whether it recovers.
+  // Resume: a worker hands back its shard map and the servers' addresses.
+  v1::PingResponse Ping() const;
+  StatusOr<v1::ResumeResponse> Resume(const v1::ResumeRequest& req);
   Status ReportReady(const v1::ReportReadyRequest& req);
   v1::ClusterView GetCluster() const;
   // Answers once version > after_version and (if wait_complete) the view is complete or the
@@ -121,8 +134,9 @@ class SchedulerState {
   Status ReportExit(const v1::ReportExitRequest& req);
   Status Leave(const v1::LeaveRequest& req);
 
-  // Marks nodes silent for longer than the heartbeat timeout dead and answers the waiters whose
-  // deadline passed. Called periodically (the service's sweeper thread; tests by hand).
+  // Marks nodes silent for longer than the heartbeat timeout dead (not while recovering after a
+  // restart; at the end of the recovery grace, the members still missing), and answers the
+  // waiters whose deadline passed. Called periodically (the service's sweeper thread; tests by hand).
   void Sweep();
   // The earliest deadline of any waiter (TimePoint::max() when none).
   TimePoint NextDeadline() const;
@@ -203,6 +217,16 @@ class SchedulerState {
   using Deferred = std::vector<std::function<void()>>;
 
   Status CheckNodeLocked(v1::Role role, int32_t rank, bool must_be_registered) const;
+  // Recovery after a restart (scheduler_state_recovery.cc). Adopt: a pod unknown here that held
+  // `previous_rank` gets it back. Begin: the first sign of a restart opens the grace period.
+  // Finish: everyone is back, or the grace is over (the missing are marked dead).
+  StatusOr<int32_t> AdoptLocked(const v1::RegisterRequest& req);
+  // A new pod when every rank is taken: a rank whose member never came back after a restart
+  // (registered, no pod name, dead) is given to it as a restart; -1: none.
+  int32_t TakeOrphanLocked(const v1::RegisterRequest& req);
+  void BeginRecoveryLocked(const char* why);
+  void MaybeFinishRecoveryLocked(TimePoint now, Deferred* deferred);
+  Status InstallShardMapLocked(int32_t rank, const v1::ShardMap& map, Deferred* deferred);
   int32_t PreferredFreeRankLocked(v1::Role role, const std::string& pod_name,
                                   int32_t expected) const;
   Node& NodeLocked(v1::Role role, int32_t rank);
@@ -256,6 +280,13 @@ class SchedulerState {
   bool failed_ = false;          // GUARDED_BY(mu_)
   std::string failure_message_;  // GUARDED_BY(mu_)
   bool shutdown_ = false;        // GUARDED_BY(mu_)
+  const uint64_t instance_id_;
+  // Recovery after a restart: restarted_ once a member showed that the job ran before this
+  // scheduler; recovering_ until everyone is back or recovery_deadline_.
+  bool restarted_ = false;       // GUARDED_BY(mu_)
+  bool recovering_ = false;      // GUARDED_BY(mu_)
+  TimePoint recovery_start_{};   // GUARDED_BY(mu_)
+  TimePoint recovery_deadline_{};  // GUARDED_BY(mu_)
   SchedulerStats stats_;         // GUARDED_BY(mu_)
   std::vector<ClusterWaiter> cluster_waiters_;  // GUARDED_BY(mu_)
 

@@ -47,6 +47,15 @@ void SchedulerState::Barrier(const v1::BarrierRequest& req, TimePoint deadline,
                                   (req.all_nodes() ? "true" : "false"));
       }
     }
+    if (st.ok() && req.generation() > g->released && restarted_) {
+      // This scheduler restarted and lost the count: an arrival at g proves that every member
+      // passed the generations before g. Those waiting at an older one were released then
+      // (the answer died with the old scheduler).
+      for (auto& w : g->waiters) deferred.push_back([done = std::move(w.done)] { done(v1::BarrierResponse()); });
+      g->waiters.clear();
+      g->arrived.clear();
+      g->released = req.generation();
+    }
     if (st.ok() && req.generation() > g->released) {
       st = FailedPreconditionError("barrier \"" + req.name() + "\": generation " +
                                    std::to_string(req.generation()) +

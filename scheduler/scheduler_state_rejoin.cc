@@ -78,7 +78,11 @@ void SchedulerState::RequestRejoin(const v1::RequestRejoinRequest& req, TimePoin
         it = rejoins_.erase(it);
       }
       const int32_t donor = PickDonorLocked(req.rank());
-      if (donor < 0) {
+      if (donor < 0 && recovering_) {
+        // The donors may not have come back yet: not "fresh", which would lose the job's state.
+        error = UnavailableError("rejoin of worker " + std::to_string(req.rank()) +
+                                 ": the scheduler restarted and no donor is back yet; ask again");
+      } else if (donor < 0) {
         ++stats_.fresh_rejoins;
         TLOG_INFO << "worker " << req.rank() << " (incarnation " << req.incarnation()
                   << ") asks to rejoin; no live worker has committed a step: it starts fresh";
@@ -95,11 +99,8 @@ void SchedulerState::RequestRejoin(const v1::RequestRejoinRequest& req, TimePoin
       }
     }
   }
-  if (!error.ok()) {
-    done(error);
-    return;
-  }
   Run(deferred);
+  if (!error.ok()) done(error);
 }
 
 void SchedulerState::WatchRejoins(const v1::WatchRejoinsRequest& req, TimePoint deadline,

@@ -1,5 +1,8 @@
 #include "scheduler/shard_map.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include <algorithm>
 #include <queue>
 #include <utility>
@@ -105,6 +108,52 @@ Status ValidateShardSettings(std::string_view dispatch, int32_t num_servers, int
                                 std::to_string(slice_bytes));
   }
   return Status::Ok();
+}
+
+Status ValidateShardMap(const v1::ShardMap& map, int32_t num_servers, std::string_view dispatch,
+                        int64_t slice_bytes) {
+  if (map.num_servers() != num_servers || map.dispatch() != dispatch ||
+      map.slice_bytes() != slice_bytes) {
+    return FailedPreconditionError(
+        "the map is for " + std::to_string(map.num_servers()) + " servers, dispatch \"" +
+        map.dispatch() + "\", sliceBytes " + std::to_string(map.slice_bytes()) + "; the job has " +
+        std::to_string(num_servers) + ", \"" + std::string(dispatch) + "\", " +
+        std::to_string(slice_bytes));
+  }
+  for (int i = 0; i < map.keys_size(); ++i) {
+    const v1::KeyShards& ks = map.keys(i);
+    const v1::KeySpec& k = ks.key();
+    if (i > 0 && map.keys(i - 1).key().id() >= k.id()) {
+      return InvalidArgumentError("keys not sorted by id at " + KeyLabel(k));
+    }
+    TRELLIS_RETURN_IF_ERROR(ValidateSortedKeys({&k}));
+    int64_t next = 0;
+    for (int j = 0; j < ks.slices_size(); ++j) {
+      const v1::SliceAssignment& sa = ks.slices(j);
+      if (sa.index() != static_cast<uint32_t>(j) || sa.offset() != next || sa.num_elements() < 1 ||
+          sa.server() < 0 || sa.server() >= num_servers) {
+        return InvalidArgumentError(KeyLabel(k) + ": slice " + std::to_string(j) +
+                                    " is not the next slice on a server of the job");
+      }
+      next += sa.num_elements();
+    }
+    if (next != k.num_elements()) {
+      return InvalidArgumentError(KeyLabel(k) + ": slices cover " + std::to_string(next) + " of " +
+                                  std::to_string(k.num_elements()) + " elements");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string ShardMapBytes(const v1::ShardMap& map) {
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream sos(&out);
+    google::protobuf::io::CodedOutputStream cos(&sos);
+    cos.SetSerializationDeterministic(true);
+    map.SerializeToCodedStream(&cos);
+  }
+  return out;
 }
 
 StatusOr<v1::ShardMap> BuildShardMap(std::vector<v1::KeySpec> keys, int32_t num_servers,

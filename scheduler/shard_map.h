@@ -43,6 +43,14 @@ std::vector<const v1::KeySpec*> SortedById(const std::vector<v1::KeySpec>& keys)
 // of every element size in use).
 Status ValidateShardSettings(std::string_view dispatch, int32_t num_servers, int64_t slice_bytes);
 
+// Checks a map handed back by a worker after a scheduler restart against the job's settings:
+// same servers, dispatch and slice size; keys valid and sorted by id; each key's slices
+// numbered 0.., contiguous, covering the key, on servers in range.
+Status ValidateShardMap(const v1::ShardMap& map, int32_t num_servers, std::string_view dispatch,
+                        int64_t slice_bytes);
+// The map's deterministic encoding: equal maps give equal bytes.
+std::string ShardMapBytes(const v1::ShardMap& map);
+
 // Builds the map. Keys are sorted by id first, so the declaration order does not matter.
 // Every key is cut into slices of slice_bytes (the last one shorter). Then:
 //   roundRobin: slice j of the global sequence (all keys in id order, their slices in order)

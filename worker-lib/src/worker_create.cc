@@ -13,6 +13,7 @@
 #include "scheduler/scheduler_client.h"
 #include "worker-lib/src/group_key_exchange.h"
 #include "worker-lib/src/local_group_worker.h"
+#include "worker-lib/src/scheduler_session.h"
 #include "worker-lib/src/worker_impl.h"
 
 namespace trellis {
@@ -86,6 +87,19 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   setup.transport =
       !options.transport.empty() ? options.transport : std::string(ToString(job->transport));
 
+  // Crash recovery: after a restart (incarnation > 1) the checkpointer asks to rejoin.
+  if (std::string inc = Env("TRELLIS_INCARNATION"); !inc.empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(setup.incarnation, ParseEnvInt("TRELLIS_INCARNATION", inc, 1, 1 << 30));
+  }
+  // Every scheduler call goes through the session, which outlives a scheduler restart.
+  TRELLIS_ASSIGN_OR_RETURN(
+      std::shared_ptr<SchedulerSession> session,
+      SchedulerSession::Start(client, setup.rank, setup.incarnation,
+                              std::chrono::milliseconds(static_cast<int64_t>(
+                                  std::max(0.05, job->scheduler.heartbeatIntervalSeconds) * 1000))));
+  SchedulerSession* ss = session.get();
+  using std::chrono::milliseconds;
+
   // The complete cluster view: every server ready with its data address.
   const auto deadline = std::chrono::steady_clock::now() + wait;
   v1::ClusterView view;
@@ -99,7 +113,9 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
                                    std::to_string(view.servers_size()) + " of " +
                                    std::to_string(view.num_servers()) + " servers known");
     }
-    auto v = client->GetCluster(version, /*wait_complete=*/true, left);
+    auto v = ss->Call<StatusOr<v1::ClusterView>>(
+        [c = client.get(), version](milliseconds w) { return c->GetCluster(version, true, w); },
+        left);
     if (!v.ok()) return v.status().Annotate("waiting for the cluster");
     view = *v;
     version = view.version();
@@ -108,40 +124,53 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   }
   setup.num_workers = view.num_workers();
   for (const auto& s : view.servers()) setup.server_addresses.push_back(s.address());
+  session->HoldServerAddresses(setup.server_addresses);
   if (setup.rank >= setup.num_workers) {
     return InvalidArgumentError("worker rank " + std::to_string(setup.rank) + " but the job has " +
                                 std::to_string(setup.num_workers) + " workers");
   }
   SchedulerClient* c = client.get();
   const int32_t rank = setup.rank;
-  setup.declare = [c, rank, wait](const std::vector<v1::KeySpec>& keys) {
-    return c->DeclareKeys(rank, keys, wait);
+  setup.declare = [ss, c, rank, wait](const std::vector<v1::KeySpec>& keys) {
+    auto map = ss->Call<StatusOr<v1::ShardMap>>(
+        [&](milliseconds w) { return c->DeclareKeys(rank, keys, w); }, wait);
+    if (map.ok()) ss->HoldShardMap(*map);  // a restarted scheduler gets it back from us
+    return map;
   };
-  setup.barrier = [c, rank, wait](const std::string& name, int64_t generation) {
-    return c->Barrier(name, v1::ROLE_WORKER, rank, generation, /*all_nodes=*/false, wait);
+  setup.barrier = [ss, c, rank, wait](const std::string& name, int64_t generation) {
+    return ss->Call<Status>(
+        [&](milliseconds w) {
+          return c->Barrier(name, v1::ROLE_WORKER, rank, generation, /*all_nodes=*/false, w);
+        },
+        wait);
   };
-  // Crash recovery: after a restart (incarnation > 1) the checkpointer asks to rejoin.
-  if (std::string inc = Env("TRELLIS_INCARNATION"); !inc.empty()) {
-    TRELLIS_ASSIGN_OR_RETURN(setup.incarnation, ParseEnvInt("TRELLIS_INCARNATION", inc, 1, 1 << 30));
-  }
   const int64_t incarnation = setup.incarnation;
-  setup.request_rejoin = [c, rank, incarnation, wait] {
-    return c->RequestRejoin(rank, incarnation, wait);
+  setup.request_rejoin = [ss, c, rank, incarnation, wait] {
+    return ss->Call<StatusOr<v1::RequestRejoinResponse>>(
+        [&](milliseconds w) { return c->RequestRejoin(rank, incarnation, w); }, wait);
   };
-  setup.watch_rejoins = [c, rank, incarnation](SchedulerClient::WatchMode m,
-                                                std::chrono::milliseconds w) {
-    return c->WatchRejoins(rank, incarnation, m, w);
+  setup.watch_rejoins = [ss, c, rank, incarnation](SchedulerClient::WatchMode m,
+                                                    milliseconds w) {
+    // The watcher's polls repeat anyway; registering as a donor outlasts a restart.
+    if (m != SchedulerClient::WatchMode::kRegister) return c->WatchRejoins(rank, incarnation, m, w);
+    return ss->Call<StatusOr<v1::WatchRejoinsResponse>>(
+        [&](milliseconds left) { return c->WatchRejoins(rank, incarnation, m, left); }, w);
   };
   setup.rejoin_served = [c](const v1::RejoinServedRequest& r) { return c->RejoinServed(r); };
-  setup.keep_alive = client;
+  setup.keep_alive = session;
   setup.retain_pushes = job->recovery.retainPushes;
   // A restarted server reports ready again, maybe at another port: ask the cluster view.
-  setup.resolve_server = [c](int32_t server, int64_t wait_ms) -> StatusOr<std::string> {
-    TRELLIS_ASSIGN_OR_RETURN(v1::ClusterView view,
-                             c->GetCluster(0, /*wait_complete=*/true,
-                                           std::chrono::milliseconds(wait_ms)));
+  setup.resolve_server = [ss, c](int32_t server, int64_t wait_ms) -> StatusOr<std::string> {
+    TRELLIS_ASSIGN_OR_RETURN(
+        v1::ClusterView view,
+        ss->Call<StatusOr<v1::ClusterView>>(
+            [&](milliseconds w) { return c->GetCluster(0, /*wait_complete=*/true, w); },
+            milliseconds(wait_ms)));
     for (const auto& s : view.servers()) {
-      if (s.rank() == server && s.ready() && !s.address().empty()) return s.address();
+      if (s.rank() == server && s.ready() && !s.address().empty()) {
+        ss->HoldServerAddress(server, s.address());
+        return s.address();
+      }
     }
     return UnavailableError("server " + std::to_string(server) +
                             " is not ready in the scheduler's cluster view");

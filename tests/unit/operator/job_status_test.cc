@@ -171,13 +171,34 @@ TEST(PlanJobTest, NeverAndExitCodePolicies) {
   EXPECT_EQ(Str(code.status, {"phase"}), "Failed");  // 1..127: permanent
 }
 
-TEST(PlanJobTest, SchedulerFailureFailsTheJob) {
-  Json job = ApiJob(kSpec);
+// A failed scheduler pod is recreated (its successor recovers the job from its members), counted
+// against backoffLimit; only one that keeps failing fails the job.
+TEST(PlanJobTest, AFailedSchedulerIsRecreatedUntilBackoffLimit) {
+  Json job = ApiJob(kSpec);  // backoffLimit 2
+  Step(job, AllPods("Running"), kT0);
   auto pods = AllPods("Running");
-  pods[0].phase = "Failed";
-  JobPlan p = Step(job, pods, kT0);
-  EXPECT_EQ(Str(p.status, {"phase"}), "Failed");
-  EXPECT_EQ(Condition(p.status, "Failed", "reason"), "SchedulerFailed");
+  pods[0] = Pod(PodRole::kScheduler, 0, "Failed", 137);
+  JobPlan r1 = Step(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(r1.status, {"phase"}), "Restarting");
+  EXPECT_EQ(r1.remove, (std::vector<std::string>{"mlp-scheduler"}));
+  EXPECT_EQ(Int(r1.status, {"replicaStatuses", "scheduler", "restarts"}), 1);
+  EXPECT_EQ(Int(r1.status, {"restarts"}), 1);
+  EXPECT_EQ(r1.event_reason, "SchedulerRestarted");
+  pods.erase(pods.begin());
+  JobPlan r2 = Step(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_EQ(r2.create, (std::vector<std::string>{"mlp-scheduler"}));
+  EXPECT_EQ(Str(Step(job, AllPods("Running"), kT0 + std::chrono::seconds(3)).status, {"phase"}),
+            "Running");
+
+  pods = AllPods("Running");
+  pods[0] = Pod(PodRole::kScheduler, 0, "Failed", 1);
+  EXPECT_EQ(Str(Step(job, pods, kT0 + std::chrono::seconds(4)).status, {"phase"}), "Restarting");
+  JobPlan failed = Step(job, pods, kT0 + std::chrono::seconds(5));
+  EXPECT_EQ(Str(failed.status, {"phase"}), "Failed");
+  EXPECT_EQ(Condition(failed.status, "Failed", "reason"), "SchedulerFailed");
+  EXPECT_EQ(Condition(failed.status, "Failed", "message"),
+            "job mlp: scheduler (pod mlp-scheduler) failed with exit code 1 after 2 restarts "
+            "(backoffLimit 2)");
 }
 
 TEST(PlanJobTest, DeadlineExceededFailsAndRequeuesBeforeIt) {

@@ -1,0 +1,112 @@
+#include "scheduler/scheduler_watch.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace trellis {
+
+using std::chrono::milliseconds;
+
+bool SchedulerGoneOrRestarted(const Status& status) {
+  return status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kNotFound;
+}
+
+SchedulerWatch::SchedulerWatch(SchedulerClient* client, uint64_t scheduler_id,
+                               milliseconds interval, std::function<Status()> on_restart,
+                               std::string who)
+    : client_(client),
+      interval_(std::max(interval, milliseconds(50))),
+      on_restart_(std::move(on_restart)),
+      who_(std::move(who)),
+      scheduler_id_(scheduler_id) {
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "trellis-schedw");
+    Loop();
+  });
+}
+
+SchedulerWatch::~SchedulerWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+uint64_t SchedulerWatch::scheduler_id() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return scheduler_id_;
+}
+
+int64_t SchedulerWatch::restarts_seen() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return restarts_seen_;
+}
+
+bool SchedulerWatch::WaitUp(milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // The caller's failure is news the loop may not have yet: check now, and count as down until
+  // a ping answers.
+  poked_ = true;
+  up_ = false;
+  cv_.notify_all();
+  return cv_.wait_for(lock, wait, [&] { return up_ || stopping_; }) && up_;
+}
+
+void SchedulerWatch::Loop() {
+  milliseconds backoff(100);
+  std::chrono::steady_clock::time_point lost_at{};
+  bool lost_logged = false;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    const milliseconds pause = up_ ? interval_ : backoff;
+    cv_.wait_for(lock, pause, [&] { return stopping_ || poked_; });
+    if (stopping_) return;
+    poked_ = false;
+    const uint64_t known = scheduler_id_;
+    lock.unlock();
+    auto ping = client_->Ping();
+    Status handed = Status::Ok();
+    bool restarted = false;
+    if (ping.ok() && known != 0 && ping->scheduler_id() != known) {
+      restarted = true;
+      TLOG_WARN << who_ << ": the scheduler restarted; handing back this process's state";
+      handed = on_restart_ ? on_restart_() : Status::Ok();
+    }
+    lock.lock();
+    if (!ping.ok() || !handed.ok()) {
+      if (!lost_logged) {
+        lost_at = std::chrono::steady_clock::now();
+        TLOG_WARN << who_ << ": "
+                  << (ping.ok() ? "handing state back to the restarted scheduler: " + handed.ToString()
+                                : "scheduler unreachable (" + ping.status().ToString() + ")")
+                  << "; retrying with back-off";
+        lost_logged = true;
+      }
+      up_ = false;
+      backoff = std::min(backoff * 2, interval_);
+      continue;
+    }
+    backoff = milliseconds(100);
+    scheduler_id_ = ping->scheduler_id();
+    if (restarted) ++restarts_seen_;
+    if (lost_logged || restarted) {
+      const double secs = lost_logged ? std::chrono::duration<double>(
+                                            std::chrono::steady_clock::now() - lost_at)
+                                            .count()
+                                      : 0.0;
+      TLOG_INFO << who_ << ": " << (restarted ? "resumed with the restarted scheduler"
+                                              : "the scheduler answers again")
+                << (lost_logged ? " after " + std::to_string(secs) + " s" : std::string());
+    }
+    lost_logged = false;
+    up_ = true;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace trellis

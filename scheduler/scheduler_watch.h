@@ -1,0 +1,60 @@
+// Notices that the scheduler went away or restarted, and hands state back to the new one
+// (docs/scheduler.md#scheduler-restart). Used by the processes that outlive a scheduler crash
+// and hold part of the job's state: servers (their data address) and workers (the shard map,
+// the servers' addresses). One thread pings the scheduler every `interval`; while it does not
+// answer, again with back-off (100 ms doubling up to `interval`); when it answers with another
+// scheduler id, `on_restart` runs (retried with the same back-off until it succeeds).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "scheduler/scheduler_client.h"
+
+namespace trellis {
+
+class SchedulerWatch {
+ public:
+  // `client` outlives the watch. `scheduler_id`: the one this process started with (0: learn it
+  // from the first answer). `who` names the process in logs ("server 1", "worker 0").
+  SchedulerWatch(SchedulerClient* client, uint64_t scheduler_id, std::chrono::milliseconds interval,
+                 std::function<Status()> on_restart, std::string who);
+  ~SchedulerWatch();  // stops the thread
+  SchedulerWatch(const SchedulerWatch&) = delete;
+  SchedulerWatch& operator=(const SchedulerWatch&) = delete;
+
+  // A call just failed as if the scheduler were gone: check now, then wait until the scheduler
+  // answers and `on_restart` (if it restarted) is done, at most `wait`. False: not up by then.
+  bool WaitUp(std::chrono::milliseconds wait);
+  uint64_t scheduler_id() const;
+  int64_t restarts_seen() const;  // schedulers this watch has handed state back to
+
+ private:
+  void Loop();
+
+  SchedulerClient* const client_;
+  const std::chrono::milliseconds interval_;
+  const std::function<Status()> on_restart_;
+  const std::string who_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;   // wakes the loop (poke, stop) and WaitUp callers
+  uint64_t scheduler_id_;        // GUARDED_BY(mu_)
+  bool up_ = true;               // GUARDED_BY(mu_); answered, state handed back
+  bool poked_ = false;           // GUARDED_BY(mu_)
+  bool stopping_ = false;        // GUARDED_BY(mu_)
+  int64_t restarts_seen_ = 0;    // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+// Whether a scheduler call failed because the scheduler is gone or restarted (UNAVAILABLE; or
+// NOT_FOUND: it does not know the caller yet): worth repeating once the watch says it is up.
+bool SchedulerGoneOrRestarted(const Status& status);
+
+}  // namespace trellis

@@ -1,0 +1,166 @@
+// A restarted scheduler recovers the running job (docs/scheduler.md#scheduler-restart):
+// trellis-mlp under trellis-launch (2 workers x 2 servers). Mid-training the scheduler is
+// SIGKILLed; trellis-launch starts it again on the same port, the agents, servers and workers
+// hand the job's state back, and the job ends as an undisturbed run of the same job does: the
+// same final weights and momentum, bit for bit, and no server or worker process restarted.
+// Prints the time from the kill to the job's state being whole again.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+
+#include <gtest/gtest.h>
+
+#include "common/checkpoint_dir.h"
+#include "tests/integration/job_processes.h"
+
+namespace trellis {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// mlp-tiny (as tests/integration/checkpoint): 128 steps per epoch, 3 epochs.
+constexpr int kSteps = 3 * 128;
+constexpr int kInterval = 16;
+constexpr int kKillAfter = 96;  // mid-epoch 1: the first checkpoint at or after this step
+
+std::string JobYaml(const std::string& name, const std::string& ckpt_dir) {
+  return "apiVersion: trellis.io/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: " + name +
+         "\nspec:\n  servers:\n    replicas: 2\n  workers:\n    replicas: 2\n"
+         "    restartPolicy: OnFailure\n"
+         "    command: [trellis-mlp]\n"
+         "    args: [--layers, \"16,128,64,10\", --latent-dim, \"8\", --teacher-hidden, \"16\",\n"
+         "           --epochs, \"3\", --batch, \"32\", --lr, \"0.02\", --train-samples, \"8192\",\n"
+         "           --test-samples, \"1000\", --target-accuracy, \"0.85\"]\n"
+         "  sliceBytes: 16384\n  checkpoint:\n    path: " + ckpt_dir +
+         "\n    intervalSteps: " + std::to_string(kInterval) +
+         "\n    keep: 2\n  runPolicy:\n    backoffLimit: 2\n    activeDeadlineSeconds: 200\n";
+}
+
+pid_t SchedulerOf(const std::string& job) {
+  for (pid_t pid : ProcessesOfJob(job)) {
+    if (ReadFile("/proc/" + std::to_string(pid) + "/comm").rfind("trellis-schedul", 0) == 0) return pid;
+  }
+  return -1;
+}
+
+double Accuracy(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex("RESULT: test accuracy ([0-9.]+)%"))) return -1;
+  return std::stod(m[1]);
+}
+
+struct KillRecord {
+  int killed_after = -1;       // the newest checkpoint step when the scheduler was killed
+  double recovered_s = -1;     // kill -> the new scheduler logs that every member is back
+  double next_commit_s = -1;   // kill -> the next checkpoint written (training went on)
+};
+
+class SchedulerKillTest : public LaunchedJobsTest {
+ protected:
+  // Runs one job to its end (bounded); with `kill`, SIGKILLs its scheduler once a checkpoint
+  // at or after kKillAfter exists, and times the recovery.
+  int Run(const std::string& job, bool kill, std::string* output, KillRecord* rec) {
+    const std::string ckpt = dir_ + "/ckpt-" + job;
+    auto p = StartLaunch(TRELLIS_BIN_DIR, dir_, job, JobYaml(job, ckpt));
+    if (!p.ok()) {
+      *output = p.status().ToString();
+      return -1;
+    }
+    if (kill) {
+      CheckpointDir dir(ckpt, "model", 2);
+      auto newest = [&]() -> int64_t {
+        auto steps = dir.Steps();
+        return steps.ok() && !steps->empty() ? steps->front() : 0;
+      };
+      const auto deadline = Clock::now() + 150s;
+      Clock::time_point killed_at{};
+      while (rec->killed_after < 0 && Clock::now() < deadline && !p.value()->Poll().has_value()) {
+        const int64_t step = newest();
+        const pid_t victim = step >= kKillAfter ? SchedulerOf(job) : -1;
+        if (victim > 0 && ::kill(victim, SIGKILL) == 0) {
+          killed_at = Clock::now();
+          rec->killed_after = static_cast<int>(step);
+        } else {
+          std::this_thread::sleep_for(5ms);
+        }
+      }
+      const std::string log = dir_ + "/logs-" + job + "/scheduler.log";
+      while (rec->killed_after >= 0 && Clock::now() < deadline &&
+             (rec->recovered_s < 0 || rec->next_commit_s < 0)) {
+        const double since = std::chrono::duration<double>(Clock::now() - killed_at).count();
+        if (rec->next_commit_s < 0 && newest() > rec->killed_after) rec->next_commit_s = since;
+        if (rec->recovered_s < 0 &&
+            ReadFile(log).find("recovered the running job after a scheduler restart") !=
+                std::string::npos) {
+          rec->recovered_s = since;
+        }
+        if (p.value()->Poll().has_value()) break;
+        std::this_thread::sleep_for(5ms);
+      }
+    }
+    auto st = (*p)->WaitFor(200s);
+    *output = ReadFile(dir_ + "/" + job + ".out");
+    return st ? st->exit_code : -1;
+  }
+};
+
+TEST_F(SchedulerKillTest, KilledSchedulerIsRestartedAndTheJobEndsAsUndisturbed) {
+  const std::string whole = NewJob("sk-whole");
+  const std::string fault = NewJob("sk-kill");
+  std::string whole_out, fault_out;
+  KillRecord none, rec;
+  ASSERT_EQ(Run(whole, false, &whole_out, &none), 0) << whole_out;
+  ASSERT_EQ(Run(fault, true, &fault_out, &rec), 0) << fault_out;
+  ASSERT_GE(rec.killed_after, kKillAfter) << "the scheduler was never killed\n" << fault_out;
+  ASSERT_LT(rec.killed_after, kSteps) << "killed only after the last step\n" << fault_out;
+
+  // The restart is visible: in the launcher's output and the new scheduler's log.
+  EXPECT_TRUE(std::regex_search(
+      fault_out, std::regex("the scheduler exited .*SIGKILL.*; restarting it on 127\\.0\\.0\\.1:[0-9]+ "
+                            "\\(restart 1 of at most 2\\)")))
+      << fault_out;
+  const std::string logs = dir_ + "/logs-" + fault;
+  const std::string sched = ReadFile(logs + "/scheduler.log");
+  EXPECT_NE(sched.find("recovered the running job after a scheduler restart: all 2 servers and 2 "
+                       "workers are back"),
+            std::string::npos)
+      << sched;
+  for (int w = 0; w < 2; ++w) {
+    const std::string log = ReadFile(logs + "/worker-" + std::to_string(w) + ".log");
+    EXPECT_NE(log.find("handed back the shard map"), std::string::npos) << log;
+    EXPECT_EQ(log.find("incarnation 2"), std::string::npos) << "no worker restarted\n" << log;
+  }
+  ASSERT_GE(rec.recovered_s, 0) << "the new scheduler never logged the recovery\n" << sched;
+  std::printf("scheduler SIGKILLed after checkpoint step %d: every member back with the restarted "
+              "scheduler %.2f s after the kill; next checkpoint (training going on) %.2f s after "
+              "it\n",
+              rec.killed_after, rec.recovered_s, rec.next_commit_s);
+
+  const double a = Accuracy(whole_out), b = Accuracy(fault_out);
+  ASSERT_GT(a, 0) << whole_out;
+  ASSERT_GT(b, 0) << fault_out;
+  EXPECT_DOUBLE_EQ(a, b);
+  // Nothing restarted but the scheduler: the very same final weights and momentum.
+  auto x = CheckpointDir(dir_ + "/ckpt-" + whole, "model", 2).LoadNewest();
+  auto y = CheckpointDir(dir_ + "/ckpt-" + fault, "model", 2).LoadNewest();
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  ASSERT_EQ(x->checkpoint.step, kSteps);
+  ASSERT_EQ(y->checkpoint.step, kSteps);
+  ASSERT_EQ(x->checkpoint.entries.size(), y->checkpoint.entries.size());
+  for (size_t i = 0; i < x->checkpoint.entries.size(); ++i) {
+    const auto& u = x->checkpoint.entries[i];
+    const auto& v = y->checkpoint.entries[i];
+    ASSERT_EQ(u.values.size(), v.values.size());
+    EXPECT_EQ(std::memcmp(u.values.data(), v.values.data(), u.values.size() * sizeof(float)), 0)
+        << u.name << " differs between the undisturbed run and the one with a scheduler kill";
+  }
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,106 @@
+// SchedulerWatch over real gRPC: a scheduler on a loopback port is shut down and another one
+// started on the same port; the watch notices the new scheduler id and hands state back to it
+// (here: registers a worker again with its previous rank, as an agent does), and callers waiting
+// in WaitUp go on. The token is still checked by the restarted scheduler.
+#include "scheduler/scheduler_watch.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "scheduler/scheduler_service.h"
+#include "tests/testing/test_scheduler.h"
+
+namespace trellis {
+namespace {
+
+using namespace std::chrono_literals;
+
+SchedulerConfig Config() {
+  SchedulerConfig c;
+  c.job_name = "mlp";
+  c.num_servers = 1;
+  c.num_workers = 2;
+  return c;
+}
+
+StatusOr<std::unique_ptr<SchedulerServer>> StartOn(int port) {
+  SchedulerServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.service.token = "tok";
+  o.sweep_interval = 10ms;
+  return SchedulerServer::Start(Config(), std::move(o));
+}
+
+v1::RegisterRequest Reg(bool resume) {
+  v1::RegisterRequest r;
+  r.set_job("mlp");
+  r.set_role(v1::ROLE_WORKER);
+  r.set_pod_name("mlp-worker-1");
+  r.set_host("127.0.0.1");
+  if (resume) {
+    r.set_previous_rank(1);
+    r.set_previous_incarnation(1);
+    r.set_resume(true);
+  }
+  return r;
+}
+
+TEST(SchedulerWatchTest, ARestartedSchedulerOnTheSamePortGetsTheStateBack) {
+  auto first = testing::StartTestScheduler(Config(), "tok");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const int port = (*first)->port();
+  auto client = SchedulerClient::Connect({(*first)->address(), "tok", 2s});
+  ASSERT_TRUE(client.ok());
+  SchedulerClient& c = **client;
+  ASSERT_TRUE(c.Register(Reg(false)).ok());
+  auto ping = c.Ping();
+  ASSERT_TRUE(ping.ok());
+  EXPECT_EQ(ping->scheduler_id(), (*first)->state().instance_id());
+
+  std::atomic<int> handed{0};
+  SchedulerWatch watch(&c, ping->scheduler_id(), 100ms, [&] {
+    ++handed;
+    return c.Register(Reg(true)).status();
+  }, "worker 1");
+  EXPECT_TRUE(watch.WaitUp(5s));
+  EXPECT_EQ(handed, 0) << "same scheduler: nothing to hand back";
+
+  (*first)->Shutdown();
+  first->reset();
+  // A call now fails as if the scheduler were gone.
+  EXPECT_EQ(c.Heartbeat(v1::ROLE_WORKER, 1, 1, "").status().code(), StatusCode::kUnavailable);
+
+  auto second = StartOn(port);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_NE((*second)->state().instance_id(), ping->scheduler_id());
+  ASSERT_TRUE(watch.WaitUp(10s)) << "the watch never found the restarted scheduler";
+  EXPECT_EQ(handed, 1);
+  EXPECT_EQ(watch.scheduler_id(), (*second)->state().instance_id());
+  EXPECT_EQ(watch.restarts_seen(), 1);
+  // The new scheduler knows worker 1 again, under its old rank and incarnation.
+  const v1::ClusterView v = (*second)->state().GetCluster();
+  EXPECT_EQ(v.workers(1).pod_name(), "mlp-worker-1");
+  EXPECT_EQ(v.workers(1).incarnation(), 1);
+  EXPECT_TRUE(v.recovering()) << "worker 0 and the server are not back yet";
+  EXPECT_TRUE(c.Heartbeat(v1::ROLE_WORKER, 1, 1, "running").ok());
+
+  // Still only with the job token.
+  auto stranger = SchedulerClient::Connect({(*second)->address(), "wrong", 2s});
+  ASSERT_TRUE(stranger.ok());
+  EXPECT_EQ((*stranger)->Ping().status().code(), StatusCode::kUnauthenticated);
+  v1::ResumeRequest resume;
+  resume.set_rank(0);
+  EXPECT_EQ((*stranger)->Resume(resume).status().code(), StatusCode::kUnauthenticated);
+}
+
+TEST(SchedulerWatchTest, GoneOrRestartedMeansUnavailableOrNotFound) {
+  EXPECT_TRUE(SchedulerGoneOrRestarted(UnavailableError("x")));
+  EXPECT_TRUE(SchedulerGoneOrRestarted(NotFoundError("worker 1 has not registered")));
+  EXPECT_FALSE(SchedulerGoneOrRestarted(DeadlineExceededError("x")));
+  EXPECT_FALSE(SchedulerGoneOrRestarted(FailedPreconditionError("x")));
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,79 @@
+// A worker's side of a scheduler restart (docs/scheduler.md#scheduler-restart): it holds what
+// this worker knows of the job's state -- the shard map the servers hold, the servers' data
+// addresses -- hands it back when a restarted scheduler answers (Resume), and repeats the calls
+// that failed because the scheduler was gone or did not know this worker yet.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/scheduler_client.h"
+#include "scheduler/scheduler_watch.h"
+
+namespace trellis {
+
+class SchedulerSession {
+ public:
+  // Learns the scheduler's id (a Ping) and starts watching it every `ping_interval`.
+  static StatusOr<std::shared_ptr<SchedulerSession>> Start(std::shared_ptr<SchedulerClient> client,
+                                                           int32_t rank, int64_t incarnation,
+                                                           std::chrono::milliseconds ping_interval);
+  ~SchedulerSession();
+
+  SchedulerClient& client() { return *client_; }
+
+  // Runs `call(time left)` until it succeeds, fails for another reason than the scheduler being
+  // gone or restarted (SchedulerGoneOrRestarted), or `wait` has passed.
+  template <typename R>
+  R Call(const std::function<R(std::chrono::milliseconds)>& call, std::chrono::milliseconds wait);
+
+  // What this worker holds, for a restarted scheduler.
+  void HoldShardMap(const v1::ShardMap& map);
+  void HoldServerAddresses(const std::vector<std::string>& addresses);
+  void HoldServerAddress(int32_t server, const std::string& address);
+
+ private:
+  SchedulerSession(std::shared_ptr<SchedulerClient> client, int32_t rank, int64_t incarnation);
+  // Waits for the scheduler (at most `left`), then a little: NOT_FOUND while it answers means
+  // this worker's agent has not registered again yet.
+  void AwaitScheduler(std::chrono::milliseconds left);
+  Status HandBack();
+
+  const std::shared_ptr<SchedulerClient> client_;
+  const int32_t rank_;
+  const int64_t incarnation_;
+  std::mutex mu_;
+  std::optional<v1::ShardMap> map_;     // GUARDED_BY(mu_)
+  std::vector<std::string> addresses_;  // GUARDED_BY(mu_); index = server rank
+  std::unique_ptr<SchedulerWatch> watch_;  // last: its thread stops before the rest goes
+};
+
+template <typename R>
+R SchedulerSession::Call(const std::function<R(std::chrono::milliseconds)>& call,
+                         std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    R r = call(std::max(left, std::chrono::milliseconds(1)));
+    Status st;
+    if constexpr (std::is_same_v<R, Status>) {
+      st = r;
+    } else {
+      st = r.status();
+    }
+    if (st.ok() || !SchedulerGoneOrRestarted(st) || std::chrono::steady_clock::now() >= deadline) {
+      return r;
+    }
+    AwaitScheduler(std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now()));
+  }
+}
+
+}  // namespace trellis
