@@ -222,9 +222,12 @@ void Agent::OnExit(const ExitStatus& status, bool will_restart, int restarts) {
   req.set_will_restart(will_restart);
   req.set_message("program " + status.Describe());
   TLOG_INFO << "program " << status.Describe() << (will_restart ? "; restarting" : "");
-  if (Status s = client_->ReportExit(req); !s.ok()) {
-    TLOG_WARN << "reporting the exit to the scheduler: " << s.ToString();
+  Status s = client_->ReportExit(req);
+  if (s.code() == StatusCode::kNotFound) {  // a restarted scheduler: register again, then report
+    Reregister(req.rank(), req.incarnation());
+    s = client_->ReportExit(req);
   }
+  if (!s.ok()) TLOG_WARN << "reporting the exit to the scheduler: " << s.ToString();
 }
 
 void Agent::Reregister(int32_t rank, int64_t incarnation) {

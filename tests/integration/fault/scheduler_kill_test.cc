@@ -4,6 +4,7 @@
 // hand the job's state back, and the job ends as an undisturbed run of the same job does: the
 // same final weights and momentum, bit for bit, and no server or worker process restarted.
 // Prints the time from the kill to the job's state being whole again.
+#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,10 +24,11 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// mlp-tiny (as tests/integration/checkpoint): 128 steps per epoch, 3 epochs.
-constexpr int kSteps = 3 * 128;
-constexpr int kInterval = 16;
-constexpr int kKillAfter = 96;  // mid-epoch 1: the first checkpoint at or after this step
+// mlp-tiny on 16x the samples of tests/integration/checkpoint: 2048 steps per epoch, 3 epochs
+// (some 7 s undisturbed), so that the job is still training while the members come back.
+constexpr int kSteps = 3 * 2048;
+constexpr int kInterval = 64;
+constexpr int kKillAfter = 1024;  // mid-epoch 0: the first checkpoint at or after this step
 
 std::string JobYaml(const std::string& name, const std::string& ckpt_dir) {
   return "apiVersion: trellis.io/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: " + name +
@@ -34,18 +36,30 @@ std::string JobYaml(const std::string& name, const std::string& ckpt_dir) {
          "    restartPolicy: OnFailure\n"
          "    command: [trellis-mlp]\n"
          "    args: [--layers, \"16,128,64,10\", --latent-dim, \"8\", --teacher-hidden, \"16\",\n"
-         "           --epochs, \"3\", --batch, \"32\", --lr, \"0.02\", --train-samples, \"8192\",\n"
+         "           --epochs, \"3\", --batch, \"32\", --lr, \"0.02\", --train-samples, \"131072\",\n"
          "           --test-samples, \"1000\", --target-accuracy, \"0.85\"]\n"
          "  sliceBytes: 16384\n  checkpoint:\n    path: " + ckpt_dir +
          "\n    intervalSteps: " + std::to_string(kInterval) +
          "\n    keep: 2\n  runPolicy:\n    backoffLimit: 2\n    activeDeadlineSeconds: 200\n";
 }
 
+// The scheduler trellis-launch started for `job` (its command line names the job file).
 pid_t SchedulerOf(const std::string& job) {
-  for (pid_t pid : ProcessesOfJob(job)) {
-    if (ReadFile("/proc/" + std::to_string(pid) + "/comm").rfind("trellis-schedul", 0) == 0) return pid;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return -1;
+  pid_t found = -1;
+  while (dirent* e = ::readdir(d)) {
+    const pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    const std::string proc = "/proc/" + std::to_string(pid);
+    if (ReadFile(proc + "/comm").rfind("trellis-schedul", 0) == 0 &&
+        ReadFile(proc + "/cmdline").find("/" + job + ".yaml") != std::string::npos) {
+      found = pid;
+      break;
+    }
   }
-  return -1;
+  ::closedir(d);
+  return found;
 }
 
 double Accuracy(const std::string& out) {
@@ -121,7 +135,7 @@ TEST_F(SchedulerKillTest, KilledSchedulerIsRestartedAndTheJobEndsAsUndisturbed) 
 
   // The restart is visible: in the launcher's output and the new scheduler's log.
   EXPECT_TRUE(std::regex_search(
-      fault_out, std::regex("the scheduler exited .*SIGKILL.*; restarting it on 127\\.0\\.0\\.1:[0-9]+ "
+      fault_out, std::regex("the scheduler killed by SIGKILL.*; restarting it on 127\\.0\\.0\\.1:[0-9]+ "
                             "\\(restart 1 of at most 2\\)")))
       << fault_out;
   const std::string logs = dir_ + "/logs-" + fault;
