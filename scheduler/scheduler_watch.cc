@@ -88,7 +88,9 @@ void SchedulerWatch::Loop() {
         lost_logged = true;
       }
       up_ = false;
-      backoff = std::min(backoff * 2, interval_);
+      // It answers but does not take our state yet (our agent has not registered again): soon
+      // again. Gone: back off, at most 500 ms between tries, so a restart is found quickly.
+      backoff = ping.ok() ? milliseconds(200) : std::min({backoff * 2, interval_, milliseconds(500)});
       continue;
     }
     backoff = milliseconds(100);

@@ -2,8 +2,8 @@
 // (docs/scheduler.md#scheduler-restart). Used by the processes that outlive a scheduler crash
 // and hold part of the job's state: servers (their data address) and workers (the shard map,
 // the servers' addresses). One thread pings the scheduler every `interval`; while it does not
-// answer, again with back-off (100 ms doubling up to `interval`); when it answers with another
-// scheduler id, `on_restart` runs (retried with the same back-off until it succeeds).
+// answer, again with back-off (100 ms doubling up to `interval`, at most 500 ms); when it answers
+// with another scheduler id, `on_restart` runs (retried every 200 ms until it succeeds).
 #pragma once
 
 #include <chrono>
