@@ -57,6 +57,20 @@ inline std::vector<pid_t> ProcessesOfJob(const std::string& job) {
   return out;
 }
 
+// The pid of worker `rank`'s training program (trellis-mlp, a child of that worker's agent).
+inline pid_t WorkerProgram(const std::string& job, int rank) {
+  for (pid_t pid : ProcessesOfJob(job)) {
+    std::string comm = ReadFile("/proc/" + std::to_string(pid) + "/comm");
+    if (comm.rfind("trellis-mlp", 0) != 0) continue;
+    std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+    if (env.find(std::string("TRELLIS_RANK=") + std::to_string(rank) + '\0') != std::string::npos &&
+        env.find(std::string("TRELLIS_ROLE=worker") + '\0') != std::string::npos) {
+      return pid;
+    }
+  }
+  return -1;
+}
+
 // Waits (bounded) until no process of `job` remains; kills leftovers so one failure does not
 // leak into the next test. Returns the pids that were still there at the deadline.
 inline std::vector<pid_t> WaitNoProcessesOfJob(

@@ -69,13 +69,19 @@ double Accuracy(const std::string& out) {
 }
 
 struct KillRecord {
+  bool then_worker = false;    // once recovered, also SIGKILL worker 1's program
   int killed_after = -1;       // the newest checkpoint step when the scheduler was killed
+  int worker_killed_after = -1;  // the newest checkpoint step when worker 1 was killed
   double recovered_s = -1;     // kill -> the new scheduler logs that every member is back
   double next_commit_s = -1;   // kill -> the next checkpoint written (training went on)
 };
 
 class SchedulerKillTest : public LaunchedJobsTest {
  protected:
+  // The undisturbed run, then one whose scheduler is killed (and, with then_worker, worker 1
+  // after the restart); both must end with the same weights.
+  void KillAndCompare(bool then_worker);
+
   // Runs one job to its end (bounded); with `kill`, SIGKILLs its scheduler once a checkpoint
   // at or after kKillAfter exists, and times the recovery.
   int Run(const std::string& job, bool kill, std::string* output, KillRecord* rec) {
@@ -116,6 +122,21 @@ class SchedulerKillTest : public LaunchedJobsTest {
         if (p.value()->Poll().has_value()) break;
         std::this_thread::sleep_for(5ms);
       }
+      // The state is really back: a worker crashing now rejoins through the new scheduler
+      // (donors, the shard map for its declaration) as it would through the first one.
+      while (rec->then_worker && rec->recovered_s >= 0 && rec->worker_killed_after < 0 &&
+             Clock::now() < deadline && !p.value()->Poll().has_value()) {
+        const int64_t step = newest();
+        const bool handed = ReadFile(dir_ + "/logs-" + job + "/worker-1.log")
+                                .find("handed back the shard map") != std::string::npos;
+        const pid_t victim =
+            handed && step > rec->killed_after + kInterval ? WorkerProgram(job, 1) : -1;
+        if (victim > 0 && ::kill(victim, SIGKILL) == 0) {
+          rec->worker_killed_after = static_cast<int>(step);
+        } else {
+          std::this_thread::sleep_for(5ms);
+        }
+      }
     }
     auto st = (*p)->WaitFor(200s);
     *output = ReadFile(dir_ + "/" + job + ".out");
@@ -123,11 +144,12 @@ class SchedulerKillTest : public LaunchedJobsTest {
   }
 };
 
-TEST_F(SchedulerKillTest, KilledSchedulerIsRestartedAndTheJobEndsAsUndisturbed) {
+void SchedulerKillTest::KillAndCompare(bool then_worker) {
   const std::string whole = NewJob("sk-whole");
   const std::string fault = NewJob("sk-kill");
   std::string whole_out, fault_out;
   KillRecord none, rec;
+  rec.then_worker = then_worker;
   ASSERT_EQ(Run(whole, false, &whole_out, &none), 0) << whole_out;
   ASSERT_EQ(Run(fault, true, &fault_out, &rec), 0) << fault_out;
   ASSERT_GE(rec.killed_after, kKillAfter) << "the scheduler was never killed\n" << fault_out;
@@ -147,7 +169,18 @@ TEST_F(SchedulerKillTest, KilledSchedulerIsRestartedAndTheJobEndsAsUndisturbed) 
   for (int w = 0; w < 2; ++w) {
     const std::string log = ReadFile(logs + "/worker-" + std::to_string(w) + ".log");
     EXPECT_NE(log.find("handed back the shard map"), std::string::npos) << log;
-    EXPECT_EQ(log.find("incarnation 2"), std::string::npos) << "no worker restarted\n" << log;
+    if (!then_worker || w == 0) {
+      EXPECT_EQ(log.find("incarnation 2"), std::string::npos) << "no worker restarted\n" << log;
+    }
+  }
+  if (then_worker) {
+    ASSERT_GT(rec.worker_killed_after, rec.killed_after) << "worker 1 was never killed\n" << fault_out;
+    ASSERT_LT(rec.worker_killed_after, kSteps) << fault_out;
+    const std::string log = ReadFile(logs + "/worker-1.log");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("rejoined the running job after step ([0-9]+)")))
+        << log;
+    EXPECT_GE(std::stoi(m[1]), rec.worker_killed_after - 1) << log;
   }
   ASSERT_GE(rec.recovered_s, 0) << "the new scheduler never logged the recovery\n" << sched;
   std::printf("scheduler SIGKILLed after checkpoint step %d: every member back with the restarted "
@@ -174,6 +207,17 @@ TEST_F(SchedulerKillTest, KilledSchedulerIsRestartedAndTheJobEndsAsUndisturbed) 
     EXPECT_EQ(std::memcmp(u.values.data(), v.values.data(), u.values.size() * sizeof(float)), 0)
         << u.name << " differs between the undisturbed run and the one with a scheduler kill";
   }
+}
+
+TEST_F(SchedulerKillTest, KilledSchedulerIsRestartedAndTheJobEndsAsUndisturbed) {
+  KillAndCompare(false);
+}
+
+// After the restart, worker 1's program is SIGKILLed too: its agent restarts it and it rejoins
+// from a live worker's commit, the new scheduler choosing the donor and answering its
+// declaration with the shard map handed back.
+TEST_F(SchedulerKillTest, AWorkerKilledAfterTheRestartRejoinsThroughTheNewScheduler) {
+  KillAndCompare(true);
 }
 
 }  // namespace

@@ -40,20 +40,6 @@ std::string JobYaml(const std::string& name, const std::string& ckpt_dir) {
          "\n    keep: 2\n  runPolicy:\n    backoffLimit: 2\n    activeDeadlineSeconds: 200\n";
 }
 
-// The pid of worker `rank`'s training program (trellis-mlp, a child of that worker's agent).
-pid_t WorkerProgram(const std::string& job, int rank) {
-  for (pid_t pid : ProcessesOfJob(job)) {
-    std::string comm = ReadFile("/proc/" + std::to_string(pid) + "/comm");
-    if (comm.rfind("trellis-mlp", 0) != 0) continue;
-    std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
-    if (env.find(std::string("TRELLIS_RANK=") + std::to_string(rank) + '\0') != std::string::npos &&
-        env.find(std::string("TRELLIS_ROLE=worker") + '\0') != std::string::npos) {
-      return pid;
-    }
-  }
-  return -1;
-}
-
 double Accuracy(const std::string& out) {
   std::smatch m;
   if (!std::regex_search(out, m, std::regex("RESULT: test accuracy ([0-9.]+)%"))) return -1;
