@@ -116,9 +116,14 @@ bool DoubleField(const MapReader& m, std::string_view key, std::string_view rule
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
+// std::regex recurses once per character: a long enough string (a hostile job holds one of
+// megabytes) overflows the stack. Every pattern here is therefore matched only after a length
+// check that no valid value exceeds.
+constexpr size_t kMaxPatternInput = 253;
+
 bool IsDns1123Label(const std::string& s) {
   static const std::regex re("[a-z0-9]([-a-z0-9]*[a-z0-9])?");
-  return std::regex_match(s, re);
+  return s.size() <= kMaxPatternInput && std::regex_match(s, re);
 }
 
 constexpr std::string_view kDnsLabelRule =
@@ -128,7 +133,7 @@ constexpr std::string_view kDnsLabelRule =
 bool IsQuantity(const std::string& s) {
   // Kubernetes resource quantities: 2, 500m, 1.5, 4Gi, 1e3, 128M.
   static const std::regex re(R"(\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?)");
-  return std::regex_match(s, re);
+  return s.size() <= 64 && std::regex_match(s, re);
 }
 
 void ParseResources(const MapReader& role, RoleSpec* out) {
@@ -372,7 +377,7 @@ void ParseMetadata(const MapReader& top, JobSpec* out) {
   }
   std::string name;
   if (meta.GetString("name", &name)) {
-    if (!IsDns1123Label(name)) {
+    if (name.size() <= kMaxJobNameLength && !IsDns1123Label(name)) {
       errors->AddGot("metadata.name", kDnsLabelRule, meta.Get("name"));
     } else if (name.size() > kMaxJobNameLength) {
       errors->AddGot("metadata.name",
@@ -465,7 +470,7 @@ std::optional<Transport> ParseTransport(std::string_view s) { return ValueOf(Tra
 StatusOr<int64_t> ParseByteQuantity(std::string_view text) {
   static const std::regex re("([0-9]+)(Ki|Mi|Gi)?");
   std::match_results<std::string_view::const_iterator> m;
-  if (!std::regex_match(text.begin(), text.end(), m, re)) {
+  if (text.size() > 64 || !std::regex_match(text.begin(), text.end(), m, re)) {
     return InvalidArgumentError("not a byte quantity (digits with an optional Ki, Mi or Gi): " +
                                 yaml::Quote(text));
   }

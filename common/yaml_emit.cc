@@ -16,7 +16,9 @@ bool SafePlain(const std::string& s) {
       "y",    "Y",    "yes",  "Yes",   "YES",   "n",     "N",    "no",  "No",
       "NO",   "true", "True", "TRUE",  "false", "False", "FALSE", "on", "On",
       "ON",   "off",  "Off",  "OFF",   "null",  "Null",  "NULL"};
-  return std::regex_match(s, re) && words.count(s) == 0;
+  // Long strings are simply quoted: std::regex recurses per character and would overflow the
+  // stack on a hostile string of megabytes.
+  return s.size() <= 1000 && std::regex_match(s, re) && words.count(s) == 0;
 }
 
 }  // namespace

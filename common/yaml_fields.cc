@@ -18,19 +18,24 @@ constexpr size_t kMaxShown = 64;
 // A plain scalar is one written without quotes or an explicit tag; yaml-cpp tags it "?".
 bool IsPlain(const YAML::Node& n) { return n.IsScalar() && n.Tag() == "?"; }
 
+// std::regex recurses once per character, so a hostile scalar of megabytes would overflow the
+// stack: no number is longer than kMaxNumberText, and longer text is no number.
+constexpr size_t kMaxNumberText = 1000;
+
 bool IsIntText(const std::string& s) {
   static const std::regex re("[-+]?[0-9]+");
-  return std::regex_match(s, re);
+  return s.size() <= kMaxNumberText && std::regex_match(s, re);
 }
 
 bool IsFloatText(const std::string& s) {
   static const std::regex re(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
-  return std::regex_match(s, re);
+  return s.size() <= kMaxNumberText && std::regex_match(s, re);
 }
 
 std::optional<double> SpecialFloat(const std::string& s) {
   static const std::regex inf(R"([-+]?\.(inf|Inf|INF))");
   static const std::regex nan(R"(\.(nan|NaN|NAN))");
+  if (s.size() > 5) return std::nullopt;
   if (std::regex_match(s, inf)) {
     return s[0] == '-' ? -std::numeric_limits<double>::infinity()
                        : std::numeric_limits<double>::infinity();

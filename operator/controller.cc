@@ -143,7 +143,15 @@ void Controller::ReconcileLoop() {
     queue_.erase(due);
     lock.unlock();
     const auto t0 = std::chrono::steady_clock::now();
-    auto r = reconciler_.Reconcile(key.first, key.second);
+    // The Reconciler turns a job's exceptions into its status; this guard only keeps the one
+    // reconcile thread alive should anything still escape.
+    StatusOr<std::optional<Clock::duration>> r = InternalError("reconcile threw");
+    try {
+      r = reconciler_.Reconcile(key.first, key.second);
+    } catch (const std::exception& e) {
+      r = InternalError(std::string("reconcile threw: ") + e.what());
+    } catch (...) {
+    }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++counters_.reconciles;
     if (reconcile_observer_) reconcile_observer_(secs);

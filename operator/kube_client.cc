@@ -120,6 +120,7 @@ Status StatusFromHttp(int code, const Json& body) {
     case 404: return NotFoundError(msg);
     case 409: return reason == "AlreadyExists" ? AlreadyExistsError(msg) : AbortedError(msg);
     case 410: return OutOfRangeError(msg);
+    case 429: return ResourceExhaustedError(msg);
     default: return code >= 500 ? UnavailableError(msg) : Status(StatusCode::kUnknown, msg);
   }
 }

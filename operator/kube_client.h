@@ -47,7 +47,7 @@ inline const Resource kTrainingJobs{"apis/trellis.io/v1alpha1", "trainingjobs"};
 
 // Error codes: 404 NOT_FOUND, 409 AlreadyExists ALREADY_EXISTS, 409 Conflict ABORTED,
 // 410 Gone OUT_OF_RANGE, 401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 422/400 INVALID_ARGUMENT,
-// transport errors and 5xx UNAVAILABLE. Messages carry the server's Status message.
+// 429 RESOURCE_EXHAUSTED, transport errors and 5xx UNAVAILABLE. Messages carry the server's Status message.
 class KubeClient {
  public:
   KubeClient(KubeConfig config, std::chrono::milliseconds request_timeout = std::chrono::seconds(10));

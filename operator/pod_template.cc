@@ -49,7 +49,7 @@ Json AppendByName(const Json* ours, const Json* extra) {
   Json out = ours && ours->is_array() ? *ours : Json::array();
   if (!extra || !extra->is_array()) return out;
   std::set<std::string> names;
-  for (size_t i = 0; i < out.size(); ++i) names.insert(Str(out.at(i), {"name"}));
+  for (size_t i = 0; i < out.size(); ++i) names.insert(Str(out[i], {"name"}));
   for (size_t i = 0; i < extra->size(); ++i) {
     const Json& item = extra->at(i);
     if (names.insert(Str(item, {"name"})).second) out[out.size()] = item;
@@ -70,7 +70,10 @@ StatusOr<Json> YamlToJson(const std::string& yaml_text) {
 Json MergeUnder(const Json& base, const Json& over) {
   if (!base.is_object() || !over.is_object()) return over;
   Json out = base;
-  for (const auto& [k, v] : over.as_object()) out[k] = out.has_field(k) ? MergeUnder(out.at(k), v) : v;
+  for (const auto& [k, v] : over.as_object()) {
+    const Json* b = At(out, {k.c_str()});
+    out[k] = b ? MergeUnder(*b, v) : v;
+  }
   return out;
 }
 
@@ -80,11 +83,17 @@ StatusOr<Json> ApplyPodTemplate(const Json& pod, const std::string& template_yam
   if (tmpl.is_null()) return pod;
   if (!tmpl.is_object()) return InvalidArgumentError("pod template: must be a mapping");
 
-  Json tspec = At(tmpl, {"spec"}) && tmpl.at("spec").is_object() ? tmpl.at("spec") : Json::object();
-  const Json tcontainers = tspec.has_array_field("containers") ? tspec.at("containers") : Json::array();
-  const Json tvolumes = tspec.has_array_field("volumes") ? tspec.at("volumes") : Json::array();
-  tspec.erase("containers");
-  tspec.erase("volumes");
+  // Every read below is of user data: At/Str only (cpprestsdk's at() and erase() throw on a
+  // missing key, e.g. a template with only spec.nodeSelector).
+  const Json* tspec_in = At(tmpl, {"spec"});
+  Json tspec = tspec_in && tspec_in->is_object() ? *tspec_in : Json::object();
+  const Json* tc_in = At(tspec, {"containers"});
+  const Json tcontainers = tc_in && tc_in->is_array() ? *tc_in : Json::array();
+  const Json* tv_in = At(tspec, {"volumes"});
+  const Json tvolumes = tv_in && tv_in->is_array() ? *tv_in : Json::array();
+  for (const char* k : {"containers", "volumes"}) {
+    if (tspec.has_field(k)) tspec.erase(k);
+  }
 
   Json out = pod;
   if (const Json* tmeta = At(tmpl, {"metadata"}); tmeta && tmeta->is_object()) {
@@ -95,10 +104,15 @@ StatusOr<Json> ApplyPodTemplate(const Json& pod, const std::string& template_yam
       }
     }
   }
-  Json spec = MergeUnder(tspec, out.at("spec"));
+  const Json* our_spec = At(out, {"spec"});
+  const Json* our_containers = our_spec ? At(*our_spec, {"containers"}) : nullptr;
+  if (!our_containers || !our_containers->is_array() || our_containers->size() == 0) {
+    return InvalidArgumentError("pod template: the pod has no container to merge into");
+  }
+  Json spec = MergeUnder(tspec, *our_spec);
 
   // The operator's container over the template's "trellis" (or first unnamed) container.
-  Json containers = spec.at("containers");
+  Json containers = *our_containers;
   Json& mine = containers[0];
   Json sidecars = Json::array();
   bool merged = false;
@@ -111,14 +125,14 @@ StatusOr<Json> ApplyPodTemplate(const Json& pod, const std::string& template_yam
         Json l = AppendByName(At(mine, {list}), At(tc, {list}));
         if (l.size() > 0) combined[list] = l;
       }
-      combined["name"] = mine.at("name");
+      combined["name"] = JStr(Str(mine, {"name"}));
       mine = combined;
       merged = true;
     } else {
       sidecars[sidecars.size()] = tc;
     }
   }
-  for (size_t i = 0; i < sidecars.size(); ++i) containers[containers.size()] = sidecars.at(i);
+  for (size_t i = 0; i < sidecars.size(); ++i) containers[containers.size()] = sidecars[i];
   spec["containers"] = containers;
   spec["volumes"] = AppendByName(At(spec, {"volumes"}), &tvolumes);
   out["spec"] = spec;

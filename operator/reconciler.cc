@@ -1,18 +1,40 @@
 #include "operator/reconciler.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "common/logging.h"
-#include "operator/job_status.h"
 
 namespace trellis::op {
 namespace {
 
-// Creation that tolerates "already there": a restarted operator meets its own objects.
+// The server's part of a client error: "HTTP 422 Invalid: Pod \"x\" is invalid: ..." without the
+// "POST /api/v1/..." the client puts in front.
+std::string ServerMessage(const Status& s) {
+  const std::string& m = s.message();
+  const size_t http = m.find("HTTP ");
+  return http == std::string::npos ? m : m.substr(http);
+}
+
+// Creation that tolerates "already there": a restarted operator meets its own objects. An error
+// names the object and carries the server's message.
 Status CreateIfMissing(KubeClient& c, const Resource& r, const std::string& ns, const Json& obj) {
   auto s = c.Create(r, ns, obj);
   if (s.ok() || s.status().code() == StatusCode::kAlreadyExists) return Status::Ok();
-  return s.status();
+  return Status(s.status().code(), "the API server refused " + Str(obj, {"kind"}) + " " + ns + "/" +
+                                       Str(obj, {"metadata", "name"}) + ": " + ServerMessage(s.status()));
+}
+
+// The condition reason of a refusal that retrying may cure.
+std::string TransientReason(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kPermissionDenied: return "Forbidden";
+    case StatusCode::kResourceExhausted: return "TooManyRequests";
+    case StatusCode::kUnauthenticated: return "Unauthorized";
+    case StatusCode::kNotFound: return "NotFound";
+    case StatusCode::kUnavailable: return "ServerUnavailable";
+    default: return "CreateError";
+  }
 }
 
 bool OwnedBy(const Json& obj, const std::string& uid) {
@@ -27,6 +49,8 @@ bool OwnedBy(const Json& obj, const std::string& uid) {
 Resource PodGroups(GangScheduler g) { return {"apis/" + PodGroupApiOf(g).group_version, "podgroups"}; }
 
 }  // namespace
+
+bool PermanentRefusal(const Status& s) { return s.code() == StatusCode::kInvalidArgument; }
 
 StatusOr<std::string> RandomToken() {
   std::ifstream in("/dev/urandom", std::ios::binary);
@@ -48,10 +72,31 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Reconcile(const std::string
   constexpr int kAttempts = 5;
   for (int i = 1;; ++i) {
     phase_.reset();
-    auto r = Attempt(ns, name);
+    auto r = Guarded(ns, name);
     if (r.ok() && observer_.on_phase && phase_) observer_.on_phase(ns + "/" + name, *phase_);
     if (r.ok() || r.status().code() != StatusCode::kAborted || i == kAttempts) return r;
     TLOG_INFO << "job " << ns << "/" << name << ": status write conflicted, reconciling again";
+  }
+}
+
+StatusOr<std::optional<Clock::duration>> Reconciler::Guarded(const std::string& ns, const std::string& name) {
+  std::string what;
+  try {
+    return Attempt(ns, name);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "unknown exception";
+  }
+  // A bug meets this job's content: fail the job, keep serving every other one.
+  TLOG_ERROR << "job " << ns << "/" << name << ": reconcile threw: " << what << "; marking the job Failed";
+  try {
+    return FailJob(ns, name, "ReconcileError",
+                   "the operator cannot reconcile this job (" + what + "); fix the TrainingJob and apply it again");
+  } catch (const std::exception& e) {
+    return InternalError("job " + ns + "/" + name + ": cannot mark the job Failed: " + e.what());
+  } catch (...) {
+    return InternalError("job " + ns + "/" + name + ": cannot mark the job Failed");
   }
 }
 
@@ -65,8 +110,14 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
   if (At(*job, {"metadata", "deletionTimestamp"})) return std::optional<Clock::duration>();
   TRELLIS_ASSIGN_OR_RETURN(JobMeta meta, JobMetaOf(*job));
 
-  // The job model judges the object exactly as the API server sent it.
-  StatusOr<JobSpec> spec = ParseJobSpec(job->serialize());
+  // The job model judges the object exactly as the API server sent it, unless it held parts
+  // nested too deep to read (json_util.h), which it never sees.
+  const StatusOr<JobSpec> spec = [&]() -> StatusOr<JobSpec> {
+    if (auto deep = FindTooDeep(*job)) {
+      return InvalidArgumentError(*deep + ": nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    }
+    return ParseJobSpec(job->serialize());
+  }();
 
   TRELLIS_ASSIGN_OR_RETURN(Json pod_list, client_.List(kPods, ns, JobSelector(name)));
   std::vector<ObservedPod> pods;
@@ -105,12 +156,10 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
 
   // Status first: a restart is counted before its pod is deleted, so a crash in between can
   // only over-count, never restart without limit.
+  Json current = *job;
   const Json* old_status = At(*job, {"status"});
   if (!old_status || *old_status != plan.status) {
-    Json update = *job;
-    update["status"] = plan.status;
-    auto s = client_.UpdateStatus(kTrainingJobs, ns, name, update);
-    if (!s.ok()) return s.status();
+    TRELLIS_ASSIGN_OR_RETURN(current, WriteStatus(*job, plan.status));
     const std::string old_phase = old_status ? Str(*old_status, {"phase"}) : "";
     const std::string new_phase = Str(plan.status, {"phase"});
     if (old_phase != new_phase) {
@@ -124,12 +173,22 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
     if (!s.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << s.message();
   }
 
-  if (plan.ensure_support) TRELLIS_RETURN_IF_ERROR(EnsureSupport(meta, *spec));
-  if (!plan.create.empty()) {
-    for (const Json& pod : DesiredPods(meta, *spec, settings_)) {
-      const std::string pod_name = Str(pod, {"metadata", "name"});
-      if (std::find(plan.create.begin(), plan.create.end(), pod_name) == plan.create.end()) continue;
-      TRELLIS_RETURN_IF_ERROR(CreateIfMissing(client_, kPods, ns, pod));
+  if (spec.ok()) {
+    Status made = CreateObjects(meta, *spec, plan);
+    // A lost race on the ConfigMap (409) is the next reconcile's; anything else is the job's news.
+    if (!made.ok() && made.code() != StatusCode::kAborted) return ReportRefusal(current, plan.status, made);
+    if (!made.ok()) return made;
+    if (Str(plan.status, {"phase"}) != kFailed) {
+      // An earlier refusal is cured: say so on the condition.
+      if (const Json* conds = At(plan.status, {"conditions"}); conds && conds->is_array()) {
+        for (size_t i = 0; i < conds->size(); ++i) {
+          if (Str(conds->at(i), {"type"}) != "FailedCreate" || Str(conds->at(i), {"status"}) != "True") continue;
+          Json st = plan.status;
+          SetCondition(st, "FailedCreate", false, "Created", "every object of the job was created", now);
+          TRELLIS_ASSIGN_OR_RETURN(current, WriteStatus(current, st));
+          break;
+        }
+      }
     }
   }
   for (const auto& pod_name : plan.remove) {
@@ -182,6 +241,98 @@ Status Reconciler::RemovePodGroup(const JobMeta& meta, const JobSpec& spec) {
   return s.ok() || s.code() == StatusCode::kNotFound ? Status::Ok() : s;
 }
 
+Status Reconciler::CreateObjects(const JobMeta& meta, const JobSpec& spec, const JobPlan& plan) {
+  if (plan.ensure_support) TRELLIS_RETURN_IF_ERROR(EnsureSupport(meta, spec));
+  if (plan.create.empty()) return Status::Ok();
+  for (const Json& pod : DesiredPods(meta, spec, settings_)) {
+    const std::string pod_name = Str(pod, {"metadata", "name"});
+    if (std::find(plan.create.begin(), plan.create.end(), pod_name) == plan.create.end()) continue;
+    TRELLIS_RETURN_IF_ERROR(CreateIfMissing(client_, kPods, meta.ns, pod));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::optional<Clock::duration>> Reconciler::ReportRefusal(const Json& job, Json status,
+                                                                   const Status& refusal) {
+  const std::string ns = Str(job, {"metadata", "namespace"}, "default");
+  const std::string name = Str(job, {"metadata", "name"});
+  const bool permanent = PermanentRefusal(refusal);
+  const std::string& message = refusal.message();
+  const Clock::time_point now = now_();
+  TLOG_WARN << "job " << ns << "/" << name << ": " << message << (permanent ? "; the job fails" : "; retrying");
+  if (permanent) {
+    status["phase"] = JStr(kFailed);
+    if (!At(status, {"completionTime"})) status["completionTime"] = JStr(FormatTime(now));
+    SetCondition(status, "Failed", true, "FailedCreate", message, now);
+    for (const char* transient : {"Running", "Restarting"}) {
+      if (const Json* c = At(status, {"conditions"}); c && c->is_array()) {
+        for (size_t i = 0; i < c->size(); ++i) {
+          if (Str(c->at(i), {"type"}) == transient && Str(c->at(i), {"status"}) == "True") {
+            SetCondition(status, transient, false, "FailedCreate", message, now);
+            break;
+          }
+        }
+      }
+    }
+  } else {
+    SetCondition(status, "FailedCreate", true, TransientReason(refusal), message, now);
+  }
+  const Json* old = At(job, {"status"});
+  Json updated = job;
+  if (!old || *old != status) {
+    auto w = WriteStatus(job, status);
+    if (!w.ok()) {
+      TLOG_WARN << "job " << ns << "/" << name << ": cannot write the refusal into the status: " << w.status().message();
+      return permanent ? w.status() : refusal;
+    }
+    updated = *w;
+  }
+  Status e = RecordEvent(updated, "Warning", "FailedCreate", message);
+  if (!e.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << e.message();
+  phase_ = Str(status, {"phase"});
+  if (permanent) return std::optional<Clock::duration>();  // the status change brings the clean-up
+  return refusal;                                          // retried with back-off
+}
+
+StatusOr<std::optional<Clock::duration>> Reconciler::FailJob(const std::string& ns, const std::string& name,
+                                                             const std::string& reason, const std::string& message) {
+  auto job = client_.Get(kTrainingJobs, ns, name);
+  if (!job.ok() && job.status().code() == StatusCode::kNotFound) {
+    phase_ = "";
+    return std::optional<Clock::duration>();
+  }
+  if (!job.ok()) return job.status();
+  const Json* old = At(*job, {"status"});
+  Json st = old && old->is_object() ? *old : Json::object();
+  phase_ = kFailed;
+  if (Str(st, {"phase"}) == kFailed) return std::optional<Clock::duration>();
+  const Clock::time_point now = now_();
+  st["phase"] = JStr(kFailed);
+  if (!At(st, {"completionTime"})) st["completionTime"] = JStr(FormatTime(now));
+  SetCondition(st, "Failed", true, reason, message, now);
+  TRELLIS_ASSIGN_OR_RETURN(Json updated, WriteStatus(*job, st));
+  Status e = RecordEvent(updated, "Warning", reason, message);
+  if (!e.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << e.message();
+  return std::optional<Clock::duration>();
+}
+
+StatusOr<Json> Reconciler::WriteStatus(const Json& job, const Json& status) {
+  // Only what the status subresource looks at: a job's spec may be megabytes, and parts of it
+  // may not have survived reading (kTooDeep).
+  Json u = Json::object();
+  u["apiVersion"] = JStr(kGroupVersion);
+  u["kind"] = JStr("TrainingJob");
+  const std::string ns = Str(job, {"metadata", "namespace"}, "default");
+  const std::string name = Str(job, {"metadata", "name"});
+  Put(u, {"metadata", "name"}, JStr(name));
+  Put(u, {"metadata", "namespace"}, JStr(ns));
+  for (const char* k : {"uid", "resourceVersion"}) {
+    if (const Json* v = At(job, {"metadata", k}); v && v->is_string()) Put(u, {"metadata", k}, *v);
+  }
+  u["status"] = status;
+  return client_.UpdateStatus(kTrainingJobs, ns, name, u);
+}
+
 Status Reconciler::EnsureSupport(const JobMeta& meta, const JobSpec& spec) {
   auto secret = client_.Get(kSecrets, meta.ns, TokenSecretName(meta.name));
   if (!secret.ok() && secret.status().code() != StatusCode::kNotFound) return secret.status();
@@ -198,9 +349,13 @@ Status Reconciler::EnsureSupport(const JobMeta& meta, const JobSpec& spec) {
     TRELLIS_RETURN_IF_ERROR(CreateIfMissing(client_, kConfigMaps, meta.ns, want));
   } else if (Str(*cm, {"data", "job.yaml"}) != Str(want, {"data", "job.yaml"})) {
     Json updated = *cm;
-    updated["data"] = want.at("data");
+    if (const Json* data = At(want, {"data"})) updated["data"] = *data;
     auto u = client_.Update(kConfigMaps, meta.ns, ConfigMapName(meta.name), updated);
-    if (!u.ok()) return u.status();  // a conflict is retried by the next reconcile
+    // A conflict is retried by the next reconcile; a refusal is the job's.
+    if (!u.ok()) {
+      return Status(u.status().code(), "the API server refused the update of ConfigMap " + meta.ns + "/" +
+                                           ConfigMapName(meta.name) + ": " + ServerMessage(u.status()));
+    }
   }
   return CreateIfMissing(client_, kServices, meta.ns, SchedulerService(meta, settings_));
 }
@@ -214,7 +369,8 @@ Status Reconciler::RecordEvent(const Json& job, const std::string& type, const s
   ev["apiVersion"] = JStr("v1");
   ev["kind"] = JStr("Event");
   // Unique per transition: the job's resourceVersion names the state that caused it.
-  Put(ev, {"metadata", "name"}, JStr(name + "." + Str(job, {"metadata", "resourceVersion"}) + "." +
+  // (A job name may be up to 253 characters when its spec is invalid; an event name too.)
+  Put(ev, {"metadata", "name"}, JStr(name.substr(0, 200) + "." + Str(job, {"metadata", "resourceVersion"}) + "." +
                                       std::to_string(std::hash<std::string>{}(reason + message) % 100000)));
   Put(ev, {"metadata", "namespace"}, JStr(ns));
   Json ref = Json::object();
@@ -226,7 +382,7 @@ Status Reconciler::RecordEvent(const Json& job, const std::string& type, const s
   ev["involvedObject"] = ref;
   ev["type"] = JStr(type);
   ev["reason"] = JStr(reason);
-  ev["message"] = JStr(message.size() > 1024 ? message.substr(0, 1021) + "..." : message);
+  ev["message"] = JStr(Truncate(message, 1024));
   ev["firstTimestamp"] = JStr(now);
   ev["lastTimestamp"] = JStr(now);
   ev["count"] = Json::number(1);

@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "operator/desired.h"
 #include "operator/gang.h"
+#include "operator/job_status.h"
 #include "operator/kube_client.h"
 
 namespace trellis::op {
@@ -30,17 +31,34 @@ class Reconciler {
   // Returns when to look at the job again without an event (deadline, TTL); nullopt: on the
   // next event. Errors are API errors (the caller retries with back-off). A status write that
   // loses a race (409) is retried from a fresh read, a few times.
+  //
+  // Never throws, whatever the job holds: an exception out of the job's reconcile fails that
+  // job (reason ReconcileError). An object built from the job that the API server refuses
+  // (FailedCreate) is reported on the job: a Warning Event and a condition with the server's
+  // message; phase Failed when the refusal is permanent (400/422), else the error is returned
+  // and retried with back-off.
   StatusOr<std::optional<Clock::duration>> Reconcile(const std::string& ns, const std::string& name);
 
  private:
   // One attempt; ABORTED when the status write conflicted.
   StatusOr<std::optional<Clock::duration>> Attempt(const std::string& ns, const std::string& name);
+  // Attempt, with any exception turned into FailJob.
+  StatusOr<std::optional<Clock::duration>> Guarded(const std::string& ns, const std::string& name);
+  // Creates what the plan asks for; the first refusal as an error naming the object.
+  Status CreateObjects(const JobMeta& meta, const JobSpec& spec, const JobPlan& plan);
   Status EnsureSupport(const JobMeta& meta, const JobSpec& spec);
   // Gang-scheduled jobs (operator/gang.h): the PodGroup exists before the pods while the job
   // may run; it is deleted while the job is suspended or over, so it holds no place in the gang
   // scheduler's queue. A PodGroup the server refuses is reported, not retried in a loop.
   StatusOr<GangObservation> EnsurePodGroup(const JobMeta& meta, const JobSpec& spec);
   Status RemovePodGroup(const JobMeta& meta, const JobSpec& spec);
+  // Records a refused object on `job` (whose status is `status`): see Reconcile.
+  StatusOr<std::optional<Clock::duration>> ReportRefusal(const Json& job, Json status, const Status& refusal);
+  // Marks the job Failed with `reason` and `message` (a fresh read; no write when it already is).
+  StatusOr<std::optional<Clock::duration>> FailJob(const std::string& ns, const std::string& name,
+                                                   const std::string& reason, const std::string& message);
+  // Writes `status` through the status subresource; returns the updated job.
+  StatusOr<Json> WriteStatus(const Json& job, const Json& status);
   Status RecordEvent(const Json& job, const std::string& type, const std::string& reason,
                      const std::string& message);
 
@@ -50,6 +68,10 @@ class Reconciler {
   ReconcileObserver observer_;
   std::optional<std::string> phase_;  // of the last attempt, for the observer (reconcile thread only)
 };
+
+// Whether retrying the request that failed with `s` cannot help: the API server judged the
+// object itself (400 BadRequest, 422 Invalid).
+bool PermanentRefusal(const Status& s);
 
 // 32 random bytes from /dev/urandom as hex: the job token.
 StatusOr<std::string> RandomToken();

@@ -18,7 +18,8 @@ field selectors, server-side apply, admission, schema validation, RBAC (one bear
 Test hooks (not Kubernetes API): POST /_double/compact forgets the event history (older
 watches get 410), POST /_double/break-watches drops every open watch stream,
 POST /_double/fail?method=POST&path=/api/v1/namespaces/default/pods&count=N answers the next N
-matching requests with 500 InternalError, POST /_double/expire-watches ends every open watch with a 410 Gone ERROR event (as an API server
+matching requests with 500 InternalError (or &code=422&reason=Invalid&message=...: that answer, as
+a real server refuses an object its validation rejects), POST /_double/expire-watches ends every open watch with a 410 Gone ERROR event (as an API server
 does when its watch cache can no longer serve the version), GET /_double/stats
 gives per-kind create counts and the names ever created.
 
@@ -100,7 +101,7 @@ class Store:
         self.epoch = 0  # bumped by break-watches
         self.created = {}  # kind -> [names ever created]
         self.open_watches = 0  # GUARDED_BY(cv)
-        self.failures = []  # [method, path prefix, count]: injected 500s   GUARDED_BY(cv)
+        self.failures = []  # [method, path prefix, count, code, reason, message]: injected   GUARDED_BY(cv)
         self.expired = set()  # epochs whose watches end with 410 Gone instead of a dropped stream
 
     def _emit(self, res, typ, obj):
@@ -287,7 +288,7 @@ class Handler(BaseHTTPRequestHandler):
                     n = int(self.headers.get("Content-Length") or 0)
                     if n:
                         self.rfile.read(n)
-                    self._send(500, status_obj(500, "InternalError", "injected failure"))
+                    self._send(f[3], status_obj(f[3], f[4], f[5]))
                     return False
         return True
 
@@ -305,7 +306,8 @@ class Handler(BaseHTTPRequestHandler):
                     STORE.cv.notify_all()
                 elif what.startswith("fail?"):
                     q = {k: v[-1] for k, v in parse_qs(what[5:]).items()}
-                    STORE.failures.append([q["method"], q["path"], int(q.get("count", "1"))])
+                    STORE.failures.append([q["method"], q["path"], int(q.get("count", "1")), int(q.get("code", "500")),
+                                           q.get("reason", "InternalError"), q.get("message", "injected failure")])
                 elif what == "stats":
                     return self._send(200, {"created": STORE.created, "resourceVersion": str(STORE.rv),
                                             "openWatches": STORE.open_watches})

@@ -2,35 +2,13 @@
 // test drives the world (pod phases) through the double's API like a kubelet would.
 #include <gtest/gtest.h>
 
-#include "operator/reconciler.h"
-#include "tests/integration/operator/double_fixture.h"
+#include "tests/integration/operator/reconcile_fixture.h"
 
 namespace trellis::op::testing {
 namespace {
 
 using std::chrono::seconds;
 using Names = std::vector<std::string>;
-
-class ReconcileTest : public DoubleTest {
- protected:
-  void SetUp() override {
-    DoubleTest::SetUp();
-    reconciler_ = std::make_unique<Reconciler>(*client_, OperatorSettings{}, [this] { return now_; });
-  }
-  void TearDown() override {
-    reconciler_.reset();
-    DoubleTest::TearDown();
-  }
-  std::optional<Clock::duration> Reconcile(const std::string& job) {
-    auto r = reconciler_->Reconcile("default", job);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? *r : std::nullopt;
-  }
-  std::string Phase(const std::string& job) { return Str(GetJob(job), {"status", "phase"}); }
-
-  Clock::time_point now_ = Clock::from_time_t(1'800'000'000);
-  std::unique_ptr<Reconciler> reconciler_;
-};
 
 constexpr char kTwoByTwo[] = R"({"image":"img:1","servers":{"replicas":2},"workers":{"replicas":2,"command":["w"]},
     "runPolicy":{"ttlSecondsAfterFinished":60,"backoffLimit":1}})";

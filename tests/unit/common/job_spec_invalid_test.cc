@@ -253,5 +253,34 @@ TEST(InvalidJobSpecTest, GarbageNeverThrows) {
   }
 }
 
+// std::regex recurses per character: a megabyte where a name, a number or a quantity belongs
+// crashed the parser (and the operator reading such a job) with a stack overflow.
+TEST(InvalidJobSpecTest, HugeScalarsGetAMessageNotACrash) {
+  const std::string huge(1 << 20, '7');
+  const std::string letters(1 << 20, 'a');
+  auto name = ParseJobSpec(Header("{name: " + letters + "}"));
+  ASSERT_FALSE(name.ok());
+  EXPECT_TRUE(name.status().message().starts_with("metadata.name: must be at most 50 characters"))
+      << name.status().message().substr(0, 200);
+  auto ns = ParseJobSpec(Header("{name: j, namespace: " + letters + "}"));
+  ASSERT_FALSE(ns.ok());
+  EXPECT_TRUE(ns.status().message().starts_with("metadata.namespace: must be a DNS-1123 label"));
+  auto replicas = ParseJobSpec(WithWorkers("    replicas: " + huge + "\n"));
+  ASSERT_FALSE(replicas.ok());
+  EXPECT_TRUE(replicas.status().message().starts_with("spec.workers.replicas: must be an integer"))
+      << replicas.status().message().substr(0, 200);
+  auto cpu = ParseJobSpec(WithWorkers("    resources: {requests: {cpu: '" + huge + "'}}\n"));
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_TRUE(cpu.status().message().starts_with("spec.workers.resources.requests.cpu: must be a Kubernetes quantity"));
+  auto slice = ParseJobSpec(WithSpec("  workers: {command: [a]}\n  sliceBytes: " + huge + "Ki\n"));
+  ASSERT_FALSE(slice.ok());
+  // Long strings where any string goes are kept (and written back out quoted).
+  auto env = ParseJobSpec(WithWorkers("    env: [{name: BIG, value: " + letters + "}]\n    template: {metadata: {annotations: {a: " +
+                                      letters + "}}}\n"));
+  ASSERT_TRUE(env.ok()) << env.status().message().substr(0, 200);
+  EXPECT_EQ(env->workers.env.at("BIG").size(), letters.size());
+  EXPECT_NE(JobSpecToYaml(*env).find(letters), std::string::npos);
+}
+
 }  // namespace
 }  // namespace trellis

@@ -62,6 +62,21 @@ TEST(PodTemplateTest, TemplateIsTheBaseAndTheOperatorsFieldsWin) {
   EXPECT_EQ(Str(vols.at(1), {"name"}), "data");
 }
 
+// The documented minimal use (a node pool): no containers, no volumes. It used to abort the
+// operator with cpprestsdk's "Key not found".
+TEST(PodTemplateTest, TemplateWithOnlyANodeSelector) {
+  Json job = testing::ApiJob(R"({"workers":{"command":["w"],"template":{"spec":{"nodeSelector":{"pool":"a100"}}}}})");
+  Json pod = RolePod(*JobMetaOf(job), testing::Spec(job), PodRole::kWorker, 0, OperatorSettings{});
+  EXPECT_EQ(Str(pod, {"spec", "nodeSelector", "pool"}), "a100");
+  ASSERT_EQ(pod.at("spec").at("containers").size(), 1u);
+  EXPECT_EQ(Str(pod.at("spec").at("containers").at(0), {"name"}), "trellis");
+  EXPECT_EQ(pod.at("spec").at("volumes").size(), 1u);
+  // Wrong types where lists belong are ignored, not thrown on.
+  auto odd = ApplyPodTemplate(pod, "spec: {containers: 3, volumes: {a: 1}}\nmetadata: {labels: [1]}\n");
+  ASSERT_TRUE(odd.ok()) << odd.status().message();
+  EXPECT_EQ(odd->at("spec").at("containers").size(), 1u);
+}
+
 TEST(PodTemplateTest, NoTemplateLeavesThePodAlone) {
   Json pod = *ParseJson(R"({"metadata":{"name":"p"},"spec":{"containers":[{"name":"trellis"}]}})");
   auto out = ApplyPodTemplate(pod, "");
