@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace trellis::op {
 namespace {
@@ -34,6 +35,68 @@ std::vector<std::string> CleanUp(CleanPodPolicy policy, const std::vector<Observ
     const bool running = p.phase == "Pending" || p.phase == "Running" || p.phase == "Unknown";
     if (policy == CleanPodPolicy::kAll || (policy == CleanPodPolicy::kRunning && running)) out.push_back(p.name);
   }
+  return out;
+}
+
+// Counts pods by role. Pods being deleted (deletionTimestamp, or deleted by this very plan) are
+// neither active nor running: after the end, and while suspended, the status shows what is left.
+std::map<PodRole, RoleCounts> Count(const std::vector<ObservedPod>& pods, const std::set<std::string>& removing) {
+  std::map<PodRole, RoleCounts> counts;
+  for (const auto& p : pods) {
+    RoleCounts& c = counts[p.role];
+    const bool going = p.deleting || removing.count(p.name) > 0;
+    if (p.phase == "Running" && !going) ++c.running;
+    if ((p.phase == "Pending" || p.phase == "Running" || p.phase == "Unknown") && !going) ++c.active;
+    if (p.phase == "Succeeded") ++c.succeeded;
+    if (p.phase == "Failed") ++c.failed;
+  }
+  return counts;
+}
+
+// Writes replicaStatuses, restarts and the WORKERS/SERVERS columns. `keep_finished`: the job
+// has ended, its pods are being cleaned up; succeeded/failed counts never go down then.
+void WriteCounts(Json& st, std::map<PodRole, RoleCounts> counts, const std::map<PodRole, int>& restarts,
+                 const JobSpec& js, bool keep_finished) {
+  const std::pair<PodRole, const char*> roles[] = {
+      {PodRole::kScheduler, "scheduler"}, {PodRole::kServer, "server"}, {PodRole::kWorker, "worker"}};
+  Json rs = Json::object();
+  int total_restarts = 0;
+  for (const auto& [role, key] : roles) {
+    RoleCounts& c = counts[role];
+    if (keep_finished) {
+      auto before = [&](const char* f) {
+        return static_cast<int>(std::clamp<int64_t>(Int(st, {"replicaStatuses", key, f}).value_or(0), 0, 1 << 24));
+      };
+      c.succeeded = std::max(c.succeeded, before("succeeded"));
+      c.failed = std::max(c.failed, before("failed"));
+    }
+    const int r = restarts.count(role) ? restarts.at(role) : 0;
+    total_restarts += r;
+    rs[key] = CountsJson(c, r);
+  }
+  st["replicaStatuses"] = rs;
+  st["restarts"] = Json::number(total_restarts);
+  st["workers"] = JStr(std::to_string(counts[PodRole::kWorker].running + counts[PodRole::kWorker].succeeded) +
+                       "/" + std::to_string(js.workers.replicas));
+  st["servers"] = JStr(std::to_string(counts[PodRole::kServer].running) + "/" +
+                       std::to_string(js.servers.replicas));
+}
+
+// Failed pods, the one that failed first first (its container's finishedAt; then by name): when
+// one worker's crash makes the others fail too, the job's message names the one that crashed.
+std::vector<const ObservedPod*> FailedFirst(const std::vector<ObservedPod>& pods) {
+  std::vector<const ObservedPod*> out;
+  for (const auto& p : pods) {
+    if (p.phase == "Failed" && !p.deleting) out.push_back(&p);
+  }
+  auto key = [](const ObservedPod* p) {
+    const auto t = ParseTime(p->finished_at);
+    // Fractions (MicroTime) break ties within a second when the server writes them.
+    const size_t dot = p->finished_at.find('.');
+    const std::string frac = dot == std::string::npos ? "" : p->finished_at.substr(dot);
+    return std::make_tuple(!t.has_value(), t.value_or(Clock::time_point{}), frac, p->name);
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const ObservedPod* a, const ObservedPod* b) { return key(a) < key(b); });
   return out;
 }
 
@@ -94,8 +157,17 @@ std::optional<ObservedPod> ObservePod(const Json& pod) {
   }
   o.phase = Str(pod, {"status", "phase"}, "Pending");
   o.deleting = At(pod, {"metadata", "deletionTimestamp"}) != nullptr;
+  // The agent's container, by name: the kubelet does not keep containerStatuses in spec order,
+  // and a sidecar from the pod template may come first.
   if (const Json* cs = At(pod, {"status", "containerStatuses"}); cs && cs->is_array() && cs->size() > 0) {
-    if (auto code = Int(cs->at(0), {"state", "terminated", "exitCode"})) o.exit_code = static_cast<int>(*code);
+    const Json* mine = &cs->at(0);
+    for (size_t i = 0; i < cs->size(); ++i) {
+      if (Str(cs->at(i), {"name"}) == "trellis") mine = &cs->at(i);
+    }
+    if (auto code = Int(*mine, {"state", "terminated", "exitCode"})) {
+      o.exit_code = static_cast<int>(std::clamp<int64_t>(*code, -1, 1 << 16));
+      o.finished_at = Str(*mine, {"state", "terminated", "finishedAt"});
+    }
   }
   // Only a pod still Pending waits for the scheduler; a stale condition on a running one does not.
   if (const Json* conds = At(pod, {"status", "conditions"}); o.phase == "Pending" && conds && conds->is_array()) {
@@ -121,14 +193,14 @@ void SetCondition(Json& status, const std::string& type, bool value, const std::
     if (Str(c, {"status"}) != v) c["lastTransitionTime"] = JStr(FormatTime(now));
     c["status"] = JStr(v);
     c["reason"] = JStr(reason);
-    c["message"] = JStr(message);
+    c["message"] = JStr(Truncate(message, kMaxConditionMessage));
     return;
   }
   Json c = Json::object();
   c["type"] = JStr(type);
   c["status"] = JStr(v);
   c["reason"] = JStr(reason);
-  c["message"] = JStr(message);
+  c["message"] = JStr(Truncate(message, kMaxConditionMessage));
   c["lastTransitionTime"] = JStr(FormatTime(now));
   conds[conds.size()] = c;
 }
@@ -188,9 +260,19 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
     }
   };
 
+  // The status is writable by anyone allowed to write it: clamp, so sums cannot overflow.
+  auto restarts_of = [&](const char* role) {
+    const int64_t n = Int(st, {"replicaStatuses", role, "restarts"}).value_or(0);
+    return static_cast<int>(std::clamp<int64_t>(n, 0, 1 << 24));
+  };
+  std::map<PodRole, int> restarts = {{PodRole::kScheduler, restarts_of("scheduler")},
+                                     {PodRole::kServer, restarts_of("server")},
+                                     {PodRole::kWorker, restarts_of("worker")}};
+
   if (Terminal(old_phase)) {
     phase = old_phase;
     plan.remove = CleanUp(js.runPolicy.cleanPodPolicy, pods);
+    WriteCounts(st, Count(pods, {plan.remove.begin(), plan.remove.end()}), restarts, js, /*keep_finished=*/true);
     apply_ttl();
     st["phase"] = JStr(phase);
     return plan;
@@ -200,6 +282,7 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
     for (const auto& p : pods) {
       if (!p.deleting) plan.remove.push_back(p.name);
     }
+    WriteCounts(st, Count(pods, {plan.remove.begin(), plan.remove.end()}), restarts, js, /*keep_finished=*/false);
     // The deadline counts running time: a resumed job starts its clock again.
     if (st.has_field("startTime")) st.erase("startTime");
     phase = kSuspended;
@@ -217,23 +300,8 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
   if (!At(st, {"startTime"})) st["startTime"] = JStr(FormatTime(now));
   const auto start = ParseTime(Str(st, {"startTime"})).value_or(now);
 
-  // Per-role counts and restarts so far.
-  std::map<PodRole, RoleCounts> counts;
   std::map<std::string, const ObservedPod*> by_name;
-  for (const auto& p : pods) {
-    by_name[p.name] = &p;
-    RoleCounts& c = counts[p.role];
-    if (p.phase == "Running") ++c.running;
-    if (p.phase == "Pending" || p.phase == "Running" || p.phase == "Unknown") ++c.active;
-    if (p.phase == "Succeeded") ++c.succeeded;
-    if (p.phase == "Failed") ++c.failed;
-  }
-  auto restarts_of = [&](const char* role) {
-    return static_cast<int>(Int(st, {"replicaStatuses", role, "restarts"}).value_or(0));
-  };
-  std::map<PodRole, int> restarts = {{PodRole::kScheduler, restarts_of("scheduler")},
-                                     {PodRole::kServer, restarts_of("server")},
-                                     {PodRole::kWorker, restarts_of("worker")}};
+  for (const auto& p : pods) by_name[p.name] = &p;
 
   bool restarted = false;
   if (js.runPolicy.activeDeadlineSeconds) {
@@ -250,9 +318,9 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
   // Failed pods: restart under the role's policy until backoffLimit, else the job fails.
   int total_restarts =
       restarts[PodRole::kServer] + restarts[PodRole::kWorker] + restarts[PodRole::kScheduler];
-  for (const auto& p : pods) {
+  for (const ObservedPod* failed : FailedFirst(pods)) {
+    const ObservedPod& p = *failed;
     if (!phase.empty()) break;
-    if (p.phase != "Failed" || p.deleting) continue;
     const std::string code = p.exit_code >= 0 ? " with exit code " + std::to_string(p.exit_code) : "";
     if (p.role == PodRole::kScheduler) {
       // A new scheduler pod (same Service) recovers the running job from its members
@@ -299,31 +367,22 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
               std::to_string(total_restarts) + " of at most " + std::to_string(js.runPolicy.backoffLimit) + ")";
   }
 
-  if (phase.empty() && counts[PodRole::kWorker].succeeded >= js.workers.replicas) {
+  if (phase.empty() && Count(pods, {})[PodRole::kWorker].succeeded >= js.workers.replicas) {
     finish(kSucceeded, "JobSucceeded", "job " + name + ": all " + std::to_string(js.workers.replicas) +
                                            " workers succeeded");
   }
 
-  // Per-role status.
-  Json rs = Json::object();
-  rs["scheduler"] = CountsJson(counts[PodRole::kScheduler], restarts[PodRole::kScheduler]);
-  rs["server"] = CountsJson(counts[PodRole::kServer], restarts[PodRole::kServer]);
-  rs["worker"] = CountsJson(counts[PodRole::kWorker], restarts[PodRole::kWorker]);
-  st["replicaStatuses"] = rs;
-  st["restarts"] = Json::number(total_restarts);
-  st["workers"] = JStr(std::to_string(counts[PodRole::kWorker].running + counts[PodRole::kWorker].succeeded) +
-                       "/" + std::to_string(js.workers.replicas));
-  st["servers"] = JStr(std::to_string(counts[PodRole::kServer].running) + "/" +
-                       std::to_string(js.servers.replicas));
-
   if (Terminal(phase)) {
     // Pods being restarted this very round are dropped: the job is over.
     plan.remove = CleanUp(js.runPolicy.cleanPodPolicy, pods);
+    WriteCounts(st, Count(pods, {plan.remove.begin(), plan.remove.end()}), restarts, js, /*keep_finished=*/true);
     plan.requeue_after.reset();
     apply_ttl();
     conclude();
     return plan;
   }
+  // Per-role status (a failed pod being recreated this round still counts as failed).
+  WriteCounts(st, Count(pods, {}), restarts, js, /*keep_finished=*/false);
 
   // Create what is missing (a pod still being deleted is recreated once it is gone).
   plan.ensure_support = true;

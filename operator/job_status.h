@@ -28,11 +28,12 @@ struct ObservedPod {
   PodRole role = PodRole::kWorker;
   int index = 0;
   std::string phase;   // Pending, Running, Succeeded, Failed, Unknown
-  int exit_code = -1;  // of the terminated container; -1 when unknown
+  int exit_code = -1;  // of the terminated "trellis" container; -1 when unknown
   bool deleting = false;
   // The scheduler's message while it cannot place the pod (condition PodScheduled=False with
   // reason Unschedulable); empty otherwise.
   std::string unschedulable;
+  std::string finished_at;  // that container's state.terminated.finishedAt (RFC 3339); empty: unknown
 };
 // nullopt for a pod without valid trellis.io/role and trellis.io/rank labels (not ours to judge).
 std::optional<ObservedPod> ObservePod(const Json& pod);
@@ -59,7 +60,9 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
                 Clock::time_point now, const GangObservation* gang = nullptr);
 
 // Sets (or updates) the condition of `type` in status.conditions; lastTransitionTime changes only
-// when the condition's status does.
+// when the condition's status does. Messages are cut to kMaxConditionMessage bytes: a job with
+// thousands of errors still gets a status the API server accepts and `kubectl describe` can show.
+inline constexpr size_t kMaxConditionMessage = 4096;
 void SetCondition(Json& status, const std::string& type, bool value, const std::string& reason,
                   const std::string& message, Clock::time_point now);
 

@@ -60,4 +60,20 @@ StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   return u.status();
 }
 
+Status LeaderElector::Release() {
+  auto lease = client_.Get(kLeases, options_.ns, options_.name);
+  if (!lease.ok()) return lease.status().code() == StatusCode::kNotFound ? Status::Ok() : lease.status();
+  if (Str(*lease, {"spec", "holderIdentity"}) != options_.identity) return Status::Ok();
+  const std::string now = FormatMicroTime(now_());
+  Json l = *lease;
+  Put(l, {"spec", "holderIdentity"}, JStr(""));
+  Put(l, {"spec", "leaseDurationSeconds"}, Json::number(1));
+  Put(l, {"spec", "acquireTime"}, JStr(now));
+  Put(l, {"spec", "renewTime"}, JStr(now));
+  auto u = client_.Update(kLeases, options_.ns, options_.name, l);
+  // A conflict means someone else wrote the lease meanwhile: it is not ours to release any more.
+  if (!u.ok() && u.status().code() != StatusCode::kAborted) return u.status();
+  return Status::Ok();
+}
+
 }  // namespace trellis::op

@@ -34,6 +34,10 @@ class LeaderElector {
   // One round: true when this replica holds the lease afterwards (acquired or renewed); false
   // when another replica holds it. Errors are API errors other than a lost race.
   StatusOr<bool> TryAcquireOrRenew();
+  // Gives the lease up (as client-go's ReleaseOnCancel does): no holder, a 1 s duration, so a
+  // standby takes over on its next try instead of waiting out leaseDurationSeconds. Call it
+  // after reconciling has stopped. A lease held by another replica is left alone.
+  Status Release();
 
  private:
   KubeClient& client_;

@@ -213,5 +213,15 @@ int main(int argc, char** argv) {
   }
   TLOG_INFO << "stopping on signal " << sig;
   controller.Stop();
+  if (elector) {
+    // Reconciling has stopped: hand the Lease over now rather than after its duration.
+    Status released = elector->Release();
+    if (released.ok()) {
+      TLOG_INFO << "released the Lease " << lease.ns << "/" << lease.name;
+    } else {
+      TLOG_WARN << "cannot release the Lease " << lease.ns << "/" << lease.name << ": " << released.message()
+                << " (a standby takes over once it expires)";
+    }
+  }
   return 0;
 }
