@@ -31,22 +31,72 @@ std::string Trim(std::string s) {
 
 std::string Encode(const std::string& s) { return web::uri::encode_data_string(s); }
 
+// Loads the client certificate chain and key into `ctx`; an error names what did not load.
+Status UseClientCertificate(boost::asio::ssl::context& ctx, const std::string& cert, const std::string& key) {
+  boost::system::error_code ec;
+  ctx.use_certificate_chain(boost::asio::buffer(cert.data(), cert.size()), ec);
+  if (ec) return InvalidArgumentError("client certificate: not a PEM certificate: " + ec.message());
+  ctx.use_private_key(boost::asio::buffer(key.data(), key.size()), boost::asio::ssl::context::pem, ec);
+  if (ec) return InvalidArgumentError("client key: not a PEM private key: " + ec.message());
+  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
+    return InvalidArgumentError("client key: does not belong to the client certificate");
+  }
+  return Status::Ok();
+}
+
 http_client_config ClientConfig(const KubeConfig& c, std::chrono::milliseconds timeout) {
   http_client_config cfg;
   cfg.set_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
   if (c.insecure_skip_verify) cfg.set_validate_certificates(false);
-  if (!c.ca_file.empty() || !c.ca_pem.empty()) {
-    std::string file = c.ca_file, pem = c.ca_pem;
-    cfg.set_ssl_context_callback([file, pem](boost::asio::ssl::context& ctx) {
+  if (!c.ca_file.empty() || !c.ca_pem.empty() || !c.client_cert_pem.empty()) {
+    std::string file = c.ca_file, pem = c.ca_pem, cert = c.client_cert_pem, key = c.client_key_pem;
+    cfg.set_ssl_context_callback([file, pem, cert, key](boost::asio::ssl::context& ctx) {
       boost::system::error_code ec;  // a bad CA fails the handshake, reported as UNAVAILABLE
       if (!file.empty()) ctx.load_verify_file(file, ec);
       if (!pem.empty()) ctx.add_certificate_authority(boost::asio::buffer(pem.data(), pem.size()), ec);
+      // Checked when the configuration was read (CheckClientCertificate).
+      if (!cert.empty()) (void)UseClientCertificate(ctx, cert, key);
     });
   }
   return cfg;
 }
 
+// A path in a kubeconfig, relative to the kubeconfig's folder unless absolute.
+std::string Resolve(const std::string& kubeconfig, const std::string& p) {
+  if (p.empty() || p[0] == '/') return p;
+  const size_t slash = kubeconfig.rfind('/');
+  return slash == std::string::npos ? p : kubeconfig.substr(0, slash + 1) + p;
+}
+
+StatusOr<std::string> Base64Pem(const std::string& what, const std::string& b64) {
+  auto bytes = utility::conversions::from_base64(b64);
+  if (bytes.empty()) return InvalidArgumentError(what + " is not valid base64");
+  return std::string(bytes.begin(), bytes.end());
+}
+
 }  // namespace
+
+Status CheckClientCertificate(const KubeConfig& c) {
+  if (c.client_cert_pem.empty() && c.client_key_pem.empty()) return Status::Ok();
+  if (c.client_cert_pem.empty()) return InvalidArgumentError("a client key without a client certificate");
+  if (c.client_key_pem.empty()) return InvalidArgumentError("a client certificate without its client key");
+  try {
+    boost::asio::ssl::context ctx(boost::asio::ssl::context::tls_client);
+    return UseClientCertificate(ctx, c.client_cert_pem, c.client_key_pem);
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(std::string("client certificate: ") + e.what());
+  }
+}
+
+Status LoadClientCertificate(KubeConfig& c, const std::string& cert_file, const std::string& key_file) {
+  if (cert_file.empty() != key_file.empty()) {
+    return InvalidArgumentError("a client certificate needs its key (and a key its certificate)");
+  }
+  if (cert_file.empty()) return Status::Ok();
+  TRELLIS_ASSIGN_OR_RETURN(c.client_cert_pem, ReadFile(cert_file));
+  TRELLIS_ASSIGN_OR_RETURN(c.client_key_pem, ReadFile(key_file));
+  return CheckClientCertificate(c).Annotate(cert_file + ", " + key_file);
+}
 
 StatusOr<KubeConfig> InClusterConfig(const std::string& sa_dir) {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
@@ -62,6 +112,7 @@ StatusOr<KubeConfig> InClusterConfig(const std::string& sa_dir) {
   c.server = "https://" + h + ":" + port;
   TRELLIS_ASSIGN_OR_RETURN(std::string token, ReadFile(sa_dir + "/token"));
   c.token = Trim(token);
+  c.token_file = sa_dir + "/token";  // the kubelet rotates it: read it again
   c.ca_file = sa_dir + "/ca.crt";
   if (auto ns = ReadFile(sa_dir + "/namespace"); ns.ok()) c.ns = Trim(*ns);
   return c;
@@ -84,7 +135,7 @@ StatusOr<KubeConfig> KubeconfigFile(const std::string& path) {
     YAML::Node cluster = find("clusters", ctx["cluster"].as<std::string>(""))["cluster"];
     if (!cluster || !cluster["server"]) return InvalidArgumentError(path + ": the context's cluster has no server");
     c.server = cluster["server"].as<std::string>();
-    if (cluster["certificate-authority"]) c.ca_file = cluster["certificate-authority"].as<std::string>();
+    if (cluster["certificate-authority"]) c.ca_file = Resolve(path, cluster["certificate-authority"].as<std::string>());
     if (cluster["insecure-skip-tls-verify"]) c.insecure_skip_verify = cluster["insecure-skip-tls-verify"].as<bool>();
     if (cluster["certificate-authority-data"]) {
       auto pem = utility::conversions::from_base64(cluster["certificate-authority-data"].as<std::string>());
@@ -92,13 +143,26 @@ StatusOr<KubeConfig> KubeconfigFile(const std::string& path) {
       c.ca_pem.assign(pem.begin(), pem.end());
     }
     YAML::Node user = find("users", ctx["user"].as<std::string>(""))["user"];
-    if (user && user["token"]) {
-      c.token = user["token"].as<std::string>();
-    } else if (user && user["tokenFile"]) {
-      TRELLIS_ASSIGN_OR_RETURN(std::string t, ReadFile(user["tokenFile"].as<std::string>()));
+    auto field = [&](const char* k) { return user && user[k] ? user[k].as<std::string>() : std::string(); };
+    if (user && (user["exec"] || user["auth-provider"])) {
+      return UnimplementedError(path + ": the user's " + (user["exec"] ? "exec plugin" : "auth-provider") +
+                                " is not supported: use a token, tokenFile or a client certificate");
+    }
+    if (!field("token").empty()) {
+      c.token = field("token");
+    } else if (!field("tokenFile").empty()) {
+      c.token_file = Resolve(path, field("tokenFile"));
+      TRELLIS_ASSIGN_OR_RETURN(std::string t, ReadFile(c.token_file));
       c.token = Trim(t);
-    } else if (user && (user["client-certificate"] || user["client-certificate-data"] || user["exec"])) {
-      return UnimplementedError(path + ": only token authentication is supported (token or tokenFile)");
+    }
+    if (!field("client-certificate-data").empty() || !field("client-key-data").empty()) {
+      TRELLIS_ASSIGN_OR_RETURN(c.client_cert_pem, Base64Pem("client-certificate-data", field("client-certificate-data")));
+      TRELLIS_ASSIGN_OR_RETURN(c.client_key_pem, Base64Pem("client-key-data", field("client-key-data")));
+      TRELLIS_RETURN_IF_ERROR(CheckClientCertificate(c).Annotate(path));
+    } else if (!field("client-certificate").empty() || !field("client-key").empty()) {
+      TRELLIS_RETURN_IF_ERROR(LoadClientCertificate(c, Resolve(path, field("client-certificate")),
+                                                    Resolve(path, field("client-key")))
+                                  .Annotate(path));
     }
     while (!c.server.empty() && c.server.back() == '/') c.server.pop_back();
     return c;
@@ -126,6 +190,8 @@ Status StatusFromHttp(int code, const Json& body) {
 }
 
 KubeClient::KubeClient(KubeConfig config, std::chrono::milliseconds request_timeout) : config_(std::move(config)) {
+  token_ = config_.token;
+  token_read_ = std::chrono::steady_clock::now();
   client_ = std::make_unique<http_client>(config_.server, ClientConfig(config_, request_timeout));
   // A watch lasts up to its timeoutSeconds; the client-side limit is only a backstop.
   watch_client_ = std::make_unique<http_client>(config_.server, ClientConfig(config_, std::chrono::hours(1)));
@@ -146,12 +212,67 @@ Status KubeClient::Fail(Status s) {
   return s;
 }
 
+void KubeClient::Observe(const Status& s) {
+  const bool refused = s.code() == StatusCode::kUnauthenticated || s.code() == StatusCode::kPermissionDenied ||
+                       s.code() == StatusCode::kUnavailable;
+  std::lock_guard<std::mutex> lock(health_mu_);
+  if (!refused) {
+    failing_since_.reset();
+    last_failure_.clear();
+    return;
+  }
+  if (!failing_since_) failing_since_ = std::chrono::steady_clock::now();
+  last_failure_ = s.message();
+}
+
+bool KubeClient::Healthy(std::chrono::seconds window) const {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  return !failing_since_ || std::chrono::steady_clock::now() - *failing_since_ < window;
+}
+
+std::string KubeClient::LastFailure() const {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  return last_failure_;
+}
+
+std::string KubeClient::Token() {
+  std::lock_guard<std::mutex> lock(token_mu_);
+  if (!config_.token_file.empty() && std::chrono::steady_clock::now() - token_read_ >= config_.token_reload) {
+    token_read_ = std::chrono::steady_clock::now();
+    // An unreadable file (mid-rotation) keeps the token we have.
+    if (auto t = ReadFile(config_.token_file); t.ok() && !Trim(*t).empty()) token_ = Trim(*t);
+  }
+  return token_;
+}
+
+bool KubeClient::ReloadToken() {
+  if (config_.token_file.empty()) return false;
+  std::lock_guard<std::mutex> lock(token_mu_);
+  token_read_ = std::chrono::steady_clock::now();
+  auto t = ReadFile(config_.token_file);
+  if (!t.ok() || Trim(*t).empty() || Trim(*t) == token_) return false;
+  token_ = Trim(*t);
+  return true;
+}
+
 StatusOr<Json> KubeClient::Request(const web::http::method& m, const std::string& path, const Json* body,
                                    const std::string& content_type) {
+  auto r = RequestOnce(m, path, body, content_type);
+  // 401: the token may have been rotated (or expired) on disk since we read it; retry once with
+  // the new one.
+  if (!r.ok() && r.status().code() == StatusCode::kUnauthenticated && ReloadToken()) {
+    r = RequestOnce(m, path, body, content_type);
+  }
+  Observe(r.status());
+  return r;
+}
+
+StatusOr<Json> KubeClient::RequestOnce(const web::http::method& m, const std::string& path, const Json* body,
+                                       const std::string& content_type) {
   try {
     web::http::http_request req(m);
     req.set_request_uri(path);
-    if (!config_.token.empty()) req.headers().add("Authorization", "Bearer " + config_.token);
+    if (const std::string token = Token(); !token.empty()) req.headers().add("Authorization", "Bearer " + token);
     req.headers().add("Accept", "application/json");
     if (body) req.set_body(body->serialize(), content_type);
     web::http::http_response resp = client_->request(req).get();
@@ -216,13 +337,17 @@ Status KubeClient::Watch(const Resource& r, const std::string& ns, const std::st
   try {
     web::http::http_request req(methods::GET);
     req.set_request_uri(p);
-    if (!config_.token.empty()) req.headers().add("Authorization", "Bearer " + config_.token);
+    if (const std::string token = Token(); !token.empty()) req.headers().add("Authorization", "Bearer " + token);
     web::http::http_response resp = watch_client_->request(req, cancel).get();
     if (resp.status_code() != 200) {
       std::string err;
       auto body = ParseJson(resp.extract_string(true).get(), &err);
-      return Fail(StatusFromHttp(resp.status_code(), body.value_or(Json::object())).Annotate("watch " + p));
+      Status s = StatusFromHttp(resp.status_code(), body.value_or(Json::object())).Annotate("watch " + p);
+      if (s.code() == StatusCode::kUnauthenticated) ReloadToken();  // the caller's retry uses it
+      Observe(s);
+      return Fail(s);
     }
+    Observe(Status::Ok());
     concurrency::streams::istream in = resp.body();
     while (true) {
       if (cancel.is_canceled()) return CancelledError("watch cancelled");
@@ -244,7 +369,9 @@ Status KubeClient::Watch(const Resource& r, const std::string& ns, const std::st
     }
   } catch (const std::exception& e) {
     if (cancel.is_canceled()) return CancelledError("watch cancelled");
-    return Fail(UnavailableError("watch " + p + ": " + e.what()));
+    Status s = UnavailableError("watch " + p + ": " + e.what());
+    Observe(s);
+    return Fail(s);
   }
 }
 

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 
 #include <cpprest/http_client.h>
@@ -18,8 +20,16 @@ namespace trellis::op {
 struct KubeConfig {
   std::string server;        // "https://10.0.0.1:443" or "http://127.0.0.1:8080"
   std::string token;         // bearer token; empty: none
+  // When set, the token is read from this file, and read again at most every `token_reload`
+  // and after a 401 (as client-go does): bound service-account tokens expire and are rotated.
+  std::string token_file;
+  std::chrono::seconds token_reload{60};
   std::string ca_file;       // PEM bundle to verify the server; empty: system roots
   std::string ca_pem;        // or the PEM text itself (kubeconfig certificate-authority-data)
+  // A client certificate and its key (PEM text), for clusters that authenticate users by
+  // certificate (most admin kubeconfigs).
+  std::string client_cert_pem;
+  std::string client_key_pem;
   bool insecure_skip_verify = false;
   std::string ns = "default";  // the namespace of the operator itself (leases, events)
 };
@@ -28,9 +38,15 @@ struct KubeConfig {
 // `sa_dir` (normally /var/run/secrets/kubernetes.io/serviceaccount).
 StatusOr<KubeConfig> InClusterConfig(const std::string& sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
 // Out of cluster: the current context of a kubeconfig file (server, certificate-authority or
-// certificate-authority-data, insecure-skip-tls-verify, token or tokenFile; client certificates
-// and exec plugins are not supported and named as such).
+// certificate-authority-data, insecure-skip-tls-verify; the user's token, tokenFile, or
+// client-certificate + client-key / client-certificate-data + client-key-data). Relative paths
+// are relative to the kubeconfig's folder, as kubectl reads them. Exec plugins and auth
+// providers are not supported and named as such.
 StatusOr<KubeConfig> KubeconfigFile(const std::string& path);
+// Reads a client certificate and key (PEM files) into `c`, checking that they load and match.
+Status LoadClientCertificate(KubeConfig& c, const std::string& cert_file, const std::string& key_file);
+// Checks that `c`'s client certificate and key (PEM text) load and belong together.
+Status CheckClientCertificate(const KubeConfig& c);
 
 // A resource collection: "api/v1" + "pods", "apis/trellis.io/v1alpha1" + "trainingjobs".
 struct Resource {
@@ -75,14 +91,35 @@ class KubeClient {
   // Requests that failed (any error but NOT_FOUND / ALREADY_EXISTS, which are answers).
   uint64_t api_errors() const { return api_errors_.load(); }
 
+  // False once every request for `window` has been refused (401, 403) or has not reached the
+  // API server (transport errors, 5xx): the operator's /healthz, so the kubelet restarts a
+  // replica whose credentials stopped working. Any other answer resets it.
+  bool Healthy(std::chrono::seconds window) const;
+  // The last such error, for the log; empty while healthy.
+  std::string LastFailure() const;
+
  private:
   std::string Path(const Resource& r, const std::string& ns, const std::string& name,
                    const std::string& sub = "") const;
   StatusOr<Json> Request(const web::http::method& m, const std::string& path_and_query, const Json* body,
                          const std::string& content_type = "application/json");
+  StatusOr<Json> RequestOnce(const web::http::method& m, const std::string& path_and_query, const Json* body,
+                             const std::string& content_type);
   Status Fail(Status s);
+  // Counts `s` (OK or an error) for Healthy().
+  void Observe(const Status& s);
+  // The bearer token now, re-read from config_.token_file when due (or when `force`). Returns
+  // whether a forced re-read found a different token.
+  std::string Token();
+  bool ReloadToken();
 
   KubeConfig config_;
+  mutable std::mutex token_mu_;
+  std::string token_;                                 // GUARDED_BY(token_mu_)
+  std::chrono::steady_clock::time_point token_read_;  // GUARDED_BY(token_mu_)
+  mutable std::mutex health_mu_;
+  std::optional<std::chrono::steady_clock::time_point> failing_since_;  // GUARDED_BY(health_mu_)
+  std::string last_failure_;                                            // GUARDED_BY(health_mu_)
   std::unique_ptr<web::http::client::http_client> client_;        // requests, with the deadline
   std::unique_ptr<web::http::client::http_client> watch_client_;  // long-lived streams
   std::atomic<uint64_t> api_errors_{0};

@@ -20,10 +20,17 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: trellis-operator [--kubeconfig PATH | --server URL [--token-file PATH]] [--namespace NS]\n"
+    "usage: trellis-operator [--kubeconfig PATH | --server URL [--token-file PATH] [--certificate-authority PATH]\n"
+    "         [--client-certificate PATH --client-key PATH]] [--namespace NS]\n"
     "         [--image IMAGE] [--metrics-host HOST] [--metrics-port PORT] [--resync-seconds N]\n"
     "         [--watch-timeout-seconds N] [--leader-elect true|false] [--lease-namespace NS]\n"
     "  Without --kubeconfig or --server: in-cluster config (service account, KUBERNETES_SERVICE_HOST).\n"
+    "  --kubeconfig: its current context; token, tokenFile or client-certificate/-key (or their -data)\n"
+    "  --token-file: read again every minute and after a 401 (rotated service-account tokens)\n"
+    "  --certificate-authority: PEM bundle that signs the API server's certificate (default: system roots)\n"
+    "  --client-certificate, --client-key: authenticate with a client certificate (PEM files)\n"
+    "  --api-unhealthy-seconds: /healthz fails once every API request has been refused (401/403) or\n"
+    "    has not reached the server for this long (default 60)\n"
     "  --namespace: watch only this namespace (default: all)\n"
     "  --image: the image of pods whose TrainingJob sets no spec.image\n"
     "  --metrics-port: /metrics and /healthz (default 8080; 0 disables)\n"
@@ -32,7 +39,8 @@ constexpr char kUsage[] =
 
 struct Flags {
   std::string kubeconfig, server, token_file, ns, image, metrics_host = "0.0.0.0";
-  int metrics_port = 8080, resync_seconds = 30, watch_timeout_seconds = 300;
+  std::string certificate_authority, client_certificate, client_key;
+  int metrics_port = 8080, resync_seconds = 30, watch_timeout_seconds = 300, api_unhealthy_seconds = 60;
   bool leader_elect = false;
   std::string lease_namespace;
 };
@@ -64,6 +72,10 @@ trellis::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
     if (a == "--kubeconfig") f.kubeconfig = v;
     else if (a == "--server") f.server = v;
     else if (a == "--token-file") f.token_file = v;
+    else if (a == "--certificate-authority") f.certificate_authority = v;
+    else if (a == "--client-certificate") f.client_certificate = v;
+    else if (a == "--client-key") f.client_key = v;
+    else if (a == "--api-unhealthy-seconds") { TRELLIS_ASSIGN_OR_RETURN(f.api_unhealthy_seconds, ParseInt(a, v, 1, 86400)); }
     else if (a == "--namespace") f.ns = v;
     else if (a == "--image") f.image = v;
     else if (a == "--metrics-host") f.metrics_host = v;
@@ -85,6 +97,10 @@ trellis::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
   if (!f.kubeconfig.empty() && !f.server.empty()) {
     return trellis::InvalidArgumentError("give --kubeconfig or --server, not both");
   }
+  if (f.server.empty() && !(f.token_file + f.certificate_authority + f.client_certificate + f.client_key).empty()) {
+    return trellis::InvalidArgumentError(
+        "--token-file, --certificate-authority, --client-certificate and --client-key go with --server");
+  }
   return f;
 }
 
@@ -94,11 +110,18 @@ trellis::StatusOr<trellis::op::KubeConfig> Config(const Flags& f) {
   if (f.server.empty()) return InClusterConfig();
   KubeConfig c;
   c.server = f.server;
+  c.ca_file = f.certificate_authority;
+  if (!c.ca_file.empty() && !std::ifstream(c.ca_file)) {
+    return trellis::NotFoundError("--certificate-authority " + c.ca_file + ": cannot open");
+  }
   if (!f.token_file.empty()) {
     std::ifstream in(f.token_file);
     if (!in) return trellis::NotFoundError("--token-file " + f.token_file + ": cannot open");
     std::getline(in, c.token);
+    c.token_file = f.token_file;
   }
+  TRELLIS_RETURN_IF_ERROR(LoadClientCertificate(c, f.client_certificate, f.client_key)
+                              .Annotate("--client-certificate/--client-key"));
   return c;
 }
 
@@ -154,8 +177,12 @@ int main(int argc, char** argv) {
   });
   std::unique_ptr<trellis::MetricsHttpServer> server;
   if (flags->metrics_port != 0) {
-    auto s = trellis::MetricsHttpServer::Start(flags->metrics_host, flags->metrics_port, registry,
-                                      [&] { return !leading.load() || controller.synced(); });
+    // Unhealthy too when the API server has refused us (or been unreachable) for a while: a
+    // restarted pod reads its credentials afresh.
+    const std::chrono::seconds api_window(flags->api_unhealthy_seconds);
+    auto s = trellis::MetricsHttpServer::Start(flags->metrics_host, flags->metrics_port, registry, [&, api_window] {
+      return (!leading.load() || controller.synced()) && client.Healthy(api_window);
+    });
     if (!s.ok()) {
       std::cerr << "trellis-operator: " << s.status().message() << "\n";
       return 1;
@@ -215,7 +242,7 @@ int main(int argc, char** argv) {
   controller.Stop();
   if (elector) {
     // Reconciling has stopped: hand the Lease over now rather than after its duration.
-    Status released = elector->Release();
+    trellis::Status released = elector->Release();
     if (released.ok()) {
       TLOG_INFO << "released the Lease " << lease.ns << "/" << lease.name;
     } else {

@@ -21,9 +21,11 @@ POST /_double/fail?method=POST&path=/api/v1/namespaces/default/pods&count=N answ
 matching requests with 500 InternalError (or &code=422&reason=Invalid&message=...: that answer, as
 a real server refuses an object its validation rejects), POST /_double/expire-watches ends every open watch with a 410 Gone ERROR event (as an API server
 does when its watch cache can no longer serve the version), GET /_double/stats
-gives per-kind create counts and the names ever created.
+gives per-kind create counts and the names ever created, POST /_double/token?value=T makes T the
+one bearer token accepted from now on (a rotated service-account token).
 
-Usage: k8s_double.py [--port 0] [--port-file PATH] [--token TOKEN] [--tls-cert PEM --tls-key PEM]
+Usage: k8s_double.py [--port 0] [--port-file PATH] [--token TOKEN] [--tls-cert PEM --tls-key PEM
+                     [--client-ca PEM]]   (--client-ca: require a client certificate signed by it)
 """
 import argparse
 import copy
@@ -308,6 +310,9 @@ class Handler(BaseHTTPRequestHandler):
                     q = {k: v[-1] for k, v in parse_qs(what[5:]).items()}
                     STORE.failures.append([q["method"], q["path"], int(q.get("count", "1")), int(q.get("code", "500")),
                                            q.get("reason", "InternalError"), q.get("message", "injected failure")])
+                elif what.startswith("token?"):
+                    global TOKEN
+                    TOKEN = parse_qs(what[6:])["value"][-1]
                 elif what == "stats":
                     return self._send(200, {"created": STORE.created, "resourceVersion": str(STORE.rv),
                                             "openWatches": STORE.open_watches})
@@ -467,6 +472,7 @@ def main():
     ap.add_argument("--bookmark-seconds", type=float, default=0.5, help="bookmark interval of watches")
     ap.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (and --tls-key)")
     ap.add_argument("--tls-key")
+    ap.add_argument("--client-ca", help="with --tls-cert: require client certificates signed by this CA")
     args = ap.parse_args()
     TOKEN = args.token
     BOOKMARK_SECONDS = args.bookmark_seconds
@@ -475,6 +481,9 @@ def main():
         import ssl
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(args.tls_cert, args.tls_key)
+        if args.client_ca:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(args.client_ca)
         srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     srv.daemon_threads = True
     port = srv.server_address[1]

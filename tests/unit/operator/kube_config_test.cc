@@ -1,7 +1,9 @@
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <gtest/gtest.h>
 
@@ -36,6 +38,7 @@ TEST(StatusFromHttpTest, MapsKubernetesAnswers) {
   EXPECT_EQ(StatusFromHttp(403, body("Forbidden")).code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(StatusFromHttp(422, body("Invalid")).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(StatusFromHttp(503, Json::object()).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(StatusFromHttp(429, body("TooManyRequests")).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(StatusFromHttp(409, body("Conflict")).message(), "HTTP 409 Conflict: m");
 }
 
@@ -61,7 +64,55 @@ users:
   EXPECT_EQ(c->server, "https://10.0.0.1:6443");
   EXPECT_EQ(c->ca_file, "/etc/ca.pem");
   EXPECT_EQ(c->token, "file-token");
+  EXPECT_EQ(c->token_file, tok);  // read again later: a rotated token is picked up
   EXPECT_EQ(c->ns, "ml");
+}
+
+// Most admin kubeconfigs (kubeadm, kind, k3s) authenticate with a client certificate.
+TEST(KubeconfigTest, ClientCertificatesAsFilesRelativeToTheKubeconfigOrInline) {
+  TempDir d;
+  const std::string gen = "cd " + d.path() +
+                          " && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=admin -keyout a.key -out a.crt"
+                          " 2>/dev/null && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=b -keyout b.key"
+                          " -out b.crt 2>/dev/null";
+  ASSERT_EQ(std::system(gen.c_str()), 0);
+  auto read = [&](const std::string& f) {
+    std::ifstream in(d.path() + "/" + f);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  auto b64 = [&](const std::string& f) {
+    const std::string s = read(f);
+    return utility::conversions::to_base64(std::vector<unsigned char>(s.begin(), s.end()));
+  };
+  auto config = [&](const std::string& user) {
+    return "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+           "clusters: [{name: c, cluster: {server: \"https://s\", certificate-authority: ca.crt}}]\n"
+           "users: [{name: u, user: " + user + "}]\n";
+  };
+  auto files = KubeconfigFile(d.Write("files", config("{client-certificate: a.crt, client-key: a.key}")));
+  ASSERT_TRUE(files.ok()) << files.status().message();
+  EXPECT_EQ(files->client_cert_pem, read("a.crt"));
+  EXPECT_EQ(files->client_key_pem, read("a.key"));
+  EXPECT_EQ(files->ca_file, d.path() + "/ca.crt");
+  EXPECT_TRUE(files->token.empty());
+  auto inline_data = KubeconfigFile(
+      d.Write("data", config("{client-certificate-data: " + b64("a.crt") + ", client-key-data: " + b64("a.key") + "}")));
+  ASSERT_TRUE(inline_data.ok()) << inline_data.status().message();
+  EXPECT_EQ(inline_data->client_cert_pem, read("a.crt"));
+
+  auto mismatched = KubeconfigFile(d.Write("mix", config("{client-certificate: a.crt, client-key: b.key}")));
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_NE(mismatched.status().message().find("does not belong to the client certificate"), std::string::npos)
+      << mismatched.status().message();
+  auto no_key = KubeconfigFile(d.Write("nokey", config("{client-certificate: a.crt}")));
+  ASSERT_FALSE(no_key.ok());
+  EXPECT_NE(no_key.status().message().find("needs its key"), std::string::npos) << no_key.status().message();
+  auto not_pem = KubeconfigFile(d.Write("notpem", config("{client-certificate-data: aGVsbG8=, client-key-data: aGVsbG8=}")));
+  ASSERT_FALSE(not_pem.ok());
+  EXPECT_NE(not_pem.status().message().find("not a PEM certificate"), std::string::npos) << not_pem.status().message();
+  auto absent = KubeconfigFile(d.Write("absent", config("{client-certificate: nope.crt, client-key: a.key}")));
+  ASSERT_FALSE(absent.ok());
+  EXPECT_NE(absent.status().message().find("nope.crt: cannot open"), std::string::npos) << absent.status().message();
 }
 
 TEST(KubeconfigTest, ClearErrors) {
@@ -72,10 +123,12 @@ TEST(KubeconfigTest, ClearErrors) {
   auto certs = KubeconfigFile(d.Write("b", R"(current-context: x
 contexts: [{name: x, context: {cluster: c, user: u}}]
 clusters: [{name: c, cluster: {server: "https://s"}}]
-users: [{name: u, user: {client-certificate: /c.pem}}]
+users: [{name: u, user: {exec: {command: aws}}}]
 )"));
   ASSERT_FALSE(certs.ok());
-  EXPECT_NE(certs.status().message().find("only token authentication is supported"), std::string::npos);
+  EXPECT_NE(certs.status().message().find("exec plugin is not supported: use a token, tokenFile or a client certificate"),
+            std::string::npos)
+      << certs.status().message();
   auto garbage = KubeconfigFile(d.Write("c", "clusters: [unclosed\n"));
   ASSERT_FALSE(garbage.ok());
   EXPECT_NE(garbage.status().message().find("cannot read kubeconfig"), std::string::npos);
