@@ -37,6 +37,10 @@ Status UseClientCertificate(boost::asio::ssl::context& ctx, const std::string& c
   ctx.use_certificate_chain(boost::asio::buffer(cert.data(), cert.size()), ec);
   if (ec) return InvalidArgumentError("client certificate: not a PEM certificate: " + ec.message());
   ctx.use_private_key(boost::asio::buffer(key.data(), key.size()), boost::asio::ssl::context::pem, ec);
+  // OpenSSL checks the pair as it loads the key ("key values mismatch").
+  if (ec && ec.message().find("mismatch") != std::string::npos) {
+    return InvalidArgumentError("client key: does not belong to the client certificate");
+  }
   if (ec) return InvalidArgumentError("client key: not a PEM private key: " + ec.message());
   if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
     return InvalidArgumentError("client key: does not belong to the client certificate");
