@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 JOB ?= examples/mlp.yaml
 
-.PHONY: all deps configure build run test bench clean
+.PHONY: all deps configure build run test bench image clean
 
 all: build
 
@@ -25,6 +25,12 @@ run: build
 test: build
 	cd $(BUILD_DIR) && KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$($(CURDIR)/scripts/k8s-assets.sh $(abspath $(BUILD_DIR)))}" \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# The runtime image without a container engine (root; the Debian archive; its own CPU-only build
+# in build/image/cmake): build/trellis-image.tar (OCI), build/trellis-image.docker.tar,
+# build/image/bundle (unpacked). scripts/image.sh; docs/kubernetes.md "Build and load the image".
+image: deps
+	@scripts/image.sh $(BUILD_DIR)
 
 bench: build
 	@for b in $(BUILD_DIR)/bin/bench_*; do echo "== $$b"; $$b || exit 1; done

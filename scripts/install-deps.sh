@@ -12,6 +12,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
   etcd-server kubectl xz-utils openssl  # the real-API-server tests (tests/k8s_real, KUBEBUILDER_ASSETS)
+  mmdebstrap umoci skopeo  # make image (scripts/image.sh), built by the tests too (tests/image)
 )
 
 # Helm 3 CLI for the chart tests, project-local (build-tools/helm); optional: those tests skip without it.
