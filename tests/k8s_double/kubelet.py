@@ -9,12 +9,18 @@ port and points `<service>:<port>` in the other pods' environment at it; finds p
 --bin-dir; reports phase Running, then Succeeded/Failed with the container's exit code through
 the status subresource; stops the process of a pod that is deleted.
 
+With --rootfs ROOTFS (an unpacked image: `make image` leaves build/image/bundle/rootfs) each pod's
+command runs inside that image instead of from --bin-dir, through tests/image/run_in_image.py:
+its own overlay over the image, the image's user, environment and working directory (from the
+bundle's config.json), its Secret and ConfigMap volumes bound in at their mountPath (no path
+rewriting), programs found on the image's PATH. That is the image the chart deploys.
+
 It talks to the double (plain HTTP) or to a real kube-apiserver (tests/k8s_real/envtest.py):
 HTTPS with --ca-file, authenticated by a client certificate or a bearer token. A Service keeps
 its local port for the kubelet's lifetime: a recreated scheduler pod listens where the job's
 other pods already point (a Service name is stable in a cluster).
 
-Usage: kubelet.py --server URL --bin-dir DIR --work-dir DIR [--namespace NS]
+Usage: kubelet.py --server URL --bin-dir DIR --work-dir DIR [--namespace NS] [--rootfs ROOTFS]
                   [--ca-file PEM] [--client-cert PEM --client-key PEM | --token-file PATH]
 """
 import argparse
@@ -32,6 +38,7 @@ import urllib.error
 import urllib.request
 
 LABEL_JOB = "trellis.io/job-name"
+RUN_IN_IMAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "image", "run_in_image.py")
 
 
 class Api:
@@ -81,8 +88,9 @@ def _die_with_parent():
 
 
 class Kubelet:
-    def __init__(self, api, bin_dir, work_dir, namespace=None):
+    def __init__(self, api, bin_dir, work_dir, namespace=None, rootfs=None):
         self.api, self.bin_dir, self.work_dir, self.namespace = api, bin_dir, work_dir, namespace
+        self.rootfs = rootfs  # run pods inside this unpacked image (None: from bin_dir)
         self.procs = {}      # (ns, name, uid) -> Popen
         self.services = {}   # (ns, "<service>:<port>") -> "127.0.0.1:<local port>", kept for our lifetime
         self.done = set()    # uids that ran to the end
@@ -122,6 +130,8 @@ class Kubelet:
             return False  # its Secret/ConfigMap is not there yet: next round
 
         def local(s):
+            if self.rootfs:
+                return s  # the volumes are bound in at their mountPath
             for path, loc in mounts.items():
                 s = s.replace(path, loc)
             return s
@@ -155,9 +165,13 @@ class Kubelet:
             if target is None:
                 return False  # the scheduler pod has not started yet
             env["TRELLIS_SCHEDULER"] = target
-        prog = os.path.join(self.bin_dir, argv[0])
-        if os.path.exists(prog):
-            argv[0] = prog
+        if self.rootfs:
+            # A recreated pod (same name, new uid) starts from the image again, like a new container.
+            argv, env = self.in_image(argv, env, mounts, c, os.path.join(pod_dir, "fs-" + pod["metadata"]["uid"]))
+        else:
+            prog = os.path.join(self.bin_dir, argv[0])
+            if os.path.exists(prog):
+                argv[0] = prog
         log = open(os.path.join(self.work_dir, name + ".log"), "wb")
         p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                              preexec_fn=_die_with_parent)
@@ -167,6 +181,20 @@ class Kubelet:
                                          "containerStatuses": [{"name": c["name"], "ready": True,
                                                                 "state": {"running": {}}}]})
         return True
+
+    def in_image(self, argv, env, mounts, container, state_dir):
+        """The pod's command through run_in_image.py: the container's env (the image's first, as a
+        runtime merges them; not our PATH), its volumes at their mountPath, its workingDir."""
+        wrapped = ["/usr/bin/python3", RUN_IN_IMAGE, self.rootfs, state_dir, "--die-with-parent"]
+        for path, loc in mounts.items():
+            wrapped += ["--bind", "%s:%s" % (loc, path)]
+        for k, v in env.items():
+            if k not in ("PATH", "TRELLIS_ENVTEST_MARK"):
+                wrapped += ["--env", "%s=%s" % (k, v)]
+        if container.get("workingDir"):
+            wrapped += ["--workdir", container["workingDir"]]
+        outer = {k: env[k] for k in ("TRELLIS_ENVTEST_MARK",) if k in env}
+        return wrapped + ["--"] + argv, outer
 
     def stop(self, p):
         try:
@@ -226,9 +254,13 @@ def main():
     ap.add_argument("--client-cert", help="client certificate (PEM), with --client-key")
     ap.add_argument("--client-key")
     ap.add_argument("--token-file", help="bearer token, re-read for every request")
+    ap.add_argument("--rootfs", help="run each pod inside this unpacked image (build/image/bundle/rootfs)")
     args = ap.parse_args()
     api = Api(args.server, args.ca_file, args.client_cert, args.client_key, args.token_file)
-    k = Kubelet(api, os.path.abspath(args.bin_dir), os.path.abspath(args.work_dir), args.namespace)
+    rootfs = os.path.abspath(args.rootfs) if args.rootfs else None
+    if rootfs and not os.path.isfile(os.path.join(rootfs, "..", "config.json")):
+        ap.error("--rootfs %s: not the rootfs of an unpacked image (no ../config.json)" % rootfs)
+    k = Kubelet(api, os.path.abspath(args.bin_dir), os.path.abspath(args.work_dir), args.namespace, rootfs)
     signal.signal(signal.SIGTERM, k.shutdown)
     signal.signal(signal.SIGINT, k.shutdown)
     while True:
