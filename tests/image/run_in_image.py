@@ -48,8 +48,27 @@ def mount(src, target, fstype, flags, data=None):
 
 
 def inside(root, path):
-    """`path` of the image under the host directory `root` (no escape through '..')."""
-    return os.path.join(root, os.path.normpath("/" + path).lstrip("/"))
+    """The host path of the image's `path` under `root`, symlinks resolved as inside the image:
+    /var/run -> /run must land in the image's /run, never in the host's (no escape via '..')."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    cur, hops = root, 0
+    while parts:
+        p = parts.pop(0)
+        if p == "..":
+            cur = os.path.dirname(cur) if cur != root else root
+            continue
+        nxt = os.path.join(cur, p)
+        if os.path.islink(nxt):
+            hops += 1
+            if hops > 40:
+                die("too many symbolic links in %s" % path)
+            target = os.readlink(nxt)
+            if target.startswith("/"):
+                cur = root
+            parts = [q for q in target.split("/") if q not in ("", ".")] + parts
+            continue
+        cur = nxt
+    return cur
 
 
 def bind(src, root, dst, readonly=False):
@@ -86,9 +105,10 @@ def main():
     ap.add_argument("--workdir")
     ap.add_argument("--root", action="store_true", help="stay root inside (default: the image's user)")
     ap.add_argument("--die-with-parent", action="store_true", help="SIGKILL when the caller dies")
-    ap.add_argument("command", nargs=argparse.REMAINDER)
-    a = ap.parse_args()
-    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    a = ap.parse_args(argv[:split])
+    cmd = argv[split + 1:]  # everything after "--", options included, is the command
 
     if os.geteuid() != 0:
         die("needs root (mount namespace, overlay, chroot)")
