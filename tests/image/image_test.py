@@ -176,7 +176,7 @@ class LocalJobs(ImageCase):
     def test_pytorch_example_job(self):
         # The shipped example, unchanged: trellis-python + trellis.torch, 2 servers x 2 workers.
         out = self.check("trellis-launch", "--quiet", "examples/pytorch.yaml",
-                         workdir="/usr/local/share/trellis", timeout=300)
+                         workdir="/usr/local/share/trellis", timeout=500)
         self.assertRegex(out, r"RESULT: test accuracy .* -- reached")
 
 
