@@ -237,6 +237,11 @@ class Gang(envtest.EnvtestCase):
                             "%s: pods left %s" % (round_, [p["metadata"]["name"] for p in self.pods()]))
             self.assertTrue(envtest.wait_for(lambda: self.pod_group(VOLCANO, "kj") is None, 30), round_)
             self.assertEqual(self.condition("kj", "Suspended")["status"], "True")
+            # What a Kueue integration reads as "still active": nothing once the pods are gone.
+            rs = envtest.wait_for(lambda: (lambda r: r if r and all(
+                r.get(k, {}).get("active", 0) == 0 for k in ("scheduler", "server", "worker")) else None)(
+                self.job("kj")["status"].get("replicaStatuses")), 30)
+            self.assertTrue(rs, "%s: %s" % (round_, self.job("kj")["status"]))
 
         first = admitted("first admission")
         evicted("first eviction")
