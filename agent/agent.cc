@@ -89,9 +89,16 @@ int Agent::Run() {
     return r.AgentExitCode();
   }
   int32_t rank;
+  bool reported;
   {
     std::lock_guard<std::mutex> lock(mu_);
     rank = rank_;
+    reported = final_exit_reported_;
+  }
+  if (r.stopped && !reported && rank >= 0) {
+    // Stopped during a back-off: the scheduler still expects a restart from this pod; tell it
+    // the pod is gone (preempted, or final under Never).
+    SendExitReport(ExitReport(r.last, /*will_restart=*/false));
   }
   TLOG_INFO << RoleName(config_.role) << " " << rank << " (pod " << config_.pod_name << ") exiting with code "
             << ExitCodeWithSignal(r.last.exit_code) << " after " << r.restarts << " restarts (restartPolicy "
@@ -103,6 +110,7 @@ void Agent::RequestStop(int signo) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    if (stop_signal_ == 0) stop_signal_ = signo;
   }
   cv_.notify_all();
   supervisor_->RequestStop(signo);
@@ -211,17 +219,42 @@ void Agent::OnExit(const ExitStatus& status, bool will_restart, int restarts) {
     exits_->Increment();
     if (will_restart) restarts_->Increment();
   }
+  v1::ReportExitRequest req = ExitReport(status, will_restart);
+  TLOG_INFO << req.message() << (will_restart ? "; restarting" : "");
+  SendExitReport(req);
+}
+
+v1::ReportExitRequest Agent::ExitReport(const ExitStatus& status, bool will_restart) {
   v1::ReportExitRequest req;
+  int stop_signal;
   {
     std::lock_guard<std::mutex> lock(mu_);
     req.set_rank(rank_);
     req.set_incarnation(incarnation_);
+    stop_signal = stop_signal_;
+    if (!will_restart) final_exit_reported_ = true;
   }
   req.set_role(config_.role);
   req.set_exit_code(status.exit_code);
   req.set_will_restart(will_restart);
-  req.set_message("program " + status.Describe());
-  TLOG_INFO << "program " << status.Describe() << (will_restart ? "; restarting" : "");
+  std::string message = "program " + status.Describe();
+  // A worker that ended well finished its training, stop or not; a server never finishes.
+  const bool finished = config_.role == v1::ROLE_WORKER && status.exit_code == 0;
+  if (stop_signal != 0 && !will_restart && !finished) {
+    message += " after the agent got " + std::string(SignalName(stop_signal)) +
+               " (the pod was deleted, evicted or drained)";
+    if (restart_.policy == RestartPolicy::kNever) {
+      message += "; restartPolicy Never does not replace it";
+    } else {
+      req.set_preempted(true);
+      message += "; its replacement pod rejoins under this rank";
+    }
+  }
+  req.set_message(message);
+  return req;
+}
+
+void Agent::SendExitReport(const v1::ReportExitRequest& req) {
   Status s = client_->ReportExit(req);
   if (s.code() == StatusCode::kNotFound) {  // a restarted scheduler: register again, then report
     Reregister(req.rank(), req.incarnation());

@@ -49,6 +49,12 @@ class Agent : public SupervisorHooks {
   void Reregister(int32_t rank, int64_t incarnation);
   StatusOr<std::vector<std::string>> ProgramArgv() const;
   void HeartbeatLoop();
+  // Fills the exit report: a stop from outside under a policy that replaces the pod is a
+  // preemption (the replacement pod rejoins), not a failure; see ReportExitRequest.preempted.
+  v1::ReportExitRequest ExitReport(const ExitStatus& status, bool will_restart);
+  // ReportExit; a restarted scheduler that does not know us yet (NOT_FOUND) gets a
+  // registration first.
+  void SendExitReport(const v1::ReportExitRequest& req);
   // Processes per pod: a worker with gpusPerWorker (TRELLIS_GPUS) > 1 runs one per GPU.
   int LocalSize() const { return config_.role == v1::ROLE_WORKER && config_.gpus > 1 ? config_.gpus : 1; }
   // Once the rank is known (the first registration): the agent's series and their server.
@@ -67,6 +73,10 @@ class Agent : public SupervisorHooks {
   mutable std::mutex mu_;
   std::condition_variable cv_;         // wakes the heartbeat thread and registration retries
   bool stopping_ = false;              // GUARDED_BY(mu_)
+  // The signal that stopped the agent from outside (RequestStop; on Kubernetes the pod's
+  // deletion or eviction); 0: none.
+  int stop_signal_ = 0;                // GUARDED_BY(mu_)
+  bool final_exit_reported_ = false;   // GUARDED_BY(mu_); ReportExit without will_restart sent
   int32_t rank_ = -1;                  // GUARDED_BY(mu_); -1 until registered
   int64_t incarnation_ = 0;            // GUARDED_BY(mu_)
   int attempt_ = 0;                    // GUARDED_BY(mu_); restarts of the program so far

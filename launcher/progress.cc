@@ -13,6 +13,8 @@ std::string NodeState(const v1::NodeInfo& n) {
   std::string s;
   if (n.exited()) {
     s = "exited " + std::to_string(n.last_exit_code());
+  } else if (n.preempted()) {
+    s = "awaiting its replacement pod";
   } else if (n.dead()) {
     s = "dead";
   } else if (n.role() == v1::ROLE_SERVER) {

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -124,6 +125,9 @@ StatusOr<Settings> BuildSettings(const Flags& flags) {
     c.slice_bytes = spec->sliceBytes;
     c.heartbeat_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(spec->scheduler.heartbeatTimeoutSeconds * 1000.0));
+    // A deleted pod's replacement gets as long to register as the pods had at the start.
+    c.replacement_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::max(1.0, spec->scheduler.registrationTimeoutSeconds) * 1000.0));
   }
   // Environment over the job file.
   if (auto v = Env("TRELLIS_JOB")) c.job_name = *v;

@@ -44,6 +44,10 @@ Status ValidateSchedulerConfig(const SchedulerConfig& config) {
     return InvalidArgumentError("number of workers must be >= 1, got " +
                                 std::to_string(config.num_workers));
   }
+  if (config.replacement_timeout.count() <= 0) {
+    return InvalidArgumentError("replacement timeout must be > 0, got " +
+                                std::to_string(config.replacement_timeout.count()) + " ms");
+  }
   if (config.heartbeat_timeout.count() <= 0) {
     return InvalidArgumentError("heartbeat timeout must be > 0, got " +
                                 std::to_string(config.heartbeat_timeout.count()) + " ms");
@@ -148,6 +152,7 @@ void SchedulerState::FillNodeLocked(const Node& n, v1::Role role, int32_t rank,
   out->set_incarnation(n.incarnation);
   out->set_restarts(n.restarts);
   out->set_gpus(n.gpus);
+  out->set_preempted(n.preempted);
 }
 
 v1::ClusterView SchedulerState::ViewLocked() const {
@@ -239,6 +244,12 @@ StatusOr<v1::RegisterResponse> SchedulerState::Register(const v1::RegisterReques
           ++stats_.restarts;
         }
         if (n.dead) TLOG_INFO << RoleName(req.role()) << " " << rank << " revived by re-registration";
+        if (n.preempted) {
+          TLOG_INFO << RoleName(req.role()) << " " << rank << ": the replacement of the stopped pod "
+                    << req.pod_name() << " registered after "
+                    << Seconds(clock_->Now() - n.preempted_at) << " s";
+        }
+        n.preempted = false;
         n.exited = false;
         n.host = req.host();
         n.gpus = req.gpus();
@@ -403,7 +414,20 @@ Status SchedulerState::ReportExit(const v1::ReportExitRequest& req) {
     n.ready = false;  // the program is gone; a restarted one reports ready again
     std::string what = std::string(RoleName(req.role())) + " " + std::to_string(req.rank()) +
                        " (pod " + n.pod_name + ")";
-    if (req.will_restart()) {
+    // Once every worker finished, a stop is the end of the run (servers and launchers stop
+    // their pods then), not a preemption to wait out.
+    const bool finished = std::all_of(workers_.begin(), workers_.end(), [](const Node& w) {
+      return w.registered && w.exited && w.last_exit_code == 0;
+    });
+    if (req.preempted() && !req.will_restart() && !finished) {
+      // A pod deletion or eviction, not a failure of the program: keep the rank for the
+      // replacement pod (same name), which registers as the next incarnation and rejoins.
+      n.preempted = true;
+      n.preempted_at = n.last_seen;
+      TLOG_WARN << what << " was stopped from outside (" << DescribeExitCode(req.exit_code())
+                << "; its pod was deleted or evicted): keeping its rank for the replacement pod for "
+                << Seconds(config_.replacement_timeout) << " s";
+    } else if (req.will_restart()) {
       ++n.restarts;
       ++stats_.restarts;
       n.restart_reported = true;
@@ -453,6 +477,18 @@ void SchedulerState::Sweep() {
       for (size_t r = 0; r < nodes.size(); ++r) {
         Node& n = nodes[r];
         if (!n.registered || n.exited || n.dead) continue;
+        if (n.preempted) {  // known to be away: its own deadline, not the heartbeat's
+          if (now - n.preempted_at > config_.replacement_timeout) {
+            n.exited = true;
+            changed = true;
+            FailJobLocked(std::string(RoleName(role)) + " " + std::to_string(r) + " (pod " +
+                              n.pod_name + ") was stopped from outside (pod deleted or evicted) " +
+                              "and no replacement pod registered within " +
+                              std::to_string(config_.replacement_timeout.count() / 1000) + " s",
+                          &deferred);
+          }
+          continue;
+        }
         if (now - n.last_seen > config_.heartbeat_timeout) {
           n.dead = true;
           ++stats_.dead_detected;

@@ -40,6 +40,9 @@ struct SchedulerConfig {
   // those still missing are marked dead (docs/scheduler.md#scheduler-restart).
   std::chrono::milliseconds recovery_grace{30000};
   uint64_t instance_id = 0;  // PingResponse.scheduler_id; 0: the state picks a random one
+  // How long a preempted node's rank waits for its replacement pod to register before the job
+  // fails (the job's scheduler.registrationTimeoutSeconds).
+  std::chrono::milliseconds replacement_timeout{300000};
 };
 
 Status ValidateSchedulerConfig(const SchedulerConfig& config);
@@ -159,6 +162,10 @@ class SchedulerState {
     int64_t incarnation = 0;
     int32_t restarts = 0;
     bool restart_reported = false;  // ReportExit(will_restart) already counted the next restart
+    // Stopped from outside (pod deleted or evicted) under a policy that replaces the pod: the
+    // rank waits for the replacement's registration until preempted_at + replacement_timeout.
+    bool preempted = false;
+    TimePoint preempted_at{};
     TimePoint last_seen{};
     std::string state;  // free-form, from heartbeats
   };

@@ -23,7 +23,7 @@ int32_t SchedulerState::PickDonorLocked(int32_t rejoiner) const {
   for (int32_t r = 0; r < config_.num_workers; ++r) {
     const Node& d = workers_[static_cast<size_t>(r)];
     const RejoinWatcher& w = rejoin_watchers_[static_cast<size_t>(r)];
-    if (r != rejoiner && d.registered && !d.dead && !d.exited && w.incarnation > 0 &&
+    if (r != rejoiner && d.registered && !d.dead && !d.exited && !d.preempted && w.incarnation > 0 &&
         w.incarnation == d.incarnation) {
       return r;
     }

@@ -41,6 +41,11 @@ TEST(FormatProgressTest, SummarisesRegistrationReadinessAndWorkers) {
   v.set_failure_message("keys differ");
   EXPECT_NE(FormatProgress(&v).find("FAILED: keys differ"), std::string::npos);
   EXPECT_EQ(FormatProgress(nullptr), "waiting for the scheduler");
+  // A pod stopped from outside whose replacement has not registered yet.
+  v = View();
+  v.mutable_workers(0)->set_preempted(true);
+  EXPECT_EQ(FormatProgress(&v), "registered 4/5 | servers 1/2 ready | workers: 0 awaiting its replacement "
+                                "pod, 1 running (1 restart), 2 exited 0");
 }
 
 std::string ReadAll(int fd) {

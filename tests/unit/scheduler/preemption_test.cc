@@ -1,0 +1,166 @@
+// A pod deleted or evicted while the job runs (docs/kubernetes.md "What survives a pod
+// deletion"): its agent reports the exit as preempted, the scheduler keeps the rank for the
+// replacement pod instead of failing the job, and fails it only when no replacement registers
+// within the replacement timeout.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <optional>
+
+#include "scheduler/scheduler_state.h"
+
+namespace trellis {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+class PreemptionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SchedulerConfig c;
+    c.job_name = "mlp";
+    c.num_servers = 2;
+    c.num_workers = 2;
+    c.slice_bytes = 16;
+    c.heartbeat_timeout = 10s;
+    c.replacement_timeout = 60s;
+    ASSERT_TRUE(ValidateSchedulerConfig(c).ok());
+    state_ = std::make_unique<SchedulerState>(c, &clock_);
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(Reg(v1::ROLE_SERVER, "mlp-server-" + std::to_string(i)).ok());
+      v1::ReportReadyRequest r;
+      r.set_role(v1::ROLE_SERVER);
+      r.set_rank(i);
+      r.set_address("127.0.0.1:" + std::to_string(7000 + i));
+      ASSERT_TRUE(state_->ReportReady(r).ok());
+      ASSERT_TRUE(Reg(v1::ROLE_WORKER, "mlp-worker-" + std::to_string(i)).ok());
+    }
+  }
+  StatusOr<v1::RegisterResponse> Reg(v1::Role role, const std::string& pod) {
+    v1::RegisterRequest r;
+    r.set_job("mlp");
+    r.set_role(role);
+    r.set_pod_name(pod);
+    r.set_host("127.0.0.1");
+    return state_->Register(r);
+  }
+  Status Exit(v1::Role role, int32_t rank, int32_t code, bool preempted) {
+    v1::ReportExitRequest r;
+    r.set_role(role);
+    r.set_rank(rank);
+    r.set_incarnation(1);
+    r.set_exit_code(code);
+    r.set_preempted(preempted);
+    r.set_message("program exited with code " + std::to_string(code));
+    return state_->ReportExit(r);
+  }
+  void Watch(int32_t rank, int64_t incarnation) {
+    v1::WatchRejoinsRequest w;
+    w.set_rank(rank);
+    w.set_incarnation(incarnation);
+    std::optional<StatusOr<v1::WatchRejoinsResponse>> got;
+    state_->WatchRejoins(w, clock_.Now() + 10s, [&](StatusOr<v1::WatchRejoinsResponse> r) { got = r; });
+    ASSERT_TRUE(got.has_value() && got->ok());
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<SchedulerState> state_;
+};
+
+TEST_F(PreemptionTest, APreemptedWorkerDoesNotFailTheJobAndItsReplacementGetsTheRank) {
+  ASSERT_TRUE(Exit(v1::ROLE_WORKER, 1, 143, /*preempted=*/true).ok());
+  auto view = state_->GetCluster();
+  EXPECT_FALSE(view.failed()) << view.failure_message();
+  EXPECT_TRUE(view.workers(1).preempted());
+  EXPECT_FALSE(view.workers(1).exited());
+  // Away for a known reason: not marked dead by the heartbeat sweep.
+  clock_.Advance(30s);
+  state_->Sweep();
+  view = state_->GetCluster();
+  EXPECT_FALSE(view.workers(1).dead());
+  EXPECT_FALSE(view.failed());
+
+  // The replacement pod has the same name: same rank, the next incarnation, a restart counted.
+  auto again = Reg(v1::ROLE_WORKER, "mlp-worker-1");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->rank(), 1);
+  EXPECT_EQ(again->incarnation(), 2);
+  view = state_->GetCluster();
+  EXPECT_FALSE(view.workers(1).preempted());
+  EXPECT_EQ(view.workers(1).restarts(), 1);
+  // Its deadline is gone with it.
+  clock_.Advance(120s);
+  state_->Sweep();
+  EXPECT_FALSE(state_->GetCluster().failed());
+}
+
+TEST_F(PreemptionTest, APreemptedServerKeepsItsRankToo) {
+  ASSERT_TRUE(Exit(v1::ROLE_SERVER, 1, 0, /*preempted=*/true).ok());
+  auto view = state_->GetCluster();
+  EXPECT_TRUE(view.servers(1).preempted());
+  EXPECT_FALSE(view.servers(1).ready());  // workers wait for the replacement's new address
+  auto again = Reg(v1::ROLE_SERVER, "mlp-server-1");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->rank(), 1);
+  EXPECT_EQ(again->incarnation(), 2);
+  EXPECT_FALSE(state_->GetCluster().failed());
+}
+
+TEST_F(PreemptionTest, AStopAfterEveryWorkerFinishedIsTheEndOfTheRun) {
+  ASSERT_TRUE(Exit(v1::ROLE_WORKER, 0, 0, false).ok());
+  ASSERT_TRUE(Exit(v1::ROLE_WORKER, 1, 0, false).ok());
+  ASSERT_TRUE(Exit(v1::ROLE_SERVER, 0, 0, /*preempted=*/true).ok());  // the clean-up's SIGTERM
+  auto view = state_->GetCluster();
+  EXPECT_FALSE(view.servers(0).preempted());
+  EXPECT_TRUE(view.servers(0).exited());
+  clock_.Advance(120s);
+  state_->Sweep();
+  EXPECT_FALSE(state_->GetCluster().failed());
+}
+
+TEST_F(PreemptionTest, NoReplacementWithinTheTimeoutFailsTheJobNamingThePod) {
+  ASSERT_TRUE(Exit(v1::ROLE_WORKER, 1, 143, /*preempted=*/true).ok());
+  clock_.Advance(59s);
+  state_->Sweep();
+  ASSERT_FALSE(state_->GetCluster().failed());
+  clock_.Advance(2s);
+  state_->Sweep();
+  auto view = state_->GetCluster();
+  ASSERT_TRUE(view.failed());
+  EXPECT_THAT(view.failure_message(), HasSubstr("worker 1 (pod mlp-worker-1) was stopped from outside"));
+  EXPECT_THAT(view.failure_message(), HasSubstr("no replacement pod registered within 60 s"));
+}
+
+TEST_F(PreemptionTest, AStopUnderNeverIsAFailureWithTheAgentsMessage) {
+  v1::ReportExitRequest r;
+  r.set_role(v1::ROLE_WORKER);
+  r.set_rank(0);
+  r.set_exit_code(143);
+  r.set_message("program exited with code 143 after the agent got SIGTERM (the pod was deleted, "
+                "evicted or drained); restartPolicy Never does not replace it");
+  ASSERT_TRUE(state_->ReportExit(r).ok());
+  auto view = state_->GetCluster();
+  ASSERT_TRUE(view.failed());
+  EXPECT_THAT(view.failure_message(), HasSubstr("worker 0 (pod mlp-worker-0) failed"));
+  EXPECT_THAT(view.failure_message(), HasSubstr("the pod was deleted"));
+}
+
+TEST_F(PreemptionTest, APreemptedWorkerIsNoRejoinDonor) {
+  // Both workers committed and watch; worker 0, the usual donor, is deleted. Worker 1's own
+  // restart must get a live donor, not the pod that is gone: none here, so it starts fresh...
+  Watch(0, 1);
+  Watch(1, 1);
+  ASSERT_TRUE(Exit(v1::ROLE_WORKER, 0, 143, /*preempted=*/true).ok());
+  ASSERT_TRUE(Reg(v1::ROLE_WORKER, "mlp-worker-1").ok());  // worker 1 restarted: incarnation 2
+  v1::RequestRejoinRequest rq;
+  rq.set_rank(1);
+  rq.set_incarnation(2);
+  std::optional<StatusOr<v1::RequestRejoinResponse>> got;
+  state_->RequestRejoin(rq, clock_.Now() + 10s, [&](StatusOr<v1::RequestRejoinResponse> r) { got = r; });
+  ASSERT_TRUE(got.has_value() && got->ok()) << (got ? got->status().ToString() : "no answer");
+  EXPECT_TRUE((*got)->fresh());  // ...instead of waiting on the deleted pod until the deadline
+}
+
+}  // namespace
+}  // namespace trellis
