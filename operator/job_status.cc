@@ -157,6 +157,15 @@ std::optional<ObservedPod> ObservePod(const Json& pod) {
   }
   o.phase = Str(pod, {"status", "phase"}, "Pending");
   o.deleting = At(pod, {"metadata", "deletionTimestamp"}) != nullptr;
+  if (Str(pod, {"status", "reason"}) == "Evicted") o.disruption = "Evicted";
+  if (const Json* conds = At(pod, {"status", "conditions"}); conds && conds->is_array()) {
+    for (size_t i = 0; i < conds->size(); ++i) {
+      const Json& c = conds->at(i);
+      if (Str(c, {"type"}) == "DisruptionTarget" && Str(c, {"status"}) == "True") {
+        o.disruption = Str(c, {"reason"}, "DisruptionTarget");
+      }
+    }
+  }
   // The agent's container, by name: the kubelet does not keep containerStatuses in spec order,
   // and a sidecar from the pod template may come first.
   if (const Json* cs = At(pod, {"status", "containerStatuses"}); cs && cs->is_array() && cs->size() > 0) {
@@ -315,6 +324,26 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
     }
   }
 
+  // A server or worker pod deleted from outside (kubectl delete, a drain's eviction) while the
+  // job ran: its agent reported the stop and, unless the role's policy is Never, the scheduler
+  // keeps the rank for the replacement created below, which rejoins. Under Never the job fails,
+  // saying so (before the bystanders' failures that follow from it).
+  if (phase.empty() && old_phase == kRunning) {
+    for (int role_i = 0; role_i < 2 && phase.empty(); ++role_i) {
+      const PodRole role = role_i == 0 ? PodRole::kServer : PodRole::kWorker;
+      const RoleSpec& rs = role == PodRole::kServer ? js.servers : js.workers;
+      if (js.RestartPolicyFor(rs) != RestartPolicy::kNever) continue;
+      for (int i = 0; i < rs.replicas; ++i) {
+        auto it = by_name.find(PodName(name, role, i));
+        if (it != by_name.end() && !it->second->deleting) continue;
+        finish(kFailed, "PodDeleted",
+               "job " + name + ": " + RoleName(role) + " " + std::to_string(i) + " (pod " + PodName(name, role, i) +
+                   ") was deleted or evicted while the job ran (restartPolicy Never does not replace it)");
+        break;
+      }
+    }
+  }
+
   // Failed pods: restart under the role's policy until backoffLimit, else the job fails.
   int total_restarts =
       restarts[PodRole::kServer] + restarts[PodRole::kWorker] + restarts[PodRole::kScheduler];
@@ -344,6 +373,22 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
       continue;
     }
     const RestartPolicy policy = js.RestartPolicyFor(p.role == PodRole::kServer ? js.servers : js.workers);
+    if (!p.disruption.empty()) {
+      // Evicted, not failed: as Kubernetes Jobs with a DisruptionTarget podFailurePolicy rule,
+      // recreated without counting toward backoffLimit; its replacement rejoins the job.
+      if (policy == RestartPolicy::kNever) {
+        finish(kFailed, "PodDeleted",
+               "job " + name + ": " + Describe(p) + " was evicted (" + p.disruption +
+                   ") while the job ran (restartPolicy Never does not replace it)");
+        break;
+      }
+      plan.remove.push_back(p.name);
+      restarted = true;
+      reason = "PodEvicted";
+      message = "job " + name + ": " + Describe(p) + " was evicted (" + p.disruption +
+                "); recreating it (not counted toward backoffLimit)";
+      continue;
+    }
     const bool permanent = policy == RestartPolicy::kNever ||
                            (policy == RestartPolicy::kExitCode && p.exit_code >= 1 && p.exit_code < 128);
     if (permanent) {
@@ -442,6 +487,12 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
 
   if (restarted) {
     phase = kRestarting;
+  } else if (old_phase == kRunning && !plan.create.empty()) {
+    // A pod of the running job is gone (deleted, evicted, drained): recreated, not counted.
+    phase = kRestarting;
+    reason = "PodRecreated";
+    message = "job " + name + ": pod " + plan.create.front() +
+              " is gone (deleted or evicted); recreating it (not counted toward backoffLimit)";
   } else if (all_up) {
     phase = kRunning;
     if (reason.empty() || old_phase != kRunning) {

@@ -34,6 +34,10 @@ struct ObservedPod {
   // reason Unschedulable); empty otherwise.
   std::string unschedulable;
   std::string finished_at;  // that container's state.terminated.finishedAt (RFC 3339); empty: unknown
+  // Why the pod was disrupted from outside, not by its program: "Evicted" (the kubelet's
+  // node-pressure eviction), or the reason of a DisruptionTarget condition (eviction API,
+  // preemption, taint manager). Empty: none.
+  std::string disruption;
 };
 // nullopt for a pod without valid trellis.io/role and trellis.io/rank labels (not ours to judge).
 std::optional<ObservedPod> ObservePod(const Json& pod);

@@ -171,6 +171,79 @@ TEST(PlanJobTest, NeverAndExitCodePolicies) {
   EXPECT_EQ(Str(code.status, {"phase"}), "Failed");  // 1..127: permanent
 }
 
+// A deleted pod (kubectl delete, a drain) is simply missing: recreated, not counted; its
+// replacement rejoins the running job (docs/kubernetes.md "What survives a pod deletion").
+TEST(PlanJobTest, DeletedPodIsRecreatedWithoutCountingARestart) {
+  Json job = ApiJob(kSpec);  // OnFailure
+  Step(job, AllPods("Running"), kT0);
+  auto pods = AllPods("Running");
+  pods.erase(pods.begin() + 4);  // worker 1 deleted
+  JobPlan p = Step(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(p.create, (std::vector<std::string>{"mlp-worker-1"}));
+  EXPECT_EQ(Int(p.status, {"restarts"}), 0);
+  EXPECT_EQ(Str(p.status, {"phase"}), "Restarting");
+  EXPECT_EQ(p.event_reason, "PodRecreated");
+  EXPECT_EQ(p.event_message,
+            "job mlp: pod mlp-worker-1 is gone (deleted or evicted); recreating it (not counted toward backoffLimit)");
+  // Running again once the replacement runs.
+  JobPlan back = Step(job, AllPods("Running"), kT0 + std::chrono::seconds(2));
+  EXPECT_EQ(Str(back.status, {"phase"}), "Running");
+  EXPECT_EQ(Int(back.status, {"restarts"}), 0);
+}
+
+// Evicted by the kubelet (the pod stays, Failed, reason Evicted) or marked DisruptionTarget:
+// recreated without counting toward backoffLimit, as a Kubernetes Job's podFailurePolicy
+// Ignore rule for DisruptionTarget does.
+TEST(PlanJobTest, EvictedPodIsRecreatedWithoutCountingTowardBackoffLimit) {
+  Json job = ApiJob(kSpec);  // backoffLimit 2
+  Step(job, AllPods("Running"), kT0);
+  for (int round = 1; round <= 4; ++round) {  // more evictions than backoffLimit allows failures
+    auto pods = AllPods("Running");
+    pods[4] = Pod(PodRole::kWorker, 1, "Failed", 143);
+    pods[4].disruption = round % 2 ? "Evicted" : "EvictionByEvictionAPI";
+    JobPlan p = Step(job, pods, kT0 + std::chrono::seconds(round));
+    EXPECT_EQ(Str(p.status, {"phase"}), "Restarting");
+    EXPECT_EQ(p.remove, (std::vector<std::string>{"mlp-worker-1"}));
+    EXPECT_EQ(Int(p.status, {"restarts"}), 0);
+    EXPECT_EQ(p.event_reason, "PodEvicted");
+    Step(job, AllPods("Running"), kT0 + std::chrono::seconds(round) + std::chrono::milliseconds(500));
+  }
+  EXPECT_EQ(Str(job["status"], {"phase"}), "Running");
+  EXPECT_EQ(Condition(job["status"], "Restarting", "reason"), "JobRunning");
+
+  Json never = ApiJob(R"({"workers":{"command":["w"],"replicas":2,"restartPolicy":"Never"}})");
+  std::vector<ObservedPod> pods = {Pod(PodRole::kScheduler, 0, "Running"), Pod(PodRole::kServer, 0, "Running"),
+                                   Pod(PodRole::kWorker, 0, "Running"), Pod(PodRole::kWorker, 1, "Failed", 143)};
+  pods[3].disruption = "Evicted";
+  JobPlan f = Step(never, pods, kT0);
+  EXPECT_EQ(Str(f.status, {"phase"}), "Failed");
+  EXPECT_EQ(Condition(f.status, "Failed", "reason"), "PodDeleted");
+  EXPECT_EQ(Condition(f.status, "Failed", "message"),
+            "job mlp: worker 1 (pod mlp-worker-1) was evicted (Evicted) while the job ran (restartPolicy Never "
+            "does not replace it)");
+}
+
+// Under Never a pod deleted while the job runs fails the job, naming the deletion rather than
+// the bystanders that failed because of it.
+TEST(PlanJobTest, DeletedPodUnderNeverFailsTheJobSayingItWasDeleted) {
+  Json job = ApiJob(R"({"workers":{"command":["w"],"replicas":2,"restartPolicy":"Never"}})");
+  std::vector<ObservedPod> all = {Pod(PodRole::kScheduler, 0, "Running"), Pod(PodRole::kServer, 0, "Running"),
+                                  Pod(PodRole::kWorker, 0, "Running"), Pod(PodRole::kWorker, 1, "Running")};
+  // Before the job ran, a missing pod is only not created yet.
+  EXPECT_EQ(Str(Step(job, {all[0], all[1], all[2]}, kT0).status, {"phase"}), "Pending");
+  EXPECT_EQ(Str(Step(job, all, kT0 + std::chrono::seconds(1)).status, {"phase"}), "Running");
+  auto pods = all;
+  pods[3].deleting = true;                              // worker 1 being deleted...
+  pods[2] = Pod(PodRole::kWorker, 0, "Failed", 1);      // ...and worker 0 aborted because of it
+  JobPlan p = Step(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_EQ(Str(p.status, {"phase"}), "Failed");
+  EXPECT_EQ(Condition(p.status, "Failed", "reason"), "PodDeleted");
+  EXPECT_EQ(Condition(p.status, "Failed", "message"),
+            "job mlp: worker 1 (pod mlp-worker-1) was deleted or evicted while the job ran (restartPolicy "
+            "Never does not replace it)");
+  EXPECT_TRUE(p.create.empty());
+}
+
 // A failed scheduler pod is recreated (its successor recovers the job from its members), counted
 // against backoffLimit; only one that keeps failing fails the job.
 TEST(PlanJobTest, AFailedSchedulerIsRecreatedUntilBackoffLimit) {
@@ -258,6 +331,16 @@ TEST(ObservePodTest, ReadsLabelsPhaseAndExitCode) {
   EXPECT_EQ(o->index, 4);
   EXPECT_EQ(o->phase, "Failed");
   EXPECT_EQ(o->exit_code, 137);
+  EXPECT_EQ(o->disruption, "");
+  auto evicted = ObservePod(*ParseJson(R"({"metadata":{"name":"mlp-worker-1","labels":{"trellis.io/role":"worker",
+      "trellis.io/rank":"1"}},"status":{"phase":"Failed","reason":"Evicted"}})"));
+  ASSERT_TRUE(evicted);
+  EXPECT_EQ(evicted->disruption, "Evicted");
+  auto target = ObservePod(*ParseJson(R"({"metadata":{"name":"mlp-worker-1","labels":{"trellis.io/role":"worker",
+      "trellis.io/rank":"1"}},"status":{"phase":"Failed","conditions":[{"type":"Ready","status":"False"},
+      {"type":"DisruptionTarget","status":"True","reason":"PreemptionByScheduler"}]}})"));
+  ASSERT_TRUE(target);
+  EXPECT_EQ(target->disruption, "PreemptionByScheduler");
   // A peer's garbage labels are not ours: ignored, never a crash.
   EXPECT_FALSE(ObservePod(*ParseJson(R"({"metadata":{"name":"x","labels":{"trellis.io/role":"worker",
       "trellis.io/rank":"-1x"}}})")));
