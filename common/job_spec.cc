@@ -361,6 +361,16 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
   }
   DoubleField(sched, "registrationTimeoutSeconds", "must be > 0", positive,
               &s.registrationTimeoutSeconds);
+
+  MapReader mon(spec.Get("monitoring"), spec.Path("monitoring"), errors, {"straggler"});
+  MapReader strag(mon.Get("straggler"), mon.Path("straggler"), errors,
+                  {"factor", "windowSeconds"});
+  DoubleField(strag, "factor", "must be in (1, 1000000]",
+              [](double v) { return v > 1 && v <= 1e6; },
+              &out->monitoring.straggler.factor);
+  DoubleField(strag, "windowSeconds", "must be in (0, 86400]",
+              [](double v) { return v > 0 && v <= 86400; },
+              &out->monitoring.straggler.windowSeconds);
 }
 
 void ParseMetadata(const MapReader& top, JobSpec* out) {
@@ -430,7 +440,7 @@ StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
     MapReader spec(top.Get("spec"), "spec", &errors,
                    {"image", "servers", "workers", "keyDispatch", "sliceBytes", "priority",
                     "bulking", "compression", "serverMode", "transport", "optimizer", "checkpoint",
-                    "recovery", "runPolicy", "scheduler"});
+                    "recovery", "runPolicy", "scheduler", "monitoring"});
     if (spec.is_mapping()) ParseSpec(spec, &job);
   }
   if (!errors.empty()) return errors.ToStatus();

@@ -157,6 +157,22 @@ struct SchedulerSpec {
   bool operator==(const SchedulerSpec&) const = default;
 };
 
+// spec.monitoring (docs/job-spec.md#monitoring): how the scheduler judges training progress.
+struct StragglerSpec {
+  // A worker whose compute time per step stays above `factor` x the median of the workers for
+  // `windowSeconds` is the job's straggler (status condition Straggler, metrics, alert).
+  double factor = 2.0;
+  double windowSeconds = 30.0;
+
+  bool operator==(const StragglerSpec&) const = default;
+};
+
+struct MonitoringSpec {
+  StragglerSpec straggler;
+
+  bool operator==(const MonitoringSpec&) const = default;
+};
+
 struct JobSpec {
   // metadata
   std::string name;
@@ -179,6 +195,7 @@ struct JobSpec {
   RecoverySpec recovery;
   RunPolicySpec runPolicy;
   SchedulerSpec scheduler;
+  MonitoringSpec monitoring;
 
   // The effective restart policy of a role (its own, else the run policy's).
   RestartPolicy RestartPolicyFor(const RoleSpec& role) const {

@@ -186,6 +186,13 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   Double(out, "registrationTimeoutSeconds", s.registrationTimeoutSeconds);
   out << YAML::EndMap;
 
+  const StragglerSpec& st = spec.monitoring.straggler;
+  out << YAML::Key << "monitoring" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "straggler" << YAML::Value << YAML::BeginMap;
+  Double(out, "factor", st.factor);
+  Double(out, "windowSeconds", st.windowSeconds);
+  out << YAML::EndMap << YAML::EndMap;
+
   out << YAML::EndMap;  // spec
   out << YAML::EndMap;
   std::string text = out.c_str();

@@ -151,6 +151,12 @@ std::vector<InvalidCase> Cases() {
        WithWorkers("  scheduler: {heartbeatIntervalSeconds: 30}\n"),
        "spec.scheduler.heartbeatTimeoutSeconds: must be > "
        "spec.scheduler.heartbeatIntervalSeconds (30), got 10 (default)"},
+      {"StragglerFactorNotAboveOne",
+       WithWorkers("  monitoring: {straggler: {factor: 1, windowSeconds: 0}}\n"),
+       "spec.monitoring.straggler.factor: must be in (1, 1000000], got 1\n"
+       "spec.monitoring.straggler.windowSeconds: must be in (0, 86400], got 0"},
+      {"MonitoringUnknownField", WithWorkers("  monitoring: {straggler: {windowSecond: 5}}\n"),
+       "spec.monitoring.straggler.windowSecond: unknown field; did you mean \"windowSeconds\"?"},
       {"BulkCountAboveLimit", WithWorkers("  bulking: {pushMaxCount: 5000}\n"),
        "spec.bulking.pushMaxCount: must be <= 4096, got 5000"},
       {"BulkBytesAboveFrameLimit", WithWorkers("  bulking: {pullMaxBytes: 8388608}\n"),
