@@ -19,6 +19,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
+#include "scheduler/progress_metrics.h"
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_service.h"
 
@@ -128,6 +129,9 @@ StatusOr<Settings> BuildSettings(const Flags& flags) {
     // A deleted pod's replacement gets as long to register as the pods had at the start.
     c.replacement_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::max(1.0, spec->scheduler.registrationTimeoutSeconds) * 1000.0));
+    s.server.progress.straggler_factor = spec->monitoring.straggler.factor;
+    s.server.progress.straggler_window = std::chrono::milliseconds(
+        static_cast<int64_t>(spec->monitoring.straggler.windowSeconds * 1000.0));
   }
   // Environment over the job file.
   if (auto v = Env("TRELLIS_JOB")) c.job_name = *v;
@@ -239,6 +243,7 @@ int Main(int argc, char** argv) {
   std::unique_ptr<MetricsHttpServer> metrics_server;
   if (settings->metrics_port >= 0) {
     RegisterSchedulerMetrics(registry, (*server)->state());
+    RegisterProgressMetrics(registry, (*server)->progress(), (*server)->state());
     auto m = MetricsHttpServer::Start(settings->metrics_host, settings->metrics_port, registry);
     // Metrics are not worth failing the job for: say so and go on without them.
     if (m.ok()) {

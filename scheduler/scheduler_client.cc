@@ -144,6 +144,22 @@ StatusOr<v1::HeartbeatResponse> SchedulerClient::Heartbeat(v1::Role role, int32_
   return resp;
 }
 
+Status SchedulerClient::ReportProgress(const v1::ReportProgressRequest& request) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::ReportProgressResponse resp;
+  return Finish(stub_->ReportProgress(&ctx, request, &resp), "ReportProgress");
+}
+
+StatusOr<v1::JobProgress> SchedulerClient::GetProgress() {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::JobProgress resp;
+  TRELLIS_RETURN_IF_ERROR(Finish(stub_->GetProgress(&ctx, v1::GetProgressRequest{}, &resp),
+                                 "GetProgress"));
+  return resp;
+}
+
 Status SchedulerClient::ReportExit(const v1::ReportExitRequest& request) {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);

@@ -58,6 +58,9 @@ class SchedulerClient {
   // Scheduler restarts (scheduler_watch.h): who serves; a worker hands back its state.
   StatusOr<v1::PingResponse> Ping();
   StatusOr<v1::ResumeResponse> Resume(const v1::ResumeRequest& request);
+  // Training progress: a worker's batched report; the job's aggregate (operator, launcher).
+  Status ReportProgress(const v1::ReportProgressRequest& request);
+  StatusOr<v1::JobProgress> GetProgress();
 
  private:
   SchedulerClient(SchedulerClientOptions options, std::unique_ptr<v1::Scheduler::Stub> stub);

@@ -21,8 +21,9 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx, const grpc
 
 }  // namespace
 
-SchedulerService::SchedulerService(SchedulerState* state, SchedulerServiceOptions options)
-    : state_(state), options_(std::move(options)) {}
+SchedulerService::SchedulerService(SchedulerState* state, ProgressTracker* progress,
+                                   SchedulerServiceOptions options)
+    : state_(state), progress_(progress), options_(std::move(options)) {}
 
 grpc::Status SchedulerService::CheckToken(grpc::CallbackServerContext* ctx) const {
   if (options_.token.empty()) return grpc::Status::OK;
@@ -346,8 +347,11 @@ StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(SchedulerConfi
   std::unique_ptr<SchedulerServer> s(new SchedulerServer());
   s->options_ = std::move(options);
   const Clock* clock = s->options_.clock != nullptr ? s->options_.clock : &s->steady_clock_;
+  const int32_t num_workers = config.num_workers;
   s->state_ = std::make_unique<SchedulerState>(std::move(config), clock);
-  s->service_ = std::make_unique<SchedulerService>(s->state_.get(), s->options_.service);
+  s->progress_ = std::make_unique<ProgressTracker>(s->options_.progress, num_workers, clock);
+  s->service_ = std::make_unique<SchedulerService>(s->state_.get(), s->progress_.get(),
+                                                   s->options_.service);
 
   grpc::ServerBuilder builder;
   const std::string listen = JoinHostPort(s->options_.host, s->options_.port);

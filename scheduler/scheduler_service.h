@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "scheduler/clock.h"
+#include "scheduler/progress_tracker.h"
 #include "scheduler/scheduler_state.h"
 #include "trellis/v1/scheduler.grpc.pb.h"
 
@@ -35,8 +36,9 @@ using SchedulerServiceBase = v1::Scheduler::WithRawCallbackMethod_GetCluster<
 
 class SchedulerService final : public SchedulerServiceBase {
  public:
-  // `state` outlives the service.
-  SchedulerService(SchedulerState* state, SchedulerServiceOptions options);
+  // `state` and `progress` outlive the service.
+  SchedulerService(SchedulerState* state, ProgressTracker* progress,
+                   SchedulerServiceOptions options);
 
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                    v1::GetJobResponse* resp) override;
@@ -85,6 +87,13 @@ class SchedulerService final : public SchedulerServiceBase {
   grpc::ServerUnaryReactor* Resume(grpc::CallbackServerContext* ctx,
                                    const v1::ResumeRequest* req,
                                    v1::ResumeResponse* resp) override;
+  // Training progress (scheduler_service_progress.cc).
+  grpc::ServerUnaryReactor* ReportProgress(grpc::CallbackServerContext* ctx,
+                                           const v1::ReportProgressRequest* req,
+                                           v1::ReportProgressResponse* resp) override;
+  grpc::ServerUnaryReactor* GetProgress(grpc::CallbackServerContext* ctx,
+                                        const v1::GetProgressRequest* req,
+                                        v1::JobProgress* resp) override;
 
  private:
   // UNAUTHENTICATED unless the call carries the job token.
@@ -105,6 +114,7 @@ class SchedulerService final : public SchedulerServiceBase {
                                       MakeMessage make);
 
   SchedulerState* const state_;
+  ProgressTracker* const progress_;
   const SchedulerServiceOptions options_;
   AnswerCache view_cache_;
   AnswerCache map_cache_;
@@ -120,6 +130,7 @@ struct SchedulerServerOptions {
   int port = 0;  // 0: pick a free port (see SchedulerServer::port())
   SchedulerServiceOptions service;
   std::chrono::milliseconds sweep_interval{50};  // dead-node and deadline checks
+  ProgressOptions progress;                      // spec.monitoring
   const Clock* clock = nullptr;                  // default: the steady clock
 };
 
@@ -137,6 +148,7 @@ class SchedulerServer {
   // host:port to connect to ("127.0.0.1:port" when bound to the wildcard address).
   std::string address() const;
   SchedulerState& state() { return *state_; }
+  ProgressTracker& progress() { return *progress_; }
 
   // Answers every waiting call (UNAVAILABLE), stops the server and the sweeper. Idempotent.
   void Shutdown();
@@ -148,6 +160,7 @@ class SchedulerServer {
   SteadyClock steady_clock_;
   SchedulerServerOptions options_;
   std::unique_ptr<SchedulerState> state_;
+  std::unique_ptr<ProgressTracker> progress_;
   std::unique_ptr<SchedulerService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

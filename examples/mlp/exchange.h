@@ -35,6 +35,10 @@ class Exchange {
   virtual Status Wait(int layer) = 0;
   // Sums a few numbers over all workers (end-of-run statistics). Blocking, collective.
   virtual StatusOr<std::vector<double>> SumStats(const std::vector<double>& values) = 0;
+  // Training progress after global step `step` (Worker::ReportProgress): samples this worker
+  // processed in it, its loss, and the job's total steps.
+  virtual void ReportProgress(int64_t /*step*/, int64_t /*samples*/, double /*loss*/,
+                              int64_t /*total_steps*/) {}
   virtual uint64_t bytes_pushed() const = 0;
   virtual uint64_t bytes_pulled() const = 0;
   // Gradient bytes that went through the job's compression, before and after (0: none).

@@ -116,6 +116,17 @@ const std::map<std::string, Setter>& Setters() {
          TRELLIS_ASSIGN_OR_RETURN(o.stop_at_step, ParseInt("stop-at-step", v, 0));
          return Status::Ok();
        }},
+      {"slow-rank", [](TrainOptions& o, const std::string& v) -> Status {
+         TRELLIS_ASSIGN_OR_RETURN(int64_t r, ParseInt("slow-rank", v, 0));
+         if (r > 100000) return InvalidArgumentError("--slow-rank: at most 100000, got '" + v + "'");
+         o.slow_rank = static_cast<int32_t>(r);
+         return Status::Ok();
+       }},
+      {"step-sleep-ms", [](TrainOptions& o, const std::string& v) -> Status {
+         TRELLIS_ASSIGN_OR_RETURN(o.step_sleep_ms, ParseInt("step-sleep-ms", v, 0));
+         if (o.step_sleep_ms > 60000) return InvalidArgumentError("--step-sleep-ms: at most 60000, got '" + v + "'");
+         return Status::Ok();
+       }},
       {"layers", [](TrainOptions& o, const std::string& v) -> Status {
          TRELLIS_ASSIGN_OR_RETURN(o.sizes, ParseSizes(v));
          return Status::Ok();
@@ -199,6 +210,8 @@ std::string TrainUsage() {
   --min-margin X        redraw samples whose teacher top-2 logit gap is below X (default 0.3)
   --layers A,B,...      layer sizes, input first, classes last (default 64,1024,768,256,10)
   --stop-at-step N      end (exit 0) after global step N, e.g. right after a checkpoint
+  --slow-rank R         worker rank R sleeps --step-sleep-ms per step: a straggler on purpose
+  --step-sleep-ms MS    (for seeing the Straggler condition; default none)
   --local               train in this process without Trellis (same data and math)
 
 Checkpoints: with the job's spec.checkpoint.path set, rank 0 saves the weights and momentum every

@@ -22,6 +22,8 @@ struct TrainOptions {
   int64_t test_samples = 2048;
   TaskOptions task;
   int64_t stop_at_step = 0;        // > 0: end after this global step (checkpoint tests)
+  int32_t slow_rank = -1;          // this worker rank sleeps step_sleep_ms per step (stragglers)
+  int64_t step_sleep_ms = 0;
   bool local = false;              // train in this process without Trellis
   bool help = false;
 };

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "examples/mlp/dataset.h"
 #include "examples/mlp/rng.h"
@@ -81,6 +82,9 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
                                 std::to_string(batch));
   }
 
+  const int64_t total_steps =
+      options.stop_at_step > 0 ? std::min(options.stop_at_step, steps_per_epoch * options.epochs)
+                               : steps_per_epoch * options.epochs;
   const int layers = model.num_layers();
   std::vector<std::vector<float>> velocity(layers);
   for (int l = 0; l < layers; ++l) velocity[l].assign(model.layer_size(l), 0.0f);
@@ -160,11 +164,16 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
       // are not pushed yet: the commit point of the previous step (a restarted worker resumes
       // from it; it replays the shuffles above like a restore).
       TRELLIS_RETURN_IF_ERROR(exchange.Commit(epoch_first + step));
-      loss_sum += model.LossAndGradient(yb.data(), batch);
+      const double loss = model.LossAndGradient(yb.data(), batch);
+      loss_sum += loss;
+      if (rank == options.slow_rank && options.step_sleep_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(options.step_sleep_ms));
+      }
       model.Backward(xb.data(), batch, start_layer);
       if (!comm_error.ok()) return comm_error;
       ++report.steps;
       const int64_t global_step = epoch_first + step + 1;
+      exchange.ReportProgress(global_step, batch, loss, total_steps);
       if (exchange.CheckpointDue(global_step)) {
         TRELLIS_RETURN_IF_ERROR(finish_all());
         TRELLIS_RETURN_IF_ERROR(exchange.SaveCheckpoint(global_step));

@@ -50,4 +50,14 @@ StatusOr<std::vector<double>> TrellisExchange::SumStats(const std::vector<double
   return std::vector<double>(buf.begin(), buf.begin() + static_cast<int64_t>(values.size()));
 }
 
+void TrellisExchange::ReportProgress(int64_t step, int64_t samples, double loss,
+                                     int64_t total_steps) {
+  // Progress is for display: a failure here must not stop training.
+  if (total_steps != total_steps_) {
+    total_steps_ = total_steps;
+    (void)worker_->SetTotalSteps(total_steps);
+  }
+  (void)worker_->ReportProgress(step, samples, loss);
+}
+
 }  // namespace trellis::mlp

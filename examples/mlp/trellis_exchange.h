@@ -26,12 +26,14 @@ class TrellisExchange : public Exchange {
   void Start(int layer, float* grad, int priority) override;
   Status Wait(int layer) override;
   StatusOr<std::vector<double>> SumStats(const std::vector<double>& values) override;
+  void ReportProgress(int64_t step, int64_t samples, double loss, int64_t total_steps) override;
   uint64_t bytes_pushed() const override { return worker_->bytes_pushed(); }
   uint64_t bytes_pulled() const override { return worker_->bytes_pulled(); }
   uint64_t compressed_bytes_in() const override { return worker_->compression_stats().bytes_in; }
   uint64_t compressed_bytes_out() const override { return worker_->compression_stats().bytes_out; }
 
  private:
+  int64_t total_steps_ = 0;  // last given to SetTotalSteps
   explicit TrellisExchange(std::unique_ptr<Worker> worker) : worker_(std::move(worker)) {}
 
   static constexpr int64_t kStatsSlots = 8;

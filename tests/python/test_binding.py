@@ -65,6 +65,10 @@ def test_local_mode_is_one_worker():
     trellis.broadcast(k, a).wait()
     trellis.barrier("b")
     assert trellis.bytes_pushed() == 0
+    trellis.set_total_steps(10)         # progress: nothing to report to, and no error
+    trellis.report_progress(1, samples=4, loss=0.5)
+    with pytest.raises(trellis.TrellisError, match="step and samples must be >= 0"):
+        trellis.report_progress(-1)
 
 
 def test_local_mode_errors_read_like_the_library():

@@ -227,6 +227,18 @@ int trellis_barrier(trellis_worker_t* worker, const char* name) {
   return Guard(kWhat, [&] { return Report(worker->impl->Barrier(name)); });
 }
 
+int trellis_report_progress(trellis_worker_t* worker, int64_t step, int64_t samples, double loss) {
+  constexpr const char* kWhat = "trellis_report_progress";
+  if (worker == nullptr) return NullArgument(kWhat, "worker");
+  return Guard(kWhat, [&] { return Report(worker->impl->ReportProgress(step, samples, loss)); });
+}
+
+int trellis_set_total_steps(trellis_worker_t* worker, int64_t total_steps) {
+  constexpr const char* kWhat = "trellis_set_total_steps";
+  if (worker == nullptr) return NullArgument(kWhat, "worker");
+  return Guard(kWhat, [&] { return Report(worker->impl->SetTotalSteps(total_steps)); });
+}
+
 uint64_t trellis_bytes_pushed(const trellis_worker_t* worker) {
   return worker == nullptr ? 0 : worker->impl->bytes_pushed();
 }

@@ -52,6 +52,13 @@ Handle::Handle(std::shared_ptr<State> state) : state_(std::move(state)) {}
 Status Handle::Wait() const {
   if (!state_) return Status::Ok();
   std::unique_lock lock(state_->mu);
+  if (!state_->done.load() && state_->wait_ns) {
+    const auto start = State::Clock::now();
+    state_->cv.wait(lock, [this] { return state_->done.load(); });
+    state_->wait_ns->fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(State::Clock::now() - start).count(),
+        std::memory_order_relaxed);
+  }
   state_->cv.wait(lock, [this] { return state_->done.load(); });
   return state_->status;
 }

@@ -69,6 +69,13 @@ class LocalGroupWorker final : public Worker {
   uint64_t bytes_pushed() const override { return inner_->bytes_pushed(); }
   uint64_t bytes_pulled() const override { return inner_->bytes_pulled(); }
   CompressionStats compression_stats() const override { return inner_->compression_stats(); }
+  // The pod reports as one worker (its pod rank): local rank 0's reports go to the scheduler.
+  Status ReportProgress(int64_t step, int64_t samples, double loss) override {
+    return local_ == 0 ? inner_->ReportProgress(step, samples * g_, loss) : Status::Ok();
+  }
+  Status SetTotalSteps(int64_t total_steps) override {
+    return local_ == 0 ? inner_->SetTotalSteps(total_steps) : Status::Ok();
+  }
 
   const char* group_kind() const { return reduce_->kind(); }
   MetricsRegistry& metrics() { return *metrics_; }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <cstdint>
 #include <mutex>
 #include <shared_mutex>
@@ -27,6 +28,9 @@ struct Handle::State {
   Clock::time_point deadline;
   std::vector<uint32_t> slice_index;  // per part: the key's slice number
   std::vector<int32_t> slice_server;  // per part: its server
+  // Where Wait() adds the time it blocked (the worker's wait total, for ReportProgress's busy
+  // time); null: not counted. Shared: a handle may outlive its worker.
+  std::shared_ptr<std::atomic<int64_t>> wait_ns;
 
   std::atomic<int64_t> remaining{0};
   // closed: the outcome is decided, no more copies into `out` (set under data_mu exclusive).

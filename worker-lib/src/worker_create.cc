@@ -157,6 +157,8 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
         [&](milliseconds left) { return c->WatchRejoins(rank, incarnation, m, left); }, w);
   };
   setup.rejoin_served = [c](const v1::RejoinServedRequest& r) { return c->RejoinServed(r); };
+  // Dropped when it fails (a restarting scheduler): the next interval's report carries on.
+  setup.report_progress = [c](const v1::ReportProgressRequest& r) { return c->ReportProgress(r); };
   setup.keep_alive = session;
   setup.retain_pushes = job->recovery.retainPushes;
   // A restarted server reports ready again, maybe at another port: ask the cluster view.

@@ -55,7 +55,8 @@ WorkerImpl::WorkerImpl(WorkerSetup setup)
                               : std::make_shared<MetricsRegistry>(MetricLabels{"", "worker", setup_.rank})),
       series_(*metrics_),
       slice_metrics_(*metrics_),
-      queue_(setup_.water_mark) {
+      queue_(setup_.water_mark),
+      progress_(setup_.rank, setup_.incarnation, setup_.report_progress, wait_ns_.get()) {
   compression_metrics_ = {
       &metrics_->Counter("trellis_worker_compression_input_bytes_total",
                          "Gradient bytes of compressed pushes, before compression (float32)."),
@@ -398,6 +399,7 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
 
 Handle WorkerImpl::Launch(std::shared_ptr<Handle::State> st, int priority,
                           std::vector<Task> tasks) {
+  st->wait_ns = wait_ns_;
   {
     std::lock_guard lock(watch_mu_);
     live_.push_back(st);
@@ -484,7 +486,10 @@ Status WorkerImpl::Barrier(const std::string& name) {
   }
   const auto start = std::chrono::steady_clock::now();
   Status st = setup_.barrier(name, gen);
-  series_.BarrierWaited(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  const auto waited = std::chrono::steady_clock::now() - start;
+  wait_ns_->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count(),
+                      std::memory_order_relaxed);
+  series_.BarrierWaited(std::chrono::duration<double>(waited).count());
   if (!st.ok()) return st.Annotate("Barrier '" + name + "'");
   return st;
 }

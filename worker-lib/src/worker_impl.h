@@ -27,6 +27,7 @@
 #include "trellis/v1/scheduler.pb.h"
 #include "worker-lib/codec/twobit_codec.h"
 #include "worker-lib/src/op_state.h"
+#include "worker-lib/src/progress_reporter.h"
 #include "worker-lib/src/slice_queue.h"
 #include "worker-lib/src/slice_metrics.h"
 #include "worker-lib/src/transport.h"
@@ -83,6 +84,8 @@ struct WorkerSetup {
                                                    std::chrono::milliseconds)>
       watch_rejoins;
   std::function<Status(const v1::RejoinServedRequest&)> rejoin_served;
+  // Sends a batched progress report (the scheduler's ReportProgress); null: reports are dropped.
+  std::function<Status(const v1::ReportProgressRequest&)> report_progress;
   // Kept alive as long as the worker (e.g. the scheduler client the hooks use).
   std::shared_ptr<void> keep_alive;
   // The process's metrics (job, role worker, rank); null: the worker makes its own.
@@ -115,6 +118,11 @@ class WorkerImpl final : public Worker {
   uint64_t bytes_pushed() const override { return bytes_pushed_.load(); }
   uint64_t bytes_pulled() const override { return bytes_pulled_.load(); }
   CompressionStats compression_stats() const override;
+  Status ReportProgress(int64_t step, int64_t samples, double loss) override {
+    return progress_.Report(step, samples, loss);
+  }
+  Status SetTotalSteps(int64_t total_steps) override { return progress_.SetTotalSteps(total_steps); }
+  int64_t progress_reports_sent() const { return progress_.reports_sent(); }
 
   // Scheduling figures (tests, metrics): queue depth per priority band, places taken.
   std::array<size_t, SliceQueue<int>::kBands> queued_by_band() const {
@@ -238,6 +246,10 @@ class WorkerImpl final : public Worker {
   std::list<std::weak_ptr<Handle::State>> live_;  // GUARDED_BY(watch_mu_)
   bool stopping_ = false;                          // GUARDED_BY(watch_mu_)
   std::thread watchdog_;
+
+  // Time the program spent blocked in Wait() and Barrier(), in ns (ReportProgress's busy time).
+  const std::shared_ptr<std::atomic<int64_t>> wait_ns_ = std::make_shared<std::atomic<int64_t>>(0);
+  ProgressReporter progress_;  // declared last: its thread stops first
 };
 
 }  // namespace trellis

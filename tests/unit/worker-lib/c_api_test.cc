@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #ifdef TRELLIS_C_API_HAVE_CLUSTER
@@ -91,6 +93,9 @@ TEST(CApiTest, NullArgumentsAreErrorsNotCrashes) {
   EXPECT_EQ(trellis_declare_key(nullptr, 0, "k", 4), TRELLIS_INVALID_ARGUMENT);
   EXPECT_EQ(trellis_finish_declarations(nullptr), TRELLIS_INVALID_ARGUMENT);
   EXPECT_EQ(trellis_barrier(nullptr, "b"), TRELLIS_INVALID_ARGUMENT);
+  EXPECT_EQ(trellis_report_progress(nullptr, 1, 32, 0.5), TRELLIS_INVALID_ARGUMENT);
+  EXPECT_STREQ(trellis_last_error(), "trellis_report_progress: worker is NULL");
+  EXPECT_EQ(trellis_set_total_steps(nullptr, 10), TRELLIS_INVALID_ARGUMENT);
   EXPECT_EQ(trellis_handle_wait(nullptr), TRELLIS_INVALID_ARGUMENT);
   EXPECT_STREQ(trellis_last_error(), "trellis_handle_wait: handle is NULL");
   EXPECT_EQ(trellis_handle_done(nullptr), -1);
@@ -190,6 +195,13 @@ TEST(CApiClusterTest, EveryCallRoundTripsAgainstInProcessServers) {
   }
 
   // Barrier: collective across both workers.
+  // Progress: recorded per step (workers built by hand have no scheduler to send it to).
+  EXPECT_EQ(trellis_set_total_steps(w[0], 100), TRELLIS_OK);
+  EXPECT_EQ(trellis_report_progress(w[0], 1, 32, 0.5), TRELLIS_OK);
+  EXPECT_EQ(trellis_report_progress(w[0], 2, 32, NAN), TRELLIS_OK);
+  EXPECT_EQ(trellis_report_progress(w[0], -1, 32, 0.5), TRELLIS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(trellis_last_error()).find("step and samples must be >= 0"), std::string::npos)
+      << trellis_last_error();
   std::thread peer([&] { EXPECT_EQ(trellis_barrier(w[1], "end"), TRELLIS_OK); });
   EXPECT_EQ(trellis_barrier(w[0], "end"), TRELLIS_OK) << trellis_last_error();
   peer.join();

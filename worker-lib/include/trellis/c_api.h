@@ -36,7 +36,7 @@
 extern "C" {
 #endif
 
-#define TRELLIS_C_API_VERSION 1
+#define TRELLIS_C_API_VERSION 2 /* 2: trellis_report_progress, trellis_set_total_steps */
 
 typedef enum trellis_status_code {
   TRELLIS_OK = 0,
@@ -122,6 +122,13 @@ void trellis_handle_free(trellis_handle_t* handle);
 
 /* Blocks until every worker reached the barrier of this name. */
 int trellis_barrier(trellis_worker_t* worker, const char* name);
+
+/* Training progress (since API version 2; docs/user-guide.md#progress): call once per step,
+ * after it. samples: this worker's samples in the step (0: not known); loss: NAN for none.
+ * Cheap: the library sends what it recorded to the scheduler about once a second. */
+int trellis_report_progress(trellis_worker_t* worker, int64_t step, int64_t samples, double loss);
+/* The number of steps the job will run (> 0), for the ETA. */
+int trellis_set_total_steps(trellis_worker_t* worker, int64_t total_steps);
 
 /* Payload bytes this worker sent / received on the data path; 0 when worker is NULL. */
 uint64_t trellis_bytes_pushed(const trellis_worker_t* worker);

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -132,6 +133,16 @@ class Worker {
   virtual uint64_t bytes_pulled() const = 0;
   // Compression of pushes so far (the job's spec.compression; see docs/compression.md).
   virtual CompressionStats compression_stats() const = 0;
+
+  // Training progress (docs/user-guide.md#progress): call once per step, after it, with the
+  // step's number (>= 0, counting as you like), the samples this worker processed in it (0: not
+  // known) and its loss (NaN: none). Cheap: it only records; a library thread sends what was
+  // recorded to the scheduler about once a second, so the job's status shows step, samples/s,
+  // ETA, loss and which worker is a straggler. Errors only for negative step or samples.
+  virtual Status ReportProgress(int64_t step, int64_t samples = 0,
+                                double loss = std::numeric_limits<double>::quiet_NaN()) = 0;
+  // The number of steps the job will run (> 0), for the ETA; 0: not known (the default).
+  virtual Status SetTotalSteps(int64_t total_steps) = 0;
 };
 
 }  // namespace trellis

@@ -6,6 +6,7 @@
 #include <pybind11/eval.h>
 #include <pybind11/stl.h>
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -284,5 +285,16 @@ class TrellisError(RuntimeError):
           },
           py::arg("key"), py::arg("data"), py::arg("root") = 0)
       .def("barrier", &PyWorker::Barrier, py::arg("name"))
+      .def(
+          "report_progress",
+          [](PyWorker& w, int64_t step, int64_t samples, double loss) {
+            Check(w.w().ReportProgress(step, samples, loss));  // records only: keeps the GIL
+          },
+          py::arg("step"), py::arg("samples") = 0,
+          py::arg("loss") = std::numeric_limits<double>::quiet_NaN())
+      .def(
+          "set_total_steps",
+          [](PyWorker& w, int64_t total) { Check(w.w().SetTotalSteps(total)); },
+          py::arg("total_steps"))
       .def("close", &PyWorker::Close);
 }

@@ -23,7 +23,8 @@ from . import _trellis
 
 __all__ = ["TrellisError", "available", "init", "shutdown", "is_initialized", "is_local",
            "rank", "size", "num_servers", "declare", "finish_declarations", "push_pull",
-           "broadcast", "barrier", "bytes_pushed", "bytes_pulled"]
+           "broadcast", "barrier", "bytes_pushed", "bytes_pulled", "report_progress",
+           "set_total_steps"]
 
 _NAMED_KEY_BASE = 1 << 40  # ids of keys declared by name; small ids stay free for the user
 
@@ -271,3 +272,24 @@ def bytes_pushed():
 def bytes_pulled():
     s = _get()
     return 0 if s.local else s.worker.bytes_pulled
+
+
+def report_progress(step, samples=0, loss=None):
+    """Records training progress after a step (docs/user-guide.md#progress): the step number,
+    the samples this worker processed in it (0: not known) and its loss (None: none). Cheap:
+    the library sends one batched report to the scheduler about once a second. trellis.torch's
+    DistributedOptimizer calls this from step() for you. A local session records nothing."""
+    s = _get()
+    if s.local:
+        if int(step) < 0 or int(samples) < 0:
+            raise TrellisError(3, "INVALID_ARGUMENT", "ReportProgress: step and samples must be "
+                               ">= 0, got step %d, samples %d" % (int(step), int(samples)))
+        return
+    s.worker.report_progress(int(step), int(samples), float("nan") if loss is None else float(loss))
+
+
+def set_total_steps(total_steps):
+    """The number of steps the job will run, for the ETA in the job's status (0: not known)."""
+    s = _get()
+    if not s.local:
+        s.worker.set_total_steps(int(total_steps))

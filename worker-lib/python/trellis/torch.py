@@ -22,6 +22,7 @@ before the optimizer update, so every worker ends the first step with identical 
 import io
 import os
 import struct
+import time
 
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ import trellis as _trellis
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
            "broadcast_object", "save_checkpoint", "load_checkpoint", "CheckpointError", "is_sealed",
-           "seal"]
+           "seal", "report_loss"]
 
 _CHANNEL_KEY = 1 << 62        # the broadcast channel's key id
 _CHANNEL_FLOATS = 1 << 18     # 1 MiB per broadcast round
@@ -290,11 +291,41 @@ class _DistributedMixin:
         if not self._trellis_synced:
             self.synchronize()
         self._trellis_synced = False
-        return super().step(closure)
+        loss = super().step(closure)
+        self._trellis_report(loss)
+        return loss
+
+    def _trellis_report(self, loss):
+        """Progress after each step (docs/pytorch.md#progress): the step count, batch_size
+        samples, and the loss from step(closure) or report_loss(). The loss is read (float(),
+        a device sync on a GPU) at most twice a second; the library batches the rest."""
+        self._trellis_steps += 1
+        if loss is None:
+            loss = _progress["loss"]
+        _progress["loss"] = None
+        value = None
+        now = time.monotonic()
+        if loss is not None and now - _progress["read_at"] >= 0.5:
+            _progress["read_at"] = now
+            value = float(loss)
+        _trellis.report_progress(self._trellis_steps, self._trellis_batch_size, value)
 
 
-def DistributedOptimizer(optimizer, named_parameters=None):
+_progress = {"loss": None, "read_at": float("-inf")}
+
+
+def report_loss(loss):
+    """Gives the loss of the current step (a number or a 0-d tensor) to the progress report
+    the next DistributedOptimizer.step() sends; step(closure) reports the closure's loss itself."""
+    _progress["loss"] = loss
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, total_steps=None):
     """Makes `optimizer` (any torch.optim.Optimizer) data-parallel; returns the same object.
+
+    Every step() also reports progress (docs/pytorch.md#progress): the step count, `batch_size`
+    samples per step on this worker when given, the loss from step(closure) or report_loss(),
+    and `total_steps` (for the ETA) when given.
 
     During backward each parameter's gradient starts its push_pull the moment it is
     accumulated (priority -index: the first layers, needed first by the next forward, go
@@ -327,6 +358,10 @@ def DistributedOptimizer(optimizer, named_parameters=None):
     optimizer._trellis_accs = {}
     optimizer._trellis_handles = {}
     optimizer._trellis_synced = False
+    optimizer._trellis_steps = 0
+    optimizer._trellis_batch_size = int(batch_size or 0)
+    if total_steps:
+        _trellis.set_total_steps(int(total_steps))
     start = len(_state.params)
     _state.register(kept, optimizer)
     for name, p, key, prio, _ in _state.params[start:]:

@@ -1,0 +1,78 @@
+// Training progress of one job, aggregated from the workers' ReportProgress calls
+// (docs/kubernetes.md#progress): step, total, samples/s, loss, ETA, the slowest rank and the
+// straggler. Kept apart from SchedulerState: it has its own lock and never blocks a control call.
+//
+// A straggler is judged on each rank's *busy* time per step (the time outside Trellis waits):
+// in synchronous training every rank's wall-clock step is the slowest rank's, so only the busy
+// time tells who holds the others back. A rank is above when its busy time exceeds `factor` x the
+// median of the other live ranks (and by at least `min_excess`, so the jitter of microsecond
+// steps is not a straggler); above without a break for `window`, it is the straggler (the one
+// with the highest busy time when several are).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/clock.h"
+#include "trellis/v1/scheduler.pb.h"
+
+namespace trellis {
+
+struct ProgressOptions {
+  double straggler_factor = 2.0;                    // spec.monitoring.straggler.factor
+  std::chrono::milliseconds straggler_window{30000};  // spec.monitoring.straggler.windowSeconds
+  std::chrono::milliseconds min_excess{5};           // busy - median must be at least this
+  std::chrono::milliseconds stale_after{15000};      // a rank silent this long is not live
+  // Straggler states are re-judged at most this often (a report from each of 10^4 ranks a
+  // second must not sort 10^4 figures each time).
+  std::chrono::milliseconds judge_interval{250};
+};
+
+class ProgressTracker {
+ public:
+  // REQUIRES: num_workers >= 1; `clock` outlives the tracker.
+  ProgressTracker(ProgressOptions options, int32_t num_workers, const Clock* clock);
+
+  // INVALID_ARGUMENT for a rank outside [0, num_workers), steps < 1, negative or non-finite
+  // figures. A report of an older incarnation than the rank's last is ignored.
+  Status Report(const v1::ReportProgressRequest& req);
+  // The job's progress now; `view` (the scheduler's cluster view) gives pod names and which
+  // workers exited or are dead (those are not live).
+  v1::JobProgress Snapshot(const v1::ClusterView& view) const;
+
+  const ProgressOptions& options() const { return options_; }
+
+ private:
+  using TimePoint = Clock::TimePoint;
+  struct Rank {
+    bool reported = false;
+    int64_t incarnation = 0;
+    int64_t step = 0;
+    double step_seconds = 0;
+    double busy_seconds = 0;
+    double samples_per_second = 0;
+    TimePoint last_report{};
+    bool above = false;
+    TimePoint above_since{};
+  };
+  // For each live rank (by `live`), whether its busy time is above the others' median;
+  // `median_of_others[i]` gets that median. REQUIRES: mu_ held.
+  std::vector<bool> Above(const std::vector<bool>& live,
+                          std::vector<double>* median_of_others) const;
+  bool RecentLocked(const Rank& r, TimePoint now) const;
+  void JudgeLocked(TimePoint now);
+
+  const ProgressOptions options_;
+  const Clock* const clock_;
+  mutable std::mutex mu_;
+  std::vector<Rank> ranks_;     // GUARDED_BY(mu_); index = worker rank
+  int64_t total_steps_ = 0;     // GUARDED_BY(mu_)
+  bool has_loss_ = false;       // GUARDED_BY(mu_)
+  double loss_ = 0;             // GUARDED_BY(mu_)
+  TimePoint last_judged_{};     // GUARDED_BY(mu_)
+};
+
+}  // namespace trellis

@@ -1,0 +1,64 @@
+// Worker::ReportProgress behind the API: records each step in memory and sends one batched
+// ReportProgressRequest per interval from its own thread (started by the first report), so a
+// program may call it every step at the cost of a lock and two clock reads. Busy time is wall
+// time minus the time the program spent blocked in Trellis waits (`wait_ns`, kept by
+// Handle::Wait and Barrier), which is what shows a straggler in synchronous training.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "common/status.h"
+#include "trellis/v1/scheduler.pb.h"
+
+namespace trellis {
+
+class ProgressReporter {
+ public:
+  using Send = std::function<Status(const v1::ReportProgressRequest&)>;
+  using Clock = std::chrono::steady_clock;
+
+  // `send` null: reports are recorded and dropped (a worker built without a scheduler).
+  // `wait_ns` outlives the reporter.
+  ProgressReporter(int32_t rank, int64_t incarnation, Send send,
+                   const std::atomic<int64_t>* wait_ns,
+                   std::chrono::milliseconds interval = std::chrono::milliseconds(1000));
+  ~ProgressReporter();  // sends what is left (unless the last send failed), joins the thread
+  ProgressReporter(const ProgressReporter&) = delete;
+  ProgressReporter& operator=(const ProgressReporter&) = delete;
+
+  Status Report(int64_t step, int64_t samples, double loss);
+  Status SetTotalSteps(int64_t total_steps);
+  int64_t reports_sent() const { return sent_.load(); }
+
+ private:
+  void Loop();
+  // Moves the batch into `out`; false when it holds no step. REQUIRES: mu_ held.
+  bool TakeLocked(v1::ReportProgressRequest* out);
+
+  const int32_t rank_;
+  const int64_t incarnation_;
+  const Send send_;
+  const std::atomic<int64_t>* const wait_ns_;
+  const std::chrono::milliseconds interval_;
+  std::atomic<int64_t> sent_{0};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool started_ = false;                   // GUARDED_BY(mu_): the thread runs
+  bool stopping_ = false;                  // GUARDED_BY(mu_)
+  bool last_failed_ = false;               // GUARDED_BY(mu_)
+  bool marked_ = false;                    // GUARDED_BY(mu_): mark_ holds the last report's time
+  Clock::time_point mark_;                 // GUARDED_BY(mu_)
+  int64_t mark_wait_ns_ = 0;               // GUARDED_BY(mu_)
+  v1::ReportProgressRequest batch_;        // GUARDED_BY(mu_): the steps since the last send
+  int64_t total_steps_ = 0;                // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace trellis
