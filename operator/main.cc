@@ -15,6 +15,7 @@
 #include "operator/leader_election.h"
 #include "common/metrics_http.h"
 #include "operator/operator_metrics.h"
+#include "operator/progress_poller.h"
 #include "operator/reconciler.h"
 
 namespace {
@@ -24,6 +25,7 @@ constexpr char kUsage[] =
     "         [--client-certificate PATH --client-key PATH]] [--namespace NS]\n"
     "         [--image IMAGE] [--metrics-host HOST] [--metrics-port PORT] [--resync-seconds N]\n"
     "         [--watch-timeout-seconds N] [--leader-elect true|false] [--lease-namespace NS]\n"
+    "         [--progress-seconds N] [--scheduler-addresses FILE]\n"
     "  Without --kubeconfig or --server: in-cluster config (service account, KUBERNETES_SERVICE_HOST).\n"
     "  --kubeconfig: its current context; token, tokenFile or client-certificate/-key (or their -data)\n"
     "  --token-file: read again every minute and after a 401 (rotated service-account tokens)\n"
@@ -35,7 +37,11 @@ constexpr char kUsage[] =
     "  --image: the image of pods whose TrainingJob sets no spec.image\n"
     "  --metrics-port: /metrics and /healthz (default 8080; 0 disables)\n"
     "  --leader-elect: hold the Lease trellis-operator before reconciling (replicas > 1); the Lease\n"
-    "    lives in --lease-namespace (default: the service account's namespace)\n";
+    "    lives in --lease-namespace (default: the service account's namespace)\n"
+    "  --progress-seconds: how often status.progress is read from each running job's scheduler and\n"
+    "    written (default 5; at most one status write per job per round)\n"
+    "  --scheduler-addresses: JSON {\"<ns>/<job>-scheduler:<port>\": \"host:port\"} for clusters whose\n"
+    "    Services the operator cannot reach by DNS (test clusters); default <job>-scheduler.<ns>.svc\n";
 
 struct Flags {
   std::string kubeconfig, server, token_file, ns, image, metrics_host = "0.0.0.0";
@@ -43,6 +49,8 @@ struct Flags {
   int metrics_port = 8080, resync_seconds = 30, watch_timeout_seconds = 300, api_unhealthy_seconds = 60;
   bool leader_elect = false;
   std::string lease_namespace;
+  int progress_seconds = 5;
+  std::string scheduler_addresses;
 };
 
 trellis::StatusOr<int> ParseInt(const std::string& flag, const std::string& v, int lo, int hi) {
@@ -80,6 +88,8 @@ trellis::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
     else if (a == "--image") f.image = v;
     else if (a == "--metrics-host") f.metrics_host = v;
     else if (a == "--lease-namespace") f.lease_namespace = v;
+    else if (a == "--scheduler-addresses") f.scheduler_addresses = v;
+    else if (a == "--progress-seconds") { TRELLIS_ASSIGN_OR_RETURN(f.progress_seconds, ParseInt(a, v, 1, 3600)); }
     else if (a == "--leader-elect") {
       if (v != "true" && v != "false") {
         return trellis::InvalidArgumentError("flag --leader-elect: must be true or false, got \"" + v + "\"");
@@ -167,6 +177,11 @@ int main(int argc, char** argv) {
   opts.resync = std::chrono::seconds(flags->resync_seconds);
   opts.watch_timeout_seconds = flags->watch_timeout_seconds;
   Controller controller(client, reconciler, opts, [&](double s) { metrics->ObserveReconcile(s); });
+  ProgressPollerOptions progress_opts;
+  progress_opts.watch_namespace = flags->ns;
+  progress_opts.interval = std::chrono::seconds(flags->progress_seconds);
+  progress_opts.scheduler_addresses_file = flags->scheduler_addresses;
+  ProgressPoller progress(client, settings, progress_opts);
 
   // Standby replicas (waiting for the Lease) are healthy; the leader once it has listed.
   std::atomic<bool> leading{false};
@@ -217,6 +232,7 @@ int main(int argc, char** argv) {
   TLOG_INFO << "watching TrainingJobs on " << config->server
             << (flags->ns.empty() ? " in every namespace" : " in namespace " + flags->ns);
   controller.Start();
+  progress.Start();
   int sig = 0;
   if (elector) {
     // Renew every third of the lease; stop reconciling (and exit, to be restarted as a standby)
@@ -231,6 +247,7 @@ int main(int argc, char** argv) {
       } else if (r.ok() || std::chrono::steady_clock::now() - last_renewed > lease.duration) {
         TLOG_ERROR << "lost the Lease " << lease.ns << "/" << lease.name
                    << (r.ok() ? ": another replica holds it" : ": " + r.status().message()) << "; exiting";
+        progress.Stop();
         controller.Stop();
         return 1;
       }
@@ -239,6 +256,7 @@ int main(int argc, char** argv) {
     sigwait(&stop, &sig);
   }
   TLOG_INFO << "stopping on signal " << sig;
+  progress.Stop();
   controller.Stop();
   if (elector) {
     // Reconciling has stopped: hand the Lease over now rather than after its duration.

@@ -88,9 +88,10 @@ def _die_with_parent():
 
 
 class Kubelet:
-    def __init__(self, api, bin_dir, work_dir, namespace=None, rootfs=None):
+    def __init__(self, api, bin_dir, work_dir, namespace=None, rootfs=None, services_file=None):
         self.api, self.bin_dir, self.work_dir, self.namespace = api, bin_dir, work_dir, namespace
         self.rootfs = rootfs  # run pods inside this unpacked image (None: from bin_dir)
+        self.services_file = services_file  # where the operator finds the Services (JSON)
         self.procs = {}      # (ns, name, uid) -> Popen
         self.services = {}   # (ns, "<service>:<port>") -> "127.0.0.1:<local port>", kept for our lifetime
         self.done = set()    # uids that ran to the end
@@ -157,6 +158,7 @@ class Kubelet:
             svc = (ns, pod["metadata"]["labels"][LABEL_JOB] + "-scheduler:" + cport)
             # The same local port for a recreated scheduler pod: the Service name does not change.
             addr = self.services.setdefault(svc, "127.0.0.1:%d" % free_port())
+            self.write_services()
             port = addr.rsplit(":", 1)[1]
             argv = [("127.0.0.1" if a == "0.0.0.0" else a) for a in argv]
             argv = [(port if a == cport else a) for a in argv]
@@ -195,6 +197,15 @@ class Kubelet:
             wrapped += ["--workdir", container["workingDir"]]
         outer = {k: env[k] for k in ("TRELLIS_ENVTEST_MARK",) if k in env}
         return wrapped + ["--"] + argv, outer
+
+    def write_services(self):
+        """{"<ns>/<service>:<port>": "127.0.0.1:<local port>"}: the operator's --scheduler-addresses."""
+        if not self.services_file:
+            return
+        tmp = self.services_file + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"%s/%s" % k: v for k, v in self.services.items()}, f)
+        os.replace(tmp, self.services_file)
 
     def stop(self, p):
         try:
@@ -255,12 +266,15 @@ def main():
     ap.add_argument("--client-key")
     ap.add_argument("--token-file", help="bearer token, re-read for every request")
     ap.add_argument("--rootfs", help="run each pod inside this unpacked image (build/image/bundle/rootfs)")
+    ap.add_argument("--services-file", help="write the Services' local addresses here (JSON) for "
+                    "the operator's --scheduler-addresses")
     args = ap.parse_args()
     api = Api(args.server, args.ca_file, args.client_cert, args.client_key, args.token_file)
     rootfs = os.path.abspath(args.rootfs) if args.rootfs else None
     if rootfs and not os.path.isfile(os.path.join(rootfs, "..", "config.json")):
         ap.error("--rootfs %s: not the rootfs of an unpacked image (no ../config.json)" % rootfs)
-    k = Kubelet(api, os.path.abspath(args.bin_dir), os.path.abspath(args.work_dir), args.namespace, rootfs)
+    k = Kubelet(api, os.path.abspath(args.bin_dir), os.path.abspath(args.work_dir), args.namespace, rootfs,
+                args.services_file)
     signal.signal(signal.SIGTERM, k.shutdown)
     signal.signal(signal.SIGINT, k.shutdown)
     while True:

@@ -2,7 +2,8 @@
 """End to end on one machine: the API double, trellis-operator against it, and the test kubelet
 (tests/k8s_double/kubelet.py) running the pods the operator creates as local processes. A
 TrainingJob applied to the double trains the MLP (real scheduler, agents, servers, workers) and
-its status must end Succeeded, with rank 0 reporting the reached accuracy.
+its status must end Succeeded, with rank 0 reporting the reached accuracy. A job whose worker 1
+sleeps in every step gets status.progress and a Straggler condition naming that worker and pod.
 
 Usage: e2e_mlp_test.py REPO BIN_DIR
 """
@@ -52,10 +53,14 @@ class E2E(unittest.TestCase):
                               "--port-file", port_file])
         self.assertTrue(wait_for(lambda: os.path.exists(port_file), 20), "the API double did not start")
         self.server = "http://127.0.0.1:" + open(port_file).read().strip()
-        self.spawn("operator", [os.path.join(BIN, "trellis-operator"), "--server", self.server, "--metrics-port", "0"])
+        # The kubelet tells the operator where the schedulers' Services listen (no cluster DNS here).
+        services = os.path.join(self.dir, "services.json")
+        self.spawn("operator", [os.path.join(BIN, "trellis-operator"), "--server", self.server, "--metrics-port", "0",
+                                "--progress-seconds", "1", "--scheduler-addresses", services])
         os.makedirs(os.path.join(self.dir, "pods"))
         self.spawn("kubelet", ["/usr/bin/python3", os.path.join(REPO, "tests/k8s_double/kubelet.py"),
-                               "--server", self.server, "--bin-dir", BIN, "--work-dir", os.path.join(self.dir, "pods")])
+                               "--server", self.server, "--bin-dir", BIN, "--work-dir", os.path.join(self.dir, "pods"),
+                               "--services-file", services])
 
     def spawn(self, name, argv):
         log = open(os.path.join(self.dir, name + ".log"), "wb")
@@ -81,11 +86,14 @@ class E2E(unittest.TestCase):
         with urllib.request.urlopen(self.server + path, timeout=10) as r:
             return json.loads(r.read())
 
-    def test_mlp_trains_to_succeeded(self):
+    def create(self, job):
         req = urllib.request.Request(self.server + "/apis/trellis.io/v1alpha1/namespaces/default/trainingjobs",
-                                     data=json.dumps(JOB).encode(), method="POST")
+                                     data=json.dumps(job).encode(), method="POST")
         req.add_header("Content-Type", "application/json")
         urllib.request.urlopen(req, timeout=10).read()
+
+    def test_mlp_trains_to_succeeded(self):
+        self.create(JOB)
         phases = []
 
         def finished():
@@ -99,6 +107,9 @@ class E2E(unittest.TestCase):
         self.assertEqual(st["phase"], "Succeeded", json.dumps(st, indent=1) + "\nlogs in " + self.dir)
         self.assertIn("Running", phases)
         self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2)
+        # Progress was written while it ran (3 epochs of 8192 / 2 / 32 steps).
+        self.assertEqual(st.get("progress", {}).get("totalSteps"), 384, st)
+        self.assertGreater(st["progress"]["step"], 0, st)
         with open(os.path.join(self.dir, "pods", "mlp-tiny-worker-0.log"), errors="replace") as f:
             log = f.read()
         self.assertRegex(log, r"RESULT: test accuracy .* -- reached")
@@ -106,6 +117,46 @@ class E2E(unittest.TestCase):
         pods = wait_for(lambda: sorted(p["metadata"]["name"] for p in self.get(
             "/api/v1/namespaces/default/pods")["items"]) == ["mlp-tiny-worker-0", "mlp-tiny-worker-1"], 20)
         self.assertTrue(pods)
+
+    def test_slow_worker_is_named_in_the_straggler_condition(self):
+        job = json.loads(json.dumps(JOB))
+        job["metadata"]["name"] = "slow"
+        job["spec"]["workers"]["args"] += ["--slow-rank", "1", "--step-sleep-ms", "60"]
+        job["spec"]["monitoring"] = {"straggler": {"factor": 2, "windowSeconds": 3}}
+        self.create(job)
+        url = "/apis/trellis.io/v1alpha1/namespaces/default/trainingjobs/slow"
+        running = []
+
+        def straggler():
+            st = self.get(url).get("status", {})
+            if st.get("phase") == "Running" and st.get("progress"):
+                running.append(st["progress"])
+            for c in st.get("conditions", []):
+                if c["type"] == "Straggler" and c["status"] == "True":
+                    return st, c
+            return None
+
+        found = wait_for(straggler, 120)
+        self.assertTrue(found, "no Straggler condition (logs in %s); progress seen: %s" % (self.dir, running[-3:]))
+        st, cond = found
+        self.assertEqual(cond["reason"], "SlowWorker")
+        self.assertIn("worker rank 1 (pod slow-worker-1)", cond["message"])
+        # status.progress while running: present and sane.
+        self.assertTrue(running, st)
+        p = running[-1]
+        self.assertGreater(p["step"], 0, p)
+        self.assertEqual(p["totalSteps"], 384, p)
+        self.assertLessEqual(p["step"], p["totalSteps"], p)
+        self.assertGreater(p["samplesPerSecond"], 0, p)
+        self.assertLess(p["samplesPerSecond"], 64 / 0.06 * 1.5, p)  # 2 x 32 samples per >= 60 ms step
+        self.assertIn("loss", p)
+        self.assertGreaterEqual(p["etaSeconds"], 0, p)
+        self.assertEqual(st["progress"]["slowestRank"], 1, st)
+        self.assertEqual(st["progress"]["slowestPod"], "slow-worker-1", st)
+        self.assertGreater(st["progress"]["skew"], 2, st)
+        # Steps advance between polls: the operator keeps writing while the job runs.
+        steps = [q["step"] for q in running]
+        self.assertGreater(max(steps), min(steps), steps)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,9 @@ TEST(CrdTest, NamesScopeSubresourceAndPrinterColumns) {
   }
   EXPECT_EQ(columns, (std::set<std::string>{"Phase=.status.phase", "Workers=.status.workers",
                                             "Servers=.status.servers", "Restarts=.status.restarts",
+                                            "Step=.status.progress.step",
+                                            "Samples/s=.status.progress.samplesPerSecond",
+                                            "ETA=.status.progress.eta",
                                             "Age=.metadata.creationTimestamp"}));
 }
 

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "operator/job_status.h"
+#include "operator/progress_status.h"
 #include "tests/unit/operator/test_jobs.h"
 
 namespace trellis::op {
@@ -29,7 +30,9 @@ void CheckAgainst(const Json& v, const YAML::Node& schema, const std::string& wh
       EXPECT_TRUE(found) << where << " = " << v.as_string() << " is not in the enum";
     }
   } else if (v.is_integer()) {
-    EXPECT_EQ(type, "integer") << where;
+    EXPECT_TRUE(type == "integer" || type == "number") << where;
+  } else if (v.is_double()) {
+    EXPECT_EQ(type, "number") << where;
   } else {
     ADD_FAILURE() << where << ": unexpected JSON type";
   }
@@ -52,6 +55,27 @@ TEST(StatusSchemaTest, EveryStatusFieldTheOperatorWritesIsDeclared) {
   }
   job["spec"]["runPolicy"]["suspend"] = Json::boolean(true);
   CheckAgainst(PlanJob(job, ParseJobSpec(job.serialize()), {}, t0).status, status_schema, "status");
+  // Progress from the scheduler: status.progress and a Straggler condition.
+  v1::JobProgress progress;
+  progress.set_reported(true);
+  progress.set_step(120);
+  progress.set_total_steps(1000);
+  progress.set_samples_per_second(1234.5);
+  progress.set_has_loss(true);
+  progress.set_loss(0.25);
+  progress.set_eta_seconds(88.2);
+  progress.set_step_seconds(0.1);
+  progress.set_slowest_rank(1);
+  progress.set_slowest_pod("mlp-worker-1");
+  progress.set_skew(7.5);
+  progress.set_straggler_rank(1);
+  progress.set_straggler_pod("mlp-worker-1");
+  progress.add_ranks()->set_rank(0);
+  progress.add_ranks()->set_rank(1);
+  Json running = job;
+  ASSERT_TRUE(ApplyProgress(running["status"], progress, t0));
+  ASSERT_TRUE(At(running, {"status", "progress", "samplesPerSecond"})->is_double());
+  CheckAgainst(running["status"], status_schema, "status");
   Json bad = testing::ApiJob(R"({"workers":{}})");
   CheckAgainst(PlanJob(bad, ParseJobSpec(bad.serialize()), {}, t0).status, status_schema, "status");
 }

@@ -1,0 +1,141 @@
+#include "operator/progress_poller.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <cpprest/asyncrt_utils.h>
+
+#include "common/logging.h"
+#include "operator/job_status.h"
+#include "operator/progress_status.h"
+
+namespace trellis::op {
+
+ProgressPoller::ProgressPoller(KubeClient& client, OperatorSettings settings,
+                               ProgressPollerOptions options)
+    : client_(client), settings_(std::move(settings)), options_(std::move(options)) {}
+
+ProgressPoller::~ProgressPoller() { Stop(); }
+
+void ProgressPoller::Start() {
+  std::lock_guard lock(mu_);
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ProgressPoller::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ProgressPoller::Loop() {
+  pthread_setname_np(pthread_self(), "progress");
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, options_.interval, [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    PollOnce();
+    lock.lock();
+  }
+}
+
+int ProgressPoller::PollOnce() {
+  auto jobs = client_.List(kTrainingJobs, options_.watch_namespace);
+  if (!jobs.ok()) {
+    TLOG_WARN << "progress: cannot list TrainingJobs: " << jobs.status().message();
+    return 0;
+  }
+  int writes = 0;
+  std::set<Key> running;
+  if (const Json* items = At(*jobs, {"items"}); items && items->is_array()) {
+    for (size_t i = 0; i < items->size(); ++i) {
+      const Json& job = items->at(i);
+      if (Str(job, {"status", "phase"}) != kRunning) continue;
+      const Key key{Str(job, {"metadata", "namespace"}, "default"), Str(job, {"metadata", "name"})};
+      running.insert(key);
+      auto r = PollJob(job);
+      if (!r.ok()) {
+        TLOG_DEBUG << "progress of " << key.first << "/" << key.second << ": " << r.status().message();
+      } else if (*r) {
+        ++writes;
+      }
+    }
+  }
+  // Connections of jobs that ended or went away.
+  for (auto it = schedulers_.begin(); it != schedulers_.end();) {
+    it = running.count(it->first) ? std::next(it) : schedulers_.erase(it);
+  }
+  return writes;
+}
+
+StatusOr<std::string> ProgressPoller::SchedulerAddress(const std::string& ns,
+                                                       const std::string& name) const {
+  const std::string service = ServiceName(name) + ":" + std::to_string(settings_.scheduler_port);
+  if (options_.scheduler_addresses_file.empty()) {
+    return ServiceName(name) + "." + ns + ".svc:" + std::to_string(settings_.scheduler_port);
+  }
+  std::ifstream in(options_.scheduler_addresses_file);
+  if (!in) return NotFoundError(options_.scheduler_addresses_file + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::string error;
+  auto map = ParseJson(text.str(), &error);
+  if (!map) return InvalidArgumentError(options_.scheduler_addresses_file + ": " + error);
+  std::string addr = Str(*map, {(ns + "/" + service).c_str()});
+  if (addr.empty()) return NotFoundError("no address for " + ns + "/" + service);
+  return addr;
+}
+
+StatusOr<SchedulerClient*> ProgressPoller::ClientFor(const std::string& ns, const std::string& name,
+                                                     const std::string& uid) {
+  TRELLIS_ASSIGN_OR_RETURN(std::string address, SchedulerAddress(ns, name));
+  Scheduler& s = schedulers_[{ns, name}];
+  if (s.client && s.uid == uid && s.address == address) return s.client.get();
+  TRELLIS_ASSIGN_OR_RETURN(Json secret, client_.Get(kSecrets, ns, TokenSecretName(name)));
+  std::string token = Str(secret, {"stringData", "token"});
+  if (token.empty()) {
+    const std::string b64 = Str(secret, {"data", "token"});
+    try {
+      const std::vector<unsigned char> raw = utility::conversions::from_base64(b64);
+      token.assign(raw.begin(), raw.end());
+    } catch (const std::exception& e) {
+      return InvalidArgumentError("secret " + TokenSecretName(name) + ": bad base64: " + e.what());
+    }
+  }
+  if (token.empty()) return NotFoundError("secret " + TokenSecretName(name) + " holds no token");
+  SchedulerClientOptions o;
+  o.address = address;
+  o.token = token;
+  o.rpc_timeout = std::chrono::milliseconds(2000);  // one slow job must not hold up the others
+  TRELLIS_ASSIGN_OR_RETURN(s.client, SchedulerClient::Connect(o));
+  s.uid = uid;
+  s.address = address;
+  return s.client.get();
+}
+
+StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
+  const std::string ns = Str(job, {"metadata", "namespace"}, "default");
+  const std::string name = Str(job, {"metadata", "name"});
+  TRELLIS_ASSIGN_OR_RETURN(SchedulerClient * c, ClientFor(ns, name, Str(job, {"metadata", "uid"})));
+  auto progress = c->GetProgress();
+  if (!progress.ok()) {
+    schedulers_.erase({ns, name});  // reconnect next round (a restarted scheduler, a new token)
+    return progress.status();
+  }
+  Json status = *At(job, {"status"});
+  if (!ApplyProgress(status, *progress, Clock::now())) return false;
+  Json update = job;
+  update["status"] = status;
+  auto w = client_.UpdateStatus(kTrainingJobs, ns, name, update);
+  if (!w.ok()) return w.status();  // a 409 waits for the next round, with a fresh read
+  return true;
+}
+
+}  // namespace trellis::op

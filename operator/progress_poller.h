@@ -1,0 +1,66 @@
+// Training progress into the TrainingJob (docs/kubernetes.md#progress): one thread ("progress")
+// that, every `interval`, asks each Running job's scheduler for its JobProgress (GetProgress,
+// with the job's token) and writes status.progress and the Straggler condition when they
+// changed -- at most one status write per job per interval, never one per step. A write that
+// loses a race with the reconciler (409) waits for the next round.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "operator/desired.h"
+#include "operator/kube_client.h"
+#include "scheduler/scheduler_client.h"
+
+namespace trellis::op {
+
+struct ProgressPollerOptions {
+  std::string watch_namespace;  // empty: every namespace
+  std::chrono::milliseconds interval{std::chrono::seconds(5)};
+  // A JSON file {"<namespace>/<service>:<port>": "host:port"} for clusters whose Services the
+  // operator cannot reach by DNS (the test kubelet writes one); empty: "<service>.<ns>.svc:<port>".
+  std::string scheduler_addresses_file;
+};
+
+class ProgressPoller {
+ public:
+  ProgressPoller(KubeClient& client, OperatorSettings settings, ProgressPollerOptions options);
+  ~ProgressPoller();  // Stop()s
+
+  void Start();
+  void Stop();
+  // One round over the Running jobs (the thread's body; tests call it by hand). Returns the
+  // number of status writes.
+  int PollOnce();
+
+ private:
+  using Key = std::pair<std::string, std::string>;  // namespace, name
+  struct Scheduler {
+    std::string uid;       // of the job it belongs to (a recreated job gets a new token)
+    std::string address;
+    std::unique_ptr<SchedulerClient> client;
+  };
+  // Polls one job and writes its status when it changed; true when written.
+  StatusOr<bool> PollJob(const Json& job);
+  StatusOr<SchedulerClient*> ClientFor(const std::string& ns, const std::string& name,
+                                       const std::string& uid);
+  StatusOr<std::string> SchedulerAddress(const std::string& ns, const std::string& name) const;
+  void Loop();
+
+  KubeClient& client_;
+  const OperatorSettings settings_;
+  const ProgressPollerOptions options_;
+  std::map<Key, Scheduler> schedulers_;  // poller thread only
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace trellis::op

@@ -1,0 +1,77 @@
+#include "operator/progress_status.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "common/eta.h"
+#include "operator/job_status.h"
+
+namespace trellis::op {
+namespace {
+
+// `v` rounded to 3 significant figures (samples/s, loss, skew): enough to read, and a figure
+// that jitters in its 4th digit does not cause a status write.
+double Round3(double v) {
+  if (v == 0 || !std::isfinite(v)) return 0;
+  const double scale = std::pow(10.0, 2 - std::floor(std::log10(std::fabs(v))));
+  return std::round(v * scale) / scale;
+}
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+Json ProgressJson(const v1::JobProgress& p) {
+  Json j = Json::object();
+  j["step"] = Json::number(p.step());
+  if (p.total_steps() > 0) j["totalSteps"] = Json::number(p.total_steps());
+  j["samplesPerSecond"] = Json::number(Round3(p.samples_per_second()));
+  if (p.has_loss()) j["loss"] = Json::number(Round3(p.loss()));
+  if (p.eta_seconds() >= 0) {
+    // Whole seconds are enough, and an ETA that changes each poll would write each poll anyway.
+    j["etaSeconds"] = Json::number(static_cast<int64_t>(std::llround(p.eta_seconds())));
+    j["eta"] = JStr(FormatEta(p.eta_seconds()));
+  }
+  j["stepSeconds"] = Json::number(Round3(p.step_seconds()));
+  if (p.slowest_rank() >= 0) {
+    j["slowestRank"] = Json::number(p.slowest_rank());
+    j["slowestPod"] = JStr(p.slowest_pod());
+    j["skew"] = Json::number(Round3(p.skew()));
+  }
+  return j;
+}
+
+bool ApplyProgress(Json& status, const v1::JobProgress& p, Clock::time_point now) {
+  const Json before = status;
+  if (p.reported()) status["progress"] = ProgressJson(p);
+  bool had = false;
+  if (const Json* conds = At(status, {"conditions"}); conds && conds->is_array()) {
+    for (size_t i = 0; i < conds->size(); ++i) {
+      had |= Str(conds->at(i), {"type"}) == kStragglerCondition;
+    }
+  }
+  const std::string rule = "factor " + Fixed(p.straggler_factor(), 2) + ", window " +
+                           Fixed(p.straggler_window_seconds(), 0) + " s";
+  if (p.straggler_rank() >= 0) {
+    const auto& r = p.ranks(p.straggler_rank());
+    const double med = p.straggler_rank() == p.slowest_rank() && p.skew() > 0
+                           ? r.busy_seconds() / p.skew()
+                           : 0;
+    std::string msg = "worker rank " + std::to_string(p.straggler_rank()) + " (pod " +
+                      p.straggler_pod() + ") computes " + Fixed(r.busy_seconds(), 3) +
+                      " s per step";
+    if (med > 0) msg += ", " + Fixed(p.skew(), 1) + "x the other workers' median " + Fixed(med, 3) + " s";
+    msg += ", for " + Fixed(p.straggler_for_seconds(), 0) + " s (" + rule + ")";
+    SetCondition(status, kStragglerCondition, true, "SlowWorker", msg, now);
+  } else if (had) {
+    SetCondition(status, kStragglerCondition, false, "NoStraggler",
+                 "no worker is slower than the others' median by the " + rule, now);
+  }
+  return status != before;
+}
+
+}  // namespace trellis::op
