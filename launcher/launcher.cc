@@ -219,11 +219,19 @@ void Launcher::PumpOutput(Child& c, bool drain) {
 
 void Launcher::WatchCluster() {
   int64_t after = 0;
+  auto progress_due = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_watch_) {
     lock.unlock();
     auto v = client_->GetCluster(after, false, milliseconds(500));
+    // Training progress once a second (the workers report about that often).
+    std::optional<v1::JobProgress> p;
+    if (std::chrono::steady_clock::now() >= progress_due) {
+      progress_due = std::chrono::steady_clock::now() + milliseconds(1000);
+      if (auto r = client_->GetProgress(); r.ok()) p = std::move(r).value();
+    }
     lock.lock();
+    if (p) training_ = std::move(*p);
     if (v.ok()) {
       after = v->version();
       view_ = std::move(v).value();
@@ -236,6 +244,11 @@ void Launcher::WatchCluster() {
 std::string Launcher::Progress() {
   std::lock_guard<std::mutex> lock(mu_);
   return FormatProgress(view_ ? &*view_ : nullptr);
+}
+
+std::string Launcher::Training() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return FormatTraining(training_);
 }
 
 void Launcher::StopAll() {
@@ -465,7 +478,7 @@ int Launcher::Supervise() {
                       Seconds(Elapsed()),
                   nullptr);
     }
-    console_.Progress(job_.name, Progress(), Elapsed());
+    console_.Progress(job_.name, Progress(), Elapsed(), Training());
   }
 }
 

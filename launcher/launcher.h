@@ -58,6 +58,7 @@ class Launcher {
   std::optional<int> CheckSignal();       // 130/143 once SIGINT/SIGTERM arrived
   std::chrono::milliseconds Elapsed() const;
   std::string Progress();
+  std::string Training();                 // FormatTraining of the latest progress
 
   const LaunchOptions options_;
   const JobSpec job_;
@@ -80,6 +81,7 @@ class Launcher {
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<v1::ClusterView> view_;  // GUARDED_BY(mu_); the latest cluster view
+  v1::JobProgress training_;              // GUARDED_BY(mu_); the latest GetProgress answer
   bool stop_watch_ = false;              // GUARDED_BY(mu_)
   std::thread watch_thread_;
 };

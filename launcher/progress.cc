@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/eta.h"
+
 namespace trellis {
 namespace {
 
@@ -51,6 +53,39 @@ std::string FormatProgress(const v1::ClusterView* view) {
   return out;
 }
 
+namespace {
+
+// 3 significant figures with k/M: "987", "2.46k", "1.20M".
+std::string Short(double v) {
+  char buf[32];
+  if (v >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.3gM", v / 1e6);
+  } else if (v >= 1e3) {
+    std::snprintf(buf, sizeof buf, "%.3gk", v / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::string FormatTraining(const v1::JobProgress& p) {
+  if (!p.reported()) return "";
+  std::string out = "step " + std::to_string(p.step());
+  if (p.total_steps() > 0) out += "/" + std::to_string(p.total_steps());
+  out += " | " + Short(p.samples_per_second()) + " samples/s";
+  if (p.has_loss()) out += " | loss " + Short(p.loss());
+  if (p.eta_seconds() >= 0) out += " | ETA " + FormatEta(p.eta_seconds());
+  if (p.straggler_rank() >= 0) {
+    char skew[32];
+    std::snprintf(skew, sizeof skew, "%.1fx", p.skew());
+    out += " | straggler: worker " + std::to_string(p.straggler_rank()) + " (" + p.straggler_pod() +
+           ") " + skew;
+  }
+  return out;
+}
+
 void Console::Write(const std::string& s) {
   size_t off = 0;
   while (off < s.size()) {
@@ -69,7 +104,8 @@ void Console::Line(std::string_view text) {
   Write(out);
 }
 
-void Console::Progress(const std::string& job, const std::string& summary, std::chrono::milliseconds elapsed) {
+void Console::Progress(const std::string& job, const std::string& summary, std::chrono::milliseconds elapsed,
+                       const std::string& training) {
   if (quiet_) return;
   if (tty_) {
     // About 5 redraws a second; a changed summary shows at once.
@@ -78,14 +114,27 @@ void Console::Progress(const std::string& job, const std::string& summary, std::
     last_draw_ = elapsed;
     char secs[32];
     std::snprintf(secs, sizeof(secs), "%.1fs", static_cast<double>(elapsed.count()) / 1000.0);
-    std::string line = "[" + job + " " + secs + "] " + summary;
+    // Training first: the line is cut at the terminal's width.
+    std::string line = "[" + job + " " + secs + "] " + (training.empty() ? "" : training + " | ") + summary;
     const size_t width = static_cast<size_t>(std::max(width_, 20));
     if (line.size() >= width) line = line.substr(0, width - 4) + "...";
     status_ = line;
     Write("\r\033[K" + status_);
-  } else if (summary != last_summary_) {
+    return;
+  }
+  if (summary != last_summary_) {
     last_summary_ = summary;
     Write("[launch] " + summary + "\n");
+  }
+  if (training.empty()) return;
+  // Who the straggler is, not its skew (which moves every poll).
+  const size_t cut = training.find(" | straggler: ");
+  const size_t close = training.find(')', cut == std::string::npos ? 0 : cut);
+  const std::string straggler = cut == std::string::npos ? "" : training.substr(cut, close - cut);
+  if (straggler != last_straggler_ || elapsed - last_training_ >= std::chrono::seconds(10)) {
+    last_straggler_ = straggler;
+    last_training_ = elapsed;
+    Write("[launch] " + training + "\n");
   }
 }
 

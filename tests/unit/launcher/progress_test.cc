@@ -97,6 +97,59 @@ TEST(ConsoleTest, TerminalModeRedrawsAboutFiveTimesASecond) {
   ::close(p[1]);
 }
 
+v1::JobProgress Training(int32_t straggler) {
+  v1::JobProgress p;
+  p.set_reported(true);
+  p.set_step(120);
+  p.set_total_steps(1000);
+  p.set_samples_per_second(2456.7);
+  p.set_has_loss(true);
+  p.set_loss(0.25123);
+  p.set_eta_seconds(88);
+  p.set_skew(7.54);
+  p.set_straggler_rank(straggler);
+  if (straggler >= 0) p.set_straggler_pod("mlp-worker-" + std::to_string(straggler));
+  return p;
+}
+
+TEST(FormatTrainingTest, StepRateLossEtaAndStraggler) {
+  EXPECT_EQ(FormatTraining(v1::JobProgress{}), "");
+  EXPECT_EQ(FormatTraining(Training(-1)), "step 120/1000 | 2.46k samples/s | loss 0.251 | ETA 1m28s");
+  EXPECT_EQ(FormatTraining(Training(1)),
+            "step 120/1000 | 2.46k samples/s | loss 0.251 | ETA 1m28s | straggler: worker 1 (mlp-worker-1) 7.5x");
+  v1::JobProgress open = Training(-1);
+  open.set_total_steps(0);
+  open.set_has_loss(false);
+  open.set_eta_seconds(-1);
+  EXPECT_EQ(FormatTraining(open), "step 120 | 2.46k samples/s");
+}
+
+TEST(ConsoleTest, TerminalLineLeadsWithTraining) {
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_NONBLOCK), 0);
+  Console c(p[1], /*tty=*/true, /*quiet=*/false);
+  c.Progress("mlp", "registered 5/5", std::chrono::milliseconds(1500), "step 3/10 | 100 samples/s");
+  EXPECT_EQ(ReadAll(p[0]), "\r\033[K[mlp 1.5s] step 3/10 | 100 samples/s | registered 5/5");
+  ::close(p[0]);
+  ::close(p[1]);
+}
+
+TEST(ConsoleTest, PlainModePrintsTrainingEveryTenSecondsAndStragglersAtOnce) {
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_NONBLOCK), 0);
+  Console c(p[1], /*tty=*/false, /*quiet=*/false);
+  using std::chrono::milliseconds;
+  c.Progress("mlp", "s", milliseconds(1000), "step 1");
+  c.Progress("mlp", "s", milliseconds(2000), "step 2");    // 1 s later: not printed
+  c.Progress("mlp", "s", milliseconds(3000), "step 3 | straggler: worker 1 (p) 3.0x");  // new straggler
+  c.Progress("mlp", "s", milliseconds(13500), "step 9 | straggler: worker 1 (p) 3.1x");  // 10 s later
+  EXPECT_EQ(ReadAll(p[0]),
+            "[launch] s\n[launch] step 1\n[launch] step 3 | straggler: worker 1 (p) 3.0x\n"
+            "[launch] step 9 | straggler: worker 1 (p) 3.1x\n");
+  ::close(p[0]);
+  ::close(p[1]);
+}
+
 TEST(ConsoleTest, QuietShowsOutputButNoProgress) {
   int p[2];
   ASSERT_EQ(::pipe2(p, O_NONBLOCK), 0);
