@@ -68,6 +68,19 @@ def job_overview():
     s = sel()
     return dashboard("trellis-job", "Trellis job overview",
                      "One training job: progress, data path, health. Variables: job and worker rank.", [
+        panel("Training progress", [
+            ('max(trellis_job_step{job=~"$job"})', "step (lowest worker)"),
+            ('max(trellis_job_total_steps{job=~"$job"})', "total steps (0: not known)")], "short",
+              desc="From the workers' ReportProgress (docs/user-guide.md#progress), aggregated by the scheduler."),
+        panel("Samples per second and ETA", [
+            ('sum(trellis_job_samples_per_second{job=~"$job"})', "samples/s"),
+            ('max(trellis_job_eta_seconds{job=~"$job"})', "ETA seconds (-1: not known)")], "short"),
+        panel("Straggler", [
+            ('max(trellis_job_straggler_rank{job=~"$job"})', "straggler rank (-1: none)"),
+            ('max(trellis_job_slowest_rank{job=~"$job"})', "slowest rank now"),
+            ('max(trellis_job_step_skew_ratio{job=~"$job"})', "slowest / median compute time")], "short", w=24,
+              desc="A worker above spec.monitoring.straggler.factor x the others' median compute time per step for "
+                   "windowSeconds is the straggler (status condition Straggler, alert TrellisStraggler)."),
         panel("Steps per second", [(f"sum by (rank) (rate(trellis_worker_steps_total{s}[{R}]))", "worker {{rank}}")],
               "ops", desc="A step starts with the first push numbered n of any key."),
         panel("Step time", quantiles("trellis_worker_step_duration_seconds", s), "s"),

@@ -61,7 +61,8 @@ class MetricsDocsTest(unittest.TestCase):
     def test_names_follow_the_conventions(self):
         for name, kind in doc_metrics()[1].items():
             part = name.split("_")[1]
-            self.assertIn(part, {"worker", "pserver", "scheduler", "agent", "operator", "metrics"}, name)
+            # "job": the whole job's figures, aggregated by the scheduler (progress, straggler).
+            self.assertIn(part, {"worker", "pserver", "scheduler", "agent", "operator", "metrics", "job"}, name)
             if kind == "counter":
                 self.assertTrue(name.endswith("_total"), f"{name}: a counter ends in _total")
             else:
