@@ -1,6 +1,9 @@
 #include "operator/progress_poller.h"
 
+#include <pthread.h>
+
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 

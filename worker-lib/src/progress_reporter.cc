@@ -1,5 +1,6 @@
 #include "worker-lib/src/progress_reporter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 

@@ -107,9 +107,6 @@ class E2E(unittest.TestCase):
         self.assertEqual(st["phase"], "Succeeded", json.dumps(st, indent=1) + "\nlogs in " + self.dir)
         self.assertIn("Running", phases)
         self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2)
-        # Progress was written while it ran (3 epochs of 8192 / 2 / 32 steps).
-        self.assertEqual(st.get("progress", {}).get("totalSteps"), 384, st)
-        self.assertGreater(st["progress"]["step"], 0, st)
         with open(os.path.join(self.dir, "pods", "mlp-tiny-worker-0.log"), errors="replace") as f:
             log = f.read()
         self.assertRegex(log, r"RESULT: test accuracy .* -- reached")
