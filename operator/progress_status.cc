@@ -23,6 +23,13 @@ std::string Fixed(double v, int digits) {
   return buf;
 }
 
+// "62.2 ms", "0.47 ms": 3 significant digits.
+std::string Ms(double seconds) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g ms", seconds * 1000);
+  return buf;
+}
+
 }  // namespace
 
 Json ProgressJson(const v1::JobProgress& p) {
@@ -62,9 +69,8 @@ bool ApplyProgress(Json& status, const v1::JobProgress& p, Clock::time_point now
                            ? r.busy_seconds() / p.skew()
                            : 0;
     std::string msg = "worker rank " + std::to_string(p.straggler_rank()) + " (pod " +
-                      p.straggler_pod() + ") computes " + Fixed(r.busy_seconds(), 3) +
-                      " s per step";
-    if (med > 0) msg += ", " + Fixed(p.skew(), 1) + "x the other workers' median " + Fixed(med, 3) + " s";
+                      p.straggler_pod() + ") computes " + Ms(r.busy_seconds()) + " per step";
+    if (med > 0) msg += ", " + Fixed(p.skew(), 1) + "x the other workers' median " + Ms(med);
     msg += ", for " + Fixed(p.straggler_for_seconds(), 0) + " s (" + rule + ")";
     SetCondition(status, kStragglerCondition, true, "SlowWorker", msg, now);
   } else if (had) {

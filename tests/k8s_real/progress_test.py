@@ -62,6 +62,8 @@ class Progress(envtest.EnvtestCase):
         self.assertGreater(step, 0, out)
         self.assertGreater(float(row[header.index("SAMPLES/S")]), 0, out)
         self.assertRegex(row[header.index("ETA")], r"^\d+(s|m\d\ds|h\d\dm)$", out)
+        print("kubectl get tj (real API server):\n%s\nstatus.progress: %s\nStraggler: %s"
+              % (out, p, cond["message"]), flush=True)
 
 
 if __name__ == "__main__":
