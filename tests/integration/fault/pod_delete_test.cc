@@ -15,6 +15,7 @@
 
 #include "common/checkpoint_dir.h"
 #include "launcher/plan.h"
+#include "tests/integration/fault/mlp_outcome.h"
 #include "tests/integration/job_processes.h"
 
 namespace trellis {
@@ -135,12 +136,6 @@ class LocalPods {
   std::map<std::string, std::string> old_logs_;
 };
 
-double Accuracy(const std::string& out) {
-  std::smatch m;
-  if (!std::regex_search(out, m, std::regex("RESULT: test accuracy ([0-9.]+)%"))) return -1;
-  return std::stod(m[1]);
-}
-
 class PodDeleteTest : public LaunchedJobsTest {
  protected:
   // Runs the job; with `victim` set, deletes and replaces that pod once a checkpoint at or
@@ -201,24 +196,11 @@ class PodDeleteTest : public LaunchedJobsTest {
       EXPECT_GE(std::stoi(m[1]), deleted_after_ - 1) << victim_log;
     }
 
-    const double a = Accuracy(out_whole), b = Accuracy(out_deleted);
+    const double a = MlpAccuracy(out_whole), b = MlpAccuracy(out_deleted);
     ASSERT_GT(a, 0) << out_whole;
     ASSERT_GT(b, 0) << out_deleted;
     EXPECT_NEAR(a, b, 1.0);
-    auto x = CheckpointDir(dir_ + "/ckpt-" + whole, "model", 2).LoadNewest();
-    auto y = CheckpointDir(dir_ + "/ckpt-" + deleted, "model", 2).LoadNewest();
-    ASSERT_TRUE(x.ok()) << x.status().ToString();
-    ASSERT_TRUE(y.ok()) << y.status().ToString();
-    ASSERT_EQ(x->checkpoint.step, kSteps);
-    ASSERT_EQ(y->checkpoint.step, kSteps);
-    ASSERT_EQ(x->checkpoint.entries.size(), y->checkpoint.entries.size());
-    for (size_t i = 0; i < x->checkpoint.entries.size(); ++i) {
-      const auto& p = x->checkpoint.entries[i];
-      const auto& q = y->checkpoint.entries[i];
-      ASSERT_EQ(p.values.size(), q.values.size());
-      EXPECT_EQ(std::memcmp(p.values.data(), q.values.data(), p.values.size() * sizeof(float)), 0)
-          << p.name << " differs between the undisturbed run and the one with a deleted pod";
-    }
+    ExpectSameFinalModel(dir_ + "/ckpt-" + whole, dir_ + "/ckpt-" + deleted, kSteps, "a deleted pod");
   }
 
   int deleted_after_ = -1;

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "common/checkpoint_dir.h"
+#include "tests/integration/fault/mlp_outcome.h"
 #include "tests/integration/job_processes.h"
 
 namespace trellis {
@@ -60,12 +61,6 @@ pid_t SchedulerOf(const std::string& job) {
   }
   ::closedir(d);
   return found;
-}
-
-double Accuracy(const std::string& out) {
-  std::smatch m;
-  if (!std::regex_search(out, m, std::regex("RESULT: test accuracy ([0-9.]+)%"))) return -1;
-  return std::stod(m[1]);
 }
 
 struct KillRecord {
@@ -188,25 +183,12 @@ void SchedulerKillTest::KillAndCompare(bool then_worker) {
               "it\n",
               rec.killed_after, rec.recovered_s, rec.next_commit_s);
 
-  const double a = Accuracy(whole_out), b = Accuracy(fault_out);
+  const double a = MlpAccuracy(whole_out), b = MlpAccuracy(fault_out);
   ASSERT_GT(a, 0) << whole_out;
   ASSERT_GT(b, 0) << fault_out;
   EXPECT_DOUBLE_EQ(a, b);
   // Nothing restarted but the scheduler: the very same final weights and momentum.
-  auto x = CheckpointDir(dir_ + "/ckpt-" + whole, "model", 2).LoadNewest();
-  auto y = CheckpointDir(dir_ + "/ckpt-" + fault, "model", 2).LoadNewest();
-  ASSERT_TRUE(x.ok()) << x.status().ToString();
-  ASSERT_TRUE(y.ok()) << y.status().ToString();
-  ASSERT_EQ(x->checkpoint.step, kSteps);
-  ASSERT_EQ(y->checkpoint.step, kSteps);
-  ASSERT_EQ(x->checkpoint.entries.size(), y->checkpoint.entries.size());
-  for (size_t i = 0; i < x->checkpoint.entries.size(); ++i) {
-    const auto& u = x->checkpoint.entries[i];
-    const auto& v = y->checkpoint.entries[i];
-    ASSERT_EQ(u.values.size(), v.values.size());
-    EXPECT_EQ(std::memcmp(u.values.data(), v.values.data(), u.values.size() * sizeof(float)), 0)
-        << u.name << " differs between the undisturbed run and the one with a scheduler kill";
-  }
+  ExpectSameFinalModel(dir_ + "/ckpt-" + whole, dir_ + "/ckpt-" + fault, kSteps, "a scheduler kill");
 }
 
 TEST_F(SchedulerKillTest, KilledSchedulerIsRestartedAndTheJobEndsAsUndisturbed) {

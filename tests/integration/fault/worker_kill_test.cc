@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "common/checkpoint_dir.h"
+#include "tests/integration/fault/mlp_outcome.h"
 #include "tests/integration/job_processes.h"
 
 namespace trellis {
@@ -38,12 +39,6 @@ std::string JobYaml(const std::string& name, const std::string& ckpt_dir) {
          "  sliceBytes: 16384\n  checkpoint:\n    path: " + ckpt_dir +
          "\n    intervalSteps: " + std::to_string(kInterval) +
          "\n    keep: 2\n  runPolicy:\n    backoffLimit: 2\n    activeDeadlineSeconds: 200\n";
-}
-
-double Accuracy(const std::string& out) {
-  std::smatch m;
-  if (!std::regex_search(out, m, std::regex("RESULT: test accuracy ([0-9.]+)%"))) return -1;
-  return std::stod(m[1]);
 }
 
 class WorkerKillTest : public LaunchedJobsTest {
@@ -101,25 +96,13 @@ class WorkerKillTest : public LaunchedJobsTest {
         << log;
     EXPECT_GE(std::stoi(m[1]), killed_after - 1) << log;  // from the donor's latest commit
 
-    const double whole = Accuracy(whole_out), fault = Accuracy(fault_out);
+    const double whole = MlpAccuracy(whole_out), fault = MlpAccuracy(fault_out);
     ASSERT_GT(whole, 0) << whole_out;
     ASSERT_GT(fault, 0) << fault_out;
     EXPECT_NEAR(fault, whole, 1.0);
     // Aggregate mode without compression loses nothing: the same final weights and momentum.
-    auto a = CheckpointDir(dir_ + "/ckpt-" + base + "-whole", "model", 2).LoadNewest();
-    auto b = CheckpointDir(dir_ + "/ckpt-" + base + "-kill", "model", 2).LoadNewest();
-    ASSERT_TRUE(a.ok()) << a.status().ToString();
-    ASSERT_TRUE(b.ok()) << b.status().ToString();
-    ASSERT_EQ(a->checkpoint.step, kSteps);
-    ASSERT_EQ(b->checkpoint.step, kSteps);
-    ASSERT_EQ(a->checkpoint.entries.size(), b->checkpoint.entries.size());
-    for (size_t i = 0; i < a->checkpoint.entries.size(); ++i) {
-      const auto& x = a->checkpoint.entries[i];
-      const auto& y = b->checkpoint.entries[i];
-      ASSERT_EQ(x.values.size(), y.values.size());
-      EXPECT_EQ(std::memcmp(x.values.data(), y.values.data(), x.values.size() * sizeof(float)), 0)
-          << x.name << " differs between the undisturbed run and the one with a kill";
-    }
+    ExpectSameFinalModel(dir_ + "/ckpt-" + base + "-whole", dir_ + "/ckpt-" + base + "-kill", kSteps,
+                         "a kill");
   }
 };
 
