@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "bench/common/poll.h"
 #include "common/env.h"
 #include "common/subprocess.h"
 #include "scheduler/scheduler_client.h"
@@ -21,6 +22,8 @@ namespace {
 constexpr char kJobName[] = "bench-pushpull";
 constexpr auto kStartDeadline = std::chrono::seconds(30);
 constexpr int64_t kOperationTimeoutMs = 30000;  // a stuck step fails instead of hanging the bench
+// One GetCluster long poll; the scheduler answers a little before it with the view as it is.
+constexpr auto kClusterPoll = std::chrono::milliseconds(500);
 
 // The scheduler and the servers as real processes on loopback. The bench plays the agent's part
 // (DESIGN: the agent registers a pod, then starts its program with TRELLIS_RANK).
@@ -141,21 +144,28 @@ Status Cluster::StartServers(const TrellisRunOptions& options, SchedulerClient& 
     worker_ranks_.push_back(registered.rank());
   }
   // Every server serving and reported ready before the first worker joins. Short polls, so a
-  // server that dies at start-up is reported at once rather than at the deadline.
-  const auto deadline = Clock::now() + kStartDeadline;
-  while (Clock::now() < deadline) {
-    TRELLIS_ASSIGN_OR_RETURN(v1::ClusterView view,
-                             client.GetCluster(0, /*wait_complete=*/true, std::chrono::milliseconds(200)));
-    if (view.complete()) return Status::Ok();
-    if (view.failed()) return AbortedError("the job failed: " + view.failure_message());
-    for (size_t i = 0; i < servers_.size(); ++i) {
-      if (auto exit = servers_[i]->Poll()) {
-        return UnavailableError("trellis-pserver " + std::to_string(i) + " " + exit->Describe() +
+  // server that dies at start-up is reported at once rather than at the deadline; a poll that
+  // comes back late on a loaded machine is retried (PollUntil), only the total is bounded.
+  return PollUntil(
+      [&]() -> StatusOr<bool> {
+        // A child that died is final (ABORTED, not retried), unlike a late answer.
+        if (auto exit = scheduler_->Poll()) {
+          return AbortedError("trellis-scheduler " + exit->Describe() + " (see its log in " +
+                              options.log_dir + ")");
+        }
+        for (size_t i = 0; i < servers_.size(); ++i) {
+          if (auto exit = servers_[i]->Poll()) {
+            return AbortedError("trellis-pserver " + std::to_string(i) + " " + exit->Describe() +
                                 " before serving (see its log in " + options.log_dir + ")");
-      }
-    }
-  }
-  return DeadlineExceededError("the servers did not report ready within 30 s");
+          }
+        }
+        TRELLIS_ASSIGN_OR_RETURN(v1::ClusterView view,
+                                 client.GetCluster(0, /*wait_complete=*/true, kClusterPoll));
+        if (view.complete()) return true;
+        if (view.failed()) return AbortedError("the job failed: " + view.failure_message());
+        return false;
+      },
+      kStartDeadline, "the servers did not report ready");
 }
 
 StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const TrellisRunOptions& options) {

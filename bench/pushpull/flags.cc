@@ -1,0 +1,116 @@
+#include "bench/pushpull/flags.h"
+
+#include <charconv>
+#include <cstdio>
+#include <optional>
+
+#include "bench/common/stats.h"
+
+namespace trellis::bench {
+
+const char kUsage[] =
+    "usage: bench_pushpull [--quick] [--sizes=4K,1M,16M,64M,256M] [--topologies=1x1,2x2]\n"
+    "                      [--load[=N]] [--baselines-only] [--slice-bytes=B]\n"
+    "                      [--transport=grpc,tcp] [--bin-dir=DIR] [--log-dir=DIR]\n"
+    "                      [--retain-pushes=on|off]\n"
+    "  --quick           fewer iterations (smoke run)\n"
+    "  --sizes           tensor/message sizes, binary units (K, M, G)\n"
+    "  --topologies      WxS pairs: W workers (threads) x S servers (processes)\n"
+    "  --load[=N]        also measure everything again under a competing CPU load: N busy\n"
+    "                    processes (default one per CPU), each figure next to the TCP echo\n"
+    "                    measured under the same load\n"
+    "  --baselines-only  only the TCP and gRPC baselines\n"
+    "  --slice-bytes     the job's sliceBytes (default: the job default, 4 MiB)\n"
+    "  --transport       the workers' data paths to measure, in this run (default grpc,tcp)\n"
+    "  --bin-dir         where trellis-scheduler and trellis-pserver are (default: next to this)\n"
+    "  --log-dir         where the children's logs go (default: a fresh temp dir)\n"
+    "  --retain-pushes   the job's recovery.retainPushes (default on; off: no copy per push)\n";
+
+namespace {
+
+// The non-empty items of a comma-separated list.
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) items.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return items;
+}
+
+}  // namespace
+
+StatusOr<std::vector<TrellisTopology>> ParseTopologies(const std::string& text) {
+  std::vector<TrellisTopology> out;
+  for (const std::string& item : SplitList(text)) {
+    int w = 0, s = 0;
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%dx%d%c", &w, &s, &tail) != 2 || w < 1 || s < 1 || w > 16 || s > 16) {
+      return InvalidArgumentError("bad topology '" + item + "': expected WxS with 1..16 each, e.g. 2x2");
+    }
+    out.push_back({w, s});
+  }
+  if (out.empty()) return InvalidArgumentError("empty topology list '" + text + "'");
+  return out;
+}
+
+StatusOr<std::vector<std::string>> ParseTransports(const std::string& text) {
+  std::vector<std::string> out = SplitList(text);
+  for (const std::string& item : out) {
+    if (item != "grpc" && item != "tcp") {
+      return InvalidArgumentError("bad transport '" + item + "': want grpc or tcp");
+    }
+  }
+  if (out.empty()) return InvalidArgumentError("empty transport list '" + text + "'");
+  return out;
+}
+
+StatusOr<Flags> ParseFlags(int argc, char** argv, int cpus) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value_of = [&](const std::string& name) -> std::optional<std::string> {
+      const std::string prefix = "--" + name + "=";
+      if (arg.rfind(prefix, 0) == 0) return arg.substr(prefix.size());
+      return std::nullopt;
+    };
+    if (arg == "--quick") {
+      flags.quick = true;
+    } else if (arg == "--baselines-only") {
+      flags.baselines_only = true;
+    } else if (arg == "--load") {
+      flags.load_processes = std::max(cpus, 1);
+    } else if (auto v = value_of("load")) {
+      int n = 0;
+      auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+      if (v->empty() || ec != std::errc() || end != v->data() + v->size() || n < 1 || n > 64) {
+        return InvalidArgumentError("--load=" + *v + ": want a number of busy processes in [1, 64]");
+      }
+      flags.load_processes = n;
+    } else if (auto v = value_of("sizes")) {
+      TRELLIS_ASSIGN_OR_RETURN(flags.sizes, ParseSizeList(*v));
+    } else if (auto v = value_of("topologies")) {
+      TRELLIS_ASSIGN_OR_RETURN(flags.topologies, ParseTopologies(*v));
+    } else if (auto v = value_of("bin-dir")) {
+      flags.bin_dir = *v;
+    } else if (auto v = value_of("slice-bytes")) {
+      TRELLIS_ASSIGN_OR_RETURN(uint64_t b, ParseBytes(*v));
+      flags.slice_bytes = static_cast<int64_t>(b);
+    } else if (auto v = value_of("transport")) {
+      TRELLIS_ASSIGN_OR_RETURN(flags.transports, ParseTransports(*v));
+    } else if (auto v = value_of("retain-pushes")) {
+      if (*v != "on" && *v != "off") return InvalidArgumentError("--retain-pushes: on or off");
+      flags.retain_pushes = *v == "on";
+    } else if (auto v = value_of("log-dir")) {
+      flags.log_dir = *v;
+    } else {
+      return InvalidArgumentError("unknown flag '" + arg + "'");
+    }
+  }
+  return flags;
+}
+
+}  // namespace trellis::bench

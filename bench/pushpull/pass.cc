@@ -1,0 +1,135 @@
+#include "bench/pushpull/pass.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "bench/common/table.h"
+#include "bench/pushpull/tcp_echo.h"
+
+namespace trellis::bench {
+namespace {
+
+// Bulk budgets are in seconds per size so the whole bench stays bounded whatever the machine.
+Budget BulkBudget(const Flags& f, uint64_t bytes) {
+  Budget b;
+  b.warmup_iters = bytes >= (16ull << 20) ? 1 : 20;
+  b.min_iters = 3;
+  b.max_iters = 1000000;
+  b.max_seconds = f.quick ? 0.3 : 1.5;
+  return b;
+}
+
+Budget LatencyBudget(const Flags& f) {
+  Budget b;
+  b.warmup_iters = f.quick ? 50 : 200;
+  b.min_iters = f.quick ? 300 : 2000;
+  b.max_iters = b.min_iters;
+  b.max_seconds = 20;  // a safety bound only; 2000 calls take well under a second normally
+  return b;
+}
+
+std::string Us(double seconds) { return Fixed(seconds * 1e6, 0); }
+
+// (a) raw TCP echo, every size; folded into `tcp` as the mean with an earlier pass.
+Status TcpPass(const Flags& flags, const char* label, std::map<uint64_t, double>& tcp) {
+  for (uint64_t size : flags.sizes) {
+    StatusOr<TcpEchoResult> r = MeasureTcpEcho(size, BulkBudget(flags, size));
+    if (!r.ok()) return r.status().Annotate("tcp echo " + FormatBytes(size));
+    tcp[size] = tcp.count(size) ? (tcp[size] + r->gbytes_per_s) / 2 : r->gbytes_per_s;
+    std::cout << "  tcp echo " << label << " " << FormatBytes(size) << ": " << Fixed(r->gbytes_per_s, 2)
+              << " GB/s (" << r->messages << " msgs, SO_SNDBUF " << r->socket_buffer_bytes << ")\n";
+  }
+  return Status::Ok();
+}
+
+// (b) and (c): the gRPC echo service.
+Status GrpcPass(const Flags& flags, PassResult& pass) {
+  TRELLIS_ASSIGN_OR_RETURN(std::unique_ptr<GrpcEchoServer> server, GrpcEchoServer::Start());
+  StatusOr<LatencyResult> unary = MeasureGrpcUnary(server->address(), kLatencyBytes, LatencyBudget(flags));
+  if (!unary.ok()) return unary.status().Annotate("grpc unary");
+  pass.unary = *unary;
+  std::cout << "  grpc unary    4 KiB: p50 " << Us(unary->p50_s) << " us, p99 " << Us(unary->p99_s)
+            << " us (" << unary->calls << " calls)\n";
+  for (uint64_t size : flags.sizes) {
+    if (size < (1ull << 20)) continue;  // context figure for bulk sizes only
+    StatusOr<StreamResult> r = MeasureGrpcStream(server->address(), size, BulkBudget(flags, size));
+    if (!r.ok()) return r.status().Annotate("grpc stream " + FormatBytes(size));
+    pass.stream[size] = *r;
+    std::cout << "  grpc stream   " << FormatBytes(size) << ": " << Fixed(r->gbytes_per_s, 2) << " GB/s ("
+              << r->messages << " msgs)\n";
+  }
+  return Status::Ok();
+}
+
+// (2) Trellis: every transport x topology. A column that fails is reported and left out.
+void TrellisPass(const Flags& flags, const std::string& bin_dir, const std::string& log_dir, PassResult& pass) {
+  for (const std::string& transport : flags.transports) {
+    for (const TrellisTopology& topo : flags.topologies) {
+      const std::string name = transport + " " + topo.Name();
+      TrellisRunOptions options;
+      options.transport = transport;
+      options.topology = topo;
+      options.sizes = flags.sizes;
+      options.budget = BulkBudget(flags, 1);  // MeasureTrellis scales warm-up by size itself
+      options.bin_dir = bin_dir;
+      options.log_dir = log_dir;
+      options.slice_bytes = flags.slice_bytes;
+      options.retain_pushes = flags.retain_pushes;
+      StatusOr<std::vector<TrellisSizeResult>> r = MeasureTrellis(options);
+      if (!r.ok()) {
+        std::cerr << "trellis " << name << ": " << r.status().ToString() << "\n";
+        pass.trellis_failed = true;
+        continue;
+      }
+      pass.columns.push_back(name);
+      pass.workers[name] = topo.workers;
+      for (const TrellisSizeResult& s : *r) {
+        pass.trellis[name][s.bytes] = s;
+        std::cout << "  trellis " << name << " " << FormatBytes(s.bytes) << ": "
+                  << Fixed(s.gbytes_per_s_per_worker, 2) << " GB/s per worker ("
+                  << Fixed(s.gbytes_per_s_per_worker * topo.workers, 2) << " all workers), p50 " << Us(s.p50_s)
+                  << " us, p99 " << Us(s.p99_s) << " us (" << s.steps << " steps)\n";
+        if (s.bytes == kLatencyBytes && !pass.latency.count(transport)) pass.latency[transport] = s;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::string LoadAverage() {
+  double load[1] = {0};
+  return getloadavg(load, 1) == 1 ? Fixed(load[0], 2) : "unknown";
+}
+
+StatusOr<PassResult> RunPass(const Flags& flags, const std::string& condition, const std::string& bin_dir,
+                             const std::string& log_dir) {
+  const auto start = Clock::now();
+  PassResult pass;
+  pass.condition = condition;
+  pass.load_average_start = LoadAverage();
+  std::cout << "pass: " << condition << " (load average " << pass.load_average_start << ")\n";
+  // The echo again after the Trellis part; the mean of the two is the baseline, so load that
+  // drifts during the pass skews the ratio less.
+  TRELLIS_RETURN_IF_ERROR(TcpPass(flags, "before", pass.tcp));
+  TRELLIS_RETURN_IF_ERROR(GrpcPass(flags, pass));
+  const bool trellis = !flags.baselines_only && TrellisAvailable();
+  if (trellis) {
+    std::error_code ec;
+    std::filesystem::create_directories(log_dir, ec);
+    if (ec) return UnavailableError("cannot create log dir " + log_dir + ": " + ec.message());
+  }
+  if (!flags.baselines_only && !trellis) {
+    std::cout << "  trellis: not built (no worker library in this build); baselines only\n";
+  }
+  if (trellis) {
+    TrellisPass(flags, bin_dir, log_dir, pass);
+    if (!pass.trellis.empty()) TRELLIS_RETURN_IF_ERROR(TcpPass(flags, "after ", pass.tcp));
+  }
+  pass.seconds = SecondsSince(start);
+  return pass;
+}
+
+}  // namespace trellis::bench

@@ -1,0 +1,129 @@
+#include "bench/pushpull/report.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bench/common/table.h"
+
+namespace trellis::bench {
+namespace {
+
+std::string Us(double seconds) { return Fixed(seconds * 1e6, 0); }
+
+// Sum over workers of one column at one size, 0 when missing.
+double SumOverWorkers(const PassResult& pass, const std::string& column, uint64_t size) {
+  auto c = pass.trellis.find(column);
+  if (c == pass.trellis.end()) return 0;
+  auto s = c->second.find(size);
+  if (s == c->second.end()) return 0;
+  return s->second.gbytes_per_s_per_worker * pass.workers.at(column);
+}
+
+double RatioOf(const PassResult& pass, const std::string& column, uint64_t size) {
+  auto t = pass.tcp.find(size);
+  return t == pass.tcp.end() || t->second <= 0 ? 0 : SumOverWorkers(pass, column, size) / t->second;
+}
+
+std::string TransportOf(const std::string& column) { return column.substr(0, column.find(' ')); }
+
+std::vector<uint64_t> Sizes(const PassResult& pass) {
+  std::vector<uint64_t> sizes;
+  for (const auto& [size, gbps] : pass.tcp) sizes.push_back(size);
+  return sizes;
+}
+
+}  // namespace
+
+void PrintPass(const PassResult& pass, bool loaded, std::ostream& out) {
+  const double goal = loaded ? kLoadedGoal : kIdleGoal;
+  out << "\n== " << pass.condition << " (load average " << pass.load_average_start << " at the start, "
+      << Fixed(pass.seconds, 1) << " s)\n\nGoodput (GB/s = 1e9 bytes/s; tensor size counted once per "
+      << "direction; Trellis: the sum over workers):\n\n";
+  std::vector<std::string> header = {"size", pass.trellis.empty() ? "TCP echo" : "TCP echo (mean of 2)",
+                                     "gRPC stream"};
+  for (const std::string& name : pass.columns) {
+    header.push_back("Trellis " + name);
+    header.push_back("/ TCP");
+  }
+  header.push_back("goal");
+  Table goodput(header);
+  for (uint64_t size : Sizes(pass)) {
+    auto stream = pass.stream.find(size);
+    std::vector<std::string> row = {FormatBytes(size), Fixed(pass.tcp.at(size), 2),
+                                    stream == pass.stream.end() ? "-" : Fixed(stream->second.gbytes_per_s, 2)};
+    std::map<std::string, bool> meets;  // per transport: every topology reaches the goal
+    for (const std::string& name : pass.columns) {
+      const double ratio = RatioOf(pass, name, size);
+      row.push_back(Fixed(SumOverWorkers(pass, name, size), 2));
+      row.push_back(Fixed(ratio, 2));
+      const std::string transport = TransportOf(name);
+      meets[transport] = (meets.count(transport) ? meets[transport] : true) && ratio >= goal;
+    }
+    std::string goal_cell = "-";
+    if (size >= kGoalFrom && !meets.empty()) {
+      goal_cell = ">= " + Fixed(goal, 2);
+      for (const auto& [transport, ok] : meets) goal_cell += " " + transport + (ok ? " met" : " MISSED");
+    }
+    row.push_back(goal_cell);
+    goodput.AddRow(row);
+  }
+  goodput.Print(out);
+
+  out << "\n4 KiB round trip (microseconds):\n\n";
+  Table latency({"", "p50", "p99", "p50 / gRPC unary", "goal"});
+  latency.AddRow({"bare gRPC unary", Us(pass.unary.p50_s), Us(pass.unary.p99_s), "1.00", ""});
+  for (const auto& [transport, lat] : pass.latency) {
+    const double ratio = pass.unary.p50_s > 0 ? lat.p50_s / pass.unary.p50_s : 0;
+    std::string goal_cell = "-";
+    if (!loaded) {
+      const bool ok = lat.p50_s * 1e6 <= kLatencyGoalUs && ratio <= kLatencyRatioGoal;
+      goal_cell = "<= " + Fixed(kLatencyGoalUs, 0) + " us and <= " + Fixed(kLatencyRatioGoal, 2) + "x " +
+                  (ok ? "met" : "MISSED");
+    }
+    latency.AddRow({"Trellis PushPull " + transport + " (first topology)", Us(lat.p50_s), Us(lat.p99_s),
+                    Fixed(ratio, 2), goal_cell});
+  }
+  latency.Print(out);
+}
+
+void PrintComparison(const PassResult& idle, const PassResult& loaded, std::ostream& out) {
+  out << "\nWithout and with the load: Trellis (sum over workers) / TCP echo of the same pass "
+         "(goals >= " << Fixed(kIdleGoal, 2) << " idle, >= " << Fixed(kLoadedGoal, 2) << " loaded, from "
+      << FormatBytes(kGoalFrom) << "):\n\n";
+  std::vector<std::string> columns;  // those measured in both passes
+  std::set<std::string> in_loaded(loaded.columns.begin(), loaded.columns.end());
+  for (const std::string& c : idle.columns) {
+    if (in_loaded.count(c)) columns.push_back(c);
+  }
+  std::vector<std::string> header = {"size", "TCP echo idle", "TCP echo load"};
+  for (const std::string& c : columns) {
+    header.push_back(c + " idle");
+    header.push_back(c + " load");
+  }
+  Table table(header);
+  for (uint64_t size : Sizes(idle)) {
+    if (!loaded.tcp.count(size)) continue;
+    std::vector<std::string> row = {FormatBytes(size), Fixed(idle.tcp.at(size), 2), Fixed(loaded.tcp.at(size), 2)};
+    for (const std::string& c : columns) {
+      const double a = RatioOf(idle, c, size), b = RatioOf(loaded, c, size);
+      const bool judged = size >= kGoalFrom;
+      row.push_back(Fixed(a, 2) + (judged && a < kIdleGoal ? " !" : ""));
+      row.push_back(Fixed(b, 2) + (judged && b < kLoadedGoal ? " !" : ""));
+    }
+    table.AddRow(row);
+  }
+  table.Print(out);
+  out << "(! = below its goal)\n";
+  Table latency({"4 KiB p50 (us)", "idle", "load"});
+  latency.AddRow({"bare gRPC unary", Us(idle.unary.p50_s), Us(loaded.unary.p50_s)});
+  for (const auto& [transport, lat] : idle.latency) {
+    auto l = loaded.latency.find(transport);
+    latency.AddRow({"Trellis " + transport, Us(lat.p50_s), l == loaded.latency.end() ? "-" : Us(l->second.p50_s)});
+  }
+  out << "\n";
+  latency.Print(out);
+}
+
+}  // namespace trellis::bench
