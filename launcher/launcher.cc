@@ -93,7 +93,6 @@ Status Launcher::Prepare() {
     }
   }
   std::error_code ec;
-  paths_.job_file = fs::absolute(options_.job_file, ec).string();
   if (!options_.log_dir.empty()) {
     fs::create_directories(options_.log_dir, ec);
     if (ec) return InvalidArgumentError("--log-dir " + options_.log_dir + ": " + ec.message());
@@ -105,6 +104,15 @@ Status Launcher::Prepare() {
     created_run_dir_ = true;
   }
   paths_.token_file = paths_.run_dir + "/token";
+  if (options_.job_file.empty() || options_.job_flags.any()) {
+    // Built or changed by flags: the scheduler reads the job as it runs, from the run directory.
+    paths_.job_file = paths_.run_dir + "/job.yaml";
+    std::ofstream out(paths_.job_file);
+    out << JobSpecToYaml(job_);
+    if (!out.flush()) return InternalError("cannot write " + paths_.job_file);
+  } else {
+    paths_.job_file = fs::absolute(options_.job_file, ec).string();
+  }
   if (options_.metrics) {
     // Picked now, bound by the children a moment later: a small race with other programs on
     // this machine, the price of knowing every target before anything starts.

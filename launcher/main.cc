@@ -30,7 +30,16 @@ int main(int argc, char** argv) {
     std::fputs(kLaunchUsage, stdout);
     return 0;
   }
-  auto job = LoadJobSpecFile(options->job_file);
+  StatusOr<JobSpec> job = options->command.empty() ? LoadJobSpecFile(options->job_file)
+                                                   : JobFromCommand(options->job_flags, options->command);
+  if (job.ok() && !options->command.empty()) {
+    // The job it runs, as a file one can keep and run again (trellis-launch FILE) or kubectl apply.
+    std::printf("# trellis-launch: the job built from the command line\n%s---\n",
+                JobSpecToYaml(*job).c_str());
+    std::fflush(stdout);
+  } else if (job.ok() && options->job_flags.any()) {
+    job = ApplyJobFlags(std::move(job).value(), options->job_flags);
+  }
   if (!job.ok()) {
     std::fprintf(stderr, "trellis-launch: %s\n", job.status().message().c_str());
     return 2;

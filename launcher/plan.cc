@@ -24,6 +24,13 @@ StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
   LaunchOptions o;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    TRELLIS_ASSIGN_OR_RETURN(bool job_flag, ParseJobFlag(args, &i, &o.job_flags));
+    if (job_flag) continue;
+    if (a == "--") {
+      o.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      if (o.command.empty()) return InvalidArgumentError("no command after '--' (the workers' program)");
+      break;
+    }
     if (a == "-h" || a == "--help") {
       o.help = true;
       return o;
@@ -53,7 +60,13 @@ StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
       o.job_file = a;
     }
   }
-  if (o.job_file.empty()) return InvalidArgumentError("no job file given");
+  if (!o.command.empty() && !o.job_file.empty()) {
+    return InvalidArgumentError("give a job file or a command after '--', not both (got '" +
+                                o.job_file + "' and '" + o.command.front() + "')");
+  }
+  if (o.job_file.empty() && o.command.empty()) {
+    return InvalidArgumentError("no job file given (or a command after '--')");
+  }
   return o;
 }
 

@@ -12,13 +12,21 @@
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "common/subprocess.h"
+#include "launcher/command_job.h"
 
 namespace trellis {
 
 inline constexpr char kLaunchUsage[] =
-    "usage: trellis-launch [--keep-logs] [--log-dir DIR] [--quiet] [--metrics-targets FILE]\n"
-    "         [--no-metrics] JOB.yaml\n"
+    "usage: trellis-launch [OPTIONS] [JOB FLAGS] JOB.yaml\n"
+    "       trellis-launch [OPTIONS] [JOB FLAGS] -- COMMAND [ARGS...]\n"
     "  Runs a whole TrainingJob on this machine: scheduler, one agent per server and worker.\n"
+    "  The second form builds the job from the flags, with COMMAND as the workers' program\n"
+    "  (torchrun's habit), and prints the job YAML it runs. Job flags (a flag wins over the file):\n"
+    "  --workers N, --servers M  replicas (default 1 each)\n"
+    "  --transport tcp|grpc      --compression none|2bit      --server-mode aggregate|update\n"
+    "  --restart-policy Never|OnFailure|Always|ExitCode       --backoff-limit N\n"
+    "  --slice-bytes N           --name NAME (default: from the script's or program's name)\n"
+    "options:\n"
     "  --keep-logs  keep the log directory after a successful run (always kept on failure)\n"
     "  --log-dir    write logs there instead of a fresh /tmp/trellis-<job>-XXXXXX\n"
     "  --quiet      no progress display (worker output and errors still shown)\n"
@@ -29,7 +37,9 @@ inline constexpr char kLaunchUsage[] =
     "  130/143 stopped by SIGINT/SIGTERM.\n";
 
 struct LaunchOptions {
-  std::string job_file;
+  std::string job_file;               // empty in the command form
+  JobFlags job_flags;
+  std::vector<std::string> command;   // after "--": the command form
   bool keep_logs = false;
   std::string log_dir;  // empty: a fresh temporary directory
   bool quiet = false;

@@ -28,7 +28,7 @@ TEST(ParseLaunchArgsTest, FlagsAndJobFile) {
 
 TEST(ParseLaunchArgsTest, ErrorsNameTheProblem) {
   auto msg = [](std::vector<std::string> a) { return ParseLaunchArgs(a).status().message(); };
-  EXPECT_EQ(msg({}), "no job file given");
+  EXPECT_EQ(msg({}), "no job file given (or a command after '--')");
   EXPECT_EQ(msg({"--log-dir"}), "flag --log-dir needs a directory");
   EXPECT_EQ(msg({"--log-dir=", "j.yaml"}), "flag --log-dir needs a directory");
   EXPECT_EQ(msg({"--verbose", "j.yaml"}), "unknown flag '--verbose'");
