@@ -185,6 +185,9 @@ StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
   opts.env = CurrentEnvironment();
   opts.env["TRELLIS_RANK"] = std::to_string(reg.rank());
   opts.env["TRELLIS_INCARNATION"] = std::to_string(reg.incarnation());
+  // Whether a crash of the program is followed by a restart: trellis.torch keeps per-step
+  // commits for a rejoin only then (docs/pytorch.md#fault-tolerance).
+  opts.env["TRELLIS_RESTART_POLICY"] = std::string(ToString(restart_.policy));
   opts.env["TRELLIS_METRICS_PORT"] = std::to_string(metrics_port);
   opts.env["TRELLIS_POD_NAME"] = config_.pod_name;
   opts.env["TRELLIS_HOST"] = config_.host;

@@ -41,22 +41,27 @@ def launch(tmp_path):
         job = tmp_path / (name + ".yaml")
         quoted = ", ".join('"%s"' % a for a in (os.path.join(HERE, "dp_worker.py"),) + args)
         job.write_text(JOB.format(name=name, args=quoted))
-        env = dict(os.environ)
-        env.pop("TRELLIS_SCHEDULER", None)
-        env["PYTHONPATH"] = HERE  # dp_common; trellis-python adds the package
-        p = subprocess.Popen([launcher, "--quiet", "--log-dir", str(tmp_path / ("logs-" + name)),
-                              str(job)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             env=env, text=True)
-        try:
-            out, _ = p.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            p.terminate()  # the launcher stops its scheduler, agents and workers on SIGTERM
-            try:
-                out, _ = p.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, _ = p.communicate()
-            pytest.fail("job %s timed out after 90 s:\n%s" % (name, out))
-        assert p.returncode == 0, "job %s failed (rc %d):\n%s" % (name, p.returncode, out)
-        return out
+        return run_launcher(name, [launcher, "--quiet", "--log-dir",
+                                    str(tmp_path / ("logs-" + name)), str(job)], 90)
     return run
+
+
+def run_launcher(name, argv, timeout):
+    """Runs trellis-launch (argv) without an outer job's environment; returns its output; fails
+    the test unless the job succeeded within `timeout` seconds (then stops it: no leftovers)."""
+    env = dict(os.environ)
+    env.pop("TRELLIS_SCHEDULER", None)
+    env["PYTHONPATH"] = HERE  # dp_common; trellis-python adds the package
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.terminate()  # the launcher stops its scheduler, agents and workers on SIGTERM
+        try:
+            out, _ = p.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        pytest.fail("job %s timed out after %d s:\n%s" % (name, timeout, out))
+    assert p.returncode == 0, "job %s failed (rc %d):\n%s" % (name, p.returncode, out)
+    return out

@@ -46,11 +46,11 @@ RejoinKeeper::~RejoinKeeper() {
   watcher_.join();
 }
 
-Status RejoinKeeper::Commit(int64_t step) {
+Status RejoinKeeper::Commit(int64_t step, bool again) {
   bool first;
   {
     std::lock_guard lock(commit_mu_);
-    if (committed_ && step == step_) return Status::Ok();  // the same boundary again
+    if (committed_ && step == step_ && !again) return Status::Ok();  // the same boundary again
     first = !committed_;
     params_copy_.resize(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) {

@@ -38,8 +38,10 @@ class RejoinKeeper {
 
   // Copies the tensors (and `state`, packed by the caller) as the commit of `step`. The first
   // commit registers this worker as a donor with the scheduler (synchronously, so a rejoin asked
-  // for after Restore returned finds it) and starts the watcher.
-  Status Commit(int64_t step);
+  // for after Restore returned finds it) and starts the watcher. The same step again is a no-op
+  // unless `again` (the program changed its state at the same boundary: trellis.torch's
+  // end-of-epoch bookkeeping after the last step's commit).
+  Status Commit(int64_t step, bool again = false);
   // A restarted worker: the donor's commit into the tensors and `state`. nullopt: no live worker
   // has committed a step (the job had not started training): start as on a first start.
   StatusOr<std::optional<int64_t>> Rejoin();

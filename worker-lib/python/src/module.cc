@@ -15,6 +15,8 @@
 
 #include "common/crc32c.h"
 #include "trellis/trellis.h"
+#include "worker-lib/src/rejoin_keeper.h"
+#include "worker-lib/src/worker_impl.h"
 
 namespace py = pybind11;
 
@@ -37,6 +39,17 @@ py::object& ErrorClass() {
 
 void Check(const Status& s) {
   if (!s.ok()) Raise(s);
+}
+
+// Runs `f` (a blocking library call) with the GIL released, then raises its error.
+template <typename F>
+void CheckWithoutGil(F&& f) {
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = f();
+  }
+  Check(s);
 }
 
 // An in-flight operation: the C++ handle plus what must stay alive until it is done.
@@ -117,7 +130,80 @@ class PyWorker {
   void Close() {
     std::unique_ptr<Worker> w = std::move(worker_);
     py::gil_scoped_release nogil;  // joins library threads
+    rejoin_.reset();  // uses the worker: goes first
     w.reset();
+  }
+
+  // Crash recovery for trellis.torch (trellis/_rejoin.py; worker-lib/src/rejoin_keeper.h):
+  // `params` is a list of (name, key, float32 buffer) on their declared keys, `state` one float32
+  // buffer on `state_key`. The buffers stay exported (and alive) until rejoin_stop or close.
+  void RejoinStart(py::list params, int64_t state_key, py::buffer state) {
+    auto* impl = dynamic_cast<WorkerImpl*>(&w());
+    if (impl == nullptr || !impl->setup().request_rejoin) {
+      Raise(FailedPreconditionError("rejoin: this worker has no scheduler rejoin calls"));
+    }
+    if (rejoin_) Raise(FailedPreconditionError("rejoin: already started"));
+    std::vector<TensorRef> refs;
+    for (py::handle item : params) {
+      auto t = item.cast<py::tuple>();
+      const auto key = t[1].cast<int64_t>();
+      auto buf = py::reinterpret_borrow<py::buffer>(t[2]);
+      rejoin_bufs_.push_back(Export(buf, true, "rejoin", key));
+      rejoin_owners_.push_back(buf);
+      refs.push_back({.name = t[0].cast<std::string>(),
+                      .data = static_cast<float*>(rejoin_bufs_.back()->ptr),
+                      .num_elements = static_cast<int64_t>(rejoin_bufs_.back()->size),
+                      .key = static_cast<KeyId>(key)});
+    }
+    rejoin_bufs_.push_back(Export(state, true, "rejoin state", state_key));
+    rejoin_owners_.push_back(state);
+    rejoin_ = std::make_unique<RejoinKeeper>(*impl, refs, static_cast<KeyId>(state_key),
+                                             static_cast<float*>(rejoin_bufs_.back()->ptr),
+                                             static_cast<int64_t>(rejoin_bufs_.back()->size));
+  }
+
+  // TRELLIS_INCARNATION as the worker read it: > 1 after its agent restarted it.
+  int64_t Incarnation() {
+    auto* impl = dynamic_cast<WorkerImpl*>(&w());
+    return impl == nullptr ? 1 : impl->setup().incarnation;
+  }
+
+  RejoinKeeper& keeper() {
+    if (!rejoin_) Raise(FailedPreconditionError("rejoin: not started"));
+    return *rejoin_;
+  }
+
+  // A copy of every tracked tensor: without the GIL.
+  void RejoinCommit(int64_t step, bool again) {
+    RejoinKeeper& k = keeper();
+    CheckWithoutGil([&] { return k.Commit(step, again); });
+  }
+
+  // The donor's step (the tracked buffers now hold its commit), or None: nobody has committed
+  // yet, start as on a first start.
+  py::object RejoinFetch() {
+    RejoinKeeper& k = keeper();
+    StatusOr<std::optional<int64_t>> r = InternalError("unset");
+    {
+      py::gil_scoped_release nogil;
+      r = k.Rejoin();
+    }
+    if (!r.ok()) Raise(r.status());
+    return r->has_value() ? py::object(py::int_(**r)) : py::object(py::none());
+  }
+
+  void RejoinMarkServers() {
+    RejoinKeeper& k = keeper();
+    CheckWithoutGil([&] { return k.MarkServersRejoined(); });
+  }
+
+  void RejoinStop() {
+    {
+      py::gil_scoped_release nogil;  // joins the watcher thread
+      rejoin_.reset();
+    }
+    rejoin_bufs_.clear();
+    rejoin_owners_.clear();
   }
 
   void DeclareKey(int64_t key, int64_t num_elements, const std::string& name) {
@@ -214,6 +300,9 @@ class PyWorker {
   }
 
   std::unique_ptr<Worker> worker_;
+  std::vector<std::unique_ptr<py::buffer_info>> rejoin_bufs_;  // exported while rejoin_ lives
+  std::vector<py::object> rejoin_owners_;
+  std::unique_ptr<RejoinKeeper> rejoin_;  // after the buffers: destroyed first
   std::map<int64_t, KeyInfo> keys_;
   bool finished_ = false;
 };
@@ -296,5 +385,12 @@ class TrellisError(RuntimeError):
           "set_total_steps",
           [](PyWorker& w, int64_t total) { Check(w.w().SetTotalSteps(total)); },
           py::arg("total_steps"))
+      .def_property_readonly("incarnation", &PyWorker::Incarnation)
+      .def("rejoin_start", &PyWorker::RejoinStart, py::arg("params"), py::arg("state_key"),
+           py::arg("state"))
+      .def("rejoin_commit", &PyWorker::RejoinCommit, py::arg("step"), py::arg("again") = false)
+      .def("rejoin_fetch", &PyWorker::RejoinFetch)
+      .def("rejoin_mark_servers", &PyWorker::RejoinMarkServers)
+      .def("rejoin_stop", &PyWorker::RejoinStop)
       .def("close", &PyWorker::Close);
 }

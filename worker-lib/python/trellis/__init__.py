@@ -22,7 +22,7 @@ from ._trellis import Handle, TrellisError  # noqa: F401  (re-exported)
 from . import _trellis
 
 __all__ = ["TrellisError", "available", "init", "shutdown", "is_initialized", "is_local",
-           "rank", "size", "num_servers", "declare", "finish_declarations", "push_pull",
+           "rank", "size", "local_rank", "local_size", "num_servers", "declare", "finish_declarations", "push_pull",
            "broadcast", "barrier", "bytes_pushed", "bytes_pulled", "report_progress",
            "set_total_steps"]
 
@@ -225,6 +225,17 @@ def rank():
 
 def size():
     return _get().size()
+
+
+def local_rank():
+    """This process's index inside its pod (TRELLIS_LOCAL_RANK: the GPU it drives in a pod of
+    gpusPerWorker > 1); 0 otherwise. torchrun's LOCAL_RANK habit: pick the device with it."""
+    return int(os.environ.get("TRELLIS_LOCAL_RANK", "0") or 0)
+
+
+def local_size():
+    """Processes in this pod (TRELLIS_LOCAL_SIZE, gpusPerWorker); 1 otherwise."""
+    return int(os.environ.get("TRELLIS_LOCAL_SIZE", "1") or 1)
 
 
 def num_servers():

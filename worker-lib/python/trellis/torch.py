@@ -28,15 +28,19 @@ import numpy as np
 import torch
 
 import trellis as _trellis
+from . import _rejoin
+from ._rejoin import TrainingState
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
            "broadcast_object", "save_checkpoint", "load_checkpoint", "CheckpointError", "is_sealed",
-           "seal", "report_loss"]
+           "seal", "report_loss", "TrainingState"]
 
 _CHANNEL_KEY = 1 << 62        # the broadcast channel's key id
 _CHANNEL_FLOATS = 1 << 18     # 1 MiB per broadcast round
 _GRAD_KEY_BASE = 1 << 61      # gradient keys: base + declaration index
 _BARRIER = "trellis.torch.broadcast"
+_MAX_OBJECT_BYTES = 1 << 36    # a broadcast_object size beyond this is not a size
+_BCAST_MAGIC = 0x5453414342534C54  # "TLSBCAST": the first word of a tensor broadcast's header
 
 
 def _is_lazy(t):
@@ -51,6 +55,7 @@ class _State:
         self.params = []    # (name, parameter, key id, priority, optimizer), declaration order
         self.pending = []   # callables run at the seal
         self.channel = None
+        self.keeper = None  # crash recovery (_rejoin.Keeper), when on
 
     def session(self):
         return _trellis._get()
@@ -64,10 +69,30 @@ class _State:
         for i, (name, p) in enumerate(named):
             self.params.append((name, p, _GRAD_KEY_BASE + len(self.params), -i, optimizer))
 
+    def params_by_optimizer(self):
+        out = {}
+        for _, p, _, _, o in self.params:
+            out.setdefault(id(o), (o, []))[1].append(p)
+        return list(out.values())
+
+    def rejoin_wanted(self, s, in_step):
+        """Crash recovery on (the same answer on every worker): a job whose workers restart,
+        float32 CPU parameters, keys sealed before training (not inside a lazy first step)."""
+        if s.local or s.size() == 1 or in_step or not _rejoin.enabled_by_env():
+            return False
+        return all(p.dtype == torch.float32 and p.device.type == "cpu" and p.is_contiguous()
+                   for _, p, _, _, _ in self.params)
+
+    def rejoined(self):
+        """True on a worker that rejoined a running job: the start-up collectives (broadcasts,
+        load_checkpoint) are skipped, it already holds the donor's values."""
+        k = self.keeper
+        return k is not None and k.rejoined is not None and k.step == k.rejoined
+
     def can_seal(self):
         return all(not _is_lazy(p) for _, p, _, _, _ in self.params)
 
-    def seal(self):
+    def seal(self, in_step=False):
         if self.sealed:
             return
         s = self.session()
@@ -77,9 +102,18 @@ class _State:
                                    "run a forward pass before step()" % name)
             s.declare(key, p.numel(), name)
         s.declare(_CHANNEL_KEY, _CHANNEL_FLOATS, "trellis.broadcast")
+        rejoin = self.rejoin_wanted(s, in_step)
+        if rejoin:
+            arena = _rejoin.arena_bytes(self.params_by_optimizer())
+            s.declare(_rejoin.ARENA_KEY, arena // 4, "trellis.rejoin")
         s.finish()
         self.channel = np.zeros(_CHANNEL_FLOATS, dtype=np.float32)
         self.sealed = True
+        if rejoin:
+            self.keeper = _rejoin.Keeper(s.worker, [(n, p, k) for n, p, k, _, _ in self.params],
+                                         [o for o, _ in self.params_by_optimizer()], arena)
+            if s.worker.incarnation > 1:
+                self.keeper.fetch()  # a restarted worker: the donor's last step
         for opt in {id(o): o for _, _, _, _, o in self.params}.values():
             opt._trellis_attach_hooks()
         self.run_pending()
@@ -137,6 +171,10 @@ def _reset():
 _trellis._on_shutdown.append(_reset)
 
 
+def _rejoin_keeper():
+    return _state.keeper
+
+
 def is_sealed():
     """True once the keys are declared (broadcasts then run at once)."""
     return _state.sealed
@@ -158,12 +196,19 @@ def _broadcast_tensors_now(tensors, root):
         return
     sizes = [t.numel() * t.element_size() for t in tensors]
     total = sum(sizes)
-    header = np.array([total, len(tensors)], dtype=np.int64).view(np.uint8)
+    header = np.array([_BCAST_MAGIC, total, len(tensors)], dtype=np.int64).view(np.uint8)
     got = _state.broadcast_bytes(header, header.size, root).view(np.int64)
-    if int(got[0]) != total or int(got[1]) != len(tensors):
+    if int(got[0]) != _BCAST_MAGIC:
+        # Not a header at all: the ranks are out of step (validate before reading sizes).
+        raise RuntimeError(
+            "trellis.torch: broadcast from rank %d: the channel holds no broadcast header, so "
+            "this worker is out of step with rank %d (a broadcast called on some ranks only, or "
+            "a restarted worker in a job without crash recovery: docs/pytorch.md#fault-tolerance)"
+            % (root, root))
+    if int(got[1]) != total or int(got[2]) != len(tensors):
         raise RuntimeError("trellis.torch: broadcast from rank %d carries %d tensors (%d bytes); "
                            "this worker has %d tensors (%d bytes): models differ"
-                           % (root, got[1], got[0], len(tensors), total))
+                           % (root, got[2], got[1], len(tensors), total))
     data = None
     if s.rank() == root:
         data = np.concatenate([_tensor_bytes(t) for t in tensors]) if tensors else \
@@ -197,6 +242,8 @@ def broadcast_parameters(params, root_rank=0):
     named_parameters / a list of tensors), copied in place. Queued until the seal (see the
     module doc); lazy (uninitialized) tensors are broadcast right after they materialize."""
     tensors = _tensors_of(params)
+    if _state.rejoined():
+        return  # the donor's values are here already; the others are not broadcasting
     _state.defer_or_run(lambda: not any(_is_lazy(t) for t in tensors),
                         lambda: _broadcast_tensors_now(tensors, root_rank))
 
@@ -220,6 +267,10 @@ def broadcast_object(obj, root_rank=0):
     else:
         n = np.zeros(1, dtype=np.int64)
     n = _state.broadcast_bytes(n.view(np.uint8), 8, root_rank).view(np.int64)
+    if not 0 <= int(n[0]) <= _MAX_OBJECT_BYTES:
+        raise RuntimeError("trellis.torch.broadcast_object: rank %d's size word reads %d bytes, "
+                           "not a size: this worker is out of step with rank %d"
+                           % (root_rank, int(n[0]), root_rank))
     data = _state.broadcast_bytes(data, int(n[0]), root_rank)
     if s.rank() == root_rank:
         return obj
@@ -232,6 +283,8 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
         sd = broadcast_object(optimizer.state_dict(), root_rank)
         if _trellis.rank() != root_rank:
             optimizer.load_state_dict(sd)
+    if _state.rejoined():
+        return
     _state.defer_or_run(lambda: True, run)
 
 
@@ -268,12 +321,15 @@ class _DistributedMixin:
         elif not g.is_contiguous() or g.dtype != torch.float32 or g.device.type != "cpu":
             raise RuntimeError("trellis.torch: gradient of %s must be a contiguous float32 CPU "
                                "tensor (got %s on %s)" % (name, g.dtype, g.device))
+        k = _state.keeper
+        if k is not None and not k.committed:
+            k.first_commit()  # step 0, before the first push: a crash in step 1 can rejoin
         self._trellis_handles[p] = _trellis.push_pull(key, g, priority=prio)
 
     def synchronize(self):
         """Waits for every parameter's summed gradient and averages it (step() calls this)."""
         if not _state.sealed:
-            _state.seal()  # first step of a lazy model: everything has shapes now
+            _state.seal(in_step=True)  # first step of a lazy model: everything has shapes now
         else:
             _state.run_pending()
         n = _trellis.size()
@@ -293,6 +349,8 @@ class _DistributedMixin:
         self._trellis_synced = False
         loss = super().step(closure)
         self._trellis_report(loss)
+        if _state.keeper is not None:
+            _state.keeper.after_step()
         return loss
 
     def _trellis_report(self, loss):
@@ -354,6 +412,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
         raise ValueError("trellis.torch.DistributedOptimizer: optimizer is already distributed")
     base = optimizer.__class__
     optimizer.__class__ = type(base.__name__, (_DistributedMixin, base), {})
+    optimizer._trellis_base = base
     optimizer._trellis_params = {}
     optimizer._trellis_accs = {}
     optimizer._trellis_handles = {}
@@ -470,6 +529,8 @@ def load_checkpoint(path, model, optimizer=None, root_rank=0):
     extra = None
     problem = None
     state = None
+    if _state.rejoined():
+        return None  # the donor's state is here already; the others are training
     if _trellis.rank() == root_rank:
         try:
             state = _read_checkpoint_file(path)

@@ -1,0 +1,86 @@
+"""A training script as a PyTorch user writes it, with trellis.torch's crash recovery:
+BatchNorm, dropout, SGD with momentum and weight decay, StepLR, a DistributedSampler, a
+TrainingState. Run by test_torch_rejoin.py under trellis-launch (the command form).
+
+    ft_train.py OUT_DIR [kill]
+
+kill: worker 1's first incarnation SIGKILLs itself in epoch 1, between backward() (its pushes
+in flight) and step(); its agent restarts it and it rejoins. Every rank writes
+OUT_DIR/rank<r>.pt (its final state_dict), OUT_DIR/result<r>.txt (test accuracy and loss)
+and OUT_DIR/incarnation<r>.txt."""
+import os
+import signal
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+import trellis
+import trellis.torch as tt
+
+EPOCHS, BATCH, KILL_AT = 3, 16, (1, 5)  # kill in epoch 1 before the 6th step's update
+
+
+def data(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 4, (n,), generator=g)
+    centers = torch.randn(4, 1, 12, 12, generator=torch.Generator().manual_seed(3))
+    return centers[y] + 0.9 * torch.randn(n, 1, 12, 12, generator=g), y
+
+
+def main():
+    out, mode = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "")
+    torch.set_num_threads(1)
+    trellis.init()
+    rank, size = trellis.rank(), trellis.size()
+    incarnation = os.environ.get("TRELLIS_INCARNATION", "1")
+    with open(os.path.join(out, "incarnation%d.txt" % rank), "w") as f:
+        f.write(incarnation + "\n")
+    torch.manual_seed(10)  # the DDP habit: one seed everywhere (so a rejoiner's RNG is its own)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Dropout(0.3),
+        torch.nn.Linear(8 * 6 * 6, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    opt = tt.DistributedOptimizer(opt, model.named_parameters())
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    tt.broadcast_parameters(model.state_dict(), root_rank=0)
+    tt.broadcast_optimizer_state(opt, root_rank=0)
+    state = tt.TrainingState(model, opt, sched, epoch=0, batch=0)
+
+    x, y = data(512, 1)
+    train = TensorDataset(x, y)
+    sampler = DistributedSampler(train, num_replicas=size, rank=rank, shuffle=True, seed=5)
+    loader = DataLoader(train, batch_size=BATCH, sampler=sampler)
+    for epoch in range(state.epoch, EPOCHS):
+        sampler.set_epoch(epoch)
+        model.train()
+        for i, (xb, yb) in enumerate(loader):
+            if i < state.batch:
+                continue
+            opt.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            if mode == "kill" and rank == 1 and incarnation == "1" and (epoch, i) == KILL_AT:
+                os.kill(os.getpid(), signal.SIGKILL)
+            state.batch = i + 1
+            opt.step()
+        sched.step()
+        state.epoch, state.batch = epoch + 1, 0
+        state.commit()
+
+    model.eval()
+    tx, ty = data(256, 2)
+    with torch.no_grad():
+        logits = model(tx)
+    acc = (logits.argmax(1) == ty).float().mean().item()
+    loss = F.cross_entropy(logits, ty).item()
+    torch.save(model.state_dict(), os.path.join(out, "rank%d.pt" % rank))
+    with open(os.path.join(out, "result%d.txt" % rank), "w") as f:
+        f.write("accuracy %.6f loss %.9f rejoined %s\n" % (acc, loss, state.rejoined_step))
+    print("rank %d: accuracy %.4f loss %.6f (incarnation %s)" % (rank, acc, loss, incarnation))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""trellis.torch crash recovery pieces that need no cluster: the arena's size probe, packing
+and unpacking an optimizer's state, and TrainingState in a local session."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch (python3-torch) is not importable")
+
+import trellis  # noqa: E402
+import trellis.torch as tt  # noqa: E402
+from trellis import _rejoin  # noqa: E402
+
+
+def test_probe_measures_the_optimizer_state():
+    assert _rejoin.probe_optimizer(torch.optim.SGD, {"lr": 0.1}) == (0, 0)
+    # Momentum: one float32 buffer per element.
+    assert _rejoin.probe_optimizer(torch.optim.SGD, {"lr": 0.1, "momentum": 0.9})[0] == 4
+    # Adam: two buffers per element, plus its step counter per parameter.
+    per_elem, _ = _rejoin.probe_optimizer(torch.optim.Adam, {"lr": 0.1})
+    assert per_elem == 8
+
+
+def test_pack_and_unpack_give_back_the_same_state():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.BatchNorm1d(4))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model(torch.randn(8, 5)).sum().backward()
+    opt.step()
+    pool = torch.zeros(1 << 16, dtype=torch.uint8)
+    packer = _rejoin._Packer(pool)
+    packed = packer.tree(opt.state_dict())
+    got = _rejoin._unpack(pool, packed)
+    want = opt.state_dict()
+    for i, s in want["state"].items():
+        for k, v in s.items():
+            assert torch.equal(got["state"][i][k], v), k
+    assert got["param_groups"] == want["param_groups"]
+    # The pool is bounded: a state that does not fit says so instead of writing past it.
+    small = _rejoin._Packer(torch.zeros(64, dtype=torch.uint8))
+    with pytest.raises(_rejoin._Full):
+        small.tree(opt.state_dict())
+
+
+def test_training_state_is_plain_values_without_a_job():
+    trellis.init(local=True)
+    try:
+        st = tt.TrainingState(None, None, None, epoch=3, batch=0)
+        assert (st.epoch, st.batch, st.rejoined_step) == (3, 0, None)
+        st.batch = 7
+        assert st.batch == 7
+        st.commit()  # no crash recovery in a local session: nothing to do
+        with pytest.raises(AttributeError):
+            st.missing
+    finally:
+        trellis.shutdown()

@@ -1,0 +1,325 @@
+"""Crash recovery for trellis.torch: a restarted worker rejoins from a live worker's last step.
+
+The C++ RejoinKeeper (worker-lib/src/rejoin_keeper.h; docs/checkpoints.md#crash-recovery-workers)
+keeps, at each step boundary, a host copy of the parameters (on their gradient keys) and of one
+"arena" buffer on its own key, and hands the newest copy of a live worker (the donor) to a
+restarted one. This module fills the arena with everything else a PyTorch program needs to
+continue bit for bit: the optimizer's state tensors and hyper-parameters, model buffers
+(BatchNorm statistics), the LR scheduler, the RNG states and the program's own values (epoch,
+batch) of a TrainingState.
+
+Arena layout (bytes): a 32-byte header (magic, step, metadata offset, metadata length, as
+int64), then the raw bytes of every tensor (8-byte aligned), then the pickled metadata that
+names where each tensor lies. Its size is fixed at the seal (every worker, the restarted one
+too, declares the same key): the optimizer's state per parameter (measured on a probe optimizer
+of the same class), plus TRELLIS_TORCH_REJOIN_EXTRA_BYTES (default 4 MiB) for buffers and
+metadata.
+"""
+
+import os
+import pickle
+import random
+import struct
+
+import numpy as np
+import torch
+
+import trellis as _trellis
+
+ARENA_KEY = (1 << 62) + 1
+_MAGIC = 0x314E494F4A455254  # "TREJOIN1"
+_HEADER = struct.Struct("<qqqq")
+_EXTRA_ENV = "TRELLIS_TORCH_REJOIN_EXTRA_BYTES"
+_DEFAULT_EXTRA = 4 << 20
+
+
+def _align(n):
+    return (n + 7) & ~7
+
+
+def enabled_by_env():
+    """On when this worker's crash is followed by a restart (TRELLIS_RESTART_POLICY from the
+    agent, not Never); TRELLIS_TORCH_REJOIN=0/1 overrides."""
+    forced = os.environ.get("TRELLIS_TORCH_REJOIN", "")
+    if forced in ("0", "1"):
+        return forced == "1"
+    policy = os.environ.get("TRELLIS_RESTART_POLICY", "")
+    return policy not in ("", "Never")
+
+
+def _state_bytes(state):
+    return sum(v.numel() * v.element_size() for v in state.values() if isinstance(v, torch.Tensor))
+
+
+def probe_optimizer(opt_class, defaults):
+    """(per-element bytes, per-parameter bytes) of the optimizer's state after one step,
+    measured on two tiny parameters; a generous guess when the probe cannot run."""
+    try:
+        got = []
+        for n in (1, 3):
+            p = torch.zeros(n, requires_grad=True)
+            p.grad = torch.full((n,), 1e-3)
+            o = opt_class([p], **defaults)
+            o.step()
+            got.append(_state_bytes(o.state[p]))
+        per_elem = max(0, (got[1] - got[0]) // 2)
+        return per_elem, max(0, got[0] - per_elem)
+    except Exception:  # noqa: BLE001 (any optimizer of the user's: fall back to Adam's size)
+        return 12, 64
+
+
+def arena_bytes(params_by_opt, extra=None):
+    """The arena's size for these optimizers' parameters (identical on every worker)."""
+    if extra is None:
+        extra = int(os.environ.get(_EXTRA_ENV, "") or _DEFAULT_EXTRA)
+    total = _HEADER.size + extra
+    for opt, params in params_by_opt:
+        per_elem, per_param = probe_optimizer(opt._trellis_base, opt.defaults)
+        for p in params:
+            total += _align(per_elem * p.numel() + per_param) + 8 * 4  # a few tensors' padding
+    return _align(total)
+
+
+class _Ref:
+    """A tensor in the arena: where, and how to rebuild it."""
+
+    def __init__(self, off, dtype, shape):
+        self.off, self.dtype, self.shape = off, dtype, shape
+
+
+class _Packer:
+    def __init__(self, pool):
+        self.pool = pool  # uint8 torch tensor over the arena
+        self.off = _HEADER.size
+
+    def put(self, t):
+        t = t.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        n = t.numel() * t.element_size()
+        if self.off + n > self.pool.numel():
+            raise _Full()
+        if n:
+            self.pool[self.off:self.off + n].copy_(t.reshape(-1).view(torch.uint8))
+        ref = _Ref(self.off, t.dtype, tuple(t.shape))
+        self.off = _align(self.off + n)
+        return ref
+
+    def tree(self, x):
+        """x with every tensor replaced by its _Ref (dicts, lists, tuples walked)."""
+        if isinstance(x, torch.Tensor):
+            return self.put(x)
+        if isinstance(x, dict):
+            return {k: self.tree(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.tree(v) for v in x)
+        return x
+
+
+class _Full(Exception):
+    pass
+
+
+def _unpack(pool, x):
+    if isinstance(x, _Ref):
+        n = int(np.prod(x.shape, dtype=np.int64)) * torch.empty(0, dtype=x.dtype).element_size()
+        raw = pool[x.off:x.off + n].clone()
+        return raw.view(x.dtype).reshape(x.shape)
+    if isinstance(x, dict):
+        return {k: _unpack(pool, v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unpack(pool, v) for v in x)
+    return x
+
+
+def rng_state():
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+            "random": random.getstate()}
+
+
+def set_rng_state(s):
+    torch.set_rng_state(s["torch"])
+    np.random.set_state(s["numpy"])
+    random.setstate(s["random"])
+
+
+class Keeper:
+    """This process's rejoin state: the C++ keeper over the parameters and the arena."""
+
+    def __init__(self, worker, params, optimizers, size):
+        self.worker = worker
+        self.optimizers = optimizers    # in declaration order
+        self.arena = np.zeros(size // 4, dtype=np.float32)
+        self.pool = torch.from_numpy(self.arena).view(torch.uint8)
+        self.step = 0
+        self.training_state = None      # the program's TrainingState, once made
+        self.rejoined = None            # the donor's step on a worker that rejoined
+        self.meta = None                # the donor's metadata (rejoined worker)
+        self.committed = False
+        worker.rejoin_start([(n, k, p.detach().numpy()) for n, p, k in params], ARENA_KEY,
+                            self.arena)
+
+    def first_commit(self):
+        """Before the first push of a step with nothing committed yet: what the worker holds
+        now (step 0 after the start-up broadcasts, or the step a rejoined worker took over)."""
+        self.commit()
+
+    def after_step(self):
+        """DistributedOptimizer.step() is done: every update of this step is applied."""
+        if self.rejoined is not None and self.training_state is None:
+            raise RuntimeError(
+                "trellis.torch: this worker rejoined the running job after step %d, but the "
+                "program keeps no trellis.torch.TrainingState, so it cannot know where to resume "
+                "(its loop starts over); create one after the optimizer "
+                "(docs/pytorch.md#fault-tolerance), or turn crash recovery off with "
+                "TRELLIS_TORCH_REJOIN=0" % self.rejoined)
+        self.step += 1
+        self.commit()
+
+    def commit(self, again=False):
+        """The current state as the commit of self.step (no push of the next step started)."""
+        packer = _Packer(self.pool)
+        try:
+            meta = {"optimizers": [packer.tree(o.state_dict()) for o in self.optimizers],
+                    "rng": rng_state(), "training_state": None}
+            if self.training_state is not None:
+                meta["training_state"] = self.training_state._trellis_pack(packer)
+            blob = pickle.dumps(meta, protocol=4)
+            if packer.off + len(blob) > self.pool.numel():
+                raise _Full()
+        except _Full:
+            raise RuntimeError(
+                "trellis.torch: the rejoin state (optimizer state, buffers, metadata) outgrew its "
+                "%d-byte buffer; set %s to more bytes (every worker alike), or turn crash "
+                "recovery off with TRELLIS_TORCH_REJOIN=0" % (self.pool.numel(), _EXTRA_ENV)) \
+                from None
+        self.pool[packer.off:packer.off + len(blob)].copy_(
+            torch.frombuffer(bytearray(blob), dtype=torch.uint8))
+        self.pool[:_HEADER.size].copy_(torch.frombuffer(
+            bytearray(_HEADER.pack(_MAGIC, self.step, packer.off, len(blob))), dtype=torch.uint8))
+        self.worker.rejoin_commit(self.step, again)
+        self.committed = True
+
+    def fetch(self):
+        """Restarted worker: the donor's commit into the parameters and the arena. Returns the
+        donor's step, or None (nobody committed yet: start as on a first start)."""
+        step = self.worker.rejoin_fetch()
+        if step is None:
+            self.worker.rejoin_mark_servers()
+            return None
+        magic, got_step, off, n = _HEADER.unpack(self.pool[:_HEADER.size].numpy().tobytes())
+        if magic != _MAGIC or got_step != step or not (_HEADER.size <= off <= off + n <= self.pool.numel()):
+            raise RuntimeError("trellis.torch: rejoin: the donor's state is not a trellis.torch "
+                               "commit of step %d (header: magic 0x%x, step %d, %d bytes at %d)"
+                               % (step, magic, got_step, n, off))
+        self.meta = pickle.loads(self.pool[off:off + n].numpy().tobytes())
+        self.rejoined = step
+        self.step = step
+        self.restore_optimizers()
+        return step
+
+    def restore_optimizers(self):
+        for o, sd in zip(self.optimizers, self.meta["optimizers"]):
+            o.load_state_dict(_unpack(self.pool, sd))
+            o._trellis_steps = self.rejoined
+
+    def restore_training_state(self, ts):
+        packed = self.meta.get("training_state")
+        if packed is None:
+            raise RuntimeError("trellis.torch: rejoin: the donor kept no TrainingState; every "
+                               "worker must create the same TrainingState")
+        ts._trellis_unpack(self.pool, packed, _unpack)
+        self.restore_optimizers()  # after the scheduler: its constructor may have set the lr
+        return self.meta["rng"]
+
+    def close(self):
+        self.worker.rejoin_stop()
+
+
+class TrainingState:
+    """What a restarted worker needs to continue where the others are (Horovod's TorchState
+    habit); see docs/pytorch.md#fault-tolerance.
+
+        state = tt.TrainingState(model, optimizer, scheduler, epoch=0, batch=0)
+        for epoch in range(state.epoch, epochs):
+            sampler.set_epoch(epoch)
+            for i, (x, y) in enumerate(loader):
+                if i < state.batch:
+                    continue                  # a rejoined worker skips what the job has done
+                ...; loss.backward()
+                state.batch = i + 1
+                optimizer.step()              # commits: weights, optimizer, buffers, RNG, values
+            scheduler.step()
+            state.epoch, state.batch = epoch + 1, 0
+            state.commit()                    # the end-of-epoch changes, at the same step
+
+    Keyword values (epoch, batch, anything picklable) are attributes. On a worker that rejoined a
+    running job, creating the state restores the donor's model buffers, scheduler, optimizer
+    and values, and its RNG states: at once when `batch` is 0, else just before the model's next
+    forward pass (after the DataLoader iterator of the resumed epoch has been created, as on
+    the donor). Everywhere else it only records what to commit."""
+
+    def __init__(self, model=None, optimizer=None, scheduler=None, **values):
+        d = self.__dict__
+        d["_model"], d["_optimizer"], d["_scheduler"] = model, optimizer, scheduler
+        d["_values"] = dict(values)
+        d["_keeper"] = None
+        d["rejoined_step"] = None
+        from . import torch as _tt  # the process's keeper lives with the keys
+        keeper = _tt._rejoin_keeper()
+        if keeper is None:
+            return
+        if keeper.training_state is not None:
+            raise RuntimeError("trellis.torch: one TrainingState per process")
+        d["_keeper"] = keeper
+        keeper.training_state = self
+        if keeper.rejoined is not None:
+            rng = keeper.restore_training_state(self)
+            d["rejoined_step"] = keeper.rejoined
+            if self._values.get("batch", 0) == 0 or model is None:
+                set_rng_state(rng)
+            else:
+                holder = {}
+
+                def restore(*_):
+                    set_rng_state(rng)
+                    holder["h"].remove()
+                holder["h"] = model.register_forward_pre_hook(restore)
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        if name.startswith("_"):
+            raise AttributeError("TrainingState: %s is reserved" % name)
+        self._values[name] = value
+
+    def commit(self):
+        """Commits the current state again at the current step (after end-of-step changes such
+        as scheduler.step(); optimizer.step() commits by itself). No-op without crash recovery."""
+        if self._keeper is not None:
+            self._keeper.commit(again=True)
+
+    def _trellis_pack(self, packer):
+        out = {"values": packer.tree(self._values), "buffers": None, "scheduler": None}
+        if self._model is not None:
+            out["buffers"] = [(n, packer.put(b)) for n, b in self._model.named_buffers()]
+        if self._scheduler is not None:
+            out["scheduler"] = packer.tree(self._scheduler.state_dict())
+        return out
+
+    def _trellis_unpack(self, pool, packed, unpack):
+        self._values.update(unpack(pool, packed["values"]))
+        if self._model is not None and packed["buffers"] is not None:
+            mine = dict(self._model.named_buffers())
+            with torch.no_grad():
+                for n, ref in packed["buffers"]:
+                    if n not in mine:
+                        raise RuntimeError("trellis.torch: rejoin: the donor's model has buffer "
+                                           "%s, this one does not" % n)
+                    mine[n].copy_(unpack(pool, ref))
+        if self._scheduler is not None and packed["scheduler"] is not None:
+            self._scheduler.load_state_dict(unpack(pool, packed["scheduler"]))
