@@ -1,8 +1,14 @@
 #include "bench/common/stats.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <sstream>
 
@@ -96,6 +102,31 @@ StatusOr<std::vector<uint64_t>> ParseSizeList(const std::string& text) {
   }
   if (sizes.empty()) return InvalidArgumentError("empty size list '" + text + "'");
   return sizes;
+}
+
+}  // namespace trellis::bench
+
+namespace trellis::bench {
+
+double ProcessCpuSeconds() {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+double ProcessCpuSeconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 > stat.size()) return 0;
+  std::istringstream fields(stat.substr(paren + 2));  // field 3 onwards
+  std::string f;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14 || i == 15) ticks += std::strtod(f.c_str(), nullptr);  // utime, stime
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace trellis::bench

@@ -59,3 +59,12 @@ StatusOr<uint64_t> ParseBytes(const std::string& text);
 StatusOr<std::vector<uint64_t>> ParseSizeList(const std::string& text);
 
 }  // namespace trellis::bench
+
+namespace trellis::bench {
+
+// CPU seconds (user + system) this process has used so far, all threads.
+double ProcessCpuSeconds();
+// CPU seconds (user + system) of another process so far (/proc/<pid>/stat); 0 if unreadable.
+double ProcessCpuSeconds(int pid);
+
+}  // namespace trellis::bench

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 #include "bench/common/stats.h"
@@ -12,7 +13,7 @@ const char kUsage[] =
     "usage: bench_pushpull [--quick] [--sizes=4K,1M,16M,64M,256M] [--topologies=1x1,2x2]\n"
     "                      [--load[=N]] [--baselines-only] [--slice-bytes=B]\n"
     "                      [--transport=grpc,tcp] [--bin-dir=DIR] [--log-dir=DIR]\n"
-    "                      [--retain-pushes=on|off]\n"
+    "                      [--retain-pushes=on|off] [--seconds=S]\n"
     "  --quick           fewer iterations (smoke run)\n"
     "  --sizes           tensor/message sizes, binary units (K, M, G)\n"
     "  --topologies      WxS pairs: W workers (threads) x S servers (processes)\n"
@@ -24,7 +25,9 @@ const char kUsage[] =
     "  --transport       the workers' data paths to measure, in this run (default grpc,tcp)\n"
     "  --bin-dir         where trellis-scheduler and trellis-pserver are (default: next to this)\n"
     "  --log-dir         where the children's logs go (default: a fresh temp dir)\n"
-    "  --retain-pushes   the job's recovery.retainPushes (default on; off: no copy per push)\n";
+    "  --retain-pushes   the job's recovery.retainPushes (default on; off: no copy per push)\n"
+    "  --seconds         measured seconds per size and column (default 1.5, --quick 0.3);\n"
+    "                    longer runs for profiling (perf record -p ...)\n";
 
 namespace {
 
@@ -104,6 +107,12 @@ StatusOr<Flags> ParseFlags(int argc, char** argv, int cpus) {
     } else if (auto v = value_of("retain-pushes")) {
       if (*v != "on" && *v != "off") return InvalidArgumentError("--retain-pushes: on or off");
       flags.retain_pushes = *v == "on";
+    } else if (auto v = value_of("seconds")) {
+      char* end = nullptr;
+      flags.seconds_per_size = std::strtod(v->c_str(), &end);
+      if (v->empty() || *end != '\0' || !(flags.seconds_per_size > 0 && flags.seconds_per_size <= 600)) {
+        return InvalidArgumentError("--seconds=" + *v + ": want seconds in (0, 600]");
+      }
     } else if (auto v = value_of("log-dir")) {
       flags.log_dir = *v;
     } else {

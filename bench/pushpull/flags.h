@@ -23,6 +23,7 @@ struct Flags {
   // --load[=N]: N busy processes (default one per CPU); every figure is measured without and
   // then with them. 0: no loaded pass.
   int load_processes = 0;
+  double seconds_per_size = 0;  // --seconds: measured time per size and column; 0: 1.5 (0.3 quick)
 };
 
 extern const char kUsage[];

@@ -17,7 +17,7 @@ Budget BulkBudget(const Flags& f, uint64_t bytes) {
   b.warmup_iters = bytes >= (16ull << 20) ? 1 : 20;
   b.min_iters = 3;
   b.max_iters = 1000000;
-  b.max_seconds = f.quick ? 0.3 : 1.5;
+  b.max_seconds = f.seconds_per_size > 0 ? f.seconds_per_size : f.quick ? 0.3 : 1.5;
   return b;
 }
 
@@ -33,13 +33,17 @@ Budget LatencyBudget(const Flags& f) {
 std::string Us(double seconds) { return Fixed(seconds * 1e6, 0); }
 
 // (a) raw TCP echo, every size; folded into `tcp` as the mean with an earlier pass.
-Status TcpPass(const Flags& flags, const char* label, std::map<uint64_t, double>& tcp) {
+Status TcpPass(const Flags& flags, const char* label, PassResult& pass) {
+  std::map<uint64_t, double>& tcp = pass.tcp;
+  std::map<uint64_t, double>& cpu = pass.tcp_cpu_s;
   for (uint64_t size : flags.sizes) {
     StatusOr<TcpEchoResult> r = MeasureTcpEcho(size, BulkBudget(flags, size));
     if (!r.ok()) return r.status().Annotate("tcp echo " + FormatBytes(size));
     tcp[size] = tcp.count(size) ? (tcp[size] + r->gbytes_per_s) / 2 : r->gbytes_per_s;
+    cpu[size] = cpu.count(size) ? (cpu[size] + r->cpu_s_per_message) / 2 : r->cpu_s_per_message;
     std::cout << "  tcp echo " << label << " " << FormatBytes(size) << ": " << Fixed(r->gbytes_per_s, 2)
-              << " GB/s (" << r->messages << " msgs, SO_SNDBUF " << r->socket_buffer_bytes << ")\n";
+              << " GB/s, CPU " << Fixed(r->cpu_s_per_message * 1e3, 2) << " ms/msg (" << r->messages
+              << " msgs, SO_SNDBUF " << r->socket_buffer_bytes << ")\n";
   }
   return Status::Ok();
 }
@@ -90,7 +94,8 @@ void TrellisPass(const Flags& flags, const std::string& bin_dir, const std::stri
         std::cout << "  trellis " << name << " " << FormatBytes(s.bytes) << ": "
                   << Fixed(s.gbytes_per_s_per_worker, 2) << " GB/s per worker ("
                   << Fixed(s.gbytes_per_s_per_worker * topo.workers, 2) << " all workers), p50 " << Us(s.p50_s)
-                  << " us, p99 " << Us(s.p99_s) << " us (" << s.steps << " steps)\n";
+                  << " us, p99 " << Us(s.p99_s) << " us, CPU " << Fixed(s.cpu_s_per_step * 1e3, 2)
+                  << " ms/step (" << s.steps << " steps)\n";
         if (s.bytes == kLatencyBytes && !pass.latency.count(transport)) pass.latency[transport] = s;
       }
     }
@@ -113,7 +118,7 @@ StatusOr<PassResult> RunPass(const Flags& flags, const std::string& condition, c
   std::cout << "pass: " << condition << " (load average " << pass.load_average_start << ")\n";
   // The echo again after the Trellis part; the mean of the two is the baseline, so load that
   // drifts during the pass skews the ratio less.
-  TRELLIS_RETURN_IF_ERROR(TcpPass(flags, "before", pass.tcp));
+  TRELLIS_RETURN_IF_ERROR(TcpPass(flags, "before", pass));
   TRELLIS_RETURN_IF_ERROR(GrpcPass(flags, pass));
   const bool trellis = !flags.baselines_only && TrellisAvailable();
   if (trellis) {
@@ -126,7 +131,7 @@ StatusOr<PassResult> RunPass(const Flags& flags, const std::string& condition, c
   }
   if (trellis) {
     TrellisPass(flags, bin_dir, log_dir, pass);
-    if (!pass.trellis.empty()) TRELLIS_RETURN_IF_ERROR(TcpPass(flags, "after ", pass.tcp));
+    if (!pass.trellis.empty()) TRELLIS_RETURN_IF_ERROR(TcpPass(flags, "after ", pass));
   }
   pass.seconds = SecondsSince(start);
   return pass;

@@ -20,6 +20,7 @@ struct PassResult {
   std::string condition;         // "idle", "load: 2 busy processes"
   std::string load_average_start;  // the 1-minute load average when the pass began
   std::map<uint64_t, double> tcp;  // raw TCP echo GB/s, mean of the passes before and after
+  std::map<uint64_t, double> tcp_cpu_s;  // the echo's CPU seconds per message, same mean
   LatencyResult unary;             // bare gRPC unary, 4 KiB
   std::map<uint64_t, StreamResult> stream;  // plain gRPC bidi stream, sizes >= 1 MiB
   // Trellis, keyed by "<transport> <topology>" ("tcp 2w x 2s"), in measuring order.

@@ -71,6 +71,34 @@ void PrintPass(const PassResult& pass, bool loaded, std::ostream& out) {
   }
   goodput.Print(out);
 
+  if (!pass.columns.empty()) {
+    // Where cores are scarce, goodput follows CPU per byte; timing noise does not move this much.
+    out << "\nCPU per MiB moved (ms; user + system of the bench and the servers; the echo's three "
+           "threads):\n\n";
+    std::vector<std::string> cpu_header = {"size", "TCP echo"};
+    for (const std::string& name : pass.columns) {
+      cpu_header.push_back("Trellis " + name);
+      cpu_header.push_back("/ TCP");
+    }
+    Table cpu(cpu_header);
+    for (uint64_t size : Sizes(pass)) {
+      const double mib = static_cast<double>(size) / (1 << 20);
+      const double echo = pass.tcp_cpu_s.count(size) ? pass.tcp_cpu_s.at(size) * 1e3 / mib : 0;
+      std::vector<std::string> row = {FormatBytes(size), Fixed(echo, 3)};
+      for (const std::string& name : pass.columns) {
+        auto c = pass.trellis.at(name).find(size);
+        // Per worker step; W workers each move `size`, so per MiB divide by W as well.
+        const double t = c == pass.trellis.at(name).end()
+                             ? 0
+                             : c->second.cpu_s_per_step * 1e3 / mib / pass.workers.at(name);
+        row.push_back(Fixed(t, 3));
+        row.push_back(echo > 0 ? Fixed(t / echo, 2) : "-");
+      }
+      cpu.AddRow(row);
+    }
+    cpu.Print(out);
+  }
+
   out << "\n4 KiB round trip (microseconds):\n\n";
   Table latency({"", "p50", "p99", "p50 / gRPC unary", "goal"});
   latency.AddRow({"bare gRPC unary", Us(pass.unary.p50_s), Us(pass.unary.p99_s), "1.00", ""});

@@ -19,6 +19,7 @@ struct TcpEchoResult {
   double p99_s = 0;
   int messages = 0;
   int socket_buffer_bytes = 0;  // SO_SNDBUF the kernel granted (after its doubling)
+  double cpu_s_per_message = 0;  // CPU of all three threads (writer, echo, reader) per message
 };
 
 StatusOr<TcpEchoResult> MeasureTcpEcho(uint64_t message_bytes, const Budget& budget);

@@ -39,6 +39,12 @@ class Cluster {
   const std::string& scheduler_address() const { return scheduler_address_; }
   const std::string& token_file() const { return token_file_; }
   const std::vector<int>& worker_ranks() const { return worker_ranks_; }
+  // CPU seconds used so far by the bench process (all its workers) and every server.
+  double CpuSeconds() const {
+    double s = ProcessCpuSeconds();
+    for (const auto& server : servers_) s += ProcessCpuSeconds(server->pid());
+    return s;
+  }
 
  private:
   Cluster() = default;
@@ -260,6 +266,7 @@ Status RunWorker(const TrellisRunOptions& options, const Cluster& cluster, int i
                                           static_cast<double>(options.budget.min_iters), 20000.0));
     }
     Samples latencies;
+    const double cpu_start = index == 0 ? cluster.CpuSeconds() : 0;
     const auto start = Clock::now();
     for (int i = 0; i < steps; ++i) {
       const auto t0 = Clock::now();
@@ -267,7 +274,9 @@ Status RunWorker(const TrellisRunOptions& options, const Cluster& cluster, int i
       latencies.Add(SecondsSince(t0));
     }
     const double seconds = SecondsSince(start);
+    const double cpu_s = index == 0 ? cluster.CpuSeconds() - cpu_start : 0;
     TrellisSizeResult r;
+    r.cpu_s_per_step = cpu_s / steps;
     r.bytes = options.sizes[k];
     r.steps = steps;
     r.gbytes_per_s_per_worker = static_cast<double>(r.bytes) * steps / seconds / 1e9;

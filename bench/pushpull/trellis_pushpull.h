@@ -28,6 +28,10 @@ struct TrellisSizeResult {
   double p50_s = 0;                    // step round trip, worker 0
   double p99_s = 0;
   int steps = 0;
+  // CPU (user + system) of the bench process and every server per step, over the measured
+  // steps: what the data path costs when cores are scarce. Under --load other processes' CPU
+  // is not in it.
+  double cpu_s_per_step = 0;
 };
 
 struct TrellisRunOptions {
