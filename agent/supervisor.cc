@@ -9,6 +9,7 @@
 namespace trellis {
 
 bool PolicyRestarts(RestartPolicy policy, const ExitStatus& status) {
+  if (status.signal == 0 && status.exit_code == kExitConfigurationError) return false;
   switch (policy) {
     case RestartPolicy::kNever: return false;
     case RestartPolicy::kOnFailure: return status.exit_code != 0;

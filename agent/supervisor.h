@@ -28,6 +28,8 @@ struct RestartOptions {
 
 // Whether `policy` restarts a program that ended with `status` (the back-off limit aside).
 // ExitCode follows the Kubeflow convention: 128+ codes (signals) are retryable, 1-127 permanent.
+// Under every policy, exit code 78 (kExitConfigurationError) is permanent: the same start would
+// fail the same way.
 bool PolicyRestarts(RestartPolicy policy, const ExitStatus& status);
 
 // Delay before restart number `restart` (1 = first restart): initial * 2^(restart-1), capped.

@@ -21,6 +21,10 @@
 
 namespace trellis {
 
+// The exit code of a program that found a configuration error no restart can fix (sysexits'
+// EX_CONFIG; trellis.ConfigurationError in Python): the agent and the operator never restart it.
+inline constexpr int kExitConfigurationError = 78;
+
 // How a child ended.
 struct ExitStatus {
   int exit_code = 0;  // the exit code, or 128+N when killed by signal N (shell convention)

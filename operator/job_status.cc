@@ -5,6 +5,8 @@
 #include <set>
 #include <tuple>
 
+#include "common/subprocess.h"
+
 namespace trellis::op {
 namespace {
 
@@ -390,7 +392,8 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
       continue;
     }
     const bool permanent = policy == RestartPolicy::kNever ||
-                           (policy == RestartPolicy::kExitCode && p.exit_code >= 1 && p.exit_code < 128);
+                           (policy == RestartPolicy::kExitCode && p.exit_code >= 1 && p.exit_code < 128) ||
+                           p.exit_code == kExitConfigurationError;  // restarting cannot fix it
     if (permanent) {
       finish(kFailed, "PodFailed",
              "job " + name + ": " + Describe(p) + " failed" + code + " (restartPolicy " +

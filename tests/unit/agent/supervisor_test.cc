@@ -142,6 +142,12 @@ TEST(PolicyRestartsTest, FollowsEachPolicy) {
   EXPECT_FALSE(PolicyRestarts(RestartPolicy::kExitCode, permanent));
   EXPECT_TRUE(PolicyRestarts(RestartPolicy::kExitCode, killed));
   EXPECT_TRUE(PolicyRestarts(RestartPolicy::kExitCode, ExitStatus{128, 0}));
+  // A configuration error (exit 78) is deterministic: no policy restarts it.
+  const ExitStatus config{kExitConfigurationError, 0};
+  for (auto policy : {RestartPolicy::kNever, RestartPolicy::kOnFailure, RestartPolicy::kAlways,
+                      RestartPolicy::kExitCode}) {
+    EXPECT_FALSE(PolicyRestarts(policy, config));
+  }
 }
 
 TEST(BackoffDelayTest, DoublesUpToTheCap) {

@@ -169,6 +169,15 @@ TEST(PlanJobTest, NeverAndExitCodePolicies) {
   JobPlan code = PlanJob(ec, ParseJobSpec(ec.serialize()),
                          {Pod(PodRole::kScheduler, 0, "Running"), Pod(PodRole::kWorker, 0, "Failed", 2)}, kT0);
   EXPECT_EQ(Str(code.status, {"phase"}), "Failed");  // 1..127: permanent
+
+  // Exit 78 (a configuration error) is permanent under OnFailure too: no pod is recreated.
+  Json onf = ApiJob(R"({"workers":{"command":["w"]}})");
+  JobPlan config = PlanJob(onf, ParseJobSpec(onf.serialize()),
+                           {Pod(PodRole::kScheduler, 0, "Running"), Pod(PodRole::kWorker, 0, "Failed", 78)}, kT0);
+  EXPECT_EQ(Str(config.status, {"phase"}), "Failed");
+  EXPECT_EQ(Condition(config.status, "Failed", "message"),
+            "job mlp: worker 0 (pod mlp-worker-0) failed with exit code 78 (restartPolicy OnFailure)");
+  EXPECT_TRUE(config.create.empty());
 }
 
 // A deleted pod (kubectl delete, a drain) is simply missing: recreated, not counted; its
