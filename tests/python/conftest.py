@@ -23,8 +23,8 @@ spec:
     command: [trellis-python]
     args: [{args}]
   sliceBytes: 1024
-  runPolicy:
-    restartPolicy: Never
+{extra}  runPolicy:
+    restartPolicy: {policy}
     activeDeadlineSeconds: 60
 """
 
@@ -32,23 +32,26 @@ spec:
 @pytest.fixture
 def launch(tmp_path):
     """launch(name, *args): runs dp_worker.py with args under trellis-launch (2 servers x 2
-    workers); returns the launcher's output; fails the test unless the job succeeded."""
+    workers); returns the launcher's output; fails the test unless the job succeeded.
+    launch(name, *args, extra="  serverMode: update\n", policy="OnFailure", ok=False): other
+    spec lines and restart policy; returns (exit code, output) without judging them."""
     launcher = os.path.join(BUILD, "bin", "trellis-launch")
     if not BUILD or not os.path.exists(launcher):
         pytest.skip("trellis-launch not built (set TRELLIS_BUILD_DIR to the build tree)")
 
-    def run(name, *args):
+    def run(name, *args, extra="", policy="Never", ok=True):
         job = tmp_path / (name + ".yaml")
         quoted = ", ".join('"%s"' % a for a in (os.path.join(HERE, "dp_worker.py"),) + args)
-        job.write_text(JOB.format(name=name, args=quoted))
+        job.write_text(JOB.format(name=name, args=quoted, extra=extra, policy=policy))
         return run_launcher(name, [launcher, "--quiet", "--log-dir",
-                                    str(tmp_path / ("logs-" + name)), str(job)], 90)
+                                    str(tmp_path / ("logs-" + name)), str(job)], 90, ok)
     return run
 
 
-def run_launcher(name, argv, timeout):
+def run_launcher(name, argv, timeout, ok=True):
     """Runs trellis-launch (argv) without an outer job's environment; returns its output; fails
-    the test unless the job succeeded within `timeout` seconds (then stops it: no leftovers)."""
+    the test unless the job succeeded within `timeout` seconds (then stops it: no leftovers).
+    ok=False: returns (exit code, output) whatever the job's outcome."""
     env = dict(os.environ)
     env.pop("TRELLIS_SCHEDULER", None)
     env["PYTHONPATH"] = HERE  # dp_common; trellis-python adds the package
@@ -63,5 +66,7 @@ def run_launcher(name, argv, timeout):
             p.kill()
             out, _ = p.communicate()
         pytest.fail("job %s timed out after %d s:\n%s" % (name, timeout, out))
+    if not ok:
+        return p.returncode, out
     assert p.returncode == 0, "job %s failed (rc %d):\n%s" % (name, p.returncode, out)
     return out

@@ -45,3 +45,51 @@ def train_steps(model, opt, first, last, rank=0, size=1):
                                                  shard(y[s], rank, size))
         loss.backward()
         opt.step()
+
+
+class BNNet(torch.nn.Module):
+    """Net with a BatchNorm layer: its running statistics are buffers, not parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.out = torch.nn.Linear(4 * 6 * 6, 10)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+
+MAX_NORM = 0.5
+
+
+def train_steps_clipped(model, opt, first, last, rank=0, size=1, norms=None):
+    """train_steps with clip_grad_norm_ between backward() and step() (no synchronize()); the
+    norm it returns is recorded (gradient logging)."""
+    x, y = data()
+    for s in range(first, last):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(shard(x[s], rank, size)),
+                                                 shard(y[s], rank, size))
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        if norms is not None:
+            norms.append(float(norm))
+        opt.step()
+
+
+def train_steps_accumulated(model, opt, first, last, micro, rank=0, size=1, use_no_sync=True):
+    """Each step: `micro` micro-batches of this rank's shard, loss / micro each, one step()."""
+    x, y = data()
+    for s in range(first, last):
+        opt.zero_grad()
+        xs, ys = shard(x[s], rank, size), shard(y[s], rank, size)
+        for m in range(micro):
+            xm, ym = shard(xs, m, micro), shard(ys, m, micro)
+            loss = torch.nn.functional.cross_entropy(model(xm), ym) / micro
+            if use_no_sync and m < micro - 1:
+                with opt.no_sync():
+                    loss.backward()
+            else:
+                loss.backward()
+        opt.step()

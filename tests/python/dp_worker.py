@@ -5,6 +5,12 @@
     dp_worker.py OUT_DIR save K CKPT           # K steps, checkpoint, exit
     dp_worker.py OUT_DIR resume CKPT           # restore, train to STEPS
     dp_worker.py OUT_DIR lowlevel              # the trellis API without trellis.torch
+    dp_worker.py OUT_DIR clip                  # clip_grad_norm_ with no synchronize()
+    dp_worker.py OUT_DIR bn                    # BatchNorm, per-rank data: buffers
+    dp_worker.py OUT_DIR accum                 # 2 micro-batches per step (no_sync, then plain)
+    dp_worker.py OUT_DIR save0 K CKPT          # K steps, save on rank 0 only, train to STEPS
+    dp_worker.py OUT_DIR join                  # rank r has STEPS - 3 + 2r batches, join()
+    dp_worker.py OUT_DIR update                # DistributedOptimizer in serverMode: update
 Writes OUT_DIR/rank<r>.pt (the final state_dict) and OUT_DIR/checks<r>.txt.
 """
 import os
@@ -77,12 +83,19 @@ def main():
     r, n = trellis.rank(), trellis.size()
     checks = []
     torch.manual_seed(100 + r)  # every worker starts from different weights
-    model = dc.Net(lazy=(mode == "lazy"))
+    model = dc.BNNet() if mode == "bn" else dc.Net(lazy=(mode == "lazy"))
     opt = dc.make_optimizer(model)
-    # Horovod's order: broadcasts first (queued until the keys are declared).
-    tt.broadcast_parameters(model.state_dict(), root_rank=0)
-    tt.broadcast_optimizer_state(opt, root_rank=0)
-    opt = tt.DistributedOptimizer(opt, model.named_parameters())
+    if mode == "bn":
+        # docs/pytorch.md's order: the optimizer first (it declares the keys), then the
+        # broadcasts; the state_dict's buffers are registered after the keys were declared.
+        opt = tt.DistributedOptimizer(opt, model.named_parameters())
+        tt.broadcast_parameters(model.state_dict(), root_rank=0)
+        tt.broadcast_optimizer_state(opt, root_rank=0)
+    else:
+        # Horovod's order: broadcasts first (queued until the keys are declared).
+        tt.broadcast_parameters(model.state_dict(), root_rank=0)
+        tt.broadcast_optimizer_state(opt, root_rank=0)
+        opt = tt.DistributedOptimizer(opt, model.named_parameters())
     if mode == "train":
         # A C++ error arrives as a TrellisError with the library's message.
         try:
@@ -103,6 +116,23 @@ def main():
         dc.train_steps(model, opt, 0, dc.STEPS, r, n)
     elif mode == "lazy":
         dc.train_steps(model, opt, 0, 1, r, n)
+    elif mode in ("clip", "bn"):
+        norms = []
+        dc.train_steps_clipped(model, opt, 0, dc.STEPS, r, n, norms)
+        checks.extend("%.9g" % v for v in norms)
+    elif mode == "accum":
+        dc.train_steps_accumulated(model, opt, 0, 3, 2, r, n, use_no_sync=True)
+        dc.train_steps_accumulated(model, opt, 3, dc.STEPS, 2, r, n, use_no_sync=False)
+    elif mode == "save0":
+        k = int(sys.argv[3])
+        dc.train_steps(model, opt, 0, k, r, n)
+        if r == 0:  # the usual PyTorch habit
+            tt.save_checkpoint(sys.argv[4], model, opt, step=k)
+        dc.train_steps(model, opt, k, dc.STEPS, r, n)
+    elif mode == "join":
+        with opt.join():
+            dc.train_steps(model, opt, 0, dc.STEPS - 3 + 2 * r, r, n)
+        checks.append("joined")
     elif mode == "save":
         k = int(sys.argv[3])
         dc.train_steps(model, opt, 0, k, r, n)

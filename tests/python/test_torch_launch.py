@@ -77,7 +77,7 @@ def test_damaged_checkpoint_fails_every_worker_not_just_the_root(launch, tmp_pat
     first.mkdir()
     launch("py-save2", str(first), "save", "2", ckpt)
     data = bytearray(open(ckpt, "rb").read())
-    data[-10] ^= 0x40
+    data[-100] ^= 0x40  # inside the archive, before the 28-byte trailer
     open(ckpt, "wb").write(bytes(data))
     second = tmp_path / "second"
     second.mkdir()
@@ -99,3 +99,4 @@ def test_worker_api_without_torch_layer(launch, tmp_path):
             % (1 << 40),
             "gil released True",
             "bytes True"]
+

@@ -1,4 +1,8 @@
 """trellis.torch in one process (no job): the optimizer's hooks, priorities and bookkeeping."""
+import io
+import struct
+import zipfile
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch (python3-torch) is not importable")
@@ -55,8 +59,69 @@ def test_pushes_start_during_backward_last_layer_first(monkeypatch):
     assert sorted(p for p, _ in calls) == [-5, -4, -3, -2, -1, 0]  # priority = -index
     layers = [(-p) // 2 for p, _ in calls]                        # 2 parameters per layer
     assert layers == sorted(layers, reverse=True)                  # out, fc, conv
+    assert not opt._trellis_handles  # the end of backward waited for every one of them
     opt.step()
-    assert len(calls) == 6  # step() only waited
+    assert len(calls) == 6  # step() sent nothing more
+
+
+def test_backward_returns_with_every_gradient_summed(monkeypatch):
+    # The default (sync="backward"): an engine callback waits at the end of backward, so a
+    # gradient read right after backward() (clip_grad_norm_, unscale_, logging) is final.
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    waited = []
+    real = trellis.push_pull
+
+    def spy(key, array, out=None, priority=0):
+        h = real(key, array, out, priority)
+
+        class Handle:
+            def wait(self):
+                waited.append(key)
+                return h.wait()
+        return Handle()
+    monkeypatch.setattr(trellis, "push_pull", spy)
+    x, y = dc.data()
+    torch.nn.functional.cross_entropy(model(x[0]), y[0]).backward()
+    assert len(waited) == 6
+    opt.step()
+    assert len(waited) == 6
+
+
+def test_sync_step_waits_in_step_and_refuses_a_second_backward(monkeypatch):
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters(), sync="step")
+    x, y = dc.data()
+    torch.nn.functional.cross_entropy(model(x[0]), y[0]).backward()
+    assert len(opt._trellis_handles) == 6  # still in flight: step() or synchronize() waits
+    with pytest.raises(RuntimeError, match="produced twice before step"):
+        torch.nn.functional.cross_entropy(model(x[1]), y[1]).backward()
+    opt.synchronize()
+    assert not opt._trellis_handles
+
+
+def test_sync_mode_is_checked():
+    model = dc.Net()
+    with pytest.raises(ValueError, match="sync must be one of backward, step, got 'later'"):
+        tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters(), sync="later")
+
+
+def test_no_sync_sends_nothing_until_the_last_backward(monkeypatch):
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    keys = []
+    real = trellis.push_pull
+    monkeypatch.setattr(trellis, "push_pull",
+                        lambda k, a, out=None, priority=0: keys.append(k) or real(k, a, out, priority))
+    x, y = dc.data()
+    with opt.no_sync():
+        torch.nn.functional.cross_entropy(model(x[0]), y[0]).backward()
+        torch.nn.functional.cross_entropy(model(x[1]), y[1]).backward()
+    assert keys == []
+    torch.nn.functional.cross_entropy(model(x[2]), y[2]).backward()
+    assert len(keys) == 6
+    opt.step()
+    assert len(keys) == 6
 
 
 def test_missing_gradient_is_pushed_as_zeros_in_step(monkeypatch):
@@ -71,14 +136,24 @@ def test_missing_gradient_is_pushed_as_zeros_in_step(monkeypatch):
     assert torch.count_nonzero(model.out.bias.grad) == 0
 
 
-def test_second_backward_before_step_is_refused():
-    model = dc.Net()
-    dc.train_steps(model, tt.DistributedOptimizer(dc.make_optimizer(model),
-                                                 model.named_parameters()), 0, 1)
-    x, y = dc.data()
-    torch.nn.functional.cross_entropy(model(x[1]), y[1]).backward()
-    with pytest.raises(RuntimeError, match="produced twice before step"):
-        torch.nn.functional.cross_entropy(model(x[1]), y[1]).backward()
+def test_gradient_accumulation_equals_the_large_batch_step():
+    # Two micro-batches per step, with and without no_sync(), against the whole batch.
+    torch.manual_seed(3)
+    ref = dc.Net()
+    a, b = dc.Net(), dc.Net()
+    a.load_state_dict(ref.state_dict())
+    b.load_state_dict(ref.state_dict())
+    dc.train_steps(ref, dc.make_optimizer(ref), 0, 3)
+    opt_a = tt.DistributedOptimizer(dc.make_optimizer(a), a.named_parameters())
+    dc.train_steps_accumulated(a, opt_a, 0, 3, 2, use_no_sync=True)
+    for k, v in ref.state_dict().items():
+        assert torch.allclose(v, a.state_dict()[k], atol=1e-6), k
+    trellis.shutdown()
+    trellis.init()
+    opt_b = tt.DistributedOptimizer(dc.make_optimizer(b), b.named_parameters())
+    dc.train_steps_accumulated(b, opt_b, 0, 3, 2, use_no_sync=False)
+    for k, v in ref.state_dict().items():
+        assert torch.allclose(v, b.state_dict()[k], atol=1e-6), k
 
 
 def test_lazy_model_seals_at_first_step():
@@ -133,18 +208,26 @@ def _saved(tmp_path):
 
 
 def test_checkpoint_file_is_atomic_and_checksummed(tmp_path):
-    path, _, _ = _saved(tmp_path)
+    path, model, _ = _saved(tmp_path)
     data = path.read_bytes()
-    assert data[:8] == b"TRLSPYCK"
+    assert data[-28:-20] == b"TRLSPYCK"  # the trailer: the zip archive's comment
+    assert zipfile.ZipFile(str(path)).comment == data[-28:]
     assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temporary file left
+    plain = torch.load(str(path))  # plain PyTorch reads it as it is
+    assert plain["extra"] == {"step": 1}
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, plain["model"][k]), k
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda d: d[:20], r"truncated: 20 bytes, shorter than the 28-byte header"),
-    (lambda d: d[:-7], r"truncated: the header says \d+ payload bytes, the file has \d+"),
-    (lambda d: d + b"x", r"trailing bytes: the header says"),
+    (lambda d: d[:20], r"no trellis.torch trailer and not a readable torch.save file "
+                       r"\(truncated\?\)"),
+    (lambda d: d[:-7], r"truncated: the trailer at byte \d+ is cut short"),
+    (lambda d: d[:-100], r"no trellis.torch trailer and not a readable torch.save file"),
+    (lambda d: d[:200] + d[300:], r"truncated: the trailer says \d+ payload bytes, the file has"),
+    (lambda d: d + b"x", r"trailing bytes: 1 bytes after the trailer"),
     (lambda d: d[:100] + bytes([d[100] ^ 1]) + d[101:], r"payload checksum mismatch \(stored 0x"),
-    (lambda d: d[:9] + bytes([d[9] ^ 1]) + d[10:], r"header checksum mismatch"),
+    (lambda d: d[:-19] + bytes([d[-19] ^ 1]) + d[-18:], r"trailer checksum mismatch"),
     (lambda d: b"NOTTRLS!" + d[8:], r"not a trellis.torch checkpoint"),
     (lambda d: b"", r"truncated: 0 bytes"),
 ])
@@ -161,13 +244,25 @@ def test_damaged_checkpoint_is_rejected_naming_the_file(tmp_path, damage, messag
 def test_other_checkpoint_version_is_rejected(tmp_path):
     path, model, opt = _saved(tmp_path)
     data = bytearray(path.read_bytes())
-    data[8] = 9  # version 9 ...
-    head = bytes(data[:24])
-    data[24:28] = tt._crc32c(head).to_bytes(4, "little")  # ... with a valid header checksum
+    data[-20] = 9  # version 9 ...
+    head = bytes(data[-28:-4])
+    data[-4:] = tt._crc32c(head).to_bytes(4, "little")  # ... with a valid trailer checksum
     path.write_bytes(bytes(data))
     with pytest.raises(tt.CheckpointError, match="checkpoint format version 9, this build reads "
-                                                 "version 1"):
+                                                 "version 2"):
         tt.load_checkpoint(str(path), model, opt)
+
+
+def test_version_1_checkpoint_still_loads(tmp_path):
+    # Earlier builds put the same fields in a header in front of torch.save's bytes.
+    path, model, opt = _saved(tmp_path)
+    buf = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                "extra": {"step": 7}}, buf)
+    payload = buf.getvalue()
+    head = struct.pack("<8sIQI", b"TRLSPYCK", 1, len(payload), tt._crc32c(payload))
+    path.write_bytes(head + struct.pack("<I", tt._crc32c(head)) + payload)
+    assert tt.load_checkpoint(str(path), model, opt) == {"step": 7}
 
 
 def test_missing_checkpoint_names_the_file(tmp_path):

@@ -357,6 +357,10 @@ class TrellisError(RuntimeError):
       .def_property_readonly("bytes_pushed", [](PyWorker& w) { return w.w().bytes_pushed(); })
       .def_property_readonly("bytes_pulled", [](PyWorker& w) { return w.w().bytes_pulled(); })
       .def_property_readonly("finished", &PyWorker::finished)
+      // serverMode: update (the worker learns it only as "servers save their optimizer state",
+      // which is set exactly in update mode): trellis.torch refuses it up front.
+      .def_property_readonly("update_mode",
+                             [](PyWorker& w) { return w.w().checkpoint_config().servers_save; })
       .def("declare_key", &PyWorker::DeclareKey, py::arg("key"), py::arg("num_elements"),
            py::arg("name") = "")
       .def("finish_declarations", &PyWorker::FinishDeclarations)

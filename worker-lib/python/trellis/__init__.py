@@ -21,12 +21,37 @@ import sys
 from ._trellis import Handle, TrellisError  # noqa: F401  (re-exported)
 from . import _trellis
 
-__all__ = ["TrellisError", "available", "init", "shutdown", "is_initialized", "is_local",
-           "rank", "size", "local_rank", "local_size", "num_servers", "declare", "finish_declarations", "push_pull",
+__all__ = ["TrellisError", "ConfigurationError", "EXIT_CONFIGURATION_ERROR", "available", "init",
+           "shutdown", "is_initialized", "is_local", "rank", "size", "local_rank", "local_size",
+           "num_servers", "declare", "finish_declarations", "push_pull",
            "broadcast", "barrier", "bytes_pushed", "bytes_pulled", "report_progress",
            "set_total_steps"]
 
 _NAMED_KEY_BASE = 1 << 40  # ids of keys declared by name; small ids stay free for the user
+
+# The exit code of a process that stopped on a ConfigurationError: the agent never restarts it
+# (agent/supervisor.h kExitConfigurationError; sysexits' EX_CONFIG).
+EXIT_CONFIGURATION_ERROR = 78
+
+
+class ConfigurationError(RuntimeError):
+    """The job and the script do not fit together; restarting cannot help. Uncaught, the
+    process prints the traceback and exits with EXIT_CONFIGURATION_ERROR, so the agent fails the
+    job at once instead of retrying it backoffLimit times."""
+
+
+def _excepthook(kind, value, tb, _previous=sys.excepthook):
+    _previous(kind, value, tb)
+    if isinstance(value, ConfigurationError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            shutdown()
+        finally:
+            os._exit(EXIT_CONFIGURATION_ERROR)
+
+
+sys.excepthook = _excepthook
 
 _session = None
 _on_shutdown = []  # callables run by shutdown() (trellis.torch forgets its declarations)

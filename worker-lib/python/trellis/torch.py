@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 import trellis as _trellis
-from . import _rejoin
+from . import _buffers, _grad_sync, _rejoin
 from ._rejoin import TrainingState
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
@@ -56,6 +56,10 @@ class _State:
         self.pending = []   # callables run at the seal
         self.channel = None
         self.keeper = None  # crash recovery (_rejoin.Keeper), when on
+        self.buffer_sync = _buffers.BufferSync()
+
+    def param_ptrs(self):
+        return [p.data_ptr() for _, p, _, _, _ in self.params if not _is_lazy(p)]
 
     def session(self):
         return _trellis._get()
@@ -102,6 +106,9 @@ class _State:
                                    "run a forward pass before step()" % name)
             s.declare(key, p.numel(), name)
         s.declare(_CHANNEL_KEY, _CHANNEL_FLOATS, "trellis.broadcast")
+        if s.size() > 1:
+            s.declare(_grad_sync.CONTROL_KEY, s.size(), "trellis.join")
+        self.buffer_sync.declare(self.param_ptrs(), finish=False)
         rejoin = self.rejoin_wanted(s, in_step)
         if rejoin:
             arena = _rejoin.arena_bytes(self.params_by_optimizer())
@@ -242,6 +249,10 @@ def broadcast_parameters(params, root_rank=0):
     named_parameters / a list of tensors), copied in place. Queued until the seal (see the
     module doc); lazy (uninitialized) tensors are broadcast right after they materialize."""
     tensors = _tensors_of(params)
+    if isinstance(params, dict):  # a state_dict: its buffers stay synchronized (_buffers.py)
+        _state.buffer_sync.offer([(k, v) for k, v in params.items()
+                                  if isinstance(v, torch.Tensor)],
+                                 _state.sealed, _state.param_ptrs())
     if _state.rejoined():
         return  # the donor's values are here already; the others are not broadcasting
     _state.defer_or_run(lambda: not any(_is_lazy(t) for t in tensors),
@@ -306,11 +317,7 @@ class _DistributedMixin:
 
     def _trellis_make_hook(self, p, key, prio, name):
         def hook(*_):
-            if p in self._trellis_handles:
-                raise RuntimeError(
-                    "trellis.torch: the gradient of %s was produced twice before step(); "
-                    "call step() after every backward()" % name)
-            self._trellis_start(p, key, prio, name)
+            self._trellis_sync.on_grad(p, key, prio, name)
         return hook
 
     def _trellis_start(self, p, key, prio, name):
@@ -327,27 +334,34 @@ class _DistributedMixin:
         self._trellis_handles[p] = _trellis.push_pull(key, g, priority=prio)
 
     def synchronize(self):
-        """Waits for every parameter's summed gradient and averages it (step() calls this)."""
+        """Waits for every parameter's summed gradient and averages it. With sync='backward'
+        (the default) backward() already did; with sync='step' step() calls this, and a script
+        that reads gradients before step() calls it first."""
         if not _state.sealed:
             _state.seal(in_step=True)  # first step of a lazy model: everything has shapes now
         else:
             _state.run_pending()
-        n = _trellis.size()
-        for p, (name, key, prio) in self._trellis_params.items():
-            if p.requires_grad and p not in self._trellis_handles:
-                self._trellis_start(p, key, prio, name)  # no gradient this step: push zeros
-        for p, h in self._trellis_handles.items():
-            h.wait()
-            if n > 1:
-                p.grad.div_(n)
-        self._trellis_handles.clear()
-        self._trellis_synced = True
+        if not self._trellis_sync.synced:
+            self._trellis_sync.finish()  # also pushes zeros for parameters without a gradient
+
+    def no_sync(self):
+        """Context manager: backward passes inside it accumulate gradients locally, without
+        communication (gradient accumulation); the first backward after it sends the sum."""
+        return self._trellis_sync.no_sync()
+
+    def join(self):
+        """Context manager around the training loop for ranks with different numbers of
+        batches (DDP's Join): a rank that runs out keeps adding zeros to the others' sums until
+        every rank is done, then all take the last finisher's model and optimizer state."""
+        return self._trellis_sync.join()
 
     def step(self, closure=None):
-        if not self._trellis_synced:
+        if closure is not None and self._trellis_sync.mode == "backward":
+            loss = super().step(closure)  # each backward inside the closure synchronizes
+        else:
             self.synchronize()
-        self._trellis_synced = False
-        loss = super().step(closure)
+            loss = super().step(closure)
+        self._trellis_sync.synced = False
         self._trellis_report(loss)
         if _state.keeper is not None:
             _state.keeper.after_step()
@@ -378,8 +392,15 @@ def report_loss(loss):
     _progress["loss"] = loss
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, total_steps=None):
+def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, total_steps=None,
+                         sync="backward"):
     """Makes `optimizer` (any torch.optim.Optimizer) data-parallel; returns the same object.
+
+    `named_parameters`: model.named_parameters(), or the model itself (then its buffers are
+    kept equal on every worker too, as broadcast_parameters(model.state_dict()) also does).
+    `sync`: "backward" (default): when backward() returns, every gradient is the average over
+    the workers; "step": the wait happens in step() (call synchronize() before reading
+    gradients). See _grad_sync.py.
 
     Every step() also reports progress (docs/pytorch.md#progress): the step count, `batch_size`
     samples per step on this worker when given, the loss from step(closure) or report_loss(),
@@ -387,9 +408,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
 
     During backward each parameter's gradient starts its push_pull the moment it is
     accumulated (priority -index: the first layers, needed first by the next forward, go
-    first); step() waits for each, divides by the number of workers, then runs the original
-    update. Parameter order and names come from named_parameters (default: the optimizer's)."""
+    first); the end of backward (or step(), with sync="step") waits for each and divides by the
+    number of workers, then step() runs the original update. Parameter order and names come
+    from named_parameters (default: the optimizer's)."""
     _trellis._get()
+    _refuse_update_mode()
+    model = None
+    if isinstance(named_parameters, torch.nn.Module):
+        model, named_parameters = named_parameters, named_parameters.named_parameters()
     if named_parameters is None:
         named = [("param.%d" % i, p) for i, p in
                  enumerate(p for g in optimizer.param_groups for p in g["params"])]
@@ -399,6 +425,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
     seen = set()
     kept = []
     for name, p in named:
+        _state.buffer_sync.param_names.add(name)
         if id(p) in seen:
             continue  # shared (tied) parameters: one key
         seen.add(id(p))
@@ -416,7 +443,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
     optimizer._trellis_params = {}
     optimizer._trellis_accs = {}
     optimizer._trellis_handles = {}
-    optimizer._trellis_synced = False
+    optimizer._trellis_sync = _grad_sync.GradSync(optimizer, sync, _state)
     optimizer._trellis_steps = 0
     optimizer._trellis_batch_size = int(batch_size or 0)
     if total_steps:
@@ -425,21 +452,39 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
     _state.register(kept, optimizer)
     for name, p, key, prio, _ in _state.params[start:]:
         optimizer._trellis_params[p] = (name, key, prio)
+    if model is not None:
+        _state.buffer_sync.offer(list(model.named_buffers()), _state.sealed, _state.param_ptrs())
     if _state.can_seal():
         _state.seal()
     return optimizer
+
+
+def _refuse_update_mode():
+    """serverMode: update returns weights, not sums; DistributedOptimizer averages sums and
+    runs the script's optimizer, so it cannot run in that mode. Deterministic: refused at
+    once, as a ConfigurationError (exit code 78, which the agent does not restart)."""
+    s = _trellis._get()
+    if not s.local and s.worker.update_mode:
+        raise _trellis.ConfigurationError(
+            "trellis.torch.DistributedOptimizer needs serverMode: aggregate (the default); this "
+            "job has serverMode: update, where the servers apply the optimizer and answer with "
+            "weights. Remove serverMode: update (and its optimizer settings) from the job file.")
 
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be used; the message names the file and what is wrong."""
 
 
-# Checkpoint files: a 28-byte header, then torch.save's bytes. Header (little-endian): magic,
-# u32 version, u64 payload bytes, u32 CRC32C of the payload, u32 CRC32C of the header before it.
-# The same checksum as the C++ format (docs/checkpoints.md), so a flipped bit or a short file is
-# caught before torch.load sees it.
+# Checkpoint files (version 2): torch.save's zip archive whose zip comment is a 28-byte trailer,
+# so plain torch.load (and any zip tool) reads the file as it is. Trailer (little-endian): magic,
+# u32 version, u64 payload bytes (everything before the trailer), u32 CRC32C of the payload,
+# u32 CRC32C of the trailer before it. The same checksum as the C++ format (docs/checkpoints.md),
+# so a flipped bit or a short file is caught before torch.load sees it. Version 1 (written by
+# earlier builds) had the same fields as a header in front of the archive; it still loads.
 _CKPT_MAGIC = b"TRLSPYCK"
-_CKPT_VERSION = 1
+_CKPT_VERSION = 2
+_CKPT_VERSION_HEADER = 1
+_ZIP_END = b"PK\x05\x06"  # end of central directory record: 22 bytes, comment length last
 _CKPT_HEAD = struct.Struct("<8sIQI")
 _CKPT_HEADER_BYTES = _CKPT_HEAD.size + 4
 
@@ -451,15 +496,18 @@ def _crc32c(data):
 def _write_checkpoint_file(path, state):
     buf = io.BytesIO()
     torch.save(state, buf)
-    payload = buf.getbuffer()
+    payload = bytearray(buf.getbuffer())
+    if payload[-22:-18] != _ZIP_END or payload[-2:] != b"\0\0":
+        raise RuntimeError("trellis.torch.save_checkpoint: torch.save did not write a zip archive")
+    payload[-2:] = struct.pack("<H", _CKPT_HEADER_BYTES)  # the trailer is the zip comment
     head = _CKPT_HEAD.pack(_CKPT_MAGIC, _CKPT_VERSION, len(payload), _crc32c(payload))
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
                        ".%s.tmp.%d" % (os.path.basename(path), os.getpid()))
     try:
         with open(tmp, "wb") as f:
+            f.write(payload)
             f.write(head)
             f.write(struct.pack("<I", _crc32c(head)))
-            f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -477,14 +525,14 @@ def _write_checkpoint_file(path, state):
 
 def _read_checkpoint_file(path):
     """The state saved by save_checkpoint; CheckpointError naming the file if it is unusable.
-    A plain torch.save file (a zip archive, as older builds wrote) is read as it is."""
+    A plain torch.save file (a zip archive without the trailer) is read as it is."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise CheckpointError("%s: cannot read: %s" % (path, e.strerror)) from None
     if data[:4] == b"PK\x03\x04":
-        return torch.load(io.BytesIO(data), map_location="cpu")
+        return _read_zip_checkpoint(path, data)
     if len(data) < _CKPT_HEADER_BYTES:
         raise CheckpointError("%s: truncated: %d bytes, shorter than the %d-byte header"
                               % (path, len(data), _CKPT_HEADER_BYTES))
@@ -494,9 +542,9 @@ def _read_checkpoint_file(path):
     (head_crc,) = struct.unpack_from("<I", data, _CKPT_HEAD.size)
     if _crc32c(data[:_CKPT_HEAD.size]) != head_crc:
         raise CheckpointError("%s: header checksum mismatch" % path)
-    if version != _CKPT_VERSION:
-        raise CheckpointError("%s: checkpoint format version %d, this build reads version %d"
-                              % (path, version, _CKPT_VERSION))
+    if version != _CKPT_VERSION_HEADER:
+        raise CheckpointError("%s: checkpoint format version %d in a header, this build reads "
+                              "version %d there" % (path, version, _CKPT_VERSION_HEADER))
     payload = memoryview(data)[_CKPT_HEADER_BYTES:]
     if len(payload) != size:
         raise CheckpointError("%s: %s: the header says %d payload bytes, the file has %d"
@@ -509,16 +557,49 @@ def _read_checkpoint_file(path):
     return torch.load(io.BytesIO(payload), map_location="cpu")
 
 
+def _read_zip_checkpoint(path, data):
+    """A version 2 file (a zip whose comment is the trailer), or a plain torch.save file."""
+    tail = len(data) - _CKPT_HEADER_BYTES
+    at = data.rfind(_CKPT_MAGIC, max(0, tail - 65536))
+    if at < 0:  # no trailer: a plain torch.save file, or one cut short
+        try:
+            return torch.load(io.BytesIO(data), map_location="cpu")
+        except Exception as e:  # torch raises RuntimeError or pickle errors for damaged zips
+            raise CheckpointError("%s: no trellis.torch trailer and not a readable torch.save "
+                                  "file (truncated?): %s" % (path, e)) from None
+    if at > tail:
+        raise CheckpointError("%s: truncated: the trailer at byte %d is cut short" % (path, at))
+    if at < tail:
+        raise CheckpointError("%s: trailing bytes: %d bytes after the trailer" % (path, tail - at))
+    magic, version, size, crc = _CKPT_HEAD.unpack_from(data, at)
+    (head_crc,) = struct.unpack_from("<I", data, at + _CKPT_HEAD.size)
+    if _crc32c(data[at:at + _CKPT_HEAD.size]) != head_crc:
+        raise CheckpointError("%s: trailer checksum mismatch" % path)
+    if version != _CKPT_VERSION:
+        raise CheckpointError("%s: checkpoint format version %d, this build reads version %d"
+                              % (path, version, _CKPT_VERSION))
+    payload = memoryview(data)[:at]
+    if size != at:
+        raise CheckpointError("%s: truncated: the trailer says %d payload bytes, the file has %d"
+                              % (path, size, at))
+    got = _crc32c(payload)
+    if got != crc:
+        raise CheckpointError("%s: payload checksum mismatch (stored 0x%08x, computed 0x%08x)"
+                              % (path, crc, got))
+    return torch.load(io.BytesIO(data), map_location="cpu")
+
+
 def save_checkpoint(path, model, optimizer=None, **extra):
-    """Rank 0 writes {model, optimizer, extra} (torch.save inside a checksummed envelope) to a
-    temporary file, fsyncs it, renames it to `path` and fsyncs the directory; every worker
-    returns once the file is complete."""
-    if _trellis.rank() == 0:
-        state = {"model": model.state_dict(), "extra": extra}
-        if optimizer is not None:
-            state["optimizer"] = optimizer.state_dict()
-        _write_checkpoint_file(path, state)
-    _trellis.barrier("trellis.torch.checkpoint")
+    """Writes {model, optimizer, extra} to `path` when called on rank 0 (other ranks return at
+    once, so both `if trellis.rank() == 0: save_checkpoint(...)` and calling it everywhere work).
+    The file is a plain torch.save zip archive (torch.load reads it) whose zip comment carries a
+    checksum trailer; written to a temporary file, fsynced, renamed, directory fsynced."""
+    if _trellis.rank() != 0:
+        return
+    state = {"model": model.state_dict(), "extra": extra}
+    if optimizer is not None:
+        state["optimizer"] = optimizer.state_dict()
+    _write_checkpoint_file(path, state)
 
 
 def load_checkpoint(path, model, optimizer=None, root_rank=0):
