@@ -100,6 +100,19 @@ def test_sync_step_waits_in_step_and_refuses_a_second_backward(monkeypatch):
     assert not opt._trellis_handles
 
 
+def test_model_in_place_of_named_parameters():
+    torch.manual_seed(5)
+    a, b = dc.BNNet(), dc.BNNet()
+    b.load_state_dict(a.state_dict())
+    opt_a = dc.make_optimizer(a)
+    opt_b = tt.DistributedOptimizer(dc.make_optimizer(b), b)  # the model: its buffers too
+    assert [n for n, _, _, _, _ in tt._state.params] == [n for n, _ in b.named_parameters()]
+    dc.train_steps(a, opt_a, 0, 2)
+    dc.train_steps(b, opt_b, 0, 2)
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k]), k
+
+
 def test_sync_mode_is_checked():
     model = dc.Net()
     with pytest.raises(ValueError, match="sync must be one of backward, step, got 'later'"):
