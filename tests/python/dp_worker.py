@@ -129,6 +129,8 @@ def main():
         if r == 0:  # the usual PyTorch habit
             tt.save_checkpoint(sys.argv[4], model, opt, step=k)
         dc.train_steps(model, opt, k, dc.STEPS, r, n)
+    elif mode == "update":
+        dc.train_steps(model, opt, 0, 1, r, n)  # not reached: DistributedOptimizer refuses
     elif mode == "join":
         with opt.join():
             dc.train_steps(model, opt, 0, dc.STEPS - 3 + 2 * r, r, n)
