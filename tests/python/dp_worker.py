@@ -86,8 +86,8 @@ def main():
     model = dc.BNNet() if mode == "bn" else dc.Net(lazy=(mode == "lazy"))
     opt = dc.make_optimizer(model)
     if mode == "bn":
-        # docs/pytorch.md's order: the optimizer first (it declares the keys), then the
-        # broadcasts; the state_dict's buffers are registered after the keys were declared.
+        # docs/pytorch.md's order and calls: the optimizer first (it declares the keys, the
+        # buffers' too: named_parameters() tells the module), then the broadcasts.
         opt = tt.DistributedOptimizer(opt, model.named_parameters())
         tt.broadcast_parameters(model.state_dict(), root_rank=0)
         tt.broadcast_optimizer_state(opt, root_rank=0)

@@ -16,7 +16,7 @@ import torch
 
 import trellis as _trellis
 
-BUFFER_KEY = (1 << 62) + 1
+BUFFER_KEY = (1 << 62) + 16  # beside torch.py _CHANNEL_KEY (+0) and _rejoin.ARENA_KEY (+1)
 
 
 class BufferSync:
@@ -27,12 +27,13 @@ class BufferSync:
         self.stage = None       # the flat float32 tensor pushed each step
         self.declared = False
 
-    def offer(self, named_tensors, sealed, param_ptrs):
-        """Tensors from a state_dict or model.buffers(); declares now when already sealed."""
+    def offer(self, named_tensors, sealed, param_ptrs, rejoin=False):
+        """Tensors from a state_dict or model.buffers(); declares now when already sealed
+        (not with crash recovery on: a restarted worker's seal must declare every key)."""
         if self.declared:
             return
         self.candidates.extend(named_tensors)
-        if sealed:
+        if sealed and not rejoin:
             self.declare(param_ptrs, finish=True)
 
     def declare(self, param_ptrs, finish):

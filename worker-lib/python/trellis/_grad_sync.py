@@ -22,7 +22,7 @@ import torch
 
 import trellis as _trellis
 
-CONTROL_KEY = (1 << 62) + 2  # join: one element per worker, 1 while that worker still trains
+CONTROL_KEY = (1 << 62) + 17  # join: one element per worker, 1 while that worker still trains
 MODES = ("backward", "step")
 
 

@@ -252,7 +252,7 @@ def broadcast_parameters(params, root_rank=0):
     if isinstance(params, dict):  # a state_dict: its buffers stay synchronized (_buffers.py)
         _state.buffer_sync.offer([(k, v) for k, v in params.items()
                                   if isinstance(v, torch.Tensor)],
-                                 _state.sealed, _state.param_ptrs())
+                                 _state.sealed, _state.param_ptrs(), _state.keeper is not None)
     if _state.rejoined():
         return  # the donor's values are here already; the others are not broadcasting
     _state.defer_or_run(lambda: not any(_is_lazy(t) for t in tensors),
@@ -416,6 +416,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
     model = None
     if isinstance(named_parameters, torch.nn.Module):
         model, named_parameters = named_parameters, named_parameters.named_parameters()
+    else:
+        model = _module_of(named_parameters)
     if named_parameters is None:
         named = [("param.%d" % i, p) for i, p in
                  enumerate(p for g in optimizer.param_groups for p in g["params"])]
@@ -457,6 +459,15 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
     if _state.can_seal():
         _state.seal()
     return optimizer
+
+
+def _module_of(named_parameters):
+    """The module whose named_parameters() generator this is (its frame's `self`), else None:
+    its buffers are then known at the seal, so their key is declared with the others (a key
+    declared later would be missing from a restarted worker's declarations)."""
+    frame = getattr(named_parameters, "gi_frame", None)
+    owner = frame.f_locals.get("self") if frame is not None else None
+    return owner if isinstance(owner, torch.nn.Module) else None
 
 
 def _refuse_update_mode():
