@@ -8,12 +8,12 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <regex>
 #include <sys/stat.h>
 
 #include <yaml-cpp/yaml.h>
 
 #include "common/scheduling_policy.h"
+#include "common/text_match.h"
 #include "common/yaml_emit.h"
 #include "common/yaml_fields.h"
 #include "common/yaml_load.h"
@@ -116,25 +116,14 @@ bool DoubleField(const MapReader& m, std::string_view key, std::string_view rule
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-// std::regex recurses once per character: a long enough string (a hostile job holds one of
-// megabytes) overflows the stack. Every pattern here is therefore matched only after a length
-// check that no valid value exceeds.
-constexpr size_t kMaxPatternInput = 253;
-
-bool IsDns1123Label(const std::string& s) {
-  static const std::regex re("[a-z0-9]([-a-z0-9]*[a-z0-9])?");
-  return s.size() <= kMaxPatternInput && std::regex_match(s, re);
-}
+using text::IsDns1123Label;
 
 constexpr std::string_view kDnsLabelRule =
     "must be a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a "
     "letter or digit)";
 
-bool IsQuantity(const std::string& s) {
-  // Kubernetes resource quantities: 2, 500m, 1.5, 4Gi, 1e3, 128M.
-  static const std::regex re(R"(\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?)");
-  return s.size() <= 64 && std::regex_match(s, re);
-}
+// Kubernetes resource quantities: 2, 500m, 1.5, 4Gi, 1e3, 128M; none is longer than 64.
+bool IsQuantity(const std::string& s) { return s.size() <= 64 && text::IsQuantity(s); }
 
 void ParseResources(const MapReader& role, RoleSpec* out) {
   MapReader res(role.Get("resources"), role.Path("resources"), role.errors(),
@@ -478,14 +467,14 @@ std::optional<CleanPodPolicy> ParseCleanPodPolicy(std::string_view s) {
 std::optional<Transport> ParseTransport(std::string_view s) { return ValueOf(TransportNames(), s); }
 
 StatusOr<int64_t> ParseByteQuantity(std::string_view text) {
-  static const std::regex re("([0-9]+)(Ki|Mi|Gi)?");
-  std::match_results<std::string_view::const_iterator> m;
-  if (text.size() > 64 || !std::regex_match(text.begin(), text.end(), m, re)) {
+  size_t digits_end = 0;
+  while (digits_end < text.size() && text[digits_end] >= '0' && text[digits_end] <= '9') ++digits_end;
+  const std::string_view digits = text.substr(0, digits_end);
+  const std::string_view unit = text.substr(digits_end);
+  if (digits.empty() || digits.size() > 64 || !(unit.empty() || unit == "Ki" || unit == "Mi" || unit == "Gi")) {
     return InvalidArgumentError("not a byte quantity (digits with an optional Ki, Mi or Gi): " +
                                 yaml::Quote(text));
   }
-  const std::string digits = m[1].str();
-  const std::string unit = m[2].str();
   const int shift = unit == "Ki" ? 10 : unit == "Mi" ? 20 : unit == "Gi" ? 30 : 0;
   int64_t n = 0;
   for (char c : digits) {

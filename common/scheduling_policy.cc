@@ -1,7 +1,8 @@
 #include "common/scheduling_policy.h"
 
+#include "common/text_match.h"
+
 #include <limits>
-#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,10 +18,7 @@ const std::vector<std::pair<std::string_view, GangScheduler>>& GangSchedulerName
 
 // Scheduler, PriorityClass and Volcano Queue names are Kubernetes object names: DNS-1123
 // subdomains. Checked here so a typo fails at parse time, not as a pod the API server refuses.
-bool IsDns1123Subdomain(const std::string& s) {
-  static const std::regex re("[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*");
-  return s.size() <= 253 && std::regex_match(s, re);
-}
+using text::IsDns1123Subdomain;
 
 void NameField(const yaml::MapReader& m, std::string_view key, std::string* out) {
   std::string v;

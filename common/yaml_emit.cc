@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <regex>
 #include <set>
 
 namespace trellis::yaml {
@@ -11,14 +10,18 @@ namespace {
 // Starts with a letter, '_' or '/', then only [A-Za-z0-9_./-], and is none of the YAML 1.1
 // booleans or nulls (Kubernetes' go-yaml still reads "on" and "yes" as true).
 bool SafePlain(const std::string& s) {
-  static const std::regex re("[A-Za-z_/][A-Za-z0-9_./-]*");
   static const std::set<std::string> words = {
       "y",    "Y",    "yes",  "Yes",   "YES",   "n",     "N",    "no",  "No",
       "NO",   "true", "True", "TRUE",  "false", "False", "FALSE", "on", "On",
       "ON",   "off",  "Off",  "OFF",   "null",  "Null",  "NULL"};
-  // Long strings are simply quoted: std::regex recurses per character and would overflow the
-  // stack on a hostile string of megabytes.
-  return s.size() <= 1000 && std::regex_match(s, re) && words.count(s) == 0;
+  if (s.empty() || words.count(s) != 0) return false;
+  auto first = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' || c == '/'; };
+  auto rest = [&](char c) { return first(c) || (c >= '0' && c <= '9') || c == '.' || c == '-'; };
+  if (!first(s[0])) return false;
+  for (char c : s) {
+    if (!rest(c)) return false;
+  }
+  return true;
 }
 
 }  // namespace

@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <regex>
 #include <set>
 
 #include "common/edit_distance.h"
+#include "common/text_match.h"
 
 namespace trellis::yaml {
 namespace {
@@ -18,29 +18,18 @@ constexpr size_t kMaxShown = 64;
 // A plain scalar is one written without quotes or an explicit tag; yaml-cpp tags it "?".
 bool IsPlain(const YAML::Node& n) { return n.IsScalar() && n.Tag() == "?"; }
 
-// std::regex recurses once per character, so a hostile scalar of megabytes would overflow the
-// stack: no number is longer than kMaxNumberText, and longer text is no number.
+// No number is longer than this; longer text is no number (and reads as "must be a number").
 constexpr size_t kMaxNumberText = 1000;
 
-bool IsIntText(const std::string& s) {
-  static const std::regex re("[-+]?[0-9]+");
-  return s.size() <= kMaxNumberText && std::regex_match(s, re);
-}
-
-bool IsFloatText(const std::string& s) {
-  static const std::regex re(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
-  return s.size() <= kMaxNumberText && std::regex_match(s, re);
-}
+bool IsIntText(const std::string& s) { return s.size() <= kMaxNumberText && text::IsIntText(s); }
+bool IsFloatText(const std::string& s) { return s.size() <= kMaxNumberText && text::IsFloatText(s); }
 
 std::optional<double> SpecialFloat(const std::string& s) {
-  static const std::regex inf(R"([-+]?\.(inf|Inf|INF))");
-  static const std::regex nan(R"(\.(nan|NaN|NAN))");
-  if (s.size() > 5) return std::nullopt;
-  if (std::regex_match(s, inf)) {
-    return s[0] == '-' ? -std::numeric_limits<double>::infinity()
-                       : std::numeric_limits<double>::infinity();
+  if (s == ".inf" || s == ".Inf" || s == ".INF" || s == "+.inf" || s == "+.Inf" || s == "+.INF") {
+    return std::numeric_limits<double>::infinity();
   }
-  if (std::regex_match(s, nan)) return std::numeric_limits<double>::quiet_NaN();
+  if (s == "-.inf" || s == "-.Inf" || s == "-.INF") return -std::numeric_limits<double>::infinity();
+  if (s == ".nan" || s == ".NaN" || s == ".NAN") return std::numeric_limits<double>::quiet_NaN();
   return std::nullopt;
 }
 

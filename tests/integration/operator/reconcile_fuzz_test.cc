@@ -201,6 +201,20 @@ TEST_F(ReconcileFuzzTest, KnownKillersEndReconciledOrFailedWithAReason) {
     auto status = c.status.empty() ? std::nullopt : ParseJson(c.status);
     ASSERT_TRUE(Check("k" + std::to_string(i++), *spec, status ? &*status : nullptr, c.what)) << c.what;
   }
+  // A template of more values than any job needs (what an alias bomb expands to in a job file):
+  // refused with the same limit as trellis-launch's, not copied into every pod.
+  Json wide = base;
+  Json list = Json::array(120000);
+  for (size_t k = 0; k < 120000; ++k) list[k] = Json::number(0);
+  Put(wide, {"workers", "template", "spec", "tolerations"}, list);
+  auto too_big = Check("wide", wide, nullptr, "template of 120000 values");
+  ASSERT_TRUE(too_big);
+  EXPECT_EQ(Str(*too_big, {"status", "phase"}), "Failed");
+  EXPECT_EQ(Condition(*too_big, "Failed", "reason"), "InvalidSpec");
+  EXPECT_NE(Condition(*too_big, "Failed", "message").find("with its aliases expanded it holds more than 100000 values"),
+            std::string::npos)
+      << Condition(*too_big, "Failed", "message").substr(0, 200);
+
   // A pod template nested deeper than the JSON reader goes: the job fails, naming where.
   Json deep = base;
   Put(deep, {"workers", "template", "spec", "affinity"}, Deep(150));

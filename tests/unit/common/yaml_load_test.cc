@@ -56,5 +56,37 @@ TEST(YamlLoadTest, LeadingCommaFailsInsteadOfExhaustingMemory) {
   EXPECT_EXIT(std::_Exit(LoadLeadingCommaUnderAMemoryCap()), ::testing::ExitedWithCode(0), "");
 }
 
+// Nine levels of nine aliases each: 600 bytes that stand for 9^9 scalars once the aliases are
+// expanded (the pod template's emitter and the operator's JSON conversion both expand them).
+std::string AliasBomb() {
+  std::string y = "spec:\n  template:\n    metadata:\n      annotations:\n";
+  y += "        a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  char prev = 'a';
+  for (char n = 'b'; n <= 'i'; ++n) {
+    y += std::string("        ") + n + ": &" + n + " [";
+    for (int k = 0; k < 9; ++k) y += std::string(k ? ", *" : "*") + prev;
+    y += "]\n";
+    prev = n;
+  }
+  return y;
+}
+
+TEST(YamlLoadTest, AliasesExpandingPastTheLimitAreRefused) {
+  int docs = 0;
+  auto r = LoadFirstDocument(AliasBomb(), &docs);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("with its aliases expanded it holds more than"), std::string::npos)
+      << r.status().message();
+  // A few aliases of a real job (a shared env list) are fine, and read as usual.
+  auto ok = LoadFirstDocument("x: &e [{name: A, value: b}]\ny: *e\nz: *e\n", &docs);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ((*ok)["z"][0]["value"].as<std::string>(), "b");
+  // Big but honest: many distinct nodes below the limit still load.
+  std::string many = "m: [";
+  for (int i = 0; i < 20000; ++i) many += (i ? ",x" : "x");
+  many += "]\n";
+  EXPECT_TRUE(LoadFirstDocument(many, &docs).ok());
+}
+
 }  // namespace
 }  // namespace trellis::yaml

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "scheduler/scheduler_client.h"
+#include "tests/testing/hostile_jobs.h"
 
 namespace trellis {
 namespace {
@@ -147,6 +148,38 @@ TEST_F(SchedulerMainTest, BadFlagsExitTwoWithAMessage) {
     EXPECT_EQ(child.WaitExit(10s), 2);
     EXPECT_THAT(Slurp(dir_ / "log4"), HasSubstr("cannot open"));
   }
+}
+
+// Job files are untrusted: hostile ones get a message and exit 2 at once (before this, an alias
+// bomb made the scheduler spin and grow without bound), and long strings where any string goes
+// (a 32 KB image and argument) are served as they are.
+TEST_F(SchedulerMainTest, HostileJobFilesAreRefusedAtOnce) {
+  int i = 0;
+  for (const auto& job : testing::HostileJobs()) {
+    const fs::path file = dir_ / ("job" + std::to_string(i) + ".yaml");
+    const fs::path log = dir_ / ("log" + std::to_string(i++));
+    std::ofstream(file) << job.yaml;
+    Child child({"--job-file", file.string(), "--host", "127.0.0.1", "--port", "0"}, log);
+    EXPECT_EQ(child.WaitExit(20s), 2) << job.what << ": " << Slurp(log).substr(0, 300);
+    EXPECT_THAT(Slurp(log), HasSubstr(job.message)) << job.what;
+  }
+  const std::string big(32000, 'b');
+  std::ofstream(dir_ / "long.yaml") << testing::HostileHeader("long") << "  image: " << big
+                                     << "\n  workers:\n    command: [w]\n    args: ['" << big << "']\n";
+  Child child({"--job-file", (dir_ / "long.yaml").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
+               (dir_ / "port").string()},
+              dir_ / "long.log");
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!fs::exists(dir_ / "port") && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_EQ(child.WaitExit(0ms), -1) << Slurp(dir_ / "long.log");
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(fs::exists(dir_ / "port")) << Slurp(dir_ / "long.log");
+  auto client = SchedulerClient::Connect({"127.0.0.1:" + std::to_string(std::atoi(Slurp(dir_ / "port").c_str())), "", 5s});
+  ASSERT_TRUE(client.ok());
+  auto yaml = (*client)->GetJobYaml();
+  ASSERT_TRUE(yaml.ok()) << yaml.status().ToString();
+  EXPECT_THAT(*yaml, HasSubstr(big));
 }
 
 }  // namespace
