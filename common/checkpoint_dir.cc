@@ -1,6 +1,7 @@
 #include "common/checkpoint_dir.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "common/logging.h"
 
 namespace trellis {
 namespace {
@@ -64,6 +67,11 @@ StatusOr<std::string> CheckpointDir::Save(const Checkpoint& c, uint64_t* bytes) 
   const std::string tmp = dir_ + "/." + prefix_ + "-" + std::to_string(c.step) + "." +
                           std::to_string(::getpid()) + ".tmp";
   const std::string data = EncodeCheckpoint(c);
+  // A bad file of this very step is evidence: keep it aside rather than rename over it.
+  if (struct stat st_buf; ::stat(final_name.c_str(), &st_buf) == 0) {
+    Status why;
+    (void)CheckValid(c.step, &why);
+  }
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("creating", tmp);
   Status st = WriteAll(fd, data, tmp);
@@ -77,6 +85,10 @@ StatusOr<std::string> CheckpointDir::Save(const Checkpoint& c, uint64_t* bytes) 
     return st;
   }
   TRELLIS_RETURN_IF_ERROR(FsyncPath(dir_, O_RDONLY | O_DIRECTORY, "checkpoint directory"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    known_valid_.insert(c.step);
+  }
   if (bytes != nullptr) *bytes = data.size();
   TRELLIS_RETURN_IF_ERROR(Prune());
   return final_name;
@@ -109,11 +121,54 @@ StatusOr<std::vector<int64_t>> CheckpointDir::Steps() const {
   return steps;
 }
 
+std::string CheckpointDir::AsideName(const std::string& file) {
+  std::string aside = file + ".corrupt";
+  struct stat st;
+  for (int n = 1; ::lstat(aside.c_str(), &st) == 0 && n < 1000; ++n) {
+    aside = file + ".corrupt." + std::to_string(n);
+  }
+  return aside;
+}
+
+Status CheckpointDir::MoveAside(const std::string& file, const Status& why) const {
+  const std::string aside = AsideName(file);
+  if (::rename(file.c_str(), aside.c_str()) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return Errno("moving the bad checkpoint aside:", file);
+  }
+  TLOG_WARN << "checkpoint " << file << " does not load (" << why.message()
+            << "); moved aside to " << aside << ", not counted towards keep";
+  return Status::Ok();
+}
+
+bool CheckpointDir::CheckValid(int64_t step, Status* why) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (known_valid_.count(step) != 0) return true;
+  }
+  auto c = Load(step);
+  if (c.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    known_valid_.insert(step);
+    return true;
+  }
+  *why = c.status();
+  Status moved = MoveAside(FileFor(step), c.status());
+  if (!moved.ok()) *why = moved;
+  return false;
+}
+
 Status CheckpointDir::Prune() const {
   TRELLIS_ASSIGN_OR_RETURN(std::vector<int64_t> steps, Steps());
-  for (size_t i = static_cast<size_t>(keep_); i < steps.size(); ++i) {
-    const std::string f = FileFor(steps[i]);
+  int32_t valid = 0;
+  for (int64_t step : steps) {  // newest first
+    Status why;
+    if (!CheckValid(step, &why)) continue;  // moved aside, never counted
+    if (++valid <= keep_) continue;
+    const std::string f = FileFor(step);
     if (::unlink(f.c_str()) != 0 && errno != ENOENT) return Errno("removing old checkpoint", f);
+    std::lock_guard<std::mutex> lock(mu_);
+    known_valid_.erase(step);
   }
   return Status::Ok();
 }
@@ -141,6 +196,10 @@ StatusOr<LoadedCheckpoint> CheckpointDir::LoadNewest() const {
     if (!c.ok()) {
       out.skipped.push_back(c.status());
       continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      known_valid_.insert(step);
     }
     out.file = FileFor(step);
     out.checkpoint = std::move(*c);

@@ -163,5 +163,45 @@ TEST_F(CheckpointDirTest, UnwritableDirectoryIsAnErrorNamingIt) {
   EXPECT_NE(r.status().message().find(file + "/sub"), std::string::npos) << r.status().message();
 }
 
+// A stray file that does not load, named as a newer checkpoint than any real one, used to count
+// towards `keep`: with keep 1 every new save was pruned right after it was written, and a
+// restart found no usable checkpoint. Now it is moved aside and only valid files count.
+TEST_F(CheckpointDirTest, AStrayBadFileIsMovedAsideAndNeverCounted) {
+  CheckpointDir d(dir_.string(), "model", 1);
+  ASSERT_TRUE(d.Save(At(10)).ok());
+  const std::string stray = d.FileFor(999999);
+  Write(stray, "not a checkpoint at all");
+  ASSERT_TRUE(d.Save(At(20)).ok());
+  ASSERT_TRUE(d.Save(At(30)).ok());
+  EXPECT_TRUE(fs::exists(d.FileFor(30))) << "the newest valid checkpoint was pruned";
+  EXPECT_FALSE(fs::exists(d.FileFor(20)));
+  EXPECT_FALSE(fs::exists(stray));
+  EXPECT_EQ(Read(stray + ".corrupt"), "not a checkpoint at all") << "the bad file is kept aside";
+
+  // A restart (a new process) resumes from the newest valid checkpoint.
+  CheckpointDir again(dir_.string(), "model", 1);
+  auto newest = again.LoadNewest();
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  EXPECT_EQ(newest->checkpoint.step, 30);
+}
+
+// A bad file among older ones (keep 2): the two newest valid ones stay, whatever the stray's step.
+TEST_F(CheckpointDirTest, ABadFileInTheMiddleIsNotCountedAndNotOverwritten) {
+  CheckpointDir d(dir_.string(), "model", 2);
+  ASSERT_TRUE(d.Save(At(10)).ok());
+  Write(d.FileFor(20), "garbage");
+  ASSERT_TRUE(d.Save(At(30)).ok());
+  EXPECT_TRUE(fs::exists(d.FileFor(10)));
+  EXPECT_TRUE(fs::exists(d.FileFor(30)));
+  EXPECT_EQ(Read(d.FileFor(20) + ".corrupt"), "garbage");
+  // The same step saved again over a bad file: the bad one goes aside first (a second name).
+  Write(d.FileFor(40), "more garbage");
+  ASSERT_TRUE(d.Save(At(40)).ok());
+  EXPECT_EQ(Read(d.FileFor(40) + ".corrupt"), "more garbage");
+  auto steps = d.Steps();
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(*steps, (std::vector<int64_t>{40, 30}));
+}
+
 }  // namespace
 }  // namespace trellis
