@@ -6,8 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <vector>
 
 #include "common/net.h"
 
@@ -15,33 +17,16 @@ namespace trellis {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kIoTimeout = std::chrono::seconds(5);  // a stuck client delays others at most this
+// Each client gets at most this from its accept to its answer sent; a slow or silent client costs
+// only a slot, never the other clients' time (they are served side by side).
+constexpr auto kClientTimeout = std::chrono::seconds(5);
 constexpr size_t kMaxRequest = 16 * 1024;
+// Clients at once; a new one beyond this pushes out the oldest (the slowest) one.
+constexpr size_t kMaxClients = 64;
 
 int MillisLeft(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left < 0 ? 0 : static_cast<int>(left);
-}
-
-// Waits until `fd` is ready for `events`, the deadline passes or `stop_fd` fires.
-bool WaitReady(int fd, short events, int stop_fd, Clock::time_point deadline) {
-  pollfd p[2] = {{fd, events, 0}, {stop_fd, POLLIN, 0}};
-  int n = ::poll(p, 2, MillisLeft(deadline));
-  return n > 0 && (p[0].revents & (events | POLLHUP | POLLERR)) != 0 && (p[1].revents & POLLIN) == 0;
-}
-
-void SendAll(int fd, const std::string& data, int stop_fd, Clock::time_point deadline) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      off += static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!WaitReady(fd, POLLOUT, stop_fd, deadline)) return;
-    } else {
-      return;
-    }
-  }
+  return left < 0 ? 0 : static_cast<int>(left) + 1;
 }
 
 std::string Response(int code, const char* reason, const char* type, const std::string& body, bool head) {
@@ -83,57 +68,100 @@ MetricsHttpServer::~MetricsHttpServer() {
   if (stop_fd_ >= 0) ::close(stop_fd_);
 }
 
+// One client: its request as it arrives, then its answer as the socket takes it.
+struct MetricsHttpServer::Client {
+  int fd = -1;  // owned
+  Clock::time_point deadline;
+  std::string in;
+  std::string out;
+  size_t sent = 0;
+  bool answering = false;
+};
+
 void MetricsHttpServer::Loop() {
+  std::vector<Client> clients;  // oldest first
+  std::vector<pollfd> p;
+  auto drop = [&](size_t i) {
+    ::close(clients[i].fd);
+    clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
+  };
   while (true) {
-    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
+    p.clear();
+    p.push_back({stop_fd_, POLLIN, 0});
+    p.push_back({listen_fd_, POLLIN, 0});
+    Clock::time_point next = Clock::time_point::max();
+    for (const Client& c : clients) {
+      p.push_back({c.fd, static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
+      next = std::min(next, c.deadline);
     }
-    if (p[1].revents & POLLIN) return;
-    if ((p[0].revents & POLLIN) == 0) continue;
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;  // the client gave up, or out of descriptors for a moment
-    Serve(fd);
-    ::close(fd);
+    const int timeout = next == Clock::time_point::max() ? -1 : MillisLeft(next);
+    if (::poll(p.data(), p.size(), timeout) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p[0].revents & POLLIN) break;
+    // Serve in reverse so that dropping a client does not shift the ones still to look at.
+    const auto now = Clock::now();
+    for (size_t i = clients.size(); i-- > 0;) {
+      const short ev = p[i + 2].revents;
+      if (ev != 0 && !Step(&clients[i], ev)) {
+        drop(i);
+      } else if (now >= clients[i].deadline) {
+        drop(i);  // too slow: its time is up
+      }
+    }
+    if (p[1].revents & POLLIN) {
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) {  // else: the client gave up, or out of descriptors for a moment
+        if (clients.size() >= kMaxClients) drop(0);
+        Client c;
+        c.fd = fd;
+        c.deadline = Clock::now() + kClientTimeout;
+        clients.push_back(std::move(c));
+      }
+    }
   }
+  for (Client& c : clients) ::close(c.fd);
 }
 
-void MetricsHttpServer::Serve(int fd) {
-  const auto deadline = Clock::now() + kIoTimeout;
-  std::string req;
-  char buf[2048];
-  while (req.find("\r\n\r\n") == std::string::npos) {
-    if (req.size() > kMaxRequest || !WaitReady(fd, POLLIN, stop_fd_, deadline)) return;
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (n <= 0) return;
-    req.append(buf, static_cast<size_t>(n));
+bool MetricsHttpServer::Step(Client* c, short events) {
+  if (c->answering) {
+    if ((events & (POLLOUT | POLLERR | POLLHUP)) == 0) return true;
+    ssize_t n = ::send(c->fd, c->out.data() + c->sent, c->out.size() - c->sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) return errno == EAGAIN || errno == EINTR;
+    c->sent += static_cast<size_t>(n);
+    return c->sent < c->out.size();  // done: the connection closes (Connection: close)
   }
+  char buf[2048];
+  ssize_t n = ::recv(c->fd, buf, sizeof buf, 0);
+  if (n < 0) return errno == EAGAIN || errno == EINTR;
+  if (n == 0) return false;
+  c->in.append(buf, static_cast<size_t>(n));
+  if (c->in.find("\r\n\r\n") == std::string::npos) return c->in.size() <= kMaxRequest;
+  c->out = Answer(c->in);
+  c->answering = true;
+  return true;
+}
+
+std::string MetricsHttpServer::Answer(const std::string& req) const {
   // Request line: METHOD SP target SP version. Only the path matters; a query is ignored.
   const size_t sp1 = req.find(' ');
   const size_t sp2 = sp1 == std::string::npos ? sp1 : req.find(' ', sp1 + 1);
-  if (sp2 == std::string::npos) {
-    SendAll(fd, Response(400, "Bad Request", "text/plain", "bad request\n", false), stop_fd_, deadline);
-    return;
-  }
+  if (sp2 == std::string::npos) return Response(400, "Bad Request", "text/plain", "bad request\n", false);
   const std::string method = req.substr(0, sp1);
   std::string path = req.substr(sp1 + 1, sp2 - sp1 - 1);
   path = path.substr(0, path.find('?'));
   const bool head = method == "HEAD";
-  std::string out;
-  if (method != "GET" && !head) {
-    out = Response(405, "Method Not Allowed", "text/plain", "GET only\n", false);
-  } else if (path == "/metrics") {
-    out = Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", metrics_.Serialize(), head);
-  } else if (path == "/healthz") {
-    const bool ok = !healthy_ || healthy_();
-    out = ok ? Response(200, "OK", "text/plain", "ok\n", head)
-             : Response(503, "Service Unavailable", "text/plain", "not healthy\n", head);
-  } else {
-    out = Response(404, "Not Found", "text/plain", "not found: try /metrics or /healthz\n", head);
+  if (method != "GET" && !head) return Response(405, "Method Not Allowed", "text/plain", "GET only\n", false);
+  if (path == "/metrics") {
+    return Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", metrics_.Serialize(), head);
   }
-  SendAll(fd, out, stop_fd_, deadline);
+  if (path == "/healthz") {
+    const bool ok = !healthy_ || healthy_();
+    return ok ? Response(200, "OK", "text/plain", "ok\n", head)
+              : Response(503, "Service Unavailable", "text/plain", "not healthy\n", head);
+  }
+  return Response(404, "Not Found", "text/plain", "not found: try /metrics or /healthz\n", head);
 }
 
 }  // namespace trellis

@@ -1,7 +1,9 @@
 // GET /metrics (text format 0.0.4) and /healthz (200 "ok", or 503 when `healthy` says no) for a
 // MetricsRegistry. A deliberately tiny HTTP/1.1 server on one named thread ("trellis-metrics"):
-// one request per connection, answered in turn, so a scrape costs nothing between scrapes and
-// stopping is immediate.
+// one request per connection; the clients of the moment are served side by side by one poll
+// loop, each within 5 s of its accept (then dropped), at most 64 at once (a new one pushes out
+// the oldest), so slow or silent clients cannot hold up a scrape. A scrape costs nothing between
+// scrapes and stopping is immediate.
 #pragma once
 
 #include <functional>
@@ -31,8 +33,11 @@ class MetricsHttpServer {
  private:
   MetricsHttpServer(const MetricsRegistry& metrics, std::function<bool()> healthy)
       : metrics_(metrics), healthy_(std::move(healthy)) {}
+  struct Client;
   void Loop();
-  void Serve(int fd);
+  // Reads or writes what `events` allows; false when the client is done or gone.
+  bool Step(Client* c, short events);
+  std::string Answer(const std::string& request) const;
 
   const MetricsRegistry& metrics_;
   const std::function<bool()> healthy_;

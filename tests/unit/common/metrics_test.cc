@@ -3,7 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
 
 #include "common/metrics.h"
 #include "common/metrics_http.h"
@@ -119,6 +125,46 @@ TEST(MetricsHttpServerTest, APortInUseIsAnError) {
   ASSERT_FALSE(b.ok());
   EXPECT_THAT(b.status().message(), HasSubstr("cannot serve /metrics on 127.0.0.1:"));
   EXPECT_FALSE(MetricsHttpServer::Start("127.0.0.1", 70000, m).ok());
+}
+
+// One slow client used to hold the server for up to 5 s, and ten of them held a scrape for
+// tens of seconds: the clients were answered one after another. Now a scrape is answered while
+// ten others dribble one byte a second or say nothing at all.
+TEST(MetricsHttpServerTest, SlowClientsDoNotHoldUpAScrape) {
+  MetricsRegistry m({"j", "server", 0});
+  m.Counter("trellis_server_requests_total", "r").Increment(3);
+  auto s = MetricsHttpServer::Start("127.0.0.1", 0, m);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const int port = (*s)->port();
+  std::vector<int> slow;
+  for (int i = 0; i < 10; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    slow.push_back(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::thread dribble([&] {  // half of them send "GET /metrics..." one byte a second
+    const std::string req = "GET /metrics HTTP/1.1\r\n\r\n";
+    for (size_t b = 0; b < req.size() && !stop; ++b) {
+      for (size_t i = 0; i < slow.size(); i += 2) (void)::send(slow[i], &req[b], 1, MSG_NOSIGNAL);
+      for (int t = 0; t < 10 && !stop; ++t) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the slow ones are in first
+  const auto start = std::chrono::steady_clock::now();
+  auto r = testing::HttpGet(port, "/metrics", std::chrono::seconds(30));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_THAT(r.body, HasSubstr("trellis_server_requests_total"));
+  EXPECT_LT(secs, 2.0) << "a scrape waited behind slow clients";
+  EXPECT_EQ(testing::HttpGet(port, "/healthz", std::chrono::seconds(30)).status, 200);
+  stop = true;
+  dribble.join();
+  for (int fd : slow) ::close(fd);
 }
 
 }  // namespace
