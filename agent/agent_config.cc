@@ -112,7 +112,7 @@ StatusOr<AgentConfig> ParseAgentConfig(const std::vector<std::string>& args, con
   if (pmp && *pmp > 0) c.program_metrics_port = static_cast<int32_t>(*pmp);
   TRELLIS_ASSIGN_OR_RETURN(auto amp, env.OptionalInt("TRELLIS_AGENT_METRICS_PORT", 0, 65535));
   if (amp) c.metrics_port = static_cast<int32_t>(*amp);
-  c.metrics_host = env.GetOr("TRELLIS_METRICS_HOST", "0.0.0.0");
+  c.metrics_host = ListenHost(env, "TRELLIS_METRICS_HOST");
   if (c.role == v1::ROLE_WORKER && c.command.empty()) {
     return InvalidArgumentError("a worker needs a program: trellis-agent [flags] -- COMMAND ARGS...");
   }

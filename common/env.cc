@@ -62,4 +62,11 @@ StatusOr<std::optional<int64_t>> EnvSource::OptionalInt(const std::string& name,
   return std::optional<int64_t>(n);
 }
 
+std::string ListenHost(const EnvSource& env, const char* specific) {
+  if (specific != nullptr) {
+    if (auto v = env.Get(specific); v && !v->empty()) return *v;
+  }
+  return env.GetOr(kListenHostEnv, "0.0.0.0");
+}
+
 }  // namespace trellis

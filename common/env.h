@@ -33,6 +33,13 @@ class EnvSource {
   std::map<std::string, std::string> vars_;
 };
 
+// The address a process's listening sockets bind (data ports, /metrics, /healthz): `specific`
+// when set (e.g. TRELLIS_METRICS_HOST for /metrics), else TRELLIS_LISTEN_HOST, else every
+// address ("0.0.0.0", a pod's default). trellis-launch sets TRELLIS_LISTEN_HOST=127.0.0.1, so a
+// local job listens on loopback only. A flag of the program, where it has one, wins over both.
+inline constexpr char kListenHostEnv[] = "TRELLIS_LISTEN_HOST";
+std::string ListenHost(const EnvSource& env, const char* specific = nullptr);
+
 // The process's environment as a map (for building a child's environment).
 std::map<std::string, std::string> CurrentEnvironment();
 

@@ -3,12 +3,14 @@
 #include <deque>
 #include <fstream>
 
+#include "common/env.h"
+
 namespace trellis {
 namespace {
 
 std::map<std::string, std::string> ChildEnv(const LaunchPaths& paths, std::map<std::string, std::string> env) {
   // Per-process values the launcher's own environment may carry from an outer run.
-  for (const char* k : {"TRELLIS_RANK", "TRELLIS_INCARNATION", "TRELLIS_METRICS_PORT", "TRELLIS_METRICS_HOST",
+  for (const char* k : {"TRELLIS_RANK", "TRELLIS_INCARNATION", "TRELLIS_METRICS_PORT", "TRELLIS_METRICS_HOST", kListenHostEnv,
                         "TRELLIS_AGENT_METRICS_PORT", "TRELLIS_POD_NAME",
                         "TRELLIS_RESTART_POLICY", "TRELLIS_BACKOFF_LIMIT"}) {
     env.erase(k);
@@ -122,6 +124,7 @@ std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths
       env["TRELLIS_TOKEN_FILE"] = paths.token_file;
       env["TRELLIS_POD_NAME"] = job.name + "-" + p.name;
       env["TRELLIS_HOST"] = "127.0.0.1";
+      env[kListenHostEnv] = "127.0.0.1";  // data ports and /metrics: loopback, like everything here
       if (!server && role.gpusPerWorker > 0) env["TRELLIS_GPUS"] = std::to_string(role.gpusPerWorker);
       for (const auto& [k, v] : role.env) env[k] = v;
       if (metrics) {
@@ -182,6 +185,13 @@ std::string FailureMessage(const std::string& job, std::string_view role, int in
   return "job " + job + " failed: " + std::string(role) + " " + std::to_string(index) + " exited with code " +
          ExitCodeWithSignal(exit_code) + " after " + std::to_string(restarts) +
          (restarts == 1 ? " restart" : " restarts") + " (restartPolicy " + std::string(ToString(policy)) + ")";
+}
+
+std::string AgentDiedMessage(const std::string& job, std::string_view role, int index, int signal) {
+  return "job " + job + " failed: the agent of " + std::string(role) + " " + std::to_string(index) +
+         " (trellis-agent) died, killed by " + SignalName(signal) +
+         "; its program went with it, and nothing restarts an agent (its restartPolicy restarts the "
+         "program, not the agent)";
 }
 
 std::vector<std::string> LineSplitter::Feed(std::string_view bytes) {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/auth.h"
+#include "common/env.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
 #include "pserver/tcp_wire.h"
@@ -83,6 +84,8 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
   std::string token_file = Pick(flags, "token-file", "TRELLIS_TOKEN_FILE", &src);
   TRELLIS_ASSIGN_OR_RETURN(c.token, ReadTokenFile(token_file));
   if (std::string h = Pick(flags, "host", "TRELLIS_HOST", &src); !h.empty()) c.advertise_host = h;
+  // --listen > TRELLIS_LISTEN_HOST > every address.
+  c.server.listen_host = ListenHost(EnvSource());
   if (auto it = flags.find("listen"); it != flags.end()) c.server.listen_host = it->second;
   if (std::string p = Pick(flags, "port", "TRELLIS_PSERVER_PORT", &src); !p.empty()) {
     TRELLIS_ASSIGN_OR_RETURN(int64_t port, ToInt(src, p, 0, 65535));
@@ -141,7 +144,7 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
     TRELLIS_ASSIGN_OR_RETURN(int64_t port, ToInt(src, p, 0, 65535));
     c.metrics_port = static_cast<int>(port);
   }
-  if (const char* h = std::getenv("TRELLIS_METRICS_HOST"); h != nullptr && *h != '\0') c.metrics_host = h;
+  c.metrics_host = ListenHost(EnvSource(), "TRELLIS_METRICS_HOST");
   return c;
 }
 

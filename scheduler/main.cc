@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/auth.h"
+#include "common/env.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -168,6 +169,10 @@ StatusOr<Settings> BuildSettings(const Flags& flags) {
     c.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000.0));
   }
   if (auto v = flag("token-file")) token_file = *v;
+  // --host > TRELLIS_LISTEN_HOST > every address; /metrics: --metrics-host > TRELLIS_METRICS_HOST >
+  // TRELLIS_LISTEN_HOST > every address.
+  s.server.host = ListenHost(EnvSource());
+  s.metrics_host = ListenHost(EnvSource(), "TRELLIS_METRICS_HOST");
   if (auto v = flag("host")) s.server.host = *v;
   if (auto v = flag("port")) {
     TRELLIS_ASSIGN_OR_RETURN(int64_t p, ParseInteger("--port", *v, 0, 65535));

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "common/auth.h"
+#include "common/env.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "scheduler/scheduler_client.h"
@@ -197,8 +198,7 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   setup.metrics = std::make_shared<MetricsRegistry>(MetricLabels{job->name, "worker", global_rank});
   if (std::string p = Env("TRELLIS_METRICS_PORT"); !p.empty()) {
     TRELLIS_ASSIGN_OR_RETURN(int64_t port, ParseEnvInt("TRELLIS_METRICS_PORT", p, 0, 65535));
-    std::string host = Env("TRELLIS_METRICS_HOST");
-    auto server = MetricsHttpServer::Start(host.empty() ? "0.0.0.0" : host, static_cast<int>(port),
+    auto server = MetricsHttpServer::Start(ListenHost(EnvSource(), "TRELLIS_METRICS_HOST"), static_cast<int>(port),
                                            *setup.metrics);
     // Metrics are not worth failing the training for: say so and go on without them.
     if (server.ok()) {
