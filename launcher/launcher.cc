@@ -392,6 +392,9 @@ int Launcher::FailAgent(const std::vector<Child*>& failed) {
     return Fail("job " + job_.name + " failed: " + plan.name + " exited with code 0 while workers were still running",
                 culprit);
   }
+  if (culprit->exit->signal != 0) {
+    return Fail(AgentDiedMessage(job_.name, KindName(plan.kind), plan.index, culprit->exit->signal), culprit);
+  }
   const RoleSpec& role = plan.kind == ProcessPlan::Kind::kServer ? job_.servers : job_.workers;
   return Fail(FailureMessage(job_.name, KindName(plan.kind), plan.index, culprit->exit->exit_code, restarts,
                              job_.RestartPolicyFor(role)),

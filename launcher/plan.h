@@ -99,6 +99,10 @@ inline size_t MetricsPortsFor(const JobSpec& job) {
 std::string FileSdTargets(const std::vector<const ProcessPlan*>& plans);
 
 // "job mlp failed: worker 1 exited with code 137 (SIGKILL) after 0 restarts (restartPolicy Never)"
+// When the agent itself was killed (by a signal: an agent otherwise exits with its program's
+// code), its program's exit is unknown: the message says the agent died, not "exited after 0
+// restarts".
+std::string AgentDiedMessage(const std::string& job, std::string_view role, int index, int signal);
 std::string FailureMessage(const std::string& job, std::string_view role, int index, int exit_code,
                            int restarts, RestartPolicy policy);
 

@@ -18,6 +18,7 @@
 #include "common/env.h"
 #include "common/subprocess.h"
 #include "tests/integration/job_processes.h"
+#include "tests/testing/hostile_jobs.h"
 
 namespace trellis {
 namespace {
@@ -170,6 +171,32 @@ TEST_F(LaunchTest, KilledWorkerFailsTheJobUnderNever) {
   EXPECT_NE(r.output.find("logs kept in " + dir_ + "/logs"), std::string::npos) << r.output;
 }
 
+// A SIGKILLed agent used to read as "worker 1 exited with code 137 (SIGKILL) after 0 restarts",
+// as if its program had crashed: the message now says the agent died.
+TEST_F(LaunchTest, AKilledAgentIsNamedAsTheAgent) {
+  JobOptions o;
+  o.worker_env["TEST_HOLD_SECONDS"] = "300";
+  Start(WriteJob(JobYaml(job_, o)));
+  ASSERT_TRUE(WaitForOutput("passed barrier a", 3, seconds(60))) << Output();
+  pid_t agent = -1;
+  for (pid_t pid : ProcessesOfJob(job_)) {
+    const std::string comm = ReadFile("/proc/" + std::to_string(pid) + "/comm");
+    const std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+    if (comm.rfind("trellis-agent", 0) == 0 &&
+        env.find("TRELLIS_POD_NAME=" + job_ + "-worker-1" + std::string(1, '\0')) != std::string::npos) {
+      agent = pid;
+    }
+  }
+  ASSERT_GT(agent, 0) << "no agent of worker-1";
+  ASSERT_EQ(::kill(agent, SIGKILL), 0);
+  Result r = Wait(seconds(60));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("job " + job_ + " failed: the agent of worker 1 (trellis-agent) died, killed by SIGKILL"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("after 0 restarts"), std::string::npos) << r.output;
+}
+
 TEST_F(LaunchTest, SigintStopsEveryProcess) {
   JobOptions o;
   o.worker_env["TEST_HOLD_SECONDS"] = "300";
@@ -207,6 +234,20 @@ TEST_F(LaunchTest, BadJobFileGivesTheParseErrorAndExit2) {
   r = Wait(seconds(30));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("missing.yaml"), std::string::npos) << r.output;
+}
+
+// Hostile job files: a message and exit 2 within seconds. Before, an alias bomb in a pod
+// template made trellis-launch spin at 100% CPU and grow past 600 MB.
+TEST_F(LaunchTest, HostileJobFilesAreRefusedAtOnce) {
+  for (const auto& job : testing::HostileJobs()) {
+    const auto start = std::chrono::steady_clock::now();
+    Start(WriteJob(job.yaml));
+    Result r = Wait(seconds(30));
+    EXPECT_EQ(r.exit_code, 2) << job.what << ": " << r.output.substr(0, 300);
+    EXPECT_NE(r.output.find(job.message), std::string::npos) << job.what << ": " << r.output.substr(0, 300);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(20)) << job.what;
+    launcher_.reset();
+  }
 }
 
 }  // namespace

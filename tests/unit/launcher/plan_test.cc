@@ -172,5 +172,11 @@ TEST(TailFileTest, LastLines) {
   std::filesystem::remove(path);
 }
 
+TEST(FailureMessageTest, AKilledAgentIsSaidToHaveDied) {
+  EXPECT_EQ(AgentDiedMessage("mlp", "worker", 1, 9),
+            "job mlp failed: the agent of worker 1 (trellis-agent) died, killed by SIGKILL; its program went "
+            "with it, and nothing restarts an agent (its restartPolicy restarts the program, not the agent)");
+}
+
 }  // namespace
 }  // namespace trellis
