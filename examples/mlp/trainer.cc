@@ -195,6 +195,8 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
       }
     }
     if (report.stopped) {
+      // The partial epoch's time counts too: without it, throughput divided by ~0 s.
+      train_seconds += SecondsSince(epoch_start);
       if (talk) out << "\ntrellis-mlp: stopped after step " << options.stop_at_step << " as asked\n";
       break;
     }
@@ -246,7 +248,8 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
     report.test_accuracy = report.epochs.back().test_accuracy;
     report.test_loss = report.epochs.back().test_loss;
   }
-  report.reached_target = report.test_accuracy >= options.target_accuracy;
+  // Stopped before an epoch ended: nothing was evaluated, so there is no accuracy to judge.
+  report.reached_target = !report.epochs.empty() && report.test_accuracy >= options.target_accuracy;
   report.wall_seconds = SecondsSince(wall_start);
   if (talk) out << FormatResult(options, report) << std::flush;
   return report;
@@ -255,15 +258,24 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
 std::string FormatResult(const TrainOptions& options, const TrainReport& report) {
   std::ostringstream s;
   char line[256];
-  std::snprintf(line, sizeof(line), "RESULT: test accuracy %s (target %s) -- %s\n",
-                Percent(report.test_accuracy).c_str(), Percent(options.target_accuracy).c_str(),
-                report.reached_target ? "reached" : "MISSED");
-  s << line;
-  std::snprintf(line, sizeof(line),
-                "RESULT: test loss %.4f; task ceiling 100%% (test labels are the teacher's "
-                "argmax, noise-free)\n",
-                report.test_loss);
-  s << line;
+  if (report.stopped && report.epochs.empty()) {
+    std::snprintf(line, sizeof(line),
+                  "RESULT: stopped early after step %lld as asked (--stop-at-step), before any "
+                  "epoch ended: no test accuracy measured (target %s not judged)\n",
+                  static_cast<long long>(options.stop_at_step), Percent(options.target_accuracy).c_str());
+    s << line;
+  } else {
+    std::snprintf(line, sizeof(line), "RESULT: test accuracy %s (target %s) -- %s%s\n",
+                  Percent(report.test_accuracy).c_str(), Percent(options.target_accuracy).c_str(),
+                  report.reached_target ? "reached" : "MISSED",
+                  report.stopped ? " (after the last full epoch; stopped early as asked by --stop-at-step)" : "");
+    s << line;
+    std::snprintf(line, sizeof(line),
+                  "RESULT: test loss %.4f; task ceiling 100%% (test labels are the teacher's "
+                  "argmax, noise-free)\n",
+                  report.test_loss);
+    s << line;
+  }
   std::snprintf(line, sizeof(line),
                 "RESULT: %lld parameters, %d worker(s), %d epochs, %lld steps of %lld per worker\n",
                 static_cast<long long>(report.num_params), report.world, options.epochs,

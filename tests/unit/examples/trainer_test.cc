@@ -286,6 +286,26 @@ TEST(TrainerTest, ResumeFromACheckpointMidEpochEqualsAnUninterruptedRun) {
   EXPECT_EQ(a->steps, 80);
   EXPECT_EQ(saving.saves, 2);
   EXPECT_EQ(store.step, 80);
+  // Stopped early: said so, with a real throughput (it read "accuracy 0.0% -- MISSED" and
+  // "6400000000000 samples/s", the partial epoch's time left out).
+  const std::string result = FormatResult(first, *a);
+  EXPECT_NE(result.find("(after the last full epoch; stopped early"), std::string::npos) << result;
+  EXPECT_GT(a->train_seconds, 0.0);
+  EXPECT_LT(a->samples_per_second, 1e8) << result;
+  TrainOptions early = o;
+  early.stop_at_step = 10;  // inside epoch 1: nothing evaluated
+  MemoryCheckpointExchange none(1 << 30, &unused);
+  Mlp tiny(o.sizes);
+  auto e = Train(early, none, tiny, {});
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const std::string early_result = FormatResult(early, *e);
+  EXPECT_NE(early_result.find("RESULT: stopped early after step 10 as asked (--stop-at-step), before any epoch "
+                              "ended: no test accuracy measured"),
+            std::string::npos)
+      << early_result;
+  EXPECT_EQ(early_result.find("MISSED"), std::string::npos) << early_result;
+  EXPECT_FALSE(e->reached_target);
+  EXPECT_LT(e->samples_per_second, 1e8) << early_result;
 
   TrainOptions second = o;
   second.seed = o.seed;  // the fresh model starts from its own random init, then restores
