@@ -127,7 +127,9 @@ def main():
             failures.append("the job's processes never all listened: %r" % seen)
         for (pid, name), socks in sorted(seen.items()):
             for addr, port in socks:
-                if addr not in ("0100007F", "00000000000000000000000001000000"):
+                # 127.0.0.1, ::1, or 127.0.0.1 as a v4-mapped IPv6 address (gRPC's listener).
+                if addr not in ("0100007F", "00000000000000000000000001000000",
+                                "0000000000000000FFFF00000100007F"):
                     failures.append(f"{name} (pid {pid}) listens on {addr}:{port}, not loopback")
         if not any(name == "trellis-pserver" and len(s) >= 2 for (_, name), s in seen.items()):
             failures.append("no server showed both its data port and its /metrics port: %r" % seen)
