@@ -10,7 +10,6 @@ namespace trellis {
 namespace {
 
 constexpr int kMaxMessageBytes = 256 << 20;  // shard maps of many keys
-constexpr int kMinConnectTimeoutMs = 10000;
 
 }  // namespace
 
@@ -27,12 +26,7 @@ StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
   // Reconnect quickly when the scheduler comes up after us (default back-off grows to 120 s).
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  // gRPC reads MIN_RECONNECT_BACKOFF as the minimum time a connection attempt may take before it
-  // is cut (subchannel's min_connect_timeout), not as a back-off: at 100 ms, a handshake slower
-  // than the back-off (a loaded node, a scheduler just restarted) was abandoned again and again
-  // ("tcp handshaker shutdown") until the back-off grew past it. A refused connection still
-  // fails at once and is retried after the back-off above.
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kMinConnectTimeoutMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   auto channel =
       grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
   if (!channel) return InternalError("cannot create a channel to " + options.address);
