@@ -143,7 +143,7 @@ Status SliceStore::Describe404(uint64_t key, uint32_t slice) const {
 }
 
 void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame,
-                        Reply reply) {
+                        Reply reply, std::vector<float>* payload) {
   if (h.op == wire::Op::kSave || h.op == wire::Op::kLoad) {
     reply(HandleCheckpointOp(h), Answer{});
     return;
@@ -169,7 +169,8 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
       TwoBitFrame twobit;
       st = CheckPayload(*s, h, frame, &scratch, &twobit);
       if (st.ok()) {
-        const Gradient grad{&frame, wire::IsTwoBit(h.op) ? &twobit : nullptr};
+        const bool two_bit = wire::IsTwoBit(h.op);
+        const Gradient grad{&frame, two_bit ? &twobit : nullptr, two_bit ? nullptr : payload};
         std::lock_guard lock(s->mu);
         if (s->rebuild && h.op != wire::Op::kInit) {
           RebuildRequest(worker, s, h, grad, std::move(reply), &deferred);
@@ -301,8 +302,14 @@ Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
   s->step_threshold = s->pushes == 0 || s->step_threshold == t ? t : 0.0f;
   if (s->pushes == 0) {
     // First contribution: copy instead of zero + add. Reuse a result buffer nobody references.
+    const bool swap = grad.twobit == nullptr && grad.owner != nullptr && grad.owner->size() == n &&
+                      s->accum && s->accum->size() == n;
     if (!s->accum) s->accum = std::make_unique<std::vector<float>>(n);
-    if (grad.twobit != nullptr) {
+    if (swap) {
+      // The request's buffer becomes the sum, the spare accumulator the caller's next read
+      // buffer: no copy, and both were written before (no page faults).
+      s->accum->swap(*grad.owner);
+    } else if (grad.twobit != nullptr) {
       TwoBitDequantizeFrame(*grad.twobit, s->accum->data());
     } else {
       wire::CopyFloats(*grad.frame, wire::kRequestHeaderBytes, n, s->accum->data());

@@ -85,7 +85,14 @@ class SliceStore {
   // wire::kRequestHeaderBytes on. `reply` runs exactly once, never under a store lock: inline
   // when the answer is known, or later from the call that completes the step.
   // REQUIRES: 0 <= worker < num_workers; h passed wire::DecodeRequest.
-  void Handle(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame, Reply reply);
+  //
+  // `payload` (optional): the buffer that holds exactly this request's float32 payload, owned by
+  // the caller (the TCP reader's reused buffer). For a push that is the step's first
+  // contribution the store may swap it with the slice's spare accumulator of the same size
+  // instead of copying the values (a 4 MiB memcpy per slice): the caller then finds another
+  // buffer of the same size in `payload` and reads its next request into that.
+  void Handle(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame, Reply reply,
+              std::vector<float>* payload = nullptr);
 
   // Fails every waiting pull with `status` (shutdown).
   void FailWaiters(const Status& status);
@@ -157,6 +164,7 @@ class SliceStore {
   struct Gradient {
     const wire::Chunks* frame = nullptr;  // values from byte wire::kRequestHeaderBytes on
     const TwoBitFrame* twobit = nullptr;  // set for the 2-bit ops (points into the request)
+    std::vector<float>* owner = nullptr;  // Handle's `payload`: the values, swappable
   };
   struct Deferred {
     Reply reply;

@@ -127,7 +127,8 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   void ReadLoop();
   // Hands one request (header + payload in `frame`) to the store; the answer is queued by
   // priority. The store has read the payload when this returns.
-  void Serve(const wire::RequestHeader& h, const wire::Chunks& frame);
+  void Serve(const wire::RequestHeader& h, const wire::Chunks& frame,
+             std::vector<float>* payload = nullptr);
   void WriteLoop();
 };
 
@@ -214,7 +215,8 @@ void TcpDataServer::Connection::ReadLoop() {
                                reinterpret_cast<const uint8_t*>(payload.data()),
                                h.payload_bytes)};
     if (h.op != wire::Op::kBulk) {
-      Serve(h, chunks);
+      // The store may take `payload` (a first push) and leave a buffer of the same size.
+      Serve(h, chunks, h.payload_bytes == payload.size() * sizeof(float) ? &payload : nullptr);
       continue;
     }
     std::vector<wire::BulkEntry> entries;
@@ -231,7 +233,8 @@ void TcpDataServer::Connection::ReadLoop() {
   CloseAfterFlush();
 }
 
-void TcpDataServer::Connection::Serve(const wire::RequestHeader& h, const wire::Chunks& frame) {
+void TcpDataServer::Connection::Serve(const wire::RequestHeader& h, const wire::Chunks& frame,
+                                      std::vector<float>* payload) {
   store->Handle(worker, h, frame, [self = shared_from_this(), op = h.op, id = h.request_id,
                                    priority = h.priority](const Status& s, Answer answer) {
     if (!s.ok()) {
@@ -251,7 +254,7 @@ void TcpDataServer::Connection::Serve(const wire::RequestHeader& h, const wire::
     r.payload_bytes = o.PayloadBytes();
     wire::EncodeResponseHeader(r, o.head.data());
     self->Send(std::move(o));
-  });
+  }, payload);
 }
 
 void TcpDataServer::Connection::WriteLoop() {

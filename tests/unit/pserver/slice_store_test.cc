@@ -272,6 +272,50 @@ TEST_F(SliceStoreTest, ManyStepsWithRecycledBuffersStayExact) {
   EXPECT_EQ(kept, (std::vector<float>{3, 4, 5, 6}));
 }
 
+// The TCP reader's buffer: a first push is swapped into the slice instead of copied (a 4 MiB
+// memcpy per slice and step), and what comes back is a spare of the same size that no answer
+// still references. The reader overwrites it with the next request, as here.
+TEST_F(SliceStoreTest, FirstPushTakesTheReadersBufferAndNeverHandsBackALiveAnswer) {
+  Make(2);
+  std::vector<float> reader(4);  // the connection's reused payload buffer
+  Values held;                   // an answer still being sent while the slice moves on
+  int swapped = 0;
+  for (int step = 1; step <= 8; ++step) {
+    const float x = static_cast<float>(step);
+    std::fill(reader.begin(), reader.end(), x);
+    wire::RequestHeader h;
+    h.op = wire::Op::kPushPull;
+    h.key = 7;
+    h.step = step;
+    h.payload_bytes = reader.size() * sizeof(float);
+    uint8_t head[wire::kRequestHeaderBytes];
+    wire::EncodeRequestHeader(h, head);
+    const float* before = reader.data();
+    wire::Chunks chunks = {std::span<const uint8_t>(head, sizeof head),
+                           std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(reader.data()),
+                                                    h.payload_bytes)};
+    uint64_t id;
+    ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
+    Values answer;
+    store_->Handle(0, h, chunks, [&](const Status& st, Answer a) {
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      answer = a.values;
+    }, &reader);
+    ASSERT_EQ(reader.size(), 4u) << "the reader must get a buffer of the same size back";
+    if (reader.data() != before) ++swapped;
+    std::fill(reader.begin(), reader.end(), -1.0f);  // the reader's next request lands here
+    Got b;
+    Send(1, wire::Op::kPushPull, step, {1, 2, 3, 4}, &b);
+    ASSERT_TRUE(answer) << step;
+    EXPECT_EQ(*answer, (std::vector<float>{x + 1, x + 2, x + 3, x + 4})) << step;
+    if (step == 4) held = answer;
+  }
+  // Steps 1 and 2 have no spare yet (copied); from then on a spare exists unless an answer of
+  // two steps ago is still held (step 4's blocks one swap).
+  EXPECT_GE(swapped, 4);
+  EXPECT_EQ(*held, (std::vector<float>{5, 6, 7, 8})) << "a held answer was handed to the reader";
+}
+
 TEST_F(SliceStoreTest, FailWaitersAnswersPendingPulls) {
   Make(2);
   Got g;
