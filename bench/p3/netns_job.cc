@@ -86,6 +86,8 @@ Status RunNetnsJob(const NetnsJobOptions& o) {
     const bool worker = p.kind == ProcessPlan::Kind::kWorker;
     const int host = worker ? job.servers.replicas + p.index : p.index;
     p.spawn.env["TRELLIS_HOST"] = TestHostAddress(host);
+    // The launcher's plans listen on 127.0.0.1; here the peers are on other test hosts.
+    p.spawn.env[kListenHostEnv] = TestHostAddress(host);
     const std::string log = o.run_dir + "/" + p.name + ".log";
     p.spawn.stdout_mode = SpawnOptions::Output::kFile;
     p.spawn.stdout_path = log;
