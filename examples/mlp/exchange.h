@@ -28,10 +28,15 @@ class Exchange {
   // Every update of global step `step` is applied and no gradient of step+1 is on its way yet:
   // the point a restarted worker can rejoin from (crash recovery; trellis::Checkpointer::Commit).
   virtual Status Commit(int64_t /*step*/) { return Status::Ok(); }
-  // Starts summing `grad` (layer `layer`'s gradient) over all workers, in place. Returns at
-  // once; `grad` must stay untouched until Wait(layer) returns.
+  // Whether Wait's answer is the layer's new weights (the job's `serverMode: update`: the
+  // servers run the job's optimizer) instead of the gradient sum (aggregate mode: the trainer
+  // runs its own SGD with momentum).
+  virtual bool ReturnsWeights() const { return false; }
+  // Starts summing `grad` (layer `layer`'s gradient) over all workers, in place (or, when
+  // ReturnsWeights(), replacing it by the new weights). Returns at once; `grad` must stay
+  // untouched until Wait(layer) returns.
   virtual void Start(int layer, float* grad, int priority) = 0;
-  // Blocks until the sum started by Start(layer) is in place.
+  // Blocks until the answer started by Start(layer) is in place.
   virtual Status Wait(int layer) = 0;
   // Sums a few numbers over all workers (end-of-run statistics). Blocking, collective.
   virtual StatusOr<std::vector<double>> SumStats(const std::vector<double>& values) = 0;

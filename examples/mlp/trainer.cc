@@ -108,8 +108,13 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
       if (comm_error.ok()) comm_error = s.Annotate("layer " + std::to_string(l));
       return;
     }
-    ApplyUpdate(model.params(l), velocity[l].data(), model.grads(l), model.layer_size(l), lr,
-                momentum, inv_world);
+    if (exchange.ReturnsWeights()) {
+      // Update mode: the servers applied the job's optimizer; the answer is the new weights.
+      std::copy(model.grads(l), model.grads(l) + model.layer_size(l), model.params(l));
+    } else {
+      ApplyUpdate(model.params(l), velocity[l].data(), model.grads(l), model.layer_size(l), lr,
+                  momentum, inv_world);
+    }
   };
   auto start_layer = [&](int l) {
     exchange.Start(l, model.grads(l), /*priority=*/-l);
@@ -131,6 +136,10 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
         << train.size << " training samples per worker, batch " << batch << ", "
         << steps_per_epoch << " steps per epoch\n"
         << std::flush;
+    if (exchange.ReturnsWeights()) {
+      out << "trellis-mlp: serverMode update: the servers run the job's optimizer (--lr and "
+             "--momentum unused)\n";
+    }
     if (resume_after > 0) out << "trellis-mlp: resuming after step " << resume_after << "\n";
   }
   // Applies every pending update: parameters and velocity are then those after the last step.

@@ -20,11 +20,16 @@ StatusOr<int64_t> TrellisExchange::Setup(Mlp& model, std::vector<std::vector<flo
     params.push_back({name, model.params(l), model.layer_size(l), static_cast<KeyId>(l)});
     state.push_back({name + ".velocity", velocity[l].data(), model.layer_size(l)});
   }
-  stats_key_ = static_cast<KeyId>(layers);
-  // Statistics must sum exactly: never compressed, whatever the job's compression.
-  TRELLIS_RETURN_IF_ERROR(worker_->DeclareKey({.id = stats_key_, .name = "stats",
-                                               .num_elements = kStatsSlots,
-                                               .allow_compression = false}));
+  // One stats key per rank, each broadcast once from its rank at the end (SumStats): valid in
+  // both server modes (an update-mode server would run the optimizer on a pushed sum), and
+  // never compressed, whatever the job's compression, so statistics sum exactly.
+  first_stats_key_ = static_cast<KeyId>(layers);
+  for (int r = 0; r < worker_->size(); ++r) {
+    TRELLIS_RETURN_IF_ERROR(worker_->DeclareKey({.id = first_stats_key_ + static_cast<KeyId>(r),
+                                                 .name = "stats" + std::to_string(r),
+                                                 .num_elements = kStatsSlots,
+                                                 .allow_compression = false}));
+  }
   TRELLIS_ASSIGN_OR_RETURN(checkpoints_,
                            Checkpointer::Create(*worker_, std::move(params), std::move(state)));
   TRELLIS_RETURN_IF_ERROR(worker_->FinishDeclarations());
@@ -43,11 +48,25 @@ StatusOr<std::vector<double>> TrellisExchange::SumStats(const std::vector<double
   if (static_cast<int64_t>(values.size()) > kStatsSlots) {
     return InvalidArgumentError("too many statistics for the stats key");
   }
-  // Floats carry ~7 significant digits: plenty for sample and byte totals in a report.
-  std::vector<float> buf(kStatsSlots, 0.0f);
-  for (size_t i = 0; i < values.size(); ++i) buf[i] = static_cast<float>(values[i]);
-  TRELLIS_RETURN_IF_ERROR(worker_->PushPull(stats_key_, buf.data(), buf.data()).Wait());
-  return std::vector<double>(buf.begin(), buf.begin() + static_cast<int64_t>(values.size()));
+  // Every rank broadcasts its numbers on its own key; each sums them in rank order, so every
+  // rank gets the same totals. Floats carry ~7 significant digits: plenty for a report.
+  const int world = worker_->size();
+  std::vector<std::vector<float>> bufs(world, std::vector<float>(kStatsSlots, 0.0f));
+  for (size_t i = 0; i < values.size(); ++i) bufs[rank()][i] = static_cast<float>(values[i]);
+  std::vector<Handle> handles;
+  for (int r = 0; r < world; ++r) {
+    handles.push_back(worker_->Broadcast(first_stats_key_ + static_cast<KeyId>(r), bufs[r].data(), r));
+  }
+  Status first;  // wait for all before returning: each handle writes into bufs
+  for (const Handle& h : handles) {
+    if (Status st = h.Wait(); !st.ok() && first.ok()) first = st;
+  }
+  TRELLIS_RETURN_IF_ERROR(first);
+  std::vector<double> sums(values.size(), 0.0);
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < values.size(); ++i) sums[i] += bufs[r][i];
+  }
+  return sums;
 }
 
 void TrellisExchange::ReportProgress(int64_t step, int64_t samples, double loss,

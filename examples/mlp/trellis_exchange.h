@@ -1,5 +1,6 @@
 // The Exchange over Trellis: one key per layer (weight and bias together), gradients summed by
-// the parameter servers (aggregate mode), initial weights broadcast from rank 0; checkpoints of
+// the parameter servers (aggregate mode) or the optimizer run by them (update mode: the answer
+// is the new weights), initial weights broadcast from rank 0; checkpoints of
 // weights and momentum through trellis::Checkpointer when the job sets spec.checkpoint.path.
 #pragma once
 
@@ -23,6 +24,9 @@ class TrellisExchange : public Exchange {
   bool CheckpointDue(int64_t step) const override { return checkpoints_->Due(step); }
   Status SaveCheckpoint(int64_t step) override { return checkpoints_->Save(step); }
   Status Commit(int64_t step) override { return checkpoints_->Commit(step); }
+  // serverMode: update. The worker learns the mode only as "servers save their optimizer
+  // state", which is set exactly in update mode (as trellis.torch's update_mode does).
+  bool ReturnsWeights() const override { return worker_->checkpoint_config().servers_save; }
   void Start(int layer, float* grad, int priority) override;
   Status Wait(int layer) override;
   StatusOr<std::vector<double>> SumStats(const std::vector<double>& values) override;
@@ -38,7 +42,7 @@ class TrellisExchange : public Exchange {
 
   static constexpr int64_t kStatsSlots = 8;
   std::unique_ptr<Worker> worker_;
-  KeyId stats_key_ = 0;
+  KeyId first_stats_key_ = 0;  // rank r's statistics go on first_stats_key_ + r
   std::unique_ptr<Checkpointer> checkpoints_;  // set by Setup
   std::vector<Handle> handles_;  // one per layer; touched only by the training thread
 };
