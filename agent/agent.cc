@@ -241,6 +241,12 @@ v1::ReportExitRequest Agent::ExitReport(const ExitStatus& status, bool will_rest
   req.set_exit_code(status.exit_code);
   req.set_will_restart(will_restart);
   std::string message = "program " + status.Describe();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stall_killed_incarnation_ == incarnation_ && !stall_reason_.empty()) {
+      message += " after it stalled (" + stall_reason_ + ")";
+    }
+  }
   // A worker that ended well finished its training, stop or not; a server never finishes.
   const bool finished = config_.role == v1::ROLE_WORKER && status.exit_code == 0;
   if (stop_signal != 0 && !will_restart && !finished) {
@@ -291,6 +297,22 @@ void Agent::Reregister(int32_t rank, int64_t incarnation) {
   if (resp->incarnation() > incarnation_) incarnation_ = resp->incarnation();
 }
 
+void Agent::KillStalled(int64_t incarnation, const std::string& reason) {
+  int32_t rank;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stall_killed_incarnation_ == incarnation) return;  // done already; its exit is on the way
+    rank = rank_;
+  }
+  TLOG_WARN << RoleName(config_.role) << " " << rank << " (pod " << config_.pod_name
+            << "): the scheduler reports its program stalled (" << reason
+            << "); killing it (SIGKILL), the restart policy decides what follows";
+  if (!supervisor_->KillProgram()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  stall_killed_incarnation_ = incarnation;
+  stall_reason_ = reason;
+}
+
 void Agent::HeartbeatLoop() {
   bool failure_logged = false;
   bool unreachable = false;  // logged once per outage, not every beat
@@ -320,6 +342,7 @@ void Agent::HeartbeatLoop() {
       TLOG_INFO << "heartbeat: the scheduler answers again";
       unreachable = false;
     }
+    if (resp.ok() && resp->restart_program()) KillStalled(incarnation, resp->restart_reason());
     if (resp.ok() && resp->job_failed() && !failure_logged) {
       TLOG_WARN << "the scheduler reports the job failed: " << resp->failure_message();
       failure_logged = true;

@@ -49,6 +49,9 @@ class Agent : public SupervisorHooks {
   void Reregister(int32_t rank, int64_t incarnation);
   StatusOr<std::vector<std::string>> ProgramArgv() const;
   void HeartbeatLoop();
+  // The scheduler says the program stalled: kill it (once per incarnation); the restart policy
+  // decides what follows.
+  void KillStalled(int64_t incarnation, const std::string& reason);
   // Fills the exit report: a stop from outside under a policy that replaces the pod is a
   // preemption (the replacement pod rejoins), not a failure; see ReportExitRequest.preempted.
   v1::ReportExitRequest ExitReport(const ExitStatus& status, bool will_restart);
@@ -80,6 +83,10 @@ class Agent : public SupervisorHooks {
   int32_t rank_ = -1;                  // GUARDED_BY(mu_); -1 until registered
   int64_t incarnation_ = 0;            // GUARDED_BY(mu_)
   int attempt_ = 0;                    // GUARDED_BY(mu_); restarts of the program so far
+  // The scheduler found the program stalled (HeartbeatResponse.restart_program) and the agent
+  // killed it: the incarnation killed and why, for the exit report. 0: none.
+  int64_t stall_killed_incarnation_ = 0;  // GUARDED_BY(mu_)
+  std::string stall_reason_;              // GUARDED_BY(mu_)
 
   // Made on the first registration (labels need the rank), then only read. Only touched from
   // the supervisor's thread (PrepareStart, OnExit).

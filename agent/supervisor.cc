@@ -82,6 +82,17 @@ void Supervisor::RequestStop(int signo) {
   timer_.Cancel();
 }
 
+bool Supervisor::KillProgram() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (current_ == nullptr || stop_signal_ != 0) return false;
+  Status s = current_->Signal(SIGKILL);  // also ends a SIGSTOPped process
+  if (!s.ok()) {
+    TLOG_WARN << "killing the stalled program: " << s.ToString();
+    return false;
+  }
+  return true;
+}
+
 SupervisorResult Supervisor::Run() {
   SupervisorResult result;
   bool ran = false;  // whether a program has run (and result.last says how it ended)

@@ -93,6 +93,11 @@ class Supervisor {
   // SIGKILL follows after stop_grace if it is still running.
   void RequestStop(int signo);
 
+  // Any thread: SIGKILLs the running program (a stalled one, docs/scheduler.md#stalls) without
+  // stopping supervision: its exit then goes through the restart policy as any other. False
+  // when no program runs.
+  bool KillProgram();
+
   State state() const;
   static std::string_view StateName(State s);
 

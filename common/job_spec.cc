@@ -3,6 +3,7 @@
 // and shown verbatim in operator status conditions, so change it only together with the doc.
 #include "common/job_spec.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -325,7 +326,8 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
 
   MapReader sched(spec.Get("scheduler"), spec.Path("scheduler"), errors,
                   {"heartbeatIntervalSeconds", "heartbeatTimeoutSeconds",
-                   "registrationTimeoutSeconds"});
+                   "registrationTimeoutSeconds", "livenessTimeoutSeconds",
+                   "progressTimeoutSeconds"});
   SchedulerSpec& s = out->scheduler;
   bool interval_ok = true;
   if (sched.Has("heartbeatIntervalSeconds")) {
@@ -350,6 +352,23 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
   }
   DoubleField(sched, "registrationTimeoutSeconds", "must be > 0", positive,
               &s.registrationTimeoutSeconds);
+  // The programs ping every heartbeat interval: a liveness bound must leave room for a few.
+  double liveness = 0;
+  if (sched.GetDouble("livenessTimeoutSeconds", &liveness)) {
+    if (!(liveness == 0 || (liveness > s.heartbeatIntervalSeconds && liveness <= 86400))) {
+      errors->AddGot(sched.Path("livenessTimeoutSeconds"),
+                     "must be 0 (off) or in (spec.scheduler.heartbeatIntervalSeconds (" +
+                         yaml::FormatDouble(s.heartbeatIntervalSeconds) + "), 86400]",
+                     sched.Get("livenessTimeoutSeconds"));
+    } else {
+      s.livenessTimeoutSeconds = liveness;
+    }
+  } else if (!sched.Has("livenessTimeoutSeconds")) {
+    // The default leaves room for at least 3 pings whatever the interval.
+    s.livenessTimeoutSeconds = std::max(s.livenessTimeoutSeconds, 3 * s.heartbeatIntervalSeconds);
+  }
+  DoubleField(sched, "progressTimeoutSeconds", "must be in [0, 86400] (0: off)",
+              [](double v) { return v >= 0 && v <= 86400; }, &s.progressTimeoutSeconds);
 
   MapReader mon(spec.Get("monitoring"), spec.Path("monitoring"), errors, {"straggler"});
   MapReader strag(mon.Get("straggler"), mon.Path("straggler"), errors,

@@ -153,6 +153,13 @@ struct SchedulerSpec {
   double heartbeatIntervalSeconds = 1.0;
   double heartbeatTimeoutSeconds = 10.0;  // a node silent this long is declared dead
   double registrationTimeoutSeconds = 300.0;
+  // Stalls (docs/scheduler.md#stalls): a program whose own pings (every heartbeatIntervalSeconds)
+  // stop for this long is stalled and its agent restarts it; 0: off. Unset: 30 s, at least 3
+  // heartbeat intervals.
+  double livenessTimeoutSeconds = 30.0;
+  // A worker whose reported step stands still this long while another worker is ahead of it
+  // (waiting for it) is stalled; 0: off.
+  double progressTimeoutSeconds = 300.0;
 
   bool operator==(const SchedulerSpec&) const = default;
 };

@@ -184,6 +184,8 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   Double(out, "heartbeatIntervalSeconds", s.heartbeatIntervalSeconds);
   Double(out, "heartbeatTimeoutSeconds", s.heartbeatTimeoutSeconds);
   Double(out, "registrationTimeoutSeconds", s.registrationTimeoutSeconds);
+  Double(out, "livenessTimeoutSeconds", s.livenessTimeoutSeconds);
+  Double(out, "progressTimeoutSeconds", s.progressTimeoutSeconds);
   out << YAML::EndMap;
 
   const StragglerSpec& st = spec.monitoring.straggler;

@@ -17,6 +17,8 @@ std::string NodeState(const v1::NodeInfo& n) {
     s = "exited " + std::to_string(n.last_exit_code());
   } else if (n.preempted()) {
     s = "awaiting its replacement pod";
+  } else if (n.stalled()) {
+    s = "stalled, being restarted";
   } else if (n.dead()) {
     s = "dead";
   } else if (n.role() == v1::ROLE_SERVER) {
@@ -49,6 +51,14 @@ std::string FormatProgress(const v1::ClusterView* view) {
     out += " | servers " + std::to_string(ready) + "/" + std::to_string(view->num_servers()) + " ready";
   }
   out += " | workers: " + workers;
+  // A stalled program is named with why (docs/scheduler.md#stalls): its agent restarts it.
+  for (const auto* nodes : {&view->servers(), &view->workers()}) {
+    for (const auto& n : *nodes) {
+      if (!n.stalled()) continue;
+      out += std::string(" | ") + (n.role() == v1::ROLE_SERVER ? "server " : "worker ") +
+             std::to_string(n.rank()) + " (pod " + n.pod_name() + ") STALLED: " + n.stall_reason();
+    }
+  }
   if (view->failed()) out += " | FAILED: " + view->failure_message();
   return out;
 }

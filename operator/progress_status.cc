@@ -55,11 +55,20 @@ Json ProgressJson(const v1::JobProgress& p) {
 bool ApplyProgress(Json& status, const v1::JobProgress& p, Clock::time_point now) {
   const Json before = status;
   if (p.reported()) status["progress"] = ProgressJson(p);
-  bool had = false;
+  bool had = false, had_stalled = false;
   if (const Json* conds = At(status, {"conditions"}); conds && conds->is_array()) {
     for (size_t i = 0; i < conds->size(); ++i) {
       had |= Str(conds->at(i), {"type"}) == kStragglerCondition;
+      had_stalled |= Str(conds->at(i), {"type"}) == kStalledCondition;
     }
+  }
+  if (p.stalled_size() > 0) {
+    std::string msg;
+    for (const auto& line : p.stalled()) msg += (msg.empty() ? "" : "; ") + line;
+    SetCondition(status, kStalledCondition, true, "ProgramStalled", msg, now);
+  } else if (had_stalled) {
+    SetCondition(status, kStalledCondition, false, "NoStall",
+                 "every server and worker program reports progress", now);
   }
   const std::string rule = "factor " + Fixed(p.straggler_factor(), 2) + ", window " +
                            Fixed(p.straggler_window_seconds(), 0) + " s";

@@ -10,6 +10,8 @@
 namespace trellis::op {
 
 inline constexpr char kStragglerCondition[] = "Straggler";
+// A server or worker program found stalled and being restarted (docs/scheduler.md#stalls).
+inline constexpr char kStalledCondition[] = "Stalled";
 
 // The status.progress object: step, totalSteps, samplesPerSecond, loss, eta, etaSeconds,
 // stepSeconds, slowestRank, slowestPod, skew (figures rounded so noise alone changes nothing).

@@ -218,9 +218,16 @@ int PserverMain(int argc, char** argv) {
     st = ping.status();
     if (st.ok()) {
       // A restarted scheduler learns this server's address again from it.
+      // Its pings name it: this program's own liveness (docs/scheduler.md#stalls).
+      v1::PingRequest identity;
+      identity.set_role(v1::ROLE_SERVER);
+      identity.set_rank(rank);
+      if (const char* inc = std::getenv("TRELLIS_INCARNATION"); inc != nullptr) {
+        identity.set_incarnation(std::atoll(inc));
+      }
       watch = std::make_unique<SchedulerWatch>(client.get(), ping->scheduler_id(),
                                                config->scheduler_ping, report,
-                                               "server " + std::to_string(rank));
+                                               "server " + std::to_string(rank), identity);
       st = report();
       // The scheduler went away meanwhile, or restarted before our agent registered again.
       const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(5);

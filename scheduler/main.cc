@@ -130,6 +130,10 @@ StatusOr<Settings> BuildSettings(const Flags& flags) {
     // A deleted pod's replacement gets as long to register as the pods had at the start.
     c.replacement_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::max(1.0, spec->scheduler.registrationTimeoutSeconds) * 1000.0));
+    c.liveness_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(spec->scheduler.livenessTimeoutSeconds * 1000.0));
+    c.progress_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(spec->scheduler.progressTimeoutSeconds * 1000.0));
     s.server.progress.straggler_factor = spec->monitoring.straggler.factor;
     s.server.progress.straggler_window = std::chrono::milliseconds(
         static_cast<int64_t>(spec->monitoring.straggler.windowSeconds * 1000.0));

@@ -234,11 +234,11 @@ Status SchedulerClient::RejoinServed(const v1::RejoinServedRequest& request) {
   return Finish(stub_->RejoinServed(&ctx, request, &resp), "RejoinServed");
 }
 
-StatusOr<v1::PingResponse> SchedulerClient::Ping() {
+StatusOr<v1::PingResponse> SchedulerClient::Ping(const v1::PingRequest& request) {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);
   v1::PingResponse resp;
-  TRELLIS_RETURN_IF_ERROR(Finish(stub_->Ping(&ctx, v1::PingRequest(), &resp), "Ping"));
+  TRELLIS_RETURN_IF_ERROR(Finish(stub_->Ping(&ctx, request, &resp), "Ping"));
   return resp;
 }
 

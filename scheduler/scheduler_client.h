@@ -56,7 +56,9 @@ class SchedulerClient {
                                                   WatchMode mode, std::chrono::milliseconds wait);
   Status RejoinServed(const v1::RejoinServedRequest& request);
   // Scheduler restarts (scheduler_watch.h): who serves; a worker hands back its state.
-  StatusOr<v1::PingResponse> Ping();
+  // With the sender named (role, rank, incarnation), the ping is its program's liveness
+  // (docs/scheduler.md#stalls).
+  StatusOr<v1::PingResponse> Ping(const v1::PingRequest& request = v1::PingRequest());
   StatusOr<v1::ResumeResponse> Resume(const v1::ResumeRequest& request);
   // Training progress: a worker's batched report; the job's aggregate (operator, launcher).
   Status ReportProgress(const v1::ReportProgressRequest& request);

@@ -18,6 +18,7 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
     prometheus::Counter* restarts[2];
     prometheus::Counter* registrations;
     prometheus::Counter* dead_detected;
+    prometheus::Counter* stalls;
     prometheus::Counter* barrier_releases;
     prometheus::Counter* barrier_wait;
     prometheus::Counter* rejoins;
@@ -34,6 +35,8 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
   }
   s.registrations = &r.Counter("trellis_scheduler_registrations_total", "Accepted Register calls, re-registrations included");
   s.dead_detected = &r.Counter("trellis_scheduler_dead_detected_total", "Times a node was marked dead");
+  s.stalls = &r.Counter("trellis_scheduler_stalls_total",
+                        "Programs found stalled (no liveness or no step progress) and restarted");
   s.barrier_releases = &r.Counter("trellis_scheduler_barrier_releases_total", "Barrier generations released");
   s.barrier_wait = &r.Counter("trellis_scheduler_barrier_wait_seconds_total",
                               "Time nodes spent waiting in barriers, summed over every released waiter");
@@ -52,6 +55,7 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
     }
     Advance(*s.registrations, static_cast<double>(st.registrations));
     Advance(*s.dead_detected, static_cast<double>(st.dead_detected));
+    Advance(*s.stalls, static_cast<double>(st.stalls));
     Advance(*s.barrier_releases, static_cast<double>(st.barrier_releases));
     Advance(*s.barrier_wait, st.barrier_wait_seconds);
     Advance(*s.rejoins, static_cast<double>(st.rejoins));

@@ -289,7 +289,7 @@ grpc::ServerUnaryReactor* SchedulerService::Ping(grpc::CallbackServerContext* ct
                                                  const v1::PingRequest* req,
                                                  v1::PingResponse* resp) {
   if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
-  *resp = state_->Ping();
+  *resp = state_->Ping(*req);
   return FinishNow(ctx, grpc::Status::OK);
 }
 

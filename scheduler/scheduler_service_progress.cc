@@ -10,6 +10,8 @@ grpc::ServerUnaryReactor* SchedulerService::ReportProgress(grpc::CallbackServerC
   auto* reactor = ctx->DefaultReactor();
   grpc::Status st = CheckToken(ctx);
   if (st.ok()) st = ToGrpc(progress_->Report(*req));
+  // The report is also the program's liveness and step (stall detection).
+  if (st.ok()) state_->ProgramProgress(req->rank(), req->incarnation(), req->step());
   reactor->Finish(st);
   return reactor;
 }
@@ -19,7 +21,19 @@ grpc::ServerUnaryReactor* SchedulerService::GetProgress(grpc::CallbackServerCont
                                                         v1::JobProgress* resp) {
   auto* reactor = ctx->DefaultReactor();
   grpc::Status st = CheckToken(ctx);
-  if (st.ok()) *resp = progress_->Snapshot(state_->GetCluster());
+  if (st.ok()) {
+    const v1::ClusterView view = state_->GetCluster();
+    *resp = progress_->Snapshot(view);
+    // Stalled members, stalled or restarting after a stall (the operator's Stalled condition).
+    for (const auto* nodes : {&view.servers(), &view.workers()}) {
+      for (const auto& n : *nodes) {
+        if (!n.stalled() && !(n.restarting() && !n.stall_reason().empty())) continue;
+        resp->add_stalled(std::string(n.role() == v1::ROLE_SERVER ? "server " : "worker ") +
+                          std::to_string(n.rank()) + " (pod " + n.pod_name() + ") stalled: " +
+                          n.stall_reason() + (n.stalled() ? "" : "; being restarted"));
+      }
+    }
+  }
   reactor->Finish(st);
   return reactor;
 }

@@ -153,6 +153,9 @@ void SchedulerState::FillNodeLocked(const Node& n, v1::Role role, int32_t rank,
   out->set_restarts(n.restarts);
   out->set_gpus(n.gpus);
   out->set_preempted(n.preempted);
+  out->set_stalled(n.stalled);
+  out->set_stall_reason(n.stall_reason);
+  out->set_restarting(n.restarting);
 }
 
 v1::ClusterView SchedulerState::ViewLocked() const {
@@ -251,6 +254,8 @@ StatusOr<v1::RegisterResponse> SchedulerState::Register(const v1::RegisterReques
         }
         n.preempted = false;
         n.exited = false;
+        n.program_reporting = false;  // the new program is judged once it reports
+        n.step = -1;
         n.host = req.host();
         n.gpus = req.gpus();
         TLOG_INFO << RoleName(req.role()) << " " << rank << " (pod " << req.pod_name()
@@ -392,6 +397,10 @@ StatusOr<v1::HeartbeatResponse> SchedulerState::Heartbeat(const v1::HeartbeatReq
     }
     resp.set_job_failed(failed_);
     resp.set_failure_message(failure_message_);
+    if (n.stalled) {  // scheduler_state_stalls.cc: the agent kills and restarts its program
+      resp.set_restart_program(true);
+      resp.set_restart_reason(n.stall_reason);
+    }
   }
   Run(deferred);
   return resp;
@@ -412,6 +421,7 @@ Status SchedulerState::ReportExit(const v1::ReportExitRequest& req) {
     n.last_exit_code = req.exit_code();
     n.last_seen = clock_->Now();
     n.ready = false;  // the program is gone; a restarted one reports ready again
+    NoteExitLocked(n, req.will_restart(), n.last_seen);
     std::string what = std::string(RoleName(req.role())) + " " + std::to_string(req.rank()) +
                        " (pod " + n.pod_name + ")";
     // Once every worker finished, a stop is the end of the run (servers and launchers stop
@@ -500,6 +510,7 @@ void SchedulerState::Sweep() {
     };
     check(servers_, v1::ROLE_SERVER);
     check(workers_, v1::ROLE_WORKER);
+    SweepStallsLocked(now, &changed, &deferred);
     if (changed) ChangedLocked(&deferred);
 
     // Waiters past their deadline: GetCluster answers with the view as it is, the others fail.

@@ -43,6 +43,13 @@ struct SchedulerConfig {
   // How long a preempted node's rank waits for its replacement pod to register before the job
   // fails (the job's scheduler.registrationTimeoutSeconds).
   std::chrono::milliseconds replacement_timeout{300000};
+  // Stalls (docs/scheduler.md#stalls; spec.scheduler.livenessTimeoutSeconds and
+  // progressTimeoutSeconds): a program whose own pings stopped for `liveness_timeout`, or a worker
+  // whose reported step stood still for `progress_timeout` while another worker was ahead of it,
+  // is stalled and its agent restarts it. 0 turns that check off. A member being restarted must
+  // be back within `replacement_timeout`, or the job fails.
+  std::chrono::milliseconds liveness_timeout{30000};
+  std::chrono::milliseconds progress_timeout{300000};
 };
 
 Status ValidateSchedulerConfig(const SchedulerConfig& config);
@@ -65,6 +72,7 @@ struct SchedulerStats {
   int64_t rejoins = 0;                 // rejoin requests served by a donor
   int64_t fresh_rejoins = 0;           // rejoin requests answered "start fresh"
   int64_t recoveries = 0;              // times this scheduler rebuilt a running job's state
+  int64_t stalls = 0;                  // programs found stalled (scheduler_state_stalls.cc)
   bool recovering = false;             // waiting for the old members now
 };
 
@@ -91,7 +99,8 @@ class SchedulerState {
   StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& req);
   // Scheduler restarts (scheduler_state_recovery.cc). Ping: who serves and whether it recovers.
   // Resume: a worker hands back its shard map and the servers' addresses.
-  v1::PingResponse Ping() const;
+  // A ping naming its sender is also that program's liveness (scheduler_state_stalls.cc).
+  v1::PingResponse Ping(const v1::PingRequest& req = v1::PingRequest());
   StatusOr<v1::ResumeResponse> Resume(const v1::ResumeRequest& req);
   Status ReportReady(const v1::ReportReadyRequest& req);
   v1::ClusterView GetCluster() const;
@@ -133,6 +142,9 @@ class SchedulerState {
   void WatchRejoins(const v1::WatchRejoinsRequest& req, TimePoint deadline,
                     Callback<v1::WatchRejoinsResponse> done);
   Status RejoinServed(const v1::RejoinServedRequest& req);
+  // A worker program's progress report (ReportProgress): liveness, and its step for the
+  // progress check (scheduler_state_stalls.cc). Unknown ranks or old incarnations are ignored.
+  void ProgramProgress(int32_t rank, int64_t incarnation, int64_t step);
   StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
   Status ReportExit(const v1::ReportExitRequest& req);
   Status Leave(const v1::LeaveRequest& req);
@@ -168,6 +180,16 @@ class SchedulerState {
     TimePoint preempted_at{};
     TimePoint last_seen{};
     std::string state;  // free-form, from heartbeats
+    // Stalls (scheduler_state_stalls.cc). The program's own last ping or progress report in this
+    // incarnation; a program that never reported is never judged.
+    bool program_reporting = false;
+    TimePoint program_seen{};
+    int64_t step = -1;       // the last step the program reported (workers); -1: none
+    TimePoint step_since{};  // when `step` was first reported
+    bool stalled = false;    // its agent is told to restart it (HeartbeatResponse)
+    std::string stall_reason;
+    bool restarting = false;  // stalled, or exited and restarting; until its program pings again
+    TimePoint restarting_since{};
   };
   struct ClusterWaiter {
     int64_t after_version;
@@ -232,6 +254,14 @@ class SchedulerState {
   // (registered, no pod name, dead) is given to it as a restart; -1: none.
   int32_t TakeOrphanLocked(const v1::RegisterRequest& req);
   void BeginRecoveryLocked(const char* why);
+  // Stalls (scheduler_state_stalls.cc). Note: the program of `n` reported (a ping or progress
+  // under `incarnation`); a restarting node is back then (returns true: the view changed).
+  bool NoteProgramLocked(v1::Role role, int32_t rank, int64_t incarnation, TimePoint now);
+  // The program's exit was reported (ReportExit): a restart keeps the node restarting.
+  void NoteExitLocked(Node& n, bool will_restart, TimePoint now);
+  // Marks stalled programs; fails the job when a restart does not come back in time.
+  void SweepStallsLocked(TimePoint now, bool* changed, Deferred* deferred);
+  void MarkStalledLocked(v1::Role role, int32_t rank, std::string reason, TimePoint now);
   void MaybeFinishRecoveryLocked(TimePoint now, Deferred* deferred);
   Status InstallShardMapLocked(int32_t rank, const v1::ShardMap& map, Deferred* deferred);
   int32_t PreferredFreeRankLocked(v1::Role role, const std::string& pod_name,

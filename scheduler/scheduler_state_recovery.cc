@@ -188,14 +188,6 @@ Status SchedulerState::InstallShardMapLocked(int32_t rank, const v1::ShardMap& m
   return Status::Ok();
 }
 
-v1::PingResponse SchedulerState::Ping() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  v1::PingResponse resp;
-  resp.set_scheduler_id(instance_id_);
-  resp.set_recovering(recovering_);
-  return resp;
-}
-
 StatusOr<v1::ResumeResponse> SchedulerState::Resume(const v1::ResumeRequest& req) {
   if (req.server_addresses_size() > config_.num_servers) {
     return InvalidArgumentError("worker " + std::to_string(req.rank()) + " hands back " +

@@ -16,11 +16,12 @@ bool SchedulerGoneOrRestarted(const Status& status) {
 
 SchedulerWatch::SchedulerWatch(SchedulerClient* client, uint64_t scheduler_id,
                                milliseconds interval, std::function<Status()> on_restart,
-                               std::string who)
+                               std::string who, v1::PingRequest identity)
     : client_(client),
       interval_(std::max(interval, milliseconds(50))),
       on_restart_(std::move(on_restart)),
       who_(std::move(who)),
+      identity_(std::move(identity)),
       scheduler_id_(scheduler_id) {
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "trellis-schedw");
@@ -47,6 +48,16 @@ int64_t SchedulerWatch::restarts_seen() const {
   return restarts_seen_;
 }
 
+std::chrono::steady_clock::time_point SchedulerWatch::restarting_seen_at() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return restarting_at_;
+}
+
+std::string SchedulerWatch::restarting_seen() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return restarting_;
+}
+
 bool SchedulerWatch::WaitUp(milliseconds wait) {
   std::unique_lock<std::mutex> lock(mu_);
   // The caller's failure is news the loop may not have yet: check now, and count as down until
@@ -55,6 +66,22 @@ bool SchedulerWatch::WaitUp(milliseconds wait) {
   up_ = false;
   cv_.notify_all();
   return cv_.wait_for(lock, wait, [&] { return up_ || stopping_; }) && up_;
+}
+
+void SchedulerWatch::NoteRestartingLocked(const v1::PingResponse& ping) {
+  std::string names;
+  auto note = [&](const google::protobuf::RepeatedField<int32_t>& ranks, v1::Role role) {
+    for (int32_t r : ranks) {
+      if (role == identity_.role() && r == identity_.rank()) continue;  // not waiting on itself
+      names += (names.empty() ? "" : ", ") +
+               std::string(role == v1::ROLE_SERVER ? "server " : "worker ") + std::to_string(r);
+    }
+  };
+  note(ping.restarting_servers(), v1::ROLE_SERVER);
+  note(ping.restarting_workers(), v1::ROLE_WORKER);
+  if (names.empty()) return;
+  restarting_at_ = std::chrono::steady_clock::now();
+  restarting_ = std::move(names);
 }
 
 void SchedulerWatch::Loop() {
@@ -69,7 +96,7 @@ void SchedulerWatch::Loop() {
     poked_ = false;
     const uint64_t known = scheduler_id_;
     lock.unlock();
-    auto ping = client_->Ping();
+    auto ping = client_->Ping(identity_);
     Status handed = Status::Ok();
     bool restarted = false;
     if (ping.ok() && known != 0 && ping->scheduler_id() != known) {
@@ -95,6 +122,7 @@ void SchedulerWatch::Loop() {
     }
     backoff = milliseconds(100);
     scheduler_id_ = ping->scheduler_id();
+    NoteRestartingLocked(*ping);
     if (restarted) ++restarts_seen_;
     if (lost_logged || restarted) {
       const double secs = lost_logged ? std::chrono::duration<double>(

@@ -4,6 +4,9 @@
 // the servers' addresses). One thread pings the scheduler every `interval`; while it does not
 // answer, again with back-off (100 ms doubling up to `interval`, at most 500 ms); when it answers
 // with another scheduler id, `on_restart` runs (retried every 200 ms until it succeeds).
+// The pings name the process (`identity`): they are its program's own liveness, which the
+// scheduler's stall detection watches (docs/scheduler.md#stalls); their answers say which
+// members are being restarted, so this process's operations wait for them.
 #pragma once
 
 #include <chrono>
@@ -23,8 +26,10 @@ class SchedulerWatch {
  public:
   // `client` outlives the watch. `scheduler_id`: the one this process started with (0: learn it
   // from the first answer). `who` names the process in logs ("server 1", "worker 0").
+  // `identity`: role, rank and incarnation of this process (role unset: anonymous pings).
   SchedulerWatch(SchedulerClient* client, uint64_t scheduler_id, std::chrono::milliseconds interval,
-                 std::function<Status()> on_restart, std::string who);
+                 std::function<Status()> on_restart, std::string who,
+                 v1::PingRequest identity = v1::PingRequest());
   ~SchedulerWatch();  // stops the thread
   SchedulerWatch(const SchedulerWatch&) = delete;
   SchedulerWatch& operator=(const SchedulerWatch&) = delete;
@@ -34,14 +39,20 @@ class SchedulerWatch {
   bool WaitUp(std::chrono::milliseconds wait);
   uint64_t scheduler_id() const;
   int64_t restarts_seen() const;  // schedulers this watch has handed state back to
+  // When an answer last listed another member of the job as being restarted (steady clock;
+  // the epoch when none ever did), and which ("server 1", "worker 0, worker 1").
+  std::chrono::steady_clock::time_point restarting_seen_at() const;
+  std::string restarting_seen() const;
 
  private:
   void Loop();
+  void NoteRestartingLocked(const v1::PingResponse& ping);  // REQUIRES: mu_ held
 
   SchedulerClient* const client_;
   const std::chrono::milliseconds interval_;
   const std::function<Status()> on_restart_;
   const std::string who_;
+  const v1::PingRequest identity_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;   // wakes the loop (poke, stop) and WaitUp callers
@@ -50,6 +61,8 @@ class SchedulerWatch {
   bool poked_ = false;           // GUARDED_BY(mu_)
   bool stopping_ = false;        // GUARDED_BY(mu_)
   int64_t restarts_seen_ = 0;    // GUARDED_BY(mu_)
+  std::chrono::steady_clock::time_point restarting_at_{};  // GUARDED_BY(mu_)
+  std::string restarting_;       // GUARDED_BY(mu_); as restarting_seen() says
   std::thread thread_;
 };
 

@@ -23,9 +23,11 @@ namespace trellis {
 struct Handle::State {
   using Clock = std::chrono::steady_clock;
 
-  // Immutable after creation.
+  // Immutable after creation, but `deadline`: the watchdog moves it while a member of the job is
+  // being restarted (only the watchdog reads or writes it after Launch).
   std::string what;  // "PushPull key 3 (fc1.weight) step 5"
   Clock::time_point deadline;
+  bool extended = false;  // the watchdog moved the deadline once already (logged once)
   std::vector<uint32_t> slice_index;  // per part: the key's slice number
   std::vector<int32_t> slice_server;  // per part: its server
   // Where Wait() adds the time it blocked (the worker's wait total, for ReportProgress's busy

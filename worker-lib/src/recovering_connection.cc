@@ -329,11 +329,16 @@ class RecoveringConnection final : public ServerConnection {
   // Attempts until one connection took the map and the replays, or the time is up (*fatal
   // then says why; also set at once for an error that retrying cannot mend).
   std::shared_ptr<ServerConnection> Recover(std::set<PushId>* replayed, Status* fatal) {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+    const auto timeout = std::chrono::milliseconds(options_.timeout_ms);
+    auto deadline = Clock::now() + timeout;
     auto backoff = std::chrono::milliseconds(50);
     Status last = UnavailableError("no attempt made");
     int attempts = 0;
-    while (Clock::now() < deadline) {
+    while (true) {
+      if (Clock::now() >= deadline && recovery_.restarting_seen_at) {
+        deadline = std::max(deadline, recovery_.restarting_seen_at() + timeout);
+      }
+      if (Clock::now() >= deadline) break;
       {
         std::lock_guard lock(mu_);
         if (closing_) break;

@@ -13,6 +13,7 @@
 // server, what was tried and the last error (the worker adds key, slice and step).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,6 +34,10 @@ struct RecoveryOptions {
   std::function<StatusOr<std::string>(int32_t server, int64_t wait_ms)> resolve;
   // Bounds one attempt (resolve, connect, shard map, replays), within the overall timeout.
   int64_t attempt_timeout_ms = 3000;
+  // When the scheduler last said a member of the job is being restarted (a stalled server its
+  // agent kills and restarts, docs/scheduler.md#stalls); null: never. The recovery gives up only
+  // one timeout after that, not while the server is still being restarted.
+  std::function<std::chrono::steady_clock::time_point()> restarting_seen_at;
   prometheus::Counter* reconnects = nullptr;  // trellis_worker_server_reconnects_total
   prometheus::Counter* replayed = nullptr;    // trellis_worker_replayed_slices_total
 };

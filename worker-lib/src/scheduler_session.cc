@@ -15,9 +15,14 @@ StatusOr<std::shared_ptr<SchedulerSession>> SchedulerSession::Start(
   TRELLIS_ASSIGN_OR_RETURN(v1::PingResponse ping, client->Ping());
   std::shared_ptr<SchedulerSession> s(new SchedulerSession(std::move(client), rank, incarnation));
   SchedulerSession* self = s.get();
+  // Its pings name it: this program's own liveness (docs/scheduler.md#stalls).
+  v1::PingRequest identity;
+  identity.set_role(v1::ROLE_WORKER);
+  identity.set_rank(rank);
+  identity.set_incarnation(incarnation);
   s->watch_ = std::make_unique<SchedulerWatch>(
       s->client_.get(), ping.scheduler_id(), ping_interval, [self] { return self->HandBack(); },
-      "worker " + std::to_string(rank));
+      "worker " + std::to_string(rank), identity);
   return s;
 }
 

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -32,6 +33,11 @@ class SchedulerSession {
   // gone or restarted (SchedulerGoneOrRestarted), or `wait` has passed.
   template <typename R>
   R Call(const std::function<R(std::chrono::milliseconds)>& call, std::chrono::milliseconds wait);
+
+  // When the scheduler last said another member is being restarted, and which (SchedulerWatch).
+  std::pair<std::chrono::steady_clock::time_point, std::string> PeersRestarting() const {
+    return {watch_->restarting_seen_at(), watch_->restarting_seen()};
+  }
 
   // What this worker holds, for a restarted scheduler.
   void HoldShardMap(const v1::ShardMap& map);

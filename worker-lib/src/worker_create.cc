@@ -160,6 +160,8 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   setup.rejoin_served = [c](const v1::RejoinServedRequest& r) { return c->RejoinServed(r); };
   // Dropped when it fails (a restarting scheduler): the next interval's report carries on.
   setup.report_progress = [c](const v1::ReportProgressRequest& r) { return c->ReportProgress(r); };
+  // Operations wait for a member the scheduler is restarting (docs/scheduler.md#stalls).
+  setup.peers_restarting = [ss] { return ss->PeersRestarting(); };
   setup.keep_alive = session;
   setup.retain_pushes = job->recovery.retainPushes;
   // A restarted server reports ready again, maybe at another port: ask the cluster view.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <tuple>
 
 #include "common/logging.h"
 #include "pserver/tcp_wire.h"
@@ -217,6 +218,9 @@ Status WorkerImpl::DeclareRound(bool first) {
         r.server_rank = s;
         r.connect = setup_.connect;
         r.resolve = setup_.resolve_server;
+        if (setup_.peers_restarting) {
+          r.restarting_seen_at = [f = setup_.peers_restarting] { return f().first; };
+        }
         r.reconnects = series_.reconnects();
         r.replayed = series_.replayed();
         conn = MakeRecoveringConnection(o, std::move(r), std::move(conn));
@@ -449,9 +453,29 @@ void WorkerImpl::WatchdogLoop() {
   while (!stopping_) {
     watch_cv_.wait_for(lock, interval);
     const auto now = Handle::State::Clock::now();
+    // A member being restarted (or back less than one timeout ago): the operations wait for it
+    // rather than fail and restart this worker too (docs/scheduler.md#stalls).
+    std::chrono::steady_clock::time_point restarting_at{};
+    std::string restarting;
+    bool asked = false;
     std::vector<std::shared_ptr<Handle::State>> expired;
     for (auto it = live_.begin(); it != live_.end();) {
       auto op = it->lock();
+      if (op && !op->closed.load() && now >= op->deadline && setup_.peers_restarting) {
+        if (!asked) {
+          std::tie(restarting_at, restarting) = setup_.peers_restarting();
+          asked = true;
+        }
+        const auto until = restarting_at + std::chrono::milliseconds(setup_.timeout_ms);
+        if (until > now) {
+          if (!op->extended) {
+            TLOG_WARN << op->what << ": waiting past its deadline for " << restarting
+                      << ", which the scheduler is restarting";
+          }
+          op->extended = true;
+          op->deadline = until;
+        }
+      }
       if (!op || op->closed.load()) {
         it = live_.erase(it);
       } else if (now >= op->deadline) {
@@ -471,7 +495,9 @@ void WorkerImpl::WatchdogLoop() {
                 std::to_string(s) + " (" + setup_.server_addresses[s] + ")";
       }
       op->Complete(DeadlineExceededError(op->what + where + " not answered within " +
-                                         std::to_string(setup_.timeout_ms) + " ms"));
+                                         std::to_string(setup_.timeout_ms) + " ms" +
+                                         (op->extended ? " after the restarted member came back"
+                                                       : "")));
     }
     lock.lock();
   }

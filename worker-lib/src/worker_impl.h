@@ -84,6 +84,10 @@ struct WorkerSetup {
                                                    std::chrono::milliseconds)>
       watch_rejoins;
   std::function<Status(const v1::RejoinServedRequest&)> rejoin_served;
+  // When the scheduler last said another member of the job is being restarted (a stalled or
+  // crashed process, docs/scheduler.md#stalls) and which; null: never. An operation whose
+  // deadline passes within one timeout of that waits on (its deadline moves) instead of failing.
+  std::function<std::pair<std::chrono::steady_clock::time_point, std::string>()> peers_restarting;
   // Sends a batched progress report (the scheduler's ReportProgress); null: reports are dropped.
   std::function<Status(const v1::ReportProgressRequest&)> report_progress;
   // Kept alive as long as the worker (e.g. the scheduler client the hooks use).

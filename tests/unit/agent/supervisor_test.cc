@@ -297,6 +297,51 @@ TEST(SupervisorTest, StopDuringBackoffEndsWithTheLastCode) {
   EXPECT_TRUE(h.spawner.signals.empty());
 }
 
+// A stalled program (docs/scheduler.md#stalls): KillProgram SIGKILLs it (a stopped process ignores
+// everything else) and the exit goes through the restart policy; supervision goes on.
+TEST(SupervisorTest, KillProgramRestartsTheProgramUnderItsPolicy) {
+  Harness h(Options(RestartPolicy::kOnFailure, 5),
+            {Script{Script::kBlockIgnoringTerm, 0}, Script::Exit(0)});
+  EXPECT_FALSE(h.supervisor.KillProgram()) << "nothing runs yet";
+  std::optional<SupervisorResult> result;
+  std::thread t([&] { result = h.supervisor.Run(); });
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (h.supervisor.state() != Supervisor::State::kRunning &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(h.supervisor.state(), Supervisor::State::kRunning);
+  EXPECT_TRUE(h.supervisor.KillProgram());
+  t.join();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_FALSE(result->stopped);
+  EXPECT_EQ(result->restarts, 1);
+  EXPECT_EQ(result->AgentExitCode(), 0);
+  EXPECT_EQ(h.spawner.signals, (std::vector<int>{SIGKILL}));
+  ASSERT_EQ(h.hooks.exits.size(), 2u);
+  EXPECT_EQ(h.hooks.exits[0].status.exit_code, 137);
+  EXPECT_TRUE(h.hooks.exits[0].will_restart);
+}
+
+// Under Never the killed program is not restarted: its exit is final (the job then fails,
+// naming it).
+TEST(SupervisorTest, KillProgramUnderNeverEndsSupervision) {
+  Harness h(Options(RestartPolicy::kNever, 5), {Script{Script::kBlock, 0}});
+  std::optional<SupervisorResult> result;
+  std::thread t([&] { result = h.supervisor.Run(); });
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (h.supervisor.state() != Supervisor::State::kRunning &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ASSERT_TRUE(h.supervisor.KillProgram());
+  t.join();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->AgentExitCode(), 137);
+  ASSERT_EQ(h.hooks.exits.size(), 1u);
+  EXPECT_FALSE(h.hooks.exits[0].will_restart);
+}
+
 TEST(SupervisorTest, StopBeforeStartReportsTheSignal) {
   Harness h(Options(RestartPolicy::kOnFailure, 5), {Script::Exit(0)});
   h.supervisor.RequestStop(SIGTERM);

@@ -151,6 +151,12 @@ std::vector<InvalidCase> Cases() {
        WithWorkers("  scheduler: {heartbeatIntervalSeconds: 30}\n"),
        "spec.scheduler.heartbeatTimeoutSeconds: must be > "
        "spec.scheduler.heartbeatIntervalSeconds (30), got 10 (default)"},
+      {"LivenessTimeoutNotAboveInterval",
+       WithWorkers("  scheduler: {heartbeatIntervalSeconds: 2, livenessTimeoutSeconds: 1,\n"
+                   "              progressTimeoutSeconds: -1}\n"),
+       "spec.scheduler.livenessTimeoutSeconds: must be 0 (off) or in "
+       "(spec.scheduler.heartbeatIntervalSeconds (2), 86400], got 1\n"
+       "spec.scheduler.progressTimeoutSeconds: must be in [0, 86400] (0: off), got -1"},
       {"StragglerFactorNotAboveOne",
        WithWorkers("  monitoring: {straggler: {factor: 1, windowSeconds: 0}}\n"),
        "spec.monitoring.straggler.factor: must be in (1, 1000000], got 1\n"

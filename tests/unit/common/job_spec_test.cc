@@ -84,6 +84,8 @@ TEST(JobSpecTest, MinimalTakesEveryDefault) {
   EXPECT_DOUBLE_EQ(job.scheduler.heartbeatIntervalSeconds, 1.0);
   EXPECT_DOUBLE_EQ(job.scheduler.heartbeatTimeoutSeconds, 10.0);
   EXPECT_DOUBLE_EQ(job.scheduler.registrationTimeoutSeconds, 300.0);
+  EXPECT_DOUBLE_EQ(job.scheduler.livenessTimeoutSeconds, 30.0);
+  EXPECT_DOUBLE_EQ(job.scheduler.progressTimeoutSeconds, 300.0);
   EXPECT_EQ(job.RestartPolicyFor(job.workers), RestartPolicy::kOnFailure);
 }
 
@@ -124,7 +126,8 @@ spec:
   runPolicy: {restartPolicy: Never, backoffLimit: 0, activeDeadlineSeconds: 3600,
               ttlSecondsAfterFinished: 0, cleanPodPolicy: All, suspend: true}
   scheduler: {heartbeatIntervalSeconds: 0.5, heartbeatTimeoutSeconds: 3,
-              registrationTimeoutSeconds: 60}
+              registrationTimeoutSeconds: 60, livenessTimeoutSeconds: 2,
+              progressTimeoutSeconds: 0}
 )");
   EXPECT_EQ(job.name, "big-job");
   EXPECT_EQ(job.ns, "ml");
@@ -181,6 +184,8 @@ spec:
   EXPECT_DOUBLE_EQ(job.scheduler.heartbeatIntervalSeconds, 0.5);
   EXPECT_DOUBLE_EQ(job.scheduler.heartbeatTimeoutSeconds, 3);
   EXPECT_DOUBLE_EQ(job.scheduler.registrationTimeoutSeconds, 60);
+  EXPECT_DOUBLE_EQ(job.scheduler.livenessTimeoutSeconds, 2);
+  EXPECT_DOUBLE_EQ(job.scheduler.progressTimeoutSeconds, 0);
 }
 
 TEST(JobSpecTest, ApiServerJsonWithMetadataAndStatusParses) {

@@ -1,4 +1,4 @@
-// status.progress and the Straggler condition from the scheduler's JobProgress.
+// status.progress and the Straggler and Stalled conditions from the scheduler's JobProgress.
 #include "operator/progress_status.h"
 
 #include <gtest/gtest.h>
@@ -95,6 +95,27 @@ TEST(ProgressStatusTest, StragglerConditionNamesRankAndPodThenClears) {
   EXPECT_EQ(Str(*c, {"status"}), "False");
   EXPECT_EQ(Str(*c, {"reason"}), "NoStraggler");
   EXPECT_NE(Str(*c, {"lastTransitionTime"}), since);
+}
+
+TEST(ProgressStatusTest, StalledConditionNamesTheStalledProgramThenClears) {
+  Json status = Json::object();
+  const auto t0 = Clock::from_time_t(1'800'000'000);
+  v1::JobProgress p = Running(-1);
+  p.add_stalled("server 1 (pod mlp-server-1) stalled: its program sent no liveness for 31.0 s "
+                "(livenessTimeoutSeconds 30.0); being restarted");
+  ASSERT_TRUE(ApplyProgress(status, p, t0));
+  const Json* c = Condition(status, "Stalled");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(Str(*c, {"status"}), "True");
+  EXPECT_EQ(Str(*c, {"reason"}), "ProgramStalled");
+  EXPECT_NE(Str(*c, {"message"}).find("server 1 (pod mlp-server-1) stalled"), std::string::npos)
+      << Str(*c, {"message"});
+
+  ASSERT_TRUE(ApplyProgress(status, Running(-1), t0 + std::chrono::seconds(10)));
+  c = Condition(status, "Stalled");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(Str(*c, {"status"}), "False");
+  EXPECT_EQ(Str(*c, {"reason"}), "NoStall");
 }
 
 TEST(ProgressStatusTest, NothingReportedWritesNothing) {

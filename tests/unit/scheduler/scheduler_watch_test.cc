@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 
 #include "scheduler/scheduler_service.h"
 #include "tests/testing/test_scheduler.h"
@@ -93,6 +94,45 @@ TEST(SchedulerWatchTest, ARestartedSchedulerOnTheSamePortGetsTheStateBack) {
   v1::ResumeRequest resume;
   resume.set_rank(0);
   EXPECT_EQ((*stranger)->Resume(resume).status().code(), StatusCode::kUnauthenticated);
+}
+
+// The watch's pings name the process (its program's liveness, docs/scheduler.md#stalls), and
+// their answers tell it which other members are being restarted, so its operations wait.
+TEST(SchedulerWatchTest, PingsAreTheProgramsLivenessAndReportMembersBeingRestarted) {
+  auto server = testing::StartTestScheduler(Config(), "tok");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto client = SchedulerClient::Connect({(*server)->address(), "tok", 2s});
+  ASSERT_TRUE(client.ok());
+  SchedulerClient& c = **client;
+  v1::RegisterRequest w0 = Reg(false);
+  w0.set_pod_name("mlp-worker-0");
+  ASSERT_TRUE(c.Register(w0).ok());
+  ASSERT_TRUE(c.Register(Reg(false)).ok());
+  v1::PingRequest me;
+  me.set_role(v1::ROLE_WORKER);
+  me.set_rank(0);
+  me.set_incarnation(1);
+  SchedulerWatch watch(&c, 0, 50ms, nullptr, "worker 0", me);
+  EXPECT_EQ(watch.restarting_seen_at(), std::chrono::steady_clock::time_point());
+
+  // Worker 1's program exits and its agent restarts it: being restarted until it pings.
+  v1::ReportExitRequest exit;
+  exit.set_role(v1::ROLE_WORKER);
+  exit.set_rank(1);
+  exit.set_incarnation(1);
+  exit.set_exit_code(137);
+  exit.set_will_restart(true);
+  ASSERT_TRUE(c.ReportExit(exit).ok());
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (watch.restarting_seen().empty() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(watch.restarting_seen(), "worker 1");
+  EXPECT_GT(watch.restarting_seen_at(), std::chrono::steady_clock::time_point());
+  // Only worker 1 is being restarted, not the one whose program pings.
+  auto view = (*server)->state().GetCluster();
+  EXPECT_FALSE(view.workers(0).restarting());
+  EXPECT_TRUE(view.workers(1).restarting());
 }
 
 TEST(SchedulerWatchTest, GoneOrRestartedMeansUnavailableOrNotFound) {

@@ -166,6 +166,46 @@ TEST_P(WorkerTest, MissingPeerTimesOutNamingKeySliceServer) {
   EXPECT_TRUE(h.Done());
 }
 
+// A peer the scheduler is restarting (docs/scheduler.md#stalls): the operation waits past its
+// deadline instead of failing, and completes once the peer is back and pushes. Once the peer
+// has not been reported restarting for one timeout, the deadline holds again.
+TEST_P(WorkerTest, OperationWaitsPastItsDeadlineWhileAPeerIsRestarting) {
+  using Clock = std::chrono::steady_clock;
+  // When the scheduler last listed worker 1 as restarting (nanoseconds since the clock's epoch).
+  auto seen = std::make_shared<std::atomic<int64_t>>(Clock::now().time_since_epoch().count());
+  ClusterOptions o;
+  o.transport = GetParam();
+  o.workers = 2;
+  o.timeout_ms = 300;
+  o.customize = [seen](int, WorkerSetup* setup) {
+    setup->peers_restarting = [seen] {
+      return std::make_pair(Clock::time_point(Clock::duration(seen->load())), std::string("worker 1"));
+    };
+  };
+  LocalCluster c;
+  ASSERT_TRUE(c.Start(o).ok());
+  ASSERT_TRUE(c.Declare({{.id = 3, .name = "fc1.weight", .num_elements = 8}}).ok());
+  std::vector<float> g(8, 1.0f), out(8), out1(8);
+  const auto start = Clock::now();
+  auto h = c.workers[0]->PushPull(3, g.data(), out.data(), 0);
+  // Worker 1 is "being restarted" for 1.2 s (4 timeouts), then pushes.
+  while (Clock::now() - start < std::chrono::milliseconds(1200)) {
+    seen->store(Clock::now().time_since_epoch().count());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_FALSE(h.Done()) << h.Wait().ToString();
+  }
+  ASSERT_TRUE(c.workers[1]->PushPull(3, g.data(), out1.data(), 0).Wait().ok());
+  ASSERT_TRUE(h.Wait().ok()) << h.Wait().ToString();
+  EXPECT_EQ(out, std::vector<float>(8, 2.0f));
+
+  // Nobody restarting any more (last seen long ago): the deadline holds.
+  seen->store((Clock::now() - std::chrono::seconds(10)).time_since_epoch().count());
+  const auto t0 = Clock::now();
+  Status st = c.workers[0]->PushPull(3, g.data(), out.data(), 0).Wait();
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+}
+
 TEST_P(WorkerTest, ServerErrorsReachTheHandle) {
   ClusterOptions o;
   o.transport = GetParam();
