@@ -355,12 +355,12 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
   // The programs ping every heartbeat interval: a liveness bound must leave room for a few.
   double liveness = 0;
   if (sched.GetDouble("livenessTimeoutSeconds", &liveness)) {
-    if (!(liveness == 0 || (liveness > s.heartbeatIntervalSeconds && liveness <= 86400))) {
+    if (interval_ok && !(liveness == 0 || liveness > s.heartbeatIntervalSeconds)) {
       errors->AddGot(sched.Path("livenessTimeoutSeconds"),
-                     "must be 0 (off) or in (spec.scheduler.heartbeatIntervalSeconds (" +
-                         yaml::FormatDouble(s.heartbeatIntervalSeconds) + "), 86400]",
+                     "must be 0 (off) or > spec.scheduler.heartbeatIntervalSeconds (" +
+                         yaml::FormatDouble(s.heartbeatIntervalSeconds) + ")",
                      sched.Get("livenessTimeoutSeconds"));
-    } else {
+    } else if (liveness >= 0) {
       s.livenessTimeoutSeconds = liveness;
     }
   } else if (!sched.Has("livenessTimeoutSeconds")) {

@@ -154,8 +154,8 @@ std::vector<InvalidCase> Cases() {
       {"LivenessTimeoutNotAboveInterval",
        WithWorkers("  scheduler: {heartbeatIntervalSeconds: 2, livenessTimeoutSeconds: 1,\n"
                    "              progressTimeoutSeconds: -1}\n"),
-       "spec.scheduler.livenessTimeoutSeconds: must be 0 (off) or in "
-       "(spec.scheduler.heartbeatIntervalSeconds (2), 86400], got 1\n"
+       "spec.scheduler.livenessTimeoutSeconds: must be 0 (off) or > "
+       "spec.scheduler.heartbeatIntervalSeconds (2), got 1\n"
        "spec.scheduler.progressTimeoutSeconds: must be in [0, 86400] (0: off), got -1"},
       {"StragglerFactorNotAboveOne",
        WithWorkers("  monitoring: {straggler: {factor: 1, windowSeconds: 0}}\n"),
