@@ -246,13 +246,15 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
                          static_cast<double>(exchange.bytes_pushed()),
                          static_cast<double>(exchange.bytes_pulled()),
                          static_cast<double>(exchange.compressed_bytes_in()),
-                         static_cast<double>(exchange.compressed_bytes_out())}));
+                         static_cast<double>(exchange.compressed_bytes_out()),
+                         exchange.restarted() ? 1.0 : 0.0}));
   report.train_seconds = train_seconds;
   report.samples_per_second = totals[0] / std::max(train_seconds, 1e-9);
   report.bytes_pushed = totals[1];
   report.bytes_pulled = totals[2];
   report.compressed_in = totals[3];
   report.compressed_out = totals[4];
+  report.restarted_workers = static_cast<int>(totals[5] + 0.5);
   if (!report.epochs.empty()) {
     report.test_accuracy = report.epochs.back().test_accuracy;
     report.test_loss = report.epochs.back().test_loss;
@@ -294,7 +296,14 @@ std::string FormatResult(const TrainOptions& options, const TrainReport& report)
                 report.samples_per_second);
   s << line;
   s << "RESULT: bytes pushed " << Bytes(report.bytes_pushed) << ", pulled "
-    << Bytes(report.bytes_pulled) << " (all workers)\n";
+    << Bytes(report.bytes_pulled) << " (all workers";
+  if (report.restarted_workers > 0) {
+    // A killed process's counters die with it: say the total is short rather than print it bare.
+    s << "; UNDERCOUNTED: " << report.restarted_workers
+      << " worker(s) restarted, the bytes their killed processes sent and received are not "
+         "counted";
+  }
+  s << ")\n";
   // Plain byte counts (to float precision) for tools that compare runs, e.g. the 2-bit test.
   std::snprintf(line, sizeof(line), "RESULT: pushed %.0f B, pulled %.0f B", report.bytes_pushed,
                 report.bytes_pulled);

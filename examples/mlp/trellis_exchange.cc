@@ -1,5 +1,6 @@
 #include "examples/mlp/trellis_exchange.h"
 
+#include <cstdlib>
 #include <string>
 
 namespace trellis::mlp {
@@ -67,6 +68,12 @@ StatusOr<std::vector<double>> TrellisExchange::SumStats(const std::vector<double
     for (size_t i = 0; i < values.size(); ++i) sums[i] += bufs[r][i];
   }
   return sums;
+}
+
+bool TrellisExchange::restarted() const {
+  // The agent numbers each start of the program (docs/checkpoints.md#crash-recovery-workers).
+  const char* incarnation = std::getenv("TRELLIS_INCARNATION");
+  return incarnation != nullptr && std::atoi(incarnation) > 1;
 }
 
 void TrellisExchange::ReportProgress(int64_t step, int64_t samples, double loss,

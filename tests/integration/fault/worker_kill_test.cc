@@ -100,6 +100,17 @@ class WorkerKillTest : public LaunchedJobsTest {
     ASSERT_GT(whole, 0) << whole_out;
     ASSERT_GT(fault, 0) << fault_out;
     EXPECT_NEAR(fault, whole, 1.0);
+    // The byte totals say what they cover: the undisturbed run's are whole; after the kill the
+    // killed process's counters are gone, so the line says the total is short, and the total
+    // holds the survivor's bytes (about half) plus the restarted process's: between half and all
+    // of the undisturbed run's (5% slack for the rejoin's own transfers).
+    const std::regex undercounted("RESULT: bytes pushed .*UNDERCOUNTED: 1 worker\\(s\\) restarted");
+    EXPECT_FALSE(std::regex_search(whole_out, undercounted)) << whole_out;
+    EXPECT_TRUE(std::regex_search(fault_out, undercounted)) << fault_out;
+    const double whole_pushed = MlpBytesPushed(whole_out), fault_pushed = MlpBytesPushed(fault_out);
+    ASSERT_GT(whole_pushed, 0) << whole_out;
+    EXPECT_GE(fault_pushed, 0.5 * whole_pushed) << fault_out;
+    EXPECT_LE(fault_pushed, 1.05 * whole_pushed) << fault_out;
     // Aggregate mode without compression loses nothing: the same final weights and momentum.
     ExpectSameFinalModel(dir_ + "/ckpt-" + base + "-whole", dir_ + "/ckpt-" + base + "-kill", kSteps,
                          "a kill");
