@@ -43,7 +43,9 @@ const Names<KeyDispatch>& KeyDispatchNames() {
 }
 const Names<CompressionType>& CompressionTypeNames() {
   static const Names<CompressionType> n = {{"none", CompressionType::kNone},
-                                           {"2bit", CompressionType::kTwoBit}};
+                                           {"2bit", CompressionType::kTwoBit},
+                                           {"fp16", CompressionType::kFloat16},
+                                           {"bf16", CompressionType::kBFloat16}};
   return n;
 }
 const Names<ServerMode>& ServerModeNames() {

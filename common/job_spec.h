@@ -18,7 +18,7 @@ inline constexpr std::string_view kJobKind = "TrainingJob";
 
 enum class RestartPolicy { kNever, kOnFailure, kAlways, kExitCode };
 enum class KeyDispatch { kRoundRobin, kHash, kBalanced };
-enum class CompressionType { kNone, kTwoBit };
+enum class CompressionType { kNone, kTwoBit, kFloat16, kBFloat16 };
 enum class ServerMode { kAggregate, kUpdate };
 enum class OptimizerType { kSgd, kAdam };
 enum class CleanPodPolicy { kNone, kRunning, kAll };
@@ -32,7 +32,7 @@ enum class GangScheduler { kVolcano, kSchedulerPlugins };
 
 std::string_view ToString(RestartPolicy v);     // "Never", "OnFailure", "Always", "ExitCode"
 std::string_view ToString(KeyDispatch v);       // "roundRobin", "hash", "balanced"
-std::string_view ToString(CompressionType v);   // "none", "2bit"
+std::string_view ToString(CompressionType v);   // "none", "2bit", "fp16", "bf16"
 std::string_view ToString(ServerMode v);        // "aggregate", "update"
 std::string_view ToString(OptimizerType v);     // "sgd", "adam"
 std::string_view ToString(CleanPodPolicy v);    // "None", "Running", "All"

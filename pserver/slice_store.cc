@@ -165,12 +165,12 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
     if (s == nullptr) {
       st = Describe404(h.key, h.slice);
     } else {
-      std::vector<uint8_t> scratch;  // a 2-bit frame split across chunks, gathered
-      TwoBitFrame twobit;
-      st = CheckPayload(*s, h, frame, &scratch, &twobit);
+      std::vector<uint8_t> scratch;  // a 2-bit or 16-bit frame split across chunks, gathered
+      CodedFrame coded;
+      st = CheckPayload(*s, h, frame, &scratch, &coded);
       if (st.ok()) {
-        const bool two_bit = wire::IsTwoBit(h.op);
-        const Gradient grad{&frame, two_bit ? &twobit : nullptr, two_bit ? nullptr : payload};
+        const bool coded_op = wire::IsTwoBit(h.op);
+        const Gradient grad{&frame, coded_op ? &coded : nullptr, coded_op ? nullptr : payload};
         std::lock_guard lock(s->mu);
         if (s->rebuild && h.op != wire::Op::kInit) {
           RebuildRequest(worker, s, h, grad, std::move(reply), &deferred);
@@ -231,16 +231,16 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
 
 Status SliceStore::CheckPayload(const Slice& s, const wire::RequestHeader& h,
                                 const wire::Chunks& frame, std::vector<uint8_t>* scratch,
-                                TwoBitFrame* twobit) const {
+                                CodedFrame* coded) const {
   if (wire::IsTwoBit(h.op)) {
     const uint8_t* bytes =
         wire::Contiguous(frame, wire::kRequestHeaderBytes, h.payload_bytes, scratch);
-    auto parsed = TwoBitParse(bytes, h.payload_bytes, static_cast<size_t>(s.num_elements));
+    auto parsed = ParseCodedFrame(bytes, h.payload_bytes, static_cast<size_t>(s.num_elements));
     if (!parsed.ok()) {
       return InvalidArgumentError(s.name + ": " + wire::OpName(h.op) + ": " +
                                   parsed.status().message());
     }
-    *twobit = *parsed;
+    *coded = *parsed;
     return Status::Ok();
   }
   const int64_t got = static_cast<int64_t>(h.payload_bytes / sizeof(float));
@@ -298,24 +298,24 @@ Status SliceStore::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
   using Clock = std::chrono::steady_clock;
   const auto add_start = Clock::now();
   // Whether the step stays a sum of 2-bit pushes of one threshold (then its answer can be packed).
-  const float t = grad.twobit != nullptr ? grad.twobit->threshold : 0.0f;
+  const float t = grad.coded != nullptr ? PackThreshold(*grad.coded) : 0.0f;
   s->step_threshold = s->pushes == 0 || s->step_threshold == t ? t : 0.0f;
   if (s->pushes == 0) {
     // First contribution: copy instead of zero + add. Reuse a result buffer nobody references.
-    const bool swap = grad.twobit == nullptr && grad.owner != nullptr && grad.owner->size() == n &&
+    const bool swap = grad.coded == nullptr && grad.owner != nullptr && grad.owner->size() == n &&
                       s->accum && s->accum->size() == n;
     if (!s->accum) s->accum = std::make_unique<std::vector<float>>(n);
     if (swap) {
       // The request's buffer becomes the sum, the spare accumulator the caller's next read
       // buffer: no copy, and both were written before (no page faults).
       s->accum->swap(*grad.owner);
-    } else if (grad.twobit != nullptr) {
-      TwoBitDequantizeFrame(*grad.twobit, s->accum->data());
+    } else if (grad.coded != nullptr) {
+      DecodeCodedFrame(*grad.coded, s->accum->data());
     } else {
       wire::CopyFloats(*grad.frame, wire::kRequestHeaderBytes, n, s->accum->data());
     }
-  } else if (grad.twobit != nullptr) {
-    TwoBitDequantizeAddFrame(*grad.twobit, s->accum->data());
+  } else if (grad.coded != nullptr) {
+    DecodeAddCodedFrame(*grad.coded, s->accum->data());
   } else {
     wire::AddFloats(*grad.frame, wire::kRequestHeaderBytes, n, s->accum->data());
   }

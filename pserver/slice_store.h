@@ -37,7 +37,7 @@
 #include "pserver/optimizer.h"
 #include "pserver/pserver_metrics.h"
 #include "pserver/wire.h"
-#include "worker-lib/codec/twobit.h"
+#include "worker-lib/codec/coded_frame.h"
 #include "trellis/v1/scheduler.pb.h"
 
 namespace trellis {
@@ -160,10 +160,10 @@ class SliceStore {
     uint64_t stash_id = 0;              // GUARDED_BY(mu)
     Values stash;                       // GUARDED_BY(mu): null: nothing stashed
   };
-  // A push's gradient: float32 values in the frame, or a validated 2-bit frame.
+  // A push's gradient: float32 values in the frame, or a validated 2-bit or 16-bit frame.
   struct Gradient {
     const wire::Chunks* frame = nullptr;  // values from byte wire::kRequestHeaderBytes on
-    const TwoBitFrame* twobit = nullptr;  // set for the 2-bit ops (points into the request)
+    const CodedFrame* coded = nullptr;    // set for the 2-bit ops (points into the request)
     std::vector<float>* owner = nullptr;  // Handle's `payload`: the values, swappable
   };
   struct Deferred {
@@ -180,10 +180,10 @@ class SliceStore {
   Status Push(int32_t worker, Slice* s, const wire::RequestHeader& h, const Gradient& grad,
               std::vector<Deferred>* out);
   // Checks a request's payload against the slice before any lock is taken: the float count, or
-  // the whole 2-bit frame (count = the slice's elements). *twobit then points into `frame` or
-  // *scratch.
+  // the whole 2-bit or 16-bit frame (count = the slice's elements). *coded then points into
+  // `frame` or *scratch.
   Status CheckPayload(const Slice& s, const wire::RequestHeader& h, const wire::Chunks& frame,
-                      std::vector<uint8_t>* scratch, TwoBitFrame* twobit) const;
+                      std::vector<uint8_t>* scratch, CodedFrame* coded) const;
   Status Init(Slice* s, const wire::Chunks& frame, std::vector<Deferred>* out);
   // Crash recovery (slice_store_rejoin.cc). kRejoin: marks `worker` rejoined on every slice.
   Status MarkRejoined(int32_t worker);

@@ -125,10 +125,10 @@ void SliceStore::HandleReplay(int32_t worker, const wire::RequestHeader& h,
       Slice* s = st.ok() ? Find(h.key, h.slice) : nullptr;
       if (st.ok() && s == nullptr) st = Describe404(h.key, h.slice);
       std::vector<uint8_t> scratch;
-      TwoBitFrame twobit;
-      if (st.ok()) st = CheckPayload(*s, ih, inner, &scratch, &twobit);
+      CodedFrame coded;
+      if (st.ok()) st = CheckPayload(*s, ih, inner, &scratch, &coded);
       if (st.ok()) {
-        const Gradient grad{&inner, wire::IsTwoBit(ih.op) ? &twobit : nullptr};
+        const Gradient grad{&inner, wire::IsTwoBit(ih.op) ? &coded : nullptr};
         std::lock_guard lock(s->mu);
         ++replays_seen_[worker];
         if (s->rebuild) {
@@ -163,8 +163,8 @@ void SliceStore::RebuildRequest(int32_t worker, Slice* s, const wire::RequestHea
     per_worker.resize(config_.num_workers);
     if (!per_worker[worker]) {  // a worker's duplicate (replayed and sent again) counts once
       auto g = std::make_unique<std::vector<float>>(s->num_elements);
-      if (grad.twobit != nullptr) {
-        TwoBitDequantizeFrame(*grad.twobit, g->data());
+      if (grad.coded != nullptr) {
+        DecodeCodedFrame(*grad.coded, g->data());
       } else {
         wire::CopyFloats(*grad.frame, wire::kRequestHeaderBytes, g->size(), g->data());
       }

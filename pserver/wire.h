@@ -47,6 +47,7 @@ void ApplyDataChannelArgs(SetInt set) {
 // kPushTwoBit / kPushPullTwoBit are kPush / kPushPull whose payload is one 2-bit frame
 // (worker-lib/codec/twobit.h) of the slice's elements instead of float32 values; the answer of
 // kPushPullTwoBit is full precision. New op codes keep the uncompressed frames byte-identical.
+// The same ops carry a 16-bit frame (worker-lib/codec/half.h) instead; the magic tells which.
 // kPullPacked / kPushPullTwoBitPacked are kPull / kPushPullTwoBit whose answer may be packed
 // (worker-lib/codec/packed_sum.h): the server packs it when every push of the step was a 2-bit
 // frame of one threshold (aggregate mode), else answers float32; ResponseHeader::packed says

@@ -178,10 +178,7 @@ Status WorkerImpl::DeclareRound(bool first) {
     if (!first && FindKey(d->first) != nullptr) continue;
     auto k = std::make_unique<KeyState>();
     k->decl = d->second;
-    if (setup_.compression.type == CompressionType::kTwoBit && k->decl.allow_compression) {
-      TRELLIS_ASSIGN_OR_RETURN(
-          k->codec, TwoBitCodec::Create(static_cast<float>(setup_.compression.threshold)));
-    }
+    TRELLIS_RETURN_IF_ERROR(ChooseEncoding(k.get()));
     int64_t next = 0;
     for (const auto& sa : ks.slices()) {
       if (sa.offset() != next || sa.num_elements() < 1 || sa.server() < 0 || sa.server() >= ns) {
@@ -326,7 +323,10 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
   const bool compressed =
       (op == wire::Op::kPush || op == wire::Op::kPushPull) && Compressed(k, step);
   // A pull of a compressed step may come back packed as well (never a broadcast's: step 0).
-  if (!broadcast) op = WireOp(op, compressed || (op == wire::Op::kPull && Compressed(k, step)));
+  if (!broadcast) {
+    op = WireOp(op, compressed || (op == wire::Op::kPull && Compressed(k, step)),
+                /*packable=*/!k.half.has_value());
+  }
 
   auto st = std::make_shared<Handle::State>();
   st->what = std::string(verb) + " " + KeyName(k) + " step " + std::to_string(step);

@@ -11,6 +11,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
@@ -25,6 +26,7 @@
 #include "scheduler/scheduler_client.h"
 #include "trellis/trellis.h"
 #include "trellis/v1/scheduler.pb.h"
+#include "worker-lib/codec/half.h"
 #include "worker-lib/codec/twobit_codec.h"
 #include "worker-lib/src/op_state.h"
 #include "worker-lib/src/progress_reporter.h"
@@ -164,6 +166,8 @@ class WorkerImpl final : public Worker {
     std::atomic<int64_t> push_step{0};  // steps this worker pushed
     // Residuals per slice (by slice index) when the key's pushes are compressed, else null.
     std::unique_ptr<TwoBitCodec> codec;
+    // Set when the key's pushes go as 16-bit frames (the key's wire type or the job's fp16/bf16).
+    std::optional<HalfType> half;
   };
   // One slice of one operation, waiting in the queue or in flight.
   struct Task {
@@ -182,12 +186,17 @@ class WorkerImpl final : public Worker {
   // Registers `st` with the watchdog, queues its tasks and pumps.
   Handle Launch(std::shared_ptr<Handle::State> st, int priority, std::vector<Task> tasks);
   static Handle Failed(const Status& st, Callback done);
-  // Whether the push of `step` of key `k` goes compressed (2bit job, key allows, warm-up over).
+  // Whether the push of `step` of key `k` goes compressed: 16-bit, or 2-bit (2bit job, key
+  // allows, warm-up over).
   bool Compressed(const KeyState& k, int64_t step) const;
-  // The op that carries `op` (push, pull, pushpull) of a step: its 2-bit form when `compressed`,
-  // and the form that accepts a packed answer when the job has packedPulls (docs/compression.md).
-  wire::Op WireOp(wire::Op op, bool compressed) const;
-  // One slice of a compressed push as a 2-bit frame (updates the slice's residual).
+  // The op that carries `op` (push, pull, pushpull) of a step: its 2-bit form when `compressed`
+  // (a 16-bit frame travels in the same ops), and the form that accepts a packed answer when the
+  // job has packedPulls and the key is 2-bit (docs/compression.md).
+  wire::Op WireOp(wire::Op op, bool compressed, bool packable) const;
+  // Sets k's codec or 16-bit type from its declaration and the job's spec.compression.
+  Status ChooseEncoding(KeyState* k) const;
+  // One slice of a compressed push as a 2-bit frame (updates the slice's residual) or a 16-bit
+  // frame.
   StatusOr<std::shared_ptr<const std::vector<uint8_t>>> EncodeSlice(KeyState& k,
                                                                     const SliceInfo& s,
                                                                     const float* src);

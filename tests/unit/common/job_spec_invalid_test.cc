@@ -108,7 +108,7 @@ std::vector<InvalidCase> Cases() {
       {"BadEnum", WithWorkers("  keyDispatch: random\n"),
        "spec.keyDispatch: must be one of roundRobin, hash, balanced, got \"random\""},
       {"EnumNearMiss", WithWorkers("  compression: {type: 2Bit}\n"),
-       "spec.compression.type: must be one of none, 2bit, got \"2Bit\"; did you mean \"2bit\"?"},
+       "spec.compression.type: must be one of none, 2bit, fp16, bf16, got \"2Bit\"; did you mean \"2bit\"?"},
       {"BadRestartPolicy", WithWorkers("    restartPolicy: OnError\n"),
        "spec.workers.restartPolicy: must be one of Never, OnFailure, Always, ExitCode, got "
        "\"OnError\""},

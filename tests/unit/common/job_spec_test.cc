@@ -362,6 +362,8 @@ TEST(JobSpecTest, EnumNamesMatchTheYaml) {
   EXPECT_EQ(ToString(KeyDispatch::kBalanced), "balanced");
   EXPECT_EQ(ToString(CompressionType::kNone), "none");
   EXPECT_EQ(ToString(CompressionType::kTwoBit), "2bit");
+  EXPECT_EQ(ToString(CompressionType::kFloat16), "fp16");
+  EXPECT_EQ(ToString(CompressionType::kBFloat16), "bf16");
   EXPECT_EQ(ToString(ServerMode::kAggregate), "aggregate");
   EXPECT_EQ(ToString(ServerMode::kUpdate), "update");
   EXPECT_EQ(ToString(OptimizerType::kSgd), "sgd");
@@ -373,6 +375,7 @@ TEST(JobSpecTest, EnumNamesMatchTheYaml) {
   EXPECT_EQ(ParseRestartPolicy("exitcode"), std::nullopt);
   EXPECT_EQ(ParseKeyDispatch("hash"), KeyDispatch::kHash);
   EXPECT_EQ(ParseCompressionType("2bit"), CompressionType::kTwoBit);
+  EXPECT_EQ(ParseCompressionType("bf16"), CompressionType::kBFloat16);
   EXPECT_EQ(ParseServerMode("update"), ServerMode::kUpdate);
   EXPECT_EQ(ParseOptimizerType("adam"), OptimizerType::kAdam);
   EXPECT_EQ(ParseCleanPodPolicy("All"), CleanPodPolicy::kAll);

@@ -28,6 +28,13 @@ using KeyId = uint64_t;
 
 enum class DType : int32_t { kFloat32 = 1 };
 
+// How a key's pushes travel (docs/compression.md). Answers are float32 either way.
+enum class WireType : int32_t {
+  kJob = 0,       // as the job's spec.compression says (none, 2bit, fp16, bf16)
+  kFloat16 = 1,   // float16 values, whatever the job says; the servers sum in float32
+  kBFloat16 = 2,  // bfloat16 values, likewise
+};
+
 struct KeyDecl {
   KeyId id = 0;              // unique per job
   std::string name;          // optional, used in messages and checkpoints
@@ -36,6 +43,8 @@ struct KeyDecl {
   // false: this key's pushes are always full precision, whatever the job's compression (for
   // values that must sum exactly: counters, statistics).
   bool allow_compression = true;
+  // With allow_compression: this key's 16-bit type on the wire, or the job's setting.
+  WireType wire = WireType::kJob;
 };
 
 // The job's gradient compression as seen by one worker (all zero without compression).
