@@ -12,10 +12,11 @@ Status WorkerImpl::ChooseEncoding(KeyState* k) const {
     case WireType::kJob: break;
   }
   switch (setup_.compression.type) {
-    case CompressionType::kTwoBit:
+    case CompressionType::kTwoBit: {
       TRELLIS_ASSIGN_OR_RETURN(
           k->codec, TwoBitCodec::Create(static_cast<float>(setup_.compression.threshold)));
       break;
+    }
     case CompressionType::kFloat16: k->half = HalfType::kFloat16; break;
     case CompressionType::kBFloat16: k->half = HalfType::kBFloat16; break;
     case CompressionType::kNone: break;

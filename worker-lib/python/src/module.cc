@@ -206,9 +206,22 @@ class PyWorker {
     rejoin_owners_.clear();
   }
 
-  void DeclareKey(int64_t key, int64_t num_elements, const std::string& name) {
+  // `wire`: "" (the job's compression), "float32" (never compressed), "float16", "bfloat16".
+  void DeclareKey(int64_t key, int64_t num_elements, const std::string& name,
+                  const std::string& wire) {
     if (key < 0) Raise(InvalidArgumentError("declare: key must be >= 0, got " + std::to_string(key)));
-    Check(w().DeclareKey({.id = static_cast<KeyId>(key), .name = name, .num_elements = num_elements}));
+    KeyDecl d{.id = static_cast<KeyId>(key), .name = name, .num_elements = num_elements};
+    if (wire == "float32") {
+      d.allow_compression = false;
+    } else if (wire == "float16") {
+      d.wire = WireType::kFloat16;
+    } else if (wire == "bfloat16") {
+      d.wire = WireType::kBFloat16;
+    } else if (!wire.empty()) {
+      Raise(InvalidArgumentError("declare: wire '" + wire +
+                                 "': want '', 'float32', 'float16' or 'bfloat16'"));
+    }
+    Check(w().DeclareKey(d));
     keys_[key] = {num_elements, name};
   }
 
@@ -362,7 +375,7 @@ class TrellisError(RuntimeError):
       .def_property_readonly("update_mode",
                              [](PyWorker& w) { return w.w().checkpoint_config().servers_save; })
       .def("declare_key", &PyWorker::DeclareKey, py::arg("key"), py::arg("num_elements"),
-           py::arg("name") = "")
+           py::arg("name") = "", py::arg("wire") = "")
       .def("finish_declarations", &PyWorker::FinishDeclarations)
       .def(
           "push_pull",

@@ -53,6 +53,10 @@ def _excepthook(kind, value, tb, _previous=sys.excepthook):
 
 sys.excepthook = _excepthook
 
+# Per-key wire types (docs/compression.md, "16-bit gradients"): None follows the job's
+# compression; "float32" is never compressed; the 16-bit types are sent as such.
+_WIRE_TYPES = (None, "float32", "float16", "bfloat16")
+
 _session = None
 _on_shutdown = []  # callables run by shutdown() (trellis.torch forgets its declarations)
 
@@ -114,7 +118,11 @@ class _Session:
             return self.names[key]
         return int(key)
 
-    def declare(self, key, num_elements, name=None):
+    def declare(self, key, num_elements, name=None, wire=None):
+        if wire not in _WIRE_TYPES:
+            raise TrellisError(3, "INVALID_ARGUMENT", "DeclareKey %s: wire %r: want None (the "
+                               "job's compression), 'float32', 'float16' or 'bfloat16'"
+                               % (name or key, wire))
         if isinstance(key, str):
             if name is None:
                 name = key
@@ -133,7 +141,7 @@ class _Session:
                                    "DeclareKey %s: num_elements must be >= 1, got %d"
                                    % (name or kid, num_elements))
         else:
-            self.worker.declare_key(kid, num_elements, name or "")
+            self.worker.declare_key(kid, num_elements, name or "", wire or "")
         if isinstance(key, str):
             self.names[key] = kid
         self.sizes[kid] = num_elements
@@ -268,12 +276,15 @@ def num_servers():
     return 0 if s.local else s.worker.num_servers
 
 
-def declare(key, num_elements, name=None):
+def declare(key, num_elements, name=None, wire=None):
     """Declares a key: an int id, or a name (an id is assigned); returns the id.
 
     Every worker declares the same keys in the same order before the first operation (the
-    first push_pull/broadcast finishes the declarations collectively)."""
-    return _get().declare(key, num_elements, name)
+    first push_pull/broadcast finishes the declarations collectively). `wire`: how this key's
+    pushes travel: None, the job's spec.compression; "float32", always full precision (for
+    values that must sum exactly); "float16" / "bfloat16", as 16-bit values, summed in float32
+    by the servers (docs/compression.md)."""
+    return _get().declare(key, num_elements, name, wire)
 
 
 def finish_declarations():

@@ -55,7 +55,7 @@ class BufferSync:
             return
         self.buffers = picked
         self.stage = torch.zeros(sum(t.numel() for t in picked), dtype=torch.float32)
-        s.declare(BUFFER_KEY, self.stage.numel(), "trellis.buffers")
+        s.declare(BUFFER_KEY, self.stage.numel(), "trellis.buffers", wire="float32")
         if finish:
             s.finish()  # collective: every worker registers the same buffers at the same point
         self.declared = True

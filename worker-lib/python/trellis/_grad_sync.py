@@ -80,8 +80,7 @@ class GradSync:
         control = self._start_control(active) if self.joining else None
         for p, h in self.handles.items():
             h.wait()
-            if n > 1:
-                p.grad.div_(n)
+            self.opt._trellis_stages[p].store(p.grad, n)  # average; unstage (_torch_tensors)
         self.handles.clear()
         self.state.buffer_sync.finish(buffers)
         self.synced = True

@@ -28,12 +28,15 @@ import numpy as np
 import torch
 
 import trellis as _trellis
-from . import _buffers, _grad_sync, _rejoin
+from . import _buffers, _collectives, _grad_sync, _rejoin, _torch_tensors
+from ._collectives import CollectiveError
 from ._rejoin import TrainingState
+from ._torch_tensors import allgather, allreduce, allreduce_, broadcast, broadcast_
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
            "broadcast_object", "save_checkpoint", "load_checkpoint", "CheckpointError", "is_sealed",
-           "seal", "report_loss", "TrainingState"]
+           "seal", "report_loss", "TrainingState", "allreduce", "allreduce_", "allgather",
+           "broadcast", "broadcast_", "CollectiveError"]
 
 _CHANNEL_KEY = 1 << 62        # the broadcast channel's key id
 _CHANNEL_FLOATS = 1 << 18     # 1 MiB per broadcast round
@@ -100,14 +103,15 @@ class _State:
         if self.sealed:
             return
         s = self.session()
-        for name, p, key, _, _ in self.params:
+        for name, p, key, _, o in self.params:
             if _is_lazy(p):
                 raise RuntimeError("trellis.torch: parameter %s is still uninitialized (lazy); "
                                    "run a forward pass before step()" % name)
-            s.declare(key, p.numel(), name)
+            s.declare(key, p.numel(), name, _torch_tensors.param_wire(p, o._trellis_wire))
         s.declare(_CHANNEL_KEY, _CHANNEL_FLOATS, "trellis.broadcast")
         if s.size() > 1:
-            s.declare(_grad_sync.CONTROL_KEY, s.size(), "trellis.join")
+            s.declare(_grad_sync.CONTROL_KEY, s.size(), "trellis.join", wire="float32")
+        _collectives.declare_channel(s)
         self.buffer_sync.declare(self.param_ptrs(), finish=False)
         rejoin = self.rejoin_wanted(s, in_step)
         if rejoin:
@@ -325,13 +329,12 @@ class _DistributedMixin:
         if g is None:
             g = torch.zeros_like(p, memory_format=torch.contiguous_format)
             p.grad = g
-        elif not g.is_contiguous() or g.dtype != torch.float32 or g.device.type != "cpu":
-            raise RuntimeError("trellis.torch: gradient of %s must be a contiguous float32 CPU "
-                               "tensor (got %s on %s)" % (name, g.dtype, g.device))
         k = _state.keeper
         if k is not None and not k.committed:
             k.first_commit()  # step 0, before the first push: a crash in step 1 can rejoin
-        self._trellis_handles[p] = _trellis.push_pull(key, g, priority=prio)
+        # CUDA, 16-bit and non-contiguous gradients go through a float32 host buffer.
+        stage = self._trellis_stages.setdefault(p, _torch_tensors.Stage())
+        self._trellis_handles[p] = _trellis.push_pull(key, stage.load(g), priority=prio)
 
     def synchronize(self):
         """Waits for every parameter's summed gradient and averages it. With sync='backward'
@@ -393,7 +396,7 @@ def report_loss(loss):
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, total_steps=None,
-                         sync="backward"):
+                         sync="backward", wire_dtype=None):
     """Makes `optimizer` (any torch.optim.Optimizer) data-parallel; returns the same object.
 
     `named_parameters`: model.named_parameters(), or the model itself (then its buffers are
@@ -410,8 +413,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
     accumulated (priority -index: the first layers, needed first by the next forward, go
     first); the end of backward (or step(), with sync="step") waits for each and divides by the
     number of workers, then step() runs the original update. Parameter order and names come
-    from named_parameters (default: the optimizer's)."""
+    from named_parameters (default: the optimizer's).
+
+    `wire_dtype` (torch.float16 / torch.bfloat16 / torch.float32, or "float16", "bfloat16",
+    "float32"): how these gradients travel to the servers, which sum in float32; default: a
+    16-bit parameter's own type, else the job's spec.compression (docs/compression.md)."""
     _trellis._get()
+    wire = _torch_tensors.wire_name(wire_dtype)  # ValueError before anything changes
     _refuse_update_mode()
     model = None
     if isinstance(named_parameters, torch.nn.Module):
@@ -446,6 +454,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
     optimizer._trellis_accs = {}
     optimizer._trellis_handles = {}
     optimizer._trellis_sync = _grad_sync.GradSync(optimizer, sync, _state)
+    optimizer._trellis_stages = {}  # parameter -> _torch_tensors.Stage
+    optimizer._trellis_wire = wire
     optimizer._trellis_steps = 0
     optimizer._trellis_batch_size = int(batch_size or 0)
     if total_steps:
