@@ -12,10 +12,10 @@ from conftest import BUILD, HERE, JOB as DP_JOB  # noqa: E402
 import dp_common as dc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
-# conftest's 2 servers x 2 workers job, with bigger slices, room for spec.compression and time.
-JOB = DP_JOB.replace("  sliceBytes: 1024\n", "  sliceBytes: 4096\n{extra}") \
+# conftest's 2 servers x 2 workers job ({extra}: spec.compression), bigger slices, more time.
+JOB = DP_JOB.replace("  sliceBytes: 1024\n", "  sliceBytes: 4096\n") \
             .replace("activeDeadlineSeconds: 60", "activeDeadlineSeconds: 120")
-assert "{extra}" in JOB and "120" in JOB
+assert "{extra}" in JOB and "4096" in JOB and "120" in JOB
 
 
 def run_job(tmp_path, name, text, cwd=None, timeout=150):
@@ -50,7 +50,7 @@ def types_job(tmp_path):
         quoted = ", ".join('"%s"' % a for a in
                            (os.path.join(HERE, "types_worker.py"), str(out_dir)) + args)
         extra = "  compression:\n    type: %s\n" % compression if compression else ""
-        run_job(tmp_path, name, JOB.format(name=name, args=quoted, extra=extra))
+        run_job(tmp_path, name, JOB.format(name=name, args=quoted, extra=extra, policy="Never"))
         return out_dir, [(out_dir / ("checks%d.txt" % r)).read_text().splitlines()
                          for r in (0, 1)]
     return run
@@ -104,8 +104,8 @@ def test_16bit_keys_are_summed_in_float32_with_half_the_bytes(types_job):
         assert c[1] == "f16 120000.0 -1.5 %s" % half_sum(torch.float16, 0.1, 0.2)
         # 257 does not exist in bfloat16 (8 significant bits).
         assert c[2] == "bf16 257.0 257.0 %s" % half_sum(torch.bfloat16, 3.0, 0.01)
-        ratio, total = re.match(r"bytes ratio ([0-9.]+) sum ([0-9.]+)", c[3]).groups()
-        assert float(ratio) < 0.52 and float(total) == 2.0, c[3]
+        ratio = re.match(r"bytes ratio ([0-9.]+) sums 2.0 2.0$", c[3]).group(1)
+        assert float(ratio) < 0.52, c[3]
 
 
 def reference(steps):

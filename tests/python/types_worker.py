@@ -118,10 +118,11 @@ def wire(r, n):
     before = trellis.bytes_pushed()
     trellis.push_pull(k32, x).wait()
     full = trellis.bytes_pushed() - before
+    y = np.ones(4096, np.float32)
     before = trellis.bytes_pushed()
-    trellis.push_pull(kh, x).wait()
+    trellis.push_pull(kh, y).wait()
     half = trellis.bytes_pushed() - before
-    out.append("bytes ratio %.2f sum %s" % (half / full, float(x[0])))
+    out.append("bytes ratio %.2f sums %s %s" % (half / full, float(x[0]), float(y[0])))
     return out
 
 
