@@ -23,4 +23,20 @@ Status WriteFileAtomic(const std::string& path, const std::string& text) {
   return Status::Ok();
 }
 
+StatusOr<std::string> ReadFileLimited(const std::string& path, int64_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError(path + ": cannot open");
+  std::string out;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    out.append(buf, static_cast<size_t>(in.gcount()));
+    if (static_cast<int64_t>(out.size()) > max_bytes) {
+      return InvalidArgumentError(path + ": larger than " + std::to_string(max_bytes) + " bytes");
+    }
+  }
+  if (in.bad()) return UnavailableError(path + ": read failed");
+  return out;
+}
+
 }  // namespace trellis

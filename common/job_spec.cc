@@ -13,6 +13,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "common/job_spec_tls.h"
 #include "common/scheduling_policy.h"
 #include "common/text_match.h"
 #include "common/yaml_emit.h"
@@ -450,8 +451,11 @@ StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
     MapReader spec(top.Get("spec"), "spec", &errors,
                    {"image", "servers", "workers", "keyDispatch", "sliceBytes", "priority",
                     "bulking", "compression", "serverMode", "transport", "optimizer", "checkpoint",
-                    "recovery", "runPolicy", "scheduler", "monitoring"});
-    if (spec.is_mapping()) ParseSpec(spec, &job);
+                    "recovery", "runPolicy", "scheduler", "monitoring", "tls"});
+    if (spec.is_mapping()) {
+      ParseSpec(spec, &job);
+      ParseTlsSpec(spec, &job.tls);
+    }
   }
   if (!errors.empty()) return errors.ToStatus();
   return job;

@@ -180,6 +180,24 @@ struct MonitoringSpec {
   bool operator==(const MonitoringSpec&) const = default;
 };
 
+// spec.tls (docs/operations.md#tls): mutual TLS between every part of the job, on the scheduler's
+// gRPC and on the data path (both transports). Every process presents the same certificate
+// (signed by the job's CA, with serverName among its DNS names, usable for server and client
+// auth) and accepts only peers whose certificate the CA signed; the job token is still checked.
+struct TlsSpec {
+  // Operator: a Secret in the job's namespace with ca.crt, tls.crt and tls.key (the layout
+  // cert-manager writes), mounted into every pod at kTlsMountDir; the file paths default there.
+  std::string secretName;
+  std::string caFile;    // PEM CA bundle; set (or secretName set): TLS on
+  std::string certFile;  // PEM certificate (chain) this process presents
+  std::string keyFile;   // its PEM private key
+  std::string serverName = "trellis";  // the name clients check in the server's certificate
+
+  bool enabled() const { return !caFile.empty(); }
+  bool operator==(const TlsSpec&) const = default;
+};
+inline constexpr std::string_view kTlsMountDir = "/etc/trellis/tls";
+
 struct JobSpec {
   // metadata
   std::string name;
@@ -203,6 +221,7 @@ struct JobSpec {
   RunPolicySpec runPolicy;
   SchedulerSpec scheduler;
   MonitoringSpec monitoring;
+  TlsSpec tls;
 
   // The effective restart policy of a role (its own, else the run policy's).
   RestartPolicy RestartPolicyFor(const RoleSpec& role) const {

@@ -195,6 +195,17 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   Double(out, "windowSeconds", st.windowSeconds);
   out << YAML::EndMap << YAML::EndMap;
 
+  const TlsSpec& tls = spec.tls;
+  if (tls.enabled() || !tls.secretName.empty()) {
+    out << YAML::Key << "tls" << YAML::Value << YAML::BeginMap;
+    if (!tls.secretName.empty()) Str(out, "secretName", tls.secretName);
+    Str(out, "caFile", tls.caFile);
+    Str(out, "certFile", tls.certFile);
+    Str(out, "keyFile", tls.keyFile);
+    Str(out, "serverName", tls.serverName);
+    out << YAML::EndMap;
+  }
+
   out << YAML::EndMap;  // spec
   out << YAML::EndMap;
   std::string text = out.c_str();

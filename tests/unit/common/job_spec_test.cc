@@ -452,3 +452,45 @@ TEST_F(LoadJobSpecFileTest, HugeFileIsRejectedWithoutParsing) {
 
 }  // namespace
 }  // namespace trellis
+
+namespace trellis {
+namespace {
+
+// spec.tls: off by default; files all-or-none; a Secret fills the mounted paths; round trip.
+TEST(JobSpecTest, TlsFieldsDefaultsAndErrors) {
+  EXPECT_FALSE(MustParse(kMinimal).tls.enabled());
+  EXPECT_THAT(JobSpecToYaml(MustParse(kMinimal)), Not(HasSubstr("tls:")));
+  JobSpec files = MustParse(std::string(kMinimal) +
+                            "  tls: {caFile: /c/ca.pem, certFile: /c/me.pem, keyFile: /c/me.key}\n");
+  EXPECT_TRUE(files.tls.enabled());
+  EXPECT_EQ(files.tls.keyFile, "/c/me.key");
+  EXPECT_EQ(files.tls.serverName, "trellis");
+  JobSpec secret = MustParse(std::string(kMinimal) +
+                             "  tls: {secretName: job-certs, serverName: mlp.train}\n");
+  EXPECT_TRUE(secret.tls.enabled());
+  EXPECT_EQ(secret.tls.caFile, "/etc/trellis/tls/ca.crt");
+  EXPECT_EQ(secret.tls.certFile, "/etc/trellis/tls/tls.crt");
+  EXPECT_EQ(secret.tls.keyFile, "/etc/trellis/tls/tls.key");
+  for (const JobSpec& job : {files, secret}) {
+    auto again = ParseJobSpec(JobSpecToYaml(job));
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again->tls, job.tls);
+  }
+  auto half = ParseJobSpec(std::string(kMinimal) + "  tls: {caFile: /c/ca.pem}\n");
+  ASSERT_FALSE(half.ok());
+  EXPECT_THAT(half.status().message(),
+              HasSubstr("spec.tls.certFile: required when spec.tls sets any of caFile"));
+  EXPECT_THAT(half.status().message(), HasSubstr("spec.tls.keyFile: required"));
+  auto name = ParseJobSpec(std::string(kMinimal) + "  tls: {secretName: Bad_Name}\n");
+  ASSERT_FALSE(name.ok());
+  EXPECT_THAT(name.status().message(), HasSubstr("spec.tls.secretName: must be a Secret name"));
+  auto server = ParseJobSpec(std::string(kMinimal) + "  tls: {secretName: s, serverName: a..b}\n");
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(server.status().message(), HasSubstr("spec.tls.serverName: must be a DNS name"));
+  auto unknown = ParseJobSpec(std::string(kMinimal) + "  tls: {caFiles: /x}\n");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), HasSubstr("spec.tls.caFiles"));
+}
+
+}  // namespace
+}  // namespace trellis
