@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include "common/tls.h"
 #include "common/auth.h"
 #include "common/env.h"
 #include "common/logging.h"
@@ -21,6 +22,7 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
   SchedulerClientOptions opts;
   opts.address = config.scheduler_address;
   opts.token = token;
+  TRELLIS_ASSIGN_OR_RETURN(opts.tls, LoadTlsFromEnv(EnvSource()));
   TRELLIS_ASSIGN_OR_RETURN(auto client, SchedulerClient::Connect(opts));
   std::unique_ptr<Agent> agent(new Agent(std::move(config), std::move(client)));
 

@@ -14,6 +14,7 @@
 #include "common/auth.h"
 #include "common/env.h"
 #include "common/file_util.h"
+#include "common/tls_gen.h"
 #include "common/net.h"
 
 namespace trellis {
@@ -122,8 +123,37 @@ Status Launcher::Prepare() {
       metrics_ports_.push_back(port);
     }
   }
+  TRELLIS_RETURN_IF_ERROR(PrepareTls());
   TRELLIS_ASSIGN_OR_RETURN(std::string token, RandomToken());
   return WriteSecretFile(paths_.token_file, token + "\n");
+}
+
+Status Launcher::PrepareTls() {
+  const TlsSpec& spec = job_.tls;
+  std::error_code ec;
+  // A cluster job names a Secret that exists only in its namespace: here the run gets its own CA
+  // (as with --tls), unless the mounted files happen to be on this machine.
+  const bool from_secret = !spec.secretName.empty() && !fs::exists(spec.caFile, ec);
+  if (options_.tls || from_secret) {
+    const std::string dir = paths_.run_dir + "/tls";
+    fs::create_directories(dir, ec);
+    if (ec) return InternalError("cannot create " + dir + ": " + ec.message());
+    auto files = WriteJobCertificates(dir, spec.serverName);
+    if (!files.ok()) return files.status().Annotate("making the run's TLS certificates");
+    paths_.tls = *files;
+  } else if (spec.enabled()) {
+    // Relative paths are the job file's neighbours, wherever trellis-launch runs from.
+    const fs::path base = fs::path(paths_.job_file).parent_path();
+    auto resolve = [&](const std::string& p) { return (base / p).lexically_normal().string(); };
+    paths_.tls = TlsFilesOf(spec);
+    paths_.tls.ca_file = resolve(spec.caFile);
+    paths_.tls.cert_file = resolve(spec.certFile);
+    paths_.tls.key_file = resolve(spec.keyFile);
+  }
+  auto tls = LoadTls(paths_.tls);  // bad files fail here, before any process starts
+  if (!tls.ok()) return tls.status().Annotate("spec.tls");
+  tls_ = *tls;
+  return Status::Ok();
 }
 
 Status Launcher::StartScheduler() {
@@ -342,7 +372,7 @@ int Launcher::Run() {
   }
   auto token = ReadTokenFile(paths_.token_file);
   if (!token.ok()) return Fail("job " + job_.name + " failed: " + token.status().message(), nullptr);
-  auto client = SchedulerClient::Connect({paths_.scheduler_address, *token, milliseconds(5000)});
+  auto client = SchedulerClient::Connect({paths_.scheduler_address, *token, milliseconds(5000), tls_});
   if (!client.ok()) return Fail("job " + job_.name + " failed: " + client.status().message(), nullptr);
   client_ = std::move(client).value();
   watch_thread_ = std::thread([this] { WatchCluster(); });

@@ -42,7 +42,8 @@ class Launcher {
     bool pipe_open = false;
   };
 
-  Status Prepare();                       // run dir, token file
+  Status Prepare();                       // run dir, token file, TLS files
+  Status PrepareTls();                    // paths_.tls and tls_ from spec.tls / --tls
   Status StartScheduler();                // and wait for its port file (a restart: same port)
   // The scheduler died: start it again on its port, at most backoffLimit times; the job's
   // members hand its state back (docs/scheduler.md#scheduler-restart). -1: restarted, else the
@@ -65,6 +66,7 @@ class Launcher {
   const int signal_fd_;
   Console& console_;
   LaunchPaths paths_;
+  TlsPtr tls_;  // loaded from paths_.tls: the launcher's own calls to the scheduler
   bool created_run_dir_ = false;
   // /metrics ports picked in Prepare (empty: --no-metrics) and the file-SD file written once
   // every process is planned, removed by StopAll.

@@ -15,6 +15,9 @@ std::map<std::string, std::string> ChildEnv(const LaunchPaths& paths, std::map<s
                         "TRELLIS_RESTART_POLICY", "TRELLIS_BACKOFF_LIMIT"}) {
     env.erase(k);
   }
+  // TLS is the job's (or --tls), never inherited from an outer run.
+  for (const char* k : {kEnvTlsCaFile, kEnvTlsCertFile, kEnvTlsKeyFile, kEnvTlsServerName}) env.erase(k);
+  AddTlsEnv(paths.tls, &env);
   auto path = env.find("PATH");
   env["PATH"] = paths.bin_dir + (path != env.end() && !path->second.empty() ? ":" + path->second : "");
   return env;
@@ -42,6 +45,8 @@ StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
       o.quiet = true;
     } else if (a == "--no-metrics") {
       o.metrics = false;
+    } else if (a == "--tls") {
+      o.tls = true;
     } else if (a == "--metrics-targets") {
       if (i + 1 >= args.size()) return InvalidArgumentError("flag --metrics-targets needs a file");
       o.metrics_targets = args[++i];

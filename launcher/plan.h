@@ -12,6 +12,7 @@
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "common/subprocess.h"
+#include "common/tls.h"
 #include "launcher/command_job.h"
 
 namespace trellis {
@@ -33,6 +34,8 @@ inline constexpr char kLaunchUsage[] =
     "  --metrics-targets  write the Prometheus file-SD targets there (default\n"
     "               <log dir>/prometheus-targets.json); removed when the job ends\n"
     "  --no-metrics no /metrics servers\n"
+    "  --tls        mutual TLS between all parts with a CA made for this run (also what a job\n"
+    "               with spec.tls.secretName gets here); spec.tls files are used as given\n"
     "exit codes: 0 every worker succeeded, 1 the job failed, 2 bad arguments or job file,\n"
     "  130/143 stopped by SIGINT/SIGTERM.\n";
 
@@ -45,6 +48,7 @@ struct LaunchOptions {
   bool quiet = false;
   bool help = false;
   bool metrics = true;
+  bool tls = false;  // --tls: a throwaway job CA in the run directory
   std::string metrics_targets;  // empty: <run_dir>/prometheus-targets.json
   // Agents get agent_stop_grace to stop their program; the launcher waits stop_grace for an
   // agent before SIGKILL (longer, so the agent's own escalation comes first).
@@ -62,6 +66,7 @@ struct LaunchPaths {
   std::string job_file;           // absolute path of the job file
   std::string token_file;
   std::string scheduler_address;  // host:port, once known
+  TlsFiles tls;                   // absolute paths; off: plaintext (TRELLIS_TLS_* to every child)
 };
 
 // One /metrics endpoint for Prometheus file service discovery.

@@ -1,5 +1,6 @@
 #include "operator/desired.h"
 
+#include "common/tls.h"
 #include "operator/gang.h"
 #include "operator/pod_template.h"
 
@@ -102,6 +103,20 @@ Json PodShell(const JobMeta& job, const JobSpec& spec, PodRole role, int index, 
   if (with_config) {
     mounts[1] = Mount("job", s.config_dir);
     volumes[1] = Volume("job", "configMap", "name", ConfigMapName(job.name));
+  }
+  if (!spec.tls.secretName.empty()) {
+    // The job's certificates (ca.crt, tls.crt, tls.key), where spec.tls's paths default to.
+    const size_t n = mounts.size();
+    mounts[n] = Mount("tls", std::string(kTlsMountDir));
+    volumes[n] = Volume("tls", "secret", "secretName", spec.tls.secretName);
+  }
+  if (spec.tls.enabled()) {
+    Json env = container.has_field("env") ? container["env"] : Json::array();
+    size_t n = env.size();
+    std::map<std::string, std::string> vars;
+    AddTlsEnv(TlsFilesOf(spec.tls), &vars);
+    for (const auto& [k, v] : vars) env[n++] = EnvVar(k, v);
+    container["env"] = env;
   }
   container["name"] = JStr("trellis");
   container["image"] = JStr(spec.image.empty() ? s.default_image : spec.image);

@@ -97,7 +97,9 @@ StatusOr<std::string> ProgressPoller::SchedulerAddress(const std::string& ns,
 }
 
 StatusOr<SchedulerClient*> ProgressPoller::ClientFor(const std::string& ns, const std::string& name,
-                                                     const std::string& uid) {
+                                                     const std::string& uid,
+                                                     const std::string& tls_secret,
+                                                     const std::string& server_name) {
   TRELLIS_ASSIGN_OR_RETURN(std::string address, SchedulerAddress(ns, name));
   Scheduler& s = schedulers_[{ns, name}];
   if (s.client && s.uid == uid && s.address == address) return s.client.get();
@@ -117,6 +119,27 @@ StatusOr<SchedulerClient*> ProgressPoller::ClientFor(const std::string& ns, cons
   o.address = address;
   o.token = token;
   o.rpc_timeout = std::chrono::milliseconds(2000);  // one slow job must not hold up the others
+  if (!tls_secret.empty()) {
+    // A TLS job's scheduler takes only clients with the job's certificate: the operator presents
+    // the one in the job's Secret, as its pods do.
+    TRELLIS_ASSIGN_OR_RETURN(Json certs, client_.Get(kSecrets, ns, tls_secret));
+    std::string pem[3];
+    const char* keys[3] = {"ca.crt", "tls.crt", "tls.key"};
+    for (int i = 0; i < 3; ++i) {
+      try {
+        const std::vector<unsigned char> raw =
+            utility::conversions::from_base64(Str(certs, {"data", keys[i]}));
+        pem[i].assign(raw.begin(), raw.end());
+      } catch (const std::exception& e) {
+        return InvalidArgumentError("secret " + tls_secret + ": " + keys[i] + ": bad base64: " +
+                                    e.what());
+      }
+      if (pem[i].empty()) return NotFoundError("secret " + tls_secret + " holds no " + keys[i]);
+    }
+    auto tls = LoadTlsPem(pem[0], pem[1], pem[2], server_name.empty() ? "trellis" : server_name);
+    if (!tls.ok()) return tls.status().Annotate("secret " + tls_secret);
+    o.tls = *tls;
+  }
   TRELLIS_ASSIGN_OR_RETURN(s.client, SchedulerClient::Connect(o));
   s.uid = uid;
   s.address = address;
@@ -126,7 +149,10 @@ StatusOr<SchedulerClient*> ProgressPoller::ClientFor(const std::string& ns, cons
 StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
   const std::string ns = Str(job, {"metadata", "namespace"}, "default");
   const std::string name = Str(job, {"metadata", "name"});
-  TRELLIS_ASSIGN_OR_RETURN(SchedulerClient * c, ClientFor(ns, name, Str(job, {"metadata", "uid"})));
+  TRELLIS_ASSIGN_OR_RETURN(SchedulerClient * c,
+                           ClientFor(ns, name, Str(job, {"metadata", "uid"}),
+                                     Str(job, {"spec", "tls", "secretName"}),
+                                     Str(job, {"spec", "tls", "serverName"})));
   auto progress = c->GetProgress();
   if (!progress.ok()) {
     schedulers_.erase({ns, name});  // reconnect next round (a restarted scheduler, a new token)

@@ -47,8 +47,11 @@ class ProgressPoller {
   };
   // Polls one job and writes its status when it changed; true when written.
   StatusOr<bool> PollJob(const Json& job);
+  // `tls_secret` non-empty: the job runs mutual TLS (spec.tls.secretName); the client presents
+  // that Secret's certificate and checks `server_name`.
   StatusOr<SchedulerClient*> ClientFor(const std::string& ns, const std::string& name,
-                                       const std::string& uid);
+                                       const std::string& uid, const std::string& tls_secret,
+                                       const std::string& server_name);
   StatusOr<std::string> SchedulerAddress(const std::string& ns, const std::string& name) const;
   void Loop();
 

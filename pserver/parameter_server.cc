@@ -22,7 +22,7 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const PserverO
   if (addr.find(':') != addr.rfind(':') && options.listen_host.front() != '[') {
     addr = "[" + options.listen_host + "]:" + std::to_string(options.port);
   }
-  builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &ps->port_);
+  builder.AddListeningPort(addr, ServerCredentials(options.tls), &ps->port_);
   builder.RegisterService(ps->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(wire::MaxMessageBytes(options.slice_bytes)));
   builder.SetMaxSendMessageSize(-1);
@@ -38,6 +38,7 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const PserverO
     to.port = options.tcp_port;
     to.token = options.service.token;
     to.slice_bytes = options.slice_bytes;
+    to.tls = options.tls;
     auto tcp = TcpDataServer::Start(ps->store_.get(), to);
     if (!tcp.ok()) return tcp.status().Annotate("starting the TCP data listener");
     ps->tcp_ = std::move(*tcp);

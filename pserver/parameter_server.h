@@ -11,6 +11,7 @@
 
 #include "common/job_spec.h"
 #include "common/status.h"
+#include "common/tls.h"
 #include "pserver/data_service.h"
 #include "pserver/slice_store.h"
 #include "pserver/tcp_data_server.h"
@@ -24,6 +25,7 @@ struct PserverOptions {
   DataServiceOptions service;
   int64_t slice_bytes = 4 << 20;  // sizes the receive limit (a slice + header)
   int tcp_port = 0;  // the raw-TCP bulk listener: 0 picks a free port, -1: none
+  TlsPtr tls;        // mutual TLS on both listeners (common/tls.h); nullptr: plaintext
 };
 
 class ParameterServer {

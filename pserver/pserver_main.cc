@@ -9,6 +9,7 @@
 #include <map>
 #include <thread>
 
+#include "common/tls.h"
 #include "common/auth.h"
 #include "common/env.h"
 #include "common/logging.h"
@@ -83,6 +84,7 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
   c.scheduler_address = Pick(flags, "scheduler", "TRELLIS_SCHEDULER", &src);
   std::string token_file = Pick(flags, "token-file", "TRELLIS_TOKEN_FILE", &src);
   TRELLIS_ASSIGN_OR_RETURN(c.token, ReadTokenFile(token_file));
+  TRELLIS_ASSIGN_OR_RETURN(c.server.tls, LoadTlsFromEnv(EnvSource()));
   if (std::string h = Pick(flags, "host", "TRELLIS_HOST", &src); !h.empty()) c.advertise_host = h;
   // --listen > TRELLIS_LISTEN_HOST > every address.
   c.server.listen_host = ListenHost(EnvSource());
@@ -109,7 +111,9 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
   std::string job_origin;
   if (!c.scheduler_address.empty()) {
     TRELLIS_ASSIGN_OR_RETURN(auto client,
-                             SchedulerClient::Connect({c.scheduler_address, c.token}));
+                             SchedulerClient::Connect({c.scheduler_address, c.token,
+                                                               std::chrono::milliseconds(10000),
+                                                               c.server.tls}));
     auto y = client->GetJobYaml();
     if (!y.ok()) return y.status().Annotate("reading the job from the scheduler");
     job_yaml = *y;
@@ -204,10 +208,15 @@ int PserverMain(int argc, char** argv) {
       config->advertise_host + ":" + std::to_string((*server)->port()), (*server)->tcp_port());
   TLOG_INFO << "serving on " << address << " (" << config->server.store.num_workers
             << " workers, " << ToString(config->server.store.mode) << " mode)";
+  if (config->server.tls) {
+    TLOG_INFO << "TLS on: mutual, on gRPC and the TCP data port (certificates for '"
+              << config->server.tls->server_name << "' signed by the job CA)";
+  }
   std::unique_ptr<SchedulerClient> client;
   std::unique_ptr<SchedulerWatch> watch;  // declared after the client: stops first
   if (!config->scheduler_address.empty()) {
-    auto c = SchedulerClient::Connect({config->scheduler_address, config->token});
+    auto c = SchedulerClient::Connect({config->scheduler_address, config->token,
+                                       std::chrono::milliseconds(10000), config->server.tls});
     Status st = c.status();
     if (st.ok()) client = std::move(*c);
     const int32_t rank = config->server.store.server_rank;

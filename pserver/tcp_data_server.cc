@@ -75,6 +75,7 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   Connection(int f, SliceStore* s, const TcpDataServerOptions* o)
       : fd(f), store(s), options(o), peer(PeerName(f)) {}
   ~Connection() {
+    tls.reset();
     if (fd >= 0) ::close(fd);
   }
 
@@ -86,6 +87,8 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   std::thread reader;
   std::thread writer;
   std::atomic<int> threads_running{2};
+  // Set by the reader after the TLS handshake, before anything is queued for the writer.
+  std::unique_ptr<TlsStream> tls;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -172,8 +175,23 @@ Status TcpDataServer::Connection::Hello(tcpwire::SocketReader& rd) {
 }
 
 void TcpDataServer::Connection::ReadLoop() {
-  tcpwire::SocketReader rd(fd);
-  SetRecvTimeout(fd, 10000);  // a peer that connects and says nothing is dropped
+  constexpr int64_t kHelloTimeoutMs = 10000;  // a peer that connects and says nothing is dropped
+  if (options->tls) {
+    // Mutual TLS first: a peer without a certificate of the job's CA never reaches the hello.
+    auto stream = TlsStream::Handshake(*options->tls->server_ctx, fd, kHelloTimeoutMs);
+    if (!stream.ok()) {
+      TLOG_WARN << "refusing data connection from " << peer << ": " << stream.status().ToString();
+      CloseAfterFlush();
+      return;
+    }
+    (*stream)->set_read_timeout_ms(kHelloTimeoutMs);
+    TLOG_INFO << "data connection from " << peer << ": TLS, record layer in "
+              << (*stream)->OffloadName();
+    std::lock_guard lock(mu);
+    tls = std::move(*stream);
+  }
+  tcpwire::SocketReader rd(fd, 64 << 10, tls.get());
+  SetRecvTimeout(fd, kHelloTimeoutMs);
   Status st = Hello(rd);
   if (!st.ok()) {
     TLOG_WARN << "refusing data connection from " << peer << ": " << st.ToString();
@@ -182,6 +200,7 @@ void TcpDataServer::Connection::ReadLoop() {
     return;
   }
   SetRecvTimeout(fd, 0);
+  if (tls) tls->set_read_timeout_ms(0);
   SendStatus(static_cast<wire::Op>(0), 0, Status::Ok());
   const uint64_t max_payload =
       static_cast<uint64_t>(wire::MaxMessageBytes(options->slice_bytes)) -
@@ -279,7 +298,7 @@ void TcpDataServer::Connection::WriteLoop() {
         iov.push_back({const_cast<void*>(o.PayloadData()), o.PayloadBytes()});
       }
     }
-    Status st = tcpwire::SendAll(fd, iov.data(), static_cast<int>(iov.size()));
+    Status st = tcpwire::SendAll(fd, tls.get(), iov.data(), static_cast<int>(iov.size()));
     batch.clear();  // releases the result buffers
     lock.lock();
     if (!st.ok()) break;  // the worker is gone

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/tls.h"
 #include "pserver/slice_store.h"
 
 namespace trellis {
@@ -29,6 +30,7 @@ struct TcpDataServerOptions {
   int port = 0;                   // 0: pick a free port
   std::string token;              // expected in the hello; empty: no check
   int64_t slice_bytes = 4 << 20;  // bounds a payload (as the gRPC receive limit)
+  TlsPtr tls;  // mutual TLS handshake before the hello (common/tls_stream.h); nullptr: plaintext
 };
 
 class TcpDataServer {

@@ -201,9 +201,15 @@ Status SendAll(int fd, struct iovec* iov, int iovcnt) {
   return Status::Ok();
 }
 
-SocketReader::SocketReader(int fd, size_t buffer_bytes) : fd_(fd), buf_(buffer_bytes) {}
+Status SendAll(int fd, TlsStream* tls, struct iovec* iov, int iovcnt) {
+  return tls != nullptr ? tls->WriteAll(iov, iovcnt) : SendAll(fd, iov, iovcnt);
+}
+
+SocketReader::SocketReader(int fd, size_t buffer_bytes, TlsStream* tls)
+    : fd_(fd), tls_(tls), buf_(buffer_bytes) {}
 
 Status SocketReader::RecvSome(void* dst, size_t n, int flags, size_t* got) {
+  if (tls_ != nullptr) return tls_->Read(dst, n, (flags & MSG_DONTWAIT) == 0, got);
   while (true) {
     ssize_t r = recv(fd_, dst, n, flags);
     if (r > 0) {
@@ -265,6 +271,11 @@ Status SocketReader::Read(void* dst, size_t n, WriteGuard* guard) {
       }));
       if (!writable) continue;
       if (got == 0) {
+        if (tls_ != nullptr) {
+          // Decrypted bytes may wait inside the TLS stream while the socket is quiet.
+          TRELLIS_RETURN_IF_ERROR(tls_->WaitReadable());
+          continue;
+        }
         pollfd p{fd_, POLLIN, 0};
         while (poll(&p, 1, -1) < 0 && errno == EINTR) {
         }

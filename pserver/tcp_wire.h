@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/tls_stream.h"
 #include "pserver/wire.h"
 
 namespace trellis::tcpwire {
@@ -60,6 +61,8 @@ StatusOr<int> Connect(const std::string& host, int port, int64_t timeout_ms);
 
 // Sends every byte of `iov` (partial sends resumed). `iov` is modified.
 Status SendAll(int fd, struct iovec* iov, int iovcnt);
+// The same through `tls` when the link runs TLS (nullptr: plain SendAll on `fd`).
+Status SendAll(int fd, TlsStream* tls, struct iovec* iov, int iovcnt);
 
 // Lets a reader write into memory that another thread may retire meanwhile (the worker's `out`,
 // freed by the user once the operation completed): Begin() before each piece written returns
@@ -75,7 +78,8 @@ class WriteGuard {
 // small frames), big ones straight into the destination (no intermediate copy).
 class SocketReader {
  public:
-  explicit SocketReader(int fd, size_t buffer_bytes = 64 << 10);
+  // With `tls` (outliving the reader) the bytes are read through it: decrypted.
+  explicit SocketReader(int fd, size_t buffer_bytes = 64 << 10, TlsStream* tls = nullptr);
   // Exactly `n` bytes into `dst`. With a guard, the socket is only read while the guard is
   // held, never blocking under it (poll first); bytes the guard refuses are discarded.
   // Errors: UNAVAILABLE (peer closed, reset) naming the cause.
@@ -88,6 +92,7 @@ class SocketReader {
   Status RecvSome(void* dst, size_t n, int flags, size_t* got);  // one recv
 
   const int fd_;
+  TlsStream* const tls_;
   std::vector<uint8_t> buf_;
   size_t begin_ = 0;
   size_t end_ = 0;

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/tls.h"
 #include "common/auth.h"
 #include "common/env.h"
 #include "common/file_util.h"
@@ -192,6 +193,10 @@ StatusOr<Settings> BuildSettings(const Flags& flags) {
   if (auto v = flag("metrics-host")) s.metrics_host = *v;
   TRELLIS_RETURN_IF_ERROR(ValidateSchedulerConfig(c));
   TRELLIS_ASSIGN_OR_RETURN(s.server.service.token, ReadTokenFile(token_file));
+  // TLS: TRELLIS_TLS_* (set by the operator and the launcher), else the job file's spec.tls.
+  TRELLIS_ASSIGN_OR_RETURN(TlsFiles tls_files, TlsFilesFromEnv(EnvSource()));
+  if (!tls_files.enabled() && spec) tls_files = TlsFilesOf(spec->tls);
+  TRELLIS_ASSIGN_OR_RETURN(s.server.tls, LoadTls(tls_files));
   if (s.server.service.token.empty()) TLOG_WARN << "no token file: calls are not authenticated";
 
   // GetJob serves the job with the effective settings (flags and environment applied).
@@ -238,6 +243,7 @@ int Main(int argc, char** argv) {
   const std::string host = settings->server.host;
   const std::string port_file = settings->port_file;
   const SchedulerConfig config = settings->config;
+  const bool tls_on = settings->server.tls != nullptr;
   auto server = SchedulerServer::Start(settings->config, std::move(settings->server));
   if (!server.ok()) {
     std::cerr << "trellis-scheduler: " << server.status().message() << "\n";
@@ -247,6 +253,7 @@ int Main(int argc, char** argv) {
             << (config.job_name.empty() ? "-" : config.job_name) << ", " << config.num_servers
             << " servers, " << config.num_workers << " workers, dispatch " << config.dispatch
             << ", sliceBytes " << config.slice_bytes << ")";
+  if (tls_on) TLOG_INFO << "TLS on: mutual (clients need a certificate of the job CA)";
   // Declared after the server so it stops first: the hook reads the server's state.
   MetricsRegistry registry(MetricLabels{config.job_name, "scheduler", -1});
   std::unique_ptr<MetricsHttpServer> metrics_server;

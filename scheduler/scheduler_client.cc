@@ -28,7 +28,7 @@ StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   auto channel =
-      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+      grpc::CreateCustomChannel(options.address, ChannelCredentials(options.tls, &args), args);
   if (!channel) return InternalError("cannot create a channel to " + options.address);
   return std::unique_ptr<SchedulerClient>(
       new SchedulerClient(options, v1::Scheduler::NewStub(channel)));

@@ -355,7 +355,7 @@ StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(SchedulerConfi
 
   grpc::ServerBuilder builder;
   const std::string listen = JoinHostPort(s->options_.host, s->options_.port);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(listen, ServerCredentials(s->options_.tls), &s->port_);
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);

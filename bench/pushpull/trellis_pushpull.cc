@@ -7,6 +7,7 @@
 #include <barrier>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -24,6 +25,26 @@ constexpr auto kStartDeadline = std::chrono::seconds(30);
 constexpr int64_t kOperationTimeoutMs = 30000;  // a stuck step fails instead of hanging the bench
 // One GetCluster long poll; the scheduler answers a little before it with the view as it is.
 constexpr auto kClusterPoll = std::chrono::milliseconds(500);
+
+// TRELLIS_TLS_* of this process for one measurement: the scheduler and servers inherit them, the
+// worker threads' Worker::Create and the bench's own scheduler client read them.
+class ScopedTlsEnv {
+ public:
+  explicit ScopedTlsEnv(const TlsFiles& files) {
+    Clear();
+    std::map<std::string, std::string> env;
+    AddTlsEnv(files, &env);
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  ~ScopedTlsEnv() { Clear(); }
+
+ private:
+  static void Clear() {
+    for (const char* k : {kEnvTlsCaFile, kEnvTlsCertFile, kEnvTlsKeyFile, kEnvTlsServerName}) {
+      ::unsetenv(k);
+    }
+  }
+};
 
 // The scheduler and the servers as real processes on loopback. The bench plays the agent's part
 // (DESIGN: the agent registers a pod, then starts its program with TRELLIS_RANK).
@@ -184,8 +205,11 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const TrellisRunOptions& optio
     if (!out) return UnavailableError("cannot write " + cluster->token_file_);
   }
   TRELLIS_RETURN_IF_ERROR(cluster->StartScheduler(options));
+  TRELLIS_ASSIGN_OR_RETURN(TlsPtr tls, LoadTls(options.tls));
   TRELLIS_ASSIGN_OR_RETURN(std::unique_ptr<SchedulerClient> client,
-                           SchedulerClient::Connect({.address = cluster->scheduler_address_, .token = token}));
+                           SchedulerClient::Connect({.address = cluster->scheduler_address_,
+                                                     .token = token,
+                                                     .tls = tls}));
   TRELLIS_RETURN_IF_ERROR(cluster->StartServers(options, *client));
   return cluster;
 }
@@ -301,6 +325,7 @@ std::string TrellisTopology::Name() const {
 bool TrellisAvailable() { return true; }
 
 StatusOr<std::vector<TrellisSizeResult>> MeasureTrellis(const TrellisRunOptions& options) {
+  ScopedTlsEnv tls_env(options.tls);  // set before any process or worker thread starts
   TRELLIS_ASSIGN_OR_RETURN(std::unique_ptr<Cluster> cluster, Cluster::Start(options));
   const int w = options.topology.workers;
   Shared shared(w);

@@ -13,6 +13,7 @@
 
 #include "bench/common/stats.h"
 #include "common/status.h"
+#include "common/tls.h"
 
 namespace trellis::bench {
 
@@ -43,6 +44,7 @@ struct TrellisRunOptions {
   int64_t slice_bytes = 0;      // the job's sliceBytes; 0: the job default
   std::string transport;        // the workers' data path ("grpc", "tcp"); empty: the job's
   bool retain_pushes = true;    // the job's recovery.retainPushes
+  TlsFiles tls;                 // enabled: mutual TLS between every part (bench workers too)
 };
 
 // True when this bench was built with the worker library (the data path exists).

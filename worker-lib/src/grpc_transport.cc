@@ -35,7 +35,7 @@ class GrpcConnection final : public ServerConnection,
     wire::ApplyDataChannelArgs([&](const char* name, int value) { args.SetInt(name, value); });
     // Own TCP connection per worker-server pair, even for several workers in one process.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    channel_ = grpc::CreateCustomChannel(o.address, grpc::InsecureChannelCredentials(), args);
+    channel_ = grpc::CreateCustomChannel(o.address, ChannelCredentials(o.tls, &args), args);
     control_ = v1::DataService::NewStub(channel_);
     stub_ = std::make_unique<grpc::GenericStub>(channel_);
     if (!o.token.empty()) ctx_.AddMetadata(kTokenMetadataKey, o.token);

@@ -60,9 +60,11 @@ class OutGuard final : public tcpwire::WriteGuard {
 
 class TcpConnection final : public ServerConnection {
  public:
-  TcpConnection(const ConnectionOptions& o, int fd, std::unique_ptr<tcpwire::SocketReader> rd)
+  TcpConnection(const ConnectionOptions& o, int fd, std::unique_ptr<TlsStream> tls,
+                std::unique_ptr<tcpwire::SocketReader> rd)
       : options_(o),
         fd_(fd),
+        tls_(std::move(tls)),
         reader_(std::move(rd)),
         max_payload_(static_cast<uint64_t>(wire::MaxMessageBytes(o.slice_bytes))) {
     read_thread_ = std::thread([this] {
@@ -83,6 +85,8 @@ class TcpConnection final : public ServerConnection {
     ::shutdown(fd_, SHUT_RDWR);  // wakes both threads; the reader fails what is pending
     read_thread_.join();
     write_thread_.join();
+    reader_.reset();
+    tls_.reset();
     ::close(fd_);
   }
 
@@ -91,8 +95,9 @@ class TcpConnection final : public ServerConnection {
   Status InstallShardMap(const v1::ShardMap& map, int32_t server_rank,
                          int64_t timeout_ms) override {
     if (!control_) {
-      control_ = v1::DataService::NewStub(
-          grpc::CreateChannel(options_.address, grpc::InsecureChannelCredentials()));
+      grpc::ChannelArguments args;
+      auto creds = ChannelCredentials(options_.tls, &args);
+      control_ = v1::DataService::NewStub(grpc::CreateCustomChannel(options_.address, creds, args));
     }
     return InstallShardMapOnServer(control_.get(), options_, map, server_rank, timeout_ms);
   }
@@ -331,7 +336,7 @@ class TcpConnection final : public ServerConnection {
           }
         }
       }
-      Status st = tcpwire::SendAll(fd_, iov.data(), static_cast<int>(iov.size()));
+      Status st = tcpwire::SendAll(fd_, tls_.get(), iov.data(), static_cast<int>(iov.size()));
       if (st.ok()) {
         for (auto& f : batch) {
           if (f.sent) f.sent();
@@ -350,6 +355,7 @@ class TcpConnection final : public ServerConnection {
 
   const ConnectionOptions options_;
   const int fd_;
+  std::unique_ptr<TlsStream> tls_;                 // nullptr: plaintext; used by both threads
   std::unique_ptr<tcpwire::SocketReader> reader_;  // used by the reader thread only
   const uint64_t max_payload_;
   std::unique_ptr<v1::DataService::Stub> control_;  // InstallShardMap (FinishDeclarations)
@@ -382,16 +388,26 @@ StatusOr<std::unique_ptr<ServerConnection>> ConnectTcp(const ConnectionOptions& 
   TRELLIS_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(o.address));
   const std::string where = hp.host + ":" + std::to_string(o.tcp_port);
   TRELLIS_ASSIGN_OR_RETURN(int fd, tcpwire::Connect(hp.host, o.tcp_port, o.timeout_ms));
-  // Handshake, bounded by the timeout: hello out, the server's verdict back.
-  SetRecvTimeout(fd, o.timeout_ms);
-  auto reader = std::make_unique<tcpwire::SocketReader>(fd);
+  // Handshake, bounded by the timeout: (mutual TLS,) hello out, the server's verdict back.
+  std::unique_ptr<TlsStream> tls;
+  std::unique_ptr<tcpwire::SocketReader> reader;
   auto fail = [&](Status st) {
+    reader.reset();
+    tls.reset();
     ::close(fd);
     return st.Annotate("TCP data connection to " + where);
   };
+  if (o.tls) {
+    auto stream = TlsStream::Handshake(*o.tls->client_ctx, fd, o.timeout_ms);
+    if (!stream.ok()) return fail(stream.status());
+    tls = std::move(*stream);
+    tls->set_read_timeout_ms(o.timeout_ms);
+  }
+  SetRecvTimeout(fd, o.timeout_ms);
+  reader = std::make_unique<tcpwire::SocketReader>(fd, 64 << 10, tls.get());
   std::vector<uint8_t> hello = tcpwire::EncodeHello(o.token, o.worker_rank);
   iovec iov{hello.data(), hello.size()};
-  if (Status st = tcpwire::SendAll(fd, &iov, 1); !st.ok()) return fail(st);
+  if (Status st = tcpwire::SendAll(fd, tls.get(), &iov, 1); !st.ok()) return fail(st);
   uint8_t head[wire::kResponseHeaderBytes];
   if (Status st = reader->Read(head, sizeof head); !st.ok()) {
     return fail(UnavailableError("no handshake answer: " + st.message()));
@@ -406,7 +422,9 @@ StatusOr<std::unique_ptr<ServerConnection>> ConnectTcp(const ConnectionOptions& 
     return fail(Status(static_cast<StatusCode>(h.code), "server refused: " + message));
   }
   SetRecvTimeout(fd, 0);
-  return std::unique_ptr<ServerConnection>(new TcpConnection(o, fd, std::move(reader)));
+  if (tls) tls->set_read_timeout_ms(0);
+  return std::unique_ptr<ServerConnection>(
+      new TcpConnection(o, fd, std::move(tls), std::move(reader)));
 }
 
 wire::RequestHeader HeaderOf(const SliceRequest& r) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/tls.h"
 #include "pserver/wire.h"
 #include "trellis/v1/scheduler.pb.h"
 
@@ -99,6 +100,7 @@ struct ConnectionOptions {
   int32_t worker_rank = 0;
   int64_t slice_bytes = 4 << 20;
   int64_t timeout_ms = 120000;  // bounds connecting and the handshake
+  TlsPtr tls;  // mutual TLS on the link (both transports) and its control calls; nullptr: off
 };
 
 // A gRPC connection: one channel and one long-lived raw bidirectional stream.

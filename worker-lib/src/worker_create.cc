@@ -50,6 +50,7 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   std::string token_file = options.token_file.empty() ? Env("TRELLIS_TOKEN_FILE")
                                                       : options.token_file;
   TRELLIS_ASSIGN_OR_RETURN(setup.token, ReadTokenFile(token_file));
+  TRELLIS_ASSIGN_OR_RETURN(setup.tls, LoadTlsFromEnv(EnvSource()));
   if (options.rank >= 0) {
     setup.rank = options.rank;
   } else {
@@ -68,7 +69,9 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
 
   std::shared_ptr<SchedulerClient> client;
   {
-    TRELLIS_ASSIGN_OR_RETURN(auto c, SchedulerClient::Connect({scheduler, setup.token}));
+    TRELLIS_ASSIGN_OR_RETURN(auto c, SchedulerClient::Connect(
+                                         {scheduler, setup.token, std::chrono::milliseconds(10000),
+                                          setup.tls}));
     client = std::move(c);
   }
   auto yaml = client->GetJobYaml();

@@ -207,6 +207,7 @@ Status WorkerImpl::DeclareRound(bool first) {
                                                         nullptr, &o.tcp_port));
       o.timeout_ms = setup_.timeout_ms;
       o.token = setup_.token;
+      o.tls = setup_.tls;
       o.worker_rank = setup_.rank;
       o.slice_bytes = map.slice_bytes();
       TRELLIS_ASSIGN_OR_RETURN(auto conn, setup_.connect(o));

@@ -52,6 +52,7 @@ struct WorkerSetup {
   int32_t num_workers = 1;
   std::vector<std::string> server_addresses;  // index = server rank
   std::string token;
+  TlsPtr tls;  // TRELLIS_TLS_*: mutual TLS to the scheduler and the servers; nullptr: plaintext
   int64_t slice_bytes_override = 0;  // WorkerOptions.slice_bytes: must match the map's
   int32_t water_mark = 8;
   bool priority_enabled = true;  // off: every slice FIFO

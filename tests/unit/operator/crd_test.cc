@@ -62,6 +62,14 @@ std::string LeafJob(const std::vector<std::string>& path, const std::string& val
       return JobWith(policy, "{gangScheduler: scheduler-plugins, scheduleTimeoutSeconds: " + value + "}");
     }
   }
+  // A TLS file is only valid with the other two.
+  if (path.size() == 2 && path[0] == "tls" && path[1] != "secretName" && path[1] != "serverName") {
+    std::string files = "{";
+    for (const char* f : {"caFile", "certFile", "keyFile"}) {
+      files += std::string(files.size() > 1 ? ", " : "") + f + ": " + (path[1] == f ? value : "x");
+    }
+    return JobWith({"tls"}, files + "}");
+  }
   return JobWith(path, value);
 }
 
