@@ -5,6 +5,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -76,6 +78,40 @@ Status LoadCa(SSL_CTX* ctx, const std::string& pem) {
   return Status::Ok();
 }
 
+// OpenSSL writes with write(2)/sendmsg without MSG_NOSIGNAL: a peer that went away would raise
+// SIGPIPE and kill the process. SIGPIPE is blocked in this thread around each SSL call that may
+// write, and one it raised is taken back before the mask is restored; the call reports EPIPE.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlock() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        timespec zero{0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlock(const SigpipeBlock&) = delete;
+  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+  bool was_pending_ = false;
+};
+
 int64_t MsLeft(std::chrono::steady_clock::time_point deadline) {
   return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(
                                   deadline - std::chrono::steady_clock::now())
@@ -142,7 +178,11 @@ StatusOr<std::unique_ptr<TlsStream>> TlsStream::Handshake(const TlsContext& ctx,
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     ERR_clear_error();
-    int r = SSL_do_handshake(ssl);
+    int r;
+    {
+      SigpipeBlock no_sigpipe;
+      r = SSL_do_handshake(ssl);
+    }
     if (r == 1) break;
     int e = SSL_get_error(ssl, r);
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
@@ -231,6 +271,7 @@ Status TlsStream::WriteBytes(const uint8_t* p, size_t n) {
     int e;
     {
       std::lock_guard lock(ssl_mu_);
+      SigpipeBlock no_sigpipe;
       ERR_clear_error();
       size_t written = 0;
       if (SSL_write_ex(ssl_, p, std::min(n, kWriteChunk), &written) == 1) {

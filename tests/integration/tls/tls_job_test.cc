@@ -73,7 +73,7 @@ TEST_F(TlsJobTest, BothTransportsWithTlsEndAsThePlainRun) {
   }
 }
 
-TEST_F(TlsJobTest, HalfAConfigurationOrAMissingFileStopsTheJobBeforeItStarts) {
+TEST_F(TlsJobTest, AMissingCertificateFileStopsTheJobBeforeItStarts) {
   const std::string job = "tlsbad-" + std::to_string(::getpid());
   std::string out;
   const int rc = Run(job, "tcp",

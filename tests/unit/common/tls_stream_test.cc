@@ -223,7 +223,14 @@ TEST_F(TlsStreamTest, PeerCloseEndsReadsAndReadTimeoutFires) {
   (*server)->set_read_timeout_ms(0);
   client->reset();
   shutdown(p.client, SHUT_RDWR);
+  close(p.client);
+  p.client = -1;
   st = (*server)->Read(buf, sizeof buf, true, &got);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  // Writing to the closed peer is an error, not a SIGPIPE that kills the process.
+  std::vector<uint8_t> big(8 << 20, 1);
+  iovec iov{big.data(), big.size()};
+  st = (*server)->WriteAll(&iov, 1);
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
 }
 
