@@ -13,7 +13,7 @@ const char kUsage[] =
     "usage: bench_pushpull [--quick] [--sizes=4K,1M,16M,64M,256M] [--topologies=1x1,2x2]\n"
     "                      [--load[=N]] [--baselines-only] [--slice-bytes=B]\n"
     "                      [--transport=grpc,tcp] [--bin-dir=DIR] [--log-dir=DIR]\n"
-    "                      [--retain-pushes=on|off] [--seconds=S]\n"
+    "                      [--retain-pushes=on|off] [--seconds=S] [--tls]\n"
     "  --quick           fewer iterations (smoke run)\n"
     "  --sizes           tensor/message sizes, binary units (K, M, G)\n"
     "  --topologies      WxS pairs: W workers (threads) x S servers (processes)\n"
@@ -27,7 +27,9 @@ const char kUsage[] =
     "  --log-dir         where the children's logs go (default: a fresh temp dir)\n"
     "  --retain-pushes   the job's recovery.retainPushes (default on; off: no copy per push)\n"
     "  --seconds         measured seconds per size and column (default 1.5, --quick 0.3);\n"
-    "                    longer runs for profiling (perf record -p ...)\n";
+    "                    longer runs for profiling (perf record -p ...)\n"
+    "  --tls             every Trellis column also with mutual TLS between all parts (right\n"
+    "                    after the plain one), and a table of what TLS costs\n";
 
 namespace {
 
@@ -82,6 +84,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv, int cpus) {
     };
     if (arg == "--quick") {
       flags.quick = true;
+    } else if (arg == "--tls") {
+      flags.tls = true;
     } else if (arg == "--baselines-only") {
       flags.baselines_only = true;
     } else if (arg == "--load") {

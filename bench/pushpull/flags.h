@@ -24,6 +24,9 @@ struct Flags {
   // then with them. 0: no loaded pass.
   int load_processes = 0;
   double seconds_per_size = 0;  // --seconds: measured time per size and column; 0: 1.5 (0.3 quick)
+  // --tls: every Trellis column again with mutual TLS between all parts, right after the plain
+  // one, and the table of what TLS costs.
+  bool tls = false;
 };
 
 extern const char kUsage[];

@@ -7,6 +7,7 @@
 
 #include "bench/common/table.h"
 #include "bench/pushpull/tcp_echo.h"
+#include "bench/pushpull/tls_cost.h"
 
 namespace trellis::bench {
 namespace {
@@ -68,11 +69,15 @@ Status GrpcPass(const Flags& flags, PassResult& pass) {
 }
 
 // (2) Trellis: every transport x topology. A column that fails is reported and left out.
-void TrellisPass(const Flags& flags, const std::string& bin_dir, const std::string& log_dir, PassResult& pass) {
+void TrellisPass(const Flags& flags, const std::string& bin_dir, const std::string& log_dir,
+                 const TlsFiles& tls, PassResult& pass) {
+  const std::vector<bool> modes = tls.enabled() ? std::vector<bool>{false, true} : std::vector<bool>{false};
   for (const std::string& transport : flags.transports) {
     for (const TrellisTopology& topo : flags.topologies) {
-      const std::string name = transport + " " + topo.Name();
+     for (const bool with_tls : modes) {  // plain, then TLS right after: the same conditions
+      const std::string name = transport + " " + topo.Name() + (with_tls ? " tls" : "");
       TrellisRunOptions options;
+      if (with_tls) options.tls = tls;
       options.transport = transport;
       options.topology = topo;
       options.sizes = flags.sizes;
@@ -96,13 +101,20 @@ void TrellisPass(const Flags& flags, const std::string& bin_dir, const std::stri
                   << Fixed(s.gbytes_per_s_per_worker * topo.workers, 2) << " all workers), p50 " << Us(s.p50_s)
                   << " us, p99 " << Us(s.p99_s) << " us, CPU " << Fixed(s.cpu_s_per_step * 1e3, 2)
                   << " ms/step (" << s.steps << " steps)\n";
-        if (s.bytes == kLatencyBytes && !pass.latency.count(transport)) pass.latency[transport] = s;
+        if (s.bytes == kLatencyBytes && !with_tls && !pass.latency.count(transport)) {
+          pass.latency[transport] = s;
+        }
       }
+     }
     }
   }
 }
 
 }  // namespace
+
+bool IsTlsColumn(const std::string& column) {
+  return column.size() > 4 && column.compare(column.size() - 4, 4, " tls") == 0;
+}
 
 std::string LoadAverage() {
   double load[1] = {0};
@@ -130,7 +142,14 @@ StatusOr<PassResult> RunPass(const Flags& flags, const std::string& condition, c
     std::cout << "  trellis: not built (no worker library in this build); baselines only\n";
   }
   if (trellis) {
-    TrellisPass(flags, bin_dir, log_dir, pass);
+    TlsFiles tls;
+    if (flags.tls) {
+      // A job CA for the pass, and where this kernel puts the record layer (kTLS or user space).
+      TRELLIS_ASSIGN_OR_RETURN(tls, BenchTlsFiles(log_dir + "/tls"));
+      TRELLIS_ASSIGN_OR_RETURN(pass.tls_offload, ProbeTlsOffload(tls));
+      std::cout << "  tls: mutual, TLS 1.3, data link record layer in " << pass.tls_offload << "\n";
+    }
+    TrellisPass(flags, bin_dir, log_dir, tls, pass);
     if (!pass.trellis.empty()) TRELLIS_RETURN_IF_ERROR(TcpPass(flags, "after ", pass));
   }
   pass.seconds = SecondsSince(start);

@@ -28,9 +28,13 @@ struct PassResult {
   std::map<std::string, int> workers;  // per column
   std::map<std::string, std::map<uint64_t, TrellisSizeResult>> trellis;
   std::map<std::string, TrellisSizeResult> latency;  // per transport: 4 KiB, first topology
+  std::string tls_offload;  // --tls: where the record layer ran ("user space", "kTLS send+recv")
   bool trellis_failed = false;
   double seconds = 0;
 };
+
+// A column measured with TLS (--tls): "<transport> <topology> tls". No goal applies to it.
+bool IsTlsColumn(const std::string& column);
 
 // The 1-minute load average ("unknown" when unreadable).
 std::string LoadAverage();

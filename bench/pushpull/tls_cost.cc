@@ -59,34 +59,35 @@ StatusOr<std::string> ProbeTlsOffload(const TlsFiles& files) {
   return out;
 }
 
-void PrintTlsCost(const std::vector<uint64_t>& sizes, const std::vector<std::string>& plain_runs,
-                  const std::map<std::string, std::map<uint64_t, TrellisSizeResult>>& results,
-                  const std::string& offload, std::ostream& out) {
-  out << "\nTLS cost (GB/s per worker, plain and mutual TLS in this run; record layer: " << offload
-      << "):\n\n";
+void PrintTlsCost(const PassResult& pass, std::ostream& out) {
+  out << "\nTLS cost (" << pass.condition << "; GB/s, sum over workers; plain, then mutual TLS 1.3 "
+      << "right after it; data link record layer: " << pass.tls_offload << "):\n\n";
+  std::vector<std::string> plain;
+  for (const std::string& c : pass.columns) {
+    if (!IsTlsColumn(c)) plain.push_back(c);
+  }
   std::vector<std::string> header = {"size"};
-  for (const std::string& name : plain_runs) {
+  for (const std::string& name : plain) {
     header.push_back(name);
     header.push_back("+ TLS");
     header.push_back("TLS / plain");
   }
   Table table(header);
-  auto ratio = [](double num, double den) { return den > 0 ? Fixed(num / den, 2) : "-"; };
-  auto find = [&](const std::string& run, uint64_t size) -> const TrellisSizeResult* {
-    auto r = results.find(run);
-    if (r == results.end()) return nullptr;
-    auto s = r->second.find(size);
-    return s == r->second.end() ? nullptr : &s->second;
+  auto sum = [&](const std::string& column, uint64_t size) -> double {
+    auto c = pass.trellis.find(column);
+    if (c == pass.trellis.end()) return -1;
+    auto s = c->second.find(size);
+    auto w = pass.workers.find(column);
+    if (s == c->second.end() || w == pass.workers.end()) return -1;
+    return s->second.gbytes_per_s_per_worker * w->second;
   };
-  for (uint64_t size : sizes) {
+  for (const auto& [size, echo] : pass.tcp) {
     std::vector<std::string> row = {FormatBytes(size)};
-    for (const std::string& name : plain_runs) {
-      const TrellisSizeResult* plain = find(name, size);
-      const TrellisSizeResult* tls = find(name + " tls", size);
-      row.push_back(plain ? Fixed(plain->gbytes_per_s_per_worker, 2) : "-");
-      row.push_back(tls ? Fixed(tls->gbytes_per_s_per_worker, 2) : "-");
-      row.push_back(plain && tls ? ratio(tls->gbytes_per_s_per_worker, plain->gbytes_per_s_per_worker)
-                                 : "-");
+    for (const std::string& name : plain) {
+      const double a = sum(name, size), b = sum(name + " tls", size);
+      row.push_back(a < 0 ? "-" : Fixed(a, 2));
+      row.push_back(b < 0 ? "-" : Fixed(b, 2));
+      row.push_back(a > 0 && b >= 0 ? Fixed(b / a, 2) : "-");
     }
     table.AddRow(row);
   }
