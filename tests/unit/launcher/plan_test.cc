@@ -180,3 +180,33 @@ TEST(FailureMessageTest, AKilledAgentIsSaidToHaveDied) {
 
 }  // namespace
 }  // namespace trellis
+
+namespace trellis {
+namespace {
+
+// TLS (docs/operations.md#tls): --tls parses; every child gets the run's TRELLIS_TLS_* and never
+// an outer run's.
+TEST(PlanTlsTest, EveryChildGetsTheRunsTlsFilesAndNoInheritedOnes) {
+  auto o = ParseLaunchArgs({"--tls", "j.yaml"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->tls);
+  EXPECT_FALSE(ParseLaunchArgs({"j.yaml"})->tls);
+
+  const std::map<std::string, std::string> outer = {{"TRELLIS_TLS_CA_FILE", "/outer/ca.crt"},
+                                                    {"TRELLIS_TLS_CERT_FILE", "/outer/tls.crt"},
+                                                    {"TRELLIS_TLS_KEY_FILE", "/outer/tls.key"}};
+  LaunchPaths plain = Paths();
+  EXPECT_EQ(PlanScheduler(plain, outer).spawn.env.count("TRELLIS_TLS_CA_FILE"), 0u);
+  LaunchPaths tls = Paths();
+  tls.tls = TlsFiles{"/run/tls/ca.crt", "/run/tls/tls.crt", "/run/tls/tls.key", "trellis"};
+  auto sched = PlanScheduler(tls, outer);
+  EXPECT_EQ(sched.spawn.env.at("TRELLIS_TLS_CA_FILE"), "/run/tls/ca.crt");
+  EXPECT_EQ(sched.spawn.env.at("TRELLIS_TLS_SERVER_NAME"), "trellis");
+  for (const auto& p : PlanAgents(TwoByThree(), tls, outer, std::chrono::milliseconds(3000))) {
+    EXPECT_EQ(p.spawn.env.at("TRELLIS_TLS_KEY_FILE"), "/run/tls/tls.key") << p.name;
+    EXPECT_EQ(p.spawn.env.at("TRELLIS_TLS_CERT_FILE"), "/run/tls/tls.crt") << p.name;
+  }
+}
+
+}  // namespace
+}  // namespace trellis

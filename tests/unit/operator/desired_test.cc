@@ -129,3 +129,45 @@ TEST(DesiredTest, SchedulerPodReadsJobFileFromConfigMapAndServiceSelectsIt) {
 
 }  // namespace
 }  // namespace trellis::op
+
+namespace trellis::op {
+namespace {
+
+// spec.tls.secretName: every pod mounts the Secret where the TLS paths point and has
+// TRELLIS_TLS_* (docs/operations.md#tls); without it, no such volume nor variable.
+TEST(DesiredTest, TlsSecretIsMountedAndNamedInEveryPod) {
+  Json job = ApiJob(kSpec);
+  JobSpec spec = Spec(job);
+  EXPECT_EQ(EnvOf(RolePod(*JobMetaOf(job), spec, PodRole::kWorker, 0, OperatorSettings{}),
+                  "TRELLIS_TLS_CA_FILE"),
+            "<unset>");
+  spec.tls.secretName = "mlp-tls";
+  spec.tls.caFile = "/etc/trellis/tls/ca.crt";
+  spec.tls.certFile = "/etc/trellis/tls/tls.crt";
+  spec.tls.keyFile = "/etc/trellis/tls/tls.key";
+  const JobMeta meta = *JobMetaOf(job);
+  for (const Json& pod : {RolePod(meta, spec, PodRole::kWorker, 0, OperatorSettings{}),
+                          RolePod(meta, spec, PodRole::kServer, 1, OperatorSettings{}),
+                          SchedulerPod(meta, spec, OperatorSettings{})}) {
+    const std::string name = Str(pod, {"metadata", "name"});
+    EXPECT_EQ(EnvOf(pod, "TRELLIS_TLS_CA_FILE"), "/etc/trellis/tls/ca.crt") << name;
+    EXPECT_EQ(EnvOf(pod, "TRELLIS_TLS_KEY_FILE"), "/etc/trellis/tls/tls.key") << name;
+    EXPECT_EQ(EnvOf(pod, "TRELLIS_TLS_SERVER_NAME"), "trellis") << name;
+    const Json& volumes = pod.at("spec").at("volumes");
+    const Json& mounts = pod.at("spec").at("containers").at(0).at("volumeMounts");
+    bool mounted = false;
+    for (size_t i = 0; i < volumes.size(); ++i) {
+      if (Str(volumes.at(i), {"name"}) != "tls") continue;
+      EXPECT_EQ(Str(volumes.at(i), {"secret", "secretName"}), "mlp-tls") << name;
+      for (size_t m = 0; m < mounts.size(); ++m) {
+        if (Str(mounts.at(m), {"name"}) == "tls") {
+          mounted = Str(mounts.at(m), {"mountPath"}) == "/etc/trellis/tls";
+        }
+      }
+    }
+    EXPECT_TRUE(mounted) << name;
+  }
+}
+
+}  // namespace
+}  // namespace trellis::op
