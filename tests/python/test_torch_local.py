@@ -305,3 +305,14 @@ def test_seal_without_optimizer_runs_queued_broadcasts():
     assert not tt.is_sealed() and not ran
     tt.seal()
     assert tt.is_sealed() and ran == [1] and tt._state.pending == []
+
+
+def test_internal_channels_have_distinct_key_ids():
+    # The collective channel once shared the rejoin arena's id: every job with crash recovery
+    # failed at start-up with "key id declared twice".
+    from trellis import _buffers, _collectives, _grad_sync, _keys, _rejoin
+    used = [tt._CHANNEL_KEY, _rejoin.ARENA_KEY, _collectives.KEY, _buffers.BUFFER_KEY,
+            _grad_sync.CONTROL_KEY]
+    assert sorted(used) == sorted(_keys.ALL)
+    assert len(set(used)) == len(used)
+    assert all(k >= 1 << 62 for k in used)

@@ -15,8 +15,9 @@ The key is declared at the seal when they are known by then, else when they are 
 import torch
 
 import trellis as _trellis
+from trellis import _keys
 
-BUFFER_KEY = (1 << 62) + 16  # beside torch.py _CHANNEL_KEY (+0) and _rejoin.ARENA_KEY (+1)
+BUFFER_KEY = _keys.BUFFERS
 
 
 class BufferSync:

@@ -22,8 +22,9 @@ import zlib
 import numpy as np
 
 import trellis as _trellis
+from trellis import _keys
 
-KEY = (1 << 62) + 1           # the collective channel's key id (beside trellis.torch's channel)
+KEY = _keys.COLLECTIVES       # the collective channel's key id
 CHANNEL_FLOATS = 1 << 16      # 256 KiB per round
 _SLOT = 6                     # header floats per rank: marker, fingerprint (2), count (3)
 

@@ -21,8 +21,9 @@ import contextlib
 import torch
 
 import trellis as _trellis
+from trellis import _keys
 
-CONTROL_KEY = (1 << 62) + 17  # join: one element per worker, 1 while that worker still trains
+CONTROL_KEY = _keys.JOIN_CONTROL  # join: one element per worker, 1 while that worker still trains
 MODES = ("backward", "step")
 
 

@@ -25,8 +25,9 @@ import numpy as np
 import torch
 
 import trellis as _trellis
+from trellis import _keys
 
-ARENA_KEY = (1 << 62) + 1
+ARENA_KEY = _keys.REJOIN_ARENA
 _MAGIC = 0x314E494F4A455254  # "TREJOIN1"
 _HEADER = struct.Struct("<qqqq")
 _EXTRA_ENV = "TRELLIS_TORCH_REJOIN_EXTRA_BYTES"

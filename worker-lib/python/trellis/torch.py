@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 import trellis as _trellis
-from . import _buffers, _collectives, _grad_sync, _rejoin, _torch_tensors
+from . import _buffers, _collectives, _grad_sync, _keys, _rejoin, _torch_tensors
 from ._collectives import CollectiveError
 from ._rejoin import TrainingState
 from ._torch_tensors import allgather, allreduce, allreduce_, broadcast, broadcast_
@@ -38,7 +38,7 @@ __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_
            "seal", "report_loss", "TrainingState", "allreduce", "allreduce_", "allgather",
            "broadcast", "broadcast_", "CollectiveError"]
 
-_CHANNEL_KEY = 1 << 62        # the broadcast channel's key id
+_CHANNEL_KEY = _keys.BROADCAST_CHANNEL  # the broadcast channel's key id
 _CHANNEL_FLOATS = 1 << 18     # 1 MiB per broadcast round
 _GRAD_KEY_BASE = 1 << 61      # gradient keys: base + declaration index
 _BARRIER = "trellis.torch.broadcast"
