@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import envtest  # noqa: E402
 from envtest import wait_for  # noqa: E402
 
-EPOCHS = 6
+EPOCHS = 20  # long enough that the members come back before the job ends (a loaded CI machine: 2-3 s)
 
 
 def read(path):
