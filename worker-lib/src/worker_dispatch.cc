@@ -31,12 +31,20 @@ bool WorkerImpl::Bulkable(const Task& t) const {
 }
 
 void WorkerImpl::Pump() {
-  // A reply that runs inline inside Send (dead connection) releases a slot and calls Pump
-  // again; the outer loop on this thread picks that up instead of recursing.
-  thread_local const WorkerImpl* pumping = nullptr;
-  if (pumping == this) return;
-  const WorkerImpl* saved = pumping;
-  pumping = this;
+  // One thread drains at a time: popping a slice and handing it to its transport must be one
+  // step, or a thread popped earlier (a low-priority tail) could hand its slice over after a
+  // later one popped by another thread, and order would depend on scheduling. A thread that
+  // finds a drain running counts its request and leaves; the draining thread loops until no
+  // request came meanwhile. This covers a reply that runs inline inside Send (dead connection)
+  // and calls Pump again on the same thread.
+  if (pump_requests_.fetch_add(1, std::memory_order_acq_rel) != 0) return;
+  do {
+    pump_requests_.store(1, std::memory_order_release);  // what came so far, this drain covers
+    DrainQueue();
+  } while (pump_requests_.fetch_sub(1, std::memory_order_acq_rel) != 1);
+}
+
+void WorkerImpl::DrainQueue() {
   while (!closing_.load()) {
     auto t = queue_.TryPop();
     if (!t) break;
@@ -74,7 +82,6 @@ void WorkerImpl::Pump() {
   }
   series_.SampleQueue(queue_.queued(), queue_.in_flight());
   slice_metrics_.SetDepth(queue_.queued_by_band());
-  pumping = saved;
 }
 
 // Frees the place once: on the first of "sent" and any reply.

@@ -203,6 +203,7 @@ class WorkerImpl final : public Worker {
                                                                     const float* src);
   // worker_dispatch.cc
   void Pump();
+  void DrainQueue();  // Pump's body: only ever one thread in it
   bool Bulkable(const Task& t) const;
   std::function<void()> PlaceReleaser();
   SliceReply ReplyFor(const Task& task, std::function<void()> release);
@@ -225,6 +226,7 @@ class WorkerImpl final : public Worker {
   std::map<KeyId, KeyDecl> declared_;  // GUARDED_BY(decl_mu_)
   std::atomic<bool> finished_{false};  // the first FinishDeclarations succeeded
   std::atomic<bool> closing_{false};   // destructor started
+  std::atomic<int> pump_requests_{0};  // Pump calls not yet covered by a drain (0: none runs)
   // Keys only grow (deferred init adds keys in later FinishDeclarations rounds); a KeyState
   // never moves or goes away, so a pointer found under the lock stays valid without it.
   mutable std::shared_mutex keys_mu_;

@@ -95,7 +95,8 @@ class Handle {
   std::shared_ptr<State> state_;
 };
 
-// Called once when the operation completes, on a library thread: keep it short.
+// Called once when the operation completes, on a library thread: keep it short, and never
+// wait on another handle in it (that handle's slices may be sent by this very thread).
 using Callback = std::function<void(const Status&)>;
 
 class Worker {
