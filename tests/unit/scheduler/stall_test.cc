@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/scheduler_state.h"
+#include "tests/unit/scheduler/running_job_fixture.h"
 
 namespace trellis {
 namespace {
@@ -15,37 +16,11 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-class StallTest : public ::testing::Test {
+class StallTest : public testing::RunningJobTest {
  protected:
-  void SetUp() override {
-    SchedulerConfig c;
-    c.job_name = "mlp";
-    c.num_servers = 2;
-    c.num_workers = 2;
-    c.slice_bytes = 16;
-    c.heartbeat_timeout = 10s;
+  void Configure(SchedulerConfig& c) override {
     c.liveness_timeout = 3s;
     c.progress_timeout = 20s;
-    c.replacement_timeout = 60s;
-    ASSERT_TRUE(ValidateSchedulerConfig(c).ok());
-    state_ = std::make_unique<SchedulerState>(c, &clock_);
-    for (int i = 0; i < 2; ++i) {
-      ASSERT_TRUE(Reg(v1::ROLE_SERVER, "mlp-server-" + std::to_string(i)).ok());
-      v1::ReportReadyRequest r;
-      r.set_role(v1::ROLE_SERVER);
-      r.set_rank(i);
-      r.set_address("127.0.0.1:" + std::to_string(7000 + i));
-      ASSERT_TRUE(state_->ReportReady(r).ok());
-      ASSERT_TRUE(Reg(v1::ROLE_WORKER, "mlp-worker-" + std::to_string(i)).ok());
-    }
-  }
-  StatusOr<v1::RegisterResponse> Reg(v1::Role role, const std::string& pod) {
-    v1::RegisterRequest r;
-    r.set_job("mlp");
-    r.set_role(role);
-    r.set_pod_name(pod);
-    r.set_host("127.0.0.1");
-    return state_->Register(r);
   }
   v1::PingResponse Ping(v1::Role role, int32_t rank, int64_t incarnation = 1) {
     v1::PingRequest p;
@@ -85,9 +60,6 @@ class StallTest : public ::testing::Test {
     std::erase(all, std::make_pair(role, rank));
     return all;
   }
-
-  ManualClock clock_;
-  std::unique_ptr<SchedulerState> state_;
 };
 
 TEST_F(StallTest, ASilentServerProgramIsStalledWhileItsAgentLivesAndIsRestartedByIt) {
