@@ -12,7 +12,7 @@
 
 #include "pserver/parameter_server.h"
 #include "pserver/tcp_wire.h"
-#include "scheduler/shard_map.h"
+#include "tests/testing/test_pserver.h"
 #include "tests/unit/pserver/test_frames.h"
 #include "worker-lib/src/tcp_transport.h"
 
@@ -101,34 +101,19 @@ class RawSocket {
 class TcpTransportTest : public ::testing::Test {
  protected:
   void Start(int workers) {
-    PserverOptions o;
-    o.listen_host = "127.0.0.1";
-    o.store.num_workers = workers;
-    o.service.token = kToken;
-    o.service.pool_threads = 1;
-    o.slice_bytes = 1 << 20;
-    auto ps = ParameterServer::Start(o);
+    auto ps = testing::StartTestPserver(kToken, 4, /*slice_bytes=*/1 << 20, workers);
     ASSERT_TRUE(ps.ok()) << ps.status().ToString();
-    ps_ = std::move(*ps);
+    ps_ = std::move(ps->server);
+    map_ = std::move(ps->map);
     ASSERT_GT(ps_->tcp_port(), 0);
-    v1::KeySpec k;
-    k.set_id(7);
-    k.set_name("fc1");
-    k.set_num_elements(4);
-    k.set_dtype(v1::DTYPE_FLOAT32);
-    auto m = BuildShardMap({k}, 1, "roundRobin", 1 << 20);
-    ASSERT_TRUE(m.ok());
-    map_ = *m;
   }
   ConnectionOptions Options(const std::string& token = kToken, int32_t rank = 0) {
     ConnectionOptions o;
-    o.address = "127.0.0.1:" + std::to_string(ps_->port());
-    o.tcp_port = ps_->tcp_port();
     o.token = token;
     o.worker_rank = rank;
     o.slice_bytes = 1 << 20;
     o.timeout_ms = kTimeoutMs;
-    return o;
+    return testing::ConnectionTo(*ps_, std::move(o));
   }
   std::unique_ptr<ServerConnection> Connect(int32_t rank = 0) {
     auto c = ConnectTcp(Options(kToken, rank));

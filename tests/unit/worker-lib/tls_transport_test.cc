@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "pserver/parameter_server.h"
-#include "scheduler/shard_map.h"
+#include "tests/testing/test_pserver.h"
 #include "tests/unit/common/tls_fixture.h"
 #include "worker-lib/src/tcp_transport.h"
 #include "worker-lib/src/transport.h"
@@ -24,36 +24,19 @@ class TlsTransportTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(certs_.job && certs_.other);
-    PserverOptions o;
-    o.listen_host = "127.0.0.1";
-    o.store.num_workers = 1;
-    o.service.token = kToken;
-    o.service.pool_threads = 1;
-    o.slice_bytes = 2 << 20;
-    o.tls = certs_.job;
-    auto ps = ParameterServer::Start(o);
+    auto ps = testing::StartTestPserver(kToken, kElements, /*slice_bytes=*/2 << 20,
+                                        /*workers=*/1, certs_.job);
     ASSERT_TRUE(ps.ok()) << ps.status().ToString();
-    ps_ = std::move(*ps);
-    v1::KeySpec k;
-    k.set_id(7);
-    k.set_name("fc1");
-    k.set_num_elements(kElements);
-    k.set_dtype(v1::DTYPE_FLOAT32);
-    auto m = BuildShardMap({k}, 1, "roundRobin", 2 << 20);
-    ASSERT_TRUE(m.ok());
-    map_ = *m;
+    ps_ = std::move(ps->server);
+    map_ = std::move(ps->map);
   }
   StatusOr<std::unique_ptr<ServerConnection>> Connect(TlsPtr tls, const std::string& token) {
     ConnectionOptions o;
-    o.address = "127.0.0.1:" + std::to_string(ps_->port());
-    o.tcp_port = ps_->tcp_port();
     o.token = token;
     o.tls = std::move(tls);
     o.slice_bytes = 2 << 20;
     o.timeout_ms = kTimeoutMs;
-    auto connect = TransportByName(GetParam());
-    if (!connect.ok()) return connect.status();
-    auto c = (*connect)(o);
+    auto c = testing::ConnectTestPserver(*ps_, GetParam(), std::move(o));
     if (!c.ok()) return c.status();
     // The first call that must pass authentication (the gRPC stream opens lazily).
     TRELLIS_RETURN_IF_ERROR((*c)->InstallShardMap(map_, 0, kTimeoutMs));

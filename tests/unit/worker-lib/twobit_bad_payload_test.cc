@@ -10,7 +10,7 @@
 
 #include "pserver/parameter_server.h"
 #include "pserver/tcp_wire.h"
-#include "scheduler/shard_map.h"
+#include "tests/testing/test_pserver.h"
 #include "worker-lib/codec/packed_sum.h"
 #include "worker-lib/codec/twobit.h"
 #include "worker-lib/src/transport.h"
@@ -68,34 +68,17 @@ std::vector<float> GoodValues() {
 class TwoBitBadPayloadTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    PserverOptions o;
-    o.listen_host = "127.0.0.1";
-    o.store.num_workers = 1;
-    o.service.token = kToken;
-    o.service.pool_threads = 1;
-    o.slice_bytes = 1 << 20;
-    auto ps = ParameterServer::Start(o);
+    auto ps = testing::StartTestPserver(kToken, kN);
     ASSERT_TRUE(ps.ok()) << ps.status().ToString();
-    ps_ = std::move(*ps);
-    v1::KeySpec k;
-    k.set_id(7);
-    k.set_name("fc1");
-    k.set_num_elements(kN);
-    k.set_dtype(v1::DTYPE_FLOAT32);
-    auto m = BuildShardMap({k}, 1, "roundRobin", 1 << 20);
-    ASSERT_TRUE(m.ok());
-    map_ = *m;
+    ps_ = std::move(ps->server);
+    map_ = std::move(ps->map);
   }
   std::unique_ptr<ServerConnection> Connect() {
     ConnectionOptions o;
-    o.address = "127.0.0.1:" + std::to_string(ps_->port());
-    o.tcp_port = ps_->tcp_port();
     o.token = kToken;
     o.slice_bytes = 1 << 20;
     o.timeout_ms = kTimeoutMs;
-    auto connect = TransportByName(GetParam());
-    EXPECT_TRUE(connect.ok());
-    auto c = (*connect)(o);
+    auto c = testing::ConnectTestPserver(*ps_, GetParam(), std::move(o));
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     if (!c.ok()) return nullptr;
     EXPECT_TRUE((*c)->InstallShardMap(map_, 0, kTimeoutMs).ok());
