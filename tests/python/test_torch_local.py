@@ -21,6 +21,19 @@ def local_session(monkeypatch):
     trellis.shutdown()
 
 
+def spy_push_pull(monkeypatch, note):
+    """From here on each trellis.push_pull(key, array, out, priority) first appends
+    note(key, array, priority) to the list returned, then runs the real push_pull."""
+    seen = []
+    real = trellis.push_pull
+
+    def spy(key, array, out=None, priority=0):
+        seen.append(note(key, array, priority))
+        return real(key, array, out, priority)
+    monkeypatch.setattr(trellis, "push_pull", spy)
+    return seen
+
+
 def test_local_training_equals_plain_optimizer():
     torch.manual_seed(7)
     a = dc.Net()
@@ -42,14 +55,8 @@ def test_pushes_start_during_backward_last_layer_first(monkeypatch):
     with torch.no_grad():  # the hooks do not depend on the caller's grad mode
         opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
     assert tt.is_sealed()
-    calls = []
-    real = trellis.push_pull
     in_backward = [False]
-
-    def spy(key, array, out=None, priority=0):
-        calls.append((priority, in_backward[0]))
-        return real(key, array, out, priority)
-    monkeypatch.setattr(trellis, "push_pull", spy)
+    calls = spy_push_pull(monkeypatch, lambda key, array, priority: (priority, in_backward[0]))
     x, y = dc.data()
     loss = torch.nn.functional.cross_entropy(model(x[0]), y[0])
     in_backward[0] = True
@@ -122,10 +129,7 @@ def test_sync_mode_is_checked():
 def test_no_sync_sends_nothing_until_the_last_backward(monkeypatch):
     model = dc.Net()
     opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
-    keys = []
-    real = trellis.push_pull
-    monkeypatch.setattr(trellis, "push_pull",
-                        lambda k, a, out=None, priority=0: keys.append(k) or real(k, a, out, priority))
+    keys = spy_push_pull(monkeypatch, lambda key, array, priority: key)
     x, y = dc.data()
     with opt.no_sync():
         torch.nn.functional.cross_entropy(model(x[0]), y[0]).backward()
@@ -140,10 +144,7 @@ def test_no_sync_sends_nothing_until_the_last_backward(monkeypatch):
 def test_missing_gradient_is_pushed_as_zeros_in_step(monkeypatch):
     model = dc.Net()
     opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
-    keys = []
-    real = trellis.push_pull
-    monkeypatch.setattr(trellis, "push_pull",
-                        lambda k, a, out=None, priority=0: keys.append(k) or real(k, a, out, priority))
+    keys = spy_push_pull(monkeypatch, lambda key, array, priority: key)
     opt.step()  # no backward at all: every key still takes its step (the servers wait for it)
     assert len(keys) == 6
     assert torch.count_nonzero(model.out.bias.grad) == 0

@@ -9,18 +9,12 @@ import trellis  # noqa: E402
 import trellis.torch as tt  # noqa: E402
 import dp_common as dc  # noqa: E402
 from test_torch_local import local_session  # noqa: E402,F401  (autouse: a fresh local session)
+from test_torch_local import spy_push_pull  # noqa: E402
 
 
 def pushed_arrays(monkeypatch):
     """Records what each push_pull got (the library needs float32 contiguous CPU memory)."""
-    seen = []
-    real = trellis.push_pull
-
-    def spy(key, array, out=None, priority=0):
-        seen.append(array)
-        return real(key, array, out, priority)
-    monkeypatch.setattr(trellis, "push_pull", spy)
-    return seen
+    return spy_push_pull(monkeypatch, lambda key, array, priority: array)
 
 
 def train_pair(make, steps=3):
