@@ -120,6 +120,46 @@ def test_model_in_place_of_named_parameters():
         assert torch.equal(v, b.state_dict()[k]), k
 
 
+def buffer_names():
+    """The buffers DistributedOptimizer took to keep equal on every worker."""
+    return [n for n, _ in tt._state.buffer_sync.candidates]
+
+
+def test_named_parameters_of_a_model_bring_its_buffers():
+    model = dc.BNNet()
+    tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    assert buffer_names() == [n for n, _ in model.named_buffers()]
+
+
+def test_model_given_with_a_list_of_named_parameters_brings_its_buffers():
+    # A list (or a filtered generator) names no module; model= says whose buffers these are.
+    model = dc.BNNet()
+    tt.DistributedOptimizer(dc.make_optimizer(model), list(model.named_parameters()), model=model)
+    assert buffer_names() == ["bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
+
+
+def test_a_generator_of_another_modules_parameters_brings_no_buffers():
+    # A module's method that hands out another model's parameters: its own buffers are not
+    # the model's, so none are taken (pass model= to name the right one).
+    class Lender(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.BatchNorm1d(3)
+
+        def lend(self, other):
+            yield from other.named_parameters()
+    model = dc.BNNet()
+    tt.DistributedOptimizer(dc.make_optimizer(model), Lender().lend(model))
+    assert buffer_names() == []
+
+
+def test_model_must_be_a_module():
+    model = dc.Net()
+    with pytest.raises(ValueError, match="model must be a torch.nn.Module, got OrderedDict"):
+        tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters(),
+                                model=model.state_dict())
+
+
 def test_sync_mode_is_checked():
     model = dc.Net()
     with pytest.raises(ValueError, match="sync must be one of backward, step, got 'later'"):

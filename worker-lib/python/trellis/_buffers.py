@@ -7,7 +7,8 @@ with the gradients' tail. Integer buffers (num_batches_tracked) count forwards a
 anyway when every worker runs the same steps.
 
 Which tensors: the non-parameter float32 tensors of a state_dict given to broadcast_parameters
-(the docs' conversion already does that) or the buffers of a model given to DistributedOptimizer.
+(the docs' conversion already does that) or the buffers of a model given to DistributedOptimizer
+(as named_parameters, as model=, or as the module model.named_parameters() was called on).
 The key is declared at the seal when they are known by then, else when they are registered
 (libtrellis accepts declarations after FinishDeclarations, collectively, like lazy layers).
 """

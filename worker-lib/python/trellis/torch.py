@@ -19,6 +19,7 @@ for plain models that is before the first forward; for lazy models it is inside 
 before the optimizer update, so every worker ends the first step with identical parameters.
 """
 
+import inspect
 import io
 import os
 import struct
@@ -396,11 +397,15 @@ def report_loss(loss):
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, total_steps=None,
-                         sync="backward", wire_dtype=None):
+                         sync="backward", wire_dtype=None, model=None):
     """Makes `optimizer` (any torch.optim.Optimizer) data-parallel; returns the same object.
 
-    `named_parameters`: model.named_parameters(), or the model itself (then its buffers are
-    kept equal on every worker too, as broadcast_parameters(model.state_dict()) also does).
+    `named_parameters`: model.named_parameters(), or the model itself. The model's float32
+    buffers are then kept equal on every worker too, as broadcast_parameters(model.state_dict())
+    also does, and their key is declared with the others. `model`: the module whose buffers to
+    keep equal, given explicitly; needed when named_parameters is not a module's own
+    named_parameters() generator (a list, a filtered generator) and buffers must be known at
+    the seal (crash recovery: see _buffers.py).
     `sync`: "backward" (default): when backward() returns, every gradient is the average over
     the workers; "step": the wait happens in step() (call synchronize() before reading
     gradients). See _grad_sync.py.
@@ -421,16 +426,21 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
     _trellis._get()
     wire = _torch_tensors.wire_name(wire_dtype)  # ValueError before anything changes
     _refuse_update_mode()
-    model = None
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise ValueError("trellis.torch.DistributedOptimizer: model must be a torch.nn.Module, "
+                         "got %s" % type(model).__name__)
+    owner = None
     if isinstance(named_parameters, torch.nn.Module):
-        model, named_parameters = named_parameters, named_parameters.named_parameters()
-    else:
-        model = _module_of(named_parameters)
+        owner, named_parameters = named_parameters, named_parameters.named_parameters()
+    elif model is None:
+        owner = _caller_of(named_parameters)  # read before the generator runs
     if named_parameters is None:
         named = [("param.%d" % i, p) for i, p in
                  enumerate(p for g in optimizer.param_groups for p in g["params"])]
     else:
         named = list(named_parameters)
+    if model is None and owner is not None and _owns(owner, named):
+        model = owner
     in_opt = {id(p) for g in optimizer.param_groups for p in g["params"]}
     seen = set()
     kept = []
@@ -471,13 +481,22 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
     return optimizer
 
 
-def _module_of(named_parameters):
-    """The module whose named_parameters() generator this is (its frame's `self`), else None:
-    its buffers are then known at the seal, so their key is declared with the others (a key
-    declared later would be missing from a restarted worker's declarations)."""
-    frame = getattr(named_parameters, "gi_frame", None)
-    owner = frame.f_locals.get("self") if frame is not None else None
+def _caller_of(named_parameters):
+    """The module a named_parameters() generator was called on (model.named_parameters() hands
+    over no module, only its parameters), else None. Read through inspect.getgeneratorlocals,
+    the standard library's accessor, which answers {} where an interpreter has no frame for it;
+    DistributedOptimizer keeps the answer only when that module owns every parameter given
+    (_owns), so a generator built otherwise never names the wrong module: pass model= then."""
+    if not inspect.isgenerator(named_parameters):
+        return None
+    owner = inspect.getgeneratorlocals(named_parameters).get("self")
     return owner if isinstance(owner, torch.nn.Module) else None
+
+
+def _owns(module, named):
+    """True when every parameter of `named` ((name, parameter) pairs) is one of module's."""
+    mine = {id(p) for p in module.parameters()}
+    return all(id(p) in mine for _, p in named)
 
 
 def _refuse_update_mode():
