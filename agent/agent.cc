@@ -57,6 +57,16 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
   } else {
     agent->spawner_ = std::make_unique<SubprocessSpawner>();
   }
+  if (c.role == v1::ROLE_WORKER && agent->LocalSize() == 1) {
+    // Byte totals that survive a killed program; without one they cover the live process only.
+    auto ledger = ByteLedger::Create();
+    if (ledger.ok()) {
+      agent->ledger_ = std::move(*ledger);
+    } else {
+      TLOG_WARN << "no byte ledger (" << ledger.status().ToString()
+                << "): a restarted program's byte totals will not include its predecessors'";
+    }
+  }
   agent->supervisor_ =
       std::make_unique<Supervisor>(agent->restart_, *agent->spawner_, *agent, agent->timer_);
   return agent;
@@ -199,6 +209,15 @@ StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
                                       std::to_string(attempt);
   }
   opts.env.erase("TRELLIS_AGENT_METRICS_PORT");  // the agent's own, not the program's
+  opts.env.erase(kLedgerFdEnv);                  // only ours, never an outer agent's
+  opts.env.erase(kLedgerSinceEnv);
+  if (ledger_) {
+    // The ledger holds the programs this agent ran; a replaced pod's earlier ones are not in it.
+    if (ledger_since_ == 0) ledger_since_ = reg.incarnation();
+    opts.pass_fd = ledger_->fd();
+    opts.env[kLedgerFdEnv] = std::to_string(kLedgerChildFd);
+    opts.env[kLedgerSinceEnv] = std::to_string(ledger_since_);
+  }
   program_up_->Set(1);
   TLOG_INFO << RoleName(config_.role) << " rank " << reg.rank() << " incarnation " << reg.incarnation()
             << ": starting " << opts.argv[0]
@@ -219,6 +238,13 @@ Status Agent::StartMetrics(int32_t rank) {
 }
 
 void Agent::OnExit(const ExitStatus& status, bool will_restart, int restarts) {
+  // The program is gone, however it ended: what it moved becomes its successors' starting point.
+  if (ledger_) {
+    const uint64_t pushed = ledger_->live_pushed(), pulled = ledger_->live_pulled();
+    ledger_->FoldEnded();
+    TLOG_INFO << "the program moved " << pushed << " B pushed, " << pulled << " B pulled (the rank's "
+              << ledger_->ended_pushed() << " B / " << ledger_->ended_pulled() << " B so far)";
+  }
   if (metrics_) {
     program_up_->Set(0);
     exits_->Increment();

@@ -12,6 +12,7 @@
 #include "agent/agent_config.h"
 #include "agent/process_group.h"
 #include "agent/supervisor.h"
+#include "common/byte_ledger.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
 #include "common/subprocess.h"
@@ -94,6 +95,11 @@ class Agent : public SupervisorHooks {
   prometheus::Counter* restarts_ = nullptr;
   prometheus::Counter* exits_ = nullptr;
   prometheus::Gauge* program_up_ = nullptr;
+  // A single-process worker's byte counts across its program's restarts (common/byte_ledger.h);
+  // null for servers, multi-GPU pods, or when memfd is not available. Made in Create, then
+  // touched only from the supervisor's thread.
+  std::unique_ptr<ByteLedger> ledger_;
+  int64_t ledger_since_ = 0;  // the incarnation of the first program it counted; 0: none yet
   std::unique_ptr<MetricsHttpServer> metrics_server_;  // declared last: stops first
   std::thread heartbeat_thread_;
 };

@@ -43,6 +43,7 @@ struct ChildPlan {
   int stdout_fd = -1;   // to dup2 onto 1; -1: inherit
   int stderr_fd = -1;   // to dup2 onto 2; -1: inherit; -2: same as stdout
   int error_pipe = -1;  // write end; exec failure writes errno here
+  int pass_fd = -1;     // to dup2 onto 3; -1: none
 };
 
 [[noreturn]] void RunChild(const ChildPlan& plan, pid_t parent) {
@@ -68,9 +69,15 @@ struct ChildPlan {
     fail(3);
   }
   if (!plan.cwd.empty() && ::chdir(plan.cwd.c_str()) != 0) fail(4);
+  // The one descriptor handed on (dup2 clears close-on-exec; on itself it does not).
+  if (plan.pass_fd == 3) {
+    if (::fcntl(3, F_SETFD, 0) != 0) fail(3);
+  } else if (plan.pass_fd >= 0 && ::dup2(plan.pass_fd, 3) < 0) {
+    fail(3);
+  }
   // Descriptors the parent leaked without O_CLOEXEC must not reach the program.
 #ifdef SYS_close_range
-  syscall(SYS_close_range, 3, UINT_MAX, 4 /* CLOSE_RANGE_CLOEXEC */);
+  syscall(SYS_close_range, plan.pass_fd >= 0 ? 4 : 3, UINT_MAX, 4 /* CLOSE_RANGE_CLOEXEC */);
 #endif
   ::execve(plan.exe.c_str(), plan.argv.data(), plan.envp.data());
   fail(5);
@@ -171,6 +178,7 @@ StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const SpawnOptions& opti
     }
     plan.cwd = options.working_dir;
   }
+  plan.pass_fd = options.pass_fd;
   plan.argv_store = options.argv;
   for (const auto& [k, v] : options.env) plan.env_store.push_back(k + "=" + v);
   for (auto& s : plan.argv_store) plan.argv.push_back(s.data());

@@ -59,6 +59,8 @@ struct SpawnOptions {
   std::string stdout_path;
   Output stderr_mode = Output::kInherit;
   std::string stderr_path;
+  // >= 0: the child gets this descriptor as its descriptor 3 (every other one above 2 is closed).
+  int pass_fd = -1;
 };
 
 class Process {

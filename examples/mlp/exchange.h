@@ -44,9 +44,10 @@ class Exchange {
   // processed in it, its loss, and the job's total steps.
   virtual void ReportProgress(int64_t /*step*/, int64_t /*samples*/, double /*loss*/,
                               int64_t /*total_steps*/) {}
-  // Whether this process is a restart of the worker (its agent restarted it; it rejoined): its
-  // byte counters start at zero and its predecessor's are gone.
+  // Whether this process is a restart of the worker (it rejoined), and whether its byte counters
+  // miss some earlier process's bytes (those ran under another agent: a replaced pod).
   virtual bool restarted() const { return false; }
+  virtual bool bytes_short() const { return false; }
   virtual uint64_t bytes_pushed() const = 0;
   virtual uint64_t bytes_pulled() const = 0;
   // Gradient bytes that went through the job's compression, before and after (0: none).

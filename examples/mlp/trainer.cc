@@ -247,7 +247,8 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
                          static_cast<double>(exchange.bytes_pulled()),
                          static_cast<double>(exchange.compressed_bytes_in()),
                          static_cast<double>(exchange.compressed_bytes_out()),
-                         exchange.restarted() ? 1.0 : 0.0}));
+                         exchange.restarted() ? 1.0 : 0.0,
+                         exchange.bytes_short() ? 1.0 : 0.0}));
   report.train_seconds = train_seconds;
   report.samples_per_second = totals[0] / std::max(train_seconds, 1e-9);
   report.bytes_pushed = totals[1];
@@ -255,6 +256,7 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
   report.compressed_in = totals[3];
   report.compressed_out = totals[4];
   report.restarted_workers = static_cast<int>(totals[5] + 0.5);
+  report.short_workers = static_cast<int>(totals[6] + 0.5);
   if (!report.epochs.empty()) {
     report.test_accuracy = report.epochs.back().test_accuracy;
     report.test_loss = report.epochs.back().test_loss;
@@ -297,11 +299,14 @@ std::string FormatResult(const TrainOptions& options, const TrainReport& report)
   s << line;
   s << "RESULT: bytes pushed " << Bytes(report.bytes_pushed) << ", pulled "
     << Bytes(report.bytes_pulled) << " (all workers";
-  if (report.restarted_workers > 0) {
-    // A killed process's counters die with it: say the total is short rather than print it bare.
-    s << "; UNDERCOUNTED: " << report.restarted_workers
-      << " worker(s) restarted, the bytes their killed processes sent and received are not "
-         "counted";
+  if (report.restarted_workers > report.short_workers) {
+    s << "; " << report.restarted_workers - report.short_workers
+      << " restarted, their killed processes' bytes included";
+  }
+  if (report.short_workers > 0) {
+    // Bytes of a process that ran under another agent (a replaced pod) are gone: say so.
+    s << "; UNDERCOUNTED: " << report.short_workers
+      << " worker(s) replaced, the bytes their earlier pods' processes moved are not counted";
   }
   s << ")\n";
   // Plain byte counts (to float precision) for tools that compare runs, e.g. the 2-bit test.

@@ -36,9 +36,11 @@ struct TrainReport {
   double samples_per_second = 0;  // all workers
   double bytes_pushed = 0;        // all workers
   double bytes_pulled = 0;        // all workers
-  // Workers whose program was restarted (rejoined): the bytes above hold only their current
-  // process's counts, a killed process's are lost with it.
+  // Workers whose program was restarted (rejoined): the bytes above include what their killed
+  // processes moved (kept by their agents), except for `short_workers`, whose earlier processes
+  // ran under another agent (a replaced pod) and whose bytes are lost with it.
   int restarted_workers = 0;
+  int short_workers = 0;
   double compressed_in = 0;       // all workers: gradient bytes that were compressed
   double compressed_out = 0;      // all workers: what they were sent as
   double wall_seconds = 0;

@@ -76,6 +76,14 @@ bool TrellisExchange::restarted() const {
   return incarnation != nullptr && std::atoi(incarnation) > 1;
 }
 
+bool TrellisExchange::bytes_short() const {
+  // The worker's counts include every earlier program its agent's byte ledger saw
+  // (docs/user-guide.md#byte-totals): short only when the ledger started after incarnation 1.
+  if (!restarted()) return false;
+  const char* since = std::getenv("TRELLIS_LEDGER_SINCE");
+  return since == nullptr || std::atoi(since) != 1;
+}
+
 void TrellisExchange::ReportProgress(int64_t step, int64_t samples, double loss,
                                      int64_t total_steps) {
   // Progress is for display: a failure here must not stop training.

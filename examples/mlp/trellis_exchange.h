@@ -32,6 +32,7 @@ class TrellisExchange : public Exchange {
   StatusOr<std::vector<double>> SumStats(const std::vector<double>& values) override;
   void ReportProgress(int64_t step, int64_t samples, double loss, int64_t total_steps) override;
   bool restarted() const override;
+  bool bytes_short() const override;
   uint64_t bytes_pushed() const override { return worker_->bytes_pushed(); }
   uint64_t bytes_pulled() const override { return worker_->bytes_pulled(); }
   uint64_t compressed_bytes_in() const override { return worker_->compression_stats().bytes_in; }

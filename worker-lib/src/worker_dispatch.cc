@@ -128,6 +128,7 @@ SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release)
         op->PartDone(part, [&] {
           UnpackParsedSum(*view, out);
           bytes_pulled_.fetch_add(p.bytes);
+          if (ledger_ != nullptr) ledger_->AddPulled(p.bytes);
           series_.BytesPulled(p.bytes);
           unpacked_bytes_.fetch_add(static_cast<uint64_t>(want));
           packed_bytes_.fetch_add(p.bytes);
@@ -146,6 +147,7 @@ SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release)
         if (out != nullptr) {
           if (!p.in_place) wire::CopyOut(*p.chunks, p.offset, p.bytes, out);
           bytes_pulled_.fetch_add(p.bytes);
+          if (ledger_ != nullptr) ledger_->AddPulled(p.bytes);
           series_.BytesPulled(p.bytes);
         }
       });
@@ -157,6 +159,7 @@ SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release)
 void WorkerImpl::Answered(SliceClock::time_point dispatched, uint64_t push_bytes) {
   slice_metrics_.ObserveRoundTrip(SecondsBetween(dispatched, SliceClock::now()));
   bytes_pushed_.fetch_add(push_bytes);
+  if (ledger_ != nullptr) ledger_->AddPushed(push_bytes);
   series_.BytesPushed(push_bytes);
 }
 

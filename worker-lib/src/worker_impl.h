@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/byte_ledger.h"
 #include "common/job_spec.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
@@ -122,8 +123,9 @@ class WorkerImpl final : public Worker {
   Handle Pull(KeyId key, float* out, int priority, Callback done) override;
   Handle Broadcast(KeyId key, float* data, int root) override;
   Status Barrier(const std::string& name) override;
-  uint64_t bytes_pushed() const override { return bytes_pushed_.load(); }
-  uint64_t bytes_pulled() const override { return bytes_pulled_.load(); }
+  // The rank's: what its agent's earlier (killed, restarted) programs moved, plus this worker's.
+  uint64_t bytes_pushed() const override { return ended_pushed_ + bytes_pushed_.load(); }
+  uint64_t bytes_pulled() const override { return ended_pulled_ + bytes_pulled_.load(); }
   CompressionStats compression_stats() const override;
   Status ReportProgress(int64_t step, int64_t samples, double loss) override {
     return progress_.Report(step, samples, loss);
@@ -237,6 +239,11 @@ class WorkerImpl final : public Worker {
   SliceQueue<Task> queue_;
   std::atomic<uint64_t> bytes_pushed_{0};
   std::atomic<uint64_t> bytes_pulled_{0};
+  // The agent's byte ledger (common/byte_ledger.h; null: none), and what the rank's earlier
+  // programs had moved when this worker was made.
+  ByteLedger* const ledger_ = ByteLedger::ForThisProgram();
+  const uint64_t ended_pushed_ = ledger_ != nullptr ? ledger_->ended_pushed() : 0;
+  const uint64_t ended_pulled_ = ledger_ != nullptr ? ledger_->ended_pulled() : 0;
   std::atomic<uint64_t> bulks_sent_{0};
   std::atomic<uint64_t> compress_in_bytes_{0};
   std::atomic<uint64_t> compress_out_bytes_{0};

@@ -26,6 +26,13 @@ inline double MlpBytesPushed(const std::string& out) {
   return std::stod(m[1]);
 }
 
+// The bytes all workers pulled, as above.
+inline double MlpBytesPulled(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex("RESULT: pushed [0-9]+ B, pulled ([0-9]+) B"))) return -1;
+  return std::stod(m[1]);
+}
+
 // The newest "model" checkpoints under both folders are at `steps` and equal bit for bit (weights
 // and momentum); `what` names the disturbance in the failure message.
 inline void ExpectSameFinalModel(const std::string& undisturbed_dir, const std::string& disturbed_dir,

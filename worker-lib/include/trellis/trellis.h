@@ -138,7 +138,7 @@ class Worker {
   // Blocks until every worker reached the barrier of this name.
   virtual Status Barrier(const std::string& name) = 0;
 
-  // Bytes this worker sent and received on the data path so far (payload bytes).
+  // Payload bytes this rank sent and received so far (a killed program's too: user-guide.md#byte-totals).
   virtual uint64_t bytes_pushed() const = 0;
   virtual uint64_t bytes_pulled() const = 0;
   // Compression of pushes so far (the job's spec.compression; see docs/compression.md).
