@@ -155,8 +155,7 @@ StatusOr<std::shared_ptr<const TlsContext>> TlsContext::Create(const TlsCredenti
 
 TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
 
-StatusOr<std::unique_ptr<TlsStream>> TlsStream::Handshake(const TlsContext& ctx, int fd,
-                                                          int64_t timeout_ms) {
+StatusOr<std::unique_ptr<TlsStream>> TlsStream::Begin(const TlsContext& ctx, int fd) {
   const int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
     return UnavailableError(std::string("fcntl: ") + std::strerror(errno));
@@ -165,8 +164,7 @@ StatusOr<std::unique_ptr<TlsStream>> TlsStream::Handshake(const TlsContext& ctx,
   if (ssl == nullptr) return InternalError("SSL_new: " + OpenSslErrors());
   std::unique_ptr<TlsStream> s(new TlsStream(ssl, fd));
   if (SSL_set_fd(ssl, fd) != 1) return InternalError("SSL_set_fd: " + OpenSslErrors());
-  const bool client = ctx.side() == TlsContext::Side::kClient;
-  if (client) {
+  if (ctx.side() == TlsContext::Side::kClient) {
     SSL_set_connect_state(ssl);
     SSL_set_tlsext_host_name(ssl, ctx.server_name().c_str());
     if (SSL_set1_host(ssl, ctx.server_name().c_str()) != 1) {
@@ -175,40 +173,56 @@ StatusOr<std::unique_ptr<TlsStream>> TlsStream::Handshake(const TlsContext& ctx,
   } else {
     SSL_set_accept_state(ssl);
   }
+  return s;
+}
+
+Status TlsStream::Continue(short* wait) {
+  SSL* const ssl = ssl_;
+  ERR_clear_error();
+  int r;
+  {
+    SigpipeBlock no_sigpipe;
+    r = SSL_do_handshake(ssl);
+  }
+  if (r == 1) {
+    *wait = 0;
+    ktls_send_ = BIO_get_ktls_send(SSL_get_wbio(ssl)) > 0;
+    ktls_recv_ = BIO_get_ktls_recv(SSL_get_rbio(ssl)) > 0;
+    return Status::Ok();
+  }
+  int e = SSL_get_error(ssl, r);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+    *wait = e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN;
+    return Status::Ok();
+  }
+  long verify = SSL_get_verify_result(ssl);
+  std::string why = OpenSslErrors();
+  if (verify != X509_V_OK) {
+    return UnauthenticatedError(std::string("TLS handshake: peer certificate refused: ") +
+                                X509_verify_cert_error_string(verify));
+  }
+  if (why.find("certificate") != std::string::npos || why.find("alert") != std::string::npos) {
+    return UnauthenticatedError("TLS handshake refused: " + why);
+  }
+  if (e == SSL_ERROR_SYSCALL || e == SSL_ERROR_ZERO_RETURN) {
+    return UnavailableError("TLS handshake: connection closed by the peer (" + why + ")");
+  }
+  return UnavailableError("TLS handshake failed: " + why);
+}
+
+StatusOr<std::unique_ptr<TlsStream>> TlsStream::Handshake(const TlsContext& ctx, int fd,
+                                                          int64_t timeout_ms) {
+  TRELLIS_ASSIGN_OR_RETURN(std::unique_ptr<TlsStream> s, Begin(ctx, fd));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
-    ERR_clear_error();
-    int r;
-    {
-      SigpipeBlock no_sigpipe;
-      r = SSL_do_handshake(ssl);
-    }
-    if (r == 1) break;
-    int e = SSL_get_error(ssl, r);
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-      int64_t left = MsLeft(deadline);
-      if (left == 0) return DeadlineExceededError("TLS handshake timed out");
-      Status st = s->WaitFor(e, left);
-      if (!st.ok()) return st;
-      continue;
-    }
-    long verify = SSL_get_verify_result(ssl);
-    std::string why = OpenSslErrors();
-    if (verify != X509_V_OK) {
-      return UnauthenticatedError(std::string("TLS handshake: peer certificate refused: ") +
-                                  X509_verify_cert_error_string(verify));
-    }
-    if (why.find("certificate") != std::string::npos || why.find("alert") != std::string::npos) {
-      return UnauthenticatedError("TLS handshake refused: " + why);
-    }
-    if (e == SSL_ERROR_SYSCALL || e == SSL_ERROR_ZERO_RETURN) {
-      return UnavailableError("TLS handshake: connection closed by the peer (" + why + ")");
-    }
-    return UnavailableError("TLS handshake failed: " + why);
+    short wait = 0;
+    TRELLIS_RETURN_IF_ERROR(s->Continue(&wait));
+    if (wait == 0) return s;
+    int64_t left = MsLeft(deadline);
+    if (left == 0) return DeadlineExceededError("TLS handshake timed out");
+    TRELLIS_RETURN_IF_ERROR(
+        s->WaitFor(wait == POLLOUT ? SSL_ERROR_WANT_WRITE : SSL_ERROR_WANT_READ, left));
   }
-  s->ktls_send_ = BIO_get_ktls_send(SSL_get_wbio(ssl)) > 0;
-  s->ktls_recv_ = BIO_get_ktls_recv(SSL_get_rbio(ssl)) > 0;
-  return s;
 }
 
 TlsStream::~TlsStream() { SSL_free(ssl_); }

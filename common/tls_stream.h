@@ -55,6 +55,12 @@ class TlsStream {
   // certificate is refused (or it sent none), DEADLINE_EXCEEDED, UNAVAILABLE otherwise.
   static StatusOr<std::unique_ptr<TlsStream>> Handshake(const TlsContext& ctx, int fd,
                                                         int64_t timeout_ms);
+  // The same handshake for an event loop that must never wait on one peer (the TCP data
+  // listener): Begin makes `fd` non-blocking and returns a stream whose handshake has not run;
+  // each Continue runs it as far as the socket allows and sets *wait to 0 once done, else to
+  // POLLIN or POLLOUT: call again when the socket is so. Errors as Handshake's.
+  static StatusOr<std::unique_ptr<TlsStream>> Begin(const TlsContext& ctx, int fd);
+  Status Continue(short* wait);
   ~TlsStream();
   TlsStream(const TlsStream&) = delete;
   TlsStream& operator=(const TlsStream&) = delete;

@@ -39,6 +39,7 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const PserverO
     to.token = options.service.token;
     to.slice_bytes = options.slice_bytes;
     to.tls = options.tls;
+    to.limits = options.tcp_limits;
     auto tcp = TcpDataServer::Start(ps->store_.get(), to);
     if (!tcp.ok()) return tcp.status().Annotate("starting the TCP data listener");
     ps->tcp_ = std::move(*tcp);

@@ -1,7 +1,5 @@
 #include "pserver/tcp_data_server.h"
 
-#include <arpa/inet.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <queue>
+#include <system_error>
 
 #include "common/auth.h"
 #include "common/logging.h"
@@ -44,51 +43,26 @@ constexpr size_t kMaxBatch = 16;  // frames per sendmsg
 // small enough that a higher-priority answer queued meanwhile waits at most about this much.
 constexpr size_t kMaxBatchBytes = 1 << 20;
 
-std::string PeerName(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (ss.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-    port = ntohs(a->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-    port = ntohs(a->sin6_port);
-  }
-  return std::string(host) + ":" + std::to_string(port);
-}
-
-void SetRecvTimeout(int fd, int64_t ms) {
-  timeval tv{};
-  tv.tv_sec = ms / 1000;
-  tv.tv_usec = (ms % 1000) * 1000;
-  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-}
-
 }  // namespace
 
 struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
-  Connection(int f, SliceStore* s, const TcpDataServerOptions* o)
-      : fd(f), store(s), options(o), peer(PeerName(f)) {}
+  Connection(AdmittedConnection a, SliceStore* s, TcpDataServer* srv)
+      : fd(a.fd), store(s), server(srv), peer(std::move(a.peer)), worker(a.rank),
+        tls(std::move(a.tls)) {}
   ~Connection() {
     tls.reset();
-    if (fd >= 0) ::close(fd);
+    if (!fd_closed) ::close(fd);
   }
 
   const int fd;
   SliceStore* const store;
-  const TcpDataServerOptions* const options;
+  TcpDataServer* const server;
   const std::string peer;
-  int32_t worker = -1;  // set by the reader after the hello
+  const int32_t worker;
+  std::unique_ptr<TlsStream> tls;  // set before the threads start; nullptr: plaintext
   std::thread reader;
   std::thread writer;
-  std::atomic<int> threads_running{2};
-  // Set by the reader after the TLS handshake, before anything is queued for the writer.
-  std::unique_ptr<TlsStream> tls;
+  std::atomic<int> running{0};  // threads that have not ended
 
   std::mutex mu;
   std::condition_variable cv;
@@ -96,6 +70,7 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   uint64_t seq = 0;                   // GUARDED_BY(mu)
   bool closing = false;               // GUARDED_BY(mu): flush what is queued, then close
   bool dead = false;                  // GUARDED_BY(mu): nothing more is written
+  bool fd_closed = false;             // GUARDED_BY(mu): `fd` is closed (both threads ended)
 
   void Send(Outgoing o) {
     {
@@ -118,15 +93,32 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
     cv.notify_one();
   }
   void Kill() {
-    ::shutdown(fd, SHUT_RDWR);
     {
       std::lock_guard lock(mu);
+      if (!fd_closed) ::shutdown(fd, SHUT_RDWR);
       dead = true;
     }
     cv.notify_one();
   }
+  // Closes the descriptor at once (not when the connection is reaped) and stops counting it
+  // against the connection cap.
+  void CloseFd() {
+    {
+      std::lock_guard lock(mu);
+      if (fd_closed) return;
+      tls.reset();
+      ::close(fd);
+      fd_closed = true;
+    }
+    server->open_.fetch_sub(1);
+  }
+  // Each thread's last act: the last one closes the descriptor and has the connection reaped.
+  void ThreadEnded() {
+    if (running.fetch_sub(1) != 1) return;
+    CloseFd();
+    server->admission_->Wake();
+  }
 
-  Status Hello(tcpwire::SocketReader& rd);
   void ReadLoop();
   // Hands one request (header + payload in `frame`) to the store; the answer is queued by
   // priority. The store has read the payload when this returns.
@@ -135,75 +127,12 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   void WriteLoop();
 };
 
-Status TcpDataServer::Connection::Hello(tcpwire::SocketReader& rd) {
-  uint8_t h[tcpwire::kHelloFixedBytes];
-  Status st = rd.Read(h, sizeof h);
-  if (!st.ok()) return UnavailableError("no hello: " + st.message());
-  uint32_t magic, version, token_len;
-  int32_t rank;
-  std::memcpy(&magic, h, 4);
-  std::memcpy(&version, h + 4, 4);
-  std::memcpy(&rank, h + 8, 4);
-  std::memcpy(&token_len, h + 12, 4);
-  if (magic != tcpwire::kHelloMagic) {
-    return InvalidArgumentError("bad hello: not a trellis data connection (bad magic)");
-  }
-  if (version != tcpwire::kHelloVersion) {
-    return InvalidArgumentError("bad hello: protocol version " + std::to_string(version) +
-                                ", this server speaks " + std::to_string(tcpwire::kHelloVersion));
-  }
-  if (token_len > tcpwire::kMaxTokenBytes) {
-    return InvalidArgumentError("bad hello: token of " + std::to_string(token_len) +
-                                " bytes (limit " + std::to_string(tcpwire::kMaxTokenBytes) + ")");
-  }
-  std::string token(token_len, '\0');
-  if (token_len > 0) {
-    st = rd.Read(token.data(), token_len);
-    if (!st.ok()) return UnavailableError("truncated hello: " + st.message());
-  }
-  if (!options->token.empty()) {
-    if (token.empty()) return UnauthenticatedError("missing job token");
-    if (!TokenEquals(options->token, token)) return UnauthenticatedError("wrong job token");
-  }
-  int32_t w = store->config().num_workers;
-  if (rank < 0 || rank >= w) {
-    return InvalidArgumentError("worker rank " + std::to_string(rank) + " outside [0, " +
-                                std::to_string(w) + ")");
-  }
-  worker = rank;
-  return Status::Ok();
-}
-
 void TcpDataServer::Connection::ReadLoop() {
-  constexpr int64_t kHelloTimeoutMs = 10000;  // a peer that connects and says nothing is dropped
-  if (options->tls) {
-    // Mutual TLS first: a peer without a certificate of the job's CA never reaches the hello.
-    auto stream = TlsStream::Handshake(*options->tls->server_ctx, fd, kHelloTimeoutMs);
-    if (!stream.ok()) {
-      TLOG_WARN << "refusing data connection from " << peer << ": " << stream.status().ToString();
-      CloseAfterFlush();
-      return;
-    }
-    (*stream)->set_read_timeout_ms(kHelloTimeoutMs);
-    TLOG_INFO << "data connection from " << peer << ": TLS, record layer in "
-              << (*stream)->OffloadName();
-    std::lock_guard lock(mu);
-    tls = std::move(*stream);
-  }
   tcpwire::SocketReader rd(fd, 64 << 10, tls.get());
-  SetRecvTimeout(fd, kHelloTimeoutMs);
-  Status st = Hello(rd);
-  if (!st.ok()) {
-    TLOG_WARN << "refusing data connection from " << peer << ": " << st.ToString();
-    SendStatus(static_cast<wire::Op>(0), 0, st);
-    CloseAfterFlush();
-    return;
-  }
-  SetRecvTimeout(fd, 0);
-  if (tls) tls->set_read_timeout_ms(0);
-  SendStatus(static_cast<wire::Op>(0), 0, Status::Ok());
+  SendStatus(static_cast<wire::Op>(0), 0, Status::Ok());  // the hello's answer: welcome
+  Status st;
   const uint64_t max_payload =
-      static_cast<uint64_t>(wire::MaxMessageBytes(options->slice_bytes)) -
+      static_cast<uint64_t>(wire::MaxMessageBytes(server->options_.slice_bytes)) -
       wire::kRequestHeaderBytes;
   // The payload buffer, reused for every request: grown to the largest payload seen (bounded by
   // max_payload) and zero-filled once, so no request pays page faults on fresh memory.
@@ -321,79 +250,120 @@ StatusOr<std::unique_ptr<TcpDataServer>> TcpDataServer::Start(
                                 std::to_string(options.port));
   }
   std::unique_ptr<TcpDataServer> s(new TcpDataServer(store, options));
-  TRELLIS_ASSIGN_OR_RETURN(s->listen_fd_,
+  TRELLIS_ASSIGN_OR_RETURN(int listen_fd,
                            tcpwire::Listen(options.listen_host, options.port, &s->port_));
   TcpDataServer* raw = s.get();
-  s->acceptor_ = std::thread([raw] {
-    pthread_setname_np(pthread_self(), "pserver-tcp-acc");
-    raw->AcceptLoop();
-  });
+  TcpAdmission::Hooks hooks;
+  hooks.check = [raw](const tcpwire::Hello& h) { return raw->CheckHello(h); };
+  hooks.admit = [raw](AdmittedConnection c) { raw->Admit(std::move(c)); };
+  hooks.admitted = [raw] { return raw->open_.load(); };
+  hooks.on_wake = [raw] { raw->Reap(); };
+  auto admission = TcpAdmission::Start(listen_fd, options.limits, options.tls, std::move(hooks));
+  if (!admission.ok()) return admission.status();
+  s->admission_ = std::move(*admission);
   return s;
 }
 
 TcpDataServer::~TcpDataServer() { Stop(); }
 
-void TcpDataServer::AcceptLoop() {
-  while (true) {
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    std::lock_guard lock(mu_);
-    if (stopped_) {
-      if (fd >= 0) ::close(fd);
-      return;
-    }
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE) {
-        TLOG_WARN << "accept: " << std::strerror(errno);
-        poll(nullptr, 0, 100);  // back off instead of spinning while out of descriptors
-      }
-      continue;
-    }
-    tcpwire::TuneSocket(fd);
-    auto c = std::make_shared<Connection>(fd, store_, &options_);
-    Connection* raw = c.get();
-    c->reader = std::thread([raw] {
-      pthread_setname_np(pthread_self(), "pserver-tcp-rd");
-      raw->ReadLoop();
-      raw->threads_running.fetch_sub(1);
-    });
+Status TcpDataServer::CheckHello(const tcpwire::Hello& hello) const {
+  if (!options_.token.empty()) {
+    if (hello.token.empty()) return UnauthenticatedError("missing job token");
+    if (!TokenEquals(options_.token, hello.token)) return UnauthenticatedError("wrong job token");
+  }
+  const int32_t w = store_->config().num_workers;
+  if (hello.rank < 0 || hello.rank >= w) {
+    return InvalidArgumentError("worker rank " + std::to_string(hello.rank) + " outside [0, " +
+                                std::to_string(w) + ")");
+  }
+  return Status::Ok();
+}
+
+void TcpDataServer::Admit(AdmittedConnection a) {
+  tcpwire::TuneSocket(a.fd);
+  if (a.tls) {
+    TLOG_INFO << "data connection from " << a.peer << ": TLS, record layer in "
+              << a.tls->OffloadName();
+  }
+  auto c = std::make_shared<Connection>(std::move(a), store_, this);
+  open_.fetch_add(1);
+  Connection* raw = c.get();
+  const Status no_thread = UnavailableError(
+      "the parameter server cannot start a thread for this connection now; try again");
+  raw->running = 2;
+  try {
     c->writer = std::thread([raw] {
       pthread_setname_np(pthread_self(), "pserver-tcp-wr");
       raw->WriteLoop();
-      raw->threads_running.fetch_sub(1);
+      raw->ThreadEnded();
     });
-    ReapLocked();
-    connections_.push_back(std::move(c));
+  } catch (const std::system_error& e) {
+    TLOG_WARN << "refusing data connection from " << raw->peer << " (worker " << raw->worker
+              << "): no thread for it: " << e.what();
+    // The verdict straight from here: a few bytes into a fresh socket's buffer do not wait.
+    std::vector<uint8_t> frame = tcpwire::EncodeStatusFrame(static_cast<wire::Op>(0), 0, no_thread);
+    iovec iov{frame.data(), frame.size()};
+    if (raw->tls) {
+      (void)raw->tls->WriteAll(&iov, 1);
+    } else {
+      (void)!send(raw->fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    raw->CloseFd();
+    return;
   }
+  try {
+    c->reader = std::thread([raw] {
+      pthread_setname_np(pthread_self(), "pserver-tcp-rd");
+      raw->ReadLoop();
+      raw->ThreadEnded();
+    });
+  } catch (const std::system_error& e) {
+    TLOG_WARN << "refusing data connection from " << raw->peer << " (worker " << raw->worker
+              << "): no thread for it: " << e.what();
+    raw->SendStatus(static_cast<wire::Op>(0), 0, no_thread);
+    raw->CloseAfterFlush();
+    raw->ThreadEnded();  // the reader's share: the writer's end closes the descriptor
+  }
+  std::lock_guard lock(mu_);
+  connections_.push_back(std::move(c));
 }
 
-void TcpDataServer::ReapLocked() {
-  for (auto it = connections_.begin(); it != connections_.end();) {
-    if ((*it)->threads_running.load() == 0) {
-      (*it)->reader.join();
-      (*it)->writer.join();
-      it = connections_.erase(it);
-    } else {
-      ++it;
+void TcpDataServer::Reap() {
+  std::vector<std::shared_ptr<Connection>> ended;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if ((*it)->running.load() == 0) {
+        ended.push_back(std::move(*it));
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
     }
+  }
+  for (auto& c : ended) {
+    if (c->reader.joinable()) c->reader.join();
+    if (c->writer.joinable()) c->writer.join();
   }
 }
 
 void TcpDataServer::Stop() {
-  std::vector<std::shared_ptr<Connection>> conns;
   {
     std::lock_guard lock(mu_);
     if (stopped_) return;
     stopped_ = true;
+  }
+  // The loop first: no connection is admitted or reaped after this.
+  if (admission_) admission_->Stop();
+  std::vector<std::shared_ptr<Connection>> conns;
+  {
+    std::lock_guard lock(mu_);
     conns.swap(connections_);
   }
-  // shutdown(2) wakes accept(); close only after the acceptor is gone.
-  ::shutdown(listen_fd_, SHUT_RDWR);
-  acceptor_.join();
-  ::close(listen_fd_);
   for (auto& c : conns) c->Kill();
   for (auto& c : conns) {
-    c->reader.join();
-    c->writer.join();
+    if (c->reader.joinable()) c->reader.join();
+    if (c->writer.joinable()) c->writer.join();
   }
 }
 

@@ -1,17 +1,23 @@
 // The parameter server's raw-TCP bulk face (protocol in pserver/tcp_wire.h), beside the gRPC
 // DataService and over the same SliceStore.
 //
-// Threads: one acceptor ("pserver-tcp-acc"); per worker connection one reader ("pserver-tcp-rd")
-// that reads each request's payload into the connection's reusable, pre-faulted buffer and
-// hands it to the store (which sums from it), and one writer ("pserver-tcp-wr") that sends the
-// answers highest priority first with sendmsg straight from the store's result buffers. A reader
-// never waits on a write, so two peers that both write a lot cannot deadlock.
+// Threads: before its hello a connection costs none: one loop (pserver/tcp_admission.h) accepts,
+// runs the TLS handshake, reads hellos without blocking, closes connections without a whole
+// hello after `limits.hello_timeout_ms`, and caps pending and total connections. Once its token
+// and rank are checked, a worker's connection gets one reader ("pserver-tcp-rd") that reads each
+// request's payload into the connection's reusable, pre-faulted buffer and hands it to the store
+// (which sums from it), and one writer ("pserver-tcp-wr") that sends the answers highest priority
+// first with sendmsg straight from the store's result buffers. A reader never waits on a write,
+// so two peers that both write a lot cannot deadlock. When a thread cannot be created, that one
+// connection is refused (a log line); the server goes on.
 //
 // Errors: a request the store refuses gets an error frame and the connection goes on; bytes that
 // do not parse as a frame (bad magic, unknown op, oversized length, a truncated frame) get an
-// error frame and that connection is closed; other connections are not affected.
+// error frame and that connection is closed; other connections are not affected. A connection's
+// descriptor is closed as soon as its threads end.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -22,6 +28,7 @@
 #include "common/status.h"
 #include "common/tls.h"
 #include "pserver/slice_store.h"
+#include "pserver/tcp_admission.h"
 
 namespace trellis {
 
@@ -31,6 +38,7 @@ struct TcpDataServerOptions {
   std::string token;              // expected in the hello; empty: no check
   int64_t slice_bytes = 4 << 20;  // bounds a payload (as the gRPC receive limit)
   TlsPtr tls;  // mutual TLS handshake before the hello (common/tls_stream.h); nullptr: plaintext
+  TcpAdmissionLimits limits;  // hello deadline, pending and total caps
 };
 
 class TcpDataServer {
@@ -45,18 +53,19 @@ class TcpDataServer {
   // idempotent. Answers that arrive later for a closed connection are dropped.
   void Stop();
 
-  struct Connection;  // internal
+  struct Connection;  // internal: an admitted worker's connection
 
  private:
   TcpDataServer(SliceStore* store, TcpDataServerOptions options);
-  void AcceptLoop();
-  void ReapLocked();  // joins connections whose threads ended; REQUIRES: mu_ held
+  Status CheckHello(const tcpwire::Hello& hello) const;
+  void Admit(AdmittedConnection c);  // admission loop thread: the worker's threads
+  void Reap();                       // admission loop thread: joins connections that ended
 
   SliceStore* const store_;
   const TcpDataServerOptions options_;
-  int listen_fd_ = -1;
   int port_ = 0;
-  std::thread acceptor_;
+  std::unique_ptr<TcpAdmission> admission_;
+  std::atomic<size_t> open_{0};  // admitted connections whose descriptor is still open
   std::mutex mu_;
   std::vector<std::shared_ptr<Connection>> connections_;  // GUARDED_BY(mu_)
   bool stopped_ = false;                                  // GUARDED_BY(mu_)

@@ -23,6 +23,7 @@
 namespace trellis::tcpwire {
 namespace {
 
+using wire::GetLe;
 using wire::PutLe;
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -68,6 +69,40 @@ std::vector<uint8_t> EncodeHello(const std::string& token, int32_t rank) {
   PutLe<uint32_t>(out.data(), 12, static_cast<uint32_t>(token.size()));
   if (!token.empty()) std::memcpy(out.data() + kHelloFixedBytes, token.data(), token.size());
   return out;
+}
+
+Status CheckHelloFixed(const uint8_t* fixed, uint32_t* token_bytes) {
+  const auto magic = GetLe<uint32_t>(fixed, 0);
+  const auto version = GetLe<uint32_t>(fixed, 4);
+  *token_bytes = GetLe<uint32_t>(fixed, 12);
+  if (magic != kHelloMagic) {
+    return InvalidArgumentError("bad hello: not a trellis data connection (bad magic)");
+  }
+  if (version != kHelloVersion) {
+    return InvalidArgumentError("bad hello: protocol version " + std::to_string(version) +
+                                ", this server speaks " + std::to_string(kHelloVersion));
+  }
+  if (*token_bytes > kMaxTokenBytes) {
+    return InvalidArgumentError("bad hello: token of " + std::to_string(*token_bytes) +
+                                " bytes (limit " + std::to_string(kMaxTokenBytes) + ")");
+  }
+  return Status::Ok();
+}
+
+Status DecodeHello(const uint8_t* bytes, size_t n, Hello* out) {
+  if (n < kHelloFixedBytes) {
+    return InvalidArgumentError("bad hello: " + std::to_string(n) + " bytes, shorter than " +
+                                std::to_string(kHelloFixedBytes));
+  }
+  uint32_t token_len = 0;
+  TRELLIS_RETURN_IF_ERROR(CheckHelloFixed(bytes, &token_len));
+  if (n != kHelloFixedBytes + token_len) {
+    return InvalidArgumentError("bad hello: " + std::to_string(n) + " bytes for a token of " +
+                                std::to_string(token_len));
+  }
+  out->rank = GetLe<int32_t>(bytes, 8);
+  out->token.assign(reinterpret_cast<const char*>(bytes) + kHelloFixedBytes, token_len);
+  return Status::Ok();
 }
 
 std::vector<uint8_t> EncodeStatusFrame(wire::Op op, uint64_t request_id, const Status& st) {
@@ -219,6 +254,11 @@ Status SocketReader::RecvSome(void* dst, size_t n, int flags, size_t* got) {
     if (r == 0) return UnavailableError("connection closed by the peer");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      // Without MSG_DONTWAIT this is the receive timeout (SO_RCVTIMEO) expiring: an error, not
+      // "0 bytes", which Fill would retry for ever.
+      if ((flags & MSG_DONTWAIT) == 0) {
+        return DeadlineExceededError("no data within the receive timeout");
+      }
       *got = 0;
       return Status::Ok();
     }

@@ -40,6 +40,16 @@ Status SplitDataAddress(const std::string& address, std::string* grpc_address, s
 std::string JoinDataAddress(const std::string& grpc_address, int tcp_port);
 
 std::vector<uint8_t> EncodeHello(const std::string& token, int32_t rank);
+struct Hello {
+  int32_t rank = -1;
+  std::string token;
+};
+// Checks a hello's first kHelloFixedBytes (magic, version, token length at most kMaxTokenBytes)
+// and sets *token_bytes, so a reader knows how much more to wait for, or refuses at once.
+Status CheckHelloFixed(const uint8_t* fixed, uint32_t* token_bytes);
+// Parses a whole hello (`n` = kHelloFixedBytes + its token bytes): magic, version, token length
+// (at most kMaxTokenBytes). INVALID_ARGUMENT "bad hello: ..." naming what is wrong.
+Status DecodeHello(const uint8_t* bytes, size_t n, Hello* out);
 
 // Response frame bytes: header + message (no payload).
 std::vector<uint8_t> EncodeStatusFrame(wire::Op op, uint64_t request_id, const Status& st);
@@ -82,7 +92,8 @@ class SocketReader {
   explicit SocketReader(int fd, size_t buffer_bytes = 64 << 10, TlsStream* tls = nullptr);
   // Exactly `n` bytes into `dst`. With a guard, the socket is only read while the guard is
   // held, never blocking under it (poll first); bytes the guard refuses are discarded.
-  // Errors: UNAVAILABLE (peer closed, reset) naming the cause.
+  // Errors: UNAVAILABLE (peer closed, reset) naming the cause; DEADLINE_EXCEEDED when the
+  // socket's receive timeout (SO_RCVTIMEO, or the TLS stream's) expired first.
   Status Read(void* dst, size_t n, WriteGuard* guard = nullptr);
   // Reads and drops `n` bytes.
   Status Skip(size_t n);

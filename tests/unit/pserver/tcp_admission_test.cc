@@ -1,0 +1,231 @@
+// What a connection costs the TCP listener before its hello (issue 16 §1): no thread, a hello
+// deadline that fires (also for a peer that trickles bytes, and under TLS), caps on pending and
+// total connections that refuse with a log line while an admitted worker keeps being served,
+// and descriptors closed as soon as a connection ends. Before: every connection got two threads
+// at accept, a silent one stayed for ever (the receive timeout read as "0 bytes"), nothing was
+// capped, and a closed connection's descriptor stayed open until the next accept.
+#include <dirent.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/common/tls_fixture.h"
+#include "tests/unit/pserver/raw_tcp.h"
+#include "tests/unit/pserver/tcp_test_server.h"
+#include "tests/unit/pserver/test_frames.h"
+
+namespace trellis {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RawTcp;
+using testing::RequestBytes;
+
+constexpr char kToken[] = "tok";
+
+int Entries(const char* dir) {
+  int n = 0;
+  DIR* d = opendir(dir);
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(d);
+  return n;
+}
+int Threads() { return Entries("/proc/self/task"); }
+int Descriptors() { return Entries("/proc/self/fd"); }
+
+// Enough descriptors for `n` connections, both ends in this process; false: skip.
+bool RaiseFileLimit(rlim_t n) {
+  rlimit r{};
+  getrlimit(RLIMIT_NOFILE, &r);
+  if (r.rlim_cur < n) {
+    r.rlim_cur = std::min<rlim_t>(r.rlim_max, n);
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+  return r.rlim_cur >= n;
+}
+
+std::unique_ptr<ParameterServer> StartServer(TcpAdmissionLimits limits, TlsPtr tls = nullptr) {
+  PserverOptions o;
+  o.tcp_limits = limits;
+  o.tls = std::move(tls);
+  return testing::StartTcpTestServer(kToken, o);
+}
+
+void Authenticate(RawTcp& c) {
+  testing::Answer a;
+  ASSERT_TRUE(c.Hello(kToken, 0, &a)) << "no verdict on the hello";
+  ASSERT_EQ(a.header.code, 0) << a.message;
+}
+
+// A worker's round trip on an admitted connection (W = 1: the answer is the push).
+void ExpectServing(RawTcp& c, int64_t step) {
+  ASSERT_TRUE(c.Write(RequestBytes(wire::Op::kPushPull, 7, 0, step, {1, 2, 3, 4}, 100 + step)));
+  testing::Answer a;
+  ASSERT_TRUE(c.Read(&a));
+  EXPECT_EQ(a.header.code, 0) << a.message;
+  EXPECT_EQ(a.header.request_id, uint64_t(100 + step));
+  EXPECT_EQ(a.values, (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(TcpAdmissionTest, SilentPartialAndTricklingHellosAreClosedAtTheDeadline) {
+  TcpAdmissionLimits limits;
+  limits.hello_timeout_ms = 1000;
+  auto ps = StartServer(limits);
+  ASSERT_TRUE(ps);
+  ::testing::internal::CaptureStderr();
+  const auto start = std::chrono::steady_clock::now();
+  RawTcp silent(ps->tcp_port());
+  RawTcp partial(ps->tcp_port());
+  RawTcp trickle(ps->tcp_port());
+  auto hello = tcpwire::EncodeHello(kToken, 0);
+  ASSERT_TRUE(partial.Write({hello.begin(), hello.begin() + 10}));  // magic, version, half a rank
+  // One byte every 200 ms: each read gets something, the whole hello never comes in time.
+  bool trickle_closed = false;
+  for (size_t i = 0; i < hello.size() - 1 && !trickle_closed; ++i) {
+    trickle.Write({hello[i]});
+    trickle_closed = trickle.ClosedWithin(200);
+  }
+  EXPECT_TRUE(trickle_closed || trickle.ClosedWithin(8000)) << "a trickling hello stayed open";
+  EXPECT_TRUE(silent.ClosedWithin(8000)) << "a silent connection stayed open";
+  EXPECT_TRUE(partial.ClosedWithin(8000)) << "a partial hello stayed open";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 900ms);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("no whole hello within 1000 ms"), std::string::npos) << log;
+  // A worker that says hello in time is served.
+  RawTcp worker(ps->tcp_port());
+  Authenticate(worker);
+  ExpectServing(worker, 1);
+}
+
+TEST(TcpAdmissionTest, IdleConnectionsAddNoThreads) {
+  if (!RaiseFileLimit(1400)) GTEST_SKIP() << "needs 1400 descriptors";
+  auto ps = StartServer({});
+  ASSERT_TRUE(ps);
+  RawTcp worker(ps->tcp_port());
+  Authenticate(worker);
+  ExpectServing(worker, 1);
+  const int before = Threads();
+  std::vector<std::unique_ptr<RawTcp>> idle;
+  for (int i = 0; i < 500; ++i) {
+    idle.push_back(std::make_unique<RawTcp>(ps->tcp_port()));
+    ASSERT_GE(idle.back()->fd(), 0);
+  }
+  auto hello = tcpwire::EncodeHello(kToken, 0);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(idle[i]->Write({hello.begin(), hello.begin() + 7}));
+  ExpectServing(worker, 2);  // the listener took them all in meanwhile
+  std::this_thread::sleep_for(500ms);
+  const int after = Threads();
+  EXPECT_LE(after - before, 1) << before << " threads before 500 idle connections, " << after
+                               << " after";
+  for (auto& c : idle) EXPECT_FALSE(c->ClosedWithin(0));  // held until their deadline
+}
+
+TEST(TcpAdmissionTest, CapsRefuseWithALogLineWhileAnAdmittedWorkerIsServed) {
+  TcpAdmissionLimits limits;
+  limits.max_pending = 4;
+  limits.max_connections = 6;
+  auto ps = StartServer(limits);
+  ASSERT_TRUE(ps);
+  RawTcp worker(ps->tcp_port());
+  Authenticate(worker);
+  ExpectServing(worker, 1);
+
+  ::testing::internal::CaptureStderr();
+  // The pending cap: four connections wait for their hello, a fifth is closed at once.
+  std::vector<std::unique_ptr<RawTcp>> idle;
+  for (int i = 0; i < 4; ++i) idle.push_back(std::make_unique<RawTcp>(ps->tcp_port()));
+  ExpectServing(worker, 2);  // the four were accepted meanwhile (the listener is one loop)
+  RawTcp over(ps->tcp_port());
+  EXPECT_TRUE(over.ClosedWithin(8000)) << "a connection over the pending cap stayed open";
+  for (auto& c : idle) EXPECT_FALSE(c->ClosedWithin(0));
+  // The total cap: two idle ones leave, two more workers are admitted, one more idle: 3 + 3 = 6
+  // connections; the seventh is closed at once.
+  idle.resize(2);
+  std::this_thread::sleep_for(300ms);
+  RawTcp w2(ps->tcp_port()), w3(ps->tcp_port());
+  Authenticate(w2);
+  Authenticate(w3);
+  idle.push_back(std::make_unique<RawTcp>(ps->tcp_port()));
+  std::this_thread::sleep_for(1100ms);  // past the one-line-a-second limit
+  RawTcp over_total(ps->tcp_port());
+  EXPECT_TRUE(over_total.ClosedWithin(8000)) << "a connection over the total cap stayed open";
+  std::this_thread::sleep_for(100ms);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("4 connections wait for their hello (cap 4)"), std::string::npos) << log;
+  EXPECT_NE(log.find("6 data connections open (cap 6)"), std::string::npos) << log;
+  // Refusing others costs the admitted workers nothing.
+  ExpectServing(worker, 3);
+  ExpectServing(w2, 4);
+}
+
+TEST(TcpAdmissionTest, DescriptorsOfEndedConnectionsAreClosedAtOnce) {
+  auto ps = StartServer({});
+  ASSERT_TRUE(ps);
+  RawTcp first(ps->tcp_port());
+  Authenticate(first);
+  const int before = Descriptors();
+  {
+    std::vector<std::unique_ptr<RawTcp>> workers;
+    for (int i = 0; i < 20; ++i) {
+      workers.push_back(std::make_unique<RawTcp>(ps->tcp_port()));
+      Authenticate(*workers.back());
+    }
+    ExpectServing(*workers.back(), 1);
+  }
+  // Our 20 ends are closed; the server's must follow without another connection coming in.
+  int now = Descriptors();
+  for (int i = 0; i < 100 && now > before; ++i) {
+    std::this_thread::sleep_for(50ms);
+    now = Descriptors();
+  }
+  EXPECT_LE(now, before) << "descriptors of ended connections still open";
+  ExpectServing(first, 2);
+}
+
+// Under TLS the handshake is part of what comes before the hello: the same bounds hold.
+TEST(TcpAdmissionTest, TlsConnectionsWithoutAHelloCostNoThreadAndAreClosedAtTheDeadline) {
+  TlsCerts certs;
+  ASSERT_TRUE(certs.job);
+  TcpAdmissionLimits limits;
+  limits.hello_timeout_ms = 3000;
+  auto ps = StartServer(limits, certs.job);
+  ASSERT_TRUE(ps);
+  RawTcp worker(ps->tcp_port());
+  ASSERT_TRUE(worker.StartTls(*certs.job).ok());
+  Authenticate(worker);
+  ExpectServing(worker, 1);
+  const int before = Threads();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<RawTcp>> silent, handshaken;
+  for (int i = 0; i < 40; ++i) silent.push_back(std::make_unique<RawTcp>(ps->tcp_port()));
+  for (int i = 0; i < 20; ++i) {
+    handshaken.push_back(std::make_unique<RawTcp>(ps->tcp_port()));
+    ASSERT_TRUE(handshaken.back()->StartTls(*certs.job).ok());
+  }
+  ExpectServing(worker, 2);
+  const int after = Threads();
+  EXPECT_LE(after - before, 1) << before << " threads before 60 TLS connections without a hello, "
+                               << after << " after";
+  for (auto& c : silent) EXPECT_TRUE(c->ClosedWithin(12000)) << "a silent TLS connection stayed";
+  for (auto& c : handshaken) {
+    EXPECT_TRUE(c->ClosedWithin(12000)) << "a TLS connection without a hello stayed";
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 2900ms);
+  ExpectServing(worker, 3);
+  RawTcp later(ps->tcp_port());
+  ASSERT_TRUE(later.StartTls(*certs.job).ok());
+  Authenticate(later);
+  ExpectServing(later, 4);
+}
+
+}  // namespace
+}  // namespace trellis
