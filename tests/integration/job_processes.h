@@ -57,19 +57,23 @@ inline std::vector<pid_t> ProcessesOfJob(const std::string& job) {
   return out;
 }
 
-// The pid of worker `rank`'s training program (trellis-mlp, a child of that worker's agent).
-inline pid_t WorkerProgram(const std::string& job, int rank) {
+// The pid of `role` `rank`'s program (trellis-pserver for a server, trellis-mlp for a worker;
+// not its agent), or -1.
+inline pid_t ProgramOf(const std::string& job, const std::string& role, int rank) {
+  const std::string comm = role == "server" ? "trellis-pserver" : "trellis-mlp";
   for (pid_t pid : ProcessesOfJob(job)) {
-    std::string comm = ReadFile("/proc/" + std::to_string(pid) + "/comm");
-    if (comm.rfind("trellis-mlp", 0) != 0) continue;
-    std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
-    if (env.find(std::string("TRELLIS_RANK=") + std::to_string(rank) + '\0') != std::string::npos &&
-        env.find(std::string("TRELLIS_ROLE=worker") + '\0') != std::string::npos) {
+    if (ReadFile("/proc/" + std::to_string(pid) + "/comm").rfind(comm.substr(0, 15), 0) != 0) continue;
+    const std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+    if (env.find("TRELLIS_RANK=" + std::to_string(rank) + '\0') != std::string::npos &&
+        env.find("TRELLIS_ROLE=" + role + '\0') != std::string::npos) {
       return pid;
     }
   }
   return -1;
 }
+
+// The pid of worker `rank`'s training program (trellis-mlp, a child of that worker's agent).
+inline pid_t WorkerProgram(const std::string& job, int rank) { return ProgramOf(job, "worker", rank); }
 
 // Waits (bounded) until no process of `job` remains; kills leftovers so one failure does not
 // leak into the next test. Returns the pids that were still there at the deadline.

@@ -45,20 +45,6 @@ std::string JobYaml(const std::string& name, const std::string& ckpt_dir) {
          "  runPolicy:\n    backoffLimit: 2\n    activeDeadlineSeconds: 200\n";
 }
 
-// The pid of `role` `rank`'s program (trellis-mlp or trellis-pserver; not its agent), or -1.
-pid_t ProgramOf(const std::string& job, const std::string& role, int rank) {
-  const std::string comm = role == "server" ? "trellis-pserver" : "trellis-mlp";
-  for (pid_t pid : ProcessesOfJob(job)) {
-    if (ReadFile("/proc/" + std::to_string(pid) + "/comm").rfind(comm.substr(0, 15), 0) != 0) continue;
-    const std::string env = ReadFile("/proc/" + std::to_string(pid) + "/environ");
-    if (env.find("TRELLIS_RANK=" + std::to_string(rank) + '\0') != std::string::npos &&
-        env.find("TRELLIS_ROLE=" + role + '\0') != std::string::npos) {
-      return pid;
-    }
-  }
-  return -1;
-}
-
 class StallTest : public LaunchedJobsTest {
  protected:
   // The undisturbed run, once for the suite (both tests compare with it).
