@@ -114,12 +114,14 @@ Status Launcher::Prepare() {
   } else {
     paths_.job_file = fs::absolute(options_.job_file, ec).string();
   }
+  paths_.listen_host = options_.listen_host;
+  paths_.connect_host = ConnectHostFor(options_.listen_host);
   if (options_.metrics) {
     // Picked now, bound by the children a moment later: a small race with other programs on
     // this machine, the price of knowing every target before anything starts.
-    TRELLIS_ASSIGN_OR_RETURN(scheduler_metrics_port_, PickFreePort("127.0.0.1"));
+    TRELLIS_ASSIGN_OR_RETURN(scheduler_metrics_port_, PickFreePort(paths_.listen_host));
     for (size_t i = 0; i < MetricsPortsFor(job_); ++i) {
-      TRELLIS_ASSIGN_OR_RETURN(int port, PickFreePort("127.0.0.1"));
+      TRELLIS_ASSIGN_OR_RETURN(int port, PickFreePort(paths_.listen_host));
       metrics_ports_.push_back(port);
     }
   }
@@ -175,7 +177,7 @@ Status Launcher::StartScheduler() {
     std::ifstream in(port_file);
     int port = 0;
     if (in >> port && port > 0) {
-      paths_.scheduler_address = "127.0.0.1:" + std::to_string(port);
+      paths_.scheduler_address = paths_.connect_host + ":" + std::to_string(port);
       return Status::Ok();
     }
     if (auto s = scheduler_->process->Poll()) {

@@ -1,5 +1,7 @@
 #include "launcher/plan.h"
 
+#include <arpa/inet.h>
+
 #include <deque>
 #include <fstream>
 
@@ -23,7 +25,20 @@ std::map<std::string, std::string> ChildEnv(const LaunchPaths& paths, std::map<s
   return env;
 }
 
+StatusOr<std::string> ListenHostFlag(const std::string& v) {
+  in_addr addr{};
+  if (v.size() > 15 || ::inet_pton(AF_INET, v.c_str(), &addr) != 1) {
+    return InvalidArgumentError("flag --listen-host wants an IPv4 address (127.0.0.1, 0.0.0.0, ...), got '" +
+                                v.substr(0, 64) + "'");
+  }
+  return v;
+}
+
 }  // namespace
+
+std::string ConnectHostFor(const std::string& listen_host) {
+  return listen_host == "0.0.0.0" ? "127.0.0.1" : listen_host;
+}
 
 StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
   LaunchOptions o;
@@ -47,6 +62,11 @@ StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
       o.metrics = false;
     } else if (a == "--tls") {
       o.tls = true;
+    } else if (a == "--listen-host") {
+      if (i + 1 >= args.size()) return InvalidArgumentError("flag --listen-host needs an address");
+      TRELLIS_ASSIGN_OR_RETURN(o.listen_host, ListenHostFlag(args[++i]));
+    } else if (a.rfind("--listen-host=", 0) == 0) {
+      TRELLIS_ASSIGN_OR_RETURN(o.listen_host, ListenHostFlag(a.substr(14)));
     } else if (a == "--metrics-targets") {
       if (i + 1 >= args.size()) return InvalidArgumentError("flag --metrics-targets needs a file");
       o.metrics_targets = args[++i];
@@ -82,13 +102,13 @@ ProcessPlan PlanScheduler(const LaunchPaths& paths, const std::map<std::string, 
   ProcessPlan p;
   p.name = "scheduler";
   p.kind = ProcessPlan::Kind::kScheduler;
-  p.spawn.argv = {paths.bin_dir + "/trellis-scheduler", "--job-file", paths.job_file, "--host", "127.0.0.1",
+  p.spawn.argv = {paths.bin_dir + "/trellis-scheduler", "--job-file", paths.job_file, "--host", paths.listen_host,
                   "--port", "0", "--port-file", paths.run_dir + "/scheduler.port", "--token-file",
                   paths.token_file};
   if (metrics_port >= 0) {
     p.spawn.argv.insert(p.spawn.argv.end(),
-                        {"--metrics-host", "127.0.0.1", "--metrics-port", std::to_string(metrics_port)});
-    p.metrics.push_back({"127.0.0.1:" + std::to_string(metrics_port),
+                        {"--metrics-host", paths.listen_host, "--metrics-port", std::to_string(metrics_port)});
+    p.metrics.push_back({paths.connect_host + ":" + std::to_string(metrics_port),
                          {{"job", job}, {"role", "scheduler"}, {"trellis_process", "scheduler"}}});
   }
   p.spawn.env = ChildEnv(paths, base_env);
@@ -128,22 +148,22 @@ std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths
       env["TRELLIS_NUM_WORKERS"] = std::to_string(job.workers.replicas);
       env["TRELLIS_TOKEN_FILE"] = paths.token_file;
       env["TRELLIS_POD_NAME"] = job.name + "-" + p.name;
-      env["TRELLIS_HOST"] = "127.0.0.1";
-      env[kListenHostEnv] = "127.0.0.1";  // data ports and /metrics: loopback, like everything here
+      env["TRELLIS_HOST"] = paths.connect_host;   // where the others reach its data ports
+      env[kListenHostEnv] = paths.listen_host;   // data ports and /metrics (loopback by default)
       if (!server && role.gpusPerWorker > 0) env["TRELLIS_GPUS"] = std::to_string(role.gpusPerWorker);
       for (const auto& [k, v] : role.env) env[k] = v;
       if (metrics) {
-        // The program's and the agent's /metrics, on loopback like everything else here.
+        // The program's and the agent's /metrics, on the job's listen address like the rest.
         const size_t slot = 2 * out.size();
         const std::string role_name = server ? "server" : "worker";
-        env["TRELLIS_METRICS_HOST"] = "127.0.0.1";
+        env["TRELLIS_METRICS_HOST"] = paths.listen_host;
         env["TRELLIS_METRICS_PORT"] = std::to_string(metrics_ports[slot]);
         env["TRELLIS_AGENT_METRICS_PORT"] = std::to_string(metrics_ports[slot + 1]);
         std::map<std::string, std::string> labels = {
             {"job", job.name}, {"role", role_name}, {"rank", std::to_string(i)}, {"trellis_process", p.name}};
-        p.metrics.push_back({"127.0.0.1:" + std::to_string(metrics_ports[slot]), labels});
+        p.metrics.push_back({paths.connect_host + ":" + std::to_string(metrics_ports[slot]), labels});
         labels["trellis_process"] = p.name + "-agent";
-        p.metrics.push_back({"127.0.0.1:" + std::to_string(metrics_ports[slot + 1]), labels});
+        p.metrics.push_back({paths.connect_host + ":" + std::to_string(metrics_ports[slot + 1]), labels});
       }
       p.spawn.env = std::move(env);
       const std::string log = paths.run_dir + "/" + p.name + ".log";

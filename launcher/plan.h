@@ -34,6 +34,8 @@ inline constexpr char kLaunchUsage[] =
     "  --metrics-targets  write the Prometheus file-SD targets there (default\n"
     "               <log dir>/prometheus-targets.json); removed when the job ends\n"
     "  --no-metrics no /metrics servers\n"
+    "  --listen-host ADDR  the IPv4 address every socket of the job listens on (default\n"
+    "               127.0.0.1; 0.0.0.0: every address, the job's processes still meet on loopback)\n"
     "  --tls        mutual TLS between all parts with a CA made for this run (also what a job\n"
     "               with spec.tls.secretName gets here); spec.tls files are used as given\n"
     "exit codes: 0 every worker succeeded, 1 the job failed, 2 bad arguments or job file,\n"
@@ -49,6 +51,7 @@ struct LaunchOptions {
   bool help = false;
   bool metrics = true;
   bool tls = false;  // --tls: a throwaway job CA in the run directory
+  std::string listen_host = "127.0.0.1";  // --listen-host: an IPv4 literal
   std::string metrics_targets;  // empty: <run_dir>/prometheus-targets.json
   // Agents get agent_stop_grace to stop their program; the launcher waits stop_grace for an
   // agent before SIGKILL (longer, so the agent's own escalation comes first).
@@ -56,6 +59,9 @@ struct LaunchOptions {
   std::chrono::milliseconds stop_grace{5000};
   std::chrono::milliseconds scheduler_start_timeout{30000};
 };
+
+// Where the job's processes reach a listener bound to `listen_host` (an IPv4 literal).
+std::string ConnectHostFor(const std::string& listen_host);
 
 // `args` excludes argv[0]. Errors name the flag.
 StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args);
@@ -66,6 +72,10 @@ struct LaunchPaths {
   std::string job_file;           // absolute path of the job file
   std::string token_file;
   std::string scheduler_address;  // host:port, once known
+  // Every listening socket of the job binds listen_host; the processes reach each other (and
+  // Prometheus them) at connect_host: the same address, or loopback when it is 0.0.0.0.
+  std::string listen_host = "127.0.0.1";
+  std::string connect_host = "127.0.0.1";
   TlsFiles tls;                   // absolute paths; off: plaintext (TRELLIS_TLS_* to every child)
 };
 
@@ -85,7 +95,7 @@ struct ProcessPlan {
 };
 
 // `base_env`: the launcher's environment; the children get it with bin_dir first on PATH.
-// `metrics_port` >= 0: the scheduler serves /metrics there on 127.0.0.1.
+// `metrics_port` >= 0: the scheduler serves /metrics there on paths.listen_host.
 ProcessPlan PlanScheduler(const LaunchPaths& paths, const std::map<std::string, std::string>& base_env,
                           const std::string& job = "", int metrics_port = -1);
 // One agent per server and per worker: role env entries added, the role's command after "--",

@@ -1,5 +1,6 @@
 #include "operator/desired.h"
 
+#include "common/env.h"
 #include "common/tls.h"
 #include "operator/gang.h"
 #include "operator/pod_template.h"
@@ -221,7 +222,8 @@ Json SchedulerService(const JobMeta& job, const OperatorSettings& s) {
 
 Json SchedulerPod(const JobMeta& job, const JobSpec& spec, const OperatorSettings& s) {
   Json c = Json::object();
-  c["command"] = Strings({"trellis-scheduler", "--job-file", s.config_dir + "/job.yaml", "--host", "0.0.0.0",
+  // Listens on the pod's own address (TRELLIS_LISTEN_HOST), not every address of the pod.
+  c["command"] = Strings({"trellis-scheduler", "--job-file", s.config_dir + "/job.yaml",
                           "--port", std::to_string(s.scheduler_port), "--token-file", s.token_dir + "/token",
                           "--job-name", job.name, "--metrics-port", std::to_string(s.metrics_port)});
   Json port = Json::object();
@@ -234,6 +236,9 @@ Json SchedulerPod(const JobMeta& job, const JobSpec& spec, const OperatorSetting
   ports[0] = port;
   ports[1] = metrics;
   c["ports"] = ports;
+  Json env = Json::array();
+  env[0] = FieldEnv(kListenHostEnv, "status.podIP");
+  c["env"] = env;
   return PodShell(job, spec, PodRole::kScheduler, 0, s, c, /*with_config=*/true);
 }
 
@@ -260,6 +265,9 @@ Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, c
   env[n++] = EnvVar("TRELLIS_TOKEN_FILE", s.token_dir + "/token");
   env[n++] = FieldEnv("TRELLIS_POD_NAME", "metadata.name");
   env[n++] = FieldEnv("TRELLIS_HOST", "status.podIP");
+  // Data ports and /metrics listen on the pod's address (where Services, Prometheus and the
+  // other pods reach it), unless the role's env names another (e.g. 0.0.0.0).
+  if (rs.env.count(kListenHostEnv) == 0) env[n++] = FieldEnv(kListenHostEnv, "status.podIP");
   // The program serves /metrics on the annotated port, its agent on the next one.
   env[n++] = EnvVar("TRELLIS_METRICS_PORT", std::to_string(s.metrics_port));
   env[n++] = EnvVar("TRELLIS_AGENT_METRICS_PORT", std::to_string(s.metrics_port + 1));

@@ -1,9 +1,13 @@
 #!/usr/bin/python3
-"""Under trellis-launch every listening socket of the job is on loopback (docs/operations.md):
-a small MLP job (scheduler, 2 servers, 2 workers, their agents, /metrics everywhere) runs, and
-once every worker trains, /proc/net/tcp{,6} must show each socket the job's processes listen on
-bound to 127.0.0.1 -- the servers' data ports and every /metrics port included (they listened on
-every address before). Then the job is stopped (SIGINT) and nothing of it is left.
+"""Under trellis-launch every listening socket of the job is where --listen-host says, loopback
+by default (docs/operations.md#listen-address): a small MLP job (scheduler, 2 servers, 2
+workers, their agents, /metrics everywhere) runs, and once every worker trains,
+/proc/net/tcp{,6} must show each socket the job's processes listen on bound to 127.0.0.1 -- the
+scheduler's gRPC and /metrics, the servers' data ports and every /metrics port included (they
+listened on every address before). Then the same job with `--listen-host 127.0.0.2` (another
+loopback address: nothing leaves the machine) must have every one of them on 127.0.0.2 and
+still train (the processes reach each other there). Each job is stopped (SIGINT) and nothing of
+it is left.
 
 Usage: listen_loopback_test.py BIN_DIR   (exit 77: skipped, a program is missing)
 """
@@ -15,11 +19,10 @@ import tempfile
 import time
 
 BIN = sys.argv[1]
-JOB = "listen-%d" % os.getpid()
-JOB_YAML = f"""apiVersion: trellis.io/v1alpha1
+JOB_YAML = """apiVersion: trellis.io/v1alpha1
 kind: TrainingJob
 metadata:
-  name: {JOB}
+  name: {job}
 spec:
   servers:
     replicas: 2
@@ -33,19 +36,28 @@ spec:
     restartPolicy: Never
     activeDeadlineSeconds: 300
 """
+# /proc/net/tcp{,6} spellings of an IPv4 address: plain, and v4-mapped (gRPC's listener).
+ADDRS = {"127.0.0.1": ("0100007F", "0000000000000000FFFF00000100007F"),
+         "127.0.0.2": ("0200007F", "0000000000000000FFFF00000200007F")}
 
 
-def job_pids():
+def job_pids(job, job_file):
+    """The job's agents and programs (TRELLIS_JOB in their environment) and its scheduler (its
+    command line names the job file)."""
     out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/environ", "rb") as f:
-                if f"TRELLIS_JOB={JOB}".encode() in f.read().split(b"\0"):
-                    out.append(int(d))
+                env = f.read().split(b"\0")
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
         except OSError:
-            pass
+            continue
+        if f"TRELLIS_JOB={job}".encode() in env or (
+                argv and argv[0].endswith(b"trellis-scheduler") and job_file.encode() in argv):
+            out.append(int(d))
     return out
 
 
@@ -90,49 +102,53 @@ def comm(pid):
         return "?"
 
 
-def main():
-    for prog in ("trellis-launch", "trellis-agent", "trellis-scheduler", "trellis-pserver", "trellis-mlp"):
-        if not os.access(os.path.join(BIN, prog), os.X_OK):
-            print("skipped: no " + prog)
-            return 77
-    work = tempfile.mkdtemp(prefix="trellis-listen-")
-    job_file = os.path.join(work, "job.yaml")
+def run(bin_dir, work, job, extra, want):
+    """Runs the job with `extra` launcher flags; returns (failures, what listened)."""
+    job_file = os.path.join(work, job + ".yaml")
     with open(job_file, "w") as f:
-        f.write(JOB_YAML)
-    log = open(os.path.join(work, "launch.out"), "w")
-    launch = subprocess.Popen([os.path.join(BIN, "trellis-launch"), "--quiet", "--log-dir",
-                               os.path.join(work, "logs"), job_file], stdout=log, stderr=subprocess.STDOUT)
+        f.write(JOB_YAML.format(job=job))
+    out_file = os.path.join(work, job + ".out")
+    log = open(out_file, "w")
+    launch = subprocess.Popen([os.path.join(bin_dir, "trellis-launch"), "--quiet", "--log-dir",
+                               os.path.join(work, "logs-" + job)] + extra + [job_file],
+                              stdout=log, stderr=subprocess.STDOUT)
     failures = []
+    seen = {}
     try:
-        # Every process that should listen does: 2 servers (data + metrics), 4 agents
-        # and 2 workers (metrics).
+        # Every process that should listen does: the scheduler (gRPC + metrics), 2 servers
+        # (data + metrics), 4 agents and 2 workers (metrics), and the workers train.
         deadline = time.time() + 180
-        seen = {}
         while time.time() < deadline:
             if launch.poll() is not None:
                 break
             table = listeners()
             seen = {}
-            for pid in job_pids():
+            for pid in job_pids(job, job_file):
                 for inode in socket_inodes(pid):
                     if inode in table:
                         seen.setdefault((pid, comm(pid)), []).append(table[inode])
             names = [name for (_, name) in seen]
+            with open(out_file) as f:
+                trained = "[worker-0] epoch" in f.read()
             if (names.count("trellis-pserver") >= 2 and names.count("trellis-mlp") >= 2 and
-                    names.count("trellis-agent") >= 4):
+                    names.count("trellis-agent") >= 4 and names.count("trellis-schedul") >= 1 and
+                    trained):
                 break
             time.sleep(0.5)
         names = [name for (_, name) in seen]
-        if names.count("trellis-pserver") < 2 or names.count("trellis-mlp") < 2:
+        if (names.count("trellis-pserver") < 2 or names.count("trellis-mlp") < 2 or
+                names.count("trellis-schedul") < 1):
             failures.append("the job's processes never all listened: %r" % seen)
+        with open(out_file) as f:
+            if "[worker-0] epoch" not in f.read():
+                failures.append("the workers never finished an epoch")
         for (pid, name), socks in sorted(seen.items()):
             for addr, port in socks:
-                # 127.0.0.1, ::1, or 127.0.0.1 as a v4-mapped IPv6 address (gRPC's listener).
-                if addr not in ("0100007F", "00000000000000000000000001000000",
-                                "0000000000000000FFFF00000100007F"):
-                    failures.append(f"{name} (pid {pid}) listens on {addr}:{port}, not loopback")
-        if not any(name == "trellis-pserver" and len(s) >= 2 for (_, name), s in seen.items()):
-            failures.append("no server showed both its data port and its /metrics port: %r" % seen)
+                if addr not in ADDRS[want]:
+                    failures.append(f"{name} (pid {pid}) listens on {addr}:{port}, not {want}")
+        for prog in ("trellis-pserver", "trellis-schedul"):
+            if not any(name == prog and len(s) >= 2 for (_, name), s in seen.items()):
+                failures.append(f"no {prog} showed both its own port and its /metrics port: {seen!r}")
     finally:
         if launch.poll() is None:
             launch.send_signal(signal.SIGINT)
@@ -143,18 +159,34 @@ def main():
                 launch.wait()
         log.close()
     left = time.time() + 30
-    while job_pids() and time.time() < left:
+    while job_pids(job, job_file) and time.time() < left:
         time.sleep(0.2)
-    for pid in job_pids():
+    for pid in job_pids(job, job_file):
         failures.append(f"process {pid} ({comm(pid)}) of the job left behind")
         os.kill(pid, signal.SIGKILL)
     if failures:
-        with open(os.path.join(work, "launch.out")) as f:
+        with open(out_file) as f:
             print(f.read()[-3000:])
+    return failures, seen
+
+
+def main():
+    for prog in ("trellis-launch", "trellis-agent", "trellis-scheduler", "trellis-pserver", "trellis-mlp"):
+        if not os.access(os.path.join(BIN, prog), os.X_OK):
+            print("skipped: no " + prog)
+            return 77
+    work = tempfile.mkdtemp(prefix="trellis-listen-")
+    failures = []
+    for job, extra, want in (("listen-%d" % os.getpid(), [], "127.0.0.1"),
+                             ("listen2-%d" % os.getpid(), ["--listen-host", "127.0.0.2"], "127.0.0.2")):
+        f, seen = run(BIN, work, job, extra, want)
+        failures += f
+        if not f:
+            print(f"{' '.join(extra) or 'default'}: every listening socket of the job is on {want}: " +
+                  ", ".join(f"{name}:{len(s)}" for (_, name), s in sorted(seen.items())))
+    if failures:
         print("\n".join(failures))
         return 1
-    print("every listening socket of the job is on 127.0.0.1: " +
-          ", ".join(f"{name}:{len(s)}" for (_, name), s in sorted(seen.items())))
     subprocess.run(["rm", "-rf", work])
     return 0
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -142,6 +143,50 @@ TEST(PlanMetricsTest, EveryProcessGetsLoopbackPortsAndAFileSdTarget) {
   EXPECT_EQ(bare[0].spawn.env.count("TRELLIS_METRICS_HOST"), 0u);
   EXPECT_TRUE(PlanScheduler(Paths(), {}).metrics.empty());
   EXPECT_EQ(FileSdTargets({}), "[\n\n]\n");
+}
+
+// --listen-host: every listener of the job (scheduler gRPC and /metrics, the servers' data ports
+// and every /metrics port) binds it; the processes and Prometheus reach them there, or on
+// loopback when it is 0.0.0.0. Only IPv4 literals.
+TEST(PlanListenHostTest, TheFlagSetsEveryListenerAndWhereTheyAreReached) {
+  EXPECT_EQ(ParseLaunchArgs({"j.yaml"})->listen_host, "127.0.0.1");
+  EXPECT_EQ(ParseLaunchArgs({"--listen-host", "127.0.0.2", "j.yaml"})->listen_host, "127.0.0.2");
+  EXPECT_EQ(ParseLaunchArgs({"--listen-host=0.0.0.0", "j.yaml"})->listen_host, "0.0.0.0");
+  for (const std::string& bad : std::vector<std::string>{"localhost", "::1", "127.0.0.1:80", "", "1.2.3",
+                                                          std::string(40000, '1')}) {
+    auto o = ParseLaunchArgs({"--listen-host", bad, "j.yaml"});
+    ASSERT_FALSE(o.ok()) << bad;
+    EXPECT_NE(o.status().message().find("--listen-host wants an IPv4 address"), std::string::npos)
+        << o.status().message();
+    EXPECT_LT(o.status().message().size(), 200u);
+  }
+  EXPECT_FALSE(ParseLaunchArgs({"--listen-host"}).ok());
+  EXPECT_EQ(ConnectHostFor("0.0.0.0"), "127.0.0.1");
+  EXPECT_EQ(ConnectHostFor("127.0.0.2"), "127.0.0.2");
+
+  LaunchPaths paths = Paths();
+  paths.listen_host = "0.0.0.0";
+  paths.connect_host = ConnectHostFor(paths.listen_host);
+  const JobSpec job = TwoByThree();
+  std::vector<int> ports;
+  for (size_t i = 0; i < MetricsPortsFor(job); ++i) ports.push_back(9000 + static_cast<int>(i));
+  auto plans = PlanAgents(job, paths, {}, std::chrono::milliseconds(3000), ports);
+  const auto& env = plans[0].spawn.env;
+  EXPECT_EQ(env.at("TRELLIS_LISTEN_HOST"), "0.0.0.0");
+  EXPECT_EQ(env.at("TRELLIS_METRICS_HOST"), "0.0.0.0");
+  EXPECT_EQ(env.at("TRELLIS_HOST"), "127.0.0.1");
+  EXPECT_EQ(plans[0].metrics[0].address, "127.0.0.1:9000");
+  auto sched = PlanScheduler(paths, {}, "mlp", 8999);
+  const auto& argv = sched.spawn.argv;
+  EXPECT_EQ(argv[std::find(argv.begin(), argv.end(), "--host") - argv.begin() + 1], "0.0.0.0");
+  EXPECT_EQ(argv[std::find(argv.begin(), argv.end(), "--metrics-host") - argv.begin() + 1], "0.0.0.0");
+
+  paths.listen_host = paths.connect_host = "127.0.0.2";
+  plans = PlanAgents(job, paths, {}, std::chrono::milliseconds(3000), ports);
+  EXPECT_EQ(plans[4].spawn.env.at("TRELLIS_HOST"), "127.0.0.2");
+  EXPECT_EQ(plans[4].spawn.env.at("TRELLIS_LISTEN_HOST"), "127.0.0.2");
+  EXPECT_EQ(plans[4].metrics[1].address, "127.0.0.2:9009");
+  EXPECT_EQ(PlanScheduler(paths, {}, "mlp", 8999).metrics[0].address, "127.0.0.2:8999");
 }
 
 TEST(FailureMessageTest, NamesRoleCodeSignalRestartsAndPolicy) {

@@ -83,6 +83,7 @@ TEST(DesiredTest, WorkerPodHasAgentEntrypointEnvLabelsOwnerAndResources) {
   EXPECT_EQ(EnvOf(pod, "TRELLIS_TOKEN_FILE"), "/var/run/trellis/token");
   EXPECT_EQ(EnvOf(pod, "TRELLIS_POD_NAME"), "fieldRef:metadata.name");
   EXPECT_EQ(EnvOf(pod, "TRELLIS_HOST"), "fieldRef:status.podIP");
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_LISTEN_HOST"), "fieldRef:status.podIP");  // not every address
   EXPECT_EQ(EnvOf(pod, "TRELLIS_GPUS"), "1");
   EXPECT_EQ(EnvOf(pod, "A"), "b");
   const Json& res = pod.at("spec").at("containers").at(0).at("resources");
@@ -103,15 +104,31 @@ TEST(DesiredTest, ServerWithoutCommandRunsBuiltInPserverAndNoGpus) {
   EXPECT_EQ(Str(pod.at("spec").at("containers").at(0), {"image"}), OperatorSettings{}.default_image);
 }
 
+// The servers' data ports and every /metrics port listen on the pod's address; a role's env
+// naming TRELLIS_LISTEN_HOST (e.g. 0.0.0.0 for a sidecar on loopback) wins, and only it is set.
+TEST(DesiredTest, RolePodsListenOnThePodAddressUnlessTheRoleEnvSaysOtherwise) {
+  Json job = ApiJob(R"({"workers":{"command":["w"],"env":[{"name":"TRELLIS_LISTEN_HOST","value":"0.0.0.0"}]},"servers":{}})");
+  Json server = RolePod(*JobMetaOf(job), Spec(job), PodRole::kServer, 1, OperatorSettings{});
+  EXPECT_EQ(EnvOf(server, "TRELLIS_LISTEN_HOST"), "fieldRef:status.podIP");
+  Json worker = RolePod(*JobMetaOf(job), Spec(job), PodRole::kWorker, 0, OperatorSettings{});
+  EXPECT_EQ(EnvOf(worker, "TRELLIS_LISTEN_HOST"), "0.0.0.0");
+  const Json& env = worker.at("spec").at("containers").at(0).at("env");
+  int named = 0;
+  for (size_t i = 0; i < env.size(); ++i) named += Str(env.at(i), {"name"}) == "TRELLIS_LISTEN_HOST";
+  EXPECT_EQ(named, 1);
+}
+
 TEST(DesiredTest, SchedulerPodReadsJobFileFromConfigMapAndServiceSelectsIt) {
   Json job = ApiJob(kSpec);
   JobMeta meta = *JobMetaOf(job);
   JobSpec spec = Spec(job);
   Json pod = SchedulerPod(meta, spec, OperatorSettings{});
   EXPECT_EQ(Command(pod), (std::vector<std::string>{"trellis-scheduler", "--job-file", "/etc/trellis/job.yaml",
-                                                    "--host", "0.0.0.0", "--port", "7000", "--token-file",
+                                                    "--port", "7000", "--token-file",
                                                     "/var/run/trellis/token", "--job-name", "mlp",
                                                     "--metrics-port", "9100"}));
+  // gRPC and /metrics on the pod's own address (no --host: the environment decides).
+  EXPECT_EQ(EnvOf(pod, "TRELLIS_LISTEN_HOST"), "fieldRef:status.podIP");
   EXPECT_EQ(Str(pod, {"metadata", "labels", "trellis.io/role"}), "scheduler");
   EXPECT_FALSE(At(pod, {"metadata", "labels", "trellis.io/rank"}));
   Json cm = JobConfigMap(meta, spec);
