@@ -14,6 +14,7 @@
 #include "scheduler/scheduler_client.h"
 #include "worker-lib/src/group_key_exchange.h"
 #include "worker-lib/src/local_group_worker.h"
+#include "worker-lib/src/push_retention.h"
 #include "worker-lib/src/scheduler_session.h"
 #include "worker-lib/src/worker_impl.h"
 
@@ -166,7 +167,7 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   // Operations wait for a member the scheduler is restarting (docs/scheduler.md#stalls).
   setup.peers_restarting = [ss] { return ss->PeersRestarting(); };
   setup.keep_alive = session;
-  setup.retain_pushes = job->recovery.retainPushes;
+  setup.retain_pushes = RetainsPushes(*job);
   // A restarted server reports ready again, maybe at another port: ask the cluster view.
   setup.resolve_server = [ss, c](int32_t server, int64_t wait_ms) -> StatusOr<std::string> {
     TRELLIS_ASSIGN_OR_RETURN(

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/unit/worker-lib/local_cluster.h"
+#include "worker-lib/src/push_retention.h"
 
 namespace trellis {
 namespace {
@@ -162,6 +163,22 @@ TEST_P(ServerRestartTest, WithoutRetainedPushesTheLossIsAnError) {
   Status st = c.workers[0]->PushPull(1, g.data(), out.data()).Wait();
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
   EXPECT_NE(st.message().find("on server 1"), std::string::npos) << st.message();
+}
+
+// Retained pushes cost a copy per push; they are kept only when a dead server can come back.
+TEST(RetainsPushesTest, OnlyWhenServersCanRestart) {
+  JobSpec job;  // defaults: retainPushes, runPolicy OnFailure
+  EXPECT_TRUE(RetainsPushes(job));
+  job.runPolicy.restartPolicy = RestartPolicy::kNever;  // e.g. trellis-launch --restart-policy Never
+  EXPECT_FALSE(RetainsPushes(job));
+  job.servers.restartPolicy = RestartPolicy::kExitCode;  // the servers' own policy wins
+  EXPECT_TRUE(RetainsPushes(job));
+  job.runPolicy.restartPolicy = RestartPolicy::kAlways;
+  job.servers.restartPolicy = RestartPolicy::kNever;
+  EXPECT_FALSE(RetainsPushes(job));
+  job.servers.restartPolicy.reset();
+  job.recovery.retainPushes = false;
+  EXPECT_FALSE(RetainsPushes(job));
 }
 
 }  // namespace

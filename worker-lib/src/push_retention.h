@@ -1,0 +1,17 @@
+// Whether a worker keeps its last pushes for a restarted server (spec.recovery.retainPushes,
+// docs/checkpoints.md "Crash recovery: servers").
+#pragma once
+
+#include "common/job_spec.h"
+
+namespace trellis {
+
+// Retention is a copy of every pushed byte on the pushing thread and twice the gradients in
+// memory; it only pays off when a dead server comes back. With the servers' restartPolicy
+// Never nothing restarts them, so nothing is kept (a server's death fails its operations, as
+// with retainPushes: false).
+inline bool RetainsPushes(const JobSpec& job) {
+  return job.recovery.retainPushes && job.RestartPolicyFor(job.servers) != RestartPolicy::kNever;
+}
+
+}  // namespace trellis
