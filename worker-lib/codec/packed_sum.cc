@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "worker-lib/codec/packed_sum_kernels.h"
 #include "worker-lib/codec/twobit.h"
 
 namespace trellis {
@@ -55,12 +56,17 @@ Status PackSum(const float* sum, size_t n, float threshold, int bits, uint8_t* o
   }
   // k_i = round(sum_i / t), checked to be close to an integer and in range. The flags are ORed
   // without a branch per element (the check almost never fails); the caller falls back to float32
-  // when it does, so a sum that is not one of 2-bit pushes is never rounded.
+  // when it does, so a sum that is not one of 2-bit pushes is never rounded. sum_i * (1/t) rather
+  // than a division (several times faster; an element it rounds otherwise is half-way between two
+  // counts, far outside the tolerance, and fails either way), unless t or 1/t is subnormal or
+  // 1/t overflows: then 1/t is not accurate enough and the division stays.
   const float max = static_cast<float>(PackedSumMaxCount(bits));
+  const float inv_t = 1.0f / threshold;
+  const bool by_inverse = std::isnormal(threshold) && std::isnormal(inv_t);
   uint8_t* data = out + kPackedSumHeaderBytes;
   bool bad = false;
   auto count_of = [&](float s) {
-    const float q = s / threshold;
+    const float q = by_inverse ? s * inv_t : s / threshold;
     // Adding and subtracting 1.5 * 2^23 rounds |q| < 2^22 to the nearest integer (ties to even,
     // like nearbyint, without a library call: 1.7x faster here); anything larger fails the range
     // check anyway, and NaN or Inf fail both checks.
@@ -73,7 +79,9 @@ Status PackSum(const float* sum, size_t n, float threshold, int bits, uint8_t* o
     c = c < -max ? -max : c;
     return static_cast<int32_t>(c == c ? c : 0.0f);
   };
-  if (bits == 8) {
+  if (by_inverse && packed_internal::UseAvx2()) {
+    bad = !packed_internal::PackAvx2(sum, n, inv_t, max, bits, data);
+  } else if (bits == 8) {
     for (size_t i = 0; i < n; ++i) data[i] = static_cast<uint8_t>(count_of(sum[i]));
   } else {
     for (size_t j = 0; j < n / 2; ++j) {
@@ -86,7 +94,7 @@ Status PackSum(const float* sum, size_t n, float threshold, int bits, uint8_t* o
   if (bad) {
     // Find the element to name (rare: a step that was not all 2-bit pushes of this threshold).
     for (size_t i = 0; i < n; ++i) {
-      const float q = sum[i] / threshold;
+      const float q = by_inverse ? sum[i] * inv_t : sum[i] / threshold;
       const float k = std::nearbyint(q);
       if (!(std::fabs(q - k) <= kTolerance) || !(std::fabs(k) <= max)) {  // as count_of, slowly
         return PackedError("element " + std::to_string(i) + " (" + FloatText(sum[i]) +
@@ -154,7 +162,9 @@ StatusOr<PackedSumView> ParsePackedSum(const uint8_t* bytes, size_t size, size_t
   // The one value each width never carries: -8 (nibble 0x8) or -128 (0x80). One OR-ed pass,
   // then a second to name the element when something is wrong.
   bool bad = false;
-  if (bits == 8) {
+  if (packed_internal::UseAvx2()) {
+    bad = packed_internal::HasInvalidCountAvx2(data, data_bytes, bits);
+  } else if (bits == 8) {
     for (size_t i = 0; i < data_bytes; ++i) bad |= data[i] == 0x80;
   } else {
     for (size_t i = 0; i < data_bytes; ++i) bad |= ((data[i] & 15) == 8) | ((data[i] >> 4) == 8);
@@ -180,6 +190,10 @@ void UnpackParsedSum(const PackedSumView& view, float* out) {
   const size_t count = view.count;
   const float t = view.threshold;
   const uint8_t* data = view.data;
+  if (packed_internal::UseAvx2()) {
+    packed_internal::UnpackAvx2(data, count, view.bits, t, out);
+    return;
+  }
   // A table of the decoded values: one float product per possible code, then a lookup per
   // element (the product is the same whether taken here or per element).
   if (view.bits == 8) {

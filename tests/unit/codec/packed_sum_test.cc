@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "worker-lib/codec/packed_sum.h"
+#include "worker-lib/codec/packed_sum_kernels.h"
 #include "worker-lib/codec/twobit.h"
 
 namespace trellis {
@@ -186,6 +187,73 @@ TEST(PackedSum, UnalignedBuffers) {
   std::vector<float> out(3);
   ASSERT_TRUE(UnpackSum(shifted.data() + 1, packed.size(), 3, out.data()).ok());
   EXPECT_EQ(out, sum);
+}
+
+// The AVX2 kernels (16 elements per iteration, a scalar tail) against the per-element reference:
+// every length around the block size, both widths, a threshold that is not a power of two; a
+// value that is no count is found wherever it sits (vector body or tail), and so is a code the
+// widths never carry.
+TEST(PackedSum, Avx2KernelsMatchTheReference) {
+  if (!packed_internal::UseAvx2()) GTEST_SKIP() << "no AVX2 kernels on this CPU";
+  const float t = 0.3f;
+  for (int bits : {4, 8}) {
+    const int32_t max = PackedSumMaxCount(bits);
+    for (size_t n = 0; n <= 70; ++n) {
+      const auto k = RandomCounts(n, max, static_cast<uint32_t>(bits * 100 + n));
+      std::vector<float> sum(n);
+      for (size_t i = 0; i < n; ++i) sum[i] = static_cast<float>(k[i]) * t;
+      std::vector<uint8_t> packed(PackedSumBytes(n, bits), 0);
+      ASSERT_TRUE(packed_internal::PackAvx2(sum.data(), n, 1.0f / t, static_cast<float>(max), bits,
+                                            packed.data() + kPackedSumHeaderBytes))
+          << "bits " << bits << " n " << n;
+      // The header as PackSum writes it, then the reference decoder over the kernel's bytes.
+      std::vector<uint8_t> whole(packed.size());
+      ASSERT_TRUE(PackSum(sum.data(), n, t, bits, whole.data(), whole.size()).ok());
+      ASSERT_EQ(std::memcmp(whole.data() + kPackedSumHeaderBytes,
+                            packed.data() + kPackedSumHeaderBytes,
+                            packed.size() - kPackedSumHeaderBytes), 0) << "bits " << bits << " n " << n;
+      std::vector<float> ref(n), out(n, 42.0f);
+      UnpackSumReference(whole.data(), ref.data());
+      packed_internal::UnpackAvx2(whole.data() + kPackedSumHeaderBytes, n, bits, t, out.data());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(static_cast<float>(k[i]) * t, ref[i]);
+        ASSERT_EQ(std::memcmp(&out[i], &ref[i], 4), 0) << "bits " << bits << " n " << n << " i " << i;
+      }
+      EXPECT_FALSE(packed_internal::HasInvalidCountAvx2(whole.data() + kPackedSumHeaderBytes,
+                                                        whole.size() - kPackedSumHeaderBytes, bits));
+      for (size_t bad = 0; bad < n; bad += 7) {
+        for (float v : {sum[bad] + 0.4f * t, static_cast<float>(max + 1) * t,
+                        std::numeric_limits<float>::quiet_NaN()}) {
+          auto wrong = sum;
+          wrong[bad] = v;
+          EXPECT_FALSE(packed_internal::PackAvx2(wrong.data(), n, 1.0f / t, static_cast<float>(max),
+                                                 bits, packed.data() + kPackedSumHeaderBytes))
+              << "bits " << bits << " n " << n << " element " << bad << " = " << v;
+        }
+        auto codes = whole;
+        uint8_t& byte = codes[kPackedSumHeaderBytes + (bits == 8 ? bad : bad / 2)];
+        byte = bits == 8 ? 0x80 : (bad % 2 == 0 ? static_cast<uint8_t>((byte & 0xF0) | 8)
+                                                : static_cast<uint8_t>((byte & 0x0F) | 0x80));
+        EXPECT_TRUE(packed_internal::HasInvalidCountAvx2(codes.data() + kPackedSumHeaderBytes,
+                                                         codes.size() - kPackedSumHeaderBytes, bits))
+            << "bits " << bits << " n " << n << " element " << bad;
+      }
+    }
+  }
+}
+
+// Thresholds whose inverse is not a normal float (a subnormal t, t above 2^126): packing still
+// divides and round-trips (found by the PackedAnswer fuzzer when 1/t replaced the division).
+TEST(PackedSum, ExtremeThresholdsRoundTrip) {
+  for (float t : {1e-40f, 2e-38f, 1e38f}) {
+    const auto k = RandomCounts(37, 3, 5);  // |k| * 1e38 stays finite
+    std::vector<float> sum(k.size());
+    for (size_t i = 0; i < k.size(); ++i) sum[i] = static_cast<float>(k[i]) * t;
+    const auto packed = Pack(sum, t, 4);
+    std::vector<float> out(k.size());
+    ASSERT_TRUE(UnpackSum(packed.data(), packed.size(), k.size(), out.data()).ok()) << t;
+    for (size_t i = 0; i < k.size(); ++i) ASSERT_EQ(out[i], sum[i]) << "t " << t << " i " << i;
+  }
 }
 
 }  // namespace
