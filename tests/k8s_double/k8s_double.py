@@ -172,6 +172,11 @@ class Store:
                                        'Operation cannot be fulfilled on %s "%s": the object has been modified; '
                                        'please apply your changes to the latest version and try again' %
                                        (res[2], name))
+            want_uid = (body.get("metadata") or {}).get("uid") if isinstance(body, dict) else None
+            if want_uid and want_uid != cur["metadata"]["uid"]:
+                # What kube-apiserver answers: the uid cannot change, so a stale uid is a precondition.
+                return 422, status_obj(422, "Invalid", '%s "%s" is invalid: metadata.uid: Invalid value: "%s": '
+                                       'field is immutable' % (res[2], name, want_uid))
             new = merge_patch(copy.deepcopy(cur), body) if patch else copy.deepcopy(body)
             if subresource == "status":
                 obj = copy.deepcopy(cur)

@@ -67,9 +67,11 @@ class Api:
         except (urllib.error.URLError, OSError) as e:  # the server restarting or gone: next round
             return 0, {"message": str(e)}
 
-    def patch_status(self, ns, name, status):
-        return self.call("PATCH", "/api/v1/namespaces/%s/pods/%s/status" % (ns, name), {"status": status},
-                         "application/merge-patch+json")
+    def patch_status(self, ns, name, uid, status):
+        # The uid is a precondition, as the real kubelet's status patch: a process of a deleted pod
+        # must not write its exit onto the pod of the same name created after it.
+        return self.call("PATCH", "/api/v1/namespaces/%s/pods/%s/status" % (ns, name),
+                         {"metadata": {"uid": uid}, "status": status}, "application/merge-patch+json")
 
 
 def free_port():
@@ -179,7 +181,7 @@ class Kubelet:
                              preexec_fn=_die_with_parent)
         log.close()
         self.procs[(ns, name, pod["metadata"]["uid"])] = p
-        self.api.patch_status(ns, name, {"phase": "Running", "podIP": "127.0.0.1",
+        self.api.patch_status(ns, name, pod["metadata"]["uid"], {"phase": "Running", "podIP": "127.0.0.1",
                                          "containerStatuses": [{"name": c["name"], "ready": True,
                                                                 "state": {"running": {}}}]})
         return True
@@ -242,7 +244,7 @@ class Kubelet:
             rc = p.poll()
             if rc is not None:
                 code = rc if rc >= 0 else 128 - rc
-                self.api.patch_status(key[0], key[1], {
+                self.api.patch_status(key[0], key[1], key[2], {
                     "phase": "Succeeded" if code == 0 else "Failed",
                     "containerStatuses": [{"name": "trellis", "ready": False,
                                            "state": {"terminated": {"exitCode": code}}}]})
