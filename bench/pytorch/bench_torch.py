@@ -1,24 +1,144 @@
 """trellis.torch against torch.nn.parallel.DistributedDataParallel (gloo), same run.
 
-    build/bin/bench_torch            # every row (a few minutes on an idle 2-core machine)
-    build/bin/bench_torch --quick    # fewer steps: checks that every row runs (about a minute)
+    build/bin/bench_torch                  # every default row, 3 rounds (~7 min, idle 2 cores)
+    build/bin/bench_torch --quick          # 1 round, few steps: checks that every row runs
+    build/bin/bench_torch --models mlp --configs 1s-2bit,2s-2bit --repeats 5 --threads
 
 Both sides train the same model on the same synthetic data, 2 worker processes, each with
 torch.set_num_threads(1): DDP over gloo on loopback, and trellis.torch under trellis-launch
 (the command form: --workers 2 --servers S [--compression 2bit]). Models: a small CNN
-(32x32x3 images) and a ~25M-parameter MLP. A row's figure is samples/s over both workers
-(rank 0's clock, from a barrier after the warm-up steps to the end of the timed steps); DDP runs
-first and again last for each model, and the ratios are to the mean of those two figures.
+(32x32x3 images) and a ~25M-parameter MLP. A run's figure is samples/s over both workers
+(rank 0's clock, from a barrier after the warm-up steps to the end of the timed steps). Every
+configuration runs once per round, DDP first, and the rounds repeat (DDP, A, B, DDP, A, B...),
+so a drifting load hits every configuration alike; each row shows the median and the range of
+its runs and the ratio of its median to DDP's. Each process also measures the CPU time it used
+during the timed steps (all its threads, from /proc), which a shared machine does not distort
+as it does wall-clock time: CPU ms per step per worker and of the parameter servers.
 """
 import argparse
+import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# name -> (servers, compression, restart policy); "ddp" is the baseline and always runs.
+CONFIGS = {
+    "1s": (1, "none", "Never"),
+    "2s": (2, "none", "Never"),
+    "1s-2bit": (1, "2bit", "Never"),
+    "2s-2bit": (2, "2bit", "Never"),
+    # The default restart policy: per-step commits for crash recovery.
+    "1s-onfailure": (1, "none", "OnFailure"),
+}
+DEFAULT_CONFIGS = {"cnn": "1s,2s", "mlp": "1s,2s,1s-2bit,2s-2bit"}
+
+
+def config_label(name):
+    if name == "ddp":
+        return "DDP gloo"
+    servers, compression, policy = CONFIGS[name]
+    return "trellis %d server%s%s%s" % (servers, "s" if servers > 1 else "",
+                                        " 2-bit" if compression == "2bit" else "",
+                                        " OnFailure" if policy == "OnFailure" else "")
+
+
+# --- CPU time from /proc (ns of run time per thread: schedstat, else utime+stime ticks) ------
+
+def thread_cpu(pid):
+    """{(tid, name): CPU seconds} of every thread of pid that is alive now."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tids:
+        base = "/proc/%d/task/%s/" % (pid, tid)
+        try:
+            with open(base + "comm") as f:
+                name = f.read().strip()
+            try:
+                with open(base + "schedstat") as f:
+                    secs = int(f.read().split()[0]) / 1e9
+            except (OSError, ValueError, IndexError):
+                with open(base + "stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                secs = (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            continue  # the thread ended meanwhile
+        out[(int(tid), name)] = secs
+    return out
+
+
+def process_table():
+    """{pid: (ppid, comm)} of every process."""
+    table = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                s = f.read()
+        except OSError:
+            continue
+        comm = s[s.index("(") + 1:s.rindex(")")]
+        table[int(d)] = (int(s[s.rindex(")") + 2:].split()[1]), comm)
+    return table
+
+
+def job_servers():
+    """The pids of this job's trellis-pserver processes: descendants of the trellis-launch
+    process above this worker."""
+    table = process_table()
+    launch, pid = None, os.getpid()
+    while pid in table and pid > 1:
+        pid = table[pid][0]
+        if table.get(pid, (0, ""))[1] == "trellis-launch":
+            launch = pid
+            break
+    if launch is None:
+        return []
+
+    def under(p):
+        while p in table and p > 1:
+            p = table[p][0]
+            if p == launch:
+                return True
+        return False
+    return sorted(p for p, (_, comm) in table.items() if comm.startswith("trellis-pserv") and
+                  under(p))
+
+
+class CpuWindow:
+    """CPU seconds used between start() and stop() by each thread of some processes."""
+
+    def __init__(self, pids):
+        self.pids = pids
+
+    def start(self):
+        self.before = {p: thread_cpu(p) for p in self.pids}
+
+    def stop(self):
+        """{pid: {thread name: CPU seconds}} (threads of one name summed)."""
+        out = {}
+        for p in self.pids:
+            after, before = thread_cpu(p), self.before.get(p, {})
+            per = {}
+            for (tid, name), secs in after.items():
+                used = secs - before.get((tid, name), 0.0)
+                name = "main" if tid == p else name
+                per[name] = per.get(name, 0.0) + used
+            out[p] = per
+        return out
+
+
+# --- the training processes ----------------------------------------------------------------
 
 def build_model(name):
     import torch
@@ -43,18 +163,33 @@ def batch_for(name, rank, batch):
     return x, torch.randint(0, 10, (batch,), generator=g)
 
 
-def train(model, opt, x, y, warmup, steps, barrier):
-    """Runs warmup + steps steps; returns seconds of the timed ones (after a barrier)."""
+def train(model, opt, x, y, warmup, steps, barrier, cpu):
+    """Runs warmup + steps steps; returns seconds of the timed ones (after a barrier) and the
+    CPU the watched processes used meanwhile."""
     import torch.nn.functional as F
     for i in range(warmup + steps):
         if i == warmup:
             barrier()
+            cpu.start()
             t0 = time.perf_counter()
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
         opt.step()
     barrier()
-    return time.perf_counter() - t0
+    secs = time.perf_counter() - t0
+    return secs, cpu.stop()
+
+
+def report(args, rank, world, secs, cpu):
+    """Writes this worker's result for the main process (--out)."""
+    me = os.getpid()
+    res = {"rank": rank, "samples_per_s": world * args.batch * args.steps / secs,
+           "steps": args.steps, "worker": cpu.pop(me),
+           "servers": [cpu[p] for p in sorted(cpu)]}
+    path = os.path.join(args.out, "rank%d.json" % rank)
+    with open(path + ".tmp", "w") as f:
+        json.dump(res, f)
+    os.rename(path + ".tmp", path)
 
 
 def run_ddp(args):
@@ -66,9 +201,9 @@ def run_ddp(args):
     model = torch.nn.parallel.DistributedDataParallel(build_model(args.model))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = batch_for(args.model, args.rank, args.batch)
-    secs = train(model, opt, x, y, args.warmup, args.steps, dist.barrier)
-    if args.rank == 0:
-        print("RESULT %.3f" % (args.world * args.batch * args.steps / secs), flush=True)
+    secs, cpu = train(model, opt, x, y, args.warmup, args.steps, dist.barrier,
+                      CpuWindow([os.getpid()]))
+    report(args, args.rank, args.world, secs, cpu)
     dist.destroy_process_group()
 
 
@@ -88,10 +223,13 @@ def run_trellis(args):
     def barrier():
         n[0] += 1
         trellis.barrier("bench.%d" % n[0])
-    secs = train(model, opt, x, y, args.warmup, args.steps, barrier)
-    if trellis.rank() == 0:
-        print("RESULT %.3f" % (trellis.size() * args.batch * args.steps / secs), flush=True)
+    # Rank 0 also watches the servers (every process of the job is on this machine).
+    pids = [os.getpid()] + (job_servers() if trellis.rank() == 0 else [])
+    secs, cpu = train(model, opt, x, y, args.warmup, args.steps, barrier, CpuWindow(pids))
+    report(args, trellis.rank(), trellis.size(), secs, cpu)
 
+
+# --- the main process ----------------------------------------------------------------------
 
 def free_port():
     with socket.socket() as s:
@@ -99,73 +237,168 @@ def free_port():
         return s.getsockname()[1]
 
 
-def parse_result(out, what):
-    for line in out.splitlines():
-        if "RESULT " in line:
-            return float(line.split("RESULT ")[1].split()[0])
-    raise RuntimeError("%s printed no RESULT line:\n%s" % (what, out[-4000:]))
+def common_args(model, a, out):
+    return ["--model", model, "--batch", str(a.batch[model]), "--warmup", str(a.warmup[model]),
+            "--steps", str(a.steps[model]), "--out", out]
 
 
-def common_args(model, a):
-    return ["--model", model, "--batch", str(a.batch[model]), "--warmup", str(a.warmup),
-            "--steps", str(a.steps[model])]
-
-
-def bench_ddp(model, a):
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, __file__, "--role", "ddp", "--rank", str(r),
-                               "--world", "2", "--port", str(port)] + common_args(model, a),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]
-    outs = []
-    for p in procs:
+def read_results(out, what, log):
+    res = []
+    for rank in range(2):
         try:
-            outs.append(p.communicate(timeout=a.timeout)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise RuntimeError("DDP %s: no result within %d s" % (model, a.timeout))
-    if any(p.returncode != 0 for p in procs):
-        raise RuntimeError("DDP %s failed:\n%s" % (model, "\n".join(outs)[-4000:]))
-    return parse_result(outs[0], "DDP " + model)
+            with open(os.path.join(out, "rank%d.json" % rank)) as f:
+                res.append(json.load(f))
+        except (OSError, ValueError):
+            raise RuntimeError("%s: rank %d wrote no result:\n%s" % (what, rank, log[-4000:]))
+    return res
 
 
-def bench_trellis(model, servers, compression, a, policy="Never"):
-    cmd = [os.path.join(a.bin_dir, "trellis-launch"), "--quiet", "--no-metrics",
-           "--workers", "2", "--servers", str(servers), "--restart-policy", policy,
-           "--name", "bench-torch", "--compression", compression, "--",
-           os.path.join(a.bin_dir, "trellis-python"), __file__, "--role", "trellis"] + \
-        common_args(model, a)
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=a.timeout)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError("trellis %s: no result within %d s" % (model, a.timeout))
-    if p.returncode != 0:
-        raise RuntimeError("trellis %s failed (rc %d):\n%s" % (model, p.returncode, p.stdout[-4000:]))
-    return parse_result(p.stdout, "trellis " + model)
+def run_once(model, config, a):
+    """One run of one configuration: the two ranks' results."""
+    with tempfile.TemporaryDirectory(prefix="bench_torch.") as out:
+        if config == "ddp":
+            port = free_port()
+            procs = [subprocess.Popen([sys.executable, __file__, "--role", "ddp", "--rank",
+                                       str(r), "--world", "2", "--port", str(port)] +
+                                      common_args(model, a, out),
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                     for r in range(2)]
+            logs = []
+            for p in procs:
+                try:
+                    logs.append(p.communicate(timeout=a.timeout)[0])
+                except subprocess.TimeoutExpired:
+                    for q in procs:
+                        q.kill()
+                        q.wait()
+                    raise RuntimeError("DDP %s: no result within %d s" % (model, a.timeout))
+            log = "\n".join(logs)
+            if any(p.returncode != 0 for p in procs):
+                raise RuntimeError("DDP %s failed:\n%s" % (model, log[-4000:]))
+        else:
+            servers, compression, policy = CONFIGS[config]
+            cmd = [os.path.join(a.bin_dir, "trellis-launch"), "--quiet", "--no-metrics",
+                   "--workers", "2", "--servers", str(servers), "--restart-policy", policy,
+                   "--name", "bench-torch", "--compression", compression, "--",
+                   os.path.join(a.bin_dir, "trellis-python"), __file__, "--role", "trellis"] + \
+                common_args(model, a, out)
+            try:
+                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, timeout=a.timeout)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError("trellis %s: no result within %d s" % (model, a.timeout))
+            log = p.stdout
+            if p.returncode != 0:
+                raise RuntimeError("trellis %s failed (rc %d):\n%s" % (model, p.returncode,
+                                                                       log[-4000:]))
+        return read_results(out, "%s %s" % (config, model), log)
+
+
+def summarize(runs):
+    """runs: the two ranks' results of each run -> samples/s and CPU ms per step (medians and
+    ranges), and the per-thread CPU ms per step (medians)."""
+    def ms_per_step(per_thread, steps):
+        return 1000.0 * sum(per_thread.values()) / steps
+    s = {"sps": [r[0]["samples_per_s"] for r in runs]}
+    s["w0"] = [ms_per_step(r[0]["worker"], r[0]["steps"]) for r in runs]
+    s["w1"] = [ms_per_step(r[1]["worker"], r[1]["steps"]) for r in runs]
+    s["srv"] = [sum(ms_per_step(t, r[0]["steps"]) for t in r[0]["servers"]) for r in runs]
+    threads = {}
+    for r in runs:
+        for who, per in [("worker0", r[0]["worker"]), ("worker1", r[1]["worker"])] + \
+                [("server%d" % i, t) for i, t in enumerate(r[0]["servers"])]:
+            for name, secs in per.items():
+                threads.setdefault((who, name), []).append(1000.0 * secs / r[0]["steps"])
+    s["threads"] = {k: statistics.median(v) for k, v in threads.items()}
+    return s
+
+
+def fmt(values, digits=1):
+    m = statistics.median(values)
+    if len(values) == 1:
+        return "%.*f" % (digits, m)
+    return "%.*f (%.*f-%.*f)" % (digits, m, digits, min(values), digits, max(values))
+
+
+def bench_model(model, configs, a):
+    """Runs the rounds of one model; prints each run as it ends and the table at the end.
+    Returns whether every run succeeded."""
+    order = ["ddp"] + configs
+    runs = {c: [] for c in order}
+    ok = True
+    for rnd in range(a.repeats):
+        for c in order:
+            t = time.monotonic()
+            try:
+                res = run_once(model, c, a)
+            except RuntimeError as e:
+                print("%-5s round %d %-26s FAILED: %s" % (model, rnd + 1, config_label(c), e),
+                      flush=True)
+                ok = False
+                continue
+            runs[c].append(res)
+            print("%-5s round %d %-26s %8.1f samples/s  (%.0f s)" % (
+                model, rnd + 1, config_label(c), res[0]["samples_per_s"], time.monotonic() - t),
+                flush=True)
+    print()
+    print("%-5s %-26s %-22s %7s   %-18s %-18s %-18s" % (
+        "model", "configuration", "samples/s median (range)", "vs DDP",
+        "CPU ms/step: rank 0", "rank 1", "servers"))
+    summ = {c: summarize(runs[c]) for c in order if runs[c]}
+    base = statistics.median(summ["ddp"]["sps"]) if "ddp" in summ else None
+    for c in order:
+        if c not in summ:
+            print("%-5s %-26s %s" % (model, config_label(c), "FAILED"))
+            continue
+        s = summ[c]
+        ratio = "%.2fx" % (statistics.median(s["sps"]) / base) if base and c != "ddp" else ""
+        print("%-5s %-26s %-22s %7s   %-18s %-18s %-18s" % (
+            model, config_label(c), fmt(s["sps"]), ratio, fmt(s["w0"], 0), fmt(s["w1"], 0),
+            fmt(s["srv"], 0) if c != "ddp" else "-"), flush=True)
+    if a.threads:
+        print("%-5s CPU ms per step by thread (median of the runs; threads of one name summed):"
+              % model)
+        for c in order:
+            if c not in summ:
+                continue
+            items = sorted(summ[c]["threads"].items(), key=lambda kv: (kv[0][0], -kv[1]))
+            print("  %s: %s" % (config_label(c), ", ".join(
+                "%s/%s %.0f" % (who, name, v) for (who, name), v in items if v >= 0.5)))
+    print(flush=True)
+    return ok
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--role", choices=["main", "ddp", "trellis"], default="main")
     ap.add_argument("--model", default="mlp")
-    ap.add_argument("--models", default="cnn,mlp", help="main: which models")
+    ap.add_argument("--models", default="cnn,mlp", help="main: which models (cnn, mlp)")
+    ap.add_argument("--configs", default="",
+                    help="main: the trellis configurations besides DDP, from %s (default: %s)" % (
+                        ", ".join(CONFIGS), "; ".join("%s: %s" % kv
+                                                      for kv in DEFAULT_CONFIGS.items())))
+    ap.add_argument("--repeats", type=int, default=0,
+                    help="main: rounds over all configurations (default 3; 1 with --quick)")
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--batch", type=int, default=0, help="per worker (default: the model's)")
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=0, help="timed steps (default: the model's)")
-    ap.add_argument("--quick", action="store_true", help="main: few steps, to check it runs")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--batch", type=int, default=0, help="per worker (default 64)")
+    ap.add_argument("--warmup", type=int, default=-1,
+                    help="warm-up steps per run (default: cnn 2, mlp 1)")
+    ap.add_argument("--steps", type=int, default=0,
+                    help="timed steps per run (default: cnn 20, mlp 3)")
+    ap.add_argument("--quick", action="store_true", help="main: 1 round, few steps")
+    ap.add_argument("--threads", action="store_true",
+                    help="main: also print CPU ms per step of each thread (by name)")
     ap.add_argument("--bin-dir", default=os.path.dirname(os.path.abspath(sys.argv[0]))
                     if os.path.basename(sys.argv[0]) == "bench_torch" else "",
                     help="where trellis-launch and trellis-python are (default: the build's bin)")
-    ap.add_argument("--timeout", type=int, default=300, help="seconds per row")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds per run")
     ap.add_argument("--blas-dir", default="",
                     help="a directory with another libblas.so.3 for every process, DDP and "
-                         "trellis alike (e.g. /usr/lib/x86_64-linux-gnu/openblas-pthread from "
-                         "libopenblas0-pthread); OPENBLAS_NUM_THREADS=1 is set with it")
+                         "trellis alike (e.g. .../openblas-pthread from libopenblas0-pthread, "
+                         "unpacked with dpkg -x); OPENBLAS_NUM_THREADS=1 is set with it")
     a = ap.parse_args()
     if a.role == "ddp":
         return run_ddp(a)
@@ -175,11 +408,23 @@ def main():
         a.bin_dir = os.path.join(HERE, "..", "..", "build", "bin")
     if not os.path.exists(os.path.join(a.bin_dir, "trellis-launch")):
         sys.exit("bench_torch: no trellis-launch in %s (build first, or give --bin-dir)" % a.bin_dir)
-    a.batch = {"cnn": a.batch or 64, "mlp": a.batch or 64}
-    default_steps = {"cnn": 4, "mlp": 2} if a.quick else {"cnn": 30, "mlp": 12}
-    a.steps = {m: a.steps or default_steps[m] for m in default_steps}
-    if a.quick:
-        a.warmup = min(a.warmup, 1)
+    models = [m for m in a.models.split(",") if m]
+    for m in models:
+        if m not in DEFAULT_CONFIGS:
+            sys.exit("bench_torch: unknown model %r (cnn, mlp)" % m)
+    configs = {}
+    for m in models:
+        names = [c for c in (a.configs or DEFAULT_CONFIGS[m]).split(",") if c and c != "ddp"]
+        for c in names:
+            if c not in CONFIGS:
+                sys.exit("bench_torch: unknown configuration %r (%s)" % (c, ", ".join(CONFIGS)))
+        configs[m] = names
+    a.repeats = a.repeats or (1 if a.quick else 3)
+    a.batch = {m: a.batch or 64 for m in DEFAULT_CONFIGS}
+    steps = {"cnn": 4, "mlp": 2} if a.quick else {"cnn": 20, "mlp": 3}
+    a.steps = {m: a.steps or steps[m] for m in steps}
+    warmup = {"cnn": 1, "mlp": 1} if a.quick else {"cnn": 2, "mlp": 1}
+    a.warmup = {m: warmup[m] if a.warmup < 0 else a.warmup for m in warmup}
     if a.blas_dir:
         if not os.path.exists(os.path.join(a.blas_dir, "libblas.so.3")):
             sys.exit("bench_torch: no libblas.so.3 in --blas-dir %s" % a.blas_dir)
@@ -187,47 +432,20 @@ def main():
         os.environ["LD_LIBRARY_PATH"] = a.blas_dir + (":" + old if old else "")
         os.environ["OPENBLAS_NUM_THREADS"] = "1"  # one thread per process, as torch's
     blas = a.blas_dir or os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
-    load = os.getloadavg()[0]
+    start = time.monotonic()
     print("bench_torch: 2 workers, torch.set_num_threads(1) each, SGD momentum 0.9, batch %d "
-          "per worker; %d + %d (cnn) and %d + %d (mlp) warm-up + timed steps; load average %.2f "
-          "at the start" % (a.batch["mlp"], a.warmup, a.steps["cnn"], a.warmup, a.steps["mlp"],
-                            load))
+          "per worker; %s; %d round%s; load average %.2f at the start" % (
+              a.batch["mlp"], ", ".join("%s %d + %d warm-up + timed steps" % (
+                  m, a.warmup[m], a.steps[m]) for m in models), a.repeats,
+              "s" if a.repeats > 1 else "", os.getloadavg()[0]))
     print("BLAS: %s (the MLP is matrix products: Debian's reference BLAS is ~20x slower than "
           "OpenBLAS, which leaves communication a small share of a step)" % blas, flush=True)
-    print("%-5s %-26s %12s %9s" % ("model", "configuration", "samples/s", "vs DDP"), flush=True)
-    failed = False
-    for model in a.models.split(","):
-        rows = [("DDP gloo", lambda: bench_ddp(model, a)),
-                ("trellis 1 server", lambda: bench_trellis(model, 1, "none", a)),
-                ("trellis 2 servers", lambda: bench_trellis(model, 2, "none", a))]
-        if model == "mlp":
-            rows += [("trellis 1 server 2-bit", lambda: bench_trellis(model, 1, "2bit", a)),
-                     ("trellis 2 servers 2-bit", lambda: bench_trellis(model, 2, "2bit", a)),
-                     # The default restart policy: per-step commits for crash recovery.
-                     ("trellis 1 server OnFailure",
-                      lambda: bench_trellis(model, 1, "none", a, "OnFailure"))]
-        # DDP first and again last: the ratio is to the mean of the two, so a load that drifts
-        # during the model's rows biases no row (the two DDP figures show how much it drifted).
-        rows.append(("DDP gloo (again)", rows[0][1]))
-        results = []
-        for label, fn in rows:
-            try:
-                results.append((label, fn()))
-            except RuntimeError as e:
-                print("%-5s %-26s %12s   %s" % (model, label, "FAILED", e), flush=True)
-                failed = True
-                results.append((label, None))
-                continue
-            print("%-5s %-26s %12.1f" % (model, label, results[-1][1]), flush=True)
-        ddp = [v for label, v in results if label.startswith("DDP") and v]
-        base = sum(ddp) / len(ddp) if ddp else None
-        print("%-5s ratios to DDP (mean of %s samples/s):" % (
-            model, " and ".join("%.1f" % v for v in ddp) or "no DDP figure"), flush=True)
-        for label, v in results:
-            if v and base and not label.startswith("DDP"):
-                print("%-5s %-26s %12.1f %8.2fx" % (model, label, v, v / base), flush=True)
-    print("load average %.2f at the end" % os.getloadavg()[0])
-    return 1 if failed else 0
+    ok = True
+    for m in models:
+        ok = bench_model(m, configs[m], a) and ok
+    print("load average %.2f at the end; %.0f s in all" % (os.getloadavg()[0],
+                                                         time.monotonic() - start))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
