@@ -1,5 +1,5 @@
-// What the fault tests compare between an undisturbed trellis-mlp run and a disturbed one: the
-// accuracy rank 0 reports and the final model checkpoint, bit for bit.
+// The trellis-mlp job the fault and soak tests run, and what they compare between an undisturbed
+// run and a disturbed one: the accuracy rank 0 reports and the final model checkpoint, bit for bit.
 #pragma once
 
 #include <cstring>
@@ -11,6 +11,49 @@
 #include "common/checkpoint_dir.h"
 
 namespace trellis {
+
+// mlp-tiny (16,128,64,10 on a synthetic teacher) as a TrainingJob; what the tests vary.
+struct MlpJob {
+  int servers = 2;
+  int workers = 2;
+  const char* server_restart = nullptr;  // the role's restartPolicy; nullptr: the job's
+  const char* worker_restart = nullptr;
+  int epochs = 3;
+  int batch = 32;
+  int train_samples = 8192;
+  int test_samples = 1000;
+  std::string worker_env;    // YAML lines under the workers' `env:`, "" for none
+  std::string checkpoint;    // the checkpoint path, "" for none
+  int interval_steps = 32;
+  const char* server_mode = nullptr;
+  std::string scheduler;     // YAML lines under `scheduler:`, "" for none
+  std::string run_policy = "    backoffLimit: 2\n    activeDeadlineSeconds: 200\n";  // under `runPolicy:`
+};
+
+inline std::string MlpJobYaml(const std::string& name, const MlpJob& j) {
+  auto role = [](const char* what, int replicas, const char* restart) {
+    std::string y = "  " + std::string(what) + ":\n    replicas: " + std::to_string(replicas) + "\n";
+    if (restart != nullptr) y += "    restartPolicy: " + std::string(restart) + "\n";
+    return y;
+  };
+  std::string y = "apiVersion: trellis.io/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: " + name + "\nspec:\n" +
+                  role("servers", j.servers, j.server_restart) + role("workers", j.workers, j.worker_restart) +
+                  "    command: [trellis-mlp]\n"
+                  "    args: [--layers, \"16,128,64,10\", --latent-dim, \"8\", --teacher-hidden, \"16\",\n"
+                  "           --epochs, \"" + std::to_string(j.epochs) + "\", --batch, \"" + std::to_string(j.batch) +
+                  "\", --lr, \"0.02\", --train-samples, \"" + std::to_string(j.train_samples) + "\",\n"
+                  "           --test-samples, \"" + std::to_string(j.test_samples) +
+                  "\", --target-accuracy, \"0.85\"]\n";
+  if (!j.worker_env.empty()) y += "    env:\n" + j.worker_env;
+  y += "  sliceBytes: 16384\n";
+  if (!j.checkpoint.empty()) {
+    y += "  checkpoint:\n    path: " + j.checkpoint + "\n    intervalSteps: " + std::to_string(j.interval_steps) +
+         "\n    keep: 2\n";
+  }
+  if (j.server_mode != nullptr) y += "  serverMode: " + std::string(j.server_mode) + "\n";
+  if (!j.scheduler.empty()) y += "  scheduler:\n" + j.scheduler;
+  return y + "  runPolicy:\n" + j.run_policy;
+}
 
 // The test accuracy rank 0 reports in `out`, in percent; -1 when it reported none.
 inline double MlpAccuracy(const std::string& out) {

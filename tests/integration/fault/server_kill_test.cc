@@ -19,6 +19,7 @@
 
 #include "common/env.h"
 #include "common/subprocess.h"
+#include "tests/integration/fault/mlp_outcome.h"
 #include "tests/integration/job_processes.h"
 #include "tests/testing/http_get.h"
 
@@ -31,14 +32,9 @@ namespace fs = std::filesystem;
 constexpr int64_t kKillAfter = 600;
 
 std::string JobYaml(const std::string& name) {
-  return "apiVersion: trellis.io/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: " + name +
-         "\nspec:\n  servers:\n    replicas: 2\n    restartPolicy: OnFailure\n"
-         "  workers:\n    replicas: 2\n    command: [trellis-mlp]\n"
-         "    args: [--layers, \"16,128,64,10\", --latent-dim, \"8\", --teacher-hidden, \"16\",\n"
-         "           --epochs, \"2\", --batch, \"32\", --lr, \"0.02\", --train-samples, \"131072\",\n"
-         "           --test-samples, \"2000\", --target-accuracy, \"0.85\"]\n"
-         "  sliceBytes: 16384\n  serverMode: aggregate\n"
-         "  runPolicy:\n    restartPolicy: Never\n    activeDeadlineSeconds: 200\n";
+  return MlpJobYaml(name, {.server_restart = "OnFailure", .epochs = 2, .train_samples = 131072, .test_samples = 2000,
+                          .server_mode = "aggregate",
+                          .run_policy = "    restartPolicy: Never\n    activeDeadlineSeconds: 200\n"});
 }
 
 // One variable of a process's environment, or "".

@@ -30,19 +30,10 @@ constexpr int kStopAfter = 160;  // mid-epoch 2: once a checkpoint at or after t
 // Programs ping every 0.25 s; silent 2 s is a stall. Each operation's deadline is 5 s
 // (TRELLIS_TIMEOUT_MS): the stall lasts for ever, far past it.
 std::string JobYaml(const std::string& name, const std::string& ckpt_dir) {
-  return "apiVersion: trellis.io/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: " + name +
-         "\nspec:\n  servers:\n    replicas: 2\n    restartPolicy: OnFailure\n"
-         "  workers:\n    replicas: 2\n    restartPolicy: OnFailure\n"
-         "    command: [trellis-mlp]\n"
-         "    args: [--layers, \"16,128,64,10\", --latent-dim, \"8\", --teacher-hidden, \"16\",\n"
-         "           --epochs, \"3\", --batch, \"32\", --lr, \"0.02\", --train-samples, \"8192\",\n"
-         "           --test-samples, \"1000\", --target-accuracy, \"0.85\"]\n"
-         "    env:\n    - {name: TRELLIS_TIMEOUT_MS, value: \"5000\"}\n"
-         "  sliceBytes: 16384\n  checkpoint:\n    path: " + ckpt_dir +
-         "\n    intervalSteps: " + std::to_string(kInterval) +
-         "\n    keep: 2\n  scheduler:\n    heartbeatIntervalSeconds: 0.25\n"
-         "    livenessTimeoutSeconds: 2\n"
-         "  runPolicy:\n    backoffLimit: 2\n    activeDeadlineSeconds: 200\n";
+  return MlpJobYaml(name, {.server_restart = "OnFailure", .worker_restart = "OnFailure",
+                          .worker_env = "    - {name: TRELLIS_TIMEOUT_MS, value: \"5000\"}\n",
+                          .checkpoint = ckpt_dir, .interval_steps = kInterval,
+                          .scheduler = "    heartbeatIntervalSeconds: 0.25\n    livenessTimeoutSeconds: 2\n"});
 }
 
 class StallTest : public LaunchedJobsTest {

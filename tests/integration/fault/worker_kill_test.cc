@@ -31,16 +31,7 @@ constexpr int kInterval = 32;
 constexpr int kKillAfter = 160;  // mid-epoch 2: the first checkpoint at or after this step
 
 std::string JobYaml(const std::string& name, const std::string& ckpt_dir) {
-  return "apiVersion: trellis.io/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: " + name +
-         "\nspec:\n  servers:\n    replicas: 2\n  workers:\n    replicas: 2\n"
-         "    restartPolicy: OnFailure\n"
-         "    command: [trellis-mlp]\n"
-         "    args: [--layers, \"16,128,64,10\", --latent-dim, \"8\", --teacher-hidden, \"16\",\n"
-         "           --epochs, \"3\", --batch, \"32\", --lr, \"0.02\", --train-samples, \"8192\",\n"
-         "           --test-samples, \"1000\", --target-accuracy, \"0.85\"]\n"
-         "  sliceBytes: 16384\n  checkpoint:\n    path: " + ckpt_dir +
-         "\n    intervalSteps: " + std::to_string(kInterval) +
-         "\n    keep: 2\n  runPolicy:\n    backoffLimit: 2\n    activeDeadlineSeconds: 200\n";
+  return MlpJobYaml(name, {.worker_restart = "OnFailure", .checkpoint = ckpt_dir, .interval_steps = kInterval});
 }
 
 class WorkerKillTest : public LaunchedJobsTest {

@@ -38,15 +38,8 @@ using namespace std::chrono_literals;
 constexpr int kSteps = 8 * 2048;
 
 std::string JobYaml(const std::string& name, const std::string& ckpt_dir) {
-  return "apiVersion: trellis.io/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: " + name +
-         "\nspec:\n  servers:\n    replicas: 1\n  workers:\n    replicas: 2\n"
-         "    command: [trellis-mlp]\n"
-         "    args: [--layers, \"16,128,64,10\", --latent-dim, \"8\", --teacher-hidden, \"16\",\n"
-         "           --epochs, \"8\", --batch, \"8\", --lr, \"0.02\", --train-samples, \"32768\",\n"
-         "           --test-samples, \"1000\", --target-accuracy, \"0.85\"]\n"
-         "  sliceBytes: 16384\n  checkpoint:\n    path: " + ckpt_dir +
-         "\n    intervalSteps: 1024\n    keep: 2\n"
-         "  runPolicy:\n    backoffLimit: 0\n    activeDeadlineSeconds: 80\n";
+  return MlpJobYaml(name, {.servers = 1, .epochs = 8, .batch = 8, .train_samples = 32768, .checkpoint = ckpt_dir,
+                          .interval_steps = 1024, .run_policy = "    backoffLimit: 0\n    activeDeadlineSeconds: 80\n"});
 }
 
 int Threads(pid_t pid) {
