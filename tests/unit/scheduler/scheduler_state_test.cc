@@ -1,4 +1,5 @@
 #include "scheduler/scheduler_state.h"
+#include "tests/unit/scheduler/state_answer.h"
 
 #include "scheduler/scheduler_metrics.h"
 
@@ -13,19 +14,7 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-// Captures the answer of an asynchronous state call.
-template <typename T>
-struct Answer {
-  std::optional<StatusOr<T>> got;
-  SchedulerState::Callback<T> Cb() {
-    return [this](StatusOr<T> v) {
-      ASSERT_FALSE(got.has_value()) << "answered twice";
-      got.emplace(std::move(v));
-    };
-  }
-  bool done() const { return got.has_value(); }
-  const Status& status() const { return got->status(); }
-};
+using testing::Answer;
 
 v1::KeySpec Key(uint64_t id, int64_t n, std::string name = "") {
   v1::KeySpec k;
