@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 namespace trellis::wire {
 namespace {
 
@@ -35,28 +39,24 @@ class Cursor {
   size_t pos_ = 0;
 };
 
-// Calls fn(const float* values, size_t n) over the payload in L1-sized pieces. Bytes are copied
-// into an aligned scratch block first: received slices give no alignment guarantee and floats
-// may straddle two slices.
-template <typename Fn>
-void ForEachFloatBlock(const Chunks& chunks, size_t offset, size_t count, Fn fn) {
-  constexpr size_t kBlock = 1024;
-  alignas(64) float scratch[kBlock];
-  Cursor cur(chunks, offset);
-  size_t done = 0;
-  while (done < count) {
-    size_t want = std::min(kBlock, count - done);
-    auto* dst = reinterpret_cast<uint8_t*>(scratch);
-    size_t need = want * sizeof(float);
-    while (need > 0) {
-      auto s = cur.Next(need);
-      if (s.empty()) return;  // REQUIRES violated; callers check lengths first
-      std::memcpy(dst, s.data(), s.size());
-      dst += s.size();
-      need -= s.size();
-    }
-    fn(scratch, want, done);
-    done += want;
+// d[i] += the float whose bytes start at s + 4 * i, for i < n; s has no alignment. Each element
+// is one float addition d[i] + v, as a scalar loop does (same bits); SSE2 does four at a time
+// straight from the received bytes (the sum of the step's last push is on the step's critical
+// path: a scalar loop over a copy into scratch cost the server ~20 ms per 100 MB).
+void AddBytesAsFloats(const uint8_t* s, size_t n, float* d) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128 a = _mm_loadu_ps(reinterpret_cast<const float*>(s + 4 * i));
+    const __m128 b = _mm_loadu_ps(reinterpret_cast<const float*>(s + 4 * i + 16));
+    _mm_storeu_ps(d + i, _mm_add_ps(_mm_loadu_ps(d + i), a));
+    _mm_storeu_ps(d + i + 4, _mm_add_ps(_mm_loadu_ps(d + i + 4), b));
+  }
+#endif
+  for (; i < n; ++i) {
+    float v;
+    std::memcpy(&v, s + 4 * i, sizeof v);
+    d[i] += v;
   }
 }
 
@@ -128,10 +128,28 @@ void CopyFloats(const Chunks& chunks, size_t offset, size_t count, float* dst) {
 }
 
 void AddFloats(const Chunks& chunks, size_t offset, size_t count, float* dst) {
-  ForEachFloatBlock(chunks, offset, count, [dst](const float* v, size_t n, size_t at) {
-    float* d = dst + at;
-    for (size_t i = 0; i < n; ++i) d[i] += v[i];
-  });
+  Cursor cur(chunks, offset);
+  size_t done = 0;
+  while (done < count) {
+    auto s = cur.Next((count - done) * sizeof(float));
+    if (s.empty()) return;  // REQUIRES violated; callers check lengths first
+    const size_t whole = s.size() / sizeof(float);
+    AddBytesAsFloats(s.data(), whole, dst + done);
+    done += whole;
+    size_t got = s.size() - whole * sizeof(float);
+    if (got == 0) continue;
+    // A float straddling chunks: its bytes stitched together.
+    uint8_t b[sizeof(float)];
+    std::memcpy(b, s.data() + whole * sizeof(float), got);
+    while (got < sizeof b) {
+      auto t = cur.Next(sizeof b - got);
+      if (t.empty()) return;
+      std::memcpy(b + got, t.data(), t.size());
+      got += t.size();
+    }
+    AddBytesAsFloats(b, 1, dst + done);
+    ++done;
+  }
 }
 
 Status ParseRequestHeader(const uint8_t* h, RequestHeader* out) {

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <limits>
+
 #include "pserver/le_bytes.h"
 #include "tests/unit/pserver/test_frames.h"
 
@@ -32,6 +35,41 @@ TEST(WireTest, RequestRoundTripAcrossOddChunks) {
     std::vector<float> sum(v.size(), 1.0f);
     wire::AddFloats(c, wire::kRequestHeaderBytes, v.size(), sum.data());
     for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(sum[i], v[i] + 1.0f);
+  }
+}
+
+// The server's sum of a push (AddFloats, vectorized) is bit for bit the scalar sum dst[i] + v[i]
+// for every float, special values included, whether the payload is one chunk (the TCP reader's
+// buffer, at an unaligned offset) or split anywhere, floats straddling chunks.
+TEST(WireTest, AddFloatsIsTheScalarSumBitForBit) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::denorm_min(), -1e-40f, 3.4e38f, 1.0f};
+  uint32_t x = 12345;
+  auto next = [&x] { return x = x * 1664525u + 1013904223u; };
+  for (size_t count : {0, 1, 7, 8, 9, 31, 1000, 4099}) {
+    std::vector<float> v(count), base(count);
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t r = next();
+      v[i] = r % 7 == 0 ? specials[r % 9] : static_cast<float>(static_cast<int32_t>(r)) * 1e-9f;
+      base[i] = next() % 11 == 0 ? specials[x % 9] : static_cast<float>(x % 1000) * 0.37f;
+    }
+    std::vector<uint32_t> want(count);
+    for (size_t i = 0; i < count; ++i) {
+      volatile float sum = base[i] + v[i];  // the scalar reference, one addition
+      const float s = sum;
+      std::memcpy(&want[i], &s, sizeof s);
+    }
+    auto bytes = RequestBytes(wire::Op::kPush, 1, 0, 1, v);
+    for (size_t chunk : {1, 3, 6, 13, 64, 4097, 1 << 20}) {
+      std::vector<float> sum = base;
+      wire::AddFloats(Split(bytes, chunk), wire::kRequestHeaderBytes, count, sum.data());
+      for (size_t i = 0; i < count; ++i) {
+        uint32_t got;
+        std::memcpy(&got, &sum[i], sizeof got);
+        ASSERT_EQ(got, want[i]) << "count " << count << " chunk " << chunk << " element " << i;
+      }
+    }
   }
 }
 
