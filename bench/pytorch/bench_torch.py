@@ -303,6 +303,7 @@ def summarize(runs):
     s["w0"] = [ms_per_step(r[0]["worker"], r[0]["steps"]) for r in runs]
     s["w1"] = [ms_per_step(r[1]["worker"], r[1]["steps"]) for r in runs]
     s["srv"] = [sum(ms_per_step(t, r[0]["steps"]) for t in r[0]["servers"]) for r in runs]
+    s["total"] = [a + b + c for a, b, c in zip(s["w0"], s["w1"], s["srv"])]
     threads = {}
     for r in runs:
         for who, per in [("worker0", r[0]["worker"]), ("worker1", r[1]["worker"])] + \
@@ -341,20 +342,25 @@ def bench_model(model, configs, a):
                 model, rnd + 1, config_label(c), res[0]["samples_per_s"], time.monotonic() - t),
                 flush=True)
     print()
-    print("%-5s %-26s %-22s %7s   %-18s %-18s %-18s" % (
+    print("%-5s %-26s %-22s %7s   %-18s %-18s %-18s %s" % (
         "model", "configuration", "samples/s median (range)", "vs DDP",
-        "CPU ms/step: rank 0", "rank 1", "servers"))
+        "CPU ms/step: rank 0", "rank 1", "servers", "DDP/this CPU"))
     summ = {c: summarize(runs[c]) for c in order if runs[c]}
     base = statistics.median(summ["ddp"]["sps"]) if "ddp" in summ else None
+    # What the ratio would be if every process's CPU per step stayed as measured and the cores
+    # were always busy (a saturated machine): DDP's CPU per step over this configuration's.
+    cpu_base = statistics.median(summ["ddp"]["total"]) if "ddp" in summ else None
     for c in order:
         if c not in summ:
             print("%-5s %-26s %s" % (model, config_label(c), "FAILED"))
             continue
         s = summ[c]
         ratio = "%.2fx" % (statistics.median(s["sps"]) / base) if base and c != "ddp" else ""
-        print("%-5s %-26s %-22s %7s   %-18s %-18s %-18s" % (
+        cpu_ratio = "%.2fx" % (cpu_base / statistics.median(s["total"])) \
+            if cpu_base and c != "ddp" else ""
+        print("%-5s %-26s %-22s %7s   %-18s %-18s %-18s %s" % (
             model, config_label(c), fmt(s["sps"]), ratio, fmt(s["w0"], 0), fmt(s["w1"], 0),
-            fmt(s["srv"], 0) if c != "ddp" else "-"), flush=True)
+            fmt(s["srv"], 0) if c != "ddp" else "-", cpu_ratio), flush=True)
     if a.threads:
         print("%-5s CPU ms per step by thread (median of the runs; threads of one name summed):"
               % model)
