@@ -1,9 +1,9 @@
 #include "pserver/data_service.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <charconv>
+#include <mutex>
+#include <queue>
 
 #include "common/auth.h"
 #include "common/grpc_status.h"
@@ -43,6 +43,12 @@ struct DataService::StreamState {
   bool writing = false;               // GUARDED_BY(mu): one write outstanding at a time
   bool reads_done = false;            // GUARDED_BY(mu)
   bool finished = false;              // GUARDED_BY(mu): Finish called, no more writes
+  // The read-ahead (pserver/serving_queue.h): requests read and not served yet. Past the limit
+  // the reactor starts no next read; the request served last starts it.
+  ReadAhead unserved;                 // GUARDED_BY(mu)
+  bool read_waits = false;            // GUARDED_BY(mu): a next read is due once there is room
+  grpc::ByteBuffer* in = nullptr;     // the reactor's read buffer
+  ReadAheadLimit limit;
 
   // REQUIRES: mu held.
   void MaybeFinishLocked() {
@@ -67,6 +73,38 @@ struct DataService::StreamState {
     StartNextLocked();
   }
   grpc::ByteBuffer current;  // GUARDED_BY(mu) while writing
+
+  // The reactor's next read: now, or once a request is served. REQUIRES: mu held.
+  void NextReadLocked() {
+    if (finished || reads_done || reactor == nullptr) return;
+    if (!unserved.Fits(limit, 0)) {
+      read_waits = true;
+      return;
+    }
+    read_waits = false;
+    reactor->StartRead(in);
+  }
+  void Served(size_t bytes) {
+    std::lock_guard lock(mu);
+    --unserved.requests;
+    unserved.bytes -= bytes;
+    if (read_waits) NextReadLocked();
+  }
+};
+
+// A request's place in its stream's read-ahead, given back when the request is served (or
+// dropped unserved at shutdown).
+struct DataService::Unserved {
+  Unserved(std::shared_ptr<StreamState> s, size_t b) : stream(std::move(s)), bytes(b) {
+    std::lock_guard lock(stream->mu);
+    ++stream->unserved.requests;
+    stream->unserved.bytes += bytes;
+  }
+  ~Unserved() { stream->Served(bytes); }
+  Unserved(const Unserved&) = delete;
+  Unserved& operator=(const Unserved&) = delete;
+  const std::shared_ptr<StreamState> stream;
+  const size_t bytes;
 };
 
 namespace {
@@ -86,11 +124,11 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       Finish(ToGrpc(st));
       return;
     }
-    {
-      std::lock_guard lock(state_->mu);
-      state_->reactor = this;
-    }
-    StartRead(&in_);
+    std::lock_guard lock(state_->mu);
+    state_->reactor = this;
+    state_->in = &in_;
+    state_->limit = service->read_ahead();
+    state_->NextReadLocked();
   }
 
   void OnReadDone(bool ok) override {
@@ -112,12 +150,12 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       // answer it and keep the stream: gRPC framing keeps the next message intact.
       SendError(state_, id, wire::Op::kPush, st);
     } else if (task.header.op != wire::Op::kBulk) {
-      task.priority = task.header.priority;
       service_->Submit(std::move(task), wire::TotalBytes(chunks));
     } else {
       SubmitBulk(std::move(task), chunks);
     }
-    StartRead(&in_);
+    std::lock_guard lock(state_->mu);
+    state_->NextReadLocked();
   }
 
   void OnWriteDone(bool ok) override {
@@ -156,7 +194,6 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       DataService::Task t;
       t.stream = state_;
       t.header = e.header;
-      t.priority = e.header.priority;
       t.slices = bulk.slices;
       t.offset = e.offset;
       t.bytes = e.bytes;
@@ -200,29 +237,12 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
 }  // namespace
 
-DataService::DataService(SliceStore* store, DataServiceOptions options)
-    : store_(store), options_(std::move(options)) {
-  int n = options_.pool_threads > 0 ? options_.pool_threads
-                                    : std::max(1u, std::thread::hardware_concurrency());
-  for (int i = 0; i < n; ++i) {
-    pool_.emplace_back([this] {
-      pthread_setname_np(pthread_self(), "pserver-pool");
-      PoolLoop();
-    });
-  }
-}
+DataService::DataService(SliceStore* store, ServingQueue* serving, DataServiceOptions options)
+    : store_(store), serving_(serving), options_(std::move(options)) {}
 
 DataService::~DataService() { Stop(); }
 
 void DataService::Stop() {
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) return;
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  for (auto& t : pool_) t.join();
-  pool_.clear();
   store_->FailWaiters(UnavailableError("parameter server shutting down"));
 }
 
@@ -266,22 +286,13 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DataService::Stream
 }
 
 void DataService::Submit(Task task, size_t payload_bytes) {
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) {
-      StreamReactor::SendError(task.stream, task.header.request_id, task.header.op,
-                               UnavailableError("parameter server shutting down"));
-      return;
-    }
-    bool idle = queue_.empty();
-    if (!(idle && payload_bytes <= options_.inline_max_bytes)) {
-      task.seq = seq_++;
-      queue_.push(std::move(task));
-      cv_.notify_one();
-      return;
-    }
+  const int32_t priority = task.header.priority;
+  auto t = std::make_shared<Task>(std::move(task));
+  auto place = std::make_shared<Unserved>(t->stream, payload_bytes);
+  if (!serving_->Submit(priority, payload_bytes, [this, t, place] { Serve(*t); })) {
+    StreamReactor::SendError(t->stream, t->header.request_id, t->header.op,
+                             UnavailableError("parameter server shutting down"));
   }
-  Serve(task);  // small and nothing waiting: no hand-off
 }
 
 void DataService::Serve(Task& task) {
@@ -318,22 +329,6 @@ void DataService::Serve(Task& task) {
   });
   // The request's slices are released here, once summed.
   task.slices.clear();
-}
-
-void DataService::PoolLoop() {
-  std::unique_lock lock(mu_);
-  while (true) {
-    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-    if (stopping_) return;
-    Task task = queue_.top();
-    queue_.pop();
-    ++busy_;
-    lock.unlock();
-    Serve(task);
-    task = Task{};
-    lock.lock();
-    --busy_;
-  }
 }
 
 }  // namespace trellis

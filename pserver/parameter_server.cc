@@ -16,7 +16,16 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const PserverO
   }
   std::unique_ptr<ParameterServer> ps(new ParameterServer());
   ps->store_ = std::make_unique<SliceStore>(options.store);
-  ps->service_ = std::make_unique<DataService>(ps->store_.get(), options.service);
+  ps->serving_ = std::make_unique<ServingQueue>(ServingQueueOptions{
+      options.service.pool_threads, options.service.inline_max_bytes});
+  // What one connection may have read and not had served, on either transport.
+  ReadAheadLimit read_ahead = options.service.read_ahead;
+  if (read_ahead.bytes == 0) {
+    read_ahead.bytes = 2 * static_cast<size_t>(wire::MaxMessageBytes(options.slice_bytes));
+  }
+  DataServiceOptions service = options.service;
+  service.read_ahead = read_ahead;
+  ps->service_ = std::make_unique<DataService>(ps->store_.get(), ps->serving_.get(), service);
   grpc::ServerBuilder builder;
   std::string addr = options.listen_host + ":" + std::to_string(options.port);
   if (addr.find(':') != addr.rfind(':') && options.listen_host.front() != '[') {
@@ -40,7 +49,8 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const PserverO
     to.slice_bytes = options.slice_bytes;
     to.tls = options.tls;
     to.limits = options.tcp_limits;
-    auto tcp = TcpDataServer::Start(ps->store_.get(), to);
+    to.read_ahead = read_ahead;
+    auto tcp = TcpDataServer::Start(ps->store_.get(), ps->serving_.get(), to);
     if (!tcp.ok()) return tcp.status().Annotate("starting the TCP data listener");
     ps->tcp_ = std::move(*tcp);
   }
@@ -53,6 +63,7 @@ void ParameterServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   if (tcp_) tcp_->Stop();
+  serving_->Stop();  // after this, requests get UNAVAILABLE
   service_->Stop();
   // Open streams are cancelled after a short grace (workers may still be connected).
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

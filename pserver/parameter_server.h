@@ -1,5 +1,6 @@
 // A parameter server: the slice store + data service behind a gRPC server, and the raw-TCP bulk
-// listener (pserver/tcp_data_server.h) over the same store.
+// listener (pserver/tcp_data_server.h) over the same store; both hand their requests to one
+// serving queue (pserver/serving_queue.h), served highest priority first.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "common/status.h"
 #include "common/tls.h"
 #include "pserver/data_service.h"
+#include "pserver/serving_queue.h"
 #include "pserver/slice_store.h"
 #include "pserver/tcp_data_server.h"
 
@@ -37,12 +39,14 @@ class ParameterServer {
   int port() const { return port_; }
   int tcp_port() const { return tcp_ ? tcp_->port() : 0; }  // 0: no TCP listener
   SliceStore* store() { return store_.get(); }
+  ServingQueue* serving() { return serving_.get(); }
   // Fails waiting pulls, stops serving; idempotent.
   void Shutdown();
 
  private:
   ParameterServer() = default;
   std::unique_ptr<SliceStore> store_;
+  std::unique_ptr<ServingQueue> serving_;  // both transports' requests
   std::unique_ptr<DataService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<TcpDataServer> tcp_;

@@ -42,13 +42,14 @@ constexpr size_t kMaxBatch = 16;  // frames per sendmsg
 // Bytes per sendmsg: once a batch is handed to the kernel its order is fixed, so a batch stays
 // small enough that a higher-priority answer queued meanwhile waits at most about this much.
 constexpr size_t kMaxBatchBytes = 1 << 20;
+constexpr size_t kSpareBuffers = 2;  // payload buffers a connection keeps for reuse
 
 }  // namespace
 
 struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   Connection(AdmittedConnection a, SliceStore* s, TcpDataServer* srv)
       : fd(a.fd), store(s), server(srv), peer(std::move(a.peer)), worker(a.rank),
-        tls(std::move(a.tls)) {}
+        tls(std::move(a.tls)), strand(std::make_shared<ServingStrand>(srv->serving_)) {}
   ~Connection() {
     tls.reset();
     if (!fd_closed) ::close(fd);
@@ -60,6 +61,9 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   const std::string peer;
   const int32_t worker;
   std::unique_ptr<TlsStream> tls;  // set before the threads start; nullptr: plaintext
+  // The connection's requests go through the serving queue one at a time, highest priority
+  // first (arrival order where priorities tie, as when the reader served them itself).
+  const std::shared_ptr<ServingStrand> strand;
   std::thread reader;
   std::thread writer;
   std::atomic<int> running{0};  // threads that have not ended
@@ -71,6 +75,15 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   bool closing = false;               // GUARDED_BY(mu): flush what is queued, then close
   bool dead = false;                  // GUARDED_BY(mu): nothing more is written
   bool fd_closed = false;             // GUARDED_BY(mu): `fd` is closed (both threads ended)
+
+  // What the reader has handed to the serving queue and is not served yet. The reader reads
+  // ahead only within this budget, so a peer that sends faster than the server serves is held
+  // back by its own socket (TCP flow control), not by the server's memory.
+  std::mutex serve_mu;
+  std::condition_variable room;
+  ReadAhead unserved;                       // GUARDED_BY(serve_mu): frames and their bytes
+  bool stop_reading = false;                // GUARDED_BY(serve_mu): Kill()
+  std::vector<std::vector<float>> spare;    // GUARDED_BY(serve_mu): payload buffers to reuse
 
   void Send(Outgoing o) {
     {
@@ -99,6 +112,11 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
       dead = true;
     }
     cv.notify_one();
+    {
+      std::lock_guard lock(serve_mu);
+      stop_reading = true;
+    }
+    room.notify_all();
   }
   // Closes the descriptor at once (not when the connection is reaped) and stops counting it
   // against the connection cap.
@@ -119,13 +137,68 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
     server->admission_->Wake();
   }
 
+  struct Request;
+  // Waits until a request of `bytes` fits the read-ahead budget and counts it; a payload buffer
+  // of `floats` elements (reused when one is spare). False once the connection is killed.
+  bool Reserve(size_t bytes, size_t floats, std::vector<float>* buffer);
+  void Unreserve(size_t bytes, std::vector<float> buffer);
+
   void ReadLoop();
-  // Hands one request (header + payload in `frame`) to the store; the answer is queued by
-  // priority. The store has read the payload when this returns.
+  // Serves one request (header + payload in `frame`) from the store; the answer is queued by
+  // priority. `payload`: see SliceStore::Handle.
   void Serve(const wire::RequestHeader& h, const wire::Chunks& frame,
              std::vector<float>* payload = nullptr);
   void WriteLoop();
 };
+
+// One frame read from the socket, waiting in the serving queue (a bulk: until its last entry is
+// served). Its end gives its place in the read-ahead budget and its buffer back.
+struct TcpDataServer::Connection::Request {
+  Request(std::shared_ptr<Connection> c, size_t bytes) : conn(std::move(c)), budget(bytes) {}
+  ~Request() { conn->Unreserve(budget, std::move(payload)); }
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+
+  wire::Chunks Chunks() const {
+    return {std::span<const uint8_t>(head, sizeof head),
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()),
+                                     header.payload_bytes)};
+  }
+
+  const std::shared_ptr<Connection> conn;
+  const size_t budget;
+  uint8_t head[wire::kRequestHeaderBytes];
+  wire::RequestHeader header;
+  std::vector<float> payload;  // rounded up to whole floats
+};
+
+bool TcpDataServer::Connection::Reserve(size_t bytes, size_t floats, std::vector<float>* buffer) {
+  const ReadAheadLimit& limit = server->options_.read_ahead;
+  std::unique_lock lock(serve_mu);
+  room.wait(lock, [&] { return stop_reading || unserved.Fits(limit, bytes); });
+  if (stop_reading) return false;
+  ++unserved.requests;
+  unserved.bytes += bytes;
+  if (!spare.empty()) {
+    *buffer = std::move(spare.back());
+    spare.pop_back();
+  }
+  lock.unlock();
+  // Shrinking keeps the pages; growing zero-fills only the new part once, so a payload of the
+  // usual slice size pays no page faults on fresh memory.
+  if (buffer->size() != floats) buffer->resize(floats);
+  return true;
+}
+
+void TcpDataServer::Connection::Unreserve(size_t bytes, std::vector<float> buffer) {
+  {
+    std::lock_guard lock(serve_mu);
+    --unserved.requests;
+    unserved.bytes -= bytes;
+    if (buffer.capacity() > 0 && spare.size() < kSpareBuffers) spare.push_back(std::move(buffer));
+  }
+  room.notify_all();  // the reader waits for room, or at its end for none left
+}
 
 void TcpDataServer::Connection::ReadLoop() {
   tcpwire::SocketReader rd(fd, 64 << 10, tls.get());
@@ -134,9 +207,6 @@ void TcpDataServer::Connection::ReadLoop() {
   const uint64_t max_payload =
       static_cast<uint64_t>(wire::MaxMessageBytes(server->options_.slice_bytes)) -
       wire::kRequestHeaderBytes;
-  // The payload buffer, reused for every request: grown to the largest payload seen (bounded by
-  // max_payload) and zero-filled once, so no request pays page faults on fresh memory.
-  std::vector<float> payload;
   while (true) {
     uint8_t head[wire::kRequestHeaderBytes];
     st = rd.Read(head, sizeof head);
@@ -153,21 +223,29 @@ void TcpDataServer::Connection::ReadLoop() {
     }
     // Rounded up: a 2-bit frame need not be a whole number of floats.
     const size_t n = (h.payload_bytes + sizeof(float) - 1) / sizeof(float);
-    if (payload.size() < n) payload.resize(n);
+    const size_t bytes = sizeof head + h.payload_bytes;
+    std::vector<float> buffer;
+    if (!Reserve(bytes, n, &buffer)) break;  // Stop
+    auto r = std::make_shared<Request>(shared_from_this(), bytes);  // Unreserve()s at its end
+    r->payload = std::move(buffer);
+    std::memcpy(r->head, head, sizeof head);
+    r->header = h;
     if (h.payload_bytes > 0) {
-      st = rd.Read(payload.data(), h.payload_bytes);
+      st = rd.Read(r->payload.data(), h.payload_bytes);
       if (!st.ok()) break;  // truncated frame: the peer closed mid-payload
     }
-    wire::Chunks chunks = {std::span<const uint8_t>(head, sizeof head),
-                           std::span<const uint8_t>(
-                               reinterpret_cast<const uint8_t*>(payload.data()),
-                               h.payload_bytes)};
     if (h.op != wire::Op::kBulk) {
-      // The store may take `payload` (a first push) and leave a buffer of the same size.
-      Serve(h, chunks, h.payload_bytes == payload.size() * sizeof(float) ? &payload : nullptr);
+      // The store may take the payload (a first push) and leave a buffer of the same size.
+      const bool whole = h.payload_bytes == n * sizeof(float);
+      if (!strand->Submit(h.priority, h.payload_bytes, [r, whole] {
+            r->conn->Serve(r->header, r->Chunks(), whole ? &r->payload : nullptr);
+          })) {
+        SendStatus(h.op, h.request_id, UnavailableError("parameter server shutting down"));
+      }
       continue;
     }
     std::vector<wire::BulkEntry> entries;
+    const wire::Chunks chunks = r->Chunks();
     st = wire::ParseBulk(chunks, wire::kRequestHeaderBytes, h.payload_bytes, &entries);
     if (!st.ok()) {
       // The frame was read whole, so the stream is still in step: refuse the bulk, keep going.
@@ -176,7 +254,20 @@ void TcpDataServer::Connection::ReadLoop() {
       SendStatus(wire::Op::kBulk, h.request_id, st);
       continue;
     }
-    for (const auto& e : entries) Serve(e.header, wire::SubChunks(chunks, e.offset, e.bytes));
+    // Each entry is served by its own priority; the frame's buffer lives until the last one.
+    for (const auto& e : entries) {
+      if (!strand->Submit(e.header.priority, e.header.payload_bytes, [r, e] {
+            r->conn->Serve(e.header, wire::SubChunks(r->Chunks(), e.offset, e.bytes));
+          })) {
+        SendStatus(e.header.op, e.header.request_id,
+                   UnavailableError("parameter server shutting down"));
+      }
+    }
+  }
+  {
+    // What was read is still answered before the stream closes (as when it was served inline).
+    std::unique_lock lock(serve_mu);
+    room.wait(lock, [this] { return stop_reading || unserved.requests == 0; });
   }
   CloseAfterFlush();
 }
@@ -240,16 +331,17 @@ void TcpDataServer::Connection::WriteLoop() {
   ::shutdown(fd, SHUT_RDWR);
 }
 
-TcpDataServer::TcpDataServer(SliceStore* store, TcpDataServerOptions options)
-    : store_(store), options_(std::move(options)) {}
+TcpDataServer::TcpDataServer(SliceStore* store, ServingQueue* serving,
+                             TcpDataServerOptions options)
+    : store_(store), serving_(serving), options_(std::move(options)) {}
 
 StatusOr<std::unique_ptr<TcpDataServer>> TcpDataServer::Start(
-    SliceStore* store, const TcpDataServerOptions& options) {
+    SliceStore* store, ServingQueue* serving, const TcpDataServerOptions& options) {
   if (options.port < 0 || options.port > 65535) {
     return InvalidArgumentError("tcp port must be in [0, 65535], got " +
                                 std::to_string(options.port));
   }
-  std::unique_ptr<TcpDataServer> s(new TcpDataServer(store, options));
+  std::unique_ptr<TcpDataServer> s(new TcpDataServer(store, serving, options));
   TRELLIS_ASSIGN_OR_RETURN(int listen_fd,
                            tcpwire::Listen(options.listen_host, options.port, &s->port_));
   TcpDataServer* raw = s.get();
@@ -344,6 +436,7 @@ void TcpDataServer::Reap() {
   for (auto& c : ended) {
     if (c->reader.joinable()) c->reader.join();
     if (c->writer.joinable()) c->writer.join();
+    c->strand->Clear();
   }
 }
 
@@ -364,6 +457,8 @@ void TcpDataServer::Stop() {
   for (auto& c : conns) {
     if (c->reader.joinable()) c->reader.join();
     if (c->writer.joinable()) c->writer.join();
+    // Requests not served yet hold the connection: dropped here, not at the queue's end.
+    c->strand->Clear();
   }
 }
 

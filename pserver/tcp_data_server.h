@@ -4,12 +4,18 @@
 // Threads: before its hello a connection costs none: one loop (pserver/tcp_admission.h) accepts,
 // runs the TLS handshake, reads hellos without blocking, closes connections without a whole
 // hello after `limits.hello_timeout_ms`, and caps pending and total connections. Once its token
-// and rank are checked, a worker's connection gets one reader ("pserver-tcp-rd") that reads each
-// request's payload into the connection's reusable, pre-faulted buffer and hands it to the store
-// (which sums from it), and one writer ("pserver-tcp-wr") that sends the answers highest priority
-// first with sendmsg straight from the store's result buffers. A reader never waits on a write,
-// so two peers that both write a lot cannot deadlock. When a thread cannot be created, that one
-// connection is refused (a log line); the server goes on.
+// and rank are checked, a worker's connection gets one reader ("pserver-tcp-rd") and one writer
+// ("pserver-tcp-wr"). The reader reads each request into a payload buffer of the connection
+// (reused, pre-faulted) and hands it to the server's serving queue (pserver/serving_queue.h,
+// shared with the gRPC service) through the connection's strand: one request of a connection is
+// served at a time, the highest priority of what waits first (arrival order where priorities
+// tie); a small request with nothing waiting is served on the reader itself, a big one (or any
+// while others wait) by the pool, while the reader reads ahead. The read-ahead is bounded per connection
+// (`read_ahead`); past it the reader stops reading and the peer's socket fills. The writer
+// sends the answers highest priority first with sendmsg straight from the store's result
+// buffers. A reader never waits on a write, so two peers that
+// both write a lot cannot deadlock. When a thread cannot be created, that one connection is
+// refused (a log line); the server goes on.
 //
 // Errors: a request the store refuses gets an error frame and the connection goes on; bytes that
 // do not parse as a frame (bad magic, unknown op, oversized length, a truncated frame) get an
@@ -27,6 +33,7 @@
 
 #include "common/status.h"
 #include "common/tls.h"
+#include "pserver/serving_queue.h"
 #include "pserver/slice_store.h"
 #include "pserver/tcp_admission.h"
 
@@ -39,12 +46,13 @@ struct TcpDataServerOptions {
   int64_t slice_bytes = 4 << 20;  // bounds a payload (as the gRPC receive limit)
   TlsPtr tls;  // mutual TLS handshake before the hello (common/tls_stream.h); nullptr: plaintext
   TcpAdmissionLimits limits;  // hello deadline, pending and total caps
+  ReadAheadLimit read_ahead;  // per connection: requests read and not served yet
 };
 
 class TcpDataServer {
  public:
-  // `store` outlives the server.
-  static StatusOr<std::unique_ptr<TcpDataServer>> Start(SliceStore* store,
+  // `store` and `serving` outlive the server.
+  static StatusOr<std::unique_ptr<TcpDataServer>> Start(SliceStore* store, ServingQueue* serving,
                                                         const TcpDataServerOptions& options);
   ~TcpDataServer();  // Stop()
 
@@ -56,12 +64,13 @@ class TcpDataServer {
   struct Connection;  // internal: an admitted worker's connection
 
  private:
-  TcpDataServer(SliceStore* store, TcpDataServerOptions options);
+  TcpDataServer(SliceStore* store, ServingQueue* serving, TcpDataServerOptions options);
   Status CheckHello(const tcpwire::Hello& hello) const;
   void Admit(AdmittedConnection c);  // admission loop thread: the worker's threads
   void Reap();                       // admission loop thread: joins connections that ended
 
   SliceStore* const store_;
+  ServingQueue* const serving_;
   const TcpDataServerOptions options_;
   int port_ = 0;
   std::unique_ptr<TcpAdmission> admission_;

@@ -1,0 +1,129 @@
+#include "pserver/serving_queue.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace trellis {
+
+ServingQueue::ServingQueue(ServingQueueOptions options) : options_(options) {
+  int n = options_.threads > 0 ? options_.threads
+                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int i = 0; i < n; ++i) {
+    pool_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "pserver-pool");
+      PoolLoop();
+    });
+  }
+}
+
+ServingQueue::~ServingQueue() { Stop(); }
+
+void ServingQueue::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : pool_) t.join();
+  pool_.clear();
+  std::lock_guard lock(mu_);
+  while (!queue_.empty()) queue_.pop();
+}
+
+bool ServingQueue::Submit(int32_t priority, size_t payload_bytes, Job job) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return false;
+    if (held_ || !queue_.empty() || payload_bytes > options_.inline_max_bytes) {
+      queue_.push(Item{priority, seq_++, std::move(job)});
+      cv_.notify_one();
+      return true;
+    }
+  }
+  job();  // small and nothing waiting: no hand-off
+  return true;
+}
+
+void ServingQueue::Hold() {
+  std::lock_guard lock(mu_);
+  held_ = true;
+}
+
+void ServingQueue::Release() {
+  {
+    std::lock_guard lock(mu_);
+    held_ = false;
+  }
+  cv_.notify_all();
+}
+
+size_t ServingQueue::Queued() const {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
+void ServingQueue::PoolLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stopping_ || (!held_ && !queue_.empty()); });
+    if (stopping_) return;
+    Job job = std::move(const_cast<Item&>(queue_.top()).job);
+    queue_.pop();
+    lock.unlock();
+    job();
+    job = nullptr;  // what the job held (request bytes, a connection) goes before the next wait
+    lock.lock();
+  }
+}
+
+bool ServingStrand::Submit(int32_t priority, size_t payload_bytes, ServingQueue::Job job) {
+  {
+    std::lock_guard lock(mu_);
+    waiting_.push(Item{priority, seq_++, std::move(job)});
+  }
+  if (queue_->Submit(priority, payload_bytes, [self = shared_from_this()] { self->RunOne(); })) {
+    return true;
+  }
+  // Stopped: one job fewer will run, so one fewer waits (the queue drops the rest anyway).
+  std::lock_guard lock(mu_);
+  if (!waiting_.empty()) waiting_.pop();
+  return false;
+}
+
+void ServingStrand::Clear() {
+  std::priority_queue<Item> dropped;
+  std::lock_guard lock(mu_);
+  dropped.swap(waiting_);
+}
+
+void ServingStrand::RunOne() {
+  ServingQueue::Job job;
+  {
+    std::lock_guard lock(mu_);
+    if (busy_) {
+      ++deferred_;  // the running one hands on
+      return;
+    }
+    if (waiting_.empty()) return;  // cleared
+    busy_ = true;
+    job = std::move(const_cast<Item&>(waiting_.top()).job);
+    waiting_.pop();
+  }
+  job();
+  job = nullptr;  // what it held goes before the next one is handed on
+  int32_t next = 0;
+  {
+    std::lock_guard lock(mu_);
+    busy_ = false;
+    if (deferred_ == 0 || waiting_.empty()) return;
+    --deferred_;
+    next = waiting_.top().priority;
+  }
+  // Queued, never run here: a strand's backlog is served by the pool, not by recursion.
+  (void)queue_->Submit(next, SIZE_MAX, [self = shared_from_this()] { self->RunOne(); });
+}
+
+}  // namespace trellis

@@ -1,0 +1,124 @@
+// The parameter server's one serving queue, under both transports (the gRPC stream,
+// pserver/data_service.h, and the TCP listener, pserver/tcp_data_server.h): requests that wait
+// are served highest priority first, FIFO within a priority, by a small pool ("pserver-pool",
+// one thread per core by default). A small request with nothing waiting is served on the
+// transport's own thread (no hand-off latency): nothing it could overtake is queued.
+//
+// The queue holds what the transports have read; each transport bounds what one connection may
+// have in it (gRPC: its flow control per message; TCP: a per-connection budget), so a peer that
+// sends many requests is slowed by its own socket, not by the server's memory.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <thread>
+#include <vector>
+
+namespace trellis {
+
+// What one connection may have read and not had served yet (queued or being served): past it,
+// the transport stops reading that connection until some is served.
+struct ReadAheadLimit {
+  size_t requests = 1024;
+  size_t bytes = 0;  // ParameterServer: two maximal messages
+};
+struct ReadAhead {  // a connection's count; GUARDED_BY its owner's lock
+  size_t requests = 0;
+  size_t bytes = 0;
+  // Whether `more` bytes may be read now. A connection with nothing unserved may always read
+  // one more request, so a limit below one message cannot stall it.
+  bool Fits(const ReadAheadLimit& limit, size_t more) const {
+    return requests == 0 || (requests < limit.requests && bytes + more <= limit.bytes);
+  }
+};
+
+struct ServingQueueOptions {
+  int threads = 0;                     // 0: one per core
+  size_t inline_max_bytes = 64 << 10;  // serve payloads up to this size inline when idle
+};
+
+class ServingQueue {
+ public:
+  using Job = std::function<void()>;
+
+  explicit ServingQueue(ServingQueueOptions options);
+  ~ServingQueue();  // Stop()
+  ServingQueue(const ServingQueue&) = delete;
+  ServingQueue& operator=(const ServingQueue&) = delete;
+
+  // Runs `job` (a request of `payload_bytes`): on the caller's thread when nothing waits, the
+  // queue is not held and the payload is small; else queued by `priority`. False after Stop()
+  // (`job` is dropped unrun: the caller answers UNAVAILABLE). Thread-safe.
+  bool Submit(int32_t priority, size_t payload_bytes, Job job);
+
+  // Stops the pool (jobs still queued are dropped unrun); idempotent.
+  void Stop();
+
+  // Tests: while held no job starts (every Submit queues), so requests that arrive meanwhile are
+  // all waiting when Release() lets the pool serve them.
+  void Hold();
+  void Release();
+  size_t Queued() const;  // jobs waiting
+
+ private:
+  struct Item {
+    int32_t priority;
+    uint64_t seq;
+    Job job;
+    bool operator<(const Item& o) const {  // max-heap: higher priority, then lower seq first
+      return priority != o.priority ? priority < o.priority : seq > o.seq;
+    }
+  };
+  void PoolLoop();
+
+  const ServingQueueOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::priority_queue<Item> queue_;  // GUARDED_BY(mu_)
+  uint64_t seq_ = 0;                 // GUARDED_BY(mu_)
+  bool held_ = false;                // GUARDED_BY(mu_)
+  bool stopping_ = false;            // GUARDED_BY(mu_)
+  std::vector<std::thread> pool_;
+};
+
+// One connection's requests, served one at a time through a ServingQueue, highest priority
+// first (FIFO within a priority): the TCP listener keeps serving a connection in its arrival
+// order where priorities tie, as when it served inline, while what waits is served by
+// priority. Each request is one job in the queue (so it competes with every other connection
+// by its priority); a job that finds the strand busy leaves its request to the one in service,
+// which hands the strand on when it is done.
+class ServingStrand : public std::enable_shared_from_this<ServingStrand> {
+ public:
+  explicit ServingStrand(ServingQueue* queue) : queue_(queue) {}
+
+  // As ServingQueue::Submit; `job` runs after every higher-priority (and earlier equal-priority)
+  // job of this strand, never beside one.
+  bool Submit(int32_t priority, size_t payload_bytes, ServingQueue::Job job);
+  // Drops the jobs not started (shutdown: what they hold is released).
+  void Clear();
+
+ private:
+  struct Item {
+    int32_t priority;
+    uint64_t seq;
+    ServingQueue::Job job;
+    bool operator<(const Item& o) const {
+      return priority != o.priority ? priority < o.priority : seq > o.seq;
+    }
+  };
+  void RunOne();
+
+  ServingQueue* const queue_;
+  std::mutex mu_;
+  std::priority_queue<Item> waiting_;  // GUARDED_BY(mu_)
+  uint64_t seq_ = 0;                   // GUARDED_BY(mu_)
+  bool busy_ = false;                  // GUARDED_BY(mu_): a job of this strand is running
+  size_t deferred_ = 0;                // GUARDED_BY(mu_): jobs that found it busy
+};
+
+}  // namespace trellis
