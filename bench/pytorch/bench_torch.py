@@ -3,6 +3,7 @@
     build/bin/bench_torch                  # every default row, 3 rounds (~7 min, idle 2 cores)
     build/bin/bench_torch --quick          # 1 round, few steps: checks that every row runs
     build/bin/bench_torch --models mlp --configs 1s-2bit,2s-2bit --repeats 5 --threads
+    sudo build/bin/bench_torch --models mlp --link 1gbit   # every byte over one shaped link
 
 Both sides train the same model on the same synthetic data, 2 worker processes, each with
 torch.set_num_threads(1): DDP over gloo on loopback, and trellis.torch under trellis-launch
@@ -14,10 +15,17 @@ so a drifting load hits every configuration alike; each row shows the median and
 its runs and the ratio of its median to DDP's. Each process also measures the CPU time it used
 during the timed steps (all its threads, from /proc), which a shared machine does not distort
 as it does wall-clock time: CPU ms per step per worker and of the parameter servers.
+
+--link RATE (root) runs the whole bench in a private network namespace whose loopback is shaped
+to RATE (tc tbf): every byte any process sends, DDP's and trellis's alike, crosses that one link,
+in both directions together. It stands for a network a training job's bytes share; it is not a
+model of per-host NICs (there a parameter server's link, not the sum, is what limits it).
 """
 import argparse
 import json
 import os
+import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -374,6 +382,43 @@ def bench_model(model, configs, a):
     return ok
 
 
+LINK_ENV = "TRELLIS_BENCH_LINK"  # set inside the shaped namespace: the rate it was shaped to
+
+
+def link_bytes_per_s(rate):
+    """'10gbit', '1gbit', '500mbit' -> bytes per second, or None."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(g|m)bit", rate)
+    if not m:
+        return None
+    return float(m.group(1)) * (1e9 if m.group(2) == "g" else 1e6) / 8
+
+
+def enter_shaped_namespace(rate):
+    """Re-runs this bench in a fresh network namespace (unshare --net) whose loopback is shaped
+    to `rate`; returns the exit code, or exits with a message when that cannot be done."""
+    if link_bytes_per_s(rate) is None:
+        sys.exit("bench_torch: --link %r: give a rate like 10gbit, 1gbit or 500mbit" % rate)
+    if os.geteuid() != 0:
+        sys.exit("bench_torch: --link needs root (a network namespace and tc)")
+    for tool in ("unshare", "ip", "tc"):
+        if shutil.which(tool) is None:
+            sys.exit("bench_torch: --link needs %s (util-linux / iproute2)" % tool)
+    env = dict(os.environ, **{LINK_ENV: rate})
+    return subprocess.call(["unshare", "--net", "--", sys.executable] + sys.argv, env=env)
+
+
+def shape_loopback(rate):
+    """Inside the namespace: lo up, shaped to `rate` (the burst holds a 64 KiB loopback packet
+    and 2 ms at the rate; 50 ms of queue)."""
+    burst = max(256 << 10, int(link_bytes_per_s(rate) * 0.002))
+    for cmd in (["ip", "link", "set", "lo", "up"],
+                ["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", rate, "burst", str(burst),
+                 "latency", "50ms"]):
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            sys.exit("bench_torch: --link: %s failed: %s" % (" ".join(cmd), r.stdout.strip()))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--role", choices=["main", "ddp", "trellis"], default="main")
@@ -405,7 +450,12 @@ def main():
                     help="a directory with another libblas.so.3 for every process, DDP and "
                          "trellis alike (e.g. .../openblas-pthread from libopenblas0-pthread, "
                          "unpacked with dpkg -x); OPENBLAS_NUM_THREADS=1 is set with it")
+    ap.add_argument("--link", default="",
+                    help="root: run in a private network namespace whose loopback is shaped to "
+                         "this rate (e.g. 10gbit, 1gbit): all traffic shares that one link")
     a = ap.parse_args()
+    if a.role == "main" and a.link and os.environ.get(LINK_ENV) != a.link:
+        return enter_shaped_namespace(a.link)
     if a.role == "ddp":
         return run_ddp(a)
     if a.role == "trellis":
@@ -438,6 +488,8 @@ def main():
         os.environ["LD_LIBRARY_PATH"] = a.blas_dir + (":" + old if old else "")
         os.environ["OPENBLAS_NUM_THREADS"] = "1"  # one thread per process, as torch's
     blas = a.blas_dir or os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    if a.link:
+        shape_loopback(a.link)
     start = time.monotonic()
     print("bench_torch: 2 workers, torch.set_num_threads(1) each, SGD momentum 0.9, batch %d "
           "per worker; %s; %d round%s; load average %.2f at the start" % (
@@ -446,6 +498,8 @@ def main():
               "s" if a.repeats > 1 else "", os.getloadavg()[0]))
     print("BLAS: %s (the MLP is matrix products: Debian's reference BLAS is ~20x slower than "
           "OpenBLAS, which leaves communication a small share of a step)" % blas, flush=True)
+    print("network: %s" % ("loopback shaped to %s in a private namespace, shared by every process "
+                           "(--link)" % a.link if a.link else "loopback, unshaped"), flush=True)
     ok = True
     for m in models:
         ok = bench_model(m, configs[m], a) and ok
