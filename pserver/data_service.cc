@@ -22,14 +22,8 @@ std::string Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
 void ReleaseValues(void* arg) { delete static_cast<Values*>(arg); }
 void ReleasePacked(void* arg) { delete static_cast<Packed*>(arg); }
 
-struct Outgoing {
-  int32_t priority;
-  uint64_t seq;
-  grpc::ByteBuffer frame;
-  bool operator<(const Outgoing& o) const {
-    return priority != o.priority ? priority < o.priority : seq > o.seq;
-  }
-};
+// An answer waiting for its turn on the stream.
+using Outgoing = ByPriority<grpc::ByteBuffer>;
 
 }  // namespace
 
@@ -62,7 +56,7 @@ struct DataService::StreamState {
     if (writing || finished || reactor == nullptr || out.empty()) return;
     writing = true;
     // The frame must stay alive until OnWriteDone; keep it in `current`.
-    current = std::move(const_cast<Outgoing&>(out.top()).frame);
+    current = std::move(const_cast<Outgoing&>(out.top()).value);
     out.pop();
     reactor->StartWrite(&current);
   }

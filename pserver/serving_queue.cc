@@ -70,7 +70,7 @@ void ServingQueue::PoolLoop() {
   while (true) {
     cv_.wait(lock, [this] { return stopping_ || (!held_ && !queue_.empty()); });
     if (stopping_) return;
-    Job job = std::move(const_cast<Item&>(queue_.top()).job);
+    Job job = std::move(const_cast<Item&>(queue_.top()).value);
     queue_.pop();
     lock.unlock();
     job();
@@ -109,7 +109,7 @@ void ServingStrand::RunOne() {
     }
     if (waiting_.empty()) return;  // cleared
     busy_ = true;
-    job = std::move(const_cast<Item&>(waiting_.top()).job);
+    job = std::move(const_cast<Item&>(waiting_.top()).value);
     waiting_.pop();
   }
   job();

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/by_priority.h"
+
 namespace trellis {
 
 // What one connection may have read and not had served yet (queued or being served): past it,
@@ -66,14 +68,7 @@ class ServingQueue {
   size_t Queued() const;  // jobs waiting
 
  private:
-  struct Item {
-    int32_t priority;
-    uint64_t seq;
-    Job job;
-    bool operator<(const Item& o) const {  // max-heap: higher priority, then lower seq first
-      return priority != o.priority ? priority < o.priority : seq > o.seq;
-    }
-  };
+  using Item = ByPriority<Job>;
   void PoolLoop();
 
   const ServingQueueOptions options_;
@@ -103,14 +98,7 @@ class ServingStrand : public std::enable_shared_from_this<ServingStrand> {
   void Clear();
 
  private:
-  struct Item {
-    int32_t priority;
-    uint64_t seq;
-    ServingQueue::Job job;
-    bool operator<(const Item& o) const {
-      return priority != o.priority ? priority < o.priority : seq > o.seq;
-    }
-  };
+  using Item = ByPriority<ServingQueue::Job>;
   void RunOne();
 
   ServingQueue* const queue_;

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/by_priority.h"
+
 namespace trellis {
 
 template <typename T>
@@ -45,7 +47,7 @@ class SliceQueue {
   std::optional<T> TryPop() {
     std::lock_guard lock(mu_);
     if (heap_.empty() || in_flight_ >= water_mark_) return std::nullopt;
-    T item = std::move(const_cast<Entry&>(heap_.top()).item);
+    T item = std::move(const_cast<Entry&>(heap_.top()).value);
     --band_depth_[Band(heap_.top().priority)];
     heap_.pop();
     ++in_flight_;
@@ -57,8 +59,8 @@ class SliceQueue {
   template <typename Fits>
   std::optional<T> TryPopIf(Fits fits) {
     std::lock_guard lock(mu_);
-    if (heap_.empty() || !fits(heap_.top().item)) return std::nullopt;
-    T item = std::move(const_cast<Entry&>(heap_.top()).item);
+    if (heap_.empty() || !fits(heap_.top().value)) return std::nullopt;
+    T item = std::move(const_cast<Entry&>(heap_.top()).value);
     --band_depth_[Band(heap_.top().priority)];
     heap_.pop();
     return item;
@@ -69,7 +71,7 @@ class SliceQueue {
     std::lock_guard lock(mu_);
     std::vector<T> out;
     while (!heap_.empty()) {
-      out.push_back(std::move(const_cast<Entry&>(heap_.top()).item));
+      out.push_back(std::move(const_cast<Entry&>(heap_.top()).value));
       heap_.pop();
     }
     band_depth_ = {};
@@ -97,15 +99,7 @@ class SliceQueue {
   }
 
  private:
-  struct Entry {
-    int priority;
-    uint64_t seq;
-    T item;
-    // std::priority_queue is a max-heap: "less" = lower priority, or same priority and later.
-    bool operator<(const Entry& o) const {
-      return priority != o.priority ? priority < o.priority : seq > o.seq;
-    }
-  };
+  using Entry = ByPriority<T>;
 
   const int water_mark_;
   mutable std::mutex mu_;
