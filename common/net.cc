@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <vector>
 
 namespace trellis {
 
@@ -47,29 +48,44 @@ StatusOr<HostPort> ParseHostPort(std::string_view text) {
   return hp;
 }
 
-StatusOr<int> PickFreePort(const std::string& host) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return InternalError(std::string("socket: ") + strerror(errno));
+namespace {
+// The sockets PickFreePorts holds, closed when it returns (however it returns).
+struct HeldSockets {
+  std::vector<int> fds;
+  ~HeldSockets() {
+    for (int fd : fds) ::close(fd);
+  }
+};
+}  // namespace
+
+StatusOr<std::vector<int>> PickFreePorts(const std::string& host, size_t n) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = 0;
   if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    ::close(fd);
     return InvalidArgumentError("PickFreePort: not an IPv4 address: " + host);
   }
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    int err = errno;
-    ::close(fd);
-    return UnavailableError("bind " + host + ":0: " + strerror(err));
+  HeldSockets held;  // every socket stays bound until all ports are read
+  std::vector<int> ports;
+  for (size_t i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return InternalError(std::string("socket: ") + strerror(errno));
+    held.fds.push_back(fd);
+    sockaddr_in a = addr;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      return UnavailableError("bind " + host + ":0: " + strerror(errno));
+    }
+    socklen_t len = sizeof(a);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      return InternalError(std::string("getsockname: ") + strerror(errno));
+    }
+    ports.push_back(static_cast<int>(ntohs(a.sin_port)));
   }
-  socklen_t len = sizeof(addr);
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    int err = errno;
-    ::close(fd);
-    return InternalError(std::string("getsockname: ") + strerror(err));
-  }
-  ::close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
+  return ports;
+}
+
+StatusOr<int> PickFreePort(const std::string& host) {
+  TRELLIS_ASSIGN_OR_RETURN(std::vector<int> ports, PickFreePorts(host, 1));
+  return ports[0];
 }
 
 StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port,

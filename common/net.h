@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "common/status.h"
@@ -23,6 +24,9 @@ StatusOr<HostPort> ParseHostPort(std::string_view text);
 // Another process may take it before the caller binds: prefer binding to port 0 directly where
 // the caller owns the socket.
 StatusOr<int> PickFreePort(const std::string& host = "127.0.0.1");
+// `n` distinct such ports, all held at once while they are picked: picked one after another,
+// the kernel may hand the same free port out twice (two programs of one job then collide).
+StatusOr<std::vector<int>> PickFreePorts(const std::string& host, size_t n);
 
 // A listening TCP socket (SOCK_CLOEXEC, SO_REUSEADDR, backlog 128) on host:port; port 0 picks
 // one, written to *bound_port. An empty host means every address. `before_bind` (optional) may

@@ -118,12 +118,11 @@ Status Launcher::Prepare() {
   paths_.connect_host = ConnectHostFor(options_.listen_host);
   if (options_.metrics) {
     // Picked now, bound by the children a moment later: a small race with other programs on
-    // this machine, the price of knowing every target before anything starts.
-    TRELLIS_ASSIGN_OR_RETURN(scheduler_metrics_port_, PickFreePort(paths_.listen_host));
-    for (size_t i = 0; i < MetricsPortsFor(job_); ++i) {
-      TRELLIS_ASSIGN_OR_RETURN(int port, PickFreePort(paths_.listen_host));
-      metrics_ports_.push_back(port);
-    }
+    // this machine, the price of knowing every target before anything starts. Picked together,
+    // so that no two of the job's own listeners are given the same port.
+    TRELLIS_ASSIGN_OR_RETURN(metrics_ports_, PickFreePorts(paths_.listen_host, MetricsPortsFor(job_) + 1));
+    scheduler_metrics_port_ = metrics_ports_.back();
+    metrics_ports_.pop_back();
   }
   TRELLIS_RETURN_IF_ERROR(PrepareTls());
   TRELLIS_ASSIGN_OR_RETURN(std::string token, RandomToken());

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "common/env.h"
 #include "common/net.h"
 
@@ -37,6 +39,21 @@ TEST(PickFreePortTest, ReturnsABindablePort) {
   EXPECT_GT(*p, 0);
   EXPECT_LE(*p, 65535);
   EXPECT_FALSE(PickFreePort("not-an-ip").ok());
+}
+
+// The launcher picks every /metrics port of a job at once: they must all differ. Picked one
+// after another (bind to 0, close, again), 500 ports repeat one almost surely; held together
+// they cannot. (A job's agent and program were given the same port and one of them ran without
+// /metrics.)
+TEST(PickFreePortTest, PortsPickedTogetherAreDistinct) {
+  auto ports = PickFreePorts("127.0.0.1", 500);
+  ASSERT_TRUE(ports.ok()) << ports.status().ToString();
+  ASSERT_EQ(ports->size(), 500u);
+  std::set<int> distinct(ports->begin(), ports->end());
+  EXPECT_EQ(distinct.size(), 500u);
+  for (int p : *ports) EXPECT_GT(p, 0);
+  EXPECT_FALSE(PickFreePorts("not-an-ip", 2).ok());
+  EXPECT_TRUE(PickFreePorts("127.0.0.1", 0)->empty());
 }
 
 TEST(EnvSourceTest, RequiredOptionalAndRanges) {
