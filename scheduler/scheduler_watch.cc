@@ -89,9 +89,14 @@ void SchedulerWatch::Loop() {
   std::chrono::steady_clock::time_point lost_at{};
   bool lost_logged = false;
   std::unique_lock<std::mutex> lock(mu_);
+  // The first ping goes out at once: it is the program's first sign of life, and a program
+  // that never pinged is not judged for stalls (one stopped within its first interval, under
+  // load, went undetected and its peers failed instead of waiting for it).
+  bool first = true;
   while (!stopping_) {
     const milliseconds pause = up_ ? interval_ : backoff;
-    cv_.wait_for(lock, pause, [&] { return stopping_ || poked_; });
+    if (!first) cv_.wait_for(lock, pause, [&] { return stopping_ || poked_; });
+    first = false;
     if (stopping_) return;
     poked_ = false;
     const uint64_t known = scheduler_id_;

@@ -135,6 +135,45 @@ TEST(SchedulerWatchTest, PingsAreTheProgramsLivenessAndReportMembersBeingRestart
   EXPECT_TRUE(view.workers(1).restarting());
 }
 
+// The first ping goes out when the watch starts, not one interval later: a program that has never
+// pinged is not judged for stalls, so one stopped before its first ping went undetected (its
+// peers hit their deadlines instead of waiting). Here the interval is an hour: a restarted
+// worker's new program must still count as back at once.
+TEST(SchedulerWatchTest, TheFirstPingGoesOutAtOnce) {
+  auto server = testing::StartTestScheduler(Config(), "tok");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto client = SchedulerClient::Connect({(*server)->address(), "tok", 2s});
+  ASSERT_TRUE(client.ok());
+  SchedulerClient& c = **client;
+  v1::RegisterRequest w0 = Reg(false);
+  w0.set_pod_name("mlp-worker-0");
+  ASSERT_TRUE(c.Register(w0).ok());
+  ASSERT_TRUE(c.Register(Reg(false)).ok());
+  v1::ReportExitRequest exit;
+  exit.set_role(v1::ROLE_WORKER);
+  exit.set_rank(0);
+  exit.set_incarnation(1);
+  exit.set_exit_code(137);
+  exit.set_will_restart(true);
+  ASSERT_TRUE(c.ReportExit(exit).ok());
+  auto again = c.Register(w0);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_EQ(again->rank(), 0);
+  ASSERT_TRUE((*server)->state().GetCluster().workers(0).restarting());
+
+  v1::PingRequest me;
+  me.set_role(v1::ROLE_WORKER);
+  me.set_rank(0);
+  me.set_incarnation(again->incarnation());
+  SchedulerWatch watch(&c, 0, std::chrono::hours(1), nullptr, "worker 0", me);
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while ((*server)->state().GetCluster().workers(0).restarting() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_FALSE((*server)->state().GetCluster().workers(0).restarting())
+      << "the new program's watch had not pinged within 10 s";
+}
+
 TEST(SchedulerWatchTest, GoneOrRestartedMeansUnavailableOrNotFound) {
   EXPECT_TRUE(SchedulerGoneOrRestarted(UnavailableError("x")));
   EXPECT_TRUE(SchedulerGoneOrRestarted(NotFoundError("worker 1 has not registered")));
