@@ -48,6 +48,33 @@ v1::RegisterRequest Reg(bool resume) {
   return r;
 }
 
+// Worker 0's registration (pod mlp-worker-0; Reg() is worker 1's pod).
+v1::RegisterRequest Worker0() {
+  v1::RegisterRequest r = Reg(false);
+  r.set_pod_name("mlp-worker-0");
+  return r;
+}
+
+// What worker `rank`'s program of `incarnation` pings with: its identity.
+v1::PingRequest WorkerProgram(int32_t rank, int64_t incarnation) {
+  v1::PingRequest me;
+  me.set_role(v1::ROLE_WORKER);
+  me.set_rank(rank);
+  me.set_incarnation(incarnation);
+  return me;
+}
+
+// Worker `rank`'s first program was killed and its agent restarts it.
+v1::ReportExitRequest KilledAndRestarted(int32_t rank) {
+  v1::ReportExitRequest exit;
+  exit.set_role(v1::ROLE_WORKER);
+  exit.set_rank(rank);
+  exit.set_incarnation(1);
+  exit.set_exit_code(137);
+  exit.set_will_restart(true);
+  return exit;
+}
+
 TEST(SchedulerWatchTest, ARestartedSchedulerOnTheSamePortGetsTheStateBack) {
   auto first = testing::StartTestScheduler(Config(), "tok");
   ASSERT_TRUE(first.ok()) << first.status().ToString();
@@ -104,25 +131,14 @@ TEST(SchedulerWatchTest, PingsAreTheProgramsLivenessAndReportMembersBeingRestart
   auto client = SchedulerClient::Connect({(*server)->address(), "tok", 2s});
   ASSERT_TRUE(client.ok());
   SchedulerClient& c = **client;
-  v1::RegisterRequest w0 = Reg(false);
-  w0.set_pod_name("mlp-worker-0");
+  const v1::RegisterRequest w0 = Worker0();
   ASSERT_TRUE(c.Register(w0).ok());
   ASSERT_TRUE(c.Register(Reg(false)).ok());
-  v1::PingRequest me;
-  me.set_role(v1::ROLE_WORKER);
-  me.set_rank(0);
-  me.set_incarnation(1);
-  SchedulerWatch watch(&c, 0, 50ms, nullptr, "worker 0", me);
+  SchedulerWatch watch(&c, 0, 50ms, nullptr, "worker 0", WorkerProgram(0, 1));
   EXPECT_EQ(watch.restarting_seen_at(), std::chrono::steady_clock::time_point());
 
   // Worker 1's program exits and its agent restarts it: being restarted until it pings.
-  v1::ReportExitRequest exit;
-  exit.set_role(v1::ROLE_WORKER);
-  exit.set_rank(1);
-  exit.set_incarnation(1);
-  exit.set_exit_code(137);
-  exit.set_will_restart(true);
-  ASSERT_TRUE(c.ReportExit(exit).ok());
+  ASSERT_TRUE(c.ReportExit(KilledAndRestarted(1)).ok());
   const auto until = std::chrono::steady_clock::now() + 10s;
   while (watch.restarting_seen().empty() && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(10ms);
@@ -145,27 +161,17 @@ TEST(SchedulerWatchTest, TheFirstPingGoesOutAtOnce) {
   auto client = SchedulerClient::Connect({(*server)->address(), "tok", 2s});
   ASSERT_TRUE(client.ok());
   SchedulerClient& c = **client;
-  v1::RegisterRequest w0 = Reg(false);
-  w0.set_pod_name("mlp-worker-0");
+  const v1::RegisterRequest w0 = Worker0();
   ASSERT_TRUE(c.Register(w0).ok());
   ASSERT_TRUE(c.Register(Reg(false)).ok());
-  v1::ReportExitRequest exit;
-  exit.set_role(v1::ROLE_WORKER);
-  exit.set_rank(0);
-  exit.set_incarnation(1);
-  exit.set_exit_code(137);
-  exit.set_will_restart(true);
-  ASSERT_TRUE(c.ReportExit(exit).ok());
+  ASSERT_TRUE(c.ReportExit(KilledAndRestarted(0)).ok());
   auto again = c.Register(w0);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   ASSERT_EQ(again->rank(), 0);
   ASSERT_TRUE((*server)->state().GetCluster().workers(0).restarting());
 
-  v1::PingRequest me;
-  me.set_role(v1::ROLE_WORKER);
-  me.set_rank(0);
-  me.set_incarnation(again->incarnation());
-  SchedulerWatch watch(&c, 0, std::chrono::hours(1), nullptr, "worker 0", me);
+  SchedulerWatch watch(&c, 0, std::chrono::hours(1), nullptr, "worker 0",
+                       WorkerProgram(0, again->incarnation()));
   const auto until = std::chrono::steady_clock::now() + 10s;
   while ((*server)->state().GetCluster().workers(0).restarting() && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(10ms);
