@@ -1,5 +1,5 @@
 // The parameter server's gRPC face: InstallShardMap (unary) and Stream, a raw byte-buffer
-// bidirectional stream per worker (frames in pserver/wire.h).
+// bidirectional stream per worker (frames in datapath/frame.h).
 //
 // Threads: gRPC's callback threads read frames, decode headers and hand the requests to the
 // server's serving queue (pserver/serving_queue.h, shared with the TCP listener), which serves

@@ -14,7 +14,7 @@
 #include "common/env.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
-#include "pserver/tcp_wire.h"
+#include "datapath/tcp_wire.h"
 #include "scheduler/scheduler_client.h"
 #include "scheduler/scheduler_watch.h"
 

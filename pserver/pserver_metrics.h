@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "common/metrics.h"
-#include "pserver/wire.h"
+#include "datapath/frame.h"
 
 namespace trellis {
 

@@ -7,7 +7,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
-#include "worker-lib/codec/packed_sum.h"
+#include "datapath/codec/packed_sum.h"
 
 namespace trellis {
 namespace {

@@ -36,8 +36,8 @@
 #include "common/status.h"
 #include "pserver/optimizer.h"
 #include "pserver/pserver_metrics.h"
-#include "pserver/wire.h"
-#include "worker-lib/codec/coded_frame.h"
+#include "datapath/frame.h"
+#include "datapath/codec/coded_frame.h"
 #include "trellis/v1/scheduler.pb.h"
 
 namespace trellis {
@@ -54,7 +54,7 @@ struct StoreConfig {
 };
 
 using Values = std::shared_ptr<const std::vector<float>>;
-// A packed answer (worker-lib/codec/packed_sum.h), immutable and shared like Values.
+// A packed answer (datapath/codec/packed_sum.h), immutable and shared like Values.
 using Packed = std::shared_ptr<const std::vector<uint8_t>>;
 // What a pull is answered with: the step's values, and for a request that accepts a packed
 // answer (wire::AcceptsPacked) whose step qualifies, their packed form, which is what goes on

@@ -21,7 +21,7 @@
 #include "common/status.h"
 #include "common/tls.h"
 #include "common/tls_stream.h"
-#include "pserver/tcp_wire.h"
+#include "datapath/tcp_wire.h"
 
 namespace trellis {
 

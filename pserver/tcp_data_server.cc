@@ -14,7 +14,7 @@
 
 #include "common/auth.h"
 #include "common/logging.h"
-#include "pserver/tcp_wire.h"
+#include "datapath/tcp_wire.h"
 
 namespace trellis {
 namespace {

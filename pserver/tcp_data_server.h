@@ -1,4 +1,4 @@
-// The parameter server's raw-TCP bulk face (protocol in pserver/tcp_wire.h), beside the gRPC
+// The parameter server's raw-TCP bulk face (protocol in datapath/tcp_wire.h), beside the gRPC
 // DataService and over the same SliceStore.
 //
 // Threads: before its hello a connection costs none: one loop (pserver/tcp_admission.h) accepts,

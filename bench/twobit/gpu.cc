@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "bench/twobit/measure.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/twobit.h"
 #include "worker-lib/cuda/twobit_cuda.h"
 
 namespace trellis::bench {

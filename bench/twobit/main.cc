@@ -19,8 +19,8 @@
 #include "bench/common/stats.h"
 #include "bench/common/table.h"
 #include "bench/twobit/measure.h"
-#include "worker-lib/codec/twobit.h"
-#include "worker-lib/codec/twobit_kernels.h"
+#include "datapath/codec/twobit.h"
+#include "datapath/codec/twobit_kernels.h"
 
 namespace trellis::bench {
 namespace {

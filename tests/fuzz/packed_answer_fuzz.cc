@@ -1,5 +1,5 @@
 // libFuzzer target: the worker's decoder of packed pull answers (ParsePackedSum / UnpackSum in
-// worker-lib/codec/packed_sum.h) fed arbitrary bytes, as a worker is by the network. It must
+// datapath/codec/packed_sum.h) fed arbitrary bytes, as a worker is by the network. It must
 // never crash or read out of bounds, must leave the output untouched when it rejects, and what
 // it accepts must decode to k*t with |k| within the width's range, agree with the reference
 // decoder bit for bit, and pack back to the same bytes.
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "worker-lib/codec/packed_sum.h"
+#include "datapath/codec/packed_sum.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {

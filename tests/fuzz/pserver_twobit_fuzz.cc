@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "pserver/slice_store.h"
-#include "pserver/wire.h"
-#include "worker-lib/codec/packed_sum.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/frame.h"
+#include "datapath/codec/packed_sum.h"
+#include "datapath/codec/twobit.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {

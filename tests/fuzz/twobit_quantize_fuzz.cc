@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "worker-lib/codec/twobit.h"
-#include "worker-lib/codec/twobit_kernels.h"
+#include "datapath/codec/twobit.h"
+#include "datapath/codec/twobit_kernels.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace internal = trellis::twobit_internal;

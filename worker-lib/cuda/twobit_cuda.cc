@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/twobit.h"
 #include "worker-lib/cuda/twobit_cuda_kernels.h"
 
 namespace trellis {

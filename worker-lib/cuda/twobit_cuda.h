@@ -1,4 +1,4 @@
-// CUDA kernels of the 2-bit codec (see worker-lib/codec/twobit.h for the format). They produce
+// CUDA kernels of the 2-bit codec (see datapath/codec/twobit.h for the format). They produce
 // the same words and the same residuals, bit for bit, as the CPU kernels (__fadd_rn/__fsub_rn:
 // no fused operations), except that NaN payloads are not preserved (a NaN stays a NaN).
 //

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "worker-lib/codec/packed_sum.h"
+#include "datapath/codec/packed_sum.h"
 #include "worker-lib/src/transport.h"
 
 namespace trellis {

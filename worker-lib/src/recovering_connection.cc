@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "pserver/tcp_wire.h"
+#include "datapath/tcp_wire.h"
 
 namespace trellis {
 namespace {

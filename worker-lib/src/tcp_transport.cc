@@ -19,7 +19,7 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/net.h"
-#include "pserver/tcp_wire.h"
+#include "datapath/tcp_wire.h"
 #include "trellis/v1/data.grpc.pb.h"
 #include "worker-lib/src/shard_map_install.h"
 

@@ -1,4 +1,4 @@
-// ServerConnection over raw TCP (protocol in pserver/tcp_wire.h): the bulk transport that gets
+// ServerConnection over raw TCP (protocol in datapath/tcp_wire.h): the bulk transport that gets
 // the data path close to the wire (docs/performance.md).
 //
 // One socket per worker-server pair. Connect sends the hello (job token, worker rank) and waits

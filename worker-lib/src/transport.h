@@ -13,7 +13,7 @@
 
 #include "common/status.h"
 #include "common/tls.h"
-#include "pserver/wire.h"
+#include "datapath/frame.h"
 #include "trellis/v1/scheduler.pb.h"
 
 namespace trellis {
@@ -59,7 +59,7 @@ struct Payload {
   size_t offset = 0;
   size_t bytes = 0;
   bool in_place = false;  // the bytes were already read into SliceRequest::out (chunks unused)
-  // A packed answer (worker-lib/codec/packed_sum.h; wire::ResponseHeader::packed), never read
+  // A packed answer (datapath/codec/packed_sum.h; wire::ResponseHeader::packed), never read
   // in place: the worker validates and decodes it into `out`.
   bool packed = false;
 };

@@ -12,7 +12,7 @@
 // taken, so a bulk never jumps a higher-priority slice; the bulk takes one place.
 #include "worker-lib/src/worker_impl.h"
 
-#include "worker-lib/codec/packed_sum.h"
+#include "datapath/codec/packed_sum.h"
 #include "worker-lib/src/packed_answer.h"
 
 namespace trellis {

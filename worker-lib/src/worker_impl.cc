@@ -8,8 +8,8 @@
 #include <tuple>
 
 #include "common/logging.h"
-#include "pserver/tcp_wire.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/tcp_wire.h"
+#include "datapath/codec/twobit.h"
 #include "worker-lib/src/recovering_connection.h"
 #include "worker-lib/src/tcp_transport.h"
 

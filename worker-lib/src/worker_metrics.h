@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "common/metrics.h"
-#include "pserver/wire.h"
+#include "datapath/frame.h"
 
 namespace trellis {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "pserver/tcp_wire.h"
+#include "datapath/tcp_wire.h"
 
 namespace trellis::testing {
 

@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "pserver/parameter_server.h"
-#include "pserver/tcp_wire.h"
+#include "datapath/tcp_wire.h"
 #include "scheduler/shard_map.h"
 #include "tests/integration/priority/held_link.h"
 #include "worker-lib/src/worker_impl.h"

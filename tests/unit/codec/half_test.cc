@@ -1,6 +1,6 @@
-// The 16-bit codec (worker-lib/codec/half.h): conversions against exact references, frames,
+// The 16-bit codec (datapath/codec/half.h): conversions against exact references, frames,
 // and the coded-frame dispatch the server uses (2-bit and 16-bit frames by their magic).
-#include "worker-lib/codec/half.h"
+#include "datapath/codec/half.h"
 
 #include <bit>
 #include <cmath>
@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "worker-lib/codec/coded_frame.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/coded_frame.h"
+#include "datapath/codec/twobit.h"
 
 namespace trellis {
 namespace {

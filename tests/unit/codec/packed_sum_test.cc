@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "worker-lib/codec/packed_sum.h"
-#include "worker-lib/codec/packed_sum_kernels.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/packed_sum.h"
+#include "datapath/codec/packed_sum_kernels.h"
+#include "datapath/codec/twobit.h"
 
 namespace trellis {
 namespace {

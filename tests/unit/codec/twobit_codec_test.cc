@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "tests/unit/codec/twobit_reference.h"
-#include "worker-lib/codec/twobit.h"
-#include "worker-lib/codec/twobit_codec.h"
+#include "datapath/codec/twobit.h"
+#include "datapath/codec/twobit_codec.h"
 
 namespace trellis {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tests/unit/codec/twobit_reference.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/twobit.h"
 #include "worker-lib/cuda/twobit_cuda.h"
 
 namespace trellis {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "tests/unit/codec/twobit_reference.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/twobit.h"
 
 namespace trellis {
 namespace {

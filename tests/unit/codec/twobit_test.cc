@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "tests/unit/codec/twobit_reference.h"
-#include "worker-lib/codec/twobit.h"
-#include "worker-lib/codec/twobit_kernels.h"
+#include "datapath/codec/twobit.h"
+#include "datapath/codec/twobit_kernels.h"
 
 namespace trellis {
 namespace {

@@ -8,10 +8,10 @@
 #include "scheduler/shard_map.h"
 #include "tests/unit/pserver/raw_stream.h"
 #include "tests/unit/pserver/test_frames.h"
-#include "pserver/le_bytes.h"
+#include "datapath/le_bytes.h"
 #include "trellis/v1/data.grpc.pb.h"
-#include "worker-lib/codec/packed_sum.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/packed_sum.h"
+#include "datapath/codec/twobit.h"
 
 namespace trellis {
 namespace {

@@ -11,7 +11,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
-#include "pserver/wire.h"
+#include "datapath/frame.h"
 
 namespace trellis::testing {
 

@@ -16,8 +16,8 @@
 
 #include "common/tls.h"
 #include "common/tls_stream.h"
-#include "pserver/tcp_wire.h"
-#include "pserver/wire.h"
+#include "datapath/tcp_wire.h"
+#include "datapath/frame.h"
 #include "tests/unit/pserver/raw_stream.h"
 
 namespace trellis::testing {

@@ -11,7 +11,7 @@
 #include "pserver/slice_store.h"
 #include "scheduler/shard_map.h"
 #include "tests/unit/pserver/test_frames.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/twobit.h"
 
 namespace trellis::store_testing {
 

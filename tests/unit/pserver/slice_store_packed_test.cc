@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/unit/pserver/slice_store_fixture.h"
-#include "worker-lib/codec/packed_sum.h"
+#include "datapath/codec/packed_sum.h"
 
 namespace trellis {
 namespace {

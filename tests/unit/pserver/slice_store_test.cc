@@ -8,7 +8,7 @@
 #include "scheduler/shard_map.h"
 #include "tests/unit/pserver/slice_store_fixture.h"
 #include "tests/unit/pserver/test_frames.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/twobit.h"
 
 namespace trellis {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "pserver/wire.h"
+#include "datapath/frame.h"
 
 namespace trellis::testing {
 

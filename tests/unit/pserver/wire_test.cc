@@ -1,11 +1,11 @@
-#include "pserver/wire.h"
+#include "datapath/frame.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <limits>
 
-#include "pserver/le_bytes.h"
+#include "datapath/le_bytes.h"
 #include "tests/unit/pserver/test_frames.h"
 
 namespace trellis {

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "pserver/parameter_server.h"
-#include "pserver/tcp_wire.h"
+#include "datapath/tcp_wire.h"
 #include "scheduler/shard_map.h"
 #include "worker-lib/src/local_group_worker.h"
 #include "worker-lib/src/worker_impl.h"

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "pserver/parameter_server.h"
-#include "pserver/tcp_wire.h"
+#include "datapath/tcp_wire.h"
 #include "tests/testing/test_pserver.h"
 #include "tests/unit/pserver/test_frames.h"
 #include "worker-lib/src/tcp_transport.h"

@@ -9,10 +9,10 @@
 #include <gtest/gtest.h>
 
 #include "pserver/parameter_server.h"
-#include "pserver/tcp_wire.h"
+#include "datapath/tcp_wire.h"
 #include "tests/testing/test_pserver.h"
-#include "worker-lib/codec/packed_sum.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/packed_sum.h"
+#include "datapath/codec/twobit.h"
 #include "worker-lib/src/transport.h"
 
 namespace trellis {

@@ -12,8 +12,8 @@
 
 #include "pserver/optimizer.h"
 #include "tests/unit/worker-lib/local_cluster.h"
-#include "worker-lib/codec/packed_sum.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/packed_sum.h"
+#include "datapath/codec/twobit.h"
 
 namespace trellis {
 namespace {

@@ -1,6 +1,6 @@
 // Dispatch, frame encoding and the validating decoder. Everything read from a frame is checked
 // against `bytes` before use: frames arrive from the network.
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/twobit.h"
 
 #include <bit>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "worker-lib/codec/twobit_kernels.h"
+#include "datapath/codec/twobit_kernels.h"
 
 namespace trellis {
 namespace twobit_internal {

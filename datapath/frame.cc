@@ -1,6 +1,6 @@
-#include "pserver/wire.h"
+#include "datapath/frame.h"
 
-#include "pserver/le_bytes.h"
+#include "datapath/le_bytes.h"
 
 #include <algorithm>
 #include <cstring>

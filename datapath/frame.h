@@ -45,11 +45,11 @@ void ApplyDataChannelArgs(SetInt set) {
 
 // kBulk: several small requests in one frame (see ParseBulk); answered one by one.
 // kPushTwoBit / kPushPullTwoBit are kPush / kPushPull whose payload is one 2-bit frame
-// (worker-lib/codec/twobit.h) of the slice's elements instead of float32 values; the answer of
+// (datapath/codec/twobit.h) of the slice's elements instead of float32 values; the answer of
 // kPushPullTwoBit is full precision. New op codes keep the uncompressed frames byte-identical.
-// The same ops carry a 16-bit frame (worker-lib/codec/half.h) instead; the magic tells which.
+// The same ops carry a 16-bit frame (datapath/codec/half.h) instead; the magic tells which.
 // kPullPacked / kPushPullTwoBitPacked are kPull / kPushPullTwoBit whose answer may be packed
-// (worker-lib/codec/packed_sum.h): the server packs it when every push of the step was a 2-bit
+// (datapath/codec/packed_sum.h): the server packs it when every push of the step was a 2-bit
 // frame of one threshold (aggregate mode), else answers float32; ResponseHeader::packed says
 // which. The old ops' frames are unchanged.
 // kSave / kLoad are server-wide (key and slice name no slice): rank 0's checkpoint round

@@ -1,9 +1,9 @@
-#include "worker-lib/codec/twobit_codec.h"
+#include "datapath/codec/twobit_codec.h"
 
 #include <algorithm>
 #include <string>
 
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/twobit.h"
 
 namespace trellis {
 

@@ -1,4 +1,4 @@
-#include "worker-lib/codec/half.h"
+#include "datapath/codec/half.h"
 
 #include <bit>
 #include <cmath>

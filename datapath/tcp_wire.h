@@ -21,7 +21,7 @@
 
 #include "common/status.h"
 #include "common/tls_stream.h"
-#include "pserver/wire.h"
+#include "datapath/frame.h"
 
 namespace trellis::tcpwire {
 

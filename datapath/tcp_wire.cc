@@ -1,6 +1,6 @@
-#include "pserver/tcp_wire.h"
+#include "datapath/tcp_wire.h"
 
-#include "pserver/le_bytes.h"
+#include "datapath/le_bytes.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,14 +1,14 @@
 // Packed pull answers (packed_sum.h). Everything read from a packed answer is checked against
 // its length before use: answers arrive from the network.
-#include "worker-lib/codec/packed_sum.h"
+#include "datapath/codec/packed_sum.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
-#include "worker-lib/codec/packed_sum_kernels.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/packed_sum_kernels.h"
+#include "datapath/codec/twobit.h"
 
 namespace trellis {
 namespace {

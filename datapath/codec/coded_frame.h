@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "common/status.h"
-#include "worker-lib/codec/half.h"
-#include "worker-lib/codec/twobit.h"
+#include "datapath/codec/half.h"
+#include "datapath/codec/twobit.h"
 
 namespace trellis {
 

@@ -1,4 +1,4 @@
-#include "worker-lib/codec/coded_frame.h"
+#include "datapath/codec/coded_frame.h"
 
 namespace trellis {
 

@@ -1,6 +1,6 @@
 // Portable kernels: the reference for bits and residuals, and the fallback on any CPU.
-#include "worker-lib/codec/twobit.h"
-#include "worker-lib/codec/twobit_kernels.h"
+#include "datapath/codec/twobit.h"
+#include "datapath/codec/twobit_kernels.h"
 
 namespace trellis::twobit_internal {
 namespace {

@@ -2,8 +2,8 @@
 // library still runs on any x86-64 and dispatches at run time. They perform the very same float
 // operations as the scalar reference (add, compare, subtract; no FMA), so bits and residuals
 // match it exactly.
-#include "worker-lib/codec/twobit.h"
-#include "worker-lib/codec/twobit_kernels.h"
+#include "datapath/codec/twobit.h"
+#include "datapath/codec/twobit_kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -3,11 +3,11 @@
 // packed_sum.cc (a product by 1/t, the 1.5 * 2^23 rounding, one product per decoded element),
 // so the bytes and floats are identical. 16 elements per iteration; the rest goes to the scalar
 // loop of the same file (packed_sum.cc calls these for a prefix and finishes the tail).
-#include "worker-lib/codec/packed_sum_kernels.h"
+#include "datapath/codec/packed_sum_kernels.h"
 
 #include <cstring>
 
-#include "worker-lib/codec/twobit_kernels.h"
+#include "datapath/codec/twobit_kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
