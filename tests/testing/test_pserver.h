@@ -1,14 +1,15 @@
-// A real parameter server for in-process data-path tests: gRPC and raw TCP on free loopback
-// ports, and the shard map of its one key (id 7, "fc1", float32), which a connection installs
-// before its first push.
+// A real parameter server for in-process tests (pserver and data path): gRPC and raw TCP on free
+// loopback ports, float32 keys, and their shard map, installed on the store at once or left to
+// the test (a connection's InstallShardMap, or the InstallShardMap RPC).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/status.h"
-#include "common/tls.h"
 #include "pserver/parameter_server.h"
 #include "scheduler/shard_map.h"
 #include "worker-lib/src/transport.h"
@@ -20,26 +21,43 @@ struct TestPserver {
   v1::ShardMap map;
 };
 
-// `slice_bytes` sizes both the server's receive limit and the shard map's slices; `workers`
-// is how many pushes a step waits for; `tls` nullptr: plaintext.
-inline StatusOr<TestPserver> StartTestPserver(const std::string& token, int64_t elements,
-                                              int64_t slice_bytes = 1 << 20, int workers = 1,
-                                              TlsPtr tls = nullptr) {
+// What every test server has: loopback, the job token `token`, one pool thread (the serving
+// order is the answer order); the rest are PserverOptions' defaults (one worker, free ports).
+inline PserverOptions TestPserverOptions(const std::string& token) {
   PserverOptions o;
   o.listen_host = "127.0.0.1";
-  o.store.num_workers = workers;
   o.service.token = token;
   o.service.pool_threads = 1;
-  o.slice_bytes = slice_bytes;
-  o.tls = std::move(tls);
-  TestPserver ps;
-  TRELLIS_ASSIGN_OR_RETURN(ps.server, ParameterServer::Start(o));
+  return o;
+}
+
+// A float32 key; `name` empty: "k<id>".
+inline v1::KeySpec FloatKey(uint64_t id, int64_t elements, const std::string& name = "") {
   v1::KeySpec k;
-  k.set_id(7);
-  k.set_name("fc1");
+  k.set_id(id);
+  k.set_name(name.empty() ? "k" + std::to_string(id) : name);
   k.set_num_elements(elements);
   k.set_dtype(v1::DTYPE_FLOAT32);
-  TRELLIS_ASSIGN_OR_RETURN(ps.map, BuildShardMap({k}, 1, "roundRobin", slice_bytes));
+  return k;
+}
+
+enum class MapInstall {
+  kOnStore,  // installed on the server's store before it is returned
+  kByTest,   // the test installs `map` itself
+};
+
+// A server started with `o`, and the shard map of `keys` (one server, round robin, sliced by
+// `o.slice_bytes`).
+inline StatusOr<TestPserver> StartTestPserver(const PserverOptions& o,
+                                              const std::vector<v1::KeySpec>& keys,
+                                              MapInstall install) {
+  TestPserver ps;
+  TRELLIS_ASSIGN_OR_RETURN(ps.server, ParameterServer::Start(o));
+  TRELLIS_ASSIGN_OR_RETURN(ps.map, BuildShardMap(keys, 1, "roundRobin", o.slice_bytes));
+  if (install == MapInstall::kOnStore) {
+    int64_t slices = 0, bytes = 0;
+    TRELLIS_RETURN_IF_ERROR(ps.server->store()->Install(ps.map, &slices, &bytes));
+  }
   return ps;
 }
 

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "pserver/parameter_server.h"
-#include "scheduler/shard_map.h"
+#include "tests/testing/test_pserver.h"
 #include "tests/unit/pserver/raw_stream.h"
 #include "tests/unit/pserver/test_frames.h"
 #include "datapath/le_bytes.h"
@@ -26,23 +26,14 @@ constexpr char kToken[] = "s3cret-token";
 class DataServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    PserverOptions o;
-    o.listen_host = "127.0.0.1";
-    o.store.num_workers = 1;
-    o.service.token = kToken;
+    PserverOptions o = testing::TestPserverOptions(kToken);
     o.service.pool_threads = 2;
-    auto ps = ParameterServer::Start(o);
+    auto ps = testing::StartTestPserver(o, {testing::FloatKey(7, 4, "fc1")},
+                                        testing::MapInstall::kByTest);
     ASSERT_TRUE(ps.ok()) << ps.status().ToString();
-    ps_ = std::move(*ps);
+    ps_ = std::move(ps->server);
     address_ = "127.0.0.1:" + std::to_string(ps_->port());
-    v1::KeySpec k;
-    k.set_id(7);
-    k.set_name("fc1");
-    k.set_num_elements(4);
-    k.set_dtype(v1::DTYPE_FLOAT32);
-    auto m = BuildShardMap({k}, 1, "roundRobin", 1 << 20);
-    ASSERT_TRUE(m.ok());
-    ASSERT_TRUE(Install(*m, kToken).ok());
+    ASSERT_TRUE(Install(ps->map, kToken).ok());
   }
   grpc::Status Install(const v1::ShardMap& m, const std::string& token) {
     auto stub = v1::DataService::NewStub(

@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "pserver/parameter_server.h"
-#include "scheduler/shard_map.h"
+#include "tests/testing/test_pserver.h"
 #include "tests/unit/pserver/raw_stream.h"
 #include "tests/unit/pserver/raw_tcp.h"
 #include "tests/unit/pserver/test_frames.h"
@@ -31,41 +31,23 @@ constexpr int kElements = 16;
 constexpr uint64_t kLowId = 1000;
 constexpr uint64_t kHighId = 2000;
 
-// A server (W = 1, one pool thread: the serving order is the answer order) holding keys 0..39
-// and 100..107, 16 floats each.
-std::unique_ptr<ParameterServer> StartServer() {
-  PserverOptions o;
-  o.listen_host = "127.0.0.1";
-  o.store.num_workers = 1;
-  o.service.token = kToken;
-  o.service.pool_threads = 1;
-  auto ps = ParameterServer::Start(o);
-  EXPECT_TRUE(ps.ok()) << ps.status().ToString();
-  if (!ps.ok()) return nullptr;
-  std::vector<v1::KeySpec> keys;
-  auto add = [&](uint64_t id) {
-    v1::KeySpec k;
-    k.set_id(id);
-    k.set_name("k" + std::to_string(id));
-    k.set_num_elements(kElements);
-    k.set_dtype(v1::DTYPE_FLOAT32);
-    keys.push_back(k);
-  };
-  for (int i = 0; i < kLow; ++i) add(i);
-  for (int i = 0; i < kHigh; ++i) add(100 + i);
-  auto m = BuildShardMap(keys, 1, "roundRobin", 1 << 20);
-  int64_t slices = 0, bytes = 0;
-  EXPECT_TRUE(m.ok() && (*ps)->store()->Install(*m, &slices, &bytes).ok());
-  return std::move(*ps);
+// The low-priority requests (keys 0..39, priority -5), then the high-priority ones (keys
+// 100..107, priority 7), one frame each.
+std::vector<std::vector<uint8_t>> Lows() {
+  std::vector<std::vector<uint8_t>> frames;
+  for (int i = 0; i < kLow; ++i) {
+    frames.push_back(RequestBytes(wire::Op::kPushPull, i, 0, 1,
+                                  std::vector<float>(kElements, 1.0f), kLowId + i, -5));
+  }
+  return frames;
 }
-
-std::vector<uint8_t> Low(int i) {
-  return RequestBytes(wire::Op::kPushPull, i, 0, 1, std::vector<float>(kElements, 1.0f),
-                      kLowId + i, -5);
-}
-std::vector<uint8_t> High(int i) {
-  return RequestBytes(wire::Op::kPushPull, 100 + i, 0, 1, std::vector<float>(kElements, 2.0f),
-                      kHighId + i, 7);
+std::vector<std::vector<uint8_t>> Highs() {
+  std::vector<std::vector<uint8_t>> frames;
+  for (int i = 0; i < kHigh; ++i) {
+    frames.push_back(RequestBytes(wire::Op::kPushPull, 100 + i, 0, 1,
+                                  std::vector<float>(kElements, 2.0f), kHighId + i, 7));
+  }
+  return frames;
 }
 
 // A client of either transport: writes frames, reads answers.
@@ -127,9 +109,22 @@ void ExpectHighFirst(Client& c) {
 
 class ServerPriorityTest : public ::testing::TestWithParam<std::string> {
  protected:
+  // A server (W = 1, one pool thread: the serving order is the answer order) holding keys
+  // 0..39 and 100..107, 16 floats each.
   void SetUp() override {
-    ps_ = StartServer();
-    ASSERT_TRUE(ps_);
+    std::vector<v1::KeySpec> keys;
+    for (int i = 0; i < kLow; ++i) keys.push_back(testing::FloatKey(i, kElements));
+    for (int i = 0; i < kHigh; ++i) keys.push_back(testing::FloatKey(100 + i, kElements));
+    auto ps = testing::StartTestPserver(testing::TestPserverOptions(kToken), keys,
+                                        testing::MapInstall::kOnStore);
+    ASSERT_TRUE(ps.ok()) << ps.status().ToString();
+    ps_ = std::move(ps->server);
+  }
+  // Writes `frames` while the serving is held, and waits until `queued` requests wait in it:
+  // all that was written is read, none served.
+  void WriteHeld(Client& c, const std::vector<std::vector<uint8_t>>& frames, size_t queued) {
+    for (const auto& f : frames) ASSERT_TRUE(c.Write(f));
+    EXPECT_TRUE(WaitQueued(ps_->serving(), queued)) << "the server did not take the requests";
   }
   std::unique_ptr<ParameterServer> ps_;
 };
@@ -140,10 +135,8 @@ TEST_P(ServerPriorityTest, HighPriorityRequestsArrivingLaterAreAnsweredFirst) {
   Client c(GetParam(), ps_.get());
   ASSERT_TRUE(c.ok()) << c.error();
   ps_->serving()->Hold();
-  for (int i = 0; i < kLow; ++i) ASSERT_TRUE(c.Write(Low(i)));
-  EXPECT_TRUE(WaitQueued(ps_->serving(), kLow)) << "the server did not take the requests";
-  for (int i = 0; i < kHigh; ++i) ASSERT_TRUE(c.Write(High(i)));
-  EXPECT_TRUE(WaitQueued(ps_->serving(), kLow + kHigh)) << "the server did not take the requests";
+  ASSERT_NO_FATAL_FAILURE(WriteHeld(c, Lows(), kLow));
+  ASSERT_NO_FATAL_FAILURE(WriteHeld(c, Highs(), kLow + kHigh));
   ps_->serving()->Release();
   ExpectHighFirst(c);
 }
@@ -152,12 +145,10 @@ TEST_P(ServerPriorityTest, HighPriorityRequestsArrivingLaterAreAnsweredFirst) {
 TEST_P(ServerPriorityTest, BulkEntriesAreServedHighestPriorityFirst) {
   Client c(GetParam(), ps_.get());
   ASSERT_TRUE(c.ok()) << c.error();
-  std::vector<std::vector<uint8_t>> entries;
-  for (int i = 0; i < kLow; ++i) entries.push_back(Low(i));
-  for (int i = 0; i < kHigh; ++i) entries.push_back(High(i));
+  std::vector<std::vector<uint8_t>> entries = Lows(), highs = Highs();
+  entries.insert(entries.end(), highs.begin(), highs.end());
   ps_->serving()->Hold();
-  ASSERT_TRUE(c.Write(testing::BulkBytes(entries, 1, 0)));
-  EXPECT_TRUE(WaitQueued(ps_->serving(), kLow + kHigh)) << "the server did not take the bulk";
+  ASSERT_NO_FATAL_FAILURE(WriteHeld(c, {testing::BulkBytes(entries, 1, 0)}, kLow + kHigh));
   ps_->serving()->Release();
   ExpectHighFirst(c);
 }

@@ -15,9 +15,9 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/testing/test_pserver.h"
 #include "tests/unit/common/tls_fixture.h"
 #include "tests/unit/pserver/raw_tcp.h"
-#include "tests/unit/pserver/tcp_test_server.h"
 #include "tests/unit/pserver/test_frames.h"
 
 namespace trellis {
@@ -53,11 +53,15 @@ bool RaiseFileLimit(rlim_t n) {
   return r.rlim_cur >= n;
 }
 
+// W = 1, one float32 key of 4 elements (id 7), installed on the store.
 std::unique_ptr<ParameterServer> StartServer(TcpAdmissionLimits limits, TlsPtr tls = nullptr) {
-  PserverOptions o;
+  PserverOptions o = testing::TestPserverOptions(kToken);
+  o.service.pool_threads = 2;
   o.tcp_limits = limits;
   o.tls = std::move(tls);
-  return testing::StartTcpTestServer(kToken, o);
+  auto ps = testing::StartTestPserver(o, {testing::FloatKey(7, 4)}, testing::MapInstall::kOnStore);
+  EXPECT_TRUE(ps.ok()) << ps.status().ToString();
+  return ps.ok() ? std::move(ps->server) : nullptr;
 }
 
 void Authenticate(RawTcp& c) {

@@ -5,13 +5,13 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
+#include <shared_mutex>
 
 #include <gtest/gtest.h>
 
 #include "pserver/parameter_server.h"
 #include "datapath/tcp_wire.h"
+#include "tests/testing/slice_reply.h"
 #include "tests/testing/test_pserver.h"
 #include "tests/unit/pserver/test_frames.h"
 #include "worker-lib/src/tcp_transport.h"
@@ -19,35 +19,11 @@
 namespace trellis {
 namespace {
 
+using testing::PushPullRequest;
+using testing::ReplyBox;
+
 constexpr char kToken[] = "tcp-test-token";
 constexpr int64_t kTimeoutMs = 10000;
-
-// One reply, waited for with a deadline.
-struct ReplyBox {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;            // GUARDED_BY(mu)
-  Status status;                // GUARDED_BY(mu)
-  bool in_place = false;        // GUARDED_BY(mu)
-  std::vector<float> copied;    // GUARDED_BY(mu): bytes handed over (not in place)
-  SliceReply Reply() {
-    return [this](const Status& st, const Payload& p) {
-      std::lock_guard lock(mu);
-      status = st;
-      in_place = p.in_place;
-      if (p.chunks != nullptr) {
-        copied.resize(p.bytes / 4);
-        wire::CopyOut(*p.chunks, p.offset, p.bytes, copied.data());
-      }
-      done = true;
-      cv.notify_all();
-    };
-  }
-  bool Wait() {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return done; });
-  }
-};
 
 // A blocking raw TCP client for bad-peer tests.
 class RawSocket {
@@ -101,7 +77,11 @@ class RawSocket {
 class TcpTransportTest : public ::testing::Test {
  protected:
   void Start(int workers) {
-    auto ps = testing::StartTestPserver(kToken, 4, /*slice_bytes=*/1 << 20, workers);
+    PserverOptions o = testing::TestPserverOptions(kToken);
+    o.store.num_workers = workers;
+    o.slice_bytes = 1 << 20;
+    auto ps = testing::StartTestPserver(o, {testing::FloatKey(7, 4, "fc1")},
+                                        testing::MapInstall::kByTest);
     ASSERT_TRUE(ps.ok()) << ps.status().ToString();
     ps_ = std::move(ps->server);
     map_ = std::move(ps->map);
@@ -127,15 +107,7 @@ class TcpTransportTest : public ::testing::Test {
     std::vector<float> grad = {1 * scale, 2 * scale, 3 * scale, 4 * scale};
     std::vector<float> out(4, -1);
     ReplyBox box;
-    SliceRequest r;
-    r.op = wire::Op::kPushPull;
-    r.key = 7;
-    r.step = step;
-    r.payload = grad.data();
-    r.payload_elements = 4;
-    r.out = out.data();
-    r.out_elements = 4;
-    c.Send(r, box.Reply());
+    c.Send(PushPullRequest(7, step, grad, out), box.Reply());
     ASSERT_TRUE(box.Wait());
     ASSERT_TRUE(box.status.ok()) << box.status.ToString();
     EXPECT_TRUE(box.in_place);  // read straight into `out`
@@ -290,14 +262,8 @@ TEST_F(TcpTransportTest, BadRequestsGetErrorsAndTheConnectionGoesOn) {
                         Case{7, 1, 3, StatusCode::kInvalidArgument, "of 3 elements"},
                         Case{7, 5, 4, StatusCode::kOutOfRange, "outside the window"}}) {
     ReplyBox box;
-    SliceRequest r;
-    r.op = wire::Op::kPushPull;
-    r.key = k.key;
-    r.step = k.step;
-    r.payload = g.data();
+    SliceRequest r = PushPullRequest(k.key, k.step, g, out);
     r.payload_elements = k.elements;
-    r.out = out.data();
-    r.out_elements = 4;
     c->Send(r, box.Reply());
     ASSERT_TRUE(box.Wait());
     EXPECT_EQ(box.status.code(), k.code) << box.status.ToString();
@@ -374,14 +340,7 @@ TEST_F(TcpTransportTest, CompletedOperationsOutIsNotWritten) {
   std::shared_mutex mu;
   std::atomic<bool> closed{true};  // the operation already completed (e.g. deadline)
   ReplyBox box;
-  SliceRequest r;
-  r.op = wire::Op::kPushPull;
-  r.key = 7;
-  r.step = 1;
-  r.payload = grad.data();
-  r.payload_elements = 4;
-  r.out = out.data();
-  r.out_elements = 4;
+  SliceRequest r = PushPullRequest(7, 1, grad, out);
   r.out_mu = &mu;
   r.out_closed = &closed;
   c->Send(r, box.Reply());
@@ -397,14 +356,7 @@ TEST_F(TcpTransportTest, ShutdownAndCloseFailPendingRequestsWithoutHanging) {
   ASSERT_NE(c, nullptr);
   std::vector<float> grad = {1, 2, 3, 4}, out(4);
   ReplyBox waiting, closing;
-  SliceRequest r;
-  r.op = wire::Op::kPushPull;
-  r.key = 7;
-  r.step = 1;
-  r.payload = grad.data();
-  r.payload_elements = 4;
-  r.out = out.data();
-  r.out_elements = 4;
+  SliceRequest r = PushPullRequest(7, 1, grad, out);
   c->Send(r, waiting.Reply());
   ps_->Shutdown();  // fails the waiting pull, closes the connection
   ASSERT_TRUE(waiting.Wait());

@@ -4,10 +4,8 @@
 // still checked under TLS.
 #include <gtest/gtest.h>
 
-#include <condition_variable>
-#include <mutex>
-
 #include "pserver/parameter_server.h"
+#include "tests/testing/slice_reply.h"
 #include "tests/testing/test_pserver.h"
 #include "tests/unit/common/tls_fixture.h"
 #include "worker-lib/src/tcp_transport.h"
@@ -24,8 +22,11 @@ class TlsTransportTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(certs_.job && certs_.other);
-    auto ps = testing::StartTestPserver(kToken, kElements, /*slice_bytes=*/2 << 20,
-                                        /*workers=*/1, certs_.job);
+    PserverOptions o = testing::TestPserverOptions(kToken);
+    o.slice_bytes = 2 << 20;
+    o.tls = certs_.job;
+    auto ps = testing::StartTestPserver(o, {testing::FloatKey(7, kElements, "fc1")},
+                                        testing::MapInstall::kByTest);
     ASSERT_TRUE(ps.ok()) << ps.status().ToString();
     ps_ = std::move(ps->server);
     map_ = std::move(ps->map);
@@ -46,31 +47,11 @@ class TlsTransportTest : public ::testing::TestWithParam<std::string> {
   void ExpectPushPull(ServerConnection& c, int64_t step) {
     std::vector<float> grad(kElements), out(kElements, -1);
     for (int i = 0; i < kElements; ++i) grad[i] = static_cast<float>(i % 1000) * step;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    Status status;
-    SliceRequest r;
-    r.op = wire::Op::kPushPull;
-    r.key = 7;
-    r.step = step;
-    r.payload = grad.data();
-    r.payload_elements = kElements;
-    r.out = out.data();
-    r.out_elements = kElements;
-    c.Send(r, [&](const Status& st, const Payload& p) {
-      if (st.ok() && !p.in_place && p.chunks != nullptr) {
-        wire::CopyOut(*p.chunks, p.offset, p.bytes, out.data());
-      }
-      std::lock_guard lock(mu);
-      status = st;
-      done = true;
-      cv.notify_all();
-    });
-    std::unique_lock lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return done; }));
-    ASSERT_TRUE(status.ok()) << status.ToString();
-    EXPECT_EQ(out, grad);
+    testing::ReplyBox box;
+    c.Send(testing::PushPullRequest(7, step, grad, out), box.Reply());
+    ASSERT_TRUE(box.Wait(std::chrono::seconds(20)));
+    ASSERT_TRUE(box.status.ok()) << box.status.ToString();
+    EXPECT_EQ(box.in_place ? out : box.values, grad);
   }
 
   TlsCerts certs_;

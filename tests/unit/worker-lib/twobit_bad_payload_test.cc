@@ -2,14 +2,14 @@
 // in-process parameter server: every bad frame is answered INVALID_ARGUMENT naming the problem,
 // does not count as the worker's push, and the server keeps serving that connection and others;
 // the same for the ops that accept a packed answer, and their packed answers.
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
+#include <shared_mutex>
 
 #include <gtest/gtest.h>
 
 #include "pserver/parameter_server.h"
 #include "datapath/tcp_wire.h"
+#include "tests/testing/slice_reply.h"
 #include "tests/testing/test_pserver.h"
 #include "datapath/codec/packed_sum.h"
 #include "datapath/codec/twobit.h"
@@ -18,38 +18,12 @@
 namespace trellis {
 namespace {
 
+using testing::ReplyBox;
+
 constexpr char kToken[] = "twobit-token";
 constexpr int64_t kTimeoutMs = 10000;
 constexpr int64_t kN = 20;  // not a multiple of 16: the last word has padding
 constexpr float kT = 0.5f;
-
-struct Answer {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;         // GUARDED_BY(mu)
-  Status status;             // GUARDED_BY(mu)
-  std::vector<float> values; // GUARDED_BY(mu): payload handed over (gRPC)
-  std::vector<uint8_t> packed;  // GUARDED_BY(mu): a packed answer (Payload::packed)
-  SliceReply Reply() {
-    return [this](const Status& st, const Payload& p) {
-      std::lock_guard lock(mu);
-      status = st;
-      if (p.packed) {
-        packed.resize(p.bytes);
-        wire::CopyOut(*p.chunks, p.offset, p.bytes, packed.data());
-      } else if (p.chunks != nullptr) {
-        values.resize(p.bytes / 4);
-        wire::CopyOut(*p.chunks, p.offset, p.bytes, values.data());
-      }
-      done = true;
-      cv.notify_all();
-    };
-  }
-  bool Wait() {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return done; });
-  }
-};
 
 // A valid frame for gradient {+1, -1, 0.1, +1, -1, 0.1, ...} (codes 11 10 00 ...).
 std::vector<uint8_t> GoodFrame(int64_t n = kN) {
@@ -68,7 +42,10 @@ std::vector<float> GoodValues() {
 class TwoBitBadPayloadTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    auto ps = testing::StartTestPserver(kToken, kN);
+    PserverOptions o = testing::TestPserverOptions(kToken);
+    o.slice_bytes = 1 << 20;
+    auto ps = testing::StartTestPserver(o, {testing::FloatKey(7, kN, "fc1")},
+                                        testing::MapInstall::kByTest);
     ASSERT_TRUE(ps.ok()) << ps.status().ToString();
     ps_ = std::move(ps->server);
     map_ = std::move(ps->map);
@@ -84,8 +61,8 @@ class TwoBitBadPayloadTest : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE((*c)->InstallShardMap(map_, 0, kTimeoutMs).ok());
     return std::move(*c);
   }
-  // A compressed PushPull of `frame` at `step`; the answer lands in *out (or Answer::values).
-  void Send(ServerConnection& c, std::vector<uint8_t> frame, int64_t step, Answer* a,
+  // A compressed PushPull of `frame` at `step`; the answer lands in *out (or ReplyBox::values).
+  void Send(ServerConnection& c, std::vector<uint8_t> frame, int64_t step, ReplyBox* a,
             std::vector<float>* out, wire::Op op = wire::Op::kPushPullTwoBit) {
     SliceRequest r;
     r.op = op;
@@ -100,7 +77,7 @@ class TwoBitBadPayloadTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(a->Wait());
   }
   void ExpectServes(ServerConnection& c, int64_t step) {
-    Answer a;
+    ReplyBox a;
     std::vector<float> out(kN, -9.0f);
     Send(c, GoodFrame(), step, &a, &out);
     ASSERT_TRUE(a.status.ok()) << a.status.ToString();
@@ -146,7 +123,7 @@ TEST_P(TwoBitBadPayloadTest, BadFramesGetInvalidArgumentAndTheServerKeepsServing
   };
   for (const Case& k : cases) {
     for (wire::Op op : {wire::Op::kPushPullTwoBit, wire::Op::kPushPullTwoBitPacked}) {
-      Answer a;
+      ReplyBox a;
       std::vector<float> out(kN, -9.0f);
       Send(*c, k.frame, 1, &a, &out, op);
       const std::string what = std::string(k.name) + " (" + wire::OpName(op) + "): " +
@@ -169,7 +146,7 @@ TEST_P(TwoBitBadPayloadTest, BadFramesGetInvalidArgumentAndTheServerKeepsServing
 TEST_P(TwoBitBadPayloadTest, PackedAnswersArriveFlaggedOverBothTransports) {
   auto c = Connect();
   ASSERT_NE(c, nullptr);
-  Answer a;
+  ReplyBox a;
   std::vector<float> out(kN, -9.0f);
   Send(*c, GoodFrame(), 1, &a, &out, wire::Op::kPushPullTwoBitPacked);
   ASSERT_TRUE(a.status.ok()) << a.status.ToString();
@@ -194,7 +171,7 @@ TEST_P(TwoBitBadPayloadTest, PackedAnswersArriveFlaggedOverBothTransports) {
     rs[i].out_mu = &out_mu_;
     rs[i].out_closed = &out_closed_;
   }
-  Answer a0, a1;
+  ReplyBox a0, a1;
   c->SendBulk(rs, {a0.Reply(), a1.Reply()}, nullptr);
   ASSERT_TRUE(a0.Wait() && a1.Wait());
   ASSERT_TRUE(a0.status.ok() && a1.status.ok()) << a0.status.ToString() << a1.status.ToString();
@@ -218,14 +195,14 @@ TEST_P(TwoBitBadPayloadTest, TwoBitEntriesInABulkAreServedOneByOne) {
   rs[1].key = 7;
   rs[1].step = 1;
   rs[1].encoded = std::make_shared<const std::vector<uint8_t>>(GoodFrame());
-  Answer a0, a1;
+  ReplyBox a0, a1;
   c->SendBulk(rs, {a0.Reply(), a1.Reply()}, nullptr);
   rs.clear();  // the transport holds the frames until they were sent
   ASSERT_TRUE(a0.Wait() && a1.Wait());
   EXPECT_EQ(a0.status.code(), StatusCode::kInvalidArgument) << a0.status.ToString();
   EXPECT_TRUE(a1.status.ok()) << a1.status.ToString();
   // The good entry counted as the worker's step-1 push: the step-1 pull answers its values.
-  Answer p;
+  ReplyBox p;
   std::vector<float> out(kN, -9.0f);
   SliceRequest r;
   r.op = wire::Op::kPull;
