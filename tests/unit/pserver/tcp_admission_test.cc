@@ -1,16 +1,23 @@
 // What a connection costs the TCP listener before its hello (issue 16 §1): no thread, a hello
 // deadline that fires (also for a peer that trickles bytes, and under TLS), caps on pending and
 // total connections that refuse with a log line while an admitted worker keeps being served,
-// and descriptors closed as soon as a connection ends. Before: every connection got two threads
+// descriptors closed as soon as a connection ends, and an admitted connection the server has no
+// thread for refused with an error frame that says so. Before: every connection got two threads
 // at accept, a silent one stayed for ever (the receive timeout read as "0 bytes"), nothing was
 // capped, and a closed connection's descriptor stayed open until the next accept.
 #include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <sys/resource.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -19,6 +26,26 @@
 #include "tests/unit/common/tls_fixture.h"
 #include "tests/unit/pserver/raw_tcp.h"
 #include "tests/unit/pserver/test_frames.h"
+
+// Thread creation that fails on demand, as at the process's thread or memory limit, and only on
+// the TCP listener's loop thread ("pserver-tcp-acc"), where a connection's threads start. This
+// definition comes before libc's for every caller in the process, std::thread included.
+namespace {
+// The loop's next thread creations: this many pass, the next fails with EAGAIN; -1: none fails.
+std::atomic<int> g_refuse_thread_at{-1};
+}  // namespace
+
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
+                              void* (*start)(void*), void* arg) noexcept {
+  using Create = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  static const auto real = reinterpret_cast<Create>(dlsym(RTLD_NEXT, "pthread_create"));
+  char name[16] = "";
+  if (g_refuse_thread_at.load() >= 0 && pthread_getname_np(pthread_self(), name, sizeof name) == 0 &&
+      std::strcmp(name, "pserver-tcp-acc") == 0 && g_refuse_thread_at.fetch_sub(1) == 0) {
+    return EAGAIN;
+  }
+  return real(thread, attr, start, arg);
+}
 
 namespace trellis {
 namespace {
@@ -230,6 +257,56 @@ TEST(TcpAdmissionTest, TlsConnectionsWithoutAHelloCostNoThreadAndAreClosedAtTheD
   Authenticate(later);
   ExpectServing(later, 4);
 }
+
+// When the system has no thread for an admitted connection (the process at its thread or
+// memory limit), that connection is refused with a frame that says so and closed; the server
+// goes on serving the others and admits later ones. The param: which of the connection's two
+// threads (0: the writer, started first; 1: the reader) cannot be created; `tls`: under TLS.
+class TcpNoThreadTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(TcpNoThreadTest, ConnectionWithoutItsThreadIsRefusedAndOthersAreServed) {
+  const auto [refused_thread, tls] = GetParam();
+  TlsCerts certs;
+  if (tls) {
+    ASSERT_TRUE(certs.job);
+  }
+  auto ps = StartServer({}, tls ? certs.job : nullptr);
+  ASSERT_TRUE(ps);
+  auto connect = [&](RawTcp& c) { return tls ? c.StartTls(*certs.job) : Status::Ok(); };
+  RawTcp worker(ps->tcp_port());
+  ASSERT_TRUE(connect(worker).ok());
+  Authenticate(worker);
+  ExpectServing(worker, 1);
+
+  ::testing::internal::CaptureStderr();
+  g_refuse_thread_at = refused_thread;
+  RawTcp refused(ps->tcp_port());
+  testing::Answer verdict;
+  const bool answered = connect(refused).ok() && refused.Hello(kToken, 0, &verdict);
+  const bool closed = refused.ClosedWithin(8000);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(answered) << "no verdict: the connection without a thread was dropped silently";
+  EXPECT_EQ(g_refuse_thread_at.load(), -1) << "the server started no thread for the connection";
+  EXPECT_EQ(verdict.header.code, static_cast<int32_t>(StatusCode::kUnavailable)) << verdict.message;
+  EXPECT_NE(verdict.message.find("cannot start a thread for this connection now; try again"),
+            std::string::npos)
+      << verdict.message;
+  EXPECT_TRUE(closed) << "the refused connection stayed open";
+  EXPECT_NE(log.find("(worker 0): no thread for it: "), std::string::npos) << log;
+
+  ExpectServing(worker, 2);
+  RawTcp later(ps->tcp_port());
+  ASSERT_TRUE(connect(later).ok());
+  Authenticate(later);
+  ExpectServing(later, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WriterOrReader, TcpNoThreadTest, ::testing::Combine(::testing::Values(0, 1), ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) == 0 ? "Writer" : "Reader") +
+             (std::get<1>(info.param) ? "Tls" : "Plaintext");
+    });
 
 }  // namespace
 }  // namespace trellis
