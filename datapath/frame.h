@@ -1,7 +1,9 @@
-// The binary frame layout of DataService.Stream (see proto/trellis/v1/data.proto), shared by the
-// parameter server and the worker library. Frames are gRPC byte buffers made of a small header
-// and a payload that may be split across many grpc::Slices at arbitrary byte boundaries; the
-// helpers here read headers and floats across those boundaries without gathering the payload.
+// The binary frame layout of the data path (see proto/trellis/v1/data.proto), shared by the
+// parameter server and the worker library over both transports. A frame is a small header and a
+// payload that may arrive split into chunks at arbitrary byte boundaries (gRPC slices, TCP read
+// buffers); the helpers here read headers and floats across those boundaries without gathering
+// the payload. No transport here: datapath/grpc_frame.h adapts frames to gRPC byte buffers,
+// datapath/tcp_wire.h frames them on a socket.
 #pragma once
 
 #include <cstddef>
@@ -9,9 +11,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <grpcpp/support/byte_buffer.h>
-#include <grpcpp/support/slice.h>
 
 #include "common/status.h"
 
@@ -21,26 +20,10 @@ inline constexpr uint32_t kRequestMagic = 0x31515254;   // "TRQ1" little-endian
 inline constexpr uint32_t kResponseMagic = 0x31505254;  // "TRP1"
 inline constexpr size_t kRequestHeaderBytes = 48;
 inline constexpr size_t kResponseHeaderBytes = 40;
-inline constexpr char kRankMetadataKey[] = "x-trellis-rank";
-inline constexpr char kStreamMethod[] = "/trellis.v1.DataService/Stream";
 
-// gRPC settings of the data path, used by both ends: the receive limit fits one slice plus
-// header; big HTTP/2 windows keep a multi-MiB slice from stalling on flow control.
+// The largest frame either end accepts: one slice plus headers (at least 4 MiB).
 inline int64_t MaxMessageBytes(int64_t slice_bytes) {
   return (slice_bytes > (4 << 20) ? slice_bytes : (4 << 20)) + (64 << 10);
-}
-inline constexpr int kStreamWindowBytes = 32 << 20;
-// Channel/server arguments of the data path (both ends): big flow-control windows and big socket
-// reads, so a multi-MiB slice moves in few syscalls. (HTTP/2 frames bigger than the default
-// 16 KiB measured slower here.)
-// `set(name, value)` is ChannelArguments::SetInt or ServerBuilder::AddChannelArgument.
-template <typename SetInt>
-void ApplyDataChannelArgs(SetInt set) {
-  set("grpc.http2.lookahead_bytes", kStreamWindowBytes);
-  set("grpc.http2.bdp_probe", 1);
-  set("grpc.experimental.tcp_read_chunk_size", 1 << 20);
-  set("grpc.experimental.tcp_min_read_chunk_size", 256 << 10);
-  set("grpc.experimental.tcp_max_read_chunk_size", 8 << 20);
 }
 
 // kBulk: several small requests in one frame (see ParseBulk); answered one by one.
@@ -135,10 +118,9 @@ struct ResponseHeader {
   bool packed = false;
 };
 
-// Non-owning view of a frame's bytes: the data of each grpc::Slice in order. Valid while the
-// slices it was made from live.
+// Non-owning view of a frame's bytes: its chunks in order (gRPC slices, read buffers). Valid
+// while the memory it was made from lives.
 using Chunks = std::vector<std::span<const uint8_t>>;
-Chunks ChunksOf(const std::vector<grpc::Slice>& slices);
 size_t TotalBytes(const Chunks& chunks);
 
 // Copies `n` bytes starting at byte `offset` of the chunked data into `dst`.
@@ -186,11 +168,5 @@ struct BulkEntry {
 Status ParseBulk(const Chunks& frame, size_t offset, uint64_t bytes, std::vector<BulkEntry>* out);
 // The bytes [offset, offset + n) of `chunks` as chunks (a view; nothing copied).
 Chunks SubChunks(const Chunks& chunks, size_t offset, size_t n);
-
-// Builds a frame from a header and a payload that is referenced, not copied: `release(arg)` is
-// called when gRPC no longer needs the bytes (possibly after the frame was sent).
-grpc::ByteBuffer MakeFrame(const uint8_t* header, size_t header_bytes, const std::string& message,
-                           const void* payload, size_t payload_bytes, void (*release)(void*),
-                           void* release_arg);
 
 }  // namespace trellis::wire

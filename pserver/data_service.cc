@@ -8,6 +8,7 @@
 #include "common/auth.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "datapath/grpc_frame.h"
 
 namespace trellis {
 namespace {

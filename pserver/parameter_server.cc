@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "datapath/grpc_frame.h"
 
 namespace trellis {
 

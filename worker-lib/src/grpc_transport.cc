@@ -12,6 +12,7 @@
 #include "common/auth.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "datapath/grpc_frame.h"
 #include "worker-lib/src/transport.h"
 #include "trellis/v1/data.grpc.pb.h"
 #include "worker-lib/src/shard_map_install.h"
