@@ -15,6 +15,7 @@
 #include "common/auth.h"
 #include "common/logging.h"
 #include "datapath/tcp_wire.h"
+#include "pserver/payload_buffers.h"
 
 namespace trellis {
 namespace {
@@ -83,7 +84,7 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   std::condition_variable room;
   ReadAhead unserved;                       // GUARDED_BY(serve_mu): frames and their bytes
   bool stop_reading = false;                // GUARDED_BY(serve_mu): Kill()
-  std::vector<std::vector<float>> spare;    // GUARDED_BY(serve_mu): payload buffers to reuse
+  PayloadBuffers spare{kSpareBuffers};      // GUARDED_BY(serve_mu): payload buffers to reuse
 
   void Send(Outgoing o) {
     {
@@ -169,7 +170,7 @@ struct TcpDataServer::Connection::Request {
   const size_t budget;
   uint8_t head[wire::kRequestHeaderBytes];
   wire::RequestHeader header;
-  std::vector<float> payload;  // rounded up to whole floats
+  std::vector<float> payload;  // at least the payload, in whole floats (a reused buffer)
 };
 
 bool TcpDataServer::Connection::Reserve(size_t bytes, size_t floats, std::vector<float>* buffer) {
@@ -179,14 +180,9 @@ bool TcpDataServer::Connection::Reserve(size_t bytes, size_t floats, std::vector
   if (stop_reading) return false;
   ++unserved.requests;
   unserved.bytes += bytes;
-  if (!spare.empty()) {
-    *buffer = std::move(spare.back());
-    spare.pop_back();
-  }
+  *buffer = spare.Take(floats);
   lock.unlock();
-  // Shrinking keeps the pages; growing zero-fills only the new part once, so a payload of the
-  // usual slice size pays no page faults on fresh memory.
-  if (buffer->size() != floats) buffer->resize(floats);
+  PayloadBuffers::Grow(buffer, floats);  // never shrunk: see payload_buffers.h
   return true;
 }
 
@@ -195,7 +191,7 @@ void TcpDataServer::Connection::Unreserve(size_t bytes, std::vector<float> buffe
     std::lock_guard lock(serve_mu);
     --unserved.requests;
     unserved.bytes -= bytes;
-    if (buffer.capacity() > 0 && spare.size() < kSpareBuffers) spare.push_back(std::move(buffer));
+    spare.Give(std::move(buffer));
   }
   room.notify_all();  // the reader waits for room, or at its end for none left
 }
@@ -236,7 +232,7 @@ void TcpDataServer::Connection::ReadLoop() {
     }
     if (h.op != wire::Op::kBulk) {
       // The store may take the payload (a first push) and leave a buffer of the same size.
-      const bool whole = h.payload_bytes == n * sizeof(float);
+      const bool whole = h.payload_bytes == n * sizeof(float) && r->payload.size() == n;
       if (!strand->Submit(h.priority, h.payload_bytes, [r, whole] {
             r->conn->Serve(r->header, r->Chunks(), whole ? &r->payload : nullptr);
           })) {
