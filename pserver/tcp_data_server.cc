@@ -99,6 +99,19 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
     // Errors jump the queue: the worker's handle fails at once.
     Send(Outgoing{INT32_MAX, 0, tcpwire::EncodeStatusFrame(op, id, st), nullptr, nullptr});
   }
+  // A connection whose threads could not all start: the verdict straight from the admission
+  // thread (a few bytes into a fresh socket's buffer do not wait; a writer that did start has
+  // nothing queued), then the writer, if any, ends the stream.
+  void Refuse(const Status& why) {
+    std::vector<uint8_t> frame = tcpwire::EncodeStatusFrame(static_cast<wire::Op>(0), 0, why);
+    iovec iov{frame.data(), frame.size()};
+    if (tls) {
+      (void)tls->WriteAll(&iov, 1);
+    } else {
+      (void)!send(fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    CloseAfterFlush();
+  }
   void CloseAfterFlush() {
     {
       std::lock_guard lock(mu);
@@ -376,41 +389,33 @@ void TcpDataServer::Admit(AdmittedConnection a) {
   auto c = std::make_shared<Connection>(std::move(a), store_, this);
   open_.fetch_add(1);
   Connection* raw = c.get();
-  const Status no_thread = UnavailableError(
-      "the parameter server cannot start a thread for this connection now; try again");
+  // The writer first, so that whatever the reader queues (the hello's answer first) is sent.
+  struct Thread {
+    std::thread* thread;
+    const char* name;
+    void (Connection::*loop)();
+  };
   raw->running = 2;
-  try {
-    c->writer = std::thread([raw] {
-      pthread_setname_np(pthread_self(), "pserver-tcp-wr");
-      raw->WriteLoop();
-      raw->ThreadEnded();
-    });
-  } catch (const std::system_error& e) {
-    TLOG_WARN << "refusing data connection from " << raw->peer << " (worker " << raw->worker
-              << "): no thread for it: " << e.what();
-    // The verdict straight from here: a few bytes into a fresh socket's buffer do not wait.
-    std::vector<uint8_t> frame = tcpwire::EncodeStatusFrame(static_cast<wire::Op>(0), 0, no_thread);
-    iovec iov{frame.data(), frame.size()};
-    if (raw->tls) {
-      (void)raw->tls->WriteAll(&iov, 1);
-    } else {
-      (void)!send(raw->fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  int started = 0;
+  for (const Thread& t : {Thread{&c->writer, "pserver-tcp-wr", &Connection::WriteLoop},
+                          Thread{&c->reader, "pserver-tcp-rd", &Connection::ReadLoop}}) {
+    try {
+      *t.thread = std::thread([raw, t] {
+        pthread_setname_np(pthread_self(), t.name);
+        (raw->*t.loop)();
+        raw->ThreadEnded();
+      });
+      ++started;
+    } catch (const std::system_error& e) {
+      TLOG_WARN << "refusing data connection from " << raw->peer << " (worker " << raw->worker
+                << "): no thread for it: " << e.what();
+      raw->Refuse(UnavailableError(
+          "the parameter server cannot start a thread for this connection now; try again"));
+      // The shares of the threads that did not start: the last thread's end (or this, when none
+      // started) closes the descriptor.
+      for (int i = started; i < 2; ++i) raw->ThreadEnded();
+      break;
     }
-    raw->CloseFd();
-    return;
-  }
-  try {
-    c->reader = std::thread([raw] {
-      pthread_setname_np(pthread_self(), "pserver-tcp-rd");
-      raw->ReadLoop();
-      raw->ThreadEnded();
-    });
-  } catch (const std::system_error& e) {
-    TLOG_WARN << "refusing data connection from " << raw->peer << " (worker " << raw->worker
-              << "): no thread for it: " << e.what();
-    raw->SendStatus(static_cast<wire::Op>(0), 0, no_thread);
-    raw->CloseAfterFlush();
-    raw->ThreadEnded();  // the reader's share: the writer's end closes the descriptor
   }
   std::lock_guard lock(mu_);
   connections_.push_back(std::move(c));
