@@ -47,24 +47,6 @@ bool ServingQueue::Submit(int32_t priority, size_t payload_bytes, Job job) {
   return true;
 }
 
-void ServingQueue::Hold() {
-  std::lock_guard lock(mu_);
-  held_ = true;
-}
-
-void ServingQueue::Release() {
-  {
-    std::lock_guard lock(mu_);
-    held_ = false;
-  }
-  cv_.notify_all();
-}
-
-size_t ServingQueue::Queued() const {
-  std::lock_guard lock(mu_);
-  return queue_.size();
-}
-
 void ServingQueue::PoolLoop() {
   std::unique_lock lock(mu_);
   while (true) {

@@ -61,13 +61,10 @@ class ServingQueue {
   // Stops the pool (jobs still queued are dropped unrun); idempotent.
   void Stop();
 
-  // Tests: while held no job starts (every Submit queues), so requests that arrive meanwhile are
-  // all waiting when Release() lets the pool serve them.
-  void Hold();
-  void Release();
-  size_t Queued() const;  // jobs waiting
-
  private:
+  // Holds the serving and counts what waits (tests/unit/pserver/serving_queue_peer.h).
+  friend class ServingQueueTestPeer;
+
   using Item = ByPriority<Job>;
   void PoolLoop();
 
@@ -76,7 +73,7 @@ class ServingQueue {
   std::condition_variable cv_;
   std::priority_queue<Item> queue_;  // GUARDED_BY(mu_)
   uint64_t seq_ = 0;                 // GUARDED_BY(mu_)
-  bool held_ = false;                // GUARDED_BY(mu_)
+  bool held_ = false;                // GUARDED_BY(mu_); tests only: every Submit queues, none runs
   bool stopping_ = false;            // GUARDED_BY(mu_)
   std::vector<std::thread> pool_;
 };

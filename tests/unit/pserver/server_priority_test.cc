@@ -1,9 +1,9 @@
 // Server-side priority on both transports (issue 17): requests that wait at the parameter
 // server are served, and answered, highest priority first, even when the high-priority ones
 // arrived after the low-priority ones. The server's serving is held while the client sends
-// (ServingQueue::Hold), so every request is waiting when it is released; the client sends raw
-// frames in a fixed order (the worker's own queue is not involved). Before the serving queue
-// was shared, the TCP listener served inline in arrival order.
+// (ServingQueueTestPeer::Hold), so every request is waiting when it is released; the client
+// sends raw frames in a fixed order (the worker's own queue is not involved). Before the
+// serving queue was shared, the TCP listener served inline in arrival order.
 #include <chrono>
 #include <memory>
 #include <string>
@@ -16,6 +16,7 @@
 #include "tests/testing/test_pserver.h"
 #include "tests/unit/pserver/raw_stream.h"
 #include "tests/unit/pserver/raw_tcp.h"
+#include "tests/unit/pserver/serving_queue_peer.h"
 #include "tests/unit/pserver/test_frames.h"
 
 namespace trellis {
@@ -79,9 +80,9 @@ class Client {
 
 // Waits (bounded) until `n` requests wait in the held serving queue. A server that serves in
 // arrival order without the queue never gets there: the test goes on and fails on the order.
-bool WaitQueued(ServingQueue* q, size_t n) {
+bool WaitQueued(const ServingQueueTestPeer& q, size_t n) {
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (q->Queued() < n) {
+  while (q.Queued() < n) {
     if (std::chrono::steady_clock::now() > end) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -119,14 +120,16 @@ class ServerPriorityTest : public ::testing::TestWithParam<std::string> {
                                         testing::MapInstall::kOnStore);
     ASSERT_TRUE(ps.ok()) << ps.status().ToString();
     ps_ = std::move(ps->server);
+    queue_ = std::make_unique<ServingQueueTestPeer>(ps_->serving());
   }
   // Writes `frames` while the serving is held, and waits until `queued` requests wait in it:
   // all that was written is read, none served.
   void WriteHeld(Client& c, const std::vector<std::vector<uint8_t>>& frames, size_t queued) {
     for (const auto& f : frames) ASSERT_TRUE(c.Write(f));
-    EXPECT_TRUE(WaitQueued(ps_->serving(), queued)) << "the server did not take the requests";
+    EXPECT_TRUE(WaitQueued(*queue_, queued)) << "the server did not take the requests";
   }
   std::unique_ptr<ParameterServer> ps_;
+  std::unique_ptr<ServingQueueTestPeer> queue_;  // the server's serving queue
 };
 
 // Separate frames: the low-priority requests, then the high-priority ones, while the server's
@@ -134,10 +137,10 @@ class ServerPriorityTest : public ::testing::TestWithParam<std::string> {
 TEST_P(ServerPriorityTest, HighPriorityRequestsArrivingLaterAreAnsweredFirst) {
   Client c(GetParam(), ps_.get());
   ASSERT_TRUE(c.ok()) << c.error();
-  ps_->serving()->Hold();
+  queue_->Hold();
   ASSERT_NO_FATAL_FAILURE(WriteHeld(c, Lows(), kLow));
   ASSERT_NO_FATAL_FAILURE(WriteHeld(c, Highs(), kLow + kHigh));
-  ps_->serving()->Release();
+  queue_->Release();
   ExpectHighFirst(c);
 }
 
@@ -147,9 +150,9 @@ TEST_P(ServerPriorityTest, BulkEntriesAreServedHighestPriorityFirst) {
   ASSERT_TRUE(c.ok()) << c.error();
   std::vector<std::vector<uint8_t>> entries = Lows(), highs = Highs();
   entries.insert(entries.end(), highs.begin(), highs.end());
-  ps_->serving()->Hold();
+  queue_->Hold();
   ASSERT_NO_FATAL_FAILURE(WriteHeld(c, {testing::BulkBytes(entries, 1, 0)}, kLow + kHigh));
-  ps_->serving()->Release();
+  queue_->Release();
   ExpectHighFirst(c);
 }
 
@@ -160,17 +163,17 @@ TEST_P(ServerPriorityTest, ReadAheadOfOneConnectionIsBounded) {
   Client c(GetParam(), ps_.get());
   ASSERT_TRUE(c.ok()) << c.error();
   constexpr int kMany = 3000;
-  ps_->serving()->Hold();
+  queue_->Hold();
   std::thread writer([&] {
     for (int i = 0; i < kMany; ++i) {
       // Unknown key: each is answered with an error frame once served.
       if (!c.Write(RequestBytes(wire::Op::kPull, 99999, 0, 0, {}, i + 1, 0))) return;
     }
   });
-  const bool reached = WaitQueued(ps_->serving(), 1024);
+  const bool reached = WaitQueued(*queue_, 1024);
   if (reached) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const size_t queued = ps_->serving()->Queued();
-  ps_->serving()->Release();
+  const size_t queued = queue_->Queued();
+  queue_->Release();
   writer.join();
   EXPECT_TRUE(reached);
   EXPECT_EQ(queued, 1024u) << "the read-ahead of one connection is not bounded";

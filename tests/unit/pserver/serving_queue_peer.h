@@ -1,0 +1,38 @@
+// A test's hand on a ServingQueue (pserver/serving_queue.h): hold its serving, so that requests
+// that arrive meanwhile all wait in it, and count them.
+#pragma once
+
+#include <cstddef>
+#include <mutex>
+
+#include "pserver/serving_queue.h"
+
+namespace trellis {
+
+class ServingQueueTestPeer {
+ public:
+  explicit ServingQueueTestPeer(ServingQueue* queue) : q_(queue) {}
+
+  // While held no job starts: every Submit queues (none runs on the caller's thread) and the
+  // pool waits, until Release() lets it serve them.
+  void Hold() {
+    std::lock_guard lock(q_->mu_);
+    q_->held_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard lock(q_->mu_);
+      q_->held_ = false;
+    }
+    q_->cv_.notify_all();
+  }
+  size_t Queued() const {  // jobs waiting
+    std::lock_guard lock(q_->mu_);
+    return q_->queue_.size();
+  }
+
+ private:
+  ServingQueue* const q_;
+};
+
+}  // namespace trellis
