@@ -40,7 +40,8 @@ extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
   using Create = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
   static const auto real = reinterpret_cast<Create>(dlsym(RTLD_NEXT, "pthread_create"));
   char name[16] = "";
-  if (g_refuse_thread_at.load() >= 0 && pthread_getname_np(pthread_self(), name, sizeof name) == 0 &&
+  if (g_refuse_thread_at.load() >= 0 &&
+      pthread_getname_np(pthread_self(), name, sizeof name) == 0 &&
       std::strcmp(name, "pserver-tcp-acc") == 0 && g_refuse_thread_at.fetch_sub(1) == 0) {
     return EAGAIN;
   }
