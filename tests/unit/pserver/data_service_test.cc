@@ -7,7 +7,7 @@
 #include "pserver/parameter_server.h"
 #include "tests/testing/test_pserver.h"
 #include "tests/unit/pserver/raw_stream.h"
-#include "tests/unit/pserver/test_frames.h"
+#include "tests/testing/test_frames.h"
 #include "datapath/le_bytes.h"
 #include "trellis/v1/data.grpc.pb.h"
 #include "datapath/codec/packed_sum.h"

@@ -17,7 +17,7 @@
 #include "tests/unit/pserver/raw_stream.h"
 #include "tests/unit/pserver/raw_tcp.h"
 #include "tests/unit/pserver/serving_queue_peer.h"
-#include "tests/unit/pserver/test_frames.h"
+#include "tests/testing/test_frames.h"
 
 namespace trellis {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "pserver/slice_store.h"
 #include "scheduler/shard_map.h"
-#include "tests/unit/pserver/test_frames.h"
+#include "tests/testing/test_frames.h"
 #include "datapath/codec/twobit.h"
 
 namespace trellis::store_testing {

@@ -7,7 +7,7 @@
 
 #include "scheduler/shard_map.h"
 #include "tests/unit/pserver/slice_store_fixture.h"
-#include "tests/unit/pserver/test_frames.h"
+#include "tests/testing/test_frames.h"
 #include "datapath/codec/twobit.h"
 
 namespace trellis {

@@ -25,7 +25,7 @@
 #include "tests/testing/test_pserver.h"
 #include "tests/unit/common/tls_fixture.h"
 #include "tests/unit/pserver/raw_tcp.h"
-#include "tests/unit/pserver/test_frames.h"
+#include "tests/testing/test_frames.h"
 
 // Thread creation that fails on demand, as at the process's thread or memory limit, and only on
 // the TCP listener's loop thread ("pserver-tcp-acc"), where a connection's threads start. This

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/unit/pserver/test_frames.h"
+#include "tests/testing/test_frames.h"
 
 namespace trellis {
 namespace {

@@ -13,7 +13,7 @@
 #include "datapath/tcp_wire.h"
 #include "tests/testing/slice_reply.h"
 #include "tests/testing/test_pserver.h"
-#include "tests/unit/pserver/test_frames.h"
+#include "tests/testing/test_frames.h"
 #include "worker-lib/src/tcp_transport.h"
 
 namespace trellis {

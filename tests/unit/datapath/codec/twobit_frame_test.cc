@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/unit/codec/twobit_reference.h"
+#include "tests/unit/datapath/codec/twobit_reference.h"
 #include "datapath/codec/twobit.h"
 
 namespace trellis {

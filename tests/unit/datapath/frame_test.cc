@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "datapath/le_bytes.h"
-#include "tests/unit/pserver/test_frames.h"
+#include "tests/testing/test_frames.h"
 
 namespace trellis {
 namespace {

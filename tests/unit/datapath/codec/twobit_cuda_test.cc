@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/unit/codec/twobit_reference.h"
+#include "tests/unit/datapath/codec/twobit_reference.h"
 #include "datapath/codec/twobit.h"
 #include "worker-lib/cuda/twobit_cuda.h"
 

@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/unit/codec/twobit_reference.h"
+#include "tests/unit/datapath/codec/twobit_reference.h"
 #include "datapath/codec/twobit.h"
 #include "datapath/codec/twobit_codec.h"
 
