@@ -21,20 +21,16 @@ class PayloadBuffers {
   // A buffer of at least `floats` elements: the smallest kept one that is large enough (no
   // zero-fill), else the largest kept one, else an empty one. Grow() it outside any lock.
   std::vector<float> Take(size_t floats) {
-    size_t best = kept_.size();
-    for (size_t i = 0; i < kept_.size(); ++i) {
-      const size_t s = kept_[i].size();
-      const bool fits = s >= floats;
-      if (best == kept_.size()) {
-        best = i;
-        continue;
-      }
-      const size_t b = kept_[best].size();
-      const bool best_fits = b >= floats;
-      if (fits && (!best_fits || s < b)) best = i;   // a smaller one that fits
-      if (!fits && !best_fits && s > b) best = i;    // none fits yet: the largest
+    if (kept_.empty()) return {};
+    // Is a buffer of `s` elements a better pick than one of `b`?
+    auto better = [floats](size_t s, size_t b) {
+      if ((s >= floats) != (b >= floats)) return s >= floats;  // fitting beats not fitting
+      return s >= floats ? s < b : s > b;  // both fit: the smaller; neither: the larger
+    };
+    size_t best = 0;
+    for (size_t i = 1; i < kept_.size(); ++i) {
+      if (better(kept_[i].size(), kept_[best].size())) best = i;
     }
-    if (best == kept_.size()) return {};
     std::vector<float> out = std::move(kept_[best]);
     kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(best));
     return out;
