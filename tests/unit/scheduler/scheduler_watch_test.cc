@@ -75,6 +75,20 @@ v1::ReportExitRequest KilledAndRestarted(int32_t rank) {
   return exit;
 }
 
+// A scheduler with both workers registered (worker 0 first), and a client with the job's token.
+struct TwoWorkers {
+  std::unique_ptr<SchedulerServer> server;
+  std::unique_ptr<SchedulerClient> client;
+};
+StatusOr<TwoWorkers> StartWithTwoWorkers() {
+  TwoWorkers j;
+  TRELLIS_ASSIGN_OR_RETURN(j.server, testing::StartTestScheduler(Config(), "tok"));
+  TRELLIS_ASSIGN_OR_RETURN(j.client, SchedulerClient::Connect({j.server->address(), "tok", 2s}));
+  TRELLIS_RETURN_IF_ERROR(j.client->Register(Worker0()).status());
+  TRELLIS_RETURN_IF_ERROR(j.client->Register(Reg(false)).status());
+  return j;
+}
+
 TEST(SchedulerWatchTest, ARestartedSchedulerOnTheSamePortGetsTheStateBack) {
   auto first = testing::StartTestScheduler(Config(), "tok");
   ASSERT_TRUE(first.ok()) << first.status().ToString();
@@ -126,14 +140,10 @@ TEST(SchedulerWatchTest, ARestartedSchedulerOnTheSamePortGetsTheStateBack) {
 // The watch's pings name the process (its program's liveness, docs/scheduler.md#stalls), and
 // their answers tell it which other members are being restarted, so its operations wait.
 TEST(SchedulerWatchTest, PingsAreTheProgramsLivenessAndReportMembersBeingRestarted) {
-  auto server = testing::StartTestScheduler(Config(), "tok");
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto client = SchedulerClient::Connect({(*server)->address(), "tok", 2s});
-  ASSERT_TRUE(client.ok());
-  SchedulerClient& c = **client;
-  const v1::RegisterRequest w0 = Worker0();
-  ASSERT_TRUE(c.Register(w0).ok());
-  ASSERT_TRUE(c.Register(Reg(false)).ok());
+  auto job = StartWithTwoWorkers();
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  SchedulerServer& server = *job->server;
+  SchedulerClient& c = *job->client;
   SchedulerWatch watch(&c, 0, 50ms, nullptr, "worker 0", WorkerProgram(0, 1));
   EXPECT_EQ(watch.restarting_seen_at(), std::chrono::steady_clock::time_point());
 
@@ -146,7 +156,7 @@ TEST(SchedulerWatchTest, PingsAreTheProgramsLivenessAndReportMembersBeingRestart
   EXPECT_EQ(watch.restarting_seen(), "worker 1");
   EXPECT_GT(watch.restarting_seen_at(), std::chrono::steady_clock::time_point());
   // Only worker 1 is being restarted, not the one whose program pings.
-  auto view = (*server)->state().GetCluster();
+  auto view = server.state().GetCluster();
   EXPECT_FALSE(view.workers(0).restarting());
   EXPECT_TRUE(view.workers(1).restarting());
 }
@@ -156,27 +166,23 @@ TEST(SchedulerWatchTest, PingsAreTheProgramsLivenessAndReportMembersBeingRestart
 // peers hit their deadlines instead of waiting). Here the interval is an hour: a restarted
 // worker's new program must still count as back at once.
 TEST(SchedulerWatchTest, TheFirstPingGoesOutAtOnce) {
-  auto server = testing::StartTestScheduler(Config(), "tok");
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto client = SchedulerClient::Connect({(*server)->address(), "tok", 2s});
-  ASSERT_TRUE(client.ok());
-  SchedulerClient& c = **client;
-  const v1::RegisterRequest w0 = Worker0();
-  ASSERT_TRUE(c.Register(w0).ok());
-  ASSERT_TRUE(c.Register(Reg(false)).ok());
+  auto job = StartWithTwoWorkers();
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  SchedulerServer& server = *job->server;
+  SchedulerClient& c = *job->client;
   ASSERT_TRUE(c.ReportExit(KilledAndRestarted(0)).ok());
-  auto again = c.Register(w0);
+  auto again = c.Register(Worker0());
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   ASSERT_EQ(again->rank(), 0);
-  ASSERT_TRUE((*server)->state().GetCluster().workers(0).restarting());
+  ASSERT_TRUE(server.state().GetCluster().workers(0).restarting());
 
   SchedulerWatch watch(&c, 0, std::chrono::hours(1), nullptr, "worker 0",
                        WorkerProgram(0, again->incarnation()));
   const auto until = std::chrono::steady_clock::now() + 10s;
-  while ((*server)->state().GetCluster().workers(0).restarting() && std::chrono::steady_clock::now() < until) {
+  while (server.state().GetCluster().workers(0).restarting() && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(10ms);
   }
-  EXPECT_FALSE((*server)->state().GetCluster().workers(0).restarting())
+  EXPECT_FALSE(server.state().GetCluster().workers(0).restarting())
       << "the new program's watch had not pinged within 10 s";
 }
 
