@@ -12,6 +12,11 @@ if(TRELLIS_HAVE_CUDA)
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()
+  # Machine code for Turing, Ampere and Hopper (the H100/H200 the GPU checks run on), plus
+  # Turing's PTX for the driver to compile on anything newer; a user's -D setting wins.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 75 80 90)
+  endif()
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
   message(STATUS "trellis: CUDA ${CUDAToolkit_VERSION} found, GPU paths enabled")
