@@ -67,10 +67,11 @@ def train_steps_clipped(model, opt, first, last, rank=0, size=1, norms=None):
     """train_steps with clip_grad_norm_ between backward() and step() (no synchronize()); the
     norm it returns is recorded (gradient logging)."""
     x, y = data()
+    dev = next(model.parameters()).device  # a model on the GPU gets its batches there
     for s in range(first, last):
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(shard(x[s], rank, size)),
-                                                 shard(y[s], rank, size))
+        loss = torch.nn.functional.cross_entropy(model(shard(x[s], rank, size).to(dev)),
+                                                 shard(y[s], rank, size).to(dev))
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
         if norms is not None:
@@ -93,3 +94,29 @@ def train_steps_accumulated(model, opt, first, last, micro, rank=0, size=1, use_
             else:
                 loss.backward()
         opt.step()
+
+
+def grad_scaler(init_scale=2.0 ** 12):
+    """The CUDA GradScaler of this torch: torch.amp's (2.x), else torch.cuda.amp's (1.13)."""
+    amp = getattr(torch, "amp", None)
+    if amp is not None and hasattr(amp, "GradScaler"):
+        return amp.GradScaler("cuda", init_scale=init_scale)
+    return torch.cuda.amp.GradScaler(init_scale=init_scale)
+
+
+def train_steps_amp(model, opt, scaler, first, last, rank=0, size=1, norms=None):
+    """Mixed precision as the PyTorch AMP recipe writes it, on CUDA: autocast(float16), the
+    scaled loss's backward, unscale_, clip_grad_norm_ (recorded), scaler.step and update."""
+    x, y = data()
+    for s in range(first, last):
+        opt.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = torch.nn.functional.cross_entropy(model(shard(x[s], rank, size).cuda()),
+                                                     shard(y[s], rank, size).cuda())
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        if norms is not None:
+            norms.append(float(norm))
+        scaler.step(opt)
+        scaler.update()

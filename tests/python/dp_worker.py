@@ -7,10 +7,12 @@
     dp_worker.py OUT_DIR lowlevel              # the trellis API without trellis.torch
     dp_worker.py OUT_DIR clip                  # clip_grad_norm_ with no synchronize()
     dp_worker.py OUT_DIR bn                    # BatchNorm, per-rank data: buffers
+    dp_worker.py OUT_DIR bn-cuda               # the same with the model on the GPU
     dp_worker.py OUT_DIR accum                 # 2 micro-batches per step (no_sync, then plain)
     dp_worker.py OUT_DIR save0 K CKPT          # K steps, save on rank 0 only, train to STEPS
     dp_worker.py OUT_DIR join                  # rank r has STEPS - 3 + 2r batches, join()
     dp_worker.py OUT_DIR update                # DistributedOptimizer in serverMode: update
+    dp_worker.py OUT_DIR amp                   # CUDA: autocast, GradScaler, unscale_, clipping
 Writes OUT_DIR/rank<r>.pt (the final state_dict) and OUT_DIR/checks<r>.txt.
 """
 import os
@@ -83,9 +85,11 @@ def main():
     r, n = trellis.rank(), trellis.size()
     checks = []
     torch.manual_seed(100 + r)  # every worker starts from different weights
-    model = dc.BNNet() if mode == "bn" else dc.Net(lazy=(mode == "lazy"))
+    model = dc.BNNet() if mode.startswith("bn") else dc.Net(lazy=(mode == "lazy"))
+    if mode in ("amp", "bn-cuda"):
+        model = model.cuda()
     opt = dc.make_optimizer(model)
-    if mode == "bn":
+    if mode.startswith("bn"):
         # docs/pytorch.md's order and calls: the optimizer first (it declares the keys, the
         # buffers' too: named_parameters() tells the module), then the broadcasts.
         opt = tt.DistributedOptimizer(opt, model.named_parameters())
@@ -116,10 +120,18 @@ def main():
         dc.train_steps(model, opt, 0, dc.STEPS, r, n)
     elif mode == "lazy":
         dc.train_steps(model, opt, 0, 1, r, n)
-    elif mode in ("clip", "bn"):
+    elif mode in ("clip", "bn", "bn-cuda"):
         norms = []
         dc.train_steps_clipped(model, opt, 0, dc.STEPS, r, n, norms)
         checks.extend("%.9g" % v for v in norms)
+        model = model.cpu()
+    elif mode == "amp":
+        norms = []
+        scaler = dc.grad_scaler()
+        dc.train_steps_amp(model, opt, scaler, 0, dc.STEPS, r, n, norms)
+        checks.extend("%.9g" % v for v in norms)
+        checks.append("scale %g" % scaler.get_scale())
+        model = model.cpu()
     elif mode == "accum":
         dc.train_steps_accumulated(model, opt, 0, 3, 2, r, n, use_no_sync=True)
         dc.train_steps_accumulated(model, opt, 3, dc.STEPS, 2, r, n, use_no_sync=False)

@@ -33,8 +33,11 @@ def test_gradients_are_final_when_backward_returns(launch, tmp_path):
     assert max(ref_norms) > dc.MAX_NORM  # clipping did act
 
 
-def test_batchnorm_buffers_equal_on_every_worker(launch, tmp_path):
-    launch("py-bn", str(tmp_path), "bn")
+@pytest.mark.parametrize("mode", ["bn", pytest.param("bn-cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))])
+def test_batchnorm_buffers_equal_on_every_worker(launch, tmp_path, mode):
+    # bn-cuda: the model on the GPU (parameters, buffers and the broadcasts staged on the host).
+    launch("py-" + mode, str(tmp_path), mode)
     w0, w1 = load(tmp_path, 0), load(tmp_path, 1)
     assert_same(w0, w1, 0)  # running_mean and running_var included
     assert not torch.allclose(w0["bn.running_mean"], torch.zeros(4))  # they did move
@@ -89,3 +92,23 @@ def test_update_mode_is_refused_at_once_and_not_restarted(launch, tmp_path):
     assert "DistributedOptimizer needs serverMode: aggregate" in out, out
     assert "exited with code 78 after 0 restarts (restartPolicy OnFailure)" in out, out
     assert "before the key was initialized" not in out, out
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_amp_on_cuda_unscale_and_clip_see_the_averaged_gradient(launch, tmp_path):
+    # The AMP recipe on CUDA gradients (staged through pinned host memory): both workers
+    # unscale and clip the same averaged gradient, skip or take the same steps, and end equal
+    # and close to one process on the whole batch (float16 autocast: not bit-equal to it).
+    launch("py-amp", str(tmp_path), "amp")
+    w0, w1 = load(tmp_path, 0), load(tmp_path, 1)
+    assert_same(w0, w1, 0)
+    checks = [(tmp_path / ("checks%d.txt" % r)).read_text().split("\n") for r in (0, 1)]
+    assert checks[0] == checks[1]  # every norm and the final loss scale
+    torch.manual_seed(100)
+    model = dc.Net().cuda()
+    norms = []
+    dc.train_steps_amp(model, dc.make_optimizer(model), dc.grad_scaler(), 0, dc.STEPS, norms=norms)
+    assert_same(w0, {k: v.cpu() for k, v in model.state_dict().items()}, 5e-3)
+    got = [float(v) for v in checks[0][:dc.STEPS]]
+    assert got == pytest.approx(norms, rel=5e-3)
+    assert max(norms) > dc.MAX_NORM  # clipping did act

@@ -68,7 +68,8 @@ class BufferSync:
             return None
         with torch.no_grad():
             if _trellis.rank() == 0:
-                torch.cat([t.reshape(-1) for t in self.buffers], out=self.stage)
+                # .to("cpu"): buffers of a model on the GPU (a no-op for CPU ones).
+                torch.cat([t.reshape(-1).to("cpu") for t in self.buffers], out=self.stage)
             else:
                 self.stage.zero_()
         return _trellis.push_pull(BUFFER_KEY, self.stage, priority=-(1 << 30))

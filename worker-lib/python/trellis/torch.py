@@ -199,7 +199,8 @@ def seal():
 
 
 def _tensor_bytes(t):
-    return t.detach().contiguous().view(-1).view(torch.uint8).numpy()
+    # A CUDA tensor (a model moved to the GPU before broadcast_parameters) via a host copy.
+    return t.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy()
 
 
 def _broadcast_tensors_now(tensors, root):
