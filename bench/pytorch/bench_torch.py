@@ -261,6 +261,19 @@ def read_results(out, what, log):
     return res
 
 
+def torch_blas():
+    """Which BLAS the workers' torch multiplies with: Debian's torch (BLAS_INFO=generic) loads
+    the system's libblas.so.3, a pip wheel carries its own (mkl, open...)."""
+    try:
+        import torch
+        m = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    except ImportError:
+        m = None
+    if m and m.group(1) != "generic":
+        return "torch's own (BLAS_INFO=%s, torch %s)" % (m.group(1), torch.__version__)
+    return os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+
+
 def run_once(model, config, a):
     """One run of one configuration: the two ranks' results."""
     with tempfile.TemporaryDirectory(prefix="bench_torch.") as out:
@@ -487,7 +500,7 @@ def main():
         old = os.environ.get("LD_LIBRARY_PATH", "")
         os.environ["LD_LIBRARY_PATH"] = a.blas_dir + (":" + old if old else "")
         os.environ["OPENBLAS_NUM_THREADS"] = "1"  # one thread per process, as torch's
-    blas = a.blas_dir or os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    blas = a.blas_dir or torch_blas()
     if a.link:
         shape_loopback(a.link)
     start = time.monotonic()
