@@ -279,7 +279,10 @@ def run_once(model, config, a):
     with tempfile.TemporaryDirectory(prefix="bench_torch.") as out:
         if config == "ddp":
             port = free_port()
-            procs = [subprocess.Popen([sys.executable, __file__, "--role", "ddp", "--rank",
+            # trellis-python: the interpreter (and so the torch) the trellis rows use, whatever
+            # python3 started this bench (pyenv's, without torch, comes first on some PATHs).
+            python = os.path.join(a.bin_dir, "trellis-python")
+            procs = [subprocess.Popen([python, __file__, "--role", "ddp", "--rank",
                                        str(r), "--world", "2", "--port", str(port)] +
                                       common_args(model, a, out),
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
