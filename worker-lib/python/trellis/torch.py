@@ -198,11 +198,6 @@ def seal():
     _state.seal()
 
 
-def _tensor_bytes(t):
-    # A CUDA tensor (a model moved to the GPU before broadcast_parameters) via a host copy.
-    return t.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy()
-
-
 def _broadcast_tensors_now(tensors, root):
     s = _trellis._get()
     if s.size() == 1:
@@ -224,7 +219,7 @@ def _broadcast_tensors_now(tensors, root):
                            % (root, got[2], got[1], len(tensors), total))
     data = None
     if s.rank() == root:
-        data = np.concatenate([_tensor_bytes(t) for t in tensors]) if tensors else \
+        data = np.concatenate([_torch_tensors._numpy_bytes(t) for t in tensors]) if tensors else \
             np.zeros(0, np.uint8)
     data = _state.broadcast_bytes(data, total, root)
     if s.rank() != root:
