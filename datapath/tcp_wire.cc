@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -212,6 +213,18 @@ StatusOr<int> Connect(const std::string& host, int port, int64_t timeout_ms) {
   return UnavailableError("cannot connect to " + host + ":" + service + ": " + last);
 }
 
+void SkipSent(size_t n, struct iovec** iov, int* iovcnt) {
+  while (*iovcnt > 0 && n >= (*iov)->iov_len) {
+    n -= (*iov)->iov_len;
+    ++*iov;
+    --*iovcnt;
+  }
+  if (*iovcnt > 0) {
+    (*iov)->iov_base = static_cast<uint8_t*>((*iov)->iov_base) + n;
+    (*iov)->iov_len -= n;
+  }
+}
+
 Status SendAll(int fd, struct iovec* iov, int iovcnt) {
   while (iovcnt > 0) {
     msghdr m{};
@@ -222,16 +235,28 @@ Status SendAll(int fd, struct iovec* iov, int iovcnt) {
       if (errno == EINTR) continue;
       return UnavailableError(Errno("send"));
     }
-    auto left = static_cast<size_t>(n);
-    while (iovcnt > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --iovcnt;
+    SkipSent(static_cast<size_t>(n), &iov, &iovcnt);
+  }
+  return Status::Ok();
+}
+
+Status SendNow(int fd, const struct iovec* iov, int iovcnt, size_t* sent) {
+  *sent = 0;
+  std::vector<iovec> left(iov, iov + iovcnt);
+  iovec* at = left.data();
+  int count = iovcnt;
+  while (count > 0) {
+    msghdr m{};
+    m.msg_iov = at;
+    m.msg_iovlen = static_cast<size_t>(std::min(count, IOV_MAX));
+    ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
+      return UnavailableError(Errno("send"));
     }
-    if (iovcnt > 0) {
-      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
+    *sent += static_cast<size_t>(n);
+    SkipSent(static_cast<size_t>(n), &at, &count);
   }
   return Status::Ok();
 }
@@ -326,6 +351,12 @@ Status SocketReader::Read(void* dst, size_t n, WriteGuard* guard) {
     n -= got;
   }
   return Status::Ok();
+}
+
+bool SocketReader::NothingWaiting() const {
+  if (tls_ != nullptr || begin_ < end_) return false;
+  int queued = 0;
+  return ioctl(fd_, FIONREAD, &queued) == 0 && queued == 0;
 }
 
 Status SocketReader::Skip(size_t n) {

@@ -73,6 +73,13 @@ StatusOr<int> Connect(const std::string& host, int port, int64_t timeout_ms);
 Status SendAll(int fd, struct iovec* iov, int iovcnt);
 // The same through `tls` when the link runs TLS (nullptr: plain SendAll on `fd`).
 Status SendAll(int fd, TlsStream* tls, struct iovec* iov, int iovcnt);
+// Sends what the socket takes now without waiting (plaintext only): a thread that must not block
+// on a peer (one that may have stopped reading) writes what fits and leaves the rest to a
+// writer thread. *sent = the bytes sent, all of them or fewer when the socket's buffer filled.
+Status SendNow(int fd, const struct iovec* iov, int iovcnt, size_t* sent);
+// Drops the first `n` bytes of an iovec array (a partial send): *iov and *iovcnt move past the
+// whole entries, the first remaining entry is shortened. REQUIRES: n <= the array's bytes.
+void SkipSent(size_t n, struct iovec** iov, int* iovcnt);
 
 // Lets a reader write into memory that another thread may retire meanwhile (the worker's `out`,
 // freed by the user once the operation completed): Begin() before each piece written returns
@@ -97,6 +104,9 @@ class SocketReader {
   Status Read(void* dst, size_t n, WriteGuard* guard = nullptr);
   // Reads and drops `n` bytes.
   Status Skip(size_t n);
+  // True when no byte waits to be read: none in the read-ahead buffer and none in the socket
+  // (FIONREAD). Always false through TLS (decrypted bytes may wait inside the stream).
+  bool NothingWaiting() const;
 
  private:
   Status Fill();                      // at least one byte into the buffer (blocking)

@@ -33,11 +33,12 @@ void ServingQueue::Stop() {
   while (!queue_.empty()) queue_.pop();
 }
 
-bool ServingQueue::Submit(int32_t priority, size_t payload_bytes, Job job) {
+bool ServingQueue::Submit(int32_t priority, size_t payload_bytes, Job job, Inline policy) {
   {
     std::lock_guard lock(mu_);
     if (stopping_) return false;
-    if (held_ || !queue_.empty() || payload_bytes > options_.inline_max_bytes) {
+    const bool too_big = policy == Inline::kSmallOnly && payload_bytes > options_.inline_max_bytes;
+    if (held_ || !queue_.empty() || too_big) {
       queue_.push(Item{priority, seq_++, std::move(job)});
       cv_.notify_one();
       return true;
@@ -61,12 +62,14 @@ void ServingQueue::PoolLoop() {
   }
 }
 
-bool ServingStrand::Submit(int32_t priority, size_t payload_bytes, ServingQueue::Job job) {
+bool ServingStrand::Submit(int32_t priority, size_t payload_bytes, ServingQueue::Job job,
+                           ServingQueue::Inline policy) {
   {
     std::lock_guard lock(mu_);
     waiting_.push(Item{priority, seq_++, std::move(job)});
   }
-  if (queue_->Submit(priority, payload_bytes, [self = shared_from_this()] { self->RunOne(); })) {
+  if (queue_->Submit(priority, payload_bytes, [self = shared_from_this()] { self->RunOne(); },
+                     policy)) {
     return true;
   }
   // Stopped: one job fewer will run, so one fewer waits (the queue drops the rest anyway).

@@ -2,7 +2,9 @@
 // pserver/data_service.h, and the TCP listener, pserver/tcp_data_server.h): requests that wait
 // are served highest priority first, FIFO within a priority, by a small pool ("pserver-pool",
 // one thread per core by default). A small request with nothing waiting is served on the
-// transport's own thread (no hand-off latency): nothing it could overtake is queued.
+// transport's own thread (no hand-off latency): nothing it could overtake is queued. So is a
+// request of any size when its transport saw nothing more arrive behind it (Inline::kAnySize):
+// the thread would only wait for the pool otherwise, and each hand-off costs a wake-up.
 //
 // The queue holds what the transports have read; each transport bounds what one connection may
 // have in it (gRPC: its flow control per message; TCP: a per-connection budget), so a peer that
@@ -47,6 +49,11 @@ struct ServingQueueOptions {
 class ServingQueue {
  public:
   using Job = std::function<void()>;
+  // Which requests Submit may serve on the caller's thread when nothing waits.
+  enum class Inline {
+    kSmallOnly,  // payloads up to ServingQueueOptions::inline_max_bytes
+    kAnySize,    // any: the caller's link holds nothing more to read (nothing to overtake)
+  };
 
   explicit ServingQueue(ServingQueueOptions options);
   ~ServingQueue();  // Stop()
@@ -54,9 +61,10 @@ class ServingQueue {
   ServingQueue& operator=(const ServingQueue&) = delete;
 
   // Runs `job` (a request of `payload_bytes`): on the caller's thread when nothing waits, the
-  // queue is not held and the payload is small; else queued by `priority`. False after Stop()
-  // (`job` is dropped unrun: the caller answers UNAVAILABLE). Thread-safe.
-  bool Submit(int32_t priority, size_t payload_bytes, Job job);
+  // queue is not held and `policy` allows the size; else queued by `priority`. False after
+  // Stop() (`job` is dropped unrun: the caller answers UNAVAILABLE). Thread-safe.
+  bool Submit(int32_t priority, size_t payload_bytes, Job job,
+              Inline policy = Inline::kSmallOnly);
 
   // Stops the pool (jobs still queued are dropped unrun); idempotent.
   void Stop();
@@ -90,7 +98,8 @@ class ServingStrand : public std::enable_shared_from_this<ServingStrand> {
 
   // As ServingQueue::Submit; `job` runs after every higher-priority (and earlier equal-priority)
   // job of this strand, never beside one.
-  bool Submit(int32_t priority, size_t payload_bytes, ServingQueue::Job job);
+  bool Submit(int32_t priority, size_t payload_bytes, ServingQueue::Job job,
+              ServingQueue::Inline policy = ServingQueue::Inline::kSmallOnly);
   // Drops the jobs not started (shutdown: what they hold is released).
   void Clear();
 

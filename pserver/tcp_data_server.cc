@@ -9,6 +9,7 @@
 #include <climits>
 #include <condition_variable>
 #include <cstring>
+#include <optional>
 #include <queue>
 #include <system_error>
 
@@ -33,6 +34,11 @@ struct Outgoing {
   }
   const void* PayloadData() const {
     return packed ? static_cast<const void*>(packed->data()) : values->data();
+  }
+  size_t Bytes() const { return head.size() + PayloadBytes(); }
+  void AppendTo(std::vector<iovec>* iov) const {
+    iov->push_back({const_cast<uint8_t*>(head.data()), head.size()});
+    if (PayloadBytes() > 0) iov->push_back({const_cast<void*>(PayloadData()), PayloadBytes()});
   }
   bool operator<(const Outgoing& o) const {  // max-heap: higher priority, then FIFO
     return priority != o.priority ? priority < o.priority : seq > o.seq;
@@ -73,6 +79,11 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   std::condition_variable cv;
   std::priority_queue<Outgoing> out;  // GUARDED_BY(mu)
   uint64_t seq = 0;                   // GUARDED_BY(mu)
+  // GUARDED_BY(mu): an answer the serving thread began to send and the socket did not take
+  // whole; the writer sends its rest before anything else.
+  std::optional<Outgoing> partial;
+  size_t partial_sent = 0;            // GUARDED_BY(mu): its bytes already sent
+  bool writing = false;               // GUARDED_BY(mu): a send on `fd` is in progress
   bool closing = false;               // GUARDED_BY(mu): flush what is queued, then close
   bool dead = false;                  // GUARDED_BY(mu): nothing more is written
   bool fd_closed = false;             // GUARDED_BY(mu): `fd` is closed (both threads ended)
@@ -86,14 +97,36 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   bool stop_reading = false;                // GUARDED_BY(serve_mu): Kill()
   PayloadBuffers spare{kSpareBuffers};      // GUARDED_BY(serve_mu): payload buffers to reuse
 
+  // Queues an answer by priority. When nothing is queued or being sent, the calling (serving)
+  // thread sends it itself, as far as the socket takes it without waiting: one wake-up fewer
+  // per answer, and a worker that stopped reading costs this thread nothing (the writer sends
+  // the rest). Through TLS the writer always sends.
   void Send(Outgoing o) {
-    {
-      std::lock_guard lock(mu);
-      if (closing || dead) return;  // the worker is gone or the stream is being closed
+    std::unique_lock lock(mu);
+    if (closing || dead) return;  // the worker is gone or the stream is being closed
+    if (tls || writing || partial || !out.empty()) {
       o.seq = seq++;
       out.push(std::move(o));
+      lock.unlock();
+      cv.notify_all();
+      return;
     }
-    cv.notify_one();
+    writing = true;
+    lock.unlock();
+    std::vector<iovec> iov;
+    o.AppendTo(&iov);
+    size_t sent = 0;
+    Status st = tcpwire::SendNow(fd, iov.data(), static_cast<int>(iov.size()), &sent);
+    lock.lock();
+    writing = false;
+    if (!st.ok()) {
+      dead = true;  // the worker is gone; the writer ends the stream
+    } else if (sent < o.Bytes()) {
+      partial = std::move(o);
+      partial_sent = sent;
+    }
+    lock.unlock();
+    cv.notify_all();  // the writer (the rest, or what queued meanwhile), CloseFd
   }
   void SendStatus(wire::Op op, uint64_t id, const Status& st) {
     // Errors jump the queue: the worker's handle fails at once.
@@ -136,8 +169,10 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   // against the connection cap.
   void CloseFd() {
     {
-      std::lock_guard lock(mu);
+      std::unique_lock lock(mu);
       if (fd_closed) return;
+      // A serving thread's send (never blocking) ends before the descriptor may be reused.
+      cv.wait(lock, [this] { return !writing; });
       tls.reset();
       ::close(fd);
       fd_closed = true;
@@ -246,9 +281,13 @@ void TcpDataServer::Connection::ReadLoop() {
     if (h.op != wire::Op::kBulk) {
       // The store may take the payload (a first push) and leave a buffer of the same size.
       const bool whole = h.payload_bytes == n * sizeof(float) && r->payload.size() == n;
+      // Nothing more arrived: no request of this worker to read ahead or to let overtake this
+      // one, so the reader may serve it whatever its size rather than wake the pool.
+      const auto policy = rd.NothingWaiting() ? ServingQueue::Inline::kAnySize
+                                              : ServingQueue::Inline::kSmallOnly;
       if (!strand->Submit(h.priority, h.payload_bytes, [r, whole] {
             r->conn->Serve(r->header, r->Chunks(), whole ? &r->payload : nullptr);
-          })) {
+          }, policy)) {
         SendStatus(h.op, h.request_id, UnavailableError("parameter server shutting down"));
       }
       continue;
@@ -310,30 +349,38 @@ void TcpDataServer::Connection::WriteLoop() {
   std::vector<Outgoing> batch;
   std::vector<iovec> iov;
   while (true) {
-    cv.wait(lock, [this] { return dead || closing || !out.empty(); });
-    if (dead || out.empty()) break;  // killed, or closing with everything flushed
+    cv.wait(lock, [this] { return dead || (!writing && (closing || partial || !out.empty())); });
+    if (dead || (!partial && out.empty())) break;  // killed, or closing with everything flushed
     batch.clear();
     iov.clear();
+    size_t skip = 0;  // bytes of the batch's first answer a serving thread already sent
+    if (partial) {
+      batch.push_back(std::move(*partial));
+      partial.reset();
+      skip = partial_sent;
+    }
     size_t batch_bytes = 0;
     while (!out.empty() && batch.size() < kMaxBatch && batch_bytes < kMaxBatchBytes) {
       batch.push_back(std::move(const_cast<Outgoing&>(out.top())));
       out.pop();
-      batch_bytes += batch.back().head.size() + batch.back().PayloadBytes();
+      batch_bytes += batch.back().Bytes();
     }
+    writing = true;
     lock.unlock();
-    for (auto& o : batch) {
-      iov.push_back({o.head.data(), o.head.size()});
-      if (o.PayloadBytes() > 0) {
-        iov.push_back({const_cast<void*>(o.PayloadData()), o.PayloadBytes()});
-      }
-    }
-    Status st = tcpwire::SendAll(fd, tls.get(), iov.data(), static_cast<int>(iov.size()));
+    for (auto& o : batch) o.AppendTo(&iov);
+    iovec* at = iov.data();
+    int count = static_cast<int>(iov.size());
+    tcpwire::SkipSent(skip, &at, &count);
+    Status st = tcpwire::SendAll(fd, tls.get(), at, count);
     batch.clear();  // releases the result buffers
     lock.lock();
+    writing = false;
+    cv.notify_all();  // CloseFd may wait for the send to end
     if (!st.ok()) break;  // the worker is gone
   }
   dead = true;
   while (!out.empty()) out.pop();
+  partial.reset();
   lock.unlock();
   // Ends the byte stream after the last answer (the worker reads an error frame, then EOF) and
   // wakes the reader if it still waits.

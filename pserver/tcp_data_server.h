@@ -9,12 +9,15 @@
 // (reused, pre-faulted) and hands it to the server's serving queue (pserver/serving_queue.h,
 // shared with the gRPC service) through the connection's strand: one request of a connection is
 // served at a time, the highest priority of what waits first (arrival order where priorities
-// tie); a small request with nothing waiting is served on the reader itself, a big one (or any
-// while others wait) by the pool, while the reader reads ahead. The read-ahead is bounded per connection
-// (`read_ahead`); past it the reader stops reading and the peer's socket fills. The writer
-// sends the answers highest priority first with sendmsg straight from the store's result
-// buffers. A reader never waits on a write, so two peers that
-// both write a lot cannot deadlock. When a thread cannot be created, that one connection is
+// tie); a request with nothing waiting in the queue is served on the reader itself when it is
+// small or when nothing more has arrived on the connection (nothing to read ahead), else by the
+// pool while the reader reads ahead. The read-ahead is bounded per connection (`read_ahead`);
+// past it the reader stops reading and the peer's socket fills. Answers go out with sendmsg
+// straight from the store's result buffers: by the serving thread itself when nothing is queued
+// or being sent, as far as the socket takes it without waiting, else (and the rest) by the
+// writer, highest priority first. Only the writer ever waits on the socket, so a worker that
+// stops reading holds up no serving thread, and two peers that both write a lot cannot
+// deadlock. When a thread cannot be created, that one connection is
 // refused (a log line); the server goes on.
 //
 // Errors: a request the store refuses gets an error frame and the connection goes on; bytes that

@@ -27,6 +27,10 @@ namespace trellis {
 namespace {
 
 constexpr size_t kMaxBatch = 32;  // frames per sendmsg
+// Payloads the caller's thread may send itself (SendInline). Bigger ones go to the writer thread
+// so that a training script's backward pass (which queues gradients as they are computed) does
+// not spend its own time copying them into the kernel.
+constexpr uint64_t kInlineSendMaxBytes = 64 << 10;
 
 void SetRecvTimeout(int fd, int64_t ms) {
   timeval tv{};
@@ -112,13 +116,18 @@ class TcpConnection final : public ServerConnection {
     f.sent = std::move(sent);
     Status dead;
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
       if (broken_) {
         dead = broken_status_;
       } else {
         h.request_id = next_id_++;
         wire::EncodeRequestHeader(h, f.head);
         pending_.emplace(h.request_id, PendingOf(r, std::move(reply)));
+        if (tls_ == nullptr && !writing_ && queue_.empty() &&
+            f.payload_bytes <= kInlineSendMaxBytes) {
+          SendInline(std::move(f), lock);
+          return;
+        }
         queue_.push_back(std::move(f));
       }
     }
@@ -177,6 +186,7 @@ class TcpConnection final : public ServerConnection {
     uint8_t head[wire::kRequestHeaderBytes];
     const void* payload = nullptr;  // the caller's memory (or `encoded`), sent without a copy
     uint64_t payload_bytes = 0;
+    size_t skip = 0;  // bytes the caller's thread already sent (SendInline)
     SliceSent sent;  // may be empty
     struct Entry {    // a bulk's entries, after `head` (whose payload they are)
       uint8_t head[wire::kRequestHeaderBytes];
@@ -199,6 +209,31 @@ class TcpConnection final : public ServerConnection {
   static Pending PendingOf(const SliceRequest& r, SliceReply reply) {
     return Pending{std::move(reply), r.out, static_cast<uint64_t>(r.out_elements) * sizeof(float),
                    r.out_mu, r.out_closed};
+  }
+
+  // The caller's thread sends a frame when nothing is queued or being written (one wake-up of the
+  // writer fewer per request), as far as the socket takes it without waiting; the writer sends
+  // the rest. `sent` then runs here, after the lock is let go.
+  void SendInline(Frame f, std::unique_lock<std::mutex>& lock) {
+    writing_ = true;
+    lock.unlock();
+    iovec iov[2] = {{f.head, sizeof f.head}, {const_cast<void*>(f.payload), f.payload_bytes}};
+    size_t sent = 0;
+    Status st = tcpwire::SendNow(fd_, iov, f.payload_bytes > 0 ? 2 : 1, &sent);
+    SliceSent done;
+    lock.lock();
+    writing_ = false;
+    if (!st.ok()) {
+      ::shutdown(fd_, SHUT_RDWR);  // the reader fails what is pending
+    } else if (sent < sizeof f.head + f.payload_bytes) {
+      f.skip = sent;
+      queue_.push_front(std::move(f));
+    } else {
+      done = std::move(f.sent);
+    }
+    lock.unlock();
+    cv_.notify_all();  // the writer (the rest, or what queued meanwhile), Break
+    if (done) done();
   }
 
   void ReadLoop() {
@@ -314,7 +349,7 @@ class TcpConnection final : public ServerConnection {
     std::vector<iovec> iov;
     std::unique_lock lock(mu_);
     while (true) {
-      cv_.wait(lock, [this] { return broken_ || !queue_.empty(); });
+      cv_.wait(lock, [this] { return broken_ || (!writing_ && !queue_.empty()); });
       if (broken_) return;
       batch.clear();
       while (!queue_.empty() && batch.size() < kMaxBatch) {
@@ -336,7 +371,10 @@ class TcpConnection final : public ServerConnection {
           }
         }
       }
-      Status st = tcpwire::SendAll(fd_, tls_.get(), iov.data(), static_cast<int>(iov.size()));
+      iovec* at = iov.data();
+      int count = static_cast<int>(iov.size());
+      tcpwire::SkipSent(batch.front().skip, &at, &count);
+      Status st = tcpwire::SendAll(fd_, tls_.get(), at, count);
       if (st.ok()) {
         for (auto& f : batch) {
           if (f.sent) f.sent();

@@ -5,6 +5,9 @@
 // for the server's answer within the timeout (wrong token: UNAUTHENTICATED). Then:
 //  * Send queues the request (never blocks); the writer thread ("trellis-tcp-wr") sends queued
 //    frames with sendmsg straight from the caller's gradient memory (header + payload iovecs).
+//    A small request with nothing queued or being written is sent by the caller's thread itself
+//    as far as the socket takes it without waiting (the writer sends the rest): one wake-up
+//    fewer on the latency path.
 //  * The reader thread ("trellis-tcp-rd") reads each answer's header, finds the request by id and
 //    reads the payload straight into the request's `out` (no intermediate buffer), under the
 //    operation's data lock so nothing lands after the operation completed.
