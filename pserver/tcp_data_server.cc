@@ -84,6 +84,10 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   std::optional<Outgoing> partial;
   size_t partial_sent = 0;            // GUARDED_BY(mu): its bytes already sent
   bool writing = false;               // GUARDED_BY(mu): a send on `fd` is in progress
+  // GUARDED_BY(mu): answer bytes queued or partly sent. Past the read-ahead's byte limit the
+  // reader reads no more requests until the worker reads its answers: a worker that keeps
+  // sending but stops reading is held back by its own socket, not by the server's memory.
+  size_t unsent_bytes = 0;
   bool closing = false;               // GUARDED_BY(mu): flush what is queued, then close
   bool dead = false;                  // GUARDED_BY(mu): nothing more is written
   bool fd_closed = false;             // GUARDED_BY(mu): `fd` is closed (both threads ended)
@@ -106,6 +110,7 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
     if (closing || dead) return;  // the worker is gone or the stream is being closed
     if (tls || writing || partial || !out.empty()) {
       o.seq = seq++;
+      unsent_bytes += o.Bytes();
       out.push(std::move(o));
       lock.unlock();
       cv.notify_all();
@@ -122,6 +127,7 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
     if (!st.ok()) {
       dead = true;  // the worker is gone; the writer ends the stream
     } else if (sent < o.Bytes()) {
+      unsent_bytes += o.Bytes() - sent;
       partial = std::move(o);
       partial_sent = sent;
     }
@@ -150,7 +156,7 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
       std::lock_guard lock(mu);
       closing = true;
     }
-    cv.notify_one();
+    cv.notify_all();
   }
   void Kill() {
     {
@@ -158,7 +164,7 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
       if (!fd_closed) ::shutdown(fd, SHUT_RDWR);
       dead = true;
     }
-    cv.notify_one();
+    cv.notify_all();
     {
       std::lock_guard lock(serve_mu);
       stop_reading = true;
@@ -192,6 +198,17 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   bool Reserve(size_t bytes, size_t floats, std::vector<float>* buffer);
   void Unreserve(size_t bytes, std::vector<float> buffer);
 
+  // Waits until the answers not yet sent fit the read-ahead's byte limit; false once nothing
+  // more will be written (killed, or the writer ended).
+  bool WaitForAnswerRoom() {
+    const size_t limit =
+        server->options_.read_ahead.bytes > 0
+            ? server->options_.read_ahead.bytes
+            : 2 * static_cast<size_t>(wire::MaxMessageBytes(server->options_.slice_bytes));
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return dead || closing || unsent_bytes <= limit; });
+    return !dead && !closing;
+  }
   void ReadLoop();
   // Serves one request (header + payload in `frame`) from the store; the answer is queued by
   // priority. `payload`: see SliceStore::Handle.
@@ -252,6 +269,7 @@ void TcpDataServer::Connection::ReadLoop() {
       static_cast<uint64_t>(wire::MaxMessageBytes(server->options_.slice_bytes)) -
       wire::kRequestHeaderBytes;
   while (true) {
+    if (!WaitForAnswerRoom()) break;  // the stream is ending
     uint8_t head[wire::kRequestHeaderBytes];
     st = rd.Read(head, sizeof head);
     if (!st.ok()) break;  // the worker went away (or Stop)
@@ -365,6 +383,9 @@ void TcpDataServer::Connection::WriteLoop() {
       out.pop();
       batch_bytes += batch.back().Bytes();
     }
+    size_t taken = 0;  // the batch's unsent bytes
+    for (const auto& o : batch) taken += o.Bytes();
+    taken -= skip;
     writing = true;
     lock.unlock();
     for (auto& o : batch) o.AppendTo(&iov);
@@ -375,13 +396,16 @@ void TcpDataServer::Connection::WriteLoop() {
     batch.clear();  // releases the result buffers
     lock.lock();
     writing = false;
-    cv.notify_all();  // CloseFd may wait for the send to end
+    unsent_bytes -= taken;
+    cv.notify_all();  // CloseFd may wait for the send to end, the reader for answer room
     if (!st.ok()) break;  // the worker is gone
   }
   dead = true;
   while (!out.empty()) out.pop();
   partial.reset();
+  unsent_bytes = 0;
   lock.unlock();
+  cv.notify_all();  // a reader waiting for answer room
   // Ends the byte stream after the last answer (the worker reads an error frame, then EOF) and
   // wakes the reader if it still waits.
   ::shutdown(fd, SHUT_RDWR);

@@ -11,8 +11,9 @@
 // served at a time, the highest priority of what waits first (arrival order where priorities
 // tie); a request with nothing waiting in the queue is served on the reader itself when it is
 // small or when nothing more has arrived on the connection (nothing to read ahead), else by the
-// pool while the reader reads ahead. The read-ahead is bounded per connection (`read_ahead`);
-// past it the reader stops reading and the peer's socket fills. Answers go out with sendmsg
+// pool while the reader reads ahead. The read-ahead is bounded per connection (`read_ahead`),
+// and so are the answers not yet sent (its byte limit); past either the reader stops reading and
+// the peer's socket fills. Answers go out with sendmsg
 // straight from the store's result buffers: by the serving thread itself when nothing is queued
 // or being sent, as far as the socket takes it without waiting, else (and the rest) by the
 // writer, highest priority first. Only the writer ever waits on the socket, so a worker that

@@ -3,7 +3,9 @@
 // the connection's writer. A worker that stops reading must therefore cost the serving threads
 // nothing (the server's one pool thread here serves every connection), and every answer must
 // arrive whole and in order once it reads again, however the bytes were split between the
-// serving thread and the writer.
+// serving thread and the writer. And the answers such a worker does not read are bounded: past
+// the read-ahead's bytes the server reads no more of its requests, so its own socket holds it back.
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -24,7 +26,9 @@ using testing::RequestBytes;
 
 constexpr char kToken[] = "tok";
 constexpr int kElements = 256 << 10;  // 1 MiB of floats per answer
-constexpr int kSteps = 24;            // 24 MiB of answers: far more than the socket buffers
+// 96 MiB of answers: far more than the socket buffers (2 x 8 MiB each way) and the server's
+// bound on answers not sent (the read-ahead's two maximal messages) together.
+constexpr int kSteps = 96;
 
 std::vector<float> Filled(float v) { return std::vector<float>(kElements, v); }
 
@@ -53,9 +57,11 @@ TEST_F(TcpAnswersTest, AWorkerThatStopsReadingHoldsUpNoOneAndGetsEveryAnswerLate
   // written by a thread (the server stops reading it once its answers back up), none read yet.
   auto stalled = Connect();
   ASSERT_GE(stalled->fd(), 0);
+  std::atomic<int> written{0};
   std::thread flood([&] {
     for (int s = 1; s <= kSteps; ++s) {
       if (!stalled->Write(RequestBytes(wire::Op::kPushPull, 0, 0, s, Filled(float(s)), s))) return;
+      written.fetch_add(1);
     }
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let its answers back up
@@ -74,6 +80,11 @@ TEST_F(TcpAnswersTest, AWorkerThatStopsReadingHoldsUpNoOneAndGetsEveryAnswerLate
     ASSERT_EQ(a.values.size(), static_cast<size_t>(kElements));
     EXPECT_EQ(a.values.front(), id == 101 ? 0.5f : 1.5f);
   }
+
+  // The server stopped reading the stalled worker once its answers backed up: its requests wait
+  // in its own socket, not as answers in the server's memory.
+  EXPECT_LT(written.load(), kSteps) << "the server read every request of a worker that reads no "
+                                       "answers: what it queues for it is unbounded";
 
   // The stalled worker reads again: every answer, in order, whole and with its own step's sum.
   for (int s = 1; s <= kSteps; ++s) {
