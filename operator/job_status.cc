@@ -448,6 +448,7 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
       removing.insert(p.name);
     }
   }
+  std::string going;  // the first wanted pod being deleted from outside (kubectl delete, a drain)
   for (const auto& pod : order) {
     auto it = by_name.find(pod);
     if (it == by_name.end()) {
@@ -458,6 +459,7 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
     const ObservedPod& p = *it->second;
     const bool up = p.phase == "Running" || (p.role == PodRole::kWorker && p.phase == "Succeeded");
     if (!up || p.deleting || removing.count(pod)) all_up = false;
+    if (p.deleting && !removing.count(pod) && going.empty()) going = pod;
   }
 
   // Why the pods wait, when the cluster says so: the PodGroup could not be made, the gang
@@ -496,6 +498,14 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
     reason = "PodRecreated";
     message = "job " + name + ": pod " + plan.create.front() +
               " is gone (deleted or evicted); recreating it (not counted toward backoffLimit)";
+  } else if (old_phase == kRunning && !going.empty()) {
+    // Seen while its deletion is under way (deletionTimestamp set, not gone yet): the job is
+    // replacing a pod, not waiting for its first pods.
+    phase = kRestarting;
+    reason = "PodRecreated";
+    message = "job " + name + ": pod " + going +
+              " is being deleted (or evicted); it is recreated once gone (not counted toward "
+              "backoffLimit)";
   } else if (all_up) {
     phase = kRunning;
     if (reason.empty() || old_phase != kRunning) {

@@ -200,6 +200,30 @@ TEST(PlanJobTest, DeletedPodIsRecreatedWithoutCountingARestart) {
   EXPECT_EQ(Int(back.status, {"restarts"}), 0);
 }
 
+// The operator may see the deleted pod before it is gone (deletionTimestamp set, still listed):
+// the running job is replacing a pod, never Pending again (as a user watching its phase, or
+// tests/k8s_real/pod_delete_test.py, reads it).
+TEST(PlanJobTest, PodSeenWhileBeingDeletedKeepsARunningJobOutOfPending) {
+  Json job = ApiJob(kSpec);  // OnFailure
+  Step(job, AllPods("Running"), kT0);
+  auto pods = AllPods("Running");
+  pods[4].deleting = true;  // worker 1, `kubectl delete pod` under way
+  JobPlan p = Step(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(p.status, {"phase"}), "Restarting");
+  EXPECT_EQ(Int(p.status, {"restarts"}), 0);
+  EXPECT_TRUE(p.create.empty());  // not before the old one is gone (same name)
+  EXPECT_EQ(p.event_reason, "PodRecreated");
+  EXPECT_EQ(p.event_message,
+            "job mlp: pod mlp-worker-1 is being deleted (or evicted); it is recreated once gone "
+            "(not counted toward backoffLimit)");
+  pods.erase(pods.begin() + 4);  // gone
+  JobPlan gone = Step(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_EQ(Str(gone.status, {"phase"}), "Restarting");
+  EXPECT_EQ(gone.create, (std::vector<std::string>{"mlp-worker-1"}));
+  JobPlan back = Step(job, AllPods("Running"), kT0 + std::chrono::seconds(3));
+  EXPECT_EQ(Str(back.status, {"phase"}), "Running");
+}
+
 // Evicted by the kubelet (the pod stays, Failed, reason Evicted) or marked DisruptionTarget:
 // recreated without counting toward backoffLimit, as a Kubernetes Job's podFailurePolicy
 // Ignore rule for DisruptionTarget does.
