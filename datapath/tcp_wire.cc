@@ -225,40 +225,37 @@ void SkipSent(size_t n, struct iovec** iov, int* iovcnt) {
   }
 }
 
-Status SendAll(int fd, struct iovec* iov, int iovcnt) {
+namespace {
+
+// The sendmsg loop under SendAll and SendNow: resumes partial sends; with MSG_DONTWAIT in `flags`
+// a full socket ends it (OK, *sent short), without it EAGAIN is the send timeout (an error).
+Status SendLoop(int fd, struct iovec* iov, int iovcnt, int flags, size_t* sent) {
+  *sent = 0;
   while (iovcnt > 0) {
     msghdr m{};
     m.msg_iov = iov;
     m.msg_iovlen = static_cast<size_t>(std::min(iovcnt, IOV_MAX));
-    ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL);
+    ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL | flags);
     if (n < 0) {
       if (errno == EINTR) continue;
+      if ((flags & MSG_DONTWAIT) != 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       return UnavailableError(Errno("send"));
     }
+    *sent += static_cast<size_t>(n);
     SkipSent(static_cast<size_t>(n), &iov, &iovcnt);
   }
   return Status::Ok();
 }
 
-Status SendNow(int fd, const struct iovec* iov, int iovcnt, size_t* sent) {
-  *sent = 0;
-  std::vector<iovec> left(iov, iov + iovcnt);
-  iovec* at = left.data();
-  int count = iovcnt;
-  while (count > 0) {
-    msghdr m{};
-    m.msg_iov = at;
-    m.msg_iovlen = static_cast<size_t>(std::min(count, IOV_MAX));
-    ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
-      return UnavailableError(Errno("send"));
-    }
-    *sent += static_cast<size_t>(n);
-    SkipSent(static_cast<size_t>(n), &at, &count);
-  }
-  return Status::Ok();
+}  // namespace
+
+Status SendAll(int fd, struct iovec* iov, int iovcnt) {
+  size_t sent = 0;
+  return SendLoop(fd, iov, iovcnt, 0, &sent);
+}
+
+Status SendNow(int fd, struct iovec* iov, int iovcnt, size_t* sent) {
+  return SendLoop(fd, iov, iovcnt, MSG_DONTWAIT, sent);
 }
 
 Status SendAll(int fd, TlsStream* tls, struct iovec* iov, int iovcnt) {

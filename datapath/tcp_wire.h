@@ -76,7 +76,8 @@ Status SendAll(int fd, TlsStream* tls, struct iovec* iov, int iovcnt);
 // Sends what the socket takes now without waiting (plaintext only): a thread that must not block
 // on a peer (one that may have stopped reading) writes what fits and leaves the rest to a
 // writer thread. *sent = the bytes sent, all of them or fewer when the socket's buffer filled.
-Status SendNow(int fd, const struct iovec* iov, int iovcnt, size_t* sent);
+// `iov` is modified, as by SendAll.
+Status SendNow(int fd, struct iovec* iov, int iovcnt, size_t* sent);
 // Drops the first `n` bytes of an iovec array (a partial send): *iov and *iovcnt move past the
 // whole entries, the first remaining entry is shortened. REQUIRES: n <= the array's bytes.
 void SkipSent(size_t n, struct iovec** iov, int* iovcnt);

@@ -492,20 +492,18 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
 
   if (restarted) {
     phase = kRestarting;
-  } else if (old_phase == kRunning && !plan.create.empty()) {
-    // A pod of the running job is gone (deleted, evicted, drained): recreated, not counted.
+  } else if (old_phase == kRunning && (!plan.create.empty() || !going.empty())) {
+    // A pod of the running job is gone, or seen while its deletion is under way (deleted,
+    // evicted, drained): the job is replacing it, not waiting for its first pods; not counted.
     phase = kRestarting;
     reason = "PodRecreated";
-    message = "job " + name + ": pod " + plan.create.front() +
-              " is gone (deleted or evicted); recreating it (not counted toward backoffLimit)";
-  } else if (old_phase == kRunning && !going.empty()) {
-    // Seen while its deletion is under way (deletionTimestamp set, not gone yet): the job is
-    // replacing a pod, not waiting for its first pods.
-    phase = kRestarting;
-    reason = "PodRecreated";
-    message = "job " + name + ": pod " + going +
-              " is being deleted (or evicted); it is recreated once gone (not counted toward "
-              "backoffLimit)";
+    message = !plan.create.empty()
+                  ? "job " + name + ": pod " + plan.create.front() +
+                        " is gone (deleted or evicted); recreating it (not counted toward "
+                        "backoffLimit)"
+                  : "job " + name + ": pod " + going +
+                        " is being deleted (or evicted); it is recreated once gone (not counted "
+                        "toward backoffLimit)";
   } else if (all_up) {
     phase = kRunning;
     if (reason.empty() || old_phase != kRunning) {

@@ -201,10 +201,7 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   // Waits until the answers not yet sent fit the read-ahead's byte limit; false once nothing
   // more will be written (killed, or the writer ended).
   bool WaitForAnswerRoom() {
-    const size_t limit =
-        server->options_.read_ahead.bytes > 0
-            ? server->options_.read_ahead.bytes
-            : 2 * static_cast<size_t>(wire::MaxMessageBytes(server->options_.slice_bytes));
+    const size_t limit = server->options_.read_ahead.bytes;
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return dead || closing || unsent_bytes <= limit; });
     return !dead && !closing;
@@ -371,21 +368,19 @@ void TcpDataServer::Connection::WriteLoop() {
     if (dead || (!partial && out.empty())) break;  // killed, or closing with everything flushed
     batch.clear();
     iov.clear();
-    size_t skip = 0;  // bytes of the batch's first answer a serving thread already sent
+    size_t skip = 0;         // bytes of the batch's first answer a serving thread already sent
+    size_t batch_bytes = 0;  // what this send writes
     if (partial) {
+      skip = partial_sent;
+      batch_bytes = partial->Bytes() - skip;
       batch.push_back(std::move(*partial));
       partial.reset();
-      skip = partial_sent;
     }
-    size_t batch_bytes = 0;
     while (!out.empty() && batch.size() < kMaxBatch && batch_bytes < kMaxBatchBytes) {
       batch.push_back(std::move(const_cast<Outgoing&>(out.top())));
       out.pop();
       batch_bytes += batch.back().Bytes();
     }
-    size_t taken = 0;  // the batch's unsent bytes
-    for (const auto& o : batch) taken += o.Bytes();
-    taken -= skip;
     writing = true;
     lock.unlock();
     for (auto& o : batch) o.AppendTo(&iov);
@@ -396,7 +391,7 @@ void TcpDataServer::Connection::WriteLoop() {
     batch.clear();  // releases the result buffers
     lock.lock();
     writing = false;
-    unsent_bytes -= taken;
+    unsent_bytes -= batch_bytes;
     cv.notify_all();  // CloseFd may wait for the send to end, the reader for answer room
     if (!st.ok()) break;  // the worker is gone
   }

@@ -50,7 +50,8 @@ struct TcpDataServerOptions {
   int64_t slice_bytes = 4 << 20;  // bounds a payload (as the gRPC receive limit)
   TlsPtr tls;  // mutual TLS handshake before the hello (common/tls_stream.h); nullptr: plaintext
   TcpAdmissionLimits limits;  // hello deadline, pending and total caps
-  ReadAheadLimit read_ahead;  // per connection: requests read and not served yet
+  // Per connection: requests read and not served yet, and (its bytes) answers not sent yet.
+  ReadAheadLimit read_ahead;
 };
 
 class TcpDataServer {

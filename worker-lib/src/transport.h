@@ -68,8 +68,8 @@ struct Payload {
 // for push and init), or the error (the server's, or the connection's).
 using SliceReply = std::function<void(const Status&, const Payload&)>;
 // Runs at most once, when the request's bytes were handed to the kernel: on a transport thread,
-// or inside Send when the caller's thread sent them itself; never under a transport lock. It may not run at all when the connection breaks first (the
-// reply then reports the error). The worker frees the slice's in-flight place here, so the
+// or inside Send when the caller's thread sent them itself; never under a transport lock. It may
+// not run at all when the connection breaks first (the reply then reports the error). The worker frees the slice's in-flight place here, so the
 // water mark counts what is on its way to the server, not answers that wait for other workers.
 using SliceSent = std::function<void()>;
 
