@@ -34,6 +34,11 @@ struct DataService::StreamState {
   std::mutex mu;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* reactor = nullptr;  // GUARDED_BY(mu)
   std::priority_queue<Outgoing> out;  // GUARDED_BY(mu)
+  // Bytes of the answers in `out` and `current`: past the read-ahead's byte limit the reactor
+  // reads no more requests, so a worker that stops reading its answers holds back its own
+  // requests (gRPC flow control) instead of growing `out` without bound.
+  size_t unsent_bytes = 0;            // GUARDED_BY(mu)
+  size_t current_bytes = 0;           // GUARDED_BY(mu)
   uint64_t seq = 0;                   // GUARDED_BY(mu)
   bool writing = false;               // GUARDED_BY(mu): one write outstanding at a time
   bool reads_done = false;            // GUARDED_BY(mu)
@@ -58,21 +63,24 @@ struct DataService::StreamState {
     writing = true;
     // The frame must stay alive until OnWriteDone; keep it in `current`.
     current = std::move(const_cast<Outgoing&>(out.top()).value);
+    current_bytes = current.Length();
     out.pop();
     reactor->StartWrite(&current);
   }
   void Send(int32_t priority, grpc::ByteBuffer frame) {
     std::lock_guard lock(mu);
     if (finished || reactor == nullptr) return;  // the worker is gone
+    unsent_bytes += frame.Length();
     out.push(Outgoing{priority, seq++, std::move(frame)});
     StartNextLocked();
   }
   grpc::ByteBuffer current;  // GUARDED_BY(mu) while writing
 
-  // The reactor's next read: now, or once a request is served. REQUIRES: mu held.
+  // The reactor's next read: now, or once a request is served or answers are sent.
+  // REQUIRES: mu held.
   void NextReadLocked() {
     if (finished || reads_done || reactor == nullptr) return;
-    if (!unserved.Fits(limit, 0)) {
+    if (!unserved.Fits(limit, 0) || unsent_bytes > limit.bytes) {
       read_waits = true;
       return;
     }
@@ -157,11 +165,15 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     std::lock_guard lock(state_->mu);
     state_->writing = false;
     state_->current.Clear();
+    state_->unsent_bytes -= state_->current_bytes;
+    state_->current_bytes = 0;
     if (!ok) {
       // The stream is broken (worker gone); drop what is queued.
       state_->reads_done = true;
       while (!state_->out.empty()) state_->out.pop();
+      state_->unsent_bytes = 0;
     }
+    if (state_->read_waits) state_->NextReadLocked();
     state_->StartNextLocked();
     state_->MaybeFinishLocked();
   }

@@ -25,7 +25,8 @@ struct DataServiceOptions {
   // The serving queue's pool, shared by both transports (ParameterServer makes it).
   int pool_threads = 0;   // 0: one per core
   size_t inline_max_bytes = 64 << 10;  // serve payloads up to this size inline when idle
-  // Per stream: requests read and not served yet; past it the stream's next read waits.
+  // Per stream: requests read and not served yet, and answer bytes not sent yet (against
+  // `bytes`); past either the stream's next read waits.
   ReadAheadLimit read_ahead;
 };
 

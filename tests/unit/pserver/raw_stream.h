@@ -24,12 +24,13 @@ struct Answer {
 
 class RawStream {
  public:
-  RawStream(const std::string& address, const std::string& token, const std::string& rank) {
+  RawStream(const std::string& address, const std::string& token, const std::string& rank,
+            std::chrono::seconds deadline = std::chrono::seconds(20)) {
     channel_ = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
     stub_ = std::make_unique<grpc::GenericStub>(channel_);
     if (!token.empty()) ctx_.AddMetadata("x-trellis-token", token);
     if (!rank.empty()) ctx_.AddMetadata(wire::kRankMetadataKey, rank);
-    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    ctx_.set_deadline(std::chrono::system_clock::now() + deadline);
     call_ = stub_->PrepareCall(&ctx_, wire::kStreamMethod, &cq_);
     call_->StartCall(Tag(1));
     ok_ = Next();
@@ -59,17 +60,30 @@ class RawStream {
     grpc::ByteBuffer bb;
     call_->Read(&bb, Tag(3));
     if (!Next()) return false;
-    std::vector<grpc::Slice> slices;
-    (void)bb.Dump(&slices);
-    auto chunks = wire::ChunksOf(slices);
-    if (!wire::DecodeResponse(chunks, &a->header, &a->message).ok()) return false;
-    a->payload.resize(a->header.payload_bytes);
-    wire::CopyOut(chunks, wire::kResponseHeaderBytes + a->header.message_bytes,
-                  a->header.payload_bytes, a->payload.data());
-    a->values.resize(a->header.packed ? 0 : a->payload.size() / 4);
-    if (!a->values.empty()) std::memcpy(a->values.data(), a->payload.data(), a->values.size() * 4);
-    return true;
+    return Decode(bb, a);
   }
+
+  // Split-phase use, for a client that writes without reading: at most one write and one read
+  // outstanding (the async API's rule); Poll says which completed.
+  enum class Event { kNone, kWrote, kRead, kFailed };
+  void StartWrite(const std::vector<uint8_t>& bytes) {
+    grpc::Slice s(bytes.data(), bytes.size());
+    write_buf_ = grpc::ByteBuffer(&s, 1);
+    call_->Write(write_buf_, Tag(2));
+  }
+  void StartRead() { call_->Read(&read_buf_, Tag(3)); }
+  // kNone: nothing completed within `wait`.
+  Event Poll(std::chrono::milliseconds wait) {
+    void* tag;
+    bool ok = false;
+    auto r = cq_.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + wait);
+    if (r != grpc::CompletionQueue::GOT_EVENT) return Event::kNone;
+    if (!ok) return Event::kFailed;
+    return tag == Tag(2) ? Event::kWrote : Event::kRead;
+  }
+  // The answer of the last kRead.
+  bool TakeAnswer(Answer* a) { return Decode(read_buf_, a); }
+
   grpc::Status Finish() {
     call_->WritesDone(Tag(4));
     Next();
@@ -81,6 +95,20 @@ class RawStream {
   }
 
  private:
+  static bool Decode(grpc::ByteBuffer& bb, Answer* a) {
+    std::vector<grpc::Slice> slices;
+    (void)bb.Dump(&slices);
+    bb.Clear();
+    auto chunks = wire::ChunksOf(slices);
+    if (!wire::DecodeResponse(chunks, &a->header, &a->message).ok()) return false;
+    a->payload.resize(a->header.payload_bytes);
+    wire::CopyOut(chunks, wire::kResponseHeaderBytes + a->header.message_bytes,
+                  a->header.payload_bytes, a->payload.data());
+    a->values.resize(a->header.packed ? 0 : a->payload.size() / 4);
+    if (!a->values.empty()) std::memcpy(a->values.data(), a->payload.data(), a->values.size() * 4);
+    return true;
+  }
+
   static void* Tag(intptr_t i) { return reinterpret_cast<void*>(i); }
   bool Next() {
     void* tag;
@@ -94,6 +122,8 @@ class RawStream {
   grpc::ClientContext ctx_;
   grpc::CompletionQueue cq_;
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+  grpc::ByteBuffer write_buf_;  // the split-phase write, alive until it completes
+  grpc::ByteBuffer read_buf_;
   bool ok_ = false;
   bool finished_ = false;
 };
