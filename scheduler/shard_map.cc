@@ -156,6 +156,16 @@ std::string ShardMapBytes(const v1::ShardMap& map) {
   return out;
 }
 
+int64_t SliceElements(const v1::KeySpec& k, int64_t slice_bytes) {
+  const int64_t elem = DTypeSize(k.dtype());
+  const int64_t bytes = k.num_elements() * elem;
+  if (slice_bytes <= kHalvedKeyMaxSliceBytes && bytes >= kHalvedKeyMinBytes &&
+      bytes < 2 * slice_bytes) {
+    return std::min(slice_bytes / elem, (k.num_elements() + 1) / 2);
+  }
+  return slice_bytes / elem;
+}
+
 StatusOr<v1::ShardMap> BuildShardMap(std::vector<v1::KeySpec> keys, int32_t num_servers,
                                      std::string_view dispatch, int64_t slice_bytes) {
   TRELLIS_RETURN_IF_ERROR(ValidateShardSettings(dispatch, num_servers, slice_bytes));
@@ -166,7 +176,7 @@ StatusOr<v1::ShardMap> BuildShardMap(std::vector<v1::KeySpec> keys, int32_t num_
   // Count slices first so a hostile declaration is refused before anything is allocated.
   int64_t total_slices = 0;
   for (const auto& k : keys) {
-    const int64_t per_slice = slice_bytes / DTypeSize(k.dtype());
+    const int64_t per_slice = SliceElements(k, slice_bytes);
     total_slices += (k.num_elements() + per_slice - 1) / per_slice;
     if (total_slices > kMaxTotalSlices) {
       return ResourceExhaustedError("the declared keys make more than " +
@@ -185,8 +195,7 @@ StatusOr<v1::ShardMap> BuildShardMap(std::vector<v1::KeySpec> keys, int32_t num_
 
   // Cut every key into slices; the server is filled in below.
   for (const auto& k : keys) {
-    const int64_t elem = DTypeSize(k.dtype());
-    const int64_t per_slice = slice_bytes / elem;
+    const int64_t per_slice = SliceElements(k, slice_bytes);
     auto* ks = map.add_keys();
     *ks->mutable_key() = k;
     uint32_t index = 0;

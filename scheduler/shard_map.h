@@ -51,8 +51,18 @@ Status ValidateShardMap(const v1::ShardMap& map, int32_t num_servers, std::strin
 // The map's deterministic encoding: equal maps give equal bytes.
 std::string ShardMapBytes(const v1::ShardMap& map);
 
+// A key of at least kHalvedKeyMinBytes that would make one or two slices is cut into two
+// halves: the server sums and answers the first while the second is still on the wire, where
+// one slice is received whole before its answer starts back (a 1 MiB key alone went from
+// 0.57-0.70x to 0.88-1.14x of a TCP echo, docs/performance.md). Not above
+// kHalvedKeyMaxSliceBytes: a sliceBytes that large asks for whole tensors.
+inline constexpr int64_t kHalvedKeyMinBytes = 1 << 20;
+inline constexpr int64_t kHalvedKeyMaxSliceBytes = 8 << 20;
+// The elements per slice of key k (the last slice shorter).
+int64_t SliceElements(const v1::KeySpec& k, int64_t slice_bytes);
+
 // Builds the map. Keys are sorted by id first, so the declaration order does not matter.
-// Every key is cut into slices of slice_bytes (the last one shorter). Then:
+// Every key is cut into slices of SliceElements (the last one shorter). Then:
 //   roundRobin: slice j of the global sequence (all keys in id order, their slices in order)
 //               goes to server j mod S (the P3 rule);
 //   hash:       every slice of key k goes to server SplitMix64(k.id) mod S;

@@ -23,8 +23,8 @@ using testing::RequestBytes;
 using Event = RawStream::Event;
 
 constexpr char kToken[] = "tok";
-constexpr int kElements = 256 << 10;  // 1 MiB of floats per answer
-// 96 MiB of answers: far more than gRPC's flow-control windows and the server's bound on
+constexpr int kElements = 255 << 10;  // 1020 KiB of floats per answer: one slice (under 1 MiB)
+// About 96 MiB of answers: far more than gRPC's flow-control windows and the server's bound on
 // answers not sent (the read-ahead's two maximal messages) together.
 constexpr int kSteps = 96;
 

@@ -25,8 +25,8 @@ using testing::Answer;
 using testing::RequestBytes;
 
 constexpr char kToken[] = "tok";
-constexpr int kElements = 256 << 10;  // 1 MiB of floats per answer
-// 96 MiB of answers: far more than the socket buffers (2 x 8 MiB each way) and the server's
+constexpr int kElements = 255 << 10;  // 1020 KiB of floats per answer: one slice (under 1 MiB)
+// About 96 MiB of answers: far more than the socket buffers (2 x 8 MiB each way) and the server's
 // bound on answers not sent (the read-ahead's two maximal messages) together.
 constexpr int kSteps = 96;
 

@@ -48,6 +48,33 @@ TEST(SchedulerShardMap, RoundRobinFollowsTheP3RuleAcrossKeys) {
   EXPECT_EQ(m->num_servers(), 3);
 }
 
+TEST(SchedulerShardMap, KeysOfOneOrTwoSlicesFromOneMiBAreCutInHalves) {
+  constexpr int64_t kMiB = 1 << 20;
+  constexpr int64_t kF = kMiB / 4;  // floats per MiB
+  // Default 4 MiB slices: under 1 MiB one slice; 1 MiB two halves on two servers; 6 MiB two
+  // equal halves (not 4 + 2); 8 MiB and up plain 4 MiB slices.
+  auto m = BuildShardMap({Key(1, kF - 1), Key(2, kF), Key(3, 6 * kF + 1), Key(4, 8 * kF)}, 2,
+                         "roundRobin", 4 * kMiB);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_THAT(Slices(*m, 0), ::testing::ElementsAre(T{0, kF - 1, 0}));
+  EXPECT_THAT(Slices(*m, 1), ::testing::ElementsAre(T{0, kF / 2, 1}, T{kF / 2, kF / 2, 0}));
+  EXPECT_THAT(Slices(*m, 2),
+              ::testing::ElementsAre(T{0, 3 * kF + 1, 1}, T{3 * kF + 1, 3 * kF, 0}));
+  EXPECT_THAT(Slices(*m, 3), ::testing::ElementsAre(T{0, 4 * kF, 1}, T{4 * kF, 4 * kF, 0}));
+  // A map built so passes the checks a restarted scheduler makes of a worker's copy.
+  EXPECT_TRUE(ValidateShardMap(*m, 2, "roundRobin", 4 * kMiB).ok());
+
+  // A slice size above 8 MiB asks for whole tensors: one slice per key however big.
+  auto whole = BuildShardMap({Key(2, kF), Key(3, 6 * kF)}, 1, "roundRobin", 1 << 30);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_THAT(Slices(*whole, 0), ::testing::ElementsAre(T{0, kF, 0}));
+  EXPECT_THAT(Slices(*whole, 1), ::testing::ElementsAre(T{0, 6 * kF, 0}));
+  // A smaller sliceBytes cuts as given (1 MiB in 512 KiB slices).
+  auto small = BuildShardMap({Key(2, kF)}, 1, "roundRobin", kMiB / 2);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_THAT(Slices(*small, 0), ::testing::ElementsAre(T{0, kF / 2, 0}, T{kF / 2, kF / 2, 0}));
+}
+
 TEST(SchedulerShardMap, RoundRobinSequenceContinuesOverKeyBoundaries) {
   // Two keys of 3 slices each on 2 servers: 0 1 0 | 1 0 1 (not 0 1 0 | 0 1 0).
   auto m = BuildShardMap({Key(1, 12), Key(2, 12)}, 2, "roundRobin", 16);
