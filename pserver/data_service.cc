@@ -38,7 +38,6 @@ struct DataService::StreamState {
   // reads no more requests, so a worker that stops reading its answers holds back its own
   // requests (gRPC flow control) instead of growing `out` without bound.
   size_t unsent_bytes = 0;            // GUARDED_BY(mu)
-  size_t current_bytes = 0;           // GUARDED_BY(mu)
   uint64_t seq = 0;                   // GUARDED_BY(mu)
   bool writing = false;               // GUARDED_BY(mu): one write outstanding at a time
   bool reads_done = false;            // GUARDED_BY(mu)
@@ -63,7 +62,6 @@ struct DataService::StreamState {
     writing = true;
     // The frame must stay alive until OnWriteDone; keep it in `current`.
     current = std::move(const_cast<Outgoing&>(out.top()).value);
-    current_bytes = current.Length();
     out.pop();
     reactor->StartWrite(&current);
   }
@@ -164,9 +162,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   void OnWriteDone(bool ok) override {
     std::lock_guard lock(state_->mu);
     state_->writing = false;
+    state_->unsent_bytes -= state_->current.Length();
     state_->current.Clear();
-    state_->unsent_bytes -= state_->current_bytes;
-    state_->current_bytes = 0;
     if (!ok) {
       // The stream is broken (worker gone); drop what is queued.
       state_->reads_done = true;

@@ -50,17 +50,13 @@ class RawStream {
   }
 
   bool Write(const std::vector<uint8_t>& bytes) {
-    grpc::Slice s(bytes.data(), bytes.size());
-    grpc::ByteBuffer bb(&s, 1);
-    call_->Write(bb, Tag(2));
+    StartWrite(bytes);
     return Next();
   }
   // False when the stream ended instead.
   bool Read(Answer* a) {
-    grpc::ByteBuffer bb;
-    call_->Read(&bb, Tag(3));
-    if (!Next()) return false;
-    return Decode(bb, a);
+    StartRead();
+    return Next() && TakeAnswer(a);
   }
 
   // Split-phase use, for a client that writes without reading: at most one write and one read
