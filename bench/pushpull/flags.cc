@@ -13,7 +13,7 @@ const char kUsage[] =
     "usage: bench_pushpull [--quick] [--sizes=4K,1M,16M,64M,256M] [--topologies=1x1,2x2]\n"
     "                      [--load[=N]] [--baselines-only] [--slice-bytes=B]\n"
     "                      [--transport=grpc,tcp] [--bin-dir=DIR] [--log-dir=DIR]\n"
-    "                      [--retain-pushes=on|off] [--seconds=S] [--tls]\n"
+    "                      [--retain-pushes=on|off] [--seconds=S] [--tls] [--rounds=N]\n"
     "  --quick           fewer iterations (smoke run)\n"
     "  --sizes           tensor/message sizes, binary units (K, M, G)\n"
     "  --topologies      WxS pairs: W workers (threads) x S servers (processes)\n"
@@ -29,7 +29,9 @@ const char kUsage[] =
     "  --seconds         measured seconds per size and column (default 1.5, --quick 0.3);\n"
     "                    longer runs for profiling (perf record -p ...)\n"
     "  --tls             every Trellis column also with mutual TLS between all parts (right\n"
-    "                    after the plain one), and a table of what TLS costs\n";
+    "                    after the plain one), and a table of what TLS costs\n"
+    "  --rounds          N passes per condition, alternating idle and loaded (default 1); the\n"
+    "                    tables then give each ratio's median and range over the rounds\n";
 
 namespace {
 
@@ -44,6 +46,18 @@ std::vector<std::string> SplitList(const std::string& text) {
     start = end + 1;
   }
   return items;
+}
+
+// "--<flag>=<text>" as a whole number in [lo, hi]; the error says what the flag wants.
+StatusOr<int> ParseCount(const std::string& flag, const std::string& text, int lo, int hi,
+                         const std::string& what) {
+  int n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || n < lo || n > hi) {
+    return InvalidArgumentError("--" + flag + "=" + text + ": want " + what + " in [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return n;
 }
 
 }  // namespace
@@ -91,12 +105,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv, int cpus) {
     } else if (arg == "--load") {
       flags.load_processes = std::max(cpus, 1);
     } else if (auto v = value_of("load")) {
-      int n = 0;
-      auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-      if (v->empty() || ec != std::errc() || end != v->data() + v->size() || n < 1 || n > 64) {
-        return InvalidArgumentError("--load=" + *v + ": want a number of busy processes in [1, 64]");
-      }
-      flags.load_processes = n;
+      TRELLIS_ASSIGN_OR_RETURN(flags.load_processes,
+                               ParseCount("load", *v, 1, 64, "a number of busy processes"));
     } else if (auto v = value_of("sizes")) {
       TRELLIS_ASSIGN_OR_RETURN(flags.sizes, ParseSizeList(*v));
     } else if (auto v = value_of("topologies")) {
@@ -117,6 +127,8 @@ StatusOr<Flags> ParseFlags(int argc, char** argv, int cpus) {
       if (v->empty() || *end != '\0' || !(flags.seconds_per_size > 0 && flags.seconds_per_size <= 600)) {
         return InvalidArgumentError("--seconds=" + *v + ": want seconds in (0, 600]");
       }
+    } else if (auto v = value_of("rounds")) {
+      TRELLIS_ASSIGN_OR_RETURN(flags.rounds, ParseCount("rounds", *v, 1, 20, "a number of rounds"));
     } else if (auto v = value_of("log-dir")) {
       flags.log_dir = *v;
     } else {

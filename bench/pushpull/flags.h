@@ -27,6 +27,9 @@ struct Flags {
   // --tls: every Trellis column again with mutual TLS between all parts, right after the plain
   // one, and the table of what TLS costs.
   bool tls = false;
+  // --rounds=N: N passes per condition (idle, loaded, idle, loaded, ...), reported as the median
+  // and range of each ratio: on a shared machine one pass's ratio moves by +-0.3.
+  int rounds = 1;
 };
 
 extern const char kUsage[];

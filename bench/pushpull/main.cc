@@ -1,12 +1,14 @@
 // bench_pushpull: Trellis PushPull goodput and latency next to physical baselines measured in
 // the same run, optionally a second time under a competing CPU load (--load). See
 // docs/performance.md for how to read the tables; `--help` for the flags.
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "bench/common/table.h"
 #include "bench/pushpull/cpu_load.h"
@@ -55,30 +57,44 @@ int Run(const Flags& flags, CpuLoad* load) {
   if (!flags.baselines_only && TrellisAvailable()) {
     std::cout << "  trellis: binaries from " << *bin_dir << ", logs in " << *log_dir << "\n";
   }
-  StatusOr<PassResult> idle = RunPass(flags, "idle", *bin_dir, *log_dir + "/idle");
-  if (!idle.ok()) {
-    std::cerr << "bench_pushpull: " << idle.status().ToString() << "\n";
-    return 1;
-  }
-  StatusOr<PassResult> loaded = InvalidArgumentError("no loaded pass");
-  if (load != nullptr) {
-    const std::string condition = "load: " + std::to_string(load->processes()) + " busy processes";
-    Status resumed = load->Resume();
-    loaded = resumed.ok() ? RunPass(flags, condition, *bin_dir, *log_dir + "/load") : resumed;
-    Status paused = load->Pause();
-    if (!loaded.ok() || !paused.ok()) {
-      std::cerr << "bench_pushpull: " << (loaded.ok() ? paused : loaded.status()).ToString() << "\n";
+  // Round r: idle, then loaded, so a load that drifts during the bench hits both alike.
+  std::vector<PassResult> idle, loaded;
+  for (int r = 1; r <= flags.rounds; ++r) {
+    const std::string round = flags.rounds > 1 ? "/round" + std::to_string(r) : "";
+    if (flags.rounds > 1) std::cout << "round " << r << " of " << flags.rounds << "\n";
+    StatusOr<PassResult> pass = RunPass(flags, "idle", *bin_dir, *log_dir + "/idle" + round);
+    if (!pass.ok()) {
+      std::cerr << "bench_pushpull: " << pass.status().ToString() << "\n";
       return 1;
     }
+    idle.push_back(std::move(*pass));
+    if (load == nullptr) continue;
+    const std::string condition = "load: " + std::to_string(load->processes()) + " busy processes";
+    Status resumed = load->Resume();
+    pass = resumed.ok() ? RunPass(flags, condition, *bin_dir, *log_dir + "/load" + round) : resumed;
+    Status paused = load->Pause();
+    if (!pass.ok() || !paused.ok()) {
+      std::cerr << "bench_pushpull: " << (pass.ok() ? paused : pass.status()).ToString() << "\n";
+      return 1;
+    }
+    loaded.push_back(std::move(*pass));
   }
-  PrintPass(*idle, /*loaded=*/false, std::cout);
-  if (loaded.ok()) {
-    PrintPass(*loaded, /*loaded=*/true, std::cout);
-    PrintComparison(*idle, *loaded, std::cout);
+  if (flags.rounds == 1) {
+    PrintPass(idle.front(), /*loaded=*/false, std::cout);
+    if (!loaded.empty()) {
+      PrintPass(loaded.front(), /*loaded=*/true, std::cout);
+      PrintComparison(idle.front(), loaded.front(), std::cout);
+    }
+  } else {
+    PrintRounds(idle, /*loaded=*/false, std::cout);
+    PrintRounds(loaded, /*loaded=*/true, std::cout);
   }
   std::cout << "\ntotal bench time " << Fixed(SecondsSince(bench_start), 1) << " s, load average "
             << LoadAverage() << "\n";
-  return idle->trellis_failed || (loaded.ok() && loaded->trellis_failed) ? 1 : 0;
+  const auto failed = [](const PassResult& p) { return p.trellis_failed; };
+  return std::any_of(idle.begin(), idle.end(), failed) || std::any_of(loaded.begin(), loaded.end(), failed)
+             ? 1
+             : 0;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "bench/pushpull/report.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -33,6 +34,20 @@ std::vector<uint64_t> Sizes(const PassResult& pass) {
   std::vector<uint64_t> sizes;
   for (const auto& [size, gbps] : pass.tcp) sizes.push_back(size);
   return sizes;
+}
+
+// "0.95 (0.80-1.10)": the median (the mean of the middle two for an even count) and the range.
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+Spread SpreadOf(std::vector<double> v) {
+  if (v.empty()) return {};
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
+}
+std::string Format(const Spread& s, int digits) {
+  return Fixed(s.median, digits) + " (" + Fixed(s.min, digits) + "-" + Fixed(s.max, digits) + ")";
 }
 
 }  // namespace
@@ -154,6 +169,64 @@ void PrintComparison(const PassResult& idle, const PassResult& loaded, std::ostr
     latency.AddRow({"Trellis " + transport, Us(lat.p50_s), l == loaded.latency.end() ? "-" : Us(l->second.p50_s)});
   }
   out << "\n";
+  latency.Print(out);
+}
+
+void PrintRounds(const std::vector<PassResult>& passes, bool loaded, std::ostream& out) {
+  if (passes.empty()) return;
+  const PassResult& first = passes.front();
+  const double goal = loaded ? kLoadedGoal : kIdleGoal;
+  out << "\n== " << first.condition << ", " << passes.size()
+      << " rounds: Trellis (sum over workers) / TCP echo of the same pass, median (min-max); the "
+         "goal is judged on the median\n\n";
+  std::vector<std::string> header = {"size", "TCP echo GB/s"};
+  for (const std::string& name : first.columns) header.push_back(name);
+  header.push_back("goal");
+  Table goodput(header);
+  for (uint64_t size : Sizes(first)) {
+    std::vector<double> echo;
+    for (const PassResult& p : passes) {
+      if (auto t = p.tcp.find(size); t != p.tcp.end()) echo.push_back(t->second);
+    }
+    std::vector<std::string> row = {FormatBytes(size), Format(SpreadOf(echo), 2)};
+    std::map<std::string, bool> meets;  // per transport, as in PrintPass
+    for (const std::string& name : first.columns) {
+      std::vector<double> ratios;
+      for (const PassResult& p : passes) ratios.push_back(RatioOf(p, name, size));
+      const Spread r = SpreadOf(ratios);
+      const bool judged = size >= kGoalFrom && !IsTlsColumn(name);
+      row.push_back(Format(r, 2) + (judged && r.median < goal ? " !" : ""));
+      if (!judged) continue;
+      const std::string transport = TransportOf(name);
+      meets[transport] = (meets.count(transport) ? meets[transport] : true) && r.median >= goal;
+    }
+    std::string goal_cell = "-";
+    if (!meets.empty()) {
+      goal_cell = ">= " + Fixed(goal, 2);
+      for (const auto& [transport, ok] : meets) goal_cell += " " + transport + (ok ? " met" : " MISSED");
+    }
+    row.push_back(goal_cell);
+    goodput.AddRow(row);
+  }
+  goodput.Print(out);
+  out << "(! = median below its goal)\n\n4 KiB round trip p50 (microseconds), median (min-max):\n\n";
+  Table latency({"", "p50", "goal"});
+  std::vector<double> unary;
+  for (const PassResult& p : passes) unary.push_back(p.unary.p50_s * 1e6);
+  const Spread unary_p50 = SpreadOf(unary);
+  latency.AddRow({"bare gRPC unary", Format(unary_p50, 0), ""});
+  for (const auto& [transport, lat] : first.latency) {
+    std::vector<double> p50;
+    for (const PassResult& p : passes) {
+      if (auto l = p.latency.find(transport); l != p.latency.end()) p50.push_back(l->second.p50_s * 1e6);
+    }
+    const Spread s = SpreadOf(p50);
+    const bool ok = s.median <= kLatencyGoalUs && s.median <= kLatencyRatioGoal * unary_p50.median;
+    const std::string goal_cell = loaded ? "-"
+                                         : "<= " + Fixed(kLatencyGoalUs, 0) + " us and <= " +
+                                               Fixed(kLatencyRatioGoal, 2) + "x " + (ok ? "met" : "MISSED");
+    latency.AddRow({"Trellis PushPull " + transport + " (first topology)", Format(s, 0), goal_cell});
+  }
   latency.Print(out);
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ostream>
+#include <vector>
 
 #include "bench/pushpull/pass.h"
 
@@ -18,5 +19,8 @@ inline constexpr double kLatencyRatioGoal = 1.3;  // ... and at most this times 
 void PrintPass(const PassResult& pass, bool loaded, std::ostream& out);
 // The ratio of every Trellis figure to its pass's echo, without and with the load.
 void PrintComparison(const PassResult& idle, const PassResult& loaded, std::ostream& out);
+// --rounds: each ratio's median and range over the passes of one condition (every pass ran the
+// same columns and sizes); the goal is judged on the median. `loaded` as for PrintPass.
+void PrintRounds(const std::vector<PassResult>& passes, bool loaded, std::ostream& out);
 
 }  // namespace trellis::bench
