@@ -1,5 +1,7 @@
 #include "worker-lib/src/op_state.h"
 
+#include <thread>
+
 namespace trellis {
 
 void Handle::State::Complete(const Status& st) {
@@ -49,17 +51,41 @@ Handle::Handle() : state_(std::make_shared<State>()) {
 
 Handle::Handle(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
+namespace {
+
+// Whether spinning can help: on one CPU the spinner only delays the thread that completes it.
+bool HostHasCoresToSpin() {
+  static const bool many = std::thread::hardware_concurrency() > 1;
+  return many;
+}
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
 Status Handle::Wait() const {
   if (!state_) return Status::Ok();
+  const auto start = State::Clock::now();
+  const bool blocked = !state_->done.load();  // only a wait that waited counts in wait_ns
+  if (blocked && state_->spin_before_blocking && HostHasCoresToSpin()) {
+    const auto until = start + State::kWaitSpin;
+    while (!state_->done.load(std::memory_order_acquire) && State::Clock::now() < until) CpuRelax();
+  }
   std::unique_lock lock(state_->mu);
-  if (!state_->done.load() && state_->wait_ns) {
-    const auto start = State::Clock::now();
+  if (!state_->done.load()) {
     state_->cv.wait(lock, [this] { return state_->done.load(); });
+  }
+  if (blocked && state_->wait_ns) {
     state_->wait_ns->fetch_add(
         std::chrono::duration_cast<std::chrono::nanoseconds>(State::Clock::now() - start).count(),
         std::memory_order_relaxed);
   }
-  state_->cv.wait(lock, [this] { return state_->done.load(); });
   return state_->status;
 }
 

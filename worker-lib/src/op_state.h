@@ -23,6 +23,10 @@ namespace trellis {
 struct Handle::State {
   using Clock = std::chrono::steady_clock;
 
+  // Operations of at most this many bytes per direction may spin in Wait(), for at most kWaitSpin.
+  static constexpr int64_t kSpinMaxBytes = 64 << 10;
+  static constexpr std::chrono::microseconds kWaitSpin{50};
+
   // Immutable after creation, but `deadline`: the watchdog moves it while a member of the job is
   // being restarted (only the watchdog reads or writes it after Launch).
   std::string what;  // "PushPull key 3 (fc1.weight) step 5"
@@ -33,6 +37,10 @@ struct Handle::State {
   // Where Wait() adds the time it blocked (the worker's wait total, for ReportProgress's busy
   // time); null: not counted. Shared: a handle may outlive its worker.
   std::shared_ptr<std::atomic<int64_t>> wait_ns;
+  // A small operation, answered within tens of microseconds: Wait() polls `done` for up to
+  // kWaitSpin before it blocks. On an idle host a blocked waiter's wake-up crosses a core that
+  // went to sleep (on a VM, an exit to the hypervisor): it doubled a 4 KiB round trip.
+  bool spin_before_blocking = false;
 
   std::atomic<int64_t> remaining{0};
   // closed: the outcome is decided, no more copies into `out` (set under data_mu exclusive).

@@ -332,6 +332,8 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
   auto st = std::make_shared<Handle::State>();
   st->what = std::string(verb) + " " + KeyName(k) + " step " + std::to_string(step);
   st->deadline = Handle::State::Clock::now() + std::chrono::milliseconds(setup_.timeout_ms);
+  st->spin_before_blocking =
+      k.decl.num_elements * static_cast<int64_t>(sizeof(float)) <= Handle::State::kSpinMaxBytes;
   // Latency and errors of the whole operation, recorded before the user's callback runs.
   st->callback = [this, op, start = Handle::State::Clock::now(), user = std::move(done)](const Status& s) {
     series_.OperationDone(op, s.ok(), std::chrono::duration<double>(Handle::State::Clock::now() - start).count());
