@@ -82,7 +82,8 @@ struct CheckpointConfig {
 class Handle {
  public:
   Handle();  // an already-completed OK handle
-  // Blocks until the operation is done; returns its status.
+  // Blocks until the operation is done; returns its status. For an operation of at most 64 KiB
+  // it polls for up to 50 us first (a sleeping core's wake-up costs more than that answer).
   Status Wait() const;
   // True once done (never blocks).
   bool Done() const;
