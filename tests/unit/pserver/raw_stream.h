@@ -85,8 +85,15 @@ class RawStream {
     Next();
     grpc::Status s;
     call_->Finish(&s, Tag(5));
-    Next();
+    // `s` is only written when the status arrives: a server that never ends the stream must
+    // not read as a clean finish.
+    const bool arrived = Next();
     finished_ = true;
+    if (!arrived) {
+      ctx_.TryCancel();  // ends the pending Finish, so the destructor's drain does not wait on it
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "RawStream::Finish: no status from the server in time");
+    }
     return s;
   }
 
