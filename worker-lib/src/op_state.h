@@ -34,8 +34,8 @@ struct Handle::State {
   bool extended = false;  // the watchdog moved the deadline once already (logged once)
   std::vector<uint32_t> slice_index;  // per part: the key's slice number
   std::vector<int32_t> slice_server;  // per part: its server
-  // Where Wait() adds the time it blocked (the worker's wait total, for ReportProgress's busy
-  // time); null: not counted. Shared: a handle may outlive its worker.
+  // Where Wait() adds the time it waited, polling or blocked (the worker's wait total, for
+  // ReportProgress's busy time); null: not counted. Shared: a handle may outlive its worker.
   std::shared_ptr<std::atomic<int64_t>> wait_ns;
   // A small operation, answered within tens of microseconds: Wait() polls `done` for up to
   // kWaitSpin before it blocks. On an idle host a blocked waiter's wake-up crosses a core that
