@@ -36,6 +36,33 @@ std::vector<uint64_t> Sizes(const PassResult& pass) {
   return sizes;
 }
 
+// The goal cell of a goodput row: ">= 0.90 grpc MISSED tcp met", one verdict per transport,
+// met when every judged column of that transport reaches the goal; "-" when none was judged.
+class GoalTally {
+ public:
+  void Add(const std::string& column, bool reached) {
+    bool& met = met_.emplace(TransportOf(column), true).first->second;
+    met = met && reached;
+  }
+  std::string Cell(double goal) const {
+    if (met_.empty()) return "-";
+    std::string cell = ">= " + Fixed(goal, 2);
+    for (const auto& [transport, ok] : met_) cell += " " + transport + (ok ? " met" : " MISSED");
+    return cell;
+  }
+
+ private:
+  std::map<std::string, bool> met_;
+};
+
+// The 4 KiB goal (idle only): p50 <= kLatencyGoalUs and <= kLatencyRatioGoal x bare gRPC unary.
+std::string LatencyGoalCell(double p50_s, double unary_p50_s) {
+  const double ratio = unary_p50_s > 0 ? p50_s / unary_p50_s : 0;
+  const bool ok = p50_s * 1e6 <= kLatencyGoalUs && ratio <= kLatencyRatioGoal;
+  return "<= " + Fixed(kLatencyGoalUs, 0) + " us and <= " + Fixed(kLatencyRatioGoal, 2) + "x " +
+         (ok ? "met" : "MISSED");
+}
+
 // "0.95 (0.80-1.10)": the median (the mean of the middle two for an even count) and the range.
 struct Spread {
   double median = 0, min = 0, max = 0;
@@ -69,21 +96,15 @@ void PrintPass(const PassResult& pass, bool loaded, std::ostream& out) {
     auto stream = pass.stream.find(size);
     std::vector<std::string> row = {FormatBytes(size), Fixed(pass.tcp.at(size), 2),
                                     stream == pass.stream.end() ? "-" : Fixed(stream->second.gbytes_per_s, 2)};
-    std::map<std::string, bool> meets;  // per transport: every topology reaches the goal
+    GoalTally tally;
     for (const std::string& name : pass.columns) {
       const double ratio = RatioOf(pass, name, size);
       row.push_back(Fixed(SumOverWorkers(pass, name, size), 2));
       row.push_back(Fixed(ratio, 2));
-      const std::string transport = TransportOf(name);
-      if (IsTlsColumn(name)) continue;  // the goals are the plain data path's; TLS has its table
-      meets[transport] = (meets.count(transport) ? meets[transport] : true) && ratio >= goal;
+      // The goals are the plain data path's (TLS has its table), from kGoalFrom up.
+      if (size >= kGoalFrom && !IsTlsColumn(name)) tally.Add(name, ratio >= goal);
     }
-    std::string goal_cell = "-";
-    if (size >= kGoalFrom && !meets.empty()) {
-      goal_cell = ">= " + Fixed(goal, 2);
-      for (const auto& [transport, ok] : meets) goal_cell += " " + transport + (ok ? " met" : " MISSED");
-    }
-    row.push_back(goal_cell);
+    row.push_back(tally.Cell(goal));
     goodput.AddRow(row);
   }
   goodput.Print(out);
@@ -121,14 +142,8 @@ void PrintPass(const PassResult& pass, bool loaded, std::ostream& out) {
   latency.AddRow({"bare gRPC unary", Us(pass.unary.p50_s), Us(pass.unary.p99_s), "1.00", ""});
   for (const auto& [transport, lat] : pass.latency) {
     const double ratio = pass.unary.p50_s > 0 ? lat.p50_s / pass.unary.p50_s : 0;
-    std::string goal_cell = "-";
-    if (!loaded) {
-      const bool ok = lat.p50_s * 1e6 <= kLatencyGoalUs && ratio <= kLatencyRatioGoal;
-      goal_cell = "<= " + Fixed(kLatencyGoalUs, 0) + " us and <= " + Fixed(kLatencyRatioGoal, 2) + "x " +
-                  (ok ? "met" : "MISSED");
-    }
     latency.AddRow({"Trellis PushPull " + transport + " (first topology)", Us(lat.p50_s), Us(lat.p99_s),
-                    Fixed(ratio, 2), goal_cell});
+                    Fixed(ratio, 2), loaded ? "-" : LatencyGoalCell(lat.p50_s, pass.unary.p50_s)});
   }
   latency.Print(out);
   if (!pass.tls_offload.empty()) PrintTlsCost(pass, out);
@@ -189,23 +204,16 @@ void PrintRounds(const std::vector<PassResult>& passes, bool loaded, std::ostrea
       if (auto t = p.tcp.find(size); t != p.tcp.end()) echo.push_back(t->second);
     }
     std::vector<std::string> row = {FormatBytes(size), Format(SpreadOf(echo), 2)};
-    std::map<std::string, bool> meets;  // per transport, as in PrintPass
+    GoalTally tally;
     for (const std::string& name : first.columns) {
       std::vector<double> ratios;
       for (const PassResult& p : passes) ratios.push_back(RatioOf(p, name, size));
       const Spread r = SpreadOf(ratios);
       const bool judged = size >= kGoalFrom && !IsTlsColumn(name);
       row.push_back(Format(r, 2) + (judged && r.median < goal ? " !" : ""));
-      if (!judged) continue;
-      const std::string transport = TransportOf(name);
-      meets[transport] = (meets.count(transport) ? meets[transport] : true) && r.median >= goal;
+      if (judged) tally.Add(name, r.median >= goal);
     }
-    std::string goal_cell = "-";
-    if (!meets.empty()) {
-      goal_cell = ">= " + Fixed(goal, 2);
-      for (const auto& [transport, ok] : meets) goal_cell += " " + transport + (ok ? " met" : " MISSED");
-    }
-    row.push_back(goal_cell);
+    row.push_back(tally.Cell(goal));
     goodput.AddRow(row);
   }
   goodput.Print(out);
@@ -221,11 +229,8 @@ void PrintRounds(const std::vector<PassResult>& passes, bool loaded, std::ostrea
       if (auto l = p.latency.find(transport); l != p.latency.end()) p50.push_back(l->second.p50_s * 1e6);
     }
     const Spread s = SpreadOf(p50);
-    const bool ok = s.median <= kLatencyGoalUs && s.median <= kLatencyRatioGoal * unary_p50.median;
-    const std::string goal_cell = loaded ? "-"
-                                         : "<= " + Fixed(kLatencyGoalUs, 0) + " us and <= " +
-                                               Fixed(kLatencyRatioGoal, 2) + "x " + (ok ? "met" : "MISSED");
-    latency.AddRow({"Trellis PushPull " + transport + " (first topology)", Format(s, 0), goal_cell});
+    latency.AddRow({"Trellis PushPull " + transport + " (first topology)", Format(s, 0),
+                    loaded ? "-" : LatencyGoalCell(s.median * 1e-6, unary_p50.median * 1e-6)});
   }
   latency.Print(out);
 }
