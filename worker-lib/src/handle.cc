@@ -71,17 +71,18 @@ void CpuRelax() {
 
 Status Handle::Wait() const {
   if (!state_) return Status::Ok();
+  if (state_->done.load()) {  // nothing to wait for, nothing counted in wait_ns
+    std::lock_guard lock(state_->mu);
+    return state_->status;
+  }
   const auto start = State::Clock::now();
-  const bool blocked = !state_->done.load();  // only a wait that waited counts in wait_ns
-  if (blocked && state_->spin_before_blocking && HostHasCoresToSpin()) {
+  if (state_->spin_before_blocking && HostHasCoresToSpin()) {
     const auto until = start + State::kWaitSpin;
     while (!state_->done.load(std::memory_order_acquire) && State::Clock::now() < until) CpuRelax();
   }
   std::unique_lock lock(state_->mu);
-  if (!state_->done.load()) {
-    state_->cv.wait(lock, [this] { return state_->done.load(); });
-  }
-  if (blocked && state_->wait_ns) {
+  state_->cv.wait(lock, [this] { return state_->done.load(); });
+  if (state_->wait_ns) {
     state_->wait_ns->fetch_add(
         std::chrono::duration_cast<std::chrono::nanoseconds>(State::Clock::now() - start).count(),
         std::memory_order_relaxed);
