@@ -2,10 +2,12 @@
 BatchNorm, dropout, SGD with momentum and weight decay, StepLR, a DistributedSampler, a
 TrainingState. Run by test_torch_rejoin.py under trellis-launch (the command form).
 
-    ft_train.py OUT_DIR [kill]
+    ft_train.py OUT_DIR [kill] [bf16] [cuda]
 
 kill: worker 1's first incarnation SIGKILLs itself in epoch 1, between backward() (its pushes
-in flight) and step(); its agent restarts it and it rejoins. Every rank writes
+in flight) and step(); its agent restarts it and it rejoins. bf16: the model and its inputs in
+bfloat16 (parameters the keeper stages through float32 host copies). cuda: the model on the
+GPU (staged through pinned host copies). Every rank writes
 OUT_DIR/rank<r>.pt (its final state_dict), OUT_DIR/result<r>.txt (test accuracy and loss)
 and OUT_DIR/incarnation<r>.txt."""
 import os
@@ -31,7 +33,12 @@ def data(n, seed):
 
 
 def main():
-    out, mode = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "")
+    out, modes = sys.argv[1], set(sys.argv[2:])
+    mode = "kill" if "kill" in modes else ""
+    dtype = torch.bfloat16 if "bf16" in modes else torch.float32
+    device = "cuda" if "cuda" in modes else "cpu"
+    if device == "cuda":  # the undisturbed and the disturbed run must compute alike
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     torch.set_num_threads(1)
     trellis.init()
     rank, size = trellis.rank(), trellis.size()
@@ -42,7 +49,7 @@ def main():
     model = torch.nn.Sequential(
         torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
         torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Dropout(0.3),
-        torch.nn.Linear(8 * 6 * 6, 4))
+        torch.nn.Linear(8 * 6 * 6, 4)).to(device=device, dtype=dtype)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
     opt = tt.DistributedOptimizer(opt, model.named_parameters())
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
@@ -61,7 +68,8 @@ def main():
             if i < state.batch:
                 continue
             opt.zero_grad()
-            F.cross_entropy(model(xb), yb).backward()
+            F.cross_entropy(model(xb.to(device=device, dtype=dtype)).float(),
+                            yb.to(device)).backward()
             if mode == "kill" and rank == 1 and incarnation == "1" and (epoch, i) == KILL_AT:
                 os.kill(os.getpid(), signal.SIGKILL)
             state.batch = i + 1
@@ -73,7 +81,7 @@ def main():
     model.eval()
     tx, ty = data(256, 2)
     with torch.no_grad():
-        logits = model(tx)
+        logits = model(tx.to(device=device, dtype=dtype)).float().cpu()
     acc = (logits.argmax(1) == ty).float().mean().item()
     loss = F.cross_entropy(logits, ty).item()
     torch.save(model.state_dict(), os.path.join(out, "rank%d.pt" % rank))

@@ -39,6 +39,20 @@ def test_pack_and_unpack_give_back_the_same_state():
         small.tree(opt.state_dict())
 
 
+def test_parameters_a_commit_keeps_exactly():
+    # float32 read in place; 16-bit ones staged through float32 (exact both ways); float64 not.
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        assert _rejoin.keepable(torch.zeros(3, dtype=dtype))
+        assert _rejoin.keepable(torch.zeros(3, 2, dtype=dtype).t())  # not contiguous: staged
+    assert not _rejoin.keepable(torch.zeros(3, dtype=torch.float64))
+    # The staging is exact: every bfloat16 value survives float32 and back.
+    b = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    back = b.float().to(torch.bfloat16)
+    keep = ~torch.isnan(b.float())  # NaN payloads may be canonicalized
+    assert keep.sum() > 65000
+    assert torch.equal(back.view(torch.int16)[keep], b.view(torch.int16)[keep])
+
+
 def test_training_state_is_plain_values_without_a_job():
     trellis.init(local=True)
     try:

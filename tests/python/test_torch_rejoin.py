@@ -24,9 +24,16 @@ def run_job(tmp_path, name, *args):
     return out, run_launcher(name, cmd, 150)
 
 
-def test_killed_worker_rejoins_and_job_ends_as_undisturbed(tmp_path):
-    calm, calm_log = run_job(tmp_path, "ft-calm")
-    hit, hit_log = run_job(tmp_path, "ft-kill", "kill")
+@pytest.mark.parametrize("dtype,device", [("float32", "cpu"), ("bfloat16", "cpu"),
+                                          ("float32", "cuda")])
+def test_killed_worker_rejoins_and_job_ends_as_undisturbed(tmp_path, dtype, device):
+    # bfloat16 and cuda: parameters the keeper cannot read in place, staged through float32
+    # host copies (pinned on a GPU). The CUDA case runs where a GPU is.
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    extra = (["bf16"] if dtype == "bfloat16" else []) + (["cuda"] if device == "cuda" else [])
+    calm, calm_log = run_job(tmp_path, "ft-calm", *extra)
+    hit, hit_log = run_job(tmp_path, "ft-kill", "kill", *extra)
     # The command form printed the job it ran.
     assert "kind: TrainingJob" in hit_log and "restartPolicy: OnFailure" in hit_log, hit_log
     # Worker 1 was killed and came back; worker 0 was not.
@@ -39,6 +46,7 @@ def test_killed_worker_rejoins_and_job_ends_as_undisturbed(tmp_path):
     for r in (0, 1):
         a, b = torch.load(str(calm / ("rank%d.pt" % r))), torch.load(str(hit / ("rank%d.pt" % r)))
         assert a.keys() == b.keys()
+        assert a["0.weight"].dtype == b["0.weight"].dtype == getattr(torch, dtype)
         for k in a:
             if r == 1 and not k.endswith(("weight", "bias")):
                 # The rejoiner's BatchNorm statistics are the donor's (rank 0's): its own died

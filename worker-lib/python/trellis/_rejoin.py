@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 import trellis as _trellis
-from trellis import _keys
+from trellis import _keys, _torch_tensors
 
 ARENA_KEY = _keys.REJOIN_ARENA
 _MAGIC = 0x314E494F4A455254  # "TREJOIN1"
@@ -46,6 +46,18 @@ def enabled_by_env():
         return forced == "1"
     policy = os.environ.get("TRELLIS_RESTART_POLICY", "")
     return policy not in ("", "Never")
+
+
+# Parameter types a commit keeps exactly: the keeper moves float32 values, and these convert to
+# float32 and back without loss (float64 would not).
+_KEEPABLE = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def keepable(p):
+    """Whether crash recovery can keep parameter p: float32, float16 or bfloat16, on the CPU or
+    a GPU. The keeper reads float32 C-contiguous CPU memory; any other parameter is staged
+    through a float32 host copy of its own at each commit."""
+    return p.dtype in _KEEPABLE
 
 
 def _state_bytes(state):
@@ -134,14 +146,20 @@ def _unpack(pool, x):
 
 
 def rng_state():
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-            "random": random.getstate()}
+    s = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+         "random": random.getstate()}
+    # A model on a GPU draws its dropout masks from the devices' generators.
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        s["cuda"] = torch.cuda.get_rng_state_all()
+    return s
 
 
 def set_rng_state(s):
     torch.set_rng_state(s["torch"])
     np.random.set_state(s["numpy"])
     random.setstate(s["random"])
+    if "cuda" in s and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
 
 
 class Keeper:
@@ -157,8 +175,20 @@ class Keeper:
         self.rejoined = None            # the donor's step on a worker that rejoined
         self.meta = None                # the donor's metadata (rejoined worker)
         self.committed = False
-        worker.rejoin_start([(n, k, p.detach().numpy()) for n, p, k in params], ARENA_KEY,
-                            self.arena)
+        # (parameter, its float32 host copy) for parameters the keeper cannot read in place
+        # (16-bit, on a GPU, not contiguous): refreshed before each commit, written back after a
+        # rejoin. Pinned for a GPU parameter, so the copies are DMA.
+        self.staged = []
+        arrays = []
+        for n, p, k in params:
+            if _torch_tensors.usable_in_place(p):
+                arrays.append((n, k, p.detach().numpy()))
+                continue
+            host = torch.empty(p.numel(), dtype=torch.float32, pin_memory=p.is_cuda)
+            host.copy_(p.detach().reshape(-1))
+            self.staged.append((p, host))
+            arrays.append((n, k, host.numpy()))
+        worker.rejoin_start(arrays, ARENA_KEY, self.arena)
 
     def first_commit(self):
         """Before the first push of a step with nothing committed yet: what the worker holds
@@ -198,6 +228,8 @@ class Keeper:
             torch.frombuffer(bytearray(blob), dtype=torch.uint8))
         self.pool[:_HEADER.size].copy_(torch.frombuffer(
             bytearray(_HEADER.pack(_MAGIC, self.step, packer.off, len(blob))), dtype=torch.uint8))
+        for p, host in self.staged:
+            host.copy_(p.detach().reshape(-1))
         self.worker.rejoin_commit(self.step, again)
         self.committed = True
 
@@ -214,6 +246,9 @@ class Keeper:
                                "commit of step %d (header: magic 0x%x, step %d, %d bytes at %d)"
                                % (step, magic, got_step, n, off))
         self.meta = pickle.loads(self.pool[off:off + n].numpy().tobytes())
+        with torch.no_grad():
+            for p, host in self.staged:
+                p.copy_(host.view(p.shape))
         self.rejoined = step
         self.step = step
         self.restore_optimizers()

@@ -85,11 +85,11 @@ class _State:
 
     def rejoin_wanted(self, s, in_step):
         """Crash recovery on (the same answer on every worker): a job whose workers restart,
-        float32 CPU parameters, keys sealed before training (not inside a lazy first step)."""
+        parameters in float32, float16 or bfloat16 (CPU or GPU), keys sealed before training
+        (not inside a lazy first step)."""
         if s.local or s.size() == 1 or in_step or not _rejoin.enabled_by_env():
             return False
-        return all(p.dtype == torch.float32 and p.device.type == "cpu" and p.is_contiguous()
-                   for _, p, _, _, _ in self.params)
+        return all(_rejoin.keepable(p) for _, p, _, _, _ in self.params)
 
     def rejoined(self):
         """True on a worker that rejoined a running job: the start-up collectives (broadcasts,
