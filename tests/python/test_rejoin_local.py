@@ -53,6 +53,14 @@ def test_parameters_a_commit_keeps_exactly():
     assert torch.equal(back.view(torch.int16)[keep], b.view(torch.int16)[keep])
 
 
+def test_what_keeps_crash_recovery_off_is_named():
+    ok = [("fc.weight", torch.zeros(3)), ("fc.bias", torch.zeros(3, dtype=torch.bfloat16))]
+    assert _rejoin.blocker(ok, in_step=False) is None
+    why = _rejoin.blocker(ok + [("head.weight", torch.zeros(2, dtype=torch.float64))], False)
+    assert "head.weight" in why and "float64" in why
+    assert "lazy module" in _rejoin.blocker(ok, in_step=True)
+
+
 def test_training_state_is_plain_values_without_a_job():
     trellis.init(local=True)
     try:

@@ -60,6 +60,18 @@ def keepable(p):
     return p.dtype in _KEEPABLE
 
 
+def blocker(named_params, in_step):
+    """Why crash recovery cannot run for these (name, parameter) pairs, or None."""
+    if in_step:
+        return ("the parameters were declared inside the first step (a lazy module): declare them "
+                "before training (one forward pass before the first backward())")
+    for name, p in named_params:
+        if not keepable(p):
+            return ("parameter %s is %s (a commit keeps float32 values: float32, float16 and "
+                    "bfloat16 are kept)" % (name, str(p.dtype).replace("torch.", "")))
+    return None
+
+
 def _state_bytes(state):
     return sum(v.numel() * v.element_size() for v in state.values() if isinstance(v, torch.Tensor))
 

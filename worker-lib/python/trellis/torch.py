@@ -23,6 +23,7 @@ import inspect
 import io
 import os
 import struct
+import sys
 import time
 
 import numpy as np
@@ -87,9 +88,16 @@ class _State:
         """Crash recovery on (the same answer on every worker): a job whose workers restart,
         parameters in float32, float16 or bfloat16 (CPU or GPU), keys sealed before training
         (not inside a lazy first step)."""
-        if s.local or s.size() == 1 or in_step or not _rejoin.enabled_by_env():
+        if s.local or s.size() == 1 or not _rejoin.enabled_by_env():
             return False
-        return all(_rejoin.keepable(p) for _, p, _, _, _ in self.params)
+        why = _rejoin.blocker([(n, p) for n, p, _, _, _ in self.params], in_step)
+        if why is not None:
+            # The job asked for restarts; say once, in every worker's log, why they cannot rejoin.
+            print("trellis.torch: crash recovery is off: %s; a worker that dies will not rejoin "
+                  "the running job (docs/pytorch.md#fault-tolerance)" % why, file=sys.stderr,
+                  flush=True)
+            return False
+        return True
 
     def rejoined(self):
         """True on a worker that rejoined a running job: the start-up collectives (broadcasts,
