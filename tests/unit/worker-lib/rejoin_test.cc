@@ -175,9 +175,12 @@ TEST_P(RejoinTest, KilledWorkerRejoinsFromTheDonorsCommitAndTrainingEndsAsUndist
   ASSERT_EQ(trainers_[1].ckpt->Restore().value(), 0);
 
   std::promise<void> go_on;
+  std::promise<void> at_five;  // rank 0 has committed step 5 (or failed before)
+  std::future<void> rank0_at_five = at_five.get_future();
   Status st0;
   std::thread rank0([&, go = go_on.get_future()] {
     st0 = Train(w0, 0, &trainers_[0], 1, 5);
+    at_five.set_value();
     go.wait();
     if (st0.ok()) st0 = Train(w0, 0, &trainers_[0], 6, kSteps);
   });
@@ -203,6 +206,9 @@ TEST_P(RejoinTest, KilledWorkerRejoinsFromTheDonorsCommitAndTrainingEndsAsUndist
   }
   trainers_[1].ckpt.reset();
   cluster_.workers[1].reset();
+  // Worker 1's pull of step 5 needed rank 0's push, not rank 0's commit: on a loaded machine
+  // rank 0 may still be applying step 5 here, and would then serve its commit of step 4.
+  rank0_at_five.wait();
 
   // Its agent restarts it: incarnation 2, a new process with its own initial values.
   incarnation_[1] = Register(1);
