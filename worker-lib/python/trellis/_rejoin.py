@@ -63,8 +63,9 @@ def keepable(p):
 def blocker(named_params, in_step):
     """Why crash recovery cannot run for these (name, parameter) pairs, or None."""
     if in_step:
-        return ("the parameters were declared inside the first step (a lazy module): declare them "
-                "before training (one forward pass before the first backward())")
+        return ("the parameters were declared inside the first step (a lazy module): run one "
+                "forward pass on a sample batch before DistributedOptimizer(...), so that every "
+                "parameter has its shape")
     for name, p in named_params:
         if not keepable(p):
             return ("parameter %s is %s (a commit keeps float32 values: float32, float16 and "
