@@ -34,7 +34,6 @@ def data(n, seed):
 
 def main():
     out, modes = sys.argv[1], set(sys.argv[2:])
-    mode = "kill" if "kill" in modes else ""
     dtype = torch.bfloat16 if "bf16" in modes else torch.float32
     device = "cuda" if "cuda" in modes else "cpu"
     if device == "cuda":  # the undisturbed and the disturbed run must compute alike
@@ -70,7 +69,7 @@ def main():
             opt.zero_grad()
             F.cross_entropy(model(xb.to(device=device, dtype=dtype)).float(),
                             yb.to(device)).backward()
-            if mode == "kill" and rank == 1 and incarnation == "1" and (epoch, i) == KILL_AT:
+            if "kill" in modes and rank == 1 and incarnation == "1" and (epoch, i) == KILL_AT:
                 os.kill(os.getpid(), signal.SIGKILL)
             state.batch = i + 1
             opt.step()

@@ -188,19 +188,16 @@ class Keeper:
         self.rejoined = None            # the donor's step on a worker that rejoined
         self.meta = None                # the donor's metadata (rejoined worker)
         self.committed = False
-        # (parameter, its float32 host copy) for parameters the keeper cannot read in place
-        # (16-bit, on a GPU, not contiguous): refreshed before each commit, written back after a
-        # rejoin. Pinned for a GPU parameter, so the copies are DMA.
+        # (parameter, its Stage) for parameters the keeper cannot read in place (16-bit, on a
+        # GPU, not contiguous): a float32 host buffer as a staged gradient has (pinned for a GPU
+        # parameter), refreshed before each commit and copied back after a rejoin.
         self.staged = []
         arrays = []
         for n, p, k in params:
-            if _torch_tensors.usable_in_place(p):
-                arrays.append((n, k, p.detach().numpy()))
-                continue
-            host = torch.empty(p.numel(), dtype=torch.float32, pin_memory=p.is_cuda)
-            host.copy_(p.detach().reshape(-1))
-            self.staged.append((p, host))
-            arrays.append((n, k, host.numpy()))
+            stage = _torch_tensors.Stage()
+            arrays.append((n, k, stage.load(p.detach()).numpy()))
+            if stage.buf is not None:
+                self.staged.append((p, stage))
         worker.rejoin_start(arrays, ARENA_KEY, self.arena)
 
     def first_commit(self):
@@ -241,8 +238,8 @@ class Keeper:
             torch.frombuffer(bytearray(blob), dtype=torch.uint8))
         self.pool[:_HEADER.size].copy_(torch.frombuffer(
             bytearray(_HEADER.pack(_MAGIC, self.step, packer.off, len(blob))), dtype=torch.uint8))
-        for p, host in self.staged:
-            host.copy_(p.detach().reshape(-1))
+        for p, stage in self.staged:
+            stage.load(p.detach())
         self.worker.rejoin_commit(self.step, again)
         self.committed = True
 
@@ -260,8 +257,8 @@ class Keeper:
                                % (step, magic, got_step, n, off))
         self.meta = pickle.loads(self.pool[off:off + n].numpy().tobytes())
         with torch.no_grad():
-            for p, host in self.staged:
-                p.copy_(host.view(p.shape))
+            for p, stage in self.staged:
+                stage.store(p, 1)
         self.rejoined = step
         self.step = step
         self.restore_optimizers()
