@@ -4,7 +4,6 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
-#include <unordered_map>
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -13,6 +12,7 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "datapath/grpc_frame.h"
+#include "worker-lib/src/pending_answers.h"
 #include "worker-lib/src/transport.h"
 #include "trellis/v1/data.grpc.pb.h"
 #include "worker-lib/src/shard_map_install.h"
@@ -69,10 +69,9 @@ class GrpcConnection final : public ServerConnection,
       if (done_ || broken_) {
         dead = broken_status_;
       } else {
-        h.request_id = next_id_++;
+        h.request_id = pending_.Add(r, std::move(reply));
         uint8_t buf[wire::kRequestHeaderBytes];
         wire::EncodeRequestHeader(h, buf);
-        pending_.emplace(h.request_id, Pending{std::move(reply), 0});
         if (r.encoded) {
           // gRPC releases the slice when it no longer needs the bytes; until then the frame is
           // kept alive by this reference.
@@ -109,13 +108,13 @@ class GrpcConnection final : public ServerConnection,
         std::vector<grpc::Slice> slices;
         slices.reserve(1 + 2 * requests.size());
         uint8_t buf[wire::kRequestHeaderBytes];
-        bulk.request_id = next_id_++;
+        uint64_t first_entry = 0;
+        bulk.request_id = pending_.AddBulk(requests, std::move(replies), &first_entry);
         wire::EncodeRequestHeader(bulk, buf);
         slices.emplace_back(buf, sizeof buf);
-        std::vector<uint64_t> ids;
         for (size_t i = 0; i < requests.size(); ++i) {
           wire::RequestHeader h = HeaderOf(requests[i]);
-          h.request_id = next_id_++;
+          h.request_id = first_entry + i;
           wire::EncodeRequestHeader(h, buf);
           slices.emplace_back(buf, sizeof buf);
           if (h.payload_bytes > 0 && requests[i].encoded) {
@@ -126,10 +125,7 @@ class GrpcConnection final : public ServerConnection,
             slices.emplace_back(const_cast<float*>(requests[i].payload), h.payload_bytes,
                                 NoRelease, nullptr);
           }
-          pending_.emplace(h.request_id, Pending{std::move(replies[i]), bulk.request_id});
-          ids.push_back(h.request_id);
         }
-        bulk_entries_.emplace(bulk.request_id, std::move(ids));
         writes_.push_back({grpc::ByteBuffer(slices.data(), slices.size()), std::move(sent)});
         StartNextWriteLocked();
         return;
@@ -150,29 +146,17 @@ class GrpcConnection final : public ServerConnection,
     if (!st.ok()) {
       TLOG_WARN << "server " << options_.address << ": " << st.ToString();
     } else {
-      SliceReply reply;
-      std::vector<SliceReply> refused;  // the entries of a bulk the server refused as a whole
+      PendingAnswers::Routed routed;
       {
         std::lock_guard lock(mu_);
-        if (auto b = bulk_entries_.find(h.request_id); b != bulk_entries_.end()) {
-          for (uint64_t id : b->second) {
-            if (auto e = pending_.find(id); e != pending_.end() && h.code != 0) {
-              refused.push_back(std::move(e->second.reply));
-              pending_.erase(e);
-            }
-          }
-          bulk_entries_.erase(b);
-        }
-        auto it = pending_.find(h.request_id);
-        if (it != pending_.end()) {
-          reply = std::move(it->second.reply);
-          // An entry was answered: the server took its bulk, no error for it can follow.
-          if (it->second.bulk_id != 0) bulk_entries_.erase(it->second.bulk_id);
-          pending_.erase(it);
-        }
+        routed = pending_.Take(h.request_id, h.code);
       }
-      for (auto& r : refused) r(Status(static_cast<StatusCode>(h.code), message), Payload{});
-      if (!refused.empty()) {
+      // The entries of a bulk the server refused as a whole.
+      for (auto& e : routed.refused) {
+        e.reply(Status(static_cast<StatusCode>(h.code), message), Payload{});
+      }
+      SliceReply& reply = routed.entry.reply;
+      if (!routed.refused.empty()) {
         // answered: the bulk's entries failed with its error
       } else if (!reply) {
         TLOG_WARN << "server " << options_.address << " answered unknown request "
@@ -202,7 +186,7 @@ class GrpcConnection final : public ServerConnection,
   }
 
   void OnDone(const grpc::Status& s) override {
-    std::unordered_map<uint64_t, Pending> pending;
+    std::vector<PendingAnswers::Entry> pending;
     Status st;
     {
       std::lock_guard lock(mu_);
@@ -213,11 +197,10 @@ class GrpcConnection final : public ServerConnection,
                   "data stream to " + options_.address + " ended: " + cause.ToString());
       broken_ = true;
       broken_status_ = st;
-      pending.swap(pending_);
-      bulk_entries_.clear();
+      pending = pending_.TakeAll();
       writes_.clear();
     }
-    for (auto& [id, p] : pending) p.reply(st, Payload{});
+    for (auto& p : pending) p.reply(st, Payload{});
     std::lock_guard lock(mu_);
     done_ = true;
     done_cv_.notify_all();
@@ -242,23 +225,15 @@ class GrpcConnection final : public ServerConnection,
 
   std::mutex mu_;
   std::condition_variable done_cv_;
-  struct Pending {
-    SliceReply reply;
-    uint64_t bulk_id = 0;  // the bulk it travelled in, or 0
-  };
-  std::unordered_map<uint64_t, Pending> pending_;  // GUARDED_BY(mu_)
+  PendingAnswers pending_;                            // GUARDED_BY(mu_)
   struct Write {
     grpc::ByteBuffer frame;
     SliceSent sent;  // may be empty
   };
   std::deque<Write> writes_;                          // GUARDED_BY(mu_)
-  // GUARDED_BY(mu_): bulk request id -> its entries' ids, so that an error about the bulk
-  // fails them; dropped once one entry is answered.
-  std::unordered_map<uint64_t, std::vector<uint64_t>> bulk_entries_;
   grpc::ByteBuffer current_;                          // GUARDED_BY(mu_): the write in flight
   SliceSent current_sent_;                            // GUARDED_BY(mu_)
   bool writing_ = false;                              // GUARDED_BY(mu_)
-  uint64_t next_id_ = 1;                              // GUARDED_BY(mu_): 0 = unattributable
   bool broken_ = false;                               // GUARDED_BY(mu_)
   Status broken_status_;                              // GUARDED_BY(mu_)
   bool done_ = false;                                 // GUARDED_BY(mu_): OnDone ran

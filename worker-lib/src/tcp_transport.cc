@@ -11,7 +11,6 @@
 #include <deque>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 
 #include <grpcpp/grpcpp.h>
 
@@ -20,6 +19,7 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "datapath/tcp_wire.h"
+#include "worker-lib/src/pending_answers.h"
 #include "trellis/v1/data.grpc.pb.h"
 #include "worker-lib/src/shard_map_install.h"
 
@@ -121,9 +121,8 @@ class TcpConnection final : public ServerConnection {
       if (broken_) {
         dead = broken_status_;
       } else {
-        h.request_id = next_id_++;
+        h.request_id = pending_.Add(r, std::move(reply));
         wire::EncodeRequestHeader(h, f.head);
-        pending_.emplace(h.request_id, PendingOf(r, std::move(reply)));
         if (tls_ == nullptr && !writing_ && queue_.empty() &&
             f.payload_bytes <= kInlineSendMaxBytes) {
           SendInline(std::move(f), lock);
@@ -159,19 +158,14 @@ class TcpConnection final : public ServerConnection {
       if (broken_) {
         dead = broken_status_;
       } else {
-        bulk.request_id = next_id_++;
+        uint64_t first_entry = 0;
+        bulk.request_id = pending_.AddBulk(requests, std::move(replies), &first_entry);
         wire::EncodeRequestHeader(bulk, f.head);
         for (size_t i = 0; i < requests.size(); ++i) {
           wire::RequestHeader h = HeaderOf(requests[i]);
-          h.request_id = next_id_++;
+          h.request_id = first_entry + i;
           wire::EncodeRequestHeader(h, f.entries[i].head);
-          Pending p = PendingOf(requests[i], std::move(replies[i]));
-          p.bulk_id = bulk.request_id;
-          pending_.emplace(h.request_id, std::move(p));
         }
-        // An error about the bulk as a whole (it did not parse) fails every entry.
-        bulk_entries_.emplace(bulk.request_id,
-                              std::make_pair(bulk.request_id + 1, requests.size()));
         queue_.push_back(std::move(f));
       }
     }
@@ -199,19 +193,6 @@ class TcpConnection final : public ServerConnection {
     // A compressed push's frame: held until the write that sends it returned.
     std::shared_ptr<const std::vector<uint8_t>> encoded;
   };
-  struct Pending {
-    SliceReply reply;
-    float* out;
-    uint64_t out_bytes;
-    std::shared_mutex* out_mu;
-    const std::atomic<bool>* out_closed;
-    uint64_t bulk_id = 0;  // the bulk it travelled in, or 0
-  };
-  static Pending PendingOf(const SliceRequest& r, SliceReply reply) {
-    return Pending{std::move(reply), r.out, static_cast<uint64_t>(r.out_elements) * sizeof(float),
-                   r.out_mu, r.out_closed};
-  }
-
   // The caller's thread sends a frame when nothing is queued or being written (one wake-up of the
   // writer fewer per request), as far as the socket takes it without waiting; the writer sends
   // the rest. `sent` then runs here, after the lock is let go.
@@ -254,33 +235,17 @@ class TcpConnection final : public ServerConnection {
         st = reader_->Read(message.data(), h.message_bytes);
         if (!st.ok()) break;
       }
-      Pending p{};
-      bool found = false;
-      std::vector<Pending> refused;  // the entries of a bulk the server refused as a whole
+      PendingAnswers::Routed routed;
       {
         std::lock_guard lock(mu_);
-        if (auto b = bulk_entries_.find(h.request_id); b != bulk_entries_.end()) {
-          if (h.code != 0) {
-            for (uint64_t id = b->second.first; id < b->second.first + b->second.second; ++id) {
-              if (auto e = pending_.find(id); e != pending_.end()) {
-                refused.push_back(std::move(e->second));
-                pending_.erase(e);
-              }
-            }
-          }
-          bulk_entries_.erase(b);
-        }
-        auto it = pending_.find(h.request_id);
-        if (it != pending_.end()) {
-          p = std::move(it->second);
-          pending_.erase(it);
-          found = true;
-          // An entry was answered: the server took its bulk, no error for it can follow.
-          if (p.bulk_id != 0) bulk_entries_.erase(p.bulk_id);
-        }
+        routed = pending_.Take(h.request_id, h.code);
       }
-      for (auto& e : refused) e.reply(Status(static_cast<StatusCode>(h.code), message), Payload{});
-      if (!refused.empty()) found = true;  // the answer was for the bulk
+      // The entries of a bulk the server refused as a whole.
+      for (auto& e : routed.refused) {
+        e.reply(Status(static_cast<StatusCode>(h.code), message), Payload{});
+      }
+      const bool found = routed.found;
+      PendingAnswers::Entry& p = routed.entry;
       if (!found || h.code != 0 || !p.reply) {
         st = reader_->Skip(h.payload_bytes);
         if (!st.ok()) break;
@@ -326,7 +291,7 @@ class TcpConnection final : public ServerConnection {
   // The connection is over: stop the writer, then fail every pending request (after the writer
   // let go of the callers' gradient memory).
   void Break(const Status& cause) {
-    std::unordered_map<uint64_t, Pending> pending;
+    std::vector<PendingAnswers::Entry> pending;
     Status st;
     {
       std::unique_lock lock(mu_);
@@ -336,13 +301,12 @@ class TcpConnection final : public ServerConnection {
       broken_ = true;
       broken_status_ = st;
       queue_.clear();
-      bulk_entries_.clear();
       cv_.notify_all();
       ::shutdown(fd_, SHUT_RDWR);
       cv_.wait(lock, [this] { return !writing_; });
-      pending.swap(pending_);
+      pending = pending_.TakeAll();
     }
-    for (auto& [id, p] : pending) p.reply(st, Payload{});
+    for (auto& p : pending) p.reply(st, Payload{});
   }
 
   void WriteLoop() {
@@ -403,12 +367,8 @@ class TcpConnection final : public ServerConnection {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::unordered_map<uint64_t, Pending> pending_;  // GUARDED_BY(mu_)
+  PendingAnswers pending_;                         // GUARDED_BY(mu_)
   std::deque<Frame> queue_;                        // GUARDED_BY(mu_): not yet written
-  // GUARDED_BY(mu_): bulk request id -> (first entry id, entries), until one entry is answered
-  // (or the bulk is refused).
-  std::unordered_map<uint64_t, std::pair<uint64_t, size_t>> bulk_entries_;
-  uint64_t next_id_ = 1;                           // GUARDED_BY(mu_): 0 = the stream itself
   bool writing_ = false;                           // GUARDED_BY(mu_): a sendmsg in progress
   bool broken_ = false;                            // GUARDED_BY(mu_)
   bool closing_ = false;                           // GUARDED_BY(mu_): destructor started
