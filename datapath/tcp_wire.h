@@ -1,5 +1,5 @@
 // The raw-TCP bulk transport of the data path, shared by the parameter server
-// (pserver/tcp_data_server.*) and the worker library (worker-lib/src/tcp_transport.cc).
+// (pserver/tcp_data_server.*) and the worker's link (datapath/tcp_link.*).
 //
 // A connection starts with a hello from the worker:
 //   u32 magic "TRH1" | u32 version (1) | i32 worker rank | u32 token bytes | token

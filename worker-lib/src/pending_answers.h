@@ -1,11 +1,10 @@
-// The requests a server connection sent and the server has not answered yet, by request id: the
-// bookkeeping both transports share (tcp_transport.cc, grpc_transport.cc), which differ only in
-// how bytes move. It numbers requests, remembers where each answer's payload goes, routes an
-// answer to its request, fails a bulk's entries when the server refuses the bulk as a whole, and
-// hands everything over when the connection breaks.
+// The requests a server connection sent and the server has not answered yet, by request id:
+// the bookkeeping of the worker's connection over either link (link_connection.cc; the links,
+// datapath/tcp_link.* and grpc_link.*, only move bytes). It numbers requests, remembers where
+// each answer's payload goes, routes an answer to its request, fails a bulk's entries when the
+// server refuses the bulk as a whole, and hands everything over when the connection breaks.
 //
-// Not thread-safe: the owning connection guards it with its own lock (the same lock that orders
-// a request's id with its place in the send queue).
+// Not thread-safe: the owning connection guards it with its own lock.
 #pragma once
 
 #include <cstdint>

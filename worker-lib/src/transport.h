@@ -1,6 +1,8 @@
 // The worker's side of the data path, behind one small interface so that a bulk transport can
-// be chosen without touching the scheduling code: gRPC (grpc_transport.cc) or raw TCP framed and
-// authenticated with the job token (tcp_transport.cc), chosen by the job's spec.transport.
+// be chosen without touching the scheduling code: one implementation (link_connection.cc) over a
+// link that moves the frames, raw TCP framed and authenticated with the job token
+// (datapath/tcp_link.*) or a gRPC stream (datapath/grpc_link.*), chosen by the job's
+// spec.transport.
 #pragma once
 
 #include <cstdint>
@@ -105,7 +107,9 @@ struct ConnectionOptions {
 
 // A gRPC connection: one channel and one long-lived raw bidirectional stream.
 StatusOr<std::unique_ptr<ServerConnection>> ConnectGrpc(const ConnectionOptions& options);
-// ConnectTcp: worker-lib/src/tcp_transport.h.
+// A raw TCP connection (datapath/tcp_link.h): one socket, the job token in its hello.
+// REQUIRES: options.tcp_port > 0 (else INVALID_ARGUMENT: the server advertised no TCP port).
+StatusOr<std::unique_ptr<ServerConnection>> ConnectTcp(const ConnectionOptions& options);
 // "grpc" or "tcp" -> the connect function; anything else is INVALID_ARGUMENT naming the choices.
 using ConnectFn = StatusOr<std::unique_ptr<ServerConnection>> (*)(const ConnectionOptions&);
 StatusOr<ConnectFn> TransportByName(const std::string& name);

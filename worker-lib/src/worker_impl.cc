@@ -11,7 +11,7 @@
 #include "datapath/tcp_wire.h"
 #include "datapath/codec/twobit.h"
 #include "worker-lib/src/recovering_connection.h"
-#include "worker-lib/src/tcp_transport.h"
+#include "worker-lib/src/transport.h"
 
 namespace trellis {
 namespace {

@@ -14,7 +14,7 @@
 #include "tests/testing/slice_reply.h"
 #include "tests/testing/test_pserver.h"
 #include "tests/testing/test_frames.h"
-#include "worker-lib/src/tcp_transport.h"
+#include "worker-lib/src/transport.h"
 
 namespace trellis {
 namespace {

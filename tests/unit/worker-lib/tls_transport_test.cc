@@ -8,7 +8,6 @@
 #include "tests/testing/slice_reply.h"
 #include "tests/testing/test_pserver.h"
 #include "tests/unit/common/tls_fixture.h"
-#include "worker-lib/src/tcp_transport.h"
 #include "worker-lib/src/transport.h"
 
 namespace trellis {

@@ -1,0 +1,90 @@
+// A link moves data-path frames between one worker and one server (DESIGN: the wire contract,
+// one frame format over either transport). It knows how bytes travel (raw TCP: tcp_link.h; a
+// gRPC stream: grpc_link.h) and nothing of what they mean: the worker's connection above it
+// (worker-lib/src/link_connection.*) numbers requests, routes answers and fails what is pending.
+//
+// The worker's side:
+//  * Write(frame) queues one request frame (a request, or a bulk and its entries) and never blocks
+//    on the network. Payloads are sent from the caller's memory without a copy; `sent` runs once
+//    their bytes were handed to the kernel (on a link thread, or inside Write).
+//  * Each answer reaches the receiver's OnAnswer, in arrival order, on the link's reading thread,
+//    with its payload still unread: the receiver picks where it lands (AnswerPayload).
+//  * OnClosed runs exactly once, when the link is over (the peer closed, an error, the link
+//    destroyed): after the last OnAnswer and after the link let go of every payload it was given.
+//    Frames written after that are dropped without touching their payloads (their `sent` does not
+//    run); the receiver fails them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tls.h"
+#include "datapath/frame.h"
+#include "datapath/tcp_wire.h"
+
+namespace trellis::link {
+
+// One request frame: a request header and its payload, or a bulk's header followed by its entries
+// (each a header and a payload). Headers live in the frame; payloads are the caller's memory.
+struct Part {
+  uint8_t head[wire::kRequestHeaderBytes];
+  const void* payload = nullptr;
+  uint64_t payload_bytes = 0;
+  // A compressed push's 2-bit frame (the payload points into it): held until its bytes left.
+  std::shared_ptr<const std::vector<uint8_t>> encoded;
+};
+struct OutFrame {
+  Part first;
+  std::vector<Part> entries;  // a bulk's entries, after `first` (whose payload they are)
+  std::function<void()> sent;  // may be empty
+};
+
+// The payload of the answer being delivered; valid only during OnAnswer. Use at most one of
+// ReadInto and View; what is not read is skipped.
+class AnswerPayload {
+ public:
+  virtual ~AnswerPayload() = default;
+  virtual uint64_t bytes() const = 0;
+  // The whole payload into `dst`, each piece under `guard` (tcp_wire.h: bytes the guard refuses
+  // are dropped). An error ends the link (the receiver reports it for this answer).
+  virtual Status ReadInto(void* dst, tcpwire::WriteGuard* guard) = 0;
+  // The whole payload as chunks, valid until OnAnswer returns.
+  virtual StatusOr<wire::Chunks> View() = 0;
+};
+
+class LinkReceiver {
+ public:
+  virtual ~LinkReceiver() = default;
+  virtual void OnAnswer(const wire::ResponseHeader& header, std::string_view message,
+                        AnswerPayload& payload) = 0;
+  // `status`: CANCELLED when the link was destroyed, else why it ended (UNAVAILABLE, or the
+  // server's error about the stream), its message naming the server.
+  virtual void OnClosed(const Status& status) = 0;
+};
+
+class WorkerLink {
+ public:
+  // Closes the link: OnClosed(CANCELLED) has run when the destructor returns (unless it ran
+  // before), and no link thread runs any more.
+  virtual ~WorkerLink() = default;
+  // Begins reading answers; call once, after the receiver is ready. The receiver outlives the link.
+  virtual void Start(LinkReceiver* receiver) = 0;
+  virtual void Write(OutFrame frame) = 0;
+};
+
+struct LinkOptions {
+  std::string address;  // the server's data address "host:port" (gRPC), for messages and gRPC
+  int tcp_port = 0;     // the server's raw-TCP port (tcp_link)
+  std::string token;
+  int32_t worker_rank = 0;
+  uint64_t max_answer_payload = 0;  // answers above it end the link (wire::MaxMessageBytes)
+  int64_t timeout_ms = 120000;      // bounds connecting and the handshake
+  TlsPtr tls;                       // nullptr: plaintext
+};
+
+}  // namespace trellis::link

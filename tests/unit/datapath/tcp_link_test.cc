@@ -1,0 +1,332 @@
+// The worker's TCP link (datapath/tcp_link.h) against a hand-driven server socket: the link
+// contract the worker's connection relies on (link.h). Frames go out as written, answers come
+// back in arrival order with their payloads where the receiver puts them, and OnClosed runs
+// exactly once, after which nothing is sent and no `sent` runs.
+#include "datapath/tcp_link.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "datapath/tcp_wire.h"
+
+namespace trellis::link {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr char kToken[] = "job-token";
+
+// One server-side connection: accepts the link's socket, checks its hello and says OK; then the
+// test reads requests and writes answers by hand.
+class HandServer {
+ public:
+  HandServer() {
+    auto fd = tcpwire::Listen("127.0.0.1", 0, &port_);
+    EXPECT_TRUE(fd.ok()) << fd.status().ToString();
+    listen_fd_ = fd.ok() ? *fd : -1;
+    acceptor_ = std::thread([this] {
+      conn_ = ::accept(listen_fd_, nullptr, nullptr);
+      if (conn_ < 0) return;
+      reader_ = std::make_unique<tcpwire::SocketReader>(conn_);
+      uint8_t fixed[tcpwire::kHelloFixedBytes];
+      uint32_t token_bytes = 0;
+      if (!reader_->Read(fixed, sizeof fixed).ok()) return;
+      if (!tcpwire::CheckHelloFixed(fixed, &token_bytes).ok()) return;
+      std::string token(token_bytes, '\0');
+      if (!reader_->Read(token.data(), token.size()).ok()) return;
+      hello_token_ = token;
+      Send(tcpwire::EncodeStatusFrame(wire::Op::kPush, 0, Status::Ok()));
+    });
+  }
+  ~HandServer() {
+    if (acceptor_.joinable()) acceptor_.join();
+    if (conn_ >= 0) ::close(conn_);
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+  }
+  int port() const { return port_; }
+  const std::string& hello_token() {
+    if (acceptor_.joinable()) acceptor_.join();
+    return hello_token_;
+  }
+
+  // The next request frame: its header, and its payload as floats.
+  wire::RequestHeader ReadRequest(std::vector<float>* payload) {
+    uint8_t head[wire::kRequestHeaderBytes];
+    wire::RequestHeader h;
+    EXPECT_TRUE(reader_->Read(head, sizeof head).ok());
+    EXPECT_TRUE(tcpwire::DecodeRequestHeader(head, 64 << 20, &h).ok());
+    payload->resize(h.payload_bytes / sizeof(float));
+    if (h.payload_bytes > 0) {
+      EXPECT_TRUE(reader_->Read(payload->data(), h.payload_bytes).ok());
+    }
+    return h;
+  }
+  void Answer(uint64_t id, const std::vector<float>& payload, uint64_t claimed_bytes = ~0ull) {
+    wire::ResponseHeader h;
+    h.request_id = id;
+    h.payload_bytes = claimed_bytes != ~0ull ? claimed_bytes : payload.size() * sizeof(float);
+    std::vector<uint8_t> bytes(wire::kResponseHeaderBytes);
+    wire::EncodeResponseHeader(h, bytes.data());
+    const auto* p = reinterpret_cast<const uint8_t*>(payload.data());
+    bytes.insert(bytes.end(), p, p + payload.size() * sizeof(float));
+    Send(bytes);
+  }
+  void Send(const std::vector<uint8_t>& bytes) {
+    iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
+    EXPECT_TRUE(tcpwire::SendAll(conn_, &iov, 1).ok());
+  }
+  void Close() { ::shutdown(conn_, SHUT_RDWR); }
+
+ private:
+  int listen_fd_ = -1;
+  int port_ = 0;
+  int conn_ = -1;
+  std::unique_ptr<tcpwire::SocketReader> reader_;
+  std::string hello_token_;
+  std::thread acceptor_;
+};
+
+// Records what the link delivers. `view`: read payloads with View() instead of ReadInto();
+// `skip_first`: leave the first answer's payload unread.
+class Recorder final : public LinkReceiver {
+ public:
+  bool view = false;
+  bool skip_first = false;
+
+  void OnAnswer(const wire::ResponseHeader& h, std::string_view message,
+                AnswerPayload& payload) override {
+    std::vector<float> values(payload.bytes() / sizeof(float));
+    std::lock_guard lock(mu_);
+    const bool skip = skip_first && answers_.empty();
+    if (!skip && payload.bytes() > 0) {
+      if (view) {
+        auto chunks = payload.View();
+        EXPECT_TRUE(chunks.ok());
+        if (chunks.ok()) wire::CopyOut(*chunks, 0, payload.bytes(), values.data());
+      } else {
+        EXPECT_TRUE(payload.ReadInto(values.data(), nullptr).ok());
+      }
+    }
+    answers_.push_back({h.request_id, skip ? std::vector<float>{} : values});
+    messages_.emplace_back(message);
+    cv_.notify_all();
+  }
+  void OnClosed(const Status& st) override {
+    std::lock_guard lock(mu_);
+    ++closed_;
+    closed_status_ = st;
+    cv_.notify_all();
+  }
+
+  std::vector<std::pair<uint64_t, std::vector<float>>> WaitAnswers(size_t n) {
+    std::unique_lock lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, 10s, [&] { return answers_.size() >= n; }));
+    return answers_;
+  }
+  Status WaitClosed() {
+    std::unique_lock lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, 10s, [&] { return closed_ > 0; }));
+    return closed_status_;
+  }
+  int closed() {
+    std::lock_guard lock(mu_);
+    return closed_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<uint64_t, std::vector<float>>> answers_;  // GUARDED_BY(mu_)
+  std::vector<std::string> messages_;                             // GUARDED_BY(mu_)
+  int closed_ = 0;                                                // GUARDED_BY(mu_)
+  Status closed_status_;                                          // GUARDED_BY(mu_)
+};
+
+LinkOptions Options(int port) {
+  LinkOptions o;
+  o.address = "127.0.0.1:1";  // the gRPC half of the data address: only named in messages
+  o.tcp_port = port;
+  o.token = kToken;
+  o.worker_rank = 0;
+  o.max_answer_payload = 16 << 20;
+  o.timeout_ms = 10000;
+  return o;
+}
+
+OutFrame Frame(uint64_t id, const std::vector<float>& payload, std::atomic<int>* sent) {
+  OutFrame f;
+  wire::RequestHeader h;
+  h.op = wire::Op::kPushPull;
+  h.request_id = id;
+  h.key = 7;
+  h.payload_bytes = payload.size() * sizeof(float);
+  wire::EncodeRequestHeader(h, f.first.head);
+  f.first.payload = payload.data();
+  f.first.payload_bytes = h.payload_bytes;
+  f.sent = [sent] { sent->fetch_add(1); };
+  return f;
+}
+
+std::vector<float> Iota(size_t n, float from) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = from + static_cast<float>(i);
+  return v;
+}
+
+// Connects to `server` (with `o`), starts the link reporting to `rec` and waits for the hello.
+std::unique_ptr<WorkerLink> StartedLink(HandServer& server, Recorder& rec, const LinkOptions& o) {
+  auto l = ConnectTcpLink(o);
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  if (!l.ok()) return nullptr;
+  (*l)->Start(&rec);
+  server.hello_token();
+  return std::move(*l);
+}
+
+class TcpLinkTest : public ::testing::TestWithParam<bool> {};  // param: read with View()
+
+TEST_P(TcpLinkTest, FramesGoOutAsWrittenAndAnswersComeBackInArrivalOrder) {
+  HandServer server;
+  Recorder rec;  // outlives the link, which reports to it until destroyed
+  rec.view = GetParam();
+  auto l = StartedLink(server, rec, Options(server.port()));
+  ASSERT_TRUE(l);
+  EXPECT_EQ(server.hello_token(), kToken);
+  // A small frame (the caller's thread may send it itself) and a 2 MiB one (the writer's).
+  const auto small = Iota(4, 1), big = Iota(512 << 10, 0.5f);
+  std::atomic<int> sent{0};
+  l->Write(Frame(11, small, &sent));
+  l->Write(Frame(12, big, &sent));
+  std::vector<float> got;
+  auto h1 = server.ReadRequest(&got);
+  EXPECT_EQ(h1.request_id, 11u);
+  EXPECT_EQ(got, small);
+  auto h2 = server.ReadRequest(&got);
+  EXPECT_EQ(h2.request_id, 12u);
+  EXPECT_EQ(h2.key, 7u);
+  EXPECT_EQ(got, big);
+  // Answered in the other order: delivered as they arrive.
+  server.Answer(12, Iota(512 << 10, 3));
+  server.Answer(11, {9, 8});
+  auto answers = rec.WaitAnswers(2);
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[0].first, 12u);
+  EXPECT_EQ(answers[0].second, Iota(512 << 10, 3));
+  EXPECT_EQ(answers[1].first, 11u);
+  EXPECT_EQ(answers[1].second, (std::vector<float>{9, 8}));
+  EXPECT_EQ(sent.load(), 2);
+  EXPECT_EQ(rec.closed(), 0);
+  l.reset();
+  EXPECT_EQ(rec.closed(), 1);
+  EXPECT_EQ(rec.WaitClosed().code(), StatusCode::kCancelled);
+}
+
+TEST_P(TcpLinkTest, APayloadLeftUnreadIsSkipped) {
+  HandServer server;
+  Recorder rec;  // outlives the link, which reports to it until destroyed
+  rec.view = GetParam();
+  rec.skip_first = true;
+  auto l = StartedLink(server, rec, Options(server.port()));
+  ASSERT_TRUE(l);
+  server.Answer(1, Iota(1000, 0));
+  server.Answer(2, Iota(3, 7));
+  auto answers = rec.WaitAnswers(2);
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[1].first, 2u);
+  EXPECT_EQ(answers[1].second, Iota(3, 7));
+  EXPECT_EQ(rec.closed(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(ReadIntoOrView, TcpLinkTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "View" : "ReadInto"; });
+
+TEST(TcpLink, APeerThatClosesEndsTheLinkOnceAndLaterFramesAreDropped) {
+  HandServer server;
+  Recorder rec;  // outlives the link, which reports to it until destroyed
+  auto l = StartedLink(server, rec, Options(server.port()));
+  ASSERT_TRUE(l);
+  server.Close();
+  const Status st = rec.WaitClosed();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("data connection to 127.0.0.1:1 ended"), std::string::npos)
+      << st.ToString();
+  // Written after the end: never sent, its `sent` never runs, its payload never read.
+  std::atomic<int> sent{0};
+  l->Write(Frame(1, Iota(4, 0), &sent));
+  l->Write(Frame(2, Iota(2 << 20, 0), &sent));
+  l.reset();
+  EXPECT_EQ(sent.load(), 0);
+  EXPECT_EQ(rec.closed(), 1);
+}
+
+TEST(TcpLink, AnErrorAboutTheStreamEndsTheLinkWithIt) {
+  HandServer server;
+  Recorder rec;  // outlives the link, which reports to it until destroyed
+  auto l = StartedLink(server, rec, Options(server.port()));
+  ASSERT_TRUE(l);
+  server.Send(tcpwire::EncodeStatusFrame(wire::Op::kPush, 0,
+                                         ResourceExhaustedError("too many requests unserved")));
+  const Status st = rec.WaitClosed();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("too many requests unserved"), std::string::npos) << st.ToString();
+  EXPECT_TRUE(rec.WaitAnswers(0).empty());  // not delivered as an answer
+}
+
+TEST(TcpLink, AnAnswerAboveTheLimitEndsTheLinkBeforeItsPayload) {
+  HandServer server;
+  LinkOptions o = Options(server.port());
+  o.max_answer_payload = 1 << 20;
+  Recorder rec;  // outlives the link, which reports to it until destroyed
+  auto l = StartedLink(server, rec, o);
+  ASSERT_TRUE(l);
+  server.Answer(5, {}, /*claimed_bytes=*/uint64_t{1} << 40);  // a terabyte, never sent
+  const Status st = rec.WaitClosed();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_TRUE(rec.WaitAnswers(0).empty());
+}
+
+TEST(TcpLink, WrongTokenIsRefusedAtConnect) {
+  // A server that answers the hello with an error: ConnectTcpLink fails with it, no link.
+  int port = 0;
+  auto lfd = tcpwire::Listen("127.0.0.1", 0, &port);
+  ASSERT_TRUE(lfd.ok());
+  std::thread refuse([&] {
+    int c = ::accept(*lfd, nullptr, nullptr);
+    tcpwire::SocketReader rd(c);
+    uint8_t fixed[tcpwire::kHelloFixedBytes];
+    uint32_t n = 0;
+    if (rd.Read(fixed, sizeof fixed).ok() && tcpwire::CheckHelloFixed(fixed, &n).ok()) {
+      std::string token(n, '\0');
+      (void)rd.Read(token.data(), n);
+      auto bytes = tcpwire::EncodeStatusFrame(wire::Op::kPush, 0,
+                                              UnauthenticatedError("wrong job token"));
+      iovec iov{bytes.data(), bytes.size()};
+      (void)tcpwire::SendAll(c, &iov, 1);
+    }
+    ::close(c);
+  });
+  auto l = ConnectTcpLink(Options(port));
+  refuse.join();
+  ::close(*lfd);
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), StatusCode::kUnauthenticated) << l.status().ToString();
+  EXPECT_NE(l.status().message().find("wrong job token"), std::string::npos);
+}
+
+TEST(TcpLink, NoTcpPortIsAClearError) {
+  LinkOptions o = Options(0);
+  auto l = ConnectTcpLink(o);
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(l.status().message().find("advertised no TCP data port"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trellis::link
