@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "datapath/tcp_wire.h"
+#include "tests/unit/datapath/link_recorder.h"
 
 namespace trellis::link {
 namespace {
@@ -91,62 +92,6 @@ class HandServer {
   std::unique_ptr<tcpwire::SocketReader> reader_;
   std::string hello_token_;
   std::thread acceptor_;
-};
-
-// Records what the link delivers. `view`: read payloads with View() instead of ReadInto();
-// `skip_first`: leave the first answer's payload unread.
-class Recorder final : public LinkReceiver {
- public:
-  bool view = false;
-  bool skip_first = false;
-
-  void OnAnswer(const wire::ResponseHeader& h, std::string_view message,
-                AnswerPayload& payload) override {
-    std::vector<float> values(payload.bytes() / sizeof(float));
-    std::lock_guard lock(mu_);
-    const bool skip = skip_first && answers_.empty();
-    if (!skip && payload.bytes() > 0) {
-      if (view) {
-        auto chunks = payload.View();
-        EXPECT_TRUE(chunks.ok());
-        if (chunks.ok()) wire::CopyOut(*chunks, 0, payload.bytes(), values.data());
-      } else {
-        EXPECT_TRUE(payload.ReadInto(values.data(), nullptr).ok());
-      }
-    }
-    answers_.push_back({h.request_id, skip ? std::vector<float>{} : values});
-    messages_.emplace_back(message);
-    cv_.notify_all();
-  }
-  void OnClosed(const Status& st) override {
-    std::lock_guard lock(mu_);
-    ++closed_;
-    closed_status_ = st;
-    cv_.notify_all();
-  }
-
-  std::vector<std::pair<uint64_t, std::vector<float>>> WaitAnswers(size_t n) {
-    std::unique_lock lock(mu_);
-    EXPECT_TRUE(cv_.wait_for(lock, 10s, [&] { return answers_.size() >= n; }));
-    return answers_;
-  }
-  Status WaitClosed() {
-    std::unique_lock lock(mu_);
-    EXPECT_TRUE(cv_.wait_for(lock, 10s, [&] { return closed_ > 0; }));
-    return closed_status_;
-  }
-  int closed() {
-    std::lock_guard lock(mu_);
-    return closed_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::pair<uint64_t, std::vector<float>>> answers_;  // GUARDED_BY(mu_)
-  std::vector<std::string> messages_;                             // GUARDED_BY(mu_)
-  int closed_ = 0;                                                // GUARDED_BY(mu_)
-  Status closed_status_;                                          // GUARDED_BY(mu_)
 };
 
 LinkOptions Options(int port) {

@@ -1,0 +1,74 @@
+// A LinkReceiver for the link tests (tcp_link_test, grpc_link_test): records what a link
+// delivers and when it ended.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "datapath/link.h"
+
+namespace trellis::link {
+
+// Records what the link delivers. `view`: read payloads with View() instead of ReadInto();
+// `skip_first`: leave the first answer's payload unread.
+class Recorder final : public LinkReceiver {
+ public:
+  bool view = false;
+  bool skip_first = false;
+
+  void OnAnswer(const wire::ResponseHeader& h, std::string_view message,
+                AnswerPayload& payload) override {
+    std::vector<float> values(payload.bytes() / sizeof(float));
+    std::lock_guard lock(mu_);
+    const bool skip = skip_first && answers_.empty();
+    if (!skip && payload.bytes() > 0) {
+      if (view) {
+        auto chunks = payload.View();
+        EXPECT_TRUE(chunks.ok());
+        if (chunks.ok()) wire::CopyOut(*chunks, 0, payload.bytes(), values.data());
+      } else {
+        EXPECT_TRUE(payload.ReadInto(values.data(), nullptr).ok());
+      }
+    }
+    answers_.push_back({h.request_id, skip ? std::vector<float>{} : values});
+    messages_.emplace_back(message);
+    cv_.notify_all();
+  }
+  void OnClosed(const Status& st) override {
+    std::lock_guard lock(mu_);
+    ++closed_;
+    closed_status_ = st;
+    cv_.notify_all();
+  }
+
+  std::vector<std::pair<uint64_t, std::vector<float>>> WaitAnswers(size_t n) {
+    std::unique_lock lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(10), [&] { return answers_.size() >= n; }));
+    return answers_;
+  }
+  Status WaitClosed() {
+    std::unique_lock lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(10), [&] { return closed_ > 0; }));
+    return closed_status_;
+  }
+  int closed() {
+    std::lock_guard lock(mu_);
+    return closed_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<uint64_t, std::vector<float>>> answers_;  // GUARDED_BY(mu_)
+  std::vector<std::string> messages_;                             // GUARDED_BY(mu_)
+  int closed_ = 0;                                                // GUARDED_BY(mu_)
+  Status closed_status_;                                          // GUARDED_BY(mu_)
+};
+
+}  // namespace trellis::link
