@@ -135,9 +135,11 @@ TEST_P(ServerRestartTest, ServerThatNeverComesBackFailsClearly) {
   ASSERT_TRUE(c.Declare({{.id = 1, .name = "w", .num_elements = kN}}).ok());
   Step(c, 1);
   c.StopServer(1);
-  std::vector<float> g = Grad(0, 2), out(kN);
-  Handle a = c.workers[0]->PushPull(1, g.data(), out.data());
-  Handle b = c.workers[1]->PushPull(1, g.data(), out.data());
+  // Each worker its own output: answers of two workers landing in one buffer would race.
+  std::vector<float> g = Grad(0, 2);
+  std::vector<std::vector<float>> out(2, std::vector<float>(kN));
+  Handle a = c.workers[0]->PushPull(1, g.data(), out[0].data());
+  Handle b = c.workers[1]->PushPull(1, g.data(), out[1].data());
   for (Handle* h : {&a, &b}) {
     Status st = h->Wait();
     ASSERT_FALSE(st.ok());
