@@ -43,6 +43,20 @@ inline std::vector<uint8_t> BulkBytes(const std::vector<std::vector<uint8_t>>& e
   return out;
 }
 
+// An OK answer frame to request `id` carrying `payload`; `claimed_bytes` (when given) is the
+// payload length its header announces instead of the real one (a lie, for hostile-peer tests).
+inline std::vector<uint8_t> ResponseBytes(uint64_t id, const std::vector<float>& payload,
+                                          uint64_t claimed_bytes = ~0ull) {
+  wire::ResponseHeader h;
+  h.request_id = id;
+  h.payload_bytes = claimed_bytes != ~0ull ? claimed_bytes : payload.size() * sizeof(float);
+  std::vector<uint8_t> out(wire::kResponseHeaderBytes);
+  wire::EncodeResponseHeader(h, out.data());
+  const auto* p = reinterpret_cast<const uint8_t*>(payload.data());
+  out.insert(out.end(), p, p + payload.size() * sizeof(float));
+  return out;
+}
+
 // A replay (wire::Op::kReplay) of the push request `push` (RequestBytes of kPush or a 2-bit
 // push); with `push` empty, the end of a worker's replays announcing `count` replays.
 inline std::vector<uint8_t> ReplayBytes(const std::vector<uint8_t>& push, uint64_t key,

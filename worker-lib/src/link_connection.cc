@@ -64,9 +64,6 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
     link_->Start(this);
   }
 
-  // Destroying the link ends it: OnClosed fails what is pending with CANCELLED.
-  ~LinkConnection() override { link_.reset(); }
-
   const std::string& address() const override { return options_.address; }
 
   Status InstallShardMap(const v1::ShardMap& map, int32_t server_rank,
@@ -210,7 +207,8 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
   bool closed_ = false;     // GUARDED_BY(mu_): OnClosed ran
   Status closed_status_;    // GUARDED_BY(mu_)
 
-  // Last: destroyed first, so its threads have stopped before the state above goes.
+  // Last: destroyed first, so its threads have stopped before the state above goes. Destroying
+  // the link ends it: OnClosed fails what is pending with CANCELLED.
   std::unique_ptr<link::WorkerLink> link_;
 };
 

@@ -20,6 +20,7 @@
 
 #include "common/auth.h"
 #include "datapath/grpc_frame.h"
+#include "tests/testing/test_frames.h"
 #include "tests/unit/datapath/link_recorder.h"
 
 namespace trellis::link {
@@ -65,13 +66,7 @@ class HandGrpcServer final : public grpc::CallbackGenericService {
     return f;
   }
   void Answer(uint64_t id, const std::vector<float>& payload) {
-    wire::ResponseHeader h;
-    h.request_id = id;
-    h.payload_bytes = payload.size() * sizeof(float);
-    std::vector<uint8_t> bytes(wire::kResponseHeaderBytes);
-    wire::EncodeResponseHeader(h, bytes.data());
-    const auto* p = reinterpret_cast<const uint8_t*>(payload.data());
-    bytes.insert(bytes.end(), p, p + payload.size() * sizeof(float));
+    auto bytes = testing::ResponseBytes(id, payload);
     WithStream([&](Stream* s) { s->Send(std::move(bytes)); });
   }
   void End(const grpc::Status& status) {

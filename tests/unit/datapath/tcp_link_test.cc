@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "datapath/tcp_wire.h"
+#include "tests/testing/test_frames.h"
 #include "tests/unit/datapath/link_recorder.h"
 
 namespace trellis::link {
@@ -24,15 +25,15 @@ using namespace std::chrono_literals;
 
 constexpr char kToken[] = "job-token";
 
-// One server-side connection: accepts the link's socket, checks its hello and says OK; then the
-// test reads requests and writes answers by hand.
+// One server-side connection: accepts the link's socket, reads its hello and answers it with
+// `verdict` (OK: the test then reads requests and writes answers by hand).
 class HandServer {
  public:
-  HandServer() {
+  explicit HandServer(Status verdict = Status::Ok()) {
     auto fd = tcpwire::Listen("127.0.0.1", 0, &port_);
     EXPECT_TRUE(fd.ok()) << fd.status().ToString();
     listen_fd_ = fd.ok() ? *fd : -1;
-    acceptor_ = std::thread([this] {
+    acceptor_ = std::thread([this, verdict] {
       conn_ = ::accept(listen_fd_, nullptr, nullptr);
       if (conn_ < 0) return;
       reader_ = std::make_unique<tcpwire::SocketReader>(conn_);
@@ -43,7 +44,7 @@ class HandServer {
       std::string token(token_bytes, '\0');
       if (!reader_->Read(token.data(), token.size()).ok()) return;
       hello_token_ = token;
-      Send(tcpwire::EncodeStatusFrame(wire::Op::kPush, 0, Status::Ok()));
+      Send(tcpwire::EncodeStatusFrame(wire::Op::kPush, 0, verdict));
     });
   }
   ~HandServer() {
@@ -70,14 +71,7 @@ class HandServer {
     return h;
   }
   void Answer(uint64_t id, const std::vector<float>& payload, uint64_t claimed_bytes = ~0ull) {
-    wire::ResponseHeader h;
-    h.request_id = id;
-    h.payload_bytes = claimed_bytes != ~0ull ? claimed_bytes : payload.size() * sizeof(float);
-    std::vector<uint8_t> bytes(wire::kResponseHeaderBytes);
-    wire::EncodeResponseHeader(h, bytes.data());
-    const auto* p = reinterpret_cast<const uint8_t*>(payload.data());
-    bytes.insert(bytes.end(), p, p + payload.size() * sizeof(float));
-    Send(bytes);
+    Send(testing::ResponseBytes(id, payload, claimed_bytes));
   }
   void Send(const std::vector<uint8_t>& bytes) {
     iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
@@ -239,27 +233,8 @@ TEST(TcpLink, AnAnswerAboveTheLimitEndsTheLinkBeforeItsPayload) {
 
 TEST(TcpLink, WrongTokenIsRefusedAtConnect) {
   // A server that answers the hello with an error: ConnectTcpLink fails with it, no link.
-  int port = 0;
-  auto lfd = tcpwire::Listen("127.0.0.1", 0, &port);
-  ASSERT_TRUE(lfd.ok());
-  std::thread refuse([&] {
-    int c = ::accept(*lfd, nullptr, nullptr);
-    tcpwire::SocketReader rd(c);
-    uint8_t fixed[tcpwire::kHelloFixedBytes];
-    uint32_t n = 0;
-    if (rd.Read(fixed, sizeof fixed).ok() && tcpwire::CheckHelloFixed(fixed, &n).ok()) {
-      std::string token(n, '\0');
-      (void)rd.Read(token.data(), n);
-      auto bytes = tcpwire::EncodeStatusFrame(wire::Op::kPush, 0,
-                                              UnauthenticatedError("wrong job token"));
-      iovec iov{bytes.data(), bytes.size()};
-      (void)tcpwire::SendAll(c, &iov, 1);
-    }
-    ::close(c);
-  });
-  auto l = ConnectTcpLink(Options(port));
-  refuse.join();
-  ::close(*lfd);
+  HandServer server(UnauthenticatedError("wrong job token"));
+  auto l = ConnectTcpLink(Options(server.port()));
   ASSERT_FALSE(l.ok());
   EXPECT_EQ(l.status().code(), StatusCode::kUnauthenticated) << l.status().ToString();
   EXPECT_NE(l.status().message().find("wrong job token"), std::string::npos);
