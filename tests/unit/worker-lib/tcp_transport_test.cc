@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <shared_mutex>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -304,6 +306,8 @@ TEST_F(TcpTransportTest, BulkEntriesAreAnsweredEachIntoItsOut) {
   EXPECT_EQ(b2.status.code(), StatusCode::kNotFound) << b2.status.ToString();
   EXPECT_EQ(out1, g);
   EXPECT_EQ(out2, g);
+  // `sent` runs once the writer's sendmsg returned, which may be after the answers came back.
+  for (int i = 0; i < 1000 && sent.load() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(sent.load(), 1);  // the frame went out once
   ExpectPushPull(*c, 2);
 }
