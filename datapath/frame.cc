@@ -317,4 +317,17 @@ Status ParseBulk(const Chunks& frame, size_t offset, uint64_t bytes, std::vector
   return Status::Ok();
 }
 
+std::vector<uint8_t> EncodeStatusFrame(Op op, uint64_t request_id, const Status& st) {
+  std::string msg = st.message().substr(0, kMaxErrorBytes);
+  ResponseHeader h;
+  h.op = op;
+  h.request_id = request_id;
+  h.code = static_cast<int32_t>(st.code());
+  h.message_bytes = static_cast<uint32_t>(msg.size());
+  std::vector<uint8_t> out(kResponseHeaderBytes + msg.size());
+  EncodeResponseHeader(h, out.data());
+  std::memcpy(out.data() + kResponseHeaderBytes, msg.data(), msg.size());
+  return out;
+}
+
 }  // namespace trellis::wire

@@ -137,6 +137,10 @@ void AddFloats(const Chunks& chunks, size_t offset, size_t count, float* dst);
 
 void EncodeRequestHeader(const RequestHeader& h, uint8_t out[kRequestHeaderBytes]);
 void EncodeResponseHeader(const ResponseHeader& h, uint8_t out[kResponseHeaderBytes]);
+// The longest error text a response carries; longer ones are cut.
+inline constexpr uint32_t kMaxErrorBytes = 64 << 10;
+// An error answer (or a TCP hello's verdict, request id 0): response header + message, no payload.
+std::vector<uint8_t> EncodeStatusFrame(Op op, uint64_t request_id, const Status& st);
 
 // The fixed header fields alone (both transports): a request's magic and op are checked; a
 // response's magic. REQUIRES: h holds kRequestHeaderBytes / kResponseHeaderBytes.

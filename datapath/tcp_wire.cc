@@ -106,19 +106,6 @@ Status DecodeHello(const uint8_t* bytes, size_t n, Hello* out) {
   return Status::Ok();
 }
 
-std::vector<uint8_t> EncodeStatusFrame(wire::Op op, uint64_t request_id, const Status& st) {
-  std::string msg = st.message().substr(0, kMaxMessageBytes);
-  wire::ResponseHeader h;
-  h.op = op;
-  h.request_id = request_id;
-  h.code = static_cast<int32_t>(st.code());
-  h.message_bytes = static_cast<uint32_t>(msg.size());
-  std::vector<uint8_t> out(wire::kResponseHeaderBytes + msg.size());
-  wire::EncodeResponseHeader(h, out.data());
-  std::memcpy(out.data() + wire::kResponseHeaderBytes, msg.data(), msg.size());
-  return out;
-}
-
 Status DecodeRequestHeader(const uint8_t* h, uint64_t max_payload, wire::RequestHeader* out) {
   if (Status st = wire::ParseRequestHeader(h, out); !st.ok()) {
     return Status(st.code(), st.message() + "; closing the connection");

@@ -29,7 +29,7 @@ inline constexpr uint32_t kHelloMagic = 0x31485254;  // "TRH1" little-endian
 inline constexpr uint32_t kHelloVersion = 1;
 inline constexpr size_t kHelloFixedBytes = 16;
 inline constexpr uint32_t kMaxTokenBytes = 4096;
-inline constexpr uint32_t kMaxMessageBytes = 64 << 10;  // error text in a response
+inline constexpr uint32_t kMaxMessageBytes = wire::kMaxErrorBytes;  // error text in a response
 inline constexpr char kAddressTcpTag[] = ";tcp=";
 // Socket buffers: big enough for a few MiB in flight per direction (capped by net.core.*mem_max).
 inline constexpr int kSocketBufferBytes = 4 << 20;
@@ -50,9 +50,6 @@ Status CheckHelloFixed(const uint8_t* fixed, uint32_t* token_bytes);
 // Parses a whole hello (`n` = kHelloFixedBytes + its token bytes): magic, version, token length
 // (at most kMaxTokenBytes). INVALID_ARGUMENT "bad hello: ..." naming what is wrong.
 Status DecodeHello(const uint8_t* bytes, size_t n, Hello* out);
-
-// Response frame bytes: header + message (no payload).
-std::vector<uint8_t> EncodeStatusFrame(wire::Op op, uint64_t request_id, const Status& st);
 
 // Checks a request header read from the socket before its payload is read: magic, op, payload
 // length within `max_payload` and a whole number of floats, no payload on a pull. Any error

@@ -9,6 +9,7 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "datapath/grpc_frame.h"
+#include "pserver/front_door.h"
 
 namespace trellis {
 namespace {
@@ -29,8 +30,8 @@ using Outgoing = ByPriority<grpc::ByteBuffer>;
 }  // namespace
 
 // What outlives the reactor: answers to waiting pulls may come after the worker went away.
-struct DataService::StreamState {
-  int32_t worker = 0;
+struct DataService::StreamState : AnswerSink {
+  std::shared_ptr<FrontDoor> door;  // set before the first read
   std::mutex mu;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* reactor = nullptr;  // GUARDED_BY(mu)
   std::priority_queue<Outgoing> out;  // GUARDED_BY(mu)
@@ -65,7 +66,23 @@ struct DataService::StreamState {
     out.pop();
     reactor->StartWrite(&current);
   }
-  void Send(int32_t priority, grpc::ByteBuffer frame) {
+  void Send(AnswerFrame a) override {
+    const size_t n = a.PayloadBytes();
+    grpc::ByteBuffer frame;
+    if (a.packed) {
+      const uint8_t* data = a.packed->data();
+      auto* keep = new Packed(std::move(a.packed));  // released by gRPC when sent
+      frame = wire::MakeFrame(a.head.data(), a.head.size(), {}, data, n, ReleasePacked, keep);
+    } else if (a.values) {
+      const float* data = a.values->data();
+      auto* keep = new Values(std::move(a.values));  // released by gRPC when sent
+      frame = wire::MakeFrame(a.head.data(), a.head.size(), {}, data, n, ReleaseValues, keep);
+    } else {
+      frame = wire::MakeFrame(a.head.data(), a.head.size(), {}, nullptr, 0, nullptr, nullptr);
+    }
+    Queue(a.priority, std::move(frame));
+  }
+  void Queue(int32_t priority, grpc::ByteBuffer frame) {
     std::lock_guard lock(mu);
     if (finished || reactor == nullptr) return;  // the worker is gone
     unsent_bytes += frame.Length();
@@ -93,19 +110,26 @@ struct DataService::StreamState {
   }
 };
 
-// A request's place in its stream's read-ahead, given back when the request is served (or
-// dropped unserved at shutdown).
-struct DataService::Unserved {
-  Unserved(std::shared_ptr<StreamState> s, size_t b) : stream(std::move(s)), bytes(b) {
+// A request frame as received: its slices, and its place in its stream's read-ahead, given back
+// when the frame is served (or dropped unserved at shutdown).
+struct DataService::Received {
+  explicit Received(std::shared_ptr<StreamState> s) : stream(std::move(s)) {}
+  ~Received() {
+    if (counted) stream->Served(bytes);
+  }
+  Received(const Received&) = delete;
+  Received& operator=(const Received&) = delete;
+  void Count(size_t b) {
     std::lock_guard lock(stream->mu);
     ++stream->unserved.requests;
-    stream->unserved.bytes += bytes;
+    stream->unserved.bytes += b;
+    bytes = b;
+    counted = true;
   }
-  ~Unserved() { stream->Served(bytes); }
-  Unserved(const Unserved&) = delete;
-  Unserved& operator=(const Unserved&) = delete;
   const std::shared_ptr<StreamState> stream;
-  const size_t bytes;
+  std::vector<grpc::Slice> slices;
+  size_t bytes = 0;
+  bool counted = false;
 };
 
 namespace {
@@ -114,8 +138,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
  public:
   StreamReactor(DataService* service, grpc::CallbackServerContext* ctx)
       : service_(service), state_(std::make_shared<DataService::StreamState>()) {
-    Status st = service->CheckToken(ctx);
-    if (st.ok()) st = ParseRank(ctx);
+    Status st = Admit(ctx);
     if (!st.ok()) {
       TLOG_WARN << "refusing data stream from " << ctx->peer() << ": " << st.ToString();
       {
@@ -139,21 +162,21 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       state_->MaybeFinishLocked();
       return;
     }
-    DataService::Task task;
-    task.stream = state_;
-    (void)in_.Dump(&task.slices);
+    auto received = std::make_shared<DataService::Received>(state_);
+    (void)in_.Dump(&received->slices);
     in_.Clear();
-    wire::Chunks chunks = wire::ChunksOf(task.slices);
+    RequestFrame frame;
+    frame.chunks = wire::ChunksOf(received->slices);
     uint64_t id = 0;
-    Status st = wire::DecodeRequest(chunks, &task.header, &id);
+    Status st = wire::DecodeRequest(frame.chunks, &frame.header, &id);
     if (!st.ok()) {
       // Garbage cannot be attributed to a pending request beyond its id (0 when unreadable);
       // answer it and keep the stream: gRPC framing keeps the next message intact.
-      SendError(state_, id, wire::Op::kPush, st);
-    } else if (task.header.op != wire::Op::kBulk) {
-      service_->Submit(std::move(task), wire::TotalBytes(chunks));
+      state_->door->SendError(wire::Op::kPush, id, st);
     } else {
-      SubmitBulk(std::move(task), chunks);
+      received->Count(wire::TotalBytes(frame.chunks));
+      frame.hold = std::move(received);
+      state_->door->Receive(std::move(frame));
     }
     std::lock_guard lock(state_->mu);
     state_->NextReadLocked();
@@ -184,53 +207,24 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     delete this;
   }
 
-  // One task per entry, each a view into the same received slices (reference-counted).
-  void SubmitBulk(DataService::Task bulk, const wire::Chunks& chunks) {
-    std::vector<wire::BulkEntry> entries;
-    Status st = wire::ParseBulk(chunks, wire::kRequestHeaderBytes, bulk.header.payload_bytes,
-                                &entries);
-    if (!st.ok()) {
-      TLOG_WARN << "data stream of worker " << state_->worker << ": " << st.ToString();
-      SendError(state_, bulk.header.request_id, wire::Op::kBulk, st);
-      return;
-    }
-    for (const auto& e : entries) {
-      DataService::Task t;
-      t.stream = state_;
-      t.header = e.header;
-      t.slices = bulk.slices;
-      t.offset = e.offset;
-      t.bytes = e.bytes;
-      service_->Submit(std::move(t), e.header.payload_bytes);
-    }
-  }
-
-  static void SendError(const std::shared_ptr<DataService::StreamState>& stream, uint64_t id,
-                        wire::Op op, const Status& st) {
-    wire::ResponseHeader h;
-    h.op = op;
-    h.request_id = id;
-    h.code = static_cast<int32_t>(st.code());
-    h.message_bytes = static_cast<uint32_t>(st.message().size());
-    uint8_t buf[wire::kResponseHeaderBytes];
-    wire::EncodeResponseHeader(h, buf);
-    // Errors jump the queue: the worker's handle fails at once.
-    stream->Send(INT32_MAX, wire::MakeFrame(buf, sizeof buf, st.message(), nullptr, 0, nullptr,
-                                            nullptr));
-  }
-
  private:
-  Status ParseRank(grpc::CallbackServerContext* ctx) {
-    std::string r = Metadata(ctx, wire::kRankMetadataKey);
+  // The job token and the worker's rank, from the stream's metadata; the stream's front door.
+  Status Admit(grpc::CallbackServerContext* ctx) {
+    const std::string r = Metadata(ctx, wire::kRankMetadataKey);
     int32_t rank = -1;
     auto [p, ec] = std::from_chars(r.data(), r.data() + r.size(), rank);
-    int32_t w = service_->store()->config().num_workers;
-    if (r.empty() || ec != std::errc() || p != r.data() + r.size() || rank < 0 || rank >= w) {
-      return InvalidArgumentError(std::string("data stream needs metadata ") +
-                                  wire::kRankMetadataKey + " = a worker rank in [0, " +
-                                  std::to_string(w) + "), got '" + r + "'");
+    const bool parsed = !r.empty() && ec == std::errc() && p == r.data() + r.size();
+    const int32_t w = service_->store()->config().num_workers;
+    Status st = CheckWorker(service_->token(), Metadata(ctx, kTokenMetadataKey),
+                            parsed ? rank : -1, w);
+    if (st.code() == StatusCode::kInvalidArgument) {  // the rank: say where it is read from
+      st = InvalidArgumentError(std::string("data stream needs metadata ") +
+                                wire::kRankMetadataKey + " = a worker rank in [0, " +
+                                std::to_string(w) + "), got '" + r + "'");
     }
-    state_->worker = rank;
+    if (!st.ok()) return st;
+    state_->door = std::make_shared<FrontDoor>(service_->store(), service_->serving(), rank,
+                                               state_);
     return Status::Ok();
   }
 
@@ -250,22 +244,11 @@ void DataService::Stop() {
   store_->FailWaiters(UnavailableError("parameter server shutting down"));
 }
 
-Status DataService::CheckToken(const grpc::CallbackServerContext* ctx) const {
-  if (options_.token.empty()) return Status::Ok();
-  std::string got = Metadata(ctx, kTokenMetadataKey);
-  if (got.empty()) {
-    return UnauthenticatedError(std::string("missing job token (metadata ") + kTokenMetadataKey +
-                                ")");
-  }
-  if (!TokenEquals(options_.token, got)) return UnauthenticatedError("wrong job token");
-  return Status::Ok();
-}
-
 grpc::ServerUnaryReactor* DataService::InstallShardMap(grpc::CallbackServerContext* ctx,
                                                        const v1::InstallShardMapRequest* req,
                                                        v1::InstallShardMapResponse* resp) {
   auto* reactor = ctx->DefaultReactor();
-  Status st = CheckToken(ctx);
+  Status st = CheckToken(options_.token, Metadata(ctx, kTokenMetadataKey));
   if (st.ok() && req->server_rank() != store_->config().server_rank) {
     st = InvalidArgumentError("shard map sent to server " + std::to_string(req->server_rank()) +
                               " reached server " + std::to_string(store_->config().server_rank));
@@ -287,52 +270,6 @@ grpc::ServerUnaryReactor* DataService::InstallShardMap(grpc::CallbackServerConte
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DataService::Stream(
     grpc::CallbackServerContext* ctx) {
   return new StreamReactor(this, ctx);
-}
-
-void DataService::Submit(Task task, size_t payload_bytes) {
-  const int32_t priority = task.header.priority;
-  auto t = std::make_shared<Task>(std::move(task));
-  auto place = std::make_shared<Unserved>(t->stream, payload_bytes);
-  if (!serving_->Submit(priority, payload_bytes, [this, t, place] { Serve(*t); })) {
-    StreamReactor::SendError(t->stream, t->header.request_id, t->header.op,
-                             UnavailableError("parameter server shutting down"));
-  }
-}
-
-void DataService::Serve(Task& task) {
-  const wire::RequestHeader h = task.header;
-  wire::Chunks chunks = wire::ChunksOf(task.slices);
-  if (task.bytes > 0) chunks = wire::SubChunks(chunks, task.offset, task.bytes);  // a bulk entry
-  std::shared_ptr<StreamState> stream = task.stream;
-  store_->Handle(stream->worker, h, chunks, [stream, h](const Status& st, Answer answer) {
-    if (!st.ok()) {
-      StreamReactor::SendError(stream, h.request_id, h.op, st);
-      return;
-    }
-    wire::ResponseHeader r;
-    r.op = h.op;
-    r.request_id = h.request_id;
-    r.packed = answer.packed != nullptr;
-    r.payload_bytes = r.packed ? answer.packed->size()
-                               : (answer.values ? answer.values->size() * sizeof(float) : 0);
-    uint8_t buf[wire::kResponseHeaderBytes];
-    wire::EncodeResponseHeader(r, buf);
-    if (answer.packed) {
-      const uint8_t* data = answer.packed->data();
-      auto* keep = new Packed(std::move(answer.packed));  // released by gRPC when sent
-      stream->Send(h.priority, wire::MakeFrame(buf, sizeof buf, {}, data, r.payload_bytes,
-                                               ReleasePacked, keep));
-    } else if (answer.values) {
-      const float* data = answer.values->data();
-      auto* keep = new Values(std::move(answer.values));  // released by gRPC when sent
-      stream->Send(h.priority, wire::MakeFrame(buf, sizeof buf, {}, data, r.payload_bytes,
-                                               ReleaseValues, keep));
-    } else {
-      stream->Send(h.priority, wire::MakeFrame(buf, sizeof buf, {}, nullptr, 0, nullptr, nullptr));
-    }
-  });
-  // The request's slices are released here, once summed.
-  task.slices.clear();
 }
 
 }  // namespace trellis

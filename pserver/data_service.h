@@ -2,9 +2,10 @@
 // bidirectional stream per worker (frames in datapath/frame.h).
 //
 // Threads: gRPC's callback threads read frames, decode headers and hand the requests to the
-// server's serving queue (pserver/serving_queue.h, shared with the TCP listener), which serves
-// them highest priority first and sums straight out of the received slices. Answers go out on
-// the worker's stream, highest priority first, referencing the result buffers (no copy).
+// stream's front door (pserver/front_door.h, as the TCP listener does), which serves them through
+// the server's serving queue highest priority first and sums straight out of the received
+// slices. Answers go out on the worker's stream, highest priority first, referencing the result
+// buffers (no copy).
 #pragma once
 
 #include <cstdint>
@@ -49,21 +50,11 @@ class DataService final : public DataServiceBase {
       grpc::CallbackServerContext* ctx) override;
 
   struct StreamState;  // internal
-  struct Unserved;     // internal
-  struct Task {
-    std::shared_ptr<StreamState> stream;
-    wire::RequestHeader header;
-    std::vector<grpc::Slice> slices;
-    size_t offset = 0;  // a bulk entry: its bytes [offset, offset + bytes) of `slices`
-    size_t bytes = 0;   // 0: the whole frame
-  };
+  struct Received;     // internal
 
-  // Called by a stream's reactor (any thread). Counts the request in the stream's read-ahead
-  // until it is served.
-  void Submit(Task task, size_t payload_bytes);
-  void Serve(Task& task);
-  Status CheckToken(const grpc::CallbackServerContext* ctx) const;
   SliceStore* store() const { return store_; }
+  ServingQueue* serving() const { return serving_; }
+  const std::string& token() const { return options_.token; }
   const ReadAheadLimit& read_ahead() const { return options_.read_ahead; }
 
  private:

@@ -29,8 +29,9 @@ void ServingQueue::Stop() {
   cv_.notify_all();
   for (auto& t : pool_) t.join();
   pool_.clear();
+  std::priority_queue<Item> dropped;  // let go of outside the lock: a job may hold a strand
   std::lock_guard lock(mu_);
-  while (!queue_.empty()) queue_.pop();
+  dropped.swap(queue_);
 }
 
 bool ServingQueue::Submit(int32_t priority, size_t payload_bytes, Job job, Inline policy) {
@@ -62,20 +63,35 @@ void ServingQueue::PoolLoop() {
   }
 }
 
+namespace {
+// The strand's turn in the queue. A turn the queue drops unrun (it stopped) clears the strand:
+// no turn will come for what waits there, and its jobs may hold the strand's owner.
+struct Turn {
+  explicit Turn(std::shared_ptr<ServingStrand> s) : strand(std::move(s)) {}
+  ~Turn() {
+    if (!ran) strand->Clear();
+  }
+  const std::shared_ptr<ServingStrand> strand;
+  bool ran = false;
+};
+}  // namespace
+
+ServingQueue::Job ServingStrand::NextTurn() {
+  auto turn = std::make_shared<Turn>(shared_from_this());
+  return [turn] {
+    turn->ran = true;
+    turn->strand->RunOne();
+  };
+}
+
 bool ServingStrand::Submit(int32_t priority, size_t payload_bytes, ServingQueue::Job job,
                            ServingQueue::Inline policy) {
   {
     std::lock_guard lock(mu_);
     waiting_.push(Item{priority, seq_++, std::move(job)});
   }
-  if (queue_->Submit(priority, payload_bytes, [self = shared_from_this()] { self->RunOne(); },
-                     policy)) {
-    return true;
-  }
-  // Stopped: one job fewer will run, so one fewer waits (the queue drops the rest anyway).
-  std::lock_guard lock(mu_);
-  if (!waiting_.empty()) waiting_.pop();
-  return false;
+  // Stopped: the turn, dropped, cleared the strand.
+  return queue_->Submit(priority, payload_bytes, NextTurn(), policy);
 }
 
 void ServingStrand::Clear() {
@@ -108,7 +124,7 @@ void ServingStrand::RunOne() {
     next = waiting_.top().priority;
   }
   // Queued, never run here: a strand's backlog is served by the pool, not by recursion.
-  (void)queue_->Submit(next, SIZE_MAX, [self = shared_from_this()] { self->RunOne(); });
+  (void)queue_->Submit(next, SIZE_MAX, NextTurn());
 }
 
 }  // namespace trellis

@@ -100,11 +100,13 @@ class ServingStrand : public std::enable_shared_from_this<ServingStrand> {
   // job of this strand, never beside one.
   bool Submit(int32_t priority, size_t payload_bytes, ServingQueue::Job job,
               ServingQueue::Inline policy = ServingQueue::Inline::kSmallOnly);
-  // Drops the jobs not started (shutdown: what they hold is released).
+  // Drops the jobs not started (shutdown: what they hold is released). The queue's Stop does it
+  // too, for a strand with jobs waiting.
   void Clear();
 
  private:
   using Item = ByPriority<ServingQueue::Job>;
+  ServingQueue::Job NextTurn();  // a job that runs RunOne, or clears the strand if dropped
   void RunOne();
 
   ServingQueue* const queue_;

@@ -359,7 +359,7 @@ void TcpAdmission::Progress(int fd) {
 void TcpAdmission::Refuse(int fd, const Status& why) {
   Pending& p = *pending_.at(fd);
   Log(refused_log_, "refusing data connection from " + p.peer + ": " + why.ToString());
-  std::vector<uint8_t> frame = tcpwire::EncodeStatusFrame(static_cast<wire::Op>(0), 0, why);
+  std::vector<uint8_t> frame = wire::EncodeStatusFrame(static_cast<wire::Op>(0), 0, why);
   // A few hundred bytes into a fresh socket's send buffer: neither call waits on the peer.
   if (p.tls) {
     iovec iov{frame.data(), frame.size()};

@@ -13,35 +13,27 @@
 #include <queue>
 #include <system_error>
 
-#include "common/auth.h"
 #include "common/logging.h"
 #include "datapath/tcp_wire.h"
+#include "pserver/front_door.h"
 #include "pserver/payload_buffers.h"
 
 namespace trellis {
 namespace {
 
+// An answer waiting for its turn on the socket.
 struct Outgoing {
-  int32_t priority;
-  uint64_t seq;
-  std::vector<uint8_t> head;  // response header + message
-  // The payload, sent straight from the store's result buffer: the float32 values, or the
-  // packed answer when set.
-  Values values;
-  Packed packed;
-  size_t PayloadBytes() const {
-    return packed ? packed->size() : (values ? values->size() * sizeof(float) : 0);
-  }
-  const void* PayloadData() const {
-    return packed ? static_cast<const void*>(packed->data()) : values->data();
-  }
-  size_t Bytes() const { return head.size() + PayloadBytes(); }
+  AnswerFrame frame;
+  uint64_t seq = 0;
+  size_t Bytes() const { return frame.Bytes(); }
   void AppendTo(std::vector<iovec>* iov) const {
-    iov->push_back({const_cast<uint8_t*>(head.data()), head.size()});
-    if (PayloadBytes() > 0) iov->push_back({const_cast<void*>(PayloadData()), PayloadBytes()});
+    iov->push_back({const_cast<uint8_t*>(frame.head.data()), frame.head.size()});
+    if (frame.PayloadBytes() > 0) {
+      iov->push_back({const_cast<void*>(frame.PayloadData()), frame.PayloadBytes()});
+    }
   }
   bool operator<(const Outgoing& o) const {  // max-heap: higher priority, then FIFO
-    return priority != o.priority ? priority < o.priority : seq > o.seq;
+    return frame.priority != o.frame.priority ? frame.priority < o.frame.priority : seq > o.seq;
   }
 };
 
@@ -53,24 +45,22 @@ constexpr size_t kSpareBuffers = 2;  // payload buffers a connection keeps for r
 
 }  // namespace
 
-struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
-  Connection(AdmittedConnection a, SliceStore* s, TcpDataServer* srv)
-      : fd(a.fd), store(s), server(srv), peer(std::move(a.peer)), worker(a.rank),
-        tls(std::move(a.tls)), strand(std::make_shared<ServingStrand>(srv->serving_)) {}
+struct TcpDataServer::Connection : AnswerSink, std::enable_shared_from_this<Connection> {
+  Connection(AdmittedConnection a, TcpDataServer* srv)
+      : fd(a.fd), server(srv), peer(std::move(a.peer)), worker(a.rank), tls(std::move(a.tls)) {}
   ~Connection() {
     tls.reset();
     if (!fd_closed) ::close(fd);
   }
 
   const int fd;
-  SliceStore* const store;
   TcpDataServer* const server;
   const std::string peer;
   const int32_t worker;
   std::unique_ptr<TlsStream> tls;  // set before the threads start; nullptr: plaintext
-  // The connection's requests go through the serving queue one at a time, highest priority
-  // first (arrival order where priorities tie, as when the reader served them itself).
-  const std::shared_ptr<ServingStrand> strand;
+  // Serves what the reader reads (pserver/front_door.h); answers come back through Send. Set
+  // before the threads start.
+  std::shared_ptr<FrontDoor> door;
   std::thread reader;
   std::thread writer;
   std::atomic<int> running{0};  // threads that have not ended
@@ -105,7 +95,8 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
   // thread sends it itself, as far as the socket takes it without waiting: one wake-up fewer
   // per answer, and a worker that stopped reading costs this thread nothing (the writer sends
   // the rest). Through TLS the writer always sends.
-  void Send(Outgoing o) {
+  void Send(AnswerFrame answer) override {
+    Outgoing o{std::move(answer)};
     std::unique_lock lock(mu);
     if (closing || dead) return;  // the worker is gone or the stream is being closed
     if (tls || writing || partial || !out.empty()) {
@@ -134,15 +125,11 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
     lock.unlock();
     cv.notify_all();  // the writer (the rest, or what queued meanwhile), CloseFd
   }
-  void SendStatus(wire::Op op, uint64_t id, const Status& st) {
-    // Errors jump the queue: the worker's handle fails at once.
-    Send(Outgoing{INT32_MAX, 0, tcpwire::EncodeStatusFrame(op, id, st), nullptr, nullptr});
-  }
   // A connection whose threads could not all start: the verdict straight from the admission
   // thread (a few bytes into a fresh socket's buffer do not wait; a writer that did start has
   // nothing queued), then the writer, if any, ends the stream.
   void Refuse(const Status& why) {
-    std::vector<uint8_t> frame = tcpwire::EncodeStatusFrame(static_cast<wire::Op>(0), 0, why);
+    std::vector<uint8_t> frame = wire::EncodeStatusFrame(static_cast<wire::Op>(0), 0, why);
     iovec iov{frame.data(), frame.size()};
     if (tls) {
       (void)tls->WriteAll(&iov, 1);
@@ -207,10 +194,6 @@ struct TcpDataServer::Connection : std::enable_shared_from_this<Connection> {
     return !dead && !closing;
   }
   void ReadLoop();
-  // Serves one request (header + payload in `frame`) from the store; the answer is queued by
-  // priority. `payload`: see SliceStore::Handle.
-  void Serve(const wire::RequestHeader& h, const wire::Chunks& frame,
-             std::vector<float>* payload = nullptr);
   void WriteLoop();
 };
 
@@ -260,7 +243,7 @@ void TcpDataServer::Connection::Unreserve(size_t bytes, std::vector<float> buffe
 
 void TcpDataServer::Connection::ReadLoop() {
   tcpwire::SocketReader rd(fd, 64 << 10, tls.get());
-  SendStatus(static_cast<wire::Op>(0), 0, Status::Ok());  // the hello's answer: welcome
+  Send(AnswerFrame::Error(static_cast<wire::Op>(0), 0, Status::Ok()));  // the hello's: welcome
   Status st;
   const uint64_t max_payload =
       static_cast<uint64_t>(wire::MaxMessageBytes(server->options_.slice_bytes)) -
@@ -277,7 +260,7 @@ void TcpDataServer::Connection::ReadLoop() {
                 << "): " << st.ToString();
       uint64_t id;
       std::memcpy(&id, head + 8, sizeof id);
-      SendStatus(wire::Op::kPush, id, st);
+      door->SendError(wire::Op::kPush, id, st);
       break;
     }
     // Rounded up: a 2-bit frame need not be a whole number of floats.
@@ -293,39 +276,15 @@ void TcpDataServer::Connection::ReadLoop() {
       st = rd.Read(r->payload.data(), h.payload_bytes);
       if (!st.ok()) break;  // truncated frame: the peer closed mid-payload
     }
-    if (h.op != wire::Op::kBulk) {
-      // The store may take the payload (a first push) and leave a buffer of the same size.
-      const bool whole = h.payload_bytes == n * sizeof(float) && r->payload.size() == n;
-      // Nothing more arrived: no request of this worker to read ahead or to let overtake this
-      // one, so the reader may serve it whatever its size rather than wake the pool.
-      const auto policy = rd.NothingWaiting() ? ServingQueue::Inline::kAnySize
-                                              : ServingQueue::Inline::kSmallOnly;
-      if (!strand->Submit(h.priority, h.payload_bytes, [r, whole] {
-            r->conn->Serve(r->header, r->Chunks(), whole ? &r->payload : nullptr);
-          }, policy)) {
-        SendStatus(h.op, h.request_id, UnavailableError("parameter server shutting down"));
-      }
-      continue;
+    RequestFrame frame{h, r->Chunks(), r};
+    // The store may take the payload (a first push) and leave a buffer of the same size.
+    if (h.op != wire::Op::kBulk && h.payload_bytes == n * sizeof(float) && r->payload.size() == n) {
+      frame.floats = &r->payload;
     }
-    std::vector<wire::BulkEntry> entries;
-    const wire::Chunks chunks = r->Chunks();
-    st = wire::ParseBulk(chunks, wire::kRequestHeaderBytes, h.payload_bytes, &entries);
-    if (!st.ok()) {
-      // The frame was read whole, so the stream is still in step: refuse the bulk, keep going.
-      TLOG_WARN << "data connection from " << peer << " (worker " << worker
-                << "): " << st.ToString();
-      SendStatus(wire::Op::kBulk, h.request_id, st);
-      continue;
-    }
-    // Each entry is served by its own priority; the frame's buffer lives until the last one.
-    for (const auto& e : entries) {
-      if (!strand->Submit(e.header.priority, e.header.payload_bytes, [r, e] {
-            r->conn->Serve(e.header, wire::SubChunks(r->Chunks(), e.offset, e.bytes));
-          })) {
-        SendStatus(e.header.op, e.header.request_id,
-                   UnavailableError("parameter server shutting down"));
-      }
-    }
+    // Nothing more arrived: no request of this worker to read ahead or to let overtake this
+    // one, so the reader may serve it whatever its size rather than wake the pool.
+    door->Receive(std::move(frame), rd.NothingWaiting() ? ServingQueue::Inline::kAnySize
+                                                        : ServingQueue::Inline::kSmallOnly);
   }
   {
     // What was read is still answered before the stream closes (as when it was served inline).
@@ -333,30 +292,6 @@ void TcpDataServer::Connection::ReadLoop() {
     room.wait(lock, [this] { return stop_reading || unserved.requests == 0; });
   }
   CloseAfterFlush();
-}
-
-void TcpDataServer::Connection::Serve(const wire::RequestHeader& h, const wire::Chunks& frame,
-                                      std::vector<float>* payload) {
-  store->Handle(worker, h, frame, [self = shared_from_this(), op = h.op, id = h.request_id,
-                                   priority = h.priority](const Status& s, Answer answer) {
-    if (!s.ok()) {
-      self->SendStatus(op, id, s);
-      return;
-    }
-    Outgoing o{priority, 0, std::vector<uint8_t>(wire::kResponseHeaderBytes), nullptr, nullptr};
-    if (answer.packed) {
-      o.packed = std::move(answer.packed);  // only what is sent is held
-    } else {
-      o.values = std::move(answer.values);
-    }
-    wire::ResponseHeader r;
-    r.op = op;
-    r.request_id = id;
-    r.packed = o.packed != nullptr;
-    r.payload_bytes = o.PayloadBytes();
-    wire::EncodeResponseHeader(r, o.head.data());
-    self->Send(std::move(o));
-  }, payload);
 }
 
 void TcpDataServer::Connection::WriteLoop() {
@@ -434,16 +369,7 @@ StatusOr<std::unique_ptr<TcpDataServer>> TcpDataServer::Start(
 TcpDataServer::~TcpDataServer() { Stop(); }
 
 Status TcpDataServer::CheckHello(const tcpwire::Hello& hello) const {
-  if (!options_.token.empty()) {
-    if (hello.token.empty()) return UnauthenticatedError("missing job token");
-    if (!TokenEquals(options_.token, hello.token)) return UnauthenticatedError("wrong job token");
-  }
-  const int32_t w = store_->config().num_workers;
-  if (hello.rank < 0 || hello.rank >= w) {
-    return InvalidArgumentError("worker rank " + std::to_string(hello.rank) + " outside [0, " +
-                                std::to_string(w) + ")");
-  }
-  return Status::Ok();
+  return CheckWorker(options_.token, hello.token, hello.rank, store_->config().num_workers);
 }
 
 void TcpDataServer::Admit(AdmittedConnection a) {
@@ -452,7 +378,8 @@ void TcpDataServer::Admit(AdmittedConnection a) {
     TLOG_INFO << "data connection from " << a.peer << ": TLS, record layer in "
               << a.tls->OffloadName();
   }
-  auto c = std::make_shared<Connection>(std::move(a), store_, this);
+  auto c = std::make_shared<Connection>(std::move(a), this);
+  c->door = std::make_shared<FrontDoor>(store_, serving_, c->worker, c);
   open_.fetch_add(1);
   Connection* raw = c.get();
   // The writer first, so that whatever the reader queues (the hello's answer first) is sent.
@@ -503,7 +430,7 @@ void TcpDataServer::Reap() {
   for (auto& c : ended) {
     if (c->reader.joinable()) c->reader.join();
     if (c->writer.joinable()) c->writer.join();
-    c->strand->Clear();
+    c->door->Clear();
   }
 }
 
@@ -525,7 +452,7 @@ void TcpDataServer::Stop() {
     if (c->reader.joinable()) c->reader.join();
     if (c->writer.joinable()) c->writer.join();
     // Requests not served yet hold the connection: dropped here, not at the queue's end.
-    c->strand->Clear();
+    c->door->Clear();
   }
 }
 

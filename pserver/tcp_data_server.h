@@ -6,9 +6,9 @@
 // hello after `limits.hello_timeout_ms`, and caps pending and total connections. Once its token
 // and rank are checked, a worker's connection gets one reader ("pserver-tcp-rd") and one writer
 // ("pserver-tcp-wr"). The reader reads each request into a payload buffer of the connection
-// (reused, pre-faulted) and hands it to the server's serving queue (pserver/serving_queue.h,
-// shared with the gRPC service) through the connection's strand: one request of a connection is
-// served at a time, the highest priority of what waits first (arrival order where priorities
+// (reused, pre-faulted) and hands it to the connection's front door (pserver/front_door.h, as the
+// gRPC service does), which serves it through the server's serving queue: one request of a
+// connection at a time, the highest priority of what waits first (arrival order where priorities
 // tie); a request with nothing waiting in the queue is served on the reader itself when it is
 // small or when nothing more has arrived on the connection (nothing to read ahead), else by the
 // pool while the reader reads ahead. The read-ahead is bounded per connection (`read_ahead`),
@@ -21,10 +21,10 @@
 // deadlock. When a thread cannot be created, that one connection is
 // refused (a log line); the server goes on.
 //
-// Errors: a request the store refuses gets an error frame and the connection goes on; bytes that
-// do not parse as a frame (bad magic, unknown op, oversized length, a truncated frame) get an
-// error frame and that connection is closed; other connections are not affected. A connection's
-// descriptor is closed as soon as its threads end.
+// Errors: a request the store refuses (or a bulk that does not parse) gets an error frame and the
+// connection goes on; bytes that do not parse as a frame (bad magic, unknown op, oversized
+// length, a truncated frame) get an error frame and that connection is closed; other connections
+// are not affected. A connection's descriptor is closed as soon as its threads end.
 #pragma once
 
 #include <atomic>

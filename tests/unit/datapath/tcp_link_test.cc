@@ -44,7 +44,7 @@ class HandServer {
       std::string token(token_bytes, '\0');
       if (!reader_->Read(token.data(), token.size()).ok()) return;
       hello_token_ = token;
-      Send(tcpwire::EncodeStatusFrame(wire::Op::kPush, 0, verdict));
+      Send(wire::EncodeStatusFrame(wire::Op::kPush, 0, verdict));
     });
   }
   ~HandServer() {
@@ -212,7 +212,7 @@ TEST(TcpLink, AnErrorAboutTheStreamEndsTheLinkWithIt) {
   Recorder rec;  // outlives the link, which reports to it until destroyed
   auto l = StartedLink(server, rec, Options(server.port()));
   ASSERT_TRUE(l);
-  server.Send(tcpwire::EncodeStatusFrame(wire::Op::kPush, 0,
+  server.Send(wire::EncodeStatusFrame(wire::Op::kPush, 0,
                                          ResourceExhaustedError("too many requests unserved")));
   const Status st = rec.WaitClosed();
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
