@@ -13,8 +13,13 @@
 //    destroyed): after the last OnAnswer and after the link let go of every payload it was given.
 //    Frames written after that are dropped without touching their payloads (their `sent` does not
 //    run); the receiver fails them.
+//
+// The server's side: a transport reads whole request frames (RequestFrame) and hands them to the
+// connection's front door (pserver/front_door.h), which answers through the transport's
+// AnswerSink (AnswerFrame), highest priority first.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -85,6 +90,52 @@ struct LinkOptions {
   uint64_t max_answer_payload = 0;  // answers above it end the link (wire::MaxMessageBytes)
   int64_t timeout_ms = 120000;      // bounds connecting and the handshake
   TlsPtr tls;                       // nullptr: plaintext
+};
+
+// The server's side.
+
+// One answer frame: the response header (and an error's message) and the payload, which is the
+// server's result buffer, held (not copied) until the frame is sent.
+struct AnswerFrame {
+  int32_t priority = 0;
+  std::vector<uint8_t> head;  // response header + message
+  std::shared_ptr<const std::vector<float>> values;   // the float32 payload, or
+  std::shared_ptr<const std::vector<uint8_t>> packed;  // the packed one, when set
+
+  // An error answer (or a hello's verdict, id 0): jumps every queue.
+  static AnswerFrame Error(wire::Op op, uint64_t request_id, const Status& status) {
+    AnswerFrame a;
+    a.priority = INT32_MAX;
+    a.head = wire::EncodeStatusFrame(op, request_id, status);
+    return a;
+  }
+
+  size_t PayloadBytes() const {
+    return packed ? packed->size() : (values ? values->size() * sizeof(float) : 0);
+  }
+  const void* PayloadData() const {
+    return packed ? static_cast<const void*>(packed->data()) : values->data();
+  }
+  size_t Bytes() const { return head.size() + PayloadBytes(); }
+};
+
+// Where a connection's answers go: its transport, which sends them highest priority first.
+class AnswerSink {
+ public:
+  virtual ~AnswerSink() = default;
+  // Any thread, never blocking on the network. Dropped when the connection is ending.
+  virtual void Send(AnswerFrame answer) = 0;
+};
+
+// A request frame as its transport read it.
+struct RequestFrame {
+  wire::RequestHeader header;  // decoded and checked (wire::DecodeRequest or tcpwire's)
+  wire::Chunks chunks;         // the frame's bytes: header, then payload
+  // Keeps `chunks` (and `floats`) alive; let go of when the frame is served (a bulk: its last
+  // entry) or dropped.
+  std::shared_ptr<void> hold;
+  // The payload as whole floats that the server may take over (a first push), or nullptr.
+  std::vector<float>* floats = nullptr;
 };
 
 }  // namespace trellis::link

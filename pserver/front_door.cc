@@ -1,6 +1,5 @@
 #include "pserver/front_door.h"
 
-#include <climits>
 #include <utility>
 
 #include "common/auth.h"
@@ -23,13 +22,6 @@ Status CheckWorker(const std::string& expected, const std::string& token, int32_
                                 std::to_string(num_workers) + ")");
   }
   return Status::Ok();
-}
-
-AnswerFrame AnswerFrame::Error(wire::Op op, uint64_t request_id, const Status& status) {
-  AnswerFrame a;
-  a.priority = INT32_MAX;
-  a.head = wire::EncodeStatusFrame(op, request_id, status);
-  return a;
 }
 
 FrontDoor::FrontDoor(SliceStore* store, ServingQueue* serving, int32_t worker,

@@ -14,7 +14,8 @@
 //
 // What stays with each transport: reading frames (and bounding what one connection may have read
 // and not had served: the frame's `hold` gives its share back when it is let go of) and writing
-// answers highest priority first.
+// answers highest priority first. The types between them are the server's side of the link
+// interface (datapath/link.h).
 #pragma once
 
 #include <cstddef>
@@ -26,6 +27,7 @@
 
 #include "common/status.h"
 #include "datapath/frame.h"
+#include "datapath/link.h"
 #include "pserver/serving_queue.h"
 #include "pserver/slice_store.h"
 
@@ -39,44 +41,9 @@ Status CheckToken(const std::string& expected, const std::string& token);
 Status CheckWorker(const std::string& expected, const std::string& token, int32_t rank,
                    int32_t num_workers);
 
-// One answer frame: the response header (and an error's message) and the payload, which is the
-// store's result buffer, held (not copied) until the frame is sent.
-struct AnswerFrame {
-  int32_t priority = 0;
-  std::vector<uint8_t> head;  // response header + message
-  Values values;              // the float32 payload, or
-  Packed packed;              // the packed one, when set
-
-  // An error answer (or a hello's verdict, id 0): jumps every queue.
-  static AnswerFrame Error(wire::Op op, uint64_t request_id, const Status& status);
-
-  size_t PayloadBytes() const {
-    return packed ? packed->size() : (values ? values->size() * sizeof(float) : 0);
-  }
-  const void* PayloadData() const {
-    return packed ? static_cast<const void*>(packed->data()) : values->data();
-  }
-  size_t Bytes() const { return head.size() + PayloadBytes(); }
-};
-
-// Where a connection's answers go: its transport, which sends them highest priority first.
-class AnswerSink {
- public:
-  virtual ~AnswerSink() = default;
-  // Any thread, never blocking on the network. Dropped when the connection is ending.
-  virtual void Send(AnswerFrame answer) = 0;
-};
-
-// A request frame as its transport read it.
-struct RequestFrame {
-  wire::RequestHeader header;  // decoded and checked (wire::DecodeRequest or tcpwire's)
-  wire::Chunks chunks;         // the frame's bytes: header, then payload
-  // Keeps `chunks` (and `floats`) alive; let go of when the frame is served (a bulk: its last
-  // entry) or dropped.
-  std::shared_ptr<void> hold;
-  // The payload as whole floats that the store may take (SliceStore::Handle), or nullptr.
-  std::vector<float>* floats = nullptr;
-};
+using link::AnswerFrame;
+using link::AnswerSink;
+using link::RequestFrame;
 
 class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
  public:
