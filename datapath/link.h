@@ -94,6 +94,22 @@ struct LinkOptions {
 
 // The server's side.
 
+// What one connection may have read and not had served yet (queued or being served): past it,
+// the server's transport stops reading that connection until some is served.
+struct ReadAheadLimit {
+  size_t requests = 1024;
+  size_t bytes = 0;  // ParameterServer: two maximal messages
+};
+struct ReadAhead {  // a connection's count; GUARDED_BY its owner's lock
+  size_t requests = 0;
+  size_t bytes = 0;
+  // Whether `more` bytes may be read now. A connection with nothing unserved may always read
+  // one more request, so a limit below one message cannot stall it.
+  bool Fits(const ReadAheadLimit& limit, size_t more) const {
+    return requests == 0 || (requests < limit.requests && bytes + more <= limit.bytes);
+  }
+};
+
 // One answer frame: the response header (and an error's message) and the payload, which is the
 // server's result buffer, held (not copied) until the frame is sent.
 struct AnswerFrame {
@@ -136,6 +152,15 @@ struct RequestFrame {
   std::shared_ptr<void> hold;
   // The payload as whole floats that the server may take over (a first push), or nullptr.
   std::vector<float>* floats = nullptr;
+};
+
+// Takes the request frames a server link reads (the connection's front door).
+class RequestReceiver {
+ public:
+  virtual ~RequestReceiver() = default;
+  // One whole request frame, on the link's reading thread, in arrival order. `nothing_behind`:
+  // no byte of a next frame has arrived (serving it on this thread overtakes nothing).
+  virtual void OnRequest(RequestFrame frame, bool nothing_behind) = 0;
 };
 
 }  // namespace trellis::link

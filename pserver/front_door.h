@@ -45,7 +45,7 @@ using link::AnswerFrame;
 using link::AnswerSink;
 using link::RequestFrame;
 
-class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
+class FrontDoor : public link::RequestReceiver, public std::enable_shared_from_this<FrontDoor> {
  public:
   // `store` and `serving` outlive the door. Answers to a connection that is gone (its sink
   // destroyed) are dropped, so a pull answered long after its worker left costs nothing.
@@ -59,6 +59,12 @@ class FrontDoor : public std::enable_shared_from_this<FrontDoor> {
   // thread whatever its size (ServingQueue::Inline).
   void Receive(RequestFrame frame,
                ServingQueue::Inline policy = ServingQueue::Inline::kSmallOnly);
+  // RequestReceiver (a server link's reader): Receive, on that thread whatever the size when
+  // nothing is behind it.
+  void OnRequest(RequestFrame frame, bool nothing_behind) override {
+    Receive(std::move(frame), nothing_behind ? ServingQueue::Inline::kAnySize
+                                             : ServingQueue::Inline::kSmallOnly);
+  }
   // Answers request `id` with an error (highest priority).
   void SendError(wire::Op op, uint64_t id, const Status& status);
   // Drops the requests not started yet (shutdown: what they hold is let go of).

@@ -22,24 +22,12 @@
 #include <vector>
 
 #include "common/by_priority.h"
+#include "datapath/link.h"
 
 namespace trellis {
 
-// What one connection may have read and not had served yet (queued or being served): past it,
-// the transport stops reading that connection until some is served.
-struct ReadAheadLimit {
-  size_t requests = 1024;
-  size_t bytes = 0;  // ParameterServer: two maximal messages
-};
-struct ReadAhead {  // a connection's count; GUARDED_BY its owner's lock
-  size_t requests = 0;
-  size_t bytes = 0;
-  // Whether `more` bytes may be read now. A connection with nothing unserved may always read
-  // one more request, so a limit below one message cannot stall it.
-  bool Fits(const ReadAheadLimit& limit, size_t more) const {
-    return requests == 0 || (requests < limit.requests && bytes + more <= limit.bytes);
-  }
-};
+using link::ReadAhead;
+using link::ReadAheadLimit;
 
 struct ServingQueueOptions {
   int threads = 0;                     // 0: one per core

@@ -1,345 +1,19 @@
 #include "pserver/tcp_data_server.h"
 
-#include <pthread.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
-#include <climits>
-#include <condition_variable>
-#include <cstring>
-#include <optional>
-#include <queue>
-#include <system_error>
+#include <utility>
 
 #include "common/logging.h"
+#include "datapath/tcp_server_link.h"
 #include "datapath/tcp_wire.h"
 #include "pserver/front_door.h"
-#include "pserver/payload_buffers.h"
 
 namespace trellis {
-namespace {
 
-// An answer waiting for its turn on the socket.
-struct Outgoing {
-  AnswerFrame frame;
-  uint64_t seq = 0;
-  size_t Bytes() const { return frame.Bytes(); }
-  void AppendTo(std::vector<iovec>* iov) const {
-    iov->push_back({const_cast<uint8_t*>(frame.head.data()), frame.head.size()});
-    if (frame.PayloadBytes() > 0) {
-      iov->push_back({const_cast<void*>(frame.PayloadData()), frame.PayloadBytes()});
-    }
-  }
-  bool operator<(const Outgoing& o) const {  // max-heap: higher priority, then FIFO
-    return frame.priority != o.frame.priority ? frame.priority < o.frame.priority : seq > o.seq;
-  }
-};
-
-constexpr size_t kMaxBatch = 16;  // frames per sendmsg
-// Bytes per sendmsg: once a batch is handed to the kernel its order is fixed, so a batch stays
-// small enough that a higher-priority answer queued meanwhile waits at most about this much.
-constexpr size_t kMaxBatchBytes = 1 << 20;
-constexpr size_t kSpareBuffers = 2;  // payload buffers a connection keeps for reuse
-
-}  // namespace
-
-struct TcpDataServer::Connection : AnswerSink, std::enable_shared_from_this<Connection> {
-  Connection(AdmittedConnection a, TcpDataServer* srv)
-      : fd(a.fd), server(srv), peer(std::move(a.peer)), worker(a.rank), tls(std::move(a.tls)) {}
-  ~Connection() {
-    tls.reset();
-    if (!fd_closed) ::close(fd);
-  }
-
-  const int fd;
-  TcpDataServer* const server;
-  const std::string peer;
-  const int32_t worker;
-  std::unique_ptr<TlsStream> tls;  // set before the threads start; nullptr: plaintext
-  // Serves what the reader reads (pserver/front_door.h); answers come back through Send. Set
-  // before the threads start.
+// An admitted worker: its link, and the front door that serves what the link reads.
+struct TcpDataServer::Connection {
+  std::shared_ptr<link::TcpServerLink> link;
   std::shared_ptr<FrontDoor> door;
-  std::thread reader;
-  std::thread writer;
-  std::atomic<int> running{0};  // threads that have not ended
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::priority_queue<Outgoing> out;  // GUARDED_BY(mu)
-  uint64_t seq = 0;                   // GUARDED_BY(mu)
-  // GUARDED_BY(mu): an answer the serving thread began to send and the socket did not take
-  // whole; the writer sends its rest before anything else.
-  std::optional<Outgoing> partial;
-  size_t partial_sent = 0;            // GUARDED_BY(mu): its bytes already sent
-  bool writing = false;               // GUARDED_BY(mu): a send on `fd` is in progress
-  // GUARDED_BY(mu): answer bytes queued or partly sent. Past the read-ahead's byte limit the
-  // reader reads no more requests until the worker reads its answers: a worker that keeps
-  // sending but stops reading is held back by its own socket, not by the server's memory.
-  size_t unsent_bytes = 0;
-  bool closing = false;               // GUARDED_BY(mu): flush what is queued, then close
-  bool dead = false;                  // GUARDED_BY(mu): nothing more is written
-  bool fd_closed = false;             // GUARDED_BY(mu): `fd` is closed (both threads ended)
-
-  // What the reader has handed to the serving queue and is not served yet. The reader reads
-  // ahead only within this budget, so a peer that sends faster than the server serves is held
-  // back by its own socket (TCP flow control), not by the server's memory.
-  std::mutex serve_mu;
-  std::condition_variable room;
-  ReadAhead unserved;                       // GUARDED_BY(serve_mu): frames and their bytes
-  bool stop_reading = false;                // GUARDED_BY(serve_mu): Kill()
-  PayloadBuffers spare{kSpareBuffers};      // GUARDED_BY(serve_mu): payload buffers to reuse
-
-  // Queues an answer by priority. When nothing is queued or being sent, the calling (serving)
-  // thread sends it itself, as far as the socket takes it without waiting: one wake-up fewer
-  // per answer, and a worker that stopped reading costs this thread nothing (the writer sends
-  // the rest). Through TLS the writer always sends.
-  void Send(AnswerFrame answer) override {
-    Outgoing o{std::move(answer)};
-    std::unique_lock lock(mu);
-    if (closing || dead) return;  // the worker is gone or the stream is being closed
-    if (tls || writing || partial || !out.empty()) {
-      o.seq = seq++;
-      unsent_bytes += o.Bytes();
-      out.push(std::move(o));
-      lock.unlock();
-      cv.notify_all();
-      return;
-    }
-    writing = true;
-    lock.unlock();
-    std::vector<iovec> iov;
-    o.AppendTo(&iov);
-    size_t sent = 0;
-    Status st = tcpwire::SendNow(fd, iov.data(), static_cast<int>(iov.size()), &sent);
-    lock.lock();
-    writing = false;
-    if (!st.ok()) {
-      dead = true;  // the worker is gone; the writer ends the stream
-    } else if (sent < o.Bytes()) {
-      unsent_bytes += o.Bytes() - sent;
-      partial = std::move(o);
-      partial_sent = sent;
-    }
-    lock.unlock();
-    cv.notify_all();  // the writer (the rest, or what queued meanwhile), CloseFd
-  }
-  // A connection whose threads could not all start: the verdict straight from the admission
-  // thread (a few bytes into a fresh socket's buffer do not wait; a writer that did start has
-  // nothing queued), then the writer, if any, ends the stream.
-  void Refuse(const Status& why) {
-    std::vector<uint8_t> frame = wire::EncodeStatusFrame(static_cast<wire::Op>(0), 0, why);
-    iovec iov{frame.data(), frame.size()};
-    if (tls) {
-      (void)tls->WriteAll(&iov, 1);
-    } else {
-      (void)!send(fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    }
-    CloseAfterFlush();
-  }
-  void CloseAfterFlush() {
-    {
-      std::lock_guard lock(mu);
-      closing = true;
-    }
-    cv.notify_all();
-  }
-  void Kill() {
-    {
-      std::lock_guard lock(mu);
-      if (!fd_closed) ::shutdown(fd, SHUT_RDWR);
-      dead = true;
-    }
-    cv.notify_all();
-    {
-      std::lock_guard lock(serve_mu);
-      stop_reading = true;
-    }
-    room.notify_all();
-  }
-  // Closes the descriptor at once (not when the connection is reaped) and stops counting it
-  // against the connection cap.
-  void CloseFd() {
-    {
-      std::unique_lock lock(mu);
-      if (fd_closed) return;
-      // A serving thread's send (never blocking) ends before the descriptor may be reused.
-      cv.wait(lock, [this] { return !writing; });
-      tls.reset();
-      ::close(fd);
-      fd_closed = true;
-    }
-    server->open_.fetch_sub(1);
-  }
-  // Each thread's last act: the last one closes the descriptor and has the connection reaped.
-  void ThreadEnded() {
-    if (running.fetch_sub(1) != 1) return;
-    CloseFd();
-    server->admission_->Wake();
-  }
-
-  struct Request;
-  // Waits until a request of `bytes` fits the read-ahead budget and counts it; a payload buffer
-  // of `floats` elements (reused when one is spare). False once the connection is killed.
-  bool Reserve(size_t bytes, size_t floats, std::vector<float>* buffer);
-  void Unreserve(size_t bytes, std::vector<float> buffer);
-
-  // Waits until the answers not yet sent fit the read-ahead's byte limit; false once nothing
-  // more will be written (killed, or the writer ended).
-  bool WaitForAnswerRoom() {
-    const size_t limit = server->options_.read_ahead.bytes;
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return dead || closing || unsent_bytes <= limit; });
-    return !dead && !closing;
-  }
-  void ReadLoop();
-  void WriteLoop();
 };
-
-// One frame read from the socket, waiting in the serving queue (a bulk: until its last entry is
-// served). Its end gives its place in the read-ahead budget and its buffer back.
-struct TcpDataServer::Connection::Request {
-  Request(std::shared_ptr<Connection> c, size_t bytes) : conn(std::move(c)), budget(bytes) {}
-  ~Request() { conn->Unreserve(budget, std::move(payload)); }
-  Request(const Request&) = delete;
-  Request& operator=(const Request&) = delete;
-
-  wire::Chunks Chunks() const {
-    return {std::span<const uint8_t>(head, sizeof head),
-            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()),
-                                     header.payload_bytes)};
-  }
-
-  const std::shared_ptr<Connection> conn;
-  const size_t budget;
-  uint8_t head[wire::kRequestHeaderBytes];
-  wire::RequestHeader header;
-  std::vector<float> payload;  // at least the payload, in whole floats (a reused buffer)
-};
-
-bool TcpDataServer::Connection::Reserve(size_t bytes, size_t floats, std::vector<float>* buffer) {
-  const ReadAheadLimit& limit = server->options_.read_ahead;
-  std::unique_lock lock(serve_mu);
-  room.wait(lock, [&] { return stop_reading || unserved.Fits(limit, bytes); });
-  if (stop_reading) return false;
-  ++unserved.requests;
-  unserved.bytes += bytes;
-  *buffer = spare.Take(floats);
-  lock.unlock();
-  PayloadBuffers::Grow(buffer, floats);  // never shrunk: see payload_buffers.h
-  return true;
-}
-
-void TcpDataServer::Connection::Unreserve(size_t bytes, std::vector<float> buffer) {
-  {
-    std::lock_guard lock(serve_mu);
-    --unserved.requests;
-    unserved.bytes -= bytes;
-    spare.Give(std::move(buffer));
-  }
-  room.notify_all();  // the reader waits for room, or at its end for none left
-}
-
-void TcpDataServer::Connection::ReadLoop() {
-  tcpwire::SocketReader rd(fd, 64 << 10, tls.get());
-  Send(AnswerFrame::Error(static_cast<wire::Op>(0), 0, Status::Ok()));  // the hello's: welcome
-  Status st;
-  const uint64_t max_payload =
-      static_cast<uint64_t>(wire::MaxMessageBytes(server->options_.slice_bytes)) -
-      wire::kRequestHeaderBytes;
-  while (true) {
-    if (!WaitForAnswerRoom()) break;  // the stream is ending
-    uint8_t head[wire::kRequestHeaderBytes];
-    st = rd.Read(head, sizeof head);
-    if (!st.ok()) break;  // the worker went away (or Stop)
-    wire::RequestHeader h;
-    st = tcpwire::DecodeRequestHeader(head, max_payload, &h);
-    if (!st.ok()) {
-      TLOG_WARN << "data connection from " << peer << " (worker " << worker
-                << "): " << st.ToString();
-      uint64_t id;
-      std::memcpy(&id, head + 8, sizeof id);
-      door->SendError(wire::Op::kPush, id, st);
-      break;
-    }
-    // Rounded up: a 2-bit frame need not be a whole number of floats.
-    const size_t n = (h.payload_bytes + sizeof(float) - 1) / sizeof(float);
-    const size_t bytes = sizeof head + h.payload_bytes;
-    std::vector<float> buffer;
-    if (!Reserve(bytes, n, &buffer)) break;  // Stop
-    auto r = std::make_shared<Request>(shared_from_this(), bytes);  // Unreserve()s at its end
-    r->payload = std::move(buffer);
-    std::memcpy(r->head, head, sizeof head);
-    r->header = h;
-    if (h.payload_bytes > 0) {
-      st = rd.Read(r->payload.data(), h.payload_bytes);
-      if (!st.ok()) break;  // truncated frame: the peer closed mid-payload
-    }
-    RequestFrame frame{h, r->Chunks(), r};
-    // The store may take the payload (a first push) and leave a buffer of the same size.
-    if (h.op != wire::Op::kBulk && h.payload_bytes == n * sizeof(float) && r->payload.size() == n) {
-      frame.floats = &r->payload;
-    }
-    // Nothing more arrived: no request of this worker to read ahead or to let overtake this
-    // one, so the reader may serve it whatever its size rather than wake the pool.
-    door->Receive(std::move(frame), rd.NothingWaiting() ? ServingQueue::Inline::kAnySize
-                                                        : ServingQueue::Inline::kSmallOnly);
-  }
-  {
-    // What was read is still answered before the stream closes (as when it was served inline).
-    std::unique_lock lock(serve_mu);
-    room.wait(lock, [this] { return stop_reading || unserved.requests == 0; });
-  }
-  CloseAfterFlush();
-}
-
-void TcpDataServer::Connection::WriteLoop() {
-  std::unique_lock lock(mu);
-  std::vector<Outgoing> batch;
-  std::vector<iovec> iov;
-  while (true) {
-    cv.wait(lock, [this] { return dead || (!writing && (closing || partial || !out.empty())); });
-    if (dead || (!partial && out.empty())) break;  // killed, or closing with everything flushed
-    batch.clear();
-    iov.clear();
-    size_t skip = 0;         // bytes of the batch's first answer a serving thread already sent
-    size_t batch_bytes = 0;  // what this send writes
-    if (partial) {
-      skip = partial_sent;
-      batch_bytes = partial->Bytes() - skip;
-      batch.push_back(std::move(*partial));
-      partial.reset();
-    }
-    while (!out.empty() && batch.size() < kMaxBatch && batch_bytes < kMaxBatchBytes) {
-      batch.push_back(std::move(const_cast<Outgoing&>(out.top())));
-      out.pop();
-      batch_bytes += batch.back().Bytes();
-    }
-    writing = true;
-    lock.unlock();
-    for (auto& o : batch) o.AppendTo(&iov);
-    iovec* at = iov.data();
-    int count = static_cast<int>(iov.size());
-    tcpwire::SkipSent(skip, &at, &count);
-    Status st = tcpwire::SendAll(fd, tls.get(), at, count);
-    batch.clear();  // releases the result buffers
-    lock.lock();
-    writing = false;
-    unsent_bytes -= batch_bytes;
-    cv.notify_all();  // CloseFd may wait for the send to end, the reader for answer room
-    if (!st.ok()) break;  // the worker is gone
-  }
-  dead = true;
-  while (!out.empty()) out.pop();
-  partial.reset();
-  unsent_bytes = 0;
-  lock.unlock();
-  cv.notify_all();  // a reader waiting for answer room
-  // Ends the byte stream after the last answer (the worker reads an error frame, then EOF) and
-  // wakes the reader if it still waits.
-  ::shutdown(fd, SHUT_RDWR);
-}
 
 TcpDataServer::TcpDataServer(SliceStore* store, ServingQueue* serving,
                              TcpDataServerOptions options)
@@ -378,48 +52,32 @@ void TcpDataServer::Admit(AdmittedConnection a) {
     TLOG_INFO << "data connection from " << a.peer << ": TLS, record layer in "
               << a.tls->OffloadName();
   }
-  auto c = std::make_shared<Connection>(std::move(a), this);
-  c->door = std::make_shared<FrontDoor>(store_, serving_, c->worker, c);
-  open_.fetch_add(1);
-  Connection* raw = c.get();
-  // The writer first, so that whatever the reader queues (the hello's answer first) is sent.
-  struct Thread {
-    std::thread* thread;
-    const char* name;
-    void (Connection::*loop)();
+  link::TcpServerLinkOptions o;
+  o.peer = std::move(a.peer);
+  o.worker = a.rank;
+  o.max_payload = static_cast<uint64_t>(wire::MaxMessageBytes(options_.slice_bytes)) -
+                  wire::kRequestHeaderBytes;
+  o.read_ahead = options_.read_ahead;
+  o.on_closed = [this] {
+    open_.fetch_sub(1);
+    admission_->Wake();  // reaps it
   };
-  raw->running = 2;
-  int started = 0;
-  for (const Thread& t : {Thread{&c->writer, "pserver-tcp-wr", &Connection::WriteLoop},
-                          Thread{&c->reader, "pserver-tcp-rd", &Connection::ReadLoop}}) {
-    try {
-      *t.thread = std::thread([raw, t] {
-        pthread_setname_np(pthread_self(), t.name);
-        (raw->*t.loop)();
-        raw->ThreadEnded();
-      });
-      ++started;
-    } catch (const std::system_error& e) {
-      TLOG_WARN << "refusing data connection from " << raw->peer << " (worker " << raw->worker
-                << "): no thread for it: " << e.what();
-      raw->Refuse(UnavailableError(
-          "the parameter server cannot start a thread for this connection now; try again"));
-      // The shares of the threads that did not start: the last thread's end (or this, when none
-      // started) closes the descriptor.
-      for (int i = started; i < 2; ++i) raw->ThreadEnded();
-      break;
-    }
-  }
+  Connection c;
+  c.link = link::TcpServerLink::Create(a.fd, std::move(a.tls), std::move(o));
+  c.door = std::make_shared<FrontDoor>(store_, serving_, a.rank, c.link);
+  open_.fetch_add(1);
+  // False: refused, the link ended; reaped on this (the admission) thread's next wake-up.
+  (void)c.link->Start(c.door);
   std::lock_guard lock(mu_);
   connections_.push_back(std::move(c));
 }
 
 void TcpDataServer::Reap() {
-  std::vector<std::shared_ptr<Connection>> ended;
+  std::vector<Connection> ended;
   {
     std::lock_guard lock(mu_);
     for (auto it = connections_.begin(); it != connections_.end();) {
-      if ((*it)->running.load() == 0) {
+      if (it->link->Ended()) {
         ended.push_back(std::move(*it));
         it = connections_.erase(it);
       } else {
@@ -428,9 +86,8 @@ void TcpDataServer::Reap() {
     }
   }
   for (auto& c : ended) {
-    if (c->reader.joinable()) c->reader.join();
-    if (c->writer.joinable()) c->writer.join();
-    c->door->Clear();
+    c.link->Join();
+    c.door->Clear();
   }
 }
 
@@ -442,17 +99,16 @@ void TcpDataServer::Stop() {
   }
   // The loop first: no connection is admitted or reaped after this.
   if (admission_) admission_->Stop();
-  std::vector<std::shared_ptr<Connection>> conns;
+  std::vector<Connection> conns;
   {
     std::lock_guard lock(mu_);
     conns.swap(connections_);
   }
-  for (auto& c : conns) c->Kill();
+  for (auto& c : conns) c.link->Kill();
   for (auto& c : conns) {
-    if (c->reader.joinable()) c->reader.join();
-    if (c->writer.joinable()) c->writer.join();
+    c.link->Join();
     // Requests not served yet hold the connection: dropped here, not at the queue's end.
-    c->door->Clear();
+    c.door->Clear();
   }
 }
 

@@ -4,22 +4,15 @@
 // Threads: before its hello a connection costs none: one loop (pserver/tcp_admission.h) accepts,
 // runs the TLS handshake, reads hellos without blocking, closes connections without a whole
 // hello after `limits.hello_timeout_ms`, and caps pending and total connections. Once its token
-// and rank are checked, a worker's connection gets one reader ("pserver-tcp-rd") and one writer
-// ("pserver-tcp-wr"). The reader reads each request into a payload buffer of the connection
-// (reused, pre-faulted) and hands it to the connection's front door (pserver/front_door.h, as the
-// gRPC service does), which serves it through the server's serving queue: one request of a
-// connection at a time, the highest priority of what waits first (arrival order where priorities
-// tie); a request with nothing waiting in the queue is served on the reader itself when it is
-// small or when nothing more has arrived on the connection (nothing to read ahead), else by the
-// pool while the reader reads ahead. The read-ahead is bounded per connection (`read_ahead`),
-// and so are the answers not yet sent (its byte limit); past either the reader stops reading and
-// the peer's socket fills. Answers go out with sendmsg
-// straight from the store's result buffers: by the serving thread itself when nothing is queued
-// or being sent, as far as the socket takes it without waiting, else (and the rest) by the
-// writer, highest priority first. Only the writer ever waits on the socket, so a worker that
-// stops reading holds up no serving thread, and two peers that both write a lot cannot
-// deadlock. When a thread cannot be created, that one connection is
-// refused (a log line); the server goes on.
+// and rank are checked (CheckWorker), a worker's connection becomes a link
+// (datapath/tcp_server_link.h: one reader, one writer, the read-ahead and unsent-answer bounds)
+// whose requests go to the connection's front door (pserver/front_door.h, as the gRPC service's
+// do): served through the server's serving queue one at a time, highest priority first (arrival
+// order where priorities tie); a request with nothing waiting in the queue is served on the
+// reader itself when it is small or when nothing more has arrived on the connection, else by the
+// pool while the reader reads ahead. Answers go back through the link, straight from the
+// store's result buffers. When a thread cannot be created, that one connection is refused (a
+// log line); the server goes on.
 //
 // Errors: a request the store refuses (or a bulk that does not parse) gets an error frame and the
 // connection goes on; bytes that do not parse as a frame (bad magic, unknown op, oversized
@@ -66,7 +59,7 @@ class TcpDataServer {
   // idempotent. Answers that arrive later for a closed connection are dropped.
   void Stop();
 
-  struct Connection;  // internal: an admitted worker's connection
+  struct Connection;  // internal: an admitted worker's link and front door
 
  private:
   TcpDataServer(SliceStore* store, ServingQueue* serving, TcpDataServerOptions options);
@@ -81,7 +74,7 @@ class TcpDataServer {
   std::unique_ptr<TcpAdmission> admission_;
   std::atomic<size_t> open_{0};  // admitted connections whose descriptor is still open
   std::mutex mu_;
-  std::vector<std::shared_ptr<Connection>> connections_;  // GUARDED_BY(mu_)
+  std::vector<Connection> connections_;  // GUARDED_BY(mu_)
   bool stopped_ = false;                                  // GUARDED_BY(mu_)
 };
 

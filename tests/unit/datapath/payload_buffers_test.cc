@@ -1,4 +1,4 @@
-#include "pserver/payload_buffers.h"
+#include "datapath/payload_buffers.h"
 
 #include <gtest/gtest.h>
 
