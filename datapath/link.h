@@ -129,8 +129,9 @@ struct AnswerFrame {
   size_t PayloadBytes() const {
     return packed ? packed->size() : (values ? values->size() * sizeof(float) : 0);
   }
-  const void* PayloadData() const {
-    return packed ? static_cast<const void*>(packed->data()) : values->data();
+  const void* PayloadData() const {  // nullptr when there is none
+    if (packed) return packed->data();
+    return values ? values->data() : nullptr;
   }
   size_t Bytes() const { return head.size() + PayloadBytes(); }
 };

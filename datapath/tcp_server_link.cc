@@ -46,17 +46,14 @@ constexpr size_t kSpareBuffers = 2;  // payload buffers a connection keeps for r
 
 struct TcpConnection final : TcpServerLink, std::enable_shared_from_this<TcpConnection> {
   TcpConnection(int f, std::unique_ptr<TlsStream> t, TcpServerLinkOptions o)
-      : fd(f), options(std::move(o)), peer(options.peer), worker(options.worker),
-        tls(std::move(t)) {}
+      : fd(f), options(std::move(o)), tls(std::move(t)) {}
   ~TcpConnection() override {
     tls.reset();
     if (!fd_closed) ::close(fd);
   }
 
   const int fd;
-  const TcpServerLinkOptions options;
-  const std::string peer;
-  const int32_t worker;
+  const TcpServerLinkOptions options;  // its peer and worker name it in log lines
   std::unique_ptr<TlsStream> tls;  // set before the threads start; nullptr: plaintext
   // Takes what the reader reads; answers come back through Send. Set before the threads start.
   std::shared_ptr<RequestReceiver> receiver;
@@ -157,18 +154,15 @@ struct TcpConnection final : TcpServerLink, std::enable_shared_from_this<TcpConn
     }
     room.notify_all();
   }
-  // Closes the descriptor at once (not when the connection is reaped) and stops counting it
-  // against the connection cap.
+  // Closes the descriptor at once (not when the link is joined).
   void CloseFd() {
-    {
-      std::unique_lock lock(mu);
-      if (fd_closed) return;
-      // A serving thread's send (never blocking) ends before the descriptor may be reused.
-      cv.wait(lock, [this] { return !writing; });
-      tls.reset();
-      ::close(fd);
-      fd_closed = true;
-    }
+    std::unique_lock lock(mu);
+    if (fd_closed) return;
+    // A serving thread's send (never blocking) ends before the descriptor may be reused.
+    cv.wait(lock, [this] { return !writing; });
+    tls.reset();
+    ::close(fd);
+    fd_closed = true;
   }
   // Each thread's last act: the last one closes the descriptor and has the connection reaped.
   void ThreadEnded() {
@@ -259,7 +253,7 @@ void TcpConnection::ReadLoop() {
     wire::RequestHeader h;
     st = tcpwire::DecodeRequestHeader(head, max_payload, &h);
     if (!st.ok()) {
-      TLOG_WARN << "data connection from " << peer << " (worker " << worker
+      TLOG_WARN << "data connection from " << options.peer << " (worker " << options.worker
                 << "): " << st.ToString();
       uint64_t id;
       std::memcpy(&id, head + 8, sizeof id);
@@ -364,8 +358,8 @@ bool TcpConnection::Start(std::shared_ptr<RequestReceiver> r) {
       });
       ++started;
     } catch (const std::system_error& e) {
-      TLOG_WARN << "refusing data connection from " << peer << " (worker " << worker
-                << "): no thread for it: " << e.what();
+      TLOG_WARN << "refusing data connection from " << options.peer << " (worker "
+                << options.worker << "): no thread for it: " << e.what();
       Refuse(UnavailableError(
           "the parameter server cannot start a thread for this connection now; try again"));
       // The shares of the threads that did not start: the last thread's end (or this, when none

@@ -21,8 +21,7 @@ std::string Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
   return std::string(it->second.data(), it->second.size());
 }
 
-void ReleaseValues(void* arg) { delete static_cast<Values*>(arg); }
-void ReleasePacked(void* arg) { delete static_cast<Packed*>(arg); }
+void ReleaseAnswer(void* arg) { delete static_cast<AnswerFrame*>(arg); }
 
 // An answer waiting for its turn on the stream.
 using Outgoing = ByPriority<grpc::ByteBuffer>;
@@ -67,20 +66,12 @@ struct DataService::StreamState : AnswerSink {
     reactor->StartWrite(&current);
   }
   void Send(AnswerFrame a) override {
-    const size_t n = a.PayloadBytes();
-    grpc::ByteBuffer frame;
-    if (a.packed) {
-      const uint8_t* data = a.packed->data();
-      auto* keep = new Packed(std::move(a.packed));  // released by gRPC when sent
-      frame = wire::MakeFrame(a.head.data(), a.head.size(), {}, data, n, ReleasePacked, keep);
-    } else if (a.values) {
-      const float* data = a.values->data();
-      auto* keep = new Values(std::move(a.values));  // released by gRPC when sent
-      frame = wire::MakeFrame(a.head.data(), a.head.size(), {}, data, n, ReleaseValues, keep);
-    } else {
-      frame = wire::MakeFrame(a.head.data(), a.head.size(), {}, nullptr, 0, nullptr, nullptr);
-    }
-    Queue(a.priority, std::move(frame));
+    const int32_t priority = a.priority;
+    // The payload is referenced, not copied: the answer is released by gRPC once sent (at once
+    // when it has no payload; MakeFrame copies the header).
+    auto* keep = new AnswerFrame(std::move(a));
+    Queue(priority, wire::MakeFrame(keep->head.data(), keep->head.size(), {}, keep->PayloadData(),
+                                    keep->PayloadBytes(), ReleaseAnswer, keep));
   }
   void Queue(int32_t priority, grpc::ByteBuffer frame) {
     std::lock_guard lock(mu);
@@ -113,23 +104,18 @@ struct DataService::StreamState : AnswerSink {
 // A request frame as received: its slices, and its place in its stream's read-ahead, given back
 // when the frame is served (or dropped unserved at shutdown).
 struct DataService::Received {
-  explicit Received(std::shared_ptr<StreamState> s) : stream(std::move(s)) {}
-  ~Received() {
-    if (counted) stream->Served(bytes);
-  }
-  Received(const Received&) = delete;
-  Received& operator=(const Received&) = delete;
-  void Count(size_t b) {
+  Received(std::shared_ptr<StreamState> s, std::vector<grpc::Slice> sl, size_t b)
+      : stream(std::move(s)), slices(std::move(sl)), bytes(b) {
     std::lock_guard lock(stream->mu);
     ++stream->unserved.requests;
-    stream->unserved.bytes += b;
-    bytes = b;
-    counted = true;
+    stream->unserved.bytes += bytes;
   }
+  ~Received() { stream->Served(bytes); }
+  Received(const Received&) = delete;
+  Received& operator=(const Received&) = delete;
   const std::shared_ptr<StreamState> stream;
-  std::vector<grpc::Slice> slices;
-  size_t bytes = 0;
-  bool counted = false;
+  const std::vector<grpc::Slice> slices;
+  const size_t bytes;
 };
 
 namespace {
@@ -162,11 +148,12 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       state_->MaybeFinishLocked();
       return;
     }
-    auto received = std::make_shared<DataService::Received>(state_);
-    (void)in_.Dump(&received->slices);
+    std::vector<grpc::Slice> slices;
+    (void)in_.Dump(&slices);
     in_.Clear();
     RequestFrame frame;
-    frame.chunks = wire::ChunksOf(received->slices);
+    // Views into the slices' bytes, which stay where they are when the vector moves below.
+    frame.chunks = wire::ChunksOf(slices);
     uint64_t id = 0;
     Status st = wire::DecodeRequest(frame.chunks, &frame.header, &id);
     if (!st.ok()) {
@@ -174,8 +161,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       // answer it and keep the stream: gRPC framing keeps the next message intact.
       state_->door->SendError(wire::Op::kPush, id, st);
     } else {
-      received->Count(wire::TotalBytes(frame.chunks));
-      frame.hold = std::move(received);
+      frame.hold = std::make_shared<DataService::Received>(state_, std::move(slices),
+                                                           wire::TotalBytes(frame.chunks));
       state_->door->Receive(std::move(frame));
     }
     std::lock_guard lock(state_->mu);

@@ -18,11 +18,9 @@
 // interface (datapath/link.h).
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -51,8 +49,6 @@ class FrontDoor : public link::RequestReceiver, public std::enable_shared_from_t
   // destroyed) are dropped, so a pull answered long after its worker left costs nothing.
   FrontDoor(SliceStore* store, ServingQueue* serving, int32_t worker,
             std::weak_ptr<AnswerSink> sink);
-
-  int32_t worker() const { return worker_; }
 
   // Serves `frame` (a bulk: each entry by its own priority; a bulk that does not parse is
   // refused and the connection goes on). `policy`: whether it may be served on the caller's

@@ -248,8 +248,7 @@ TEST_P(GrpcLinkTest, FramesArriveAsWrittenAndAnswersComeBackInArrivalOrder) {
   EXPECT_EQ(answers[0].second, (std::vector<float>{7, 8}));
   EXPECT_EQ(answers[1].first, 11u);
   EXPECT_EQ(answers[1].second, std::vector<float>(256 << 10, 0.25f));
-  for (int i = 0; i < 1000 && sent.load() < 2; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(sent.load(), 2);
+  EXPECT_EQ(WaitSent(sent, 2), 2);
   EXPECT_EQ(rec.closed(), 0);
   l.reset();
   EXPECT_EQ(rec.closed(), 1);

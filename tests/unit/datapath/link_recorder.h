@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -70,5 +72,14 @@ class Recorder final : public LinkReceiver {
   int closed_ = 0;                                                // GUARDED_BY(mu_)
   Status closed_status_;                                          // GUARDED_BY(mu_)
 };
+
+// The count of `sent` callbacks once it reached `n`, or after 10 s. A writer runs `sent` once its
+// sendmsg returned, which may be after the server already answered.
+inline int WaitSent(const std::atomic<int>& sent, int n) {
+  for (int i = 0; i < 1000 && sent.load() < n; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return sent.load();
+}
 
 }  // namespace trellis::link

@@ -160,9 +160,7 @@ TEST_P(TcpLinkTest, FramesGoOutAsWrittenAndAnswersComeBackInArrivalOrder) {
   EXPECT_EQ(answers[0].second, Iota(512 << 10, 3));
   EXPECT_EQ(answers[1].first, 11u);
   EXPECT_EQ(answers[1].second, (std::vector<float>{9, 8}));
-  // The writer's `sent` runs once its sendmsg returned, which may be after the answers came back.
-  for (int i = 0; i < 1000 && sent.load() < 2; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(sent.load(), 2);
+  EXPECT_EQ(WaitSent(sent, 2), 2);
   EXPECT_EQ(rec.closed(), 0);
   l.reset();
   EXPECT_EQ(rec.closed(), 1);

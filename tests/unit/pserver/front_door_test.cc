@@ -96,6 +96,9 @@ class FrontDoorTest : public ::testing::Test {
     ASSERT_TRUE(store_->Install(TenKeys(), &slices, &bytes).ok());
   }
   std::vector<float> Ones(float v) { return std::vector<float>(kElements, v); }
+  std::shared_ptr<FrontDoor> Door(int32_t worker, std::shared_ptr<AnswerSink> sink) {
+    return std::make_shared<FrontDoor>(store_.get(), &serving_, worker, std::move(sink));
+  }
 
   std::unique_ptr<SliceStore> store_;
   ServingQueue serving_{ServingQueueOptions{1, 64 << 10}};
@@ -104,7 +107,7 @@ class FrontDoorTest : public ::testing::Test {
 TEST_F(FrontDoorTest, WaitingRequestsAreAnsweredByPriorityThenInArrivalOrder) {
   Make(1);
   auto sink = std::make_shared<RecordingSink>();
-  auto door = std::make_shared<FrontDoor>(store_.get(), &serving_, 0, sink);
+  auto door = Door(0, sink);
   ServingQueueTestPeer peer(&serving_);
   peer.Hold();
   // Arrival: ids 1 (priority 0), 2 (5), 3 (0), 4 (5), and a bulk (id 9) whose entries have
@@ -133,7 +136,7 @@ TEST_F(FrontDoorTest, WaitingRequestsAreAnsweredByPriorityThenInArrivalOrder) {
 TEST_F(FrontDoorTest, AMalformedBulkIsRefusedUnderItsIdAndTheConnectionGoesOn) {
   Make(1);
   auto sink = std::make_shared<RecordingSink>();
-  auto door = std::make_shared<FrontDoor>(store_.get(), &serving_, 0, sink);
+  auto door = Door(0, sink);
   // A bulk whose body claims one byte more than its entry holds.
   auto bulk = BulkBytes({RequestBytes(wire::Op::kPushPull, 0, 0, 1, Ones(1), 5)}, 9);
   bulk.push_back(0);
@@ -158,7 +161,7 @@ TEST_F(FrontDoorTest, AMalformedBulkIsRefusedUnderItsIdAndTheConnectionGoesOn) {
 TEST_F(FrontDoorTest, ARequestsBytesAreLetGoOfOnceServed) {
   Make(1);
   auto sink = std::make_shared<RecordingSink>();
-  auto door = std::make_shared<FrontDoor>(store_.get(), &serving_, 0, sink);
+  auto door = Door(0, sink);
   ServingQueueTestPeer peer(&serving_);
   peer.Hold();
   std::weak_ptr<void> bulk_bytes;
@@ -178,9 +181,9 @@ TEST_F(FrontDoorTest, ARequestsBytesAreLetGoOfOnceServed) {
 TEST_F(FrontDoorTest, AnAnswerForAWorkerThatIsGoneIsDropped) {
   Make(2);
   auto gone = std::make_shared<RecordingSink>();
-  auto door0 = std::make_shared<FrontDoor>(store_.get(), &serving_, 0, gone);
+  auto door0 = Door(0, gone);
   auto sink1 = std::make_shared<RecordingSink>();
-  auto door1 = std::make_shared<FrontDoor>(store_.get(), &serving_, 1, sink1);
+  auto door1 = Door(1, sink1);
   // Worker 0's pushpull waits for worker 1's push; worker 0's connection ends meanwhile.
   door0->Receive(Frame(RequestBytes(wire::Op::kPushPull, 0, 0, 1, Ones(1), 1)));
   std::weak_ptr<RecordingSink> watch = gone;
@@ -196,7 +199,7 @@ TEST_F(FrontDoorTest, AnAnswerForAWorkerThatIsGoneIsDropped) {
 TEST_F(FrontDoorTest, AStoppedQueueRefusesAndLetsGoOfWhatWaited) {
   Make(1);
   auto sink = std::make_shared<RecordingSink>();
-  auto door = std::make_shared<FrontDoor>(store_.get(), &serving_, 0, sink);
+  auto door = Door(0, sink);
   ServingQueueTestPeer peer(&serving_);
   peer.Hold();
   std::weak_ptr<void> waiting;
