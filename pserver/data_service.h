@@ -1,11 +1,10 @@
 // The parameter server's gRPC face: InstallShardMap (unary) and Stream, a raw byte-buffer
 // bidirectional stream per worker (frames in datapath/frame.h).
 //
-// Threads: gRPC's callback threads read frames, decode headers and hand the requests to the
-// stream's front door (pserver/front_door.h, as the TCP listener does), which serves them through
-// the server's serving queue highest priority first and sums straight out of the received
-// slices. Answers go out on the worker's stream, highest priority first, referencing the result
-// buffers (no copy).
+// Each admitted stream is a server link (datapath/grpc_server_link.h: reads, writes, bounds) with
+// a front door above it (pserver/front_door.h, as for the TCP listener), which serves its requests
+// through the server's serving queue highest priority first and sums straight out of the received
+// slices.
 #pragma once
 
 #include <cstdint>
@@ -48,14 +47,6 @@ class DataService final : public DataServiceBase {
                                             v1::InstallShardMapResponse* resp) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Stream(
       grpc::CallbackServerContext* ctx) override;
-
-  struct StreamState;  // internal
-  struct Received;     // internal
-
-  SliceStore* store() const { return store_; }
-  ServingQueue* serving() const { return serving_; }
-  const std::string& token() const { return options_.token; }
-  const ReadAheadLimit& read_ahead() const { return options_.read_ahead; }
 
  private:
   SliceStore* const store_;

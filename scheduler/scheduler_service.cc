@@ -27,13 +27,12 @@ SchedulerService::SchedulerService(SchedulerState* state, ProgressTracker* progr
 
 grpc::Status SchedulerService::CheckToken(grpc::CallbackServerContext* ctx) const {
   if (options_.token.empty()) return grpc::Status::OK;
-  const auto& md = ctx->client_metadata();
-  auto it = md.find(kTokenMetadataKey);
-  if (it == md.end()) {
+  const std::string token = ClientMetadata(*ctx, kTokenMetadataKey);
+  if (token.empty()) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         std::string("missing job token (metadata \"") + kTokenMetadataKey + "\")");
   }
-  if (!TokenEquals(options_.token, std::string(it->second.data(), it->second.size()))) {
+  if (!TokenEquals(options_.token, token)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong job token");
   }
   return grpc::Status::OK;

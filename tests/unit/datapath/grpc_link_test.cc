@@ -21,7 +21,7 @@
 #include "common/auth.h"
 #include "datapath/grpc_frame.h"
 #include "tests/testing/test_frames.h"
-#include "tests/unit/datapath/link_recorder.h"
+#include "tests/unit/datapath/grpc_worker_link.h"
 
 namespace trellis::link {
 namespace {
@@ -172,41 +172,7 @@ class HandGrpcServer final : public grpc::CallbackGenericService {
 };
 
 std::unique_ptr<WorkerLink> StartedLink(const HandGrpcServer& server, Recorder& rec) {
-  LinkOptions o;
-  o.address = server.address();
-  o.token = kToken;
-  o.worker_rank = 1;
-  o.max_answer_payload = 16 << 20;
-  auto l = ConnectGrpcLink(o, nullptr);
-  EXPECT_TRUE(l.ok()) << l.status().ToString();
-  if (!l.ok()) return nullptr;
-  (*l)->Start(&rec);
-  return std::move(*l);
-}
-
-Part PartOf(uint64_t id, const void* payload, uint64_t bytes) {
-  Part p;
-  wire::RequestHeader h;
-  h.op = wire::Op::kPushPull;
-  h.request_id = id;
-  h.payload_bytes = bytes;
-  wire::EncodeRequestHeader(h, p.head);
-  p.payload = payload;
-  p.payload_bytes = bytes;
-  return p;
-}
-
-// The bytes a frame must arrive as: each part's header, then its payload.
-std::vector<uint8_t> BytesOf(const OutFrame& f) {
-  std::vector<uint8_t> out;
-  auto add = [&](const Part& p) {
-    out.insert(out.end(), p.head, p.head + sizeof p.head);
-    const auto* b = static_cast<const uint8_t*>(p.payload);
-    if (p.payload_bytes > 0) out.insert(out.end(), b, b + p.payload_bytes);
-  };
-  add(f.first);
-  for (const auto& e : f.entries) add(e);
-  return out;
+  return StartedGrpcLink(server.address(), kToken, rec);
 }
 
 class GrpcLinkTest : public ::testing::TestWithParam<bool> {};  // param: read with View()

@@ -1,5 +1,5 @@
-// A LinkReceiver for the link tests (tcp_link_test, grpc_link_test): records what a link
-// delivers and when it ended.
+// For the link tests (tcp_link_test, grpc_link_test, grpc_server_link_test): a LinkReceiver that
+// records what a worker's link delivers and when it ended, and request frames as parts.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -39,6 +39,7 @@ class Recorder final : public LinkReceiver {
       }
     }
     answers_.push_back({h.request_id, skip ? std::vector<float>{} : values});
+    codes_.push_back(h.code);
     messages_.emplace_back(message);
     cv_.notify_all();
   }
@@ -59,6 +60,11 @@ class Recorder final : public LinkReceiver {
     EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(10), [&] { return closed_ > 0; }));
     return closed_status_;
   }
+  // Answer i's status: its code and message.
+  std::pair<int32_t, std::string> Verdict(size_t i) {
+    std::lock_guard lock(mu_);
+    return {codes_.at(i), messages_.at(i)};
+  }
   int closed() {
     std::lock_guard lock(mu_);
     return closed_;
@@ -68,6 +74,7 @@ class Recorder final : public LinkReceiver {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::pair<uint64_t, std::vector<float>>> answers_;  // GUARDED_BY(mu_)
+  std::vector<int32_t> codes_;                                    // GUARDED_BY(mu_)
   std::vector<std::string> messages_;                             // GUARDED_BY(mu_)
   int closed_ = 0;                                                // GUARDED_BY(mu_)
   Status closed_status_;                                          // GUARDED_BY(mu_)
@@ -80,6 +87,32 @@ inline int WaitSent(const std::atomic<int>& sent, int n) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return sent.load();
+}
+
+// A push-pull request part: its header (id, payload length) and the caller's payload.
+inline Part PartOf(uint64_t id, const void* payload, uint64_t bytes) {
+  Part p;
+  wire::RequestHeader h;
+  h.op = wire::Op::kPushPull;
+  h.request_id = id;
+  h.payload_bytes = bytes;
+  wire::EncodeRequestHeader(h, p.head);
+  p.payload = payload;
+  p.payload_bytes = bytes;
+  return p;
+}
+
+// The bytes a frame must arrive as: each part's header, then its payload.
+inline std::vector<uint8_t> BytesOf(const OutFrame& f) {
+  std::vector<uint8_t> out;
+  auto add = [&](const Part& p) {
+    out.insert(out.end(), p.head, p.head + sizeof p.head);
+    const auto* b = static_cast<const uint8_t*>(p.payload);
+    if (p.payload_bytes > 0) out.insert(out.end(), b, b + p.payload_bytes);
+  };
+  add(f.first);
+  for (const auto& e : f.entries) add(e);
+  return out;
 }
 
 }  // namespace trellis::link

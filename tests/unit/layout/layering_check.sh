@@ -2,7 +2,8 @@
 # The layering of the source tree (docs/architecture.md#source-layout): every include points down.
 #   include/trellis/  the public worker API: the standard library and trellis/ only
 #   common/           nothing from the parts above it
-#   datapath/         common/ and itself; only grpc_frame.* and grpc_link.* know gRPC
+#   datapath/         common/ and itself; only grpc_frame.*, grpc_link.* and grpc_server_link.*
+#                     know gRPC
 #   worker-lib/, pserver/   datapath/ and common/ below them, never each other
 # Usage: layering_check.sh REPO_ROOT. Prints every include that points the wrong way; exit 1 if any.
 set -u
@@ -26,8 +27,8 @@ check common '^#include "(datapath|pserver|worker-lib|scheduler|agent|launcher|o
   'common/ includes nothing from the parts above it'
 check datapath '^#include "(pserver|worker-lib|scheduler|agent|launcher|operator|trellis/v1)/' \
   'datapath/ depends on common/ only'
-check datapath '^#include <grpc' 'only datapath/grpc_frame.* and grpc_link.* know gRPC' \
-  '^datapath/grpc_(frame|link)\.(h|cc):'
+check datapath '^#include <grpc' 'only datapath/grpc_frame.* and grpc_link.* / grpc_server_link.* know gRPC' \
+  '^datapath/grpc_(frame|link|server_link)\.(h|cc):'
 check worker-lib '^#include "pserver/' 'the worker library does not include the parameter server'
 check pserver '^#include "worker-lib/' 'the parameter server does not include the worker library'
 if [[ $bad -eq 0 ]]; then echo "layering: every include points down"; fi

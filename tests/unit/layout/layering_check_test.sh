@@ -11,6 +11,7 @@ tree() {  # a minimal clean tree
   echo '#include "common/status.h"' > "$tmp/t/datapath/frame.h"
   echo '#include <grpcpp/support/slice.h>' > "$tmp/t/datapath/grpc_frame.h"
   echo '#include <grpcpp/channel.h>' > "$tmp/t/datapath/grpc_link.h"
+  echo '#include <grpcpp/support/server_callback.h>' > "$tmp/t/datapath/grpc_server_link.h"
   echo '#include "datapath/frame.h"' > "$tmp/t/worker-lib/src/w.cc"
   echo '#include "datapath/frame.h"' > "$tmp/t/pserver/p.cc"
 }
@@ -25,7 +26,7 @@ expect() {  # expect WANT_RC WANT_TEXT WHAT
 }
 tree; expect 0 "every include points down" "a clean tree passes"
 tree; echo '#include <grpcpp/grpcpp.h>' >> "$tmp/t/datapath/frame.h"
-expect 1 "only datapath/grpc_frame.* and grpc_link.* know gRPC" "gRPC in datapath/frame.h"
+expect 1 "only datapath/grpc_frame.* and grpc_link.* / grpc_server_link.* know gRPC" "gRPC in datapath/frame.h"
 tree; echo '#include <grpcpp/grpcpp.h>' >> "$tmp/t/datapath/tcp_link.cc"
 expect 1 "datapath/tcp_link.cc:1" "gRPC in the TCP link"
 tree; echo '#include "pserver/slice_store.h"' >> "$tmp/t/worker-lib/src/w.cc"
