@@ -41,7 +41,7 @@ using Outgoing = ByPriority<grpc::ByteBuffer>;
 struct StreamState final : AnswerSink {
   std::shared_ptr<RequestReceiver> receiver;  // set before the first read
   ReadAheadLimit limit;
-  grpc::ByteBuffer* in = nullptr;  // the reactor's read buffer
+  grpc::ByteBuffer in;  // the reactor's read buffer: one read outstanding at a time
 
   std::mutex mu;
   Reactor* reactor = nullptr;         // GUARDED_BY(mu): nullptr once the call is done
@@ -86,7 +86,7 @@ struct StreamState final : AnswerSink {
       return;
     }
     read_waits = false;
-    reactor->StartRead(in);
+    reactor->StartRead(&in);
   }
   void MaybeFinishLocked() {
     if (reads_done && !writing && !finished && reactor != nullptr) {
@@ -132,16 +132,12 @@ class StreamReactor final : public Reactor {
     if (!receiver.ok()) {
       TLOG_WARN << "refusing data stream from " << hello.peer << ": "
                 << receiver.status().ToString();
-      {
-        std::lock_guard lock(state_->mu);
-        state_->finished = true;
-      }
+      // The state never gets a reactor: answers sent to it are dropped.
       Finish(ToGrpc(receiver.status()));
       return;
     }
     state_->receiver = std::move(*receiver);
     state_->limit = options.read_ahead;
-    state_->in = &in_;
     std::lock_guard lock(state_->mu);
     state_->reactor = this;
     state_->NextReadLocked();
@@ -155,8 +151,8 @@ class StreamReactor final : public Reactor {
       return;
     }
     std::vector<grpc::Slice> slices;
-    (void)in_.Dump(&slices);
-    in_.Clear();
+    (void)state_->in.Dump(&slices);
+    state_->in.Clear();
     RequestFrame frame;
     // Views into the slices' bytes, which stay where they are when the vector moves below.
     frame.chunks = wire::ChunksOf(slices);
@@ -200,7 +196,6 @@ class StreamReactor final : public Reactor {
 
  private:
   const std::shared_ptr<StreamState> state_;
-  grpc::ByteBuffer in_;
 };
 
 }  // namespace
