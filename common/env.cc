@@ -69,4 +69,12 @@ std::string ListenHost(const EnvSource& env, const char* specific) {
   return env.GetOr(kListenHostEnv, "0.0.0.0");
 }
 
+StatusOr<bool> LocalSocketEnabled(const EnvSource& env) {
+  const std::string v = env.GetOr(kLocalSocketEnv, "on");
+  if (v == "on") return true;
+  if (v == "off") return false;
+  return InvalidArgumentError(std::string("environment variable ") + kLocalSocketEnv +
+                              ": must be on or off, got '" + v + "'");
+}
+
 }  // namespace trellis

@@ -85,6 +85,7 @@ class WorkerLink {
 struct LinkOptions {
   std::string address;  // the server's data address "host:port" (gRPC), for messages and gRPC
   int tcp_port = 0;     // the server's raw-TCP port (tcp_link)
+  std::string local_name;  // the server's local socket (tcp_link tries it first); empty: none
   std::string token;
   int32_t worker_rank = 0;
   uint64_t max_answer_payload = 0;  // answers above it end the link (wire::MaxMessageBytes)

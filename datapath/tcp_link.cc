@@ -260,8 +260,19 @@ StatusOr<std::unique_ptr<WorkerLink>> ConnectTcpLink(const LinkOptions& o) {
                                 "--tcp-port=-1?)");
   }
   TRELLIS_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(o.address));
-  const std::string where = hp.host + ":" + std::to_string(o.tcp_port);
-  TRELLIS_ASSIGN_OR_RETURN(int fd, tcpwire::Connect(hp.host, o.tcp_port, o.timeout_ms));
+  std::string where = hp.host + ":" + std::to_string(o.tcp_port);
+  int fd = -1;
+  if (!o.local_name.empty()) {
+    // The server's local socket answers only within its own network namespace; from another
+    // host or pod the connect fails at once and TCP follows.
+    if (auto local = tcpwire::ConnectLocal(o.local_name); local.ok()) {
+      fd = *local;
+      where += " (local socket)";
+    }
+  }
+  if (fd < 0) {
+    TRELLIS_ASSIGN_OR_RETURN(fd, tcpwire::Connect(hp.host, o.tcp_port, o.timeout_ms));
+  }
   // Handshake, bounded by the timeout: (mutual TLS,) hello out, the server's verdict back.
   std::unique_ptr<TlsStream> tls;
   std::unique_ptr<tcpwire::SocketReader> reader;

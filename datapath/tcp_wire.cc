@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,9 @@
 #include <charconv>
 #include <chrono>
 #include <cstring>
+#include <cctype>
+#include <cstddef>
+#include <random>
 
 #include "common/net.h"
 
@@ -29,24 +33,45 @@ using wire::PutLe;
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
+// An address as messages show it: a hostile one may be any length.
+std::string Shown(const std::string& address) {
+  constexpr size_t kMax = 120;
+  return address.size() <= kMax ? address
+                                : address.substr(0, kMax) + "... (" +
+                                      std::to_string(address.size()) + " bytes)";
+}
+
 // Below this a read goes through the read-ahead buffer; above, straight into the destination.
 constexpr size_t kDirectMin = 16 << 10;
 
 }  // namespace
 
 Status SplitDataAddress(const std::string& address, std::string* grpc_address, std::string* host,
-                        int* tcp_port) {
+                        int* tcp_port, std::string* local_name) {
   *tcp_port = 0;
+  if (local_name != nullptr) local_name->clear();
   std::string base = address;
-  auto tag = address.find(kAddressTcpTag);
+  if (auto local = base.find(kAddressLocalTag); local != std::string::npos) {
+    std::string name = base.substr(local + std::strlen(kAddressLocalTag));
+    base.resize(local);
+    if (Status st = CheckLocalName(name); !st.ok()) {
+      return InvalidArgumentError("bad data address '" + Shown(address) + "': " + st.message());
+    }
+    if (base.find(kAddressTcpTag) == std::string::npos) {
+      return InvalidArgumentError("bad data address '" + Shown(address) +
+                                  "': a local socket without a tcp port");
+    }
+    if (local_name != nullptr) *local_name = std::move(name);
+  }
+  auto tag = base.find(kAddressTcpTag);
   if (tag != std::string::npos) {
-    base = address.substr(0, tag);
-    std::string p = address.substr(tag + std::strlen(kAddressTcpTag));
+    std::string p = base.substr(tag + std::strlen(kAddressTcpTag));
+    base.resize(tag);
     int port = 0;
     auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
     if (p.empty() || ec != std::errc() || end != p.data() + p.size() || port < 1 || port > 65535) {
-      return InvalidArgumentError("bad data address '" + address + "': tcp port '" + p +
-                                  "' is not in [1, 65535]");
+      return InvalidArgumentError("bad data address '" + Shown(address) + "': tcp port '" +
+                                  Shown(p) + "' is not in [1, 65535]");
     }
     *tcp_port = port;
   }
@@ -57,9 +82,38 @@ Status SplitDataAddress(const std::string& address, std::string* grpc_address, s
   return Status::Ok();
 }
 
-std::string JoinDataAddress(const std::string& grpc_address, int tcp_port) {
+std::string JoinDataAddress(const std::string& grpc_address, int tcp_port,
+                            const std::string& local_name) {
   if (tcp_port <= 0) return grpc_address;
-  return grpc_address + kAddressTcpTag + std::to_string(tcp_port);
+  std::string a = grpc_address + kAddressTcpTag + std::to_string(tcp_port);
+  if (!local_name.empty()) a += kAddressLocalTag + local_name;
+  return a;
+}
+
+Status CheckLocalName(const std::string& name) {
+  if (name.empty() || name.size() > kMaxLocalNameBytes) {
+    return InvalidArgumentError("local socket name must be 1 to " +
+                                std::to_string(kMaxLocalNameBytes) + " bytes, got " +
+                                std::to_string(name.size()));
+  }
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return InvalidArgumentError("local socket name '" + name +
+                                  "' may hold only letters, digits, '.', '_' and '-'");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string NewLocalName() {
+  std::random_device rd;
+  std::string name = "trellis-";
+  static const char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < 4; ++i) {
+    uint32_t v = rd();
+    for (int j = 0; j < 8; ++j, v >>= 4) name += kHex[v & 15];
+  }
+  return name;
 }
 
 std::vector<uint8_t> EncodeHello(const std::string& token, int32_t rank) {
@@ -151,6 +205,55 @@ void TuneSocket(int fd) {
 StatusOr<int> Listen(const std::string& host, int port, int* bound_port) {
   // Accepted sockets inherit the receive buffer; setting it before listen sizes the window.
   return ListenTcp(host, port, bound_port, [](int fd) { TuneSocket(fd); });
+}
+
+namespace {
+
+// The abstract-namespace address of `name`: sun_path = NUL, then the name (no terminator).
+socklen_t LocalAddress(const std::string& name, sockaddr_un* a) {
+  *a = sockaddr_un{};
+  a->sun_family = AF_UNIX;
+  std::memcpy(a->sun_path + 1, name.data(), name.size());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
+
+}  // namespace
+
+StatusOr<int> ListenLocal(const std::string& name) {
+  TRELLIS_RETURN_IF_ERROR(CheckLocalName(name));
+  sockaddr_un a;
+  const socklen_t len = LocalAddress(name, &a);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return UnavailableError(Errno("local socket"));
+  TuneSocket(fd);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(fd, 128) != 0) {
+    Status st = UnavailableError(Errno(("local socket @" + name).c_str()));
+    ::close(fd);
+    return st;
+  }
+  return fd;
+}
+
+StatusOr<int> ConnectLocal(const std::string& name) {
+  TRELLIS_RETURN_IF_ERROR(CheckLocalName(name));
+  sockaddr_un a;
+  const socklen_t len = LocalAddress(name, &a);
+  // Non-blocking while connecting: a listener whose backlog is full answers EAGAIN at once
+  // instead of holding the caller.
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return UnavailableError(Errno("local socket"));
+  TuneSocket(fd);
+  int r;
+  do {
+    r = connect(fd, reinterpret_cast<sockaddr*>(&a), len);
+  } while (r != 0 && errno == EINTR);
+  if (r != 0) {
+    Status st = UnavailableError(Errno(("connect to local socket @" + name).c_str()));
+    ::close(fd);
+    return st;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
 }
 
 StatusOr<int> Connect(const std::string& host, int port, int64_t timeout_ms) {

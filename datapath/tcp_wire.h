@@ -9,7 +9,12 @@
 // back to back on the byte stream, multiplexed by request id.
 //
 // The server publishes the port inside its data address: "host:grpcport;tcp=port" (the address
-// in ReportReady / the cluster view); SplitDataAddress takes it apart.
+// in ReportReady / the cluster view); SplitDataAddress takes it apart. A server may also offer a
+// local socket, ";local=NAME": a Unix stream socket in the abstract namespace under a random
+// name, reachable only from its own network namespace (a worker on the same host and network;
+// never from another pod or host). The same protocol runs over it, hello and token included;
+// it saves the TCP stack's work per byte (docs/performance.md, "The local socket"). A worker
+// that cannot reach it connects over TCP.
 #pragma once
 
 #include <sys/uio.h>
@@ -31,13 +36,24 @@ inline constexpr size_t kHelloFixedBytes = 16;
 inline constexpr uint32_t kMaxTokenBytes = 4096;
 inline constexpr uint32_t kMaxMessageBytes = wire::kMaxErrorBytes;  // error text in a response
 inline constexpr char kAddressTcpTag[] = ";tcp=";
+inline constexpr char kAddressLocalTag[] = ";local=";
+inline constexpr size_t kMaxLocalNameBytes = 100;  // sun_path holds 107 after the leading NUL
 // Socket buffers: big enough for a few MiB in flight per direction (capped by net.core.*mem_max).
 inline constexpr int kSocketBufferBytes = 4 << 20;
 
 // "host:5000;tcp=5001" -> grpc "host:5000", tcp port 5001. Without the tag: tcp_port = 0.
+// "host:5000;tcp=5001;local=NAME" also sets *local_name (when not nullptr; else it is ignored);
+// without it *local_name is empty.
 Status SplitDataAddress(const std::string& address, std::string* grpc_address, std::string* host,
-                        int* tcp_port);
-std::string JoinDataAddress(const std::string& grpc_address, int tcp_port);
+                        int* tcp_port, std::string* local_name = nullptr);
+// The local name is left out when tcp_port <= 0 or local_name is empty.
+std::string JoinDataAddress(const std::string& grpc_address, int tcp_port,
+                            const std::string& local_name = "");
+// A local socket's name: 1..kMaxLocalNameBytes of [A-Za-z0-9._-].
+Status CheckLocalName(const std::string& name);
+// A fresh name for a server's local socket: "trellis-" and 32 random hex digits, so that no
+// other server's name is ever reached by mistake.
+std::string NewLocalName();
 
 std::vector<uint8_t> EncodeHello(const std::string& token, int32_t rank);
 struct Hello {
@@ -65,6 +81,11 @@ void TuneSocket(int fd);
 StatusOr<int> Listen(const std::string& host, int port, int* bound_port);
 // Connects within `timeout_ms`.
 StatusOr<int> Connect(const std::string& host, int port, int64_t timeout_ms);
+// The local socket: listens on the abstract Unix name `name` (CheckLocalName first), and
+// connects to it (no waiting: a local connect completes or fails at once; UNAVAILABLE when
+// nothing listens under that name in this network namespace).
+StatusOr<int> ListenLocal(const std::string& name);
+StatusOr<int> ConnectLocal(const std::string& name);
 
 // Sends every byte of `iov` (partial sends resumed). `iov` is modified.
 Status SendAll(int fd, struct iovec* iov, int iovcnt);

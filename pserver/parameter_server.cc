@@ -51,6 +51,7 @@ StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Start(const PserverO
     to.tls = options.tls;
     to.limits = options.tcp_limits;
     to.read_ahead = read_ahead;
+    to.local_socket = options.local_socket;
     auto tcp = TcpDataServer::Start(ps->store_.get(), ps->serving_.get(), to);
     if (!tcp.ok()) return tcp.status().Annotate("starting the TCP data listener");
     ps->tcp_ = std::move(*tcp);

@@ -29,6 +29,7 @@ struct PserverOptions {
   int tcp_port = 0;  // the raw-TCP bulk listener: 0 picks a free port, -1: none
   TlsPtr tls;        // mutual TLS on both listeners (common/tls.h); nullptr: plaintext
   TcpAdmissionLimits tcp_limits;  // the TCP listener before a hello (pserver/tcp_admission.h)
+  bool local_socket = false;  // also a local socket beside the TCP port (TcpDataServerOptions)
 };
 
 class ParameterServer {
@@ -38,6 +39,8 @@ class ParameterServer {
 
   int port() const { return port_; }
   int tcp_port() const { return tcp_ ? tcp_->port() : 0; }  // 0: no TCP listener
+  // The local socket's name (for the data address); empty: none.
+  std::string local_name() const { return tcp_ ? tcp_->local_name() : std::string(); }
   SliceStore* store() { return store_.get(); }
   ServingQueue* serving() { return serving_.get(); }
   // Fails waiting pulls, stops serving; idempotent.

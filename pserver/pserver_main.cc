@@ -25,7 +25,8 @@ namespace {
 // --name=value or --name value; --help is handled by the caller.
 StatusOr<std::map<std::string, std::string>> ParseFlags(const std::vector<std::string>& args) {
   static const char* kKnown[] = {"port", "host", "listen", "scheduler", "rank", "token-file",
-                                 "num-workers", "job", "threads", "tcp-port", "metrics-port"};
+                                 "num-workers", "job", "threads", "tcp-port", "metrics-port",
+                                 "local-socket"};
   std::map<std::string, std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -97,6 +98,14 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
     TRELLIS_ASSIGN_OR_RETURN(int64_t port, ToInt("--tcp-port", it->second, -1, 65535));
     c.server.tcp_port = static_cast<int>(port);
   }
+  // --local-socket=off > TRELLIS_LOCAL_SOCKET > on.
+  if (std::string l = Pick(flags, "local-socket", kLocalSocketEnv, &src); !l.empty()) {
+    auto on = LocalSocketEnabled(EnvSource({{kLocalSocketEnv, l}}));
+    if (!on.ok()) return InvalidArgumentError(src + ": must be on or off, got '" + l + "'");
+    c.server.local_socket = *on;
+  } else {
+    c.server.local_socket = true;
+  }
   std::string rank = Pick(flags, "rank", "TRELLIS_RANK", &src);
   if (rank.empty()) return InvalidArgumentError("server rank not set (--rank or TRELLIS_RANK)");
   TRELLIS_ASSIGN_OR_RETURN(int64_t r, ToInt(src, rank, 0, 1 << 20));
@@ -160,11 +169,13 @@ int PserverMain(int argc, char** argv) {
                  "usage: trellis-pserver [--rank N] [--port P] [--scheduler host:port]\n"
                  "         [--token-file F] [--host advertised-host] [--listen bind-host]\n"
                  "         [--num-workers W] [--job job.yaml] [--threads T] [--tcp-port P]\n"
-                 "         [--metrics-port P]\n"
+                 "         [--metrics-port P] [--local-socket on|off]\n"
                  "--tcp-port: the raw-TCP bulk listener (0 picks a port, -1 none); its port is\n"
                  "advertised in the data address as host:port;tcp=P.\n"
+                 "--local-socket: also a Unix socket for workers in this network namespace\n"
+                 "(default on; advertised as ;local=NAME).\n"
                  "Flags override TRELLIS_RANK, TRELLIS_SCHEDULER, TRELLIS_TOKEN_FILE, "
-                 "TRELLIS_HOST, TRELLIS_NUM_WORKERS, TRELLIS_METRICS_PORT; the job comes from the "
+                 "TRELLIS_HOST, TRELLIS_NUM_WORKERS, TRELLIS_METRICS_PORT, TRELLIS_LOCAL_SOCKET; the job comes from the "
                  "scheduler.\n");
     return 0;
   }
@@ -204,8 +215,10 @@ int PserverMain(int argc, char** argv) {
   }
   // The TCP port rides in the data address ("host:port;tcp=P"): no protocol change, and a
   // worker that only speaks gRPC ignores it.
+  // So does the local socket's name (";local=NAME"), for workers in this network namespace.
   std::string address = tcpwire::JoinDataAddress(
-      config->advertise_host + ":" + std::to_string((*server)->port()), (*server)->tcp_port());
+      config->advertise_host + ":" + std::to_string((*server)->port()), (*server)->tcp_port(),
+      (*server)->local_name());
   TLOG_INFO << "serving on " << address << " (" << config->server.store.num_workers
             << " workers, " << ToString(config->server.store.mode) << " mode)";
   if (config->server.tls) {

@@ -42,6 +42,12 @@ std::string PeerName(int fd) {
     auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
     inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
     port = ntohs(a->sin6_port);
+  } else if (ss.ss_family == AF_UNIX) {
+    // The local socket: the peer has no address; its process id names it.
+    ucred cred{};
+    socklen_t clen = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) return "local socket";
+    return "local socket, pid " + std::to_string(cred.pid);
   }
   return std::string(host) + ":" + std::to_string(port);
 }
@@ -79,27 +85,35 @@ void TcpAdmission::Log(LogLimit& limit, const std::string& line) {
   }
 }
 
-TcpAdmission::TcpAdmission(int listen_fd, TcpAdmissionLimits limits, TlsPtr tls, Hooks hooks)
-    : listen_fd_(listen_fd), limits_(limits), tls_(std::move(tls)), hooks_(std::move(hooks)) {}
+TcpAdmission::TcpAdmission(std::vector<int> listen_fds, TcpAdmissionLimits limits, TlsPtr tls,
+                           Hooks hooks)
+    : listen_fds_(std::move(listen_fds)),
+      limits_(limits),
+      tls_(std::move(tls)),
+      hooks_(std::move(hooks)) {}
 
-StatusOr<std::unique_ptr<TcpAdmission>> TcpAdmission::Start(int listen_fd,
+StatusOr<std::unique_ptr<TcpAdmission>> TcpAdmission::Start(std::vector<int> listen_fds,
                                                             TcpAdmissionLimits limits,
                                                             TlsPtr tls, Hooks hooks) {
   std::unique_ptr<TcpAdmission> a(
-      new TcpAdmission(listen_fd, limits, std::move(tls), std::move(hooks)));
+      new TcpAdmission(std::move(listen_fds), limits, std::move(tls), std::move(hooks)));
   if (limits.max_pending < 1 || limits.max_connections < 1 || limits.hello_timeout_ms < 1) {
     return InvalidArgumentError(
         "tcp listener: max_pending, max_connections and hello_timeout_ms must be >= 1");
   }
-  if (fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK) != 0) {
-    return UnavailableError(std::string("tcp listener: fcntl: ") + std::strerror(errno));
+  for (int fd : a->listen_fds_) {
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) {
+      return UnavailableError(std::string("tcp listener: fcntl: ") + std::strerror(errno));
+    }
   }
   a->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   a->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (a->epoll_fd_ < 0 || a->wake_fd_ < 0) {
     return UnavailableError(std::string("tcp listener: ") + std::strerror(errno));
   }
-  for (int fd : {listen_fd, a->wake_fd_}) {
+  std::vector<int> watched = a->listen_fds_;
+  watched.push_back(a->wake_fd_);
+  for (int fd : watched) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -121,7 +135,8 @@ StatusOr<std::unique_ptr<TcpAdmission>> TcpAdmission::Start(int listen_fd,
 
 TcpAdmission::~TcpAdmission() {
   Stop();
-  for (int fd : {listen_fd_, epoll_fd_, wake_fd_}) {
+  for (int fd : listen_fds_) ::close(fd);
+  for (int fd : {epoll_fd_, wake_fd_}) {
     if (fd >= 0) ::close(fd);
   }
 }
@@ -140,7 +155,20 @@ void TcpAdmission::Stop() {
   Wake();
   if (loop_.joinable()) loop_.join();
   // No more connections complete into the backlog (Linux: a listening socket stops listening).
-  ::shutdown(listen_fd_, SHUT_RDWR);
+  for (int fd : listen_fds_) ::shutdown(fd, SHUT_RDWR);
+}
+
+bool TcpAdmission::IsListener(int fd) const {
+  return std::find(listen_fds_.begin(), listen_fds_.end(), fd) != listen_fds_.end();
+}
+
+void TcpAdmission::WatchListeners(uint32_t events) {
+  for (int fd : listen_fds_) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = fd;
+    (void)epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev);
+  }
 }
 
 void TcpAdmission::Loop() {
@@ -179,18 +207,15 @@ void TcpAdmission::Loop() {
           }
         }
         if (hooks_.on_wake) hooks_.on_wake();
-      } else if (fd == listen_fd_) {
-        Accept(now);
+      } else if (IsListener(fd)) {
+        Accept(fd, now);
       } else if (pending_.count(fd) != 0) {
         Progress(fd);
       }
     }
     if (accept_paused_until_ms_ > 0 && now >= accept_paused_until_ms_) {
       accept_paused_until_ms_ = 0;
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.fd = listen_fd_;
-      (void)epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+      WatchListeners(EPOLLIN);
     }
     while (!due_.empty() && due_.front().at_ms <= now) {
       const Due d = due_.front();
@@ -209,9 +234,9 @@ void TcpAdmission::Loop() {
   }
 }
 
-void TcpAdmission::Accept(int64_t now) {
+void TcpAdmission::Accept(int listen_fd, int64_t now) {
   while (true) {
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
@@ -219,9 +244,7 @@ void TcpAdmission::Accept(int64_t now) {
       // would spin (the listener stays readable).
       Log(resource_log_, std::string("tcp listener: accept: ") + std::strerror(errno) +
                              "; accepting again in 100 ms");
-      epoll_event ev{};
-      ev.data.fd = listen_fd_;
-      (void)epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+      WatchListeners(0);
       accept_paused_until_ms_ = now + 100;
       return;
     }

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "common/status.h"
 #include "common/tls.h"
@@ -53,9 +54,12 @@ class TcpAdmission {
     std::function<void()> on_wake;
   };
 
-  // Takes `listen_fd` (closed by the destructor). `tls`: handshake first; nullptr: plaintext.
-  static StatusOr<std::unique_ptr<TcpAdmission>> Start(int listen_fd, TcpAdmissionLimits limits,
-                                                       TlsPtr tls, Hooks hooks);
+  // Takes the listening descriptors (the TCP port's and the local socket's; closed by the
+  // destructor, also when Start fails): one loop admits from all of them under one set of caps.
+  // `tls`: handshake first; nullptr: plaintext.
+  static StatusOr<std::unique_ptr<TcpAdmission>> Start(std::vector<int> listen_fds,
+                                                       TcpAdmissionLimits limits, TlsPtr tls,
+                                                       Hooks hooks);
   ~TcpAdmission();  // Stop(), then closes its descriptors
 
   void Wake();  // thread-safe: on_wake soon, on the loop thread
@@ -71,16 +75,18 @@ class TcpAdmission {
     bool Allow(int64_t now_ms);  // false: counted in left_out
   };
 
-  TcpAdmission(int listen_fd, TcpAdmissionLimits limits, TlsPtr tls, Hooks hooks);
+  TcpAdmission(std::vector<int> listen_fds, TcpAdmissionLimits limits, TlsPtr tls, Hooks hooks);
   void Loop();
-  void Accept(int64_t now);
+  bool IsListener(int fd) const;
+  void Accept(int listen_fd, int64_t now);
+  void WatchListeners(uint32_t events);  // EPOLLIN, or 0 while accepting is paused
   void Progress(int fd);                   // handshake / hello bytes as far as they go
   void Refuse(int fd, const Status& why);  // error frame, FIN, close
   void Close(int fd);                      // drops a pending connection
   void Watch(Pending& p, uint32_t events);  // epoll interest of a pending connection
   void Log(LogLimit& limit, const std::string& line);
 
-  const int listen_fd_;
+  const std::vector<int> listen_fds_;
   const TcpAdmissionLimits limits_;
   const TlsPtr tls_;
   const Hooks hooks_;

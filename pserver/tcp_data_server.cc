@@ -28,13 +28,26 @@ StatusOr<std::unique_ptr<TcpDataServer>> TcpDataServer::Start(
   std::unique_ptr<TcpDataServer> s(new TcpDataServer(store, serving, options));
   TRELLIS_ASSIGN_OR_RETURN(int listen_fd,
                            tcpwire::Listen(options.listen_host, options.port, &s->port_));
+  std::vector<int> listen_fds = {listen_fd};
+  if (options.local_socket) {
+    const std::string name = tcpwire::NewLocalName();
+    auto local = tcpwire::ListenLocal(name);
+    if (local.ok()) {
+      listen_fds.push_back(*local);
+      s->local_name_ = name;
+    } else {
+      TLOG_WARN << "no local data socket (workers on this host use TCP): "
+                   << local.status().ToString();
+    }
+  }
   TcpDataServer* raw = s.get();
   TcpAdmission::Hooks hooks;
   hooks.check = [raw](const tcpwire::Hello& h) { return raw->CheckHello(h); };
   hooks.admit = [raw](AdmittedConnection c) { raw->Admit(std::move(c)); };
   hooks.admitted = [raw] { return raw->open_.load(); };
   hooks.on_wake = [raw] { raw->Reap(); };
-  auto admission = TcpAdmission::Start(listen_fd, options.limits, options.tls, std::move(hooks));
+  auto admission =
+      TcpAdmission::Start(std::move(listen_fds), options.limits, options.tls, std::move(hooks));
   if (!admission.ok()) return admission.status();
   s->admission_ = std::move(*admission);
   return s;
@@ -48,6 +61,7 @@ Status TcpDataServer::CheckHello(const tcpwire::Hello& hello) const {
 
 void TcpDataServer::Admit(AdmittedConnection a) {
   tcpwire::TuneSocket(a.fd);
+  TLOG_INFO << "worker " << a.rank << " connected from " << a.peer;
   if (a.tls) {
     TLOG_INFO << "data connection from " << a.peer << ": TLS, record layer in "
               << a.tls->OffloadName();

@@ -43,6 +43,10 @@ struct TcpDataServerOptions {
   int64_t slice_bytes = 4 << 20;  // bounds a payload (as the gRPC receive limit)
   TlsPtr tls;  // mutual TLS handshake before the hello (common/tls_stream.h); nullptr: plaintext
   TcpAdmissionLimits limits;  // hello deadline, pending and total caps
+  // Also listen on a local socket (datapath/tcp_wire.h: a Unix socket under a fresh random
+  // name) for workers in this network namespace: same hello, caps and links. When it cannot be
+  // opened the server goes on with TCP alone (a log line).
+  bool local_socket = false;
   // Per connection: requests read and not served yet, and (its bytes) answers not sent yet.
   ReadAheadLimit read_ahead;
 };
@@ -55,6 +59,8 @@ class TcpDataServer {
   ~TcpDataServer();  // Stop()
 
   int port() const { return port_; }
+  // The local socket's name; empty when there is none.
+  const std::string& local_name() const { return local_name_; }
   // Closes the listener and every connection (shutdown(2), then joins their threads);
   // idempotent. Answers that arrive later for a closed connection are dropped.
   void Stop();
@@ -71,6 +77,7 @@ class TcpDataServer {
   ServingQueue* const serving_;
   const TcpDataServerOptions options_;
   int port_ = 0;
+  std::string local_name_;
   std::unique_ptr<TcpAdmission> admission_;
   std::atomic<size_t> open_{0};  // admitted connections whose descriptor is still open
   std::mutex mu_;

@@ -9,9 +9,17 @@ loopback address: nothing leaves the machine) must have every one of them on 127
 still train (the processes reach each other there). Each job is stopped (SIGINT) and nothing of
 it is left.
 
+The servers' local sockets (docs/operations.md#the-local-socket) are Unix sockets, not on any
+address: in the first job each server listens on exactly one, an abstract "@trellis-<32 hex>"
+(no file, nothing else of the job listens on a Unix socket), and both workers connect to every
+server through it (the servers' logs say "connected from local socket"). The second job runs with
+TRELLIS_LOCAL_SOCKET=off: no Unix listener at all, and the workers connect over TCP (from a
+loopback address).
+
 Usage: listen_loopback_test.py BIN_DIR   (exit 77: skipped, a program is missing)
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,6 +102,22 @@ def listeners():
     return out
 
 
+def unix_listeners():
+    """inode -> name of every Unix socket in LISTEN (flag __SO_ACCEPTCON); abstract names start
+    with '@'."""
+    out = {}
+    try:
+        with open("/proc/net/unix") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return out
+    for line in lines:
+        cols = line.split()
+        if len(cols) >= 7 and int(cols[3], 16) & 0x10000:
+            out[cols[6]] = cols[7] if len(cols) > 7 else ""
+    return out
+
+
 def comm(pid):
     try:
         with open(f"/proc/{pid}/comm") as f:
@@ -102,18 +126,23 @@ def comm(pid):
         return "?"
 
 
-def run(bin_dir, work, job, extra, want):
-    """Runs the job with `extra` launcher flags; returns (failures, what listened)."""
+def run(bin_dir, work, job, extra, want, local):
+    """Runs the job with `extra` launcher flags (and TRELLIS_LOCAL_SOCKET=off unless `local`);
+    returns (failures, what listened)."""
     job_file = os.path.join(work, job + ".yaml")
     with open(job_file, "w") as f:
         f.write(JOB_YAML.format(job=job))
     out_file = os.path.join(work, job + ".out")
     log = open(out_file, "w")
+    env = dict(os.environ)
+    env["TRELLIS_LOCAL_SOCKET"] = "on" if local else "off"
+    logs = os.path.join(work, "logs-" + job)
     launch = subprocess.Popen([os.path.join(bin_dir, "trellis-launch"), "--quiet", "--log-dir",
-                               os.path.join(work, "logs-" + job)] + extra + [job_file],
-                              stdout=log, stderr=subprocess.STDOUT)
+                               logs] + extra + [job_file],
+                              stdout=log, stderr=subprocess.STDOUT, env=env)
     failures = []
     seen = {}
+    unix_seen = {}
     try:
         # Every process that should listen does: the scheduler (gRPC + metrics), 2 servers
         # (data + metrics), 4 agents and 2 workers (metrics), and the workers train.
@@ -122,11 +151,15 @@ def run(bin_dir, work, job, extra, want):
             if launch.poll() is not None:
                 break
             table = listeners()
+            unix_table = unix_listeners()
             seen = {}
+            unix_seen = {}
             for pid in job_pids(job, job_file):
                 for inode in socket_inodes(pid):
                     if inode in table:
                         seen.setdefault((pid, comm(pid)), []).append(table[inode])
+                    if inode in unix_table:
+                        unix_seen.setdefault((pid, comm(pid)), []).append(unix_table[inode])
             names = [name for (_, name) in seen]
             with open(out_file) as f:
                 trained = "[worker-0] epoch" in f.read()
@@ -149,6 +182,26 @@ def run(bin_dir, work, job, extra, want):
         for prog in ("trellis-pserver", "trellis-schedul"):
             if not any(name == prog and len(s) >= 2 for (_, name), s in seen.items()):
                 failures.append(f"no {prog} showed both its own port and its /metrics port: {seen!r}")
+        # The local sockets: one abstract name per server, or none at all when turned off.
+        servers = [pid for (pid, name) in seen if name == "trellis-pserver"]
+        for (pid, name), socks in sorted(unix_seen.items()):
+            if not local or name != "trellis-pserver":
+                failures.append(f"{name} (pid {pid}) listens on Unix sockets {socks}")
+            elif len(socks) != 1 or not re.fullmatch(r"@trellis-[0-9a-f]{32}", socks[0]):
+                failures.append(f"server pid {pid} listens on Unix sockets {socks}, not one "
+                                "abstract @trellis-<32 hex>")
+        if local and len([p for p in servers if (p, "trellis-pserver") in unix_seen]) < 2:
+            failures.append(f"not every server listened on a local socket: {unix_seen!r}")
+        for s in range(2):
+            try:
+                with open(os.path.join(logs, f"server-{s}.log")) as f:
+                    text = f.read()
+            except OSError:
+                text = ""
+            for w in range(2):
+                peer = "local socket, pid " if local else "127.0.0."  # TCP: a loopback peer
+                if f"worker {w} connected from {peer}" not in text:
+                    failures.append(f"server {s}'s log lacks 'worker {w} connected from {peer}'")
     finally:
         if launch.poll() is None:
             launch.send_signal(signal.SIGINT)
@@ -177,12 +230,14 @@ def main():
             return 77
     work = tempfile.mkdtemp(prefix="trellis-listen-")
     failures = []
-    for job, extra, want in (("listen-%d" % os.getpid(), [], "127.0.0.1"),
-                             ("listen2-%d" % os.getpid(), ["--listen-host", "127.0.0.2"], "127.0.0.2")):
-        f, seen = run(BIN, work, job, extra, want)
+    for job, extra, want, local in (
+            ("listen-%d" % os.getpid(), [], "127.0.0.1", True),
+            ("listen2-%d" % os.getpid(), ["--listen-host", "127.0.0.2"], "127.0.0.2", False)):
+        f, seen = run(BIN, work, job, extra, want, local)
         failures += f
         if not f:
-            print(f"{' '.join(extra) or 'default'}: every listening socket of the job is on {want}: " +
+            print(f"{' '.join(extra) or 'default'}, local socket {'on' if local else 'off'}: "
+                  f"every listening socket of the job is on {want}: " +
                   ", ".join(f"{name}:{len(s)}" for (_, name), s in sorted(seen.items())))
     if failures:
         print("\n".join(failures))

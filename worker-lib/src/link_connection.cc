@@ -46,6 +46,7 @@ link::LinkOptions LinkOptionsOf(const ConnectionOptions& o) {
   link::LinkOptions l;
   l.address = o.address;
   l.tcp_port = o.tcp_port;
+  if (o.use_local_socket) l.local_name = o.local_name;
   l.token = o.token;
   l.worker_rank = o.worker_rank;
   l.max_answer_payload = static_cast<uint64_t>(wire::MaxMessageBytes(o.slice_bytes));

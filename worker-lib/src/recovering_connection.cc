@@ -381,7 +381,8 @@ class RecoveringConnection final : public ServerConnection {
         *last = address.status().Annotate("resolving the server's address");
         return nullptr;
       }
-      Status st = tcpwire::SplitDataAddress(*address, &o.address, nullptr, &o.tcp_port);
+      Status st =
+          tcpwire::SplitDataAddress(*address, &o.address, nullptr, &o.tcp_port, &o.local_name);
       if (!st.ok()) {
         *last = st;
         return nullptr;

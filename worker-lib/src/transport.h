@@ -98,6 +98,8 @@ class ServerConnection {
 struct ConnectionOptions {
   std::string address;  // host:port (gRPC)
   int tcp_port = 0;     // the server's raw-TCP bulk port (from "host:port;tcp=P"); 0: none
+  std::string local_name;  // the server's local socket (";local=NAME"); empty: none
+  bool use_local_socket = true;  // TRELLIS_LOCAL_SOCKET: try local_name before the TCP port
   std::string token;
   int32_t worker_rank = 0;
   int64_t slice_bytes = 4 << 20;

@@ -202,9 +202,10 @@ Status WorkerImpl::DeclareRound(bool first) {
     std::vector<std::unique_ptr<ServerConnection>> servers;
     for (int32_t s = 0; s < ns; ++s) {
       ConnectionOptions o;
-      // "host:port;tcp=P": the gRPC address and the raw-TCP port (tcp_wire.h).
+      // "host:port;tcp=P;local=NAME": the gRPC address, the raw-TCP port, the local socket.
       TRELLIS_RETURN_IF_ERROR(tcpwire::SplitDataAddress(setup_.server_addresses[s], &o.address,
-                                                        nullptr, &o.tcp_port));
+                                                        nullptr, &o.tcp_port, &o.local_name));
+      o.use_local_socket = setup_.local_socket;
       o.timeout_ms = setup_.timeout_ms;
       o.token = setup_.token;
       o.tls = setup_.tls;

@@ -70,6 +70,7 @@ struct WorkerSetup {
   std::function<Status(const std::string&, int64_t)> barrier;
   // "grpc" or "tcp" (the job's spec.transport, WorkerOptions.transport); picks `connect`.
   std::string transport = "grpc";
+  bool local_socket = true;  // TRELLIS_LOCAL_SOCKET (common/env.h)
   // Opens a server connection (default: by `transport`).
   std::function<StatusOr<std::unique_ptr<ServerConnection>>(const ConnectionOptions&)> connect;
   // The job's spec.recovery.retainPushes: keep the last two pushes per slice and, when a

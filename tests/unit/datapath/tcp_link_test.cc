@@ -5,6 +5,7 @@
 #include "datapath/tcp_link.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,15 +27,25 @@ using namespace std::chrono_literals;
 constexpr char kToken[] = "job-token";
 
 // One server-side connection: accepts the link's socket, reads its hello and answers it with
-// `verdict` (OK: the test then reads requests and writes answers by hand).
+// `verdict` (OK: the test then reads requests and writes answers by hand). With `local`, it also
+// listens on a local socket (local_name()) and accepts from whichever the link connects to.
 class HandServer {
  public:
-  explicit HandServer(Status verdict = Status::Ok()) {
+  explicit HandServer(Status verdict = Status::Ok(), bool local = false) {
     auto fd = tcpwire::Listen("127.0.0.1", 0, &port_);
     EXPECT_TRUE(fd.ok()) << fd.status().ToString();
     listen_fd_ = fd.ok() ? *fd : -1;
+    if (local) {
+      local_name_ = tcpwire::NewLocalName();
+      auto l = tcpwire::ListenLocal(local_name_);
+      EXPECT_TRUE(l.ok()) << l.status().ToString();
+      local_fd_ = l.ok() ? *l : -1;
+    }
     acceptor_ = std::thread([this, verdict] {
-      conn_ = ::accept(listen_fd_, nullptr, nullptr);
+      pollfd p[2] = {{listen_fd_, POLLIN, 0}, {local_fd_, POLLIN, 0}};
+      if (::poll(p, local_fd_ >= 0 ? 2 : 1, 20000) <= 0) return;
+      accepted_local_ = local_fd_ >= 0 && (p[1].revents & POLLIN) != 0;
+      conn_ = ::accept(accepted_local_ ? local_fd_ : listen_fd_, nullptr, nullptr);
       if (conn_ < 0) return;
       reader_ = std::make_unique<tcpwire::SocketReader>(conn_);
       uint8_t fixed[tcpwire::kHelloFixedBytes];
@@ -51,8 +62,14 @@ class HandServer {
     if (acceptor_.joinable()) acceptor_.join();
     if (conn_ >= 0) ::close(conn_);
     if (listen_fd_ >= 0) ::close(listen_fd_);
+    if (local_fd_ >= 0) ::close(local_fd_);
   }
   int port() const { return port_; }
+  const std::string& local_name() const { return local_name_; }
+  bool accepted_local() {
+    if (acceptor_.joinable()) acceptor_.join();
+    return accepted_local_;
+  }
   const std::string& hello_token() {
     if (acceptor_.joinable()) acceptor_.join();
     return hello_token_;
@@ -81,6 +98,9 @@ class HandServer {
 
  private:
   int listen_fd_ = -1;
+  int local_fd_ = -1;
+  std::string local_name_;
+  bool accepted_local_ = false;
   int port_ = 0;
   int conn_ = -1;
   std::unique_ptr<tcpwire::SocketReader> reader_;
@@ -238,6 +258,47 @@ TEST(TcpLink, WrongTokenIsRefusedAtConnect) {
   ASSERT_FALSE(l.ok());
   EXPECT_EQ(l.status().code(), StatusCode::kUnauthenticated) << l.status().ToString();
   EXPECT_NE(l.status().message().find("wrong job token"), std::string::npos);
+}
+
+// A server on this host offers its local socket in the data address (";local=NAME"): the link
+// connects there, and frames and answers go through it as over TCP.
+TEST(TcpLink, UsesTheServersLocalSocketWhenItIsReachable) {
+  HandServer server(Status::Ok(), /*local=*/true);
+  LinkOptions o = Options(server.port());
+  o.local_name = server.local_name();
+  Recorder rec;  // outlives the link, which reports to it until destroyed
+  auto l = StartedLink(server, rec, o);
+  ASSERT_TRUE(l);
+  EXPECT_TRUE(server.accepted_local());
+  EXPECT_EQ(server.hello_token(), kToken);
+  const auto big = Iota(512 << 10, 0.25f);
+  std::atomic<int> sent{0};
+  l->Write(Frame(21, big, &sent));
+  std::vector<float> got;
+  EXPECT_EQ(server.ReadRequest(&got).request_id, 21u);
+  EXPECT_EQ(got, big);
+  server.Answer(21, Iota(512 << 10, 2));
+  auto answers = rec.WaitAnswers(1);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0].second, Iota(512 << 10, 2));
+  EXPECT_EQ(WaitSent(sent, 1), 1);
+}
+
+// From another host or network namespace the name reaches nothing: the link connects over TCP,
+// with no error and no delay.
+TEST(TcpLink, FallsBackToTcpWhenTheLocalSocketIsNotReachable) {
+  HandServer server;
+  LinkOptions o = Options(server.port());
+  o.local_name = tcpwire::NewLocalName();  // nobody listens under it
+  Recorder rec;  // outlives the link, which reports to it until destroyed
+  auto l = StartedLink(server, rec, o);
+  ASSERT_TRUE(l);
+  EXPECT_FALSE(server.accepted_local());
+  std::atomic<int> sent{0};
+  l->Write(Frame(3, Iota(4, 1), &sent));
+  std::vector<float> got;
+  EXPECT_EQ(server.ReadRequest(&got).request_id, 3u);
+  EXPECT_EQ(got, Iota(4, 1));
 }
 
 TEST(TcpLink, NoTcpPortIsAClearError) {

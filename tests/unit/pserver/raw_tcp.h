@@ -28,6 +28,11 @@ class RawTcp {
     auto fd = tcpwire::Connect("127.0.0.1", port, 10000);
     fd_ = fd.ok() ? *fd : -1;
   }
+  // Through the server's local socket (tcp_wire.h) instead of its TCP port.
+  explicit RawTcp(const std::string& local_name) {
+    auto fd = tcpwire::ConnectLocal(local_name);
+    fd_ = fd.ok() ? *fd : -1;
+  }
   ~RawTcp() {
     tls_.reset();
     if (fd_ >= 0) ::close(fd_);

@@ -82,11 +82,13 @@ bool RaiseFileLimit(rlim_t n) {
 }
 
 // W = 1, one float32 key of 4 elements (id 7), installed on the store.
-std::unique_ptr<ParameterServer> StartServer(TcpAdmissionLimits limits, TlsPtr tls = nullptr) {
+std::unique_ptr<ParameterServer> StartServer(TcpAdmissionLimits limits, TlsPtr tls = nullptr,
+                                             bool local_socket = false) {
   PserverOptions o = testing::TestPserverOptions(kToken);
   o.service.pool_threads = 2;
   o.tcp_limits = limits;
   o.tls = std::move(tls);
+  o.local_socket = local_socket;
   auto ps = testing::StartTestPserver(o, {testing::FloatKey(7, 4)}, testing::MapInstall::kOnStore);
   EXPECT_TRUE(ps.ok()) << ps.status().ToString();
   return ps.ok() ? std::move(ps->server) : nullptr;
@@ -221,6 +223,70 @@ TEST(TcpAdmissionTest, DescriptorsOfEndedConnectionsAreClosedAtOnce) {
   }
   EXPECT_LE(now, before) << "descriptors of ended connections still open";
   ExpectServing(first, 2);
+}
+
+// The local socket (a Unix socket beside the TCP port, for workers in the server's network
+// namespace) is one more door into the same admission: the same hello and token check, the same
+// hello deadline, the same caps counted over both doors.
+TEST(TcpAdmissionTest, TheLocalSocketHasTheSameHelloDeadlineAndCaps) {
+  TcpAdmissionLimits limits;
+  limits.hello_timeout_ms = 1000;
+  limits.max_pending = 2;
+  auto ps = StartServer(limits, nullptr, /*local_socket=*/true);
+  ASSERT_TRUE(ps);
+  const std::string name = ps->local_name();
+  ASSERT_FALSE(name.empty());
+  ::testing::internal::CaptureStderr();
+  {
+    RawTcp stranger(name);
+    testing::Answer a;
+    ASSERT_TRUE(stranger.Hello("not-the-token", 0, &a));
+    EXPECT_EQ(a.header.code, static_cast<int32_t>(StatusCode::kUnauthenticated)) << a.message;
+    EXPECT_TRUE(stranger.ClosedWithin(8000));
+  }
+  RawTcp worker(name);
+  Authenticate(worker);
+  ExpectServing(worker, 1);
+  // Two silent connections, one per door, fill the pending cap: a third on either is closed.
+  RawTcp silent_tcp(ps->tcp_port()), silent_local(name);
+  ExpectServing(worker, 2);
+  std::this_thread::sleep_for(200ms);  // both accepted meanwhile, well before their deadline
+  RawTcp over(name);
+  EXPECT_TRUE(over.ClosedWithin(8000)) << "a local connection over the pending cap stayed open";
+  EXPECT_TRUE(silent_local.ClosedWithin(8000)) << "a silent local connection stayed open";
+  EXPECT_TRUE(silent_tcp.ClosedWithin(8000));
+  std::this_thread::sleep_for(100ms);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string me = "local socket, pid " + std::to_string(getpid());
+  EXPECT_NE(log.find("refusing data connection from " + me), std::string::npos) << log;
+  EXPECT_NE(log.find("worker 0 connected from " + me), std::string::npos) << log;
+  EXPECT_NE(log.find("2 connections wait for their hello (cap 2)"), std::string::npos) << log;
+  EXPECT_NE(log.find("no whole hello within 1000 ms"), std::string::npos) << log;
+  ExpectServing(worker, 3);
+}
+
+TEST(TcpAdmissionTest, NoLocalSocketUnlessAskedFor) {
+  auto ps = StartServer({});
+  ASSERT_TRUE(ps);
+  EXPECT_EQ(ps->local_name(), "");
+}
+
+// With TLS on, the local socket asks for the same mutual handshake: plaintext is refused.
+TEST(TcpAdmissionTest, TheLocalSocketRunsTlsWhenTheServerDoes) {
+  TlsCerts certs;
+  ASSERT_TRUE(certs.job);
+  TcpAdmissionLimits limits;
+  limits.hello_timeout_ms = 2000;
+  auto ps = StartServer(limits, certs.job, /*local_socket=*/true);
+  ASSERT_TRUE(ps);
+  RawTcp worker(ps->local_name());
+  ASSERT_TRUE(worker.StartTls(*certs.job).ok());
+  Authenticate(worker);
+  ExpectServing(worker, 1);
+  RawTcp plain(ps->local_name());
+  plain.Write(tcpwire::EncodeHello(kToken, 0));
+  EXPECT_TRUE(plain.ClosedWithin(8000)) << "a plaintext hello on the local socket was kept";
+  ExpectServing(worker, 2);
 }
 
 // Under TLS the handshake is part of what comes before the hello: the same bounds hold.

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "pserver/parameter_server.h"
+#include "common/env.h"
 #include "datapath/tcp_wire.h"
 #include "tests/testing/slice_reply.h"
 #include "tests/testing/test_pserver.h"
@@ -178,6 +179,60 @@ TEST(TcpWireTest, DataAddressSplitsAndJoins) {
   Status bad = tcpwire::SplitDataAddress("h:1;tcp=70000", &grpc, &host, &port);
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("tcp port '70000'"), std::string::npos) << bad.ToString();
+}
+
+TEST(TcpWireTest, TheLocalSocketIsOnUnlessTheEnvironmentSaysOff) {
+  using Env = std::map<std::string, std::string>;
+  EXPECT_TRUE(*LocalSocketEnabled(EnvSource(Env{})));
+  EXPECT_TRUE(*LocalSocketEnabled(EnvSource(Env{{kLocalSocketEnv, "on"}})));
+  EXPECT_FALSE(*LocalSocketEnabled(EnvSource(Env{{kLocalSocketEnv, "off"}})));
+  auto bad = LocalSocketEnabled(EnvSource(Env{{kLocalSocketEnv, "maybe"}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("TRELLIS_LOCAL_SOCKET: must be on or off, got 'maybe'"),
+            std::string::npos)
+      << bad.status().ToString();
+}
+
+TEST(TcpWireTest, DataAddressCarriesTheLocalSocketsName) {
+  std::string grpc, host, local = "stale";
+  int port = -1;
+  const std::string name = tcpwire::NewLocalName();
+  EXPECT_TRUE(tcpwire::CheckLocalName(name).ok()) << name;
+  EXPECT_NE(name, tcpwire::NewLocalName());  // fresh each time
+  const std::string joined = tcpwire::JoinDataAddress("h:1", 2, name);
+  EXPECT_EQ(joined, "h:1;tcp=2;local=" + name);
+  ASSERT_TRUE(tcpwire::SplitDataAddress(joined, &grpc, &host, &port, &local).ok());
+  EXPECT_EQ(grpc, "h:1");
+  EXPECT_EQ(port, 2);
+  EXPECT_EQ(local, name);
+  // Callers that do not ask for it still read the rest.
+  ASSERT_TRUE(tcpwire::SplitDataAddress(joined, &grpc, &host, &port).ok());
+  EXPECT_EQ(port, 2);
+  ASSERT_TRUE(tcpwire::SplitDataAddress("h:1;tcp=2", &grpc, &host, &port, &local).ok());
+  EXPECT_EQ(local, "");
+  EXPECT_EQ(tcpwire::JoinDataAddress("h:1", 0, name), "h:1");  // no TCP port, no local socket
+  // Hostile or broken names are refused with the reason, never truncated or used.
+  const std::vector<std::string> hostile = {
+      "h:1;tcp=2;local=", "h:1;tcp=2;local=../x", "h:1;tcp=2;local=a b",
+      "h:1;tcp=2;local=" + std::string(40 << 10, 'a'), "h:1;local=abc"};
+  for (const std::string& addr : hostile) {
+    Status st = tcpwire::SplitDataAddress(addr, &grpc, &host, &port, &local);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << addr.substr(0, 60);
+    EXPECT_LT(st.message().size(), 400u);  // the address cut, not echoed whole
+  }
+  EXPECT_NE(tcpwire::SplitDataAddress("h:1;local=abc", &grpc, &host, &port).message().find(
+                "a local socket without a tcp port"),
+            std::string::npos);
+  EXPECT_NE(tcpwire::CheckLocalName(std::string(101, 'a')).message().find("1 to 100 bytes"),
+            std::string::npos);
+  // A name in use cannot be taken twice (no two servers share one).
+  auto first = tcpwire::ListenLocal(name);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(tcpwire::ListenLocal(name).ok());
+  ::close(*first);
+  // Nobody listening: UNAVAILABLE at once.
+  EXPECT_EQ(tcpwire::ConnectLocal(name).status().code(), StatusCode::kUnavailable);
 }
 
 TEST_F(TcpTransportTest, GarbageInsteadOfHelloClosesThatConnectionOnly) {
