@@ -12,7 +12,7 @@ namespace trellis::bench {
 const char kUsage[] =
     "usage: bench_pushpull [--quick] [--sizes=4K,1M,16M,64M,256M] [--topologies=1x1,2x2]\n"
     "                      [--load[=N]] [--baselines-only] [--slice-bytes=B]\n"
-    "                      [--transport=grpc,tcp] [--bin-dir=DIR] [--log-dir=DIR]\n"
+    "                      [--transport=grpc,tcp,local] [--bin-dir=DIR] [--log-dir=DIR]\n"
     "                      [--retain-pushes=on|off] [--seconds=S] [--tls] [--rounds=N]\n"
     "  --quick           fewer iterations (smoke run)\n"
     "  --sizes           tensor/message sizes, binary units (K, M, G)\n"
@@ -22,7 +22,9 @@ const char kUsage[] =
     "                    measured under the same load\n"
     "  --baselines-only  only the TCP and gRPC baselines\n"
     "  --slice-bytes     the job's sliceBytes (default: the job default, 4 MiB)\n"
-    "  --transport       the workers' data paths to measure, in this run (default grpc,tcp)\n"
+    "  --transport       the workers' data paths to measure, in this run (default grpc,tcp);\n"
+    "                    local: the raw protocol over the servers' local sockets (tcp: over\n"
+    "                    TCP, as the echo)\n"
     "  --bin-dir         where trellis-scheduler and trellis-pserver are (default: next to this)\n"
     "  --log-dir         where the children's logs go (default: a fresh temp dir)\n"
     "  --retain-pushes   the job's recovery.retainPushes (default on; off: no copy per push)\n"
@@ -79,8 +81,8 @@ StatusOr<std::vector<TrellisTopology>> ParseTopologies(const std::string& text) 
 StatusOr<std::vector<std::string>> ParseTransports(const std::string& text) {
   std::vector<std::string> out = SplitList(text);
   for (const std::string& item : out) {
-    if (item != "grpc" && item != "tcp") {
-      return InvalidArgumentError("bad transport '" + item + "': want grpc or tcp");
+    if (item != "grpc" && item != "tcp" && item != "local") {
+      return InvalidArgumentError("bad transport '" + item + "': want grpc, tcp or local");
     }
   }
   if (out.empty()) return InvalidArgumentError("empty transport list '" + text + "'");

@@ -158,6 +158,9 @@ Status Cluster::StartServers(const TrellisRunOptions& options, SchedulerClient& 
     spawn.env["TRELLIS_NUM_WORKERS"] = std::to_string(t.workers);
     spawn.env["TRELLIS_RANK"] = rank;
     spawn.env["TRELLIS_HOST"] = "127.0.0.1";
+    // "tcp": raw TCP as the echo baseline uses it; "local": the same protocol over the servers'
+    // local sockets (docs/architecture.md), still against the TCP echo.
+    spawn.env["TRELLIS_LOCAL_SOCKET"] = options.transport == "local" ? "on" : "off";
     TRELLIS_ASSIGN_OR_RETURN(std::unique_ptr<Subprocess> server, Subprocess::Start(spawn));
     servers_.push_back(std::move(server));
   }
@@ -254,7 +257,7 @@ Status RunWorker(const TrellisRunOptions& options, const Cluster& cluster, int i
   wo.token_file = cluster.token_file();
   wo.rank = cluster.worker_ranks()[index];
   wo.timeout_ms = kOperationTimeoutMs;
-  wo.transport = options.transport;
+  wo.transport = options.transport == "local" ? "tcp" : options.transport;
   TRELLIS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker, Worker::Create(wo));
   const int w = options.topology.workers;
   const float expected = static_cast<float>(w * (w + 1) / 2);

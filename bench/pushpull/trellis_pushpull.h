@@ -42,7 +42,7 @@ struct TrellisRunOptions {
   std::string bin_dir;          // where trellis-scheduler and trellis-pserver live
   std::string log_dir;          // child logs, the job file, the token
   int64_t slice_bytes = 0;      // the job's sliceBytes; 0: the job default
-  std::string transport;        // the workers' data path ("grpc", "tcp"); empty: the job's
+  std::string transport;        // the workers' data path ("grpc", "tcp", "local"); empty: the job's
   bool retain_pushes = true;    // the job's recovery.retainPushes
   TlsFiles tls;                 // enabled: mutual TLS between every part (bench workers too)
 };

@@ -35,14 +35,18 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# name -> (servers, compression, restart policy); "ddp" is the baseline and always runs.
+# name -> (servers, compression, restart policy, local socket); "ddp" is the baseline and always
+# runs. The local socket (docs/architecture.md) is on by default on one host; "-tcp" turns it off
+# (TRELLIS_LOCAL_SOCKET=off) to measure what it brings in the same run.
 CONFIGS = {
-    "1s": (1, "none", "Never"),
-    "2s": (2, "none", "Never"),
-    "1s-2bit": (1, "2bit", "Never"),
-    "2s-2bit": (2, "2bit", "Never"),
+    "1s": (1, "none", "Never", True),
+    "2s": (2, "none", "Never", True),
+    "1s-2bit": (1, "2bit", "Never", True),
+    "2s-2bit": (2, "2bit", "Never", True),
     # The default restart policy: per-step commits for crash recovery.
-    "1s-onfailure": (1, "none", "OnFailure"),
+    "1s-onfailure": (1, "none", "OnFailure", True),
+    "1s-tcp": (1, "none", "Never", False),
+    "2s-tcp": (2, "none", "Never", False),
 }
 DEFAULT_CONFIGS = {"cnn": "1s,2s", "mlp": "1s,2s,1s-2bit,2s-2bit"}
 
@@ -50,10 +54,11 @@ DEFAULT_CONFIGS = {"cnn": "1s,2s", "mlp": "1s,2s,1s-2bit,2s-2bit"}
 def config_label(name):
     if name == "ddp":
         return "DDP gloo"
-    servers, compression, policy = CONFIGS[name]
-    return "trellis %d server%s%s%s" % (servers, "s" if servers > 1 else "",
-                                        " 2-bit" if compression == "2bit" else "",
-                                        " OnFailure" if policy == "OnFailure" else "")
+    servers, compression, policy, local = CONFIGS[name]
+    return "trellis %d server%s%s%s%s" % (servers, "s" if servers > 1 else "",
+                                          " 2-bit" if compression == "2bit" else "",
+                                          " OnFailure" if policy == "OnFailure" else "",
+                                          "" if local else " TCP only")
 
 
 # --- CPU time from /proc (ns of run time per thread: schedstat, else utime+stime ticks) ------
@@ -300,7 +305,9 @@ def run_once(model, config, a):
             if any(p.returncode != 0 for p in procs):
                 raise RuntimeError("DDP %s failed:\n%s" % (model, log[-4000:]))
         else:
-            servers, compression, policy = CONFIGS[config]
+            servers, compression, policy, local = CONFIGS[config]
+            env = dict(os.environ)
+            env["TRELLIS_LOCAL_SOCKET"] = "on" if local else "off"
             cmd = [os.path.join(a.bin_dir, "trellis-launch"), "--quiet", "--no-metrics",
                    "--workers", "2", "--servers", str(servers), "--restart-policy", policy,
                    "--name", "bench-torch", "--compression", compression, "--",
@@ -308,7 +315,7 @@ def run_once(model, config, a):
                 common_args(model, a, out)
             try:
                 p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, timeout=a.timeout)
+                                   text=True, timeout=a.timeout, env=env)
             except subprocess.TimeoutExpired:
                 raise RuntimeError("trellis %s: no result within %d s" % (model, a.timeout))
             log = p.stdout
