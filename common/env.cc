@@ -69,8 +69,8 @@ std::string ListenHost(const EnvSource& env, const char* specific) {
   return env.GetOr(kListenHostEnv, "0.0.0.0");
 }
 
-StatusOr<bool> LocalSocketEnabled(const EnvSource& env) {
-  const std::string v = env.GetOr(kLocalSocketEnv, "on");
+StatusOr<bool> LocalSocketEnabled(const EnvSource& env, bool unset) {
+  const std::string v = env.GetOr(kLocalSocketEnv, unset ? "on" : "off");
   if (v == "on") return true;
   if (v == "off") return false;
   return InvalidArgumentError(std::string("environment variable ") + kLocalSocketEnv +

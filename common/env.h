@@ -40,12 +40,13 @@ class EnvSource {
 inline constexpr char kListenHostEnv[] = "TRELLIS_LISTEN_HOST";
 std::string ListenHost(const EnvSource& env, const char* specific = nullptr);
 
-// Whether the raw-TCP data path may use a server's local socket (datapath/tcp_wire.h) when the
-// worker shares the server's network namespace: TRELLIS_LOCAL_SOCKET "on" (unset: on) or "off"
-// (every connection over TCP; a server started with it off opens none). Read by trellis-pserver
-// and by the worker library; anything else is INVALID_ARGUMENT naming the variable.
+// The raw-TCP data path's local socket (datapath/tcp_wire.h), for workers in the server's
+// network namespace: TRELLIS_LOCAL_SOCKET "on" or "off"; unset: `unset`. trellis-pserver opens
+// one only when on (trellis-launch sets it on for its jobs; pods leave it off: they share no
+// network namespace); a worker uses a server's when offered unless off. Anything else is
+// INVALID_ARGUMENT naming the variable.
 inline constexpr char kLocalSocketEnv[] = "TRELLIS_LOCAL_SOCKET";
-StatusOr<bool> LocalSocketEnabled(const EnvSource& env);
+StatusOr<bool> LocalSocketEnabled(const EnvSource& env, bool unset);
 
 // The process's environment as a map (for building a child's environment).
 std::map<std::string, std::string> CurrentEnvironment();

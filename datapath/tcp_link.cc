@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/logging.h"
 #include "common/net.h"
 
 namespace trellis::link {
@@ -268,6 +269,10 @@ StatusOr<std::unique_ptr<WorkerLink>> ConnectTcpLink(const LinkOptions& o) {
     if (auto local = tcpwire::ConnectLocal(o.local_name); local.ok()) {
       fd = *local;
       where += " (local socket)";
+      TLOG_INFO << "data connection to " << o.address << " over its local socket";
+    } else {
+      TLOG_INFO << "data connection to " << o.address << ": " << local.status().message()
+                << "; over TCP";
     }
   }
   if (fd < 0) {

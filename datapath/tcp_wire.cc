@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -19,9 +20,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstring>
-#include <cctype>
 #include <cstddef>
-#include <random>
 
 #include "common/net.h"
 
@@ -33,12 +32,16 @@ using wire::PutLe;
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
-// An address as messages show it: a hostile one may be any length.
-std::string Shown(const std::string& address) {
+// Text from outside as messages show it: cut (a hostile one may be any length), and bytes that
+// are not printable ASCII as '?' (no control characters into logs).
+std::string Shown(const std::string& text) {
   constexpr size_t kMax = 120;
-  return address.size() <= kMax ? address
-                                : address.substr(0, kMax) + "... (" +
-                                      std::to_string(address.size()) + " bytes)";
+  std::string out = text.substr(0, kMax);
+  for (char& c : out) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  if (text.size() > kMax) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
 }
 
 // Below this a read goes through the read-ahead buffer; above, straight into the destination.
@@ -91,27 +94,34 @@ std::string JoinDataAddress(const std::string& grpc_address, int tcp_port,
 }
 
 Status CheckLocalName(const std::string& name) {
-  if (name.empty() || name.size() > kMaxLocalNameBytes) {
-    return InvalidArgumentError("local socket name must be 1 to " +
-                                std::to_string(kMaxLocalNameBytes) + " bytes, got " +
-                                std::to_string(name.size()));
+  const size_t prefix = std::strlen(kLocalNamePrefix);
+  bool ok = name.size() == prefix + kLocalNameHexDigits &&
+            name.compare(0, prefix, kLocalNamePrefix) == 0;
+  for (size_t i = prefix; ok && i < name.size(); ++i) {
+    ok = (name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f');
   }
-  for (char c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
-      return InvalidArgumentError("local socket name '" + name +
-                                  "' may hold only letters, digits, '.', '_' and '-'");
-    }
+  if (!ok) {
+    return InvalidArgumentError("local socket name '" + Shown(name) + "' is not " +
+                                kLocalNamePrefix + " and " +
+                                std::to_string(kLocalNameHexDigits) + " lowercase hex digits");
   }
   return Status::Ok();
 }
 
-std::string NewLocalName() {
-  std::random_device rd;
-  std::string name = "trellis-";
+StatusOr<std::string> NewLocalName() {
+  uint8_t bytes[kLocalNameHexDigits / 2];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return UnavailableError(Errno("getrandom"));
+    got += static_cast<size_t>(n);
+  }
   static const char kHex[] = "0123456789abcdef";
-  for (int i = 0; i < 4; ++i) {
-    uint32_t v = rd();
-    for (int j = 0; j < 8; ++j, v >>= 4) name += kHex[v & 15];
+  std::string name = kLocalNamePrefix;
+  for (uint8_t b : bytes) {
+    name += kHex[b >> 4];
+    name += kHex[b & 15];
   }
   return name;
 }

@@ -37,7 +37,8 @@ inline constexpr uint32_t kMaxTokenBytes = 4096;
 inline constexpr uint32_t kMaxMessageBytes = wire::kMaxErrorBytes;  // error text in a response
 inline constexpr char kAddressTcpTag[] = ";tcp=";
 inline constexpr char kAddressLocalTag[] = ";local=";
-inline constexpr size_t kMaxLocalNameBytes = 100;  // sun_path holds 107 after the leading NUL
+inline constexpr char kLocalNamePrefix[] = "trellis-";
+inline constexpr size_t kLocalNameHexDigits = 32;
 // Socket buffers: big enough for a few MiB in flight per direction (capped by net.core.*mem_max).
 inline constexpr int kSocketBufferBytes = 4 << 20;
 
@@ -49,11 +50,12 @@ Status SplitDataAddress(const std::string& address, std::string* grpc_address, s
 // The local name is left out when tcp_port <= 0 or local_name is empty.
 std::string JoinDataAddress(const std::string& grpc_address, int tcp_port,
                             const std::string& local_name = "");
-// A local socket's name: 1..kMaxLocalNameBytes of [A-Za-z0-9._-].
+// A local socket's name is exactly what NewLocalName makes: "trellis-" and 32 lowercase hex
+// digits. Anything else (another program's socket, a hostile address) is refused.
 Status CheckLocalName(const std::string& name);
-// A fresh name for a server's local socket: "trellis-" and 32 random hex digits, so that no
-// other server's name is ever reached by mistake.
-std::string NewLocalName();
+// A fresh name for a server's local socket: "trellis-" and 32 random hex digits (getrandom), so
+// that no other server's name is ever reached by mistake. UNAVAILABLE without randomness.
+StatusOr<std::string> NewLocalName();
 
 std::vector<uint8_t> EncodeHello(const std::string& token, int32_t rank);
 struct Hello {

@@ -20,6 +20,9 @@ std::map<std::string, std::string> ChildEnv(const LaunchPaths& paths, std::map<s
   // TLS is the job's (or --tls), never inherited from an outer run.
   for (const char* k : {kEnvTlsCaFile, kEnvTlsCertFile, kEnvTlsKeyFile, kEnvTlsServerName}) env.erase(k);
   AddTlsEnv(paths.tls, &env);
+  // Every process of a local job shares one network namespace: servers open a local socket
+  // (datapath/tcp_wire.h) unless the user's environment says off.
+  env.emplace(kLocalSocketEnv, "on");
   auto path = env.find("PATH");
   env["PATH"] = paths.bin_dir + (path != env.end() && !path->second.empty() ? ":" + path->second : "");
   return env;

@@ -98,13 +98,11 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
     TRELLIS_ASSIGN_OR_RETURN(int64_t port, ToInt("--tcp-port", it->second, -1, 65535));
     c.server.tcp_port = static_cast<int>(port);
   }
-  // --local-socket=off > TRELLIS_LOCAL_SOCKET > on.
+  // --local-socket > TRELLIS_LOCAL_SOCKET > off (trellis-launch sets it on).
   if (std::string l = Pick(flags, "local-socket", kLocalSocketEnv, &src); !l.empty()) {
-    auto on = LocalSocketEnabled(EnvSource({{kLocalSocketEnv, l}}));
+    auto on = LocalSocketEnabled(EnvSource({{kLocalSocketEnv, l}}), false);
     if (!on.ok()) return InvalidArgumentError(src + ": must be on or off, got '" + l + "'");
     c.server.local_socket = *on;
-  } else {
-    c.server.local_socket = true;
   }
   std::string rank = Pick(flags, "rank", "TRELLIS_RANK", &src);
   if (rank.empty()) return InvalidArgumentError("server rank not set (--rank or TRELLIS_RANK)");
@@ -173,7 +171,7 @@ int PserverMain(int argc, char** argv) {
                  "--tcp-port: the raw-TCP bulk listener (0 picks a port, -1 none); its port is\n"
                  "advertised in the data address as host:port;tcp=P.\n"
                  "--local-socket: also a Unix socket for workers in this network namespace\n"
-                 "(default on; advertised as ;local=NAME).\n"
+                 "(default off, on under trellis-launch; not with TLS; advertised as ;local=NAME).\n"
                  "Flags override TRELLIS_RANK, TRELLIS_SCHEDULER, TRELLIS_TOKEN_FILE, "
                  "TRELLIS_HOST, TRELLIS_NUM_WORKERS, TRELLIS_METRICS_PORT, TRELLIS_LOCAL_SOCKET; the job comes from the "
                  "scheduler.\n");

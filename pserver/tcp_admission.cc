@@ -156,6 +156,14 @@ void TcpAdmission::Stop() {
   if (loop_.joinable()) loop_.join();
   // No more connections complete into the backlog (Linux: a listening socket stops listening).
   for (int fd : listen_fds_) ::shutdown(fd, SHUT_RDWR);
+  // Connections already queued: a TCP listener's shutdown resets them, a Unix one's does not
+  // (its peers would wait out their handshake timeout). Accept and close what is left.
+  for (int listen_fd : listen_fds_) {
+    int fd;
+    while ((fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC)) >= 0 || errno == EINTR) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
 }
 
 bool TcpAdmission::IsListener(int fd) const {

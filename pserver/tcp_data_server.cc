@@ -29,12 +29,12 @@ StatusOr<std::unique_ptr<TcpDataServer>> TcpDataServer::Start(
   TRELLIS_ASSIGN_OR_RETURN(int listen_fd,
                            tcpwire::Listen(options.listen_host, options.port, &s->port_));
   std::vector<int> listen_fds = {listen_fd};
-  if (options.local_socket) {
-    const std::string name = tcpwire::NewLocalName();
-    auto local = tcpwire::ListenLocal(name);
+  if (options.local_socket && options.tls == nullptr) {
+    auto name = tcpwire::NewLocalName();
+    auto local = name.ok() ? tcpwire::ListenLocal(*name) : StatusOr<int>(name.status());
     if (local.ok()) {
       listen_fds.push_back(*local);
-      s->local_name_ = name;
+      s->local_name_ = *name;
     } else {
       TLOG_WARN << "no local data socket (workers on this host use TCP): "
                    << local.status().ToString();

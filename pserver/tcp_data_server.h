@@ -45,7 +45,8 @@ struct TcpDataServerOptions {
   TcpAdmissionLimits limits;  // hello deadline, pending and total caps
   // Also listen on a local socket (datapath/tcp_wire.h: a Unix socket under a fresh random
   // name) for workers in this network namespace: same hello, caps and links. When it cannot be
-  // opened the server goes on with TCP alone (a log line).
+  // opened the server goes on with TCP alone (a log line). Not with TLS: the record layer's
+  // kernel offload (kTLS) exists for TCP only, so a TLS job keeps its bytes on TCP.
   bool local_socket = false;
   // Per connection: requests read and not served yet, and (its bytes) answers not sent yet.
   ReadAheadLimit read_ahead;

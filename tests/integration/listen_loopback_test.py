@@ -135,7 +135,9 @@ def run(bin_dir, work, job, extra, want, local):
     out_file = os.path.join(work, job + ".out")
     log = open(out_file, "w")
     env = dict(os.environ)
-    env["TRELLIS_LOCAL_SOCKET"] = "on" if local else "off"
+    env.pop("TRELLIS_LOCAL_SOCKET", None)  # on: trellis-launch's default
+    if not local:
+        env["TRELLIS_LOCAL_SOCKET"] = "off"
     logs = os.path.join(work, "logs-" + job)
     launch = subprocess.Popen([os.path.join(bin_dir, "trellis-launch"), "--quiet", "--log-dir",
                                logs] + extra + [job_file],

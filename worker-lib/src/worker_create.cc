@@ -92,7 +92,7 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   setup.transport =
       !options.transport.empty() ? options.transport : std::string(ToString(job->transport));
 
-  TRELLIS_ASSIGN_OR_RETURN(setup.local_socket, LocalSocketEnabled(EnvSource()));
+  TRELLIS_ASSIGN_OR_RETURN(setup.local_socket, LocalSocketEnabled(EnvSource(), true));
 
   // Crash recovery: after a restart (incarnation > 1) the checkpointer asks to rejoin.
   if (std::string inc = Env("TRELLIS_INCARNATION"); !inc.empty()) {

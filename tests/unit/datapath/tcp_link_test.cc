@@ -36,7 +36,7 @@ class HandServer {
     EXPECT_TRUE(fd.ok()) << fd.status().ToString();
     listen_fd_ = fd.ok() ? *fd : -1;
     if (local) {
-      local_name_ = tcpwire::NewLocalName();
+      local_name_ = *tcpwire::NewLocalName();
       auto l = tcpwire::ListenLocal(local_name_);
       EXPECT_TRUE(l.ok()) << l.status().ToString();
       local_fd_ = l.ok() ? *l : -1;
@@ -289,7 +289,7 @@ TEST(TcpLink, UsesTheServersLocalSocketWhenItIsReachable) {
 TEST(TcpLink, FallsBackToTcpWhenTheLocalSocketIsNotReachable) {
   HandServer server;
   LinkOptions o = Options(server.port());
-  o.local_name = tcpwire::NewLocalName();  // nobody listens under it
+  o.local_name = *tcpwire::NewLocalName();  // nobody listens under it
   Recorder rec;  // outlives the link, which reports to it until destroyed
   auto l = StartedLink(server, rec, o);
   ASSERT_TRUE(l);

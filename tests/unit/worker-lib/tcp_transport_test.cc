@@ -181,12 +181,14 @@ TEST(TcpWireTest, DataAddressSplitsAndJoins) {
   EXPECT_NE(bad.message().find("tcp port '70000'"), std::string::npos) << bad.ToString();
 }
 
-TEST(TcpWireTest, TheLocalSocketIsOnUnlessTheEnvironmentSaysOff) {
+TEST(TcpWireTest, TheLocalSocketFollowsTheEnvironment) {
   using Env = std::map<std::string, std::string>;
-  EXPECT_TRUE(*LocalSocketEnabled(EnvSource(Env{})));
-  EXPECT_TRUE(*LocalSocketEnabled(EnvSource(Env{{kLocalSocketEnv, "on"}})));
-  EXPECT_FALSE(*LocalSocketEnabled(EnvSource(Env{{kLocalSocketEnv, "off"}})));
-  auto bad = LocalSocketEnabled(EnvSource(Env{{kLocalSocketEnv, "maybe"}}));
+  // Unset: the caller's default (a worker: on, use one when offered; trellis-pserver: off).
+  EXPECT_TRUE(*LocalSocketEnabled(EnvSource(Env{}), true));
+  EXPECT_FALSE(*LocalSocketEnabled(EnvSource(Env{}), false));
+  EXPECT_TRUE(*LocalSocketEnabled(EnvSource(Env{{kLocalSocketEnv, "on"}}), false));
+  EXPECT_FALSE(*LocalSocketEnabled(EnvSource(Env{{kLocalSocketEnv, "off"}}), true));
+  auto bad = LocalSocketEnabled(EnvSource(Env{{kLocalSocketEnv, "maybe"}}), true);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("TRELLIS_LOCAL_SOCKET: must be on or off, got 'maybe'"),
@@ -197,9 +199,9 @@ TEST(TcpWireTest, TheLocalSocketIsOnUnlessTheEnvironmentSaysOff) {
 TEST(TcpWireTest, DataAddressCarriesTheLocalSocketsName) {
   std::string grpc, host, local = "stale";
   int port = -1;
-  const std::string name = tcpwire::NewLocalName();
+  const std::string name = *tcpwire::NewLocalName();
   EXPECT_TRUE(tcpwire::CheckLocalName(name).ok()) << name;
-  EXPECT_NE(name, tcpwire::NewLocalName());  // fresh each time
+  EXPECT_NE(name, *tcpwire::NewLocalName());  // fresh each time
   const std::string joined = tcpwire::JoinDataAddress("h:1", 2, name);
   EXPECT_EQ(joined, "h:1;tcp=2;local=" + name);
   ASSERT_TRUE(tcpwire::SplitDataAddress(joined, &grpc, &host, &port, &local).ok());
@@ -215,17 +217,21 @@ TEST(TcpWireTest, DataAddressCarriesTheLocalSocketsName) {
   // Hostile or broken names are refused with the reason, never truncated or used.
   const std::vector<std::string> hostile = {
       "h:1;tcp=2;local=", "h:1;tcp=2;local=../x", "h:1;tcp=2;local=a b",
-      "h:1;tcp=2;local=" + std::string(40 << 10, 'a'), "h:1;local=abc"};
+      "h:1;tcp=2;local=" + std::string(40 << 10, 'a'), "h:1;local=" + name,
+      // Only names of our own form: not another program's socket, not a near miss.
+      "h:1;tcp=2;local=dbus-session", "h:1;tcp=2;local=" + name.substr(0, name.size() - 1),
+      "h:1;tcp=2;local=TRELLIS-" + name.substr(8), "h:1;tcp=2;local=" + name + "\n\x1b[31m"};
   for (const std::string& addr : hostile) {
     Status st = tcpwire::SplitDataAddress(addr, &grpc, &host, &port, &local);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << addr.substr(0, 60);
     EXPECT_LT(st.message().size(), 400u);  // the address cut, not echoed whole
   }
-  EXPECT_NE(tcpwire::SplitDataAddress("h:1;local=abc", &grpc, &host, &port).message().find(
+  EXPECT_NE(tcpwire::SplitDataAddress("h:1;local=" + name, &grpc, &host, &port).message().find(
                 "a local socket without a tcp port"),
             std::string::npos);
-  EXPECT_NE(tcpwire::CheckLocalName(std::string(101, 'a')).message().find("1 to 100 bytes"),
-            std::string::npos);
+  const std::string msg = tcpwire::CheckLocalName(name + "\n\x1b[31m").message();
+  EXPECT_NE(msg.find("is not trellis- and 32 lowercase hex digits"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find_first_of("\n\x1b"), std::string::npos) << "control bytes reached a message";
   // A name in use cannot be taken twice (no two servers share one).
   auto first = tcpwire::ListenLocal(name);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
