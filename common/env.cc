@@ -69,12 +69,15 @@ std::string ListenHost(const EnvSource& env, const char* specific) {
   return env.GetOr(kListenHostEnv, "0.0.0.0");
 }
 
+StatusOr<bool> ParseOnOff(const std::string& what, const std::string& text) {
+  if (text == "on") return true;
+  if (text == "off") return false;
+  return InvalidArgumentError(what + ": must be on or off, got '" + text + "'");
+}
+
 StatusOr<bool> LocalSocketEnabled(const EnvSource& env, bool unset) {
-  const std::string v = env.GetOr(kLocalSocketEnv, unset ? "on" : "off");
-  if (v == "on") return true;
-  if (v == "off") return false;
-  return InvalidArgumentError(std::string("environment variable ") + kLocalSocketEnv +
-                              ": must be on or off, got '" + v + "'");
+  return ParseOnOff(std::string("environment variable ") + kLocalSocketEnv,
+                    env.GetOr(kLocalSocketEnv, unset ? "on" : "off"));
 }
 
 }  // namespace trellis

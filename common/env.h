@@ -53,5 +53,7 @@ std::map<std::string, std::string> CurrentEnvironment();
 
 // Parses a whole decimal integer in [min, max]; `what` names it in the error message.
 StatusOr<int64_t> ParseInt(const std::string& what, const std::string& text, int64_t min, int64_t max);
+// "on" -> true, "off" -> false; anything else is INVALID_ARGUMENT naming `what`.
+StatusOr<bool> ParseOnOff(const std::string& what, const std::string& text);
 
 }  // namespace trellis

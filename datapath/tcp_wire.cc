@@ -219,23 +219,26 @@ StatusOr<int> Listen(const std::string& host, int port, int* bound_port) {
 
 namespace {
 
-// The abstract-namespace address of `name`: sun_path = NUL, then the name (no terminator).
-socklen_t LocalAddress(const std::string& name, sockaddr_un* a) {
+// A Unix stream socket (with `flags`) and the abstract-namespace address of `name` in *a:
+// sun_path = NUL, then the name (no terminator). The name is checked first: it bounds the copy.
+StatusOr<int> LocalSocket(const std::string& name, int flags, sockaddr_un* a, socklen_t* len) {
+  TRELLIS_RETURN_IF_ERROR(CheckLocalName(name));
   *a = sockaddr_un{};
   a->sun_family = AF_UNIX;
   std::memcpy(a->sun_path + 1, name.data(), name.size());
-  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | flags, 0);
+  if (fd < 0) return UnavailableError(Errno("local socket"));
+  TuneSocket(fd);
+  return fd;
 }
 
 }  // namespace
 
 StatusOr<int> ListenLocal(const std::string& name) {
-  TRELLIS_RETURN_IF_ERROR(CheckLocalName(name));
   sockaddr_un a;
-  const socklen_t len = LocalAddress(name, &a);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return UnavailableError(Errno("local socket"));
-  TuneSocket(fd);
+  socklen_t len = 0;
+  TRELLIS_ASSIGN_OR_RETURN(int fd, LocalSocket(name, 0, &a, &len));
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(fd, 128) != 0) {
     Status st = UnavailableError(Errno(("local socket @" + name).c_str()));
     ::close(fd);
@@ -245,14 +248,11 @@ StatusOr<int> ListenLocal(const std::string& name) {
 }
 
 StatusOr<int> ConnectLocal(const std::string& name) {
-  TRELLIS_RETURN_IF_ERROR(CheckLocalName(name));
   sockaddr_un a;
-  const socklen_t len = LocalAddress(name, &a);
+  socklen_t len = 0;
   // Non-blocking while connecting: a listener whose backlog is full answers EAGAIN at once
   // instead of holding the caller.
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return UnavailableError(Errno("local socket"));
-  TuneSocket(fd);
+  TRELLIS_ASSIGN_OR_RETURN(int fd, LocalSocket(name, SOCK_NONBLOCK, &a, &len));
   int r;
   do {
     r = connect(fd, reinterpret_cast<sockaddr*>(&a), len);

@@ -99,10 +99,10 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
     c.server.tcp_port = static_cast<int>(port);
   }
   // --local-socket > TRELLIS_LOCAL_SOCKET > off (trellis-launch sets it on).
-  if (std::string l = Pick(flags, "local-socket", kLocalSocketEnv, &src); !l.empty()) {
-    auto on = LocalSocketEnabled(EnvSource({{kLocalSocketEnv, l}}), false);
-    if (!on.ok()) return InvalidArgumentError(src + ": must be on or off, got '" + l + "'");
-    c.server.local_socket = *on;
+  if (auto it = flags.find("local-socket"); it != flags.end()) {
+    TRELLIS_ASSIGN_OR_RETURN(c.server.local_socket, ParseOnOff("--local-socket", it->second));
+  } else {
+    TRELLIS_ASSIGN_OR_RETURN(c.server.local_socket, LocalSocketEnabled(EnvSource(), false));
   }
   std::string rank = Pick(flags, "rank", "TRELLIS_RANK", &src);
   if (rank.empty()) return InvalidArgumentError("server rank not set (--rank or TRELLIS_RANK)");
