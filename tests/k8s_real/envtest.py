@@ -455,19 +455,28 @@ def main(*cases, admission_plugins=(), controller_manager=True, helm_install=Tru
     if helm_install and not find_helm():
         print("helm not found (charts/install-helm.sh installs it into build-tools/helm): skipped")
         sys.exit(skip)
+    cp = ControlPlane(assets, admission_plugins, controller_manager)
+
+    def install(cp):
+        t = time.time()
+        cp.helm_install()
+        print("envtest: helm install in %.1f s" % (time.time() - t), flush=True)
+    run_cases(cp, cases, lambda cp: cp.start(install if helm_install else None), "envtest")
+
+
+def run_cases(cp, cases, start, tag):
+    """Starts `cp` with start(cp) (its logs printed if that fails), runs every test of `cases`
+    (classes whose `cp` it sets) and stops it, also when the run is interrupted; keeps cp.dir
+    unless every test passed; exits 0 when they did. Shared by envtest.main and the real-node
+    tier (tests/k8s_node/node.py)."""
     atexit.register(_stop_all)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, lambda *_: (_stop_all(), sys.exit(1)))
-    cp = ControlPlane(assets, admission_plugins, controller_manager)
     _current.append(cp)
     ok = False
     try:
         try:
-            def install(cp):
-                t = time.time()
-                cp.helm_install()
-                print("envtest: helm install in %.1f s" % (time.time() - t), flush=True)
-            cp.start(install if helm_install else None)
+            start(cp)
         except Exception:
             cp.dump_logs()
             raise
@@ -481,5 +490,5 @@ def main(*cases, admission_plugins=(), controller_manager=True, helm_install=Tru
         if ok:
             shutil.rmtree(cp.dir, ignore_errors=True)
         else:
-            print("envtest: files kept in", cp.dir)
+            print("%s: files kept in" % tag, cp.dir)
     sys.exit(0 if ok else 1)

@@ -87,24 +87,37 @@ def _openssl(*args, cwd):
         raise RuntimeError("openssl %s: %s" % (" ".join(args), r.stderr))
 
 
-def make_certs(d):
-    """A CA, the API server's serving cert (127.0.0.1/localhost), an admin client cert
-    (O=system:masters) and the service-account signing key, as PEM files in d."""
+def make_certs(d, serving_sans=()):
+    """A CA, the API server's serving cert (127.0.0.1/localhost, plus `serving_sans` such as
+    "IP:10.0.0.1"), an admin client cert (O=system:masters) and the service-account signing key,
+    as PEM files in d."""
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=envtest-ca",
              cwd=d)
     with open(os.path.join(d, "serving.ext"), "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
-                "extendedKeyUsage=serverAuth\n")
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc%s\n"
+                "extendedKeyUsage=serverAuth\n" % "".join("," + s for s in serving_sans))
     with open(os.path.join(d, "client.ext"), "w") as f:
         f.write("extendedKeyUsage=clientAuth\n")
     for name, subj, ext in (("apiserver", "/CN=kube-apiserver", "serving.ext"),
                             ("admin", "/O=system:masters/CN=envtest-admin", "client.ext")):
-        _openssl("req", "-new", *ec, "-keyout", name + ".key", "-out", name + ".csr", "-subj", subj, cwd=d)
-        _openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-days", "2", "-extfile", ext, "-out", name + ".crt", cwd=d)
+        _sign(d, name, subj, ext)
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
+
+
+def make_client_cert(d, name, subj):
+    """NAME.crt/NAME.key in d (after make_certs): a client certificate of its CA for `subj`,
+    e.g. "/O=system:nodes/CN=system:node:NODE"."""
+    _sign(d, name, subj, "client.ext")
+    return os.path.join(d, name + ".crt"), os.path.join(d, name + ".key")
+
+
+def _sign(d, name, subj, ext):
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl("req", "-new", *ec, "-keyout", name + ".key", "-out", name + ".csr", "-subj", subj, cwd=d)
+    _openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", ext, "-out", name + ".crt", cwd=d)
 
 
 def write_kubeconfig(path, server, ca, user):
