@@ -13,6 +13,9 @@ PACKAGES=(
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
   etcd-server kubectl xz-utils openssl  # the real-API-server tests (tests/k8s_real, KUBEBUILDER_ASSETS)
   mmdebstrap umoci skopeo  # make image (scripts/image.sh), built by the tests too (tests/image)
+  # the real-node tier (tests/k8s_node): containerd + runc under the kubelet, the CNI bridge, the
+  # cluster DNS, kube-proxy's iptables, the namespace (unshare/nsenter), a static busybox image
+  containerd runc containernetworking-plugins dnsmasq-base iptables conntrack iproute2 util-linux busybox-static
 )
 
 # Helm 3 CLI for the chart tests, project-local (build-tools/helm); optional: those tests skip without it.
