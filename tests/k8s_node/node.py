@@ -229,10 +229,12 @@ class Node(envtest.ControlPlane):
     def __init__(self, assets):
         super().__init__(assets)
         os.rmdir(self.dir)
-        self.dir = tempfile.mkdtemp(prefix="trellis-node-")
-        os.chmod(self.dir, 0o755)   # dnsmasq reads its hosts file as nobody
-        self.marker = os.path.basename(self.dir)
-        self.cgroup_root = "/" + self.marker     # the kubelet's cgroupRoot: kubepods below it
+        self.dir = tempfile.mkdtemp(prefix="trellis-node-%d-" % os.getpid())
+        # In every process's environment (the final sweep; containerd's shims inherit it) and the
+        # kubelet's cgroupRoot (kubepods below it): named by our pid, so that a later run frees
+        # what a killed one left (free_stale).
+        self.marker = "trellis-node-%d" % os.getpid()
+        self.cgroup_root = "/" + self.marker
         self.holder = None
         self.sock = os.path.join(self.dir, "containerd", "containerd.sock")
         self.by_name = {}
@@ -274,6 +276,7 @@ class Node(envtest.ControlPlane):
 
         def step(what):
             steps.append("%s %.1f" % (what, time.time() - t0))
+        free_stale()
         # The namespace, held by a sleeping process; everything else joins it.
         self.holder = super().spawn("namespace", ["unshare", "--mount", "--net", "--propagation", "private",
                                                   "sleep", "infinity"])
@@ -466,7 +469,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         dns = self.spawn("dnsmasq", [
             "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
             "--local=/#/", "--listen-address=" + NODE_IP, "--bind-interfaces", "--port=53",
-            "--addn-hosts=" + hosts, "--pid-file=", "--user=nobody", "--log-facility=-", "--local-ttl=1"])
+            # as root: a change of user or group would clear its PR_SET_PDEATHSIG
+            "--addn-hosts=" + hosts, "--pid-file=", "--user=root", "--group=root", "--log-facility=-", "--local-ttl=1"])
         self.spawn("dns-sync", [sys.executable, os.path.abspath(__file__), "dns-sync", self.ns_kubeconfig,
                                 hosts, str(dns.popen.pid)])
 
@@ -506,6 +510,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         self._kill_cgroup_procs()
         self._remove_cgroups()
         shutil.rmtree(getattr(self, "_etcd_data", ""), ignore_errors=True)
+        # the images and containers (GBs with the Trellis image); the logs stay while cp.dir is kept
+        shutil.rmtree(os.path.join(self.dir, "containerd", "root"), ignore_errors=True)
+        shutil.rmtree(os.path.join(self.dir, "kubelet", "root"), ignore_errors=True)
 
     def _stop(self, name):
         p = self.by_name.pop(name, None)
@@ -513,48 +520,95 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             p.stop(timeout=10)   # SIGTERM, SIGKILL after 10 s
             self.procs.remove(p)
 
-    def _cgroups(self):
-        """Every cgroup of this run's root, deepest first, in every hierarchy."""
-        out = []
-        for h in _cgroup_hierarchies(with_unified=True):
-            top = h + self.cgroup_root
-            for dirpath, _, _ in os.walk(top) if os.path.isdir(top) else ():
-                out.append(dirpath)
-        return sorted(out, key=lambda p: -p.count("/"))
-
     def _kill_cgroup_procs(self):
-        for _ in range(50):
-            pids = set()
-            for cg in self._cgroups():
-                try:
-                    with open(os.path.join(cg, "cgroup.procs")) as f:
-                        pids |= {int(x) for x in f.read().split()}
-                except OSError:
-                    pass
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.1)
+        _kill_cgroup_procs(self.cgroup_root)
 
     def _remove_cgroups(self):
-        for _ in range(20):
-            left = []
-            for cg in self._cgroups():
-                try:
-                    os.rmdir(cg)
-                except OSError:
-                    left.append(cg)
-            if not left:
-                return
-            time.sleep(0.25)
-        print("node: cgroups left: %s" % left, flush=True)
+        left = _remove_cgroups(self.cgroup_root)
+        if left:
+            print("node: cgroups left: %s" % left, flush=True)
 
     def dump_logs(self, procs=None, tail=4000):
         super().dump_logs(procs, tail)
+
+
+def _cgroups(root):
+    """Every cgroup below `root` (e.g. /trellis-node-PID), deepest first, in every hierarchy."""
+    out = []
+    for h in _cgroup_hierarchies(with_unified=True):
+        top = h + root
+        for dirpath, _, _ in os.walk(top) if os.path.isdir(top) else ():
+            out.append(dirpath)
+    return sorted(out, key=lambda p: -p.count("/"))
+
+
+def _kill_cgroup_procs(root):
+    for _ in range(50):
+        pids = set()
+        for cg in _cgroups(root):
+            try:
+                with open(os.path.join(cg, "cgroup.procs")) as f:
+                    pids |= {int(x) for x in f.read().split()}
+            except OSError:
+                pass
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.1)
+
+
+def _remove_cgroups(root):
+    """rmdir of every cgroup below root, root included -> those left after ~5 s."""
+    left = []
+    for _ in range(20):
+        left = []
+        for cg in _cgroups(root):
+            try:
+                os.rmdir(cg)
+            except OSError:
+                left.append(cg)
+        if not left:
+            break
+        time.sleep(0.25)
+    return left
+
+
+def free_stale():
+    """What a killed run left: processes carrying its marker (dnsmasq, containerd's shims), then
+    its pods' processes and cgroups (trellis-node-PID roots, PID gone)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        for e in env:
+            if e.startswith(b"TRELLIS_ENVTEST_MARK=trellis-node-"):
+                owner = e.split(b"-")[-1].decode()
+                if owner.isdigit() and not os.path.exists("/proc/" + owner):
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except OSError:
+                        pass
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):   # in its folder the images and containers (GBs with Trellis's)
+        parts = name.split("-")
+        if name.startswith("trellis-node-") and len(parts) >= 4 and parts[2].isdigit() and \
+                not os.path.exists("/proc/" + parts[2]):
+            for big in ("containerd/root", "kubelet/root"):
+                shutil.rmtree(os.path.join(tmp, name, big), ignore_errors=True)
+    for h in _cgroup_hierarchies():
+        for name in os.listdir(h):
+            pid = name[len("trellis-node-"):]
+            if name.startswith("trellis-node-") and pid.isdigit() and not os.path.exists("/proc/" + pid):
+                _kill_cgroup_procs("/" + name)
+                _remove_cgroups("/" + name)
 
 
 def _cgroup_hierarchies(with_unified=False):
@@ -576,6 +630,12 @@ class NodeCase(envtest.EnvtestCase):
         result = self._outcome.result
         if any(t is self for t, _ in result.failures + result.errors):
             print(self.cp.kubectl("get", "pods,svc,endpoints,events", "-n", self.ns, "-o", "wide", check=False).stdout)
+            for p in self.pods():
+                for c in p["spec"]["containers"]:
+                    r = self.cp.kubectl("logs", "-n", self.ns, p["metadata"]["name"], "-c", c["name"], "--tail=40",
+                                        check=False)
+                    print("\n===== kubectl logs %s -c %s =====\n%s%s" % (p["metadata"]["name"], c["name"], r.stdout,
+                                                                         r.stderr), flush=True)
             self.cp.dump_logs([p for p in self.cp.procs if p.name in ("kubelet", "containerd", "dns-sync")], 3000)
         super().tearDown()
 
