@@ -17,7 +17,9 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-run: build
+# Only the programs the demo job starts (CMake target `demo`); `make test` builds everything.
+run: configure
+	@cmake --build $(BUILD_DIR) --target demo -j $(JOBS)
 	$(BUILD_DIR)/bin/trellis-launch $(JOB)
 
 # KUBEBUILDER_ASSETS (the real-API-server tests, tests/k8s_real): as given, else the binaries of
