@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "common/child_reaper.h"
 #include "common/logging.h"
 
 int main(int argc, char** argv) {
@@ -21,6 +22,12 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGHUP);
   sigaddset(&sigs, SIGUSR1);  // only wakes the signal thread when the agent is done
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  // PID 1 of its container: orphans of the program (and of `kubectl exec`) become the agent's
+  // children. Also when it is not PID 1 (trellis-launch, a pod sharing its process namespace),
+  // the program's orphans come here rather than to whoever is PID 1, and are reaped.
+  if (Status s = BecomeSubreaper(); !s.ok()) TLOG_WARN << s.ToString() << "; orphans of the program go to PID 1";
+  ChildReaper reaper;
 
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';

@@ -12,6 +12,8 @@
 
 #include <cerrno>
 #include <climits>
+#include <map>
+#include <set>
 #include <thread>
 
 namespace trellis {
@@ -95,6 +97,21 @@ StatusOr<int> OpenOutput(SpawnOptions::Output mode, const std::string& path, con
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return InvalidArgumentError(std::string(what) + " file " + path + ": " + ErrnoText(errno));
   return fd;
+}
+
+// The children Subprocess::Start made and their Subprocess has not waited for yet, and the
+// statuses ReapEndedChildren waited for on their behalf. Start inserts under `mu` across fork(),
+// and every wait for a child happens under `mu`, so a child is never both unknown and ended
+// (its status is never taken by the wrong waiter). Never destroyed: children end at exit too.
+struct ChildTable {
+  std::mutex mu;
+  std::set<pid_t> owned;          // GUARDED_BY(mu)
+  std::map<pid_t, int> statuses;  // GUARDED_BY(mu); waitpid statuses of owned children
+};
+
+ChildTable& Children() {
+  static ChildTable* table = new ChildTable;
+  return *table;
 }
 
 class FdCloser {
@@ -238,16 +255,21 @@ StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const SpawnOptions& opti
   plan.error_pipe = err_pipe[1];
 
   pid_t parent = ::getpid();
+  ChildTable& children = Children();
+  std::unique_lock<std::mutex> owned_lock(children.mu);  // the child never touches it
   pid_t pid = ::fork();
+  const int fork_errno = errno;
+  if (pid == 0) RunChild(plan, parent);
+  if (pid > 0) children.owned.insert(pid);
+  owned_lock.unlock();
   if (pid < 0) {
-    int err = errno;
+    int err = fork_errno;
     ::close(err_pipe[0]);
     ::close(err_pipe[1]);
     if (out_read >= 0) ::close(out_read);
     if (err_read >= 0) ::close(err_read);
     return ResourceExhaustedError("fork: " + ErrnoText(err));
   }
-  if (pid == 0) RunChild(plan, parent);
 
   // Also set the group from the parent side so a signal sent right after Start() reaches it.
   ::setpgid(pid, pid);
@@ -260,7 +282,12 @@ StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const SpawnOptions& opti
   ::close(err_pipe[0]);
   if (n == static_cast<ssize_t>(sizeof(msg))) {
     int ws = 0;
-    ::waitpid(pid, &ws, 0);
+    ::waitpid(pid, &ws, 0);  // ECHILD when ReapEndedChildren was first: its status is dropped below
+    {
+      std::lock_guard<std::mutex> lock(children.mu);
+      children.owned.erase(pid);
+      children.statuses.erase(pid);
+    }
     if (out_read >= 0) ::close(out_read);
     if (err_read >= 0) ::close(err_read);
     static constexpr const char* kStages[] = {"", "prctl", "setpgid", "redirect", "chdir", "exec"};
@@ -295,6 +322,8 @@ Subprocess::~Subprocess() {
 
 void Subprocess::TryReapLocked() {
   if (exit_) return;
+  ChildTable& children = Children();
+  std::lock_guard<std::mutex> lock(children.mu);
   int ws = 0;
   pid_t r;
   do {
@@ -303,8 +332,16 @@ void Subprocess::TryReapLocked() {
   if (r == pid_) {
     exit_ = ExitStatusFromWait(ws);
   } else if (r < 0 && errno == ECHILD) {
-    // Someone else reaped it (should not happen); report it as lost rather than hang.
-    exit_ = ExitStatus{255, 0};
+    if (auto it = children.statuses.find(pid_); it != children.statuses.end()) {
+      exit_ = ExitStatusFromWait(it->second);  // ReapEndedChildren waited for it
+    } else {
+      // Someone else reaped it (should not happen); report it as lost rather than hang.
+      exit_ = ExitStatus{255, 0};
+    }
+  }
+  if (exit_) {
+    children.owned.erase(pid_);
+    children.statuses.erase(pid_);
   }
 }
 
@@ -353,6 +390,24 @@ ExitStatus Subprocess::Stop(std::chrono::milliseconds grace) {
   while (true) {
     if (auto s = WaitFor(std::chrono::milliseconds(1000))) return *s;
   }
+}
+
+int ReapEndedChildren() {
+  ChildTable& children = Children();
+  std::lock_guard<std::mutex> lock(children.mu);
+  int others = 0;
+  while (true) {
+    int ws = 0;
+    const pid_t r = ::waitpid(-1, &ws, WNOHANG);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;  // none ended (0), or no children at all (ECHILD)
+    if (children.owned.count(r) > 0) {
+      children.statuses[r] = ws;  // kept for its Subprocess
+    } else {
+      ++others;
+    }
+  }
+  return others;
 }
 
 StatusOr<std::unique_ptr<Process>> SubprocessSpawner::Spawn(const SpawnOptions& options) {

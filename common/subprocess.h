@@ -129,6 +129,14 @@ class SubprocessSpawner : public ProcessSpawner {
   StatusOr<std::unique_ptr<Process>> Spawn(const SpawnOptions& options) override;
 };
 
+// Waits for every child of this process that has ended (waitpid(-1)): a Subprocess's own
+// child keeps its exit status for that Subprocess (its Poll/WaitFor report it as usual); any
+// other child -- an orphan inherited as PID 1 or as a subreaper (common/child_reaper.h) -- is
+// reaped and forgotten. Returns how many such other children were reaped.
+// REQUIRES: every child this process waits for was started through Subprocess (a child of
+// fork/popen/system waited for by pid elsewhere could lose its status to this call).
+int ReapEndedChildren();
+
 // Finds `name` on `path_list` (colon-separated) as an executable file; names with a '/' are
 // returned as they are if executable.
 StatusOr<std::string> FindExecutable(const std::string& name, const std::string& path_list);

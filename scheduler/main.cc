@@ -10,12 +10,14 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 
 #include "common/tls.h"
 #include "common/auth.h"
+#include "common/child_reaper.h"
 #include "common/env.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
@@ -239,6 +241,10 @@ int Main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // PID 1 of its pod: whatever ends up orphaned in the container (a `kubectl exec` session's
+  // children) is ours to reap, or it stays a zombie.
+  std::unique_ptr<ChildReaper> reaper;
+  if (IsPidOne()) reaper = std::make_unique<ChildReaper>();
 
   const std::string host = settings->server.host;
   const std::string port_file = settings->port_file;
