@@ -98,6 +98,8 @@ int Agent::Run() {
   heartbeat_thread_.join();
   if (!r.error.ok()) {
     TLOG_ERROR << "cannot run the " << RoleName(config_.role) << " program: " << r.error.ToString();
+    report_.error = "cannot run the " + std::string(RoleName(config_.role)) + " program: " + r.error.ToString();
+    report_.restarts = r.restarts;
     return r.AgentExitCode();
   }
   int32_t rank;
@@ -112,11 +114,30 @@ int Agent::Run() {
     // the pod is gone (preempted, or final under Never).
     SendExitReport(ExitReport(r.last, /*will_restart=*/false));
   }
+  FinishReport(r, rank);
   TLOG_INFO << RoleName(config_.role) << " " << rank << " (pod " << config_.pod_name << ") exiting with code "
             << ExitCodeWithSignal(r.last.exit_code) << " after " << r.restarts << " restarts (restartPolicy "
             << ToString(restart_.policy) << ")" << (r.stopped ? ", stopped by signal" : "");
   return r.AgentExitCode();
 }
+
+void Agent::FinishReport(const SupervisorResult& r, int32_t rank) {
+  report_.exit = "program " + r.last.Describe();
+  report_.restarts = r.restarts;
+  if (!last_start_error_.ok()) {
+    report_.error = last_start_error_.message();
+    if (last_start_error_.code() == StatusCode::kNotFound) report_.command_not_found = program_;
+  }
+  if (r.stopped || r.last.exit_code == 0 || rank < 0) return;
+  // The exit was reported; a worker's failure has failed the job at the scheduler by now. Then
+  // no replacement of this pod can join the job: say so, so the operator does not make one.
+  auto view = client_->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(2000));
+  if (view.ok() && view->failed()) report_.job_failed = view->failure_message();
+}
+
+void Agent::OnStarted(const Process& /*process*/, int /*attempt*/) { last_start_error_ = Status::Ok(); }
+
+void Agent::OnStartFailed(const Status& error, int /*attempt*/) { last_start_error_ = error; }
 
 void Agent::RequestStop(int signo) {
   {
@@ -194,6 +215,7 @@ StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
   }
   SpawnOptions opts;
   TRELLIS_ASSIGN_OR_RETURN(opts.argv, ProgramArgv());
+  program_ = opts.argv[0];
   opts.env = CurrentEnvironment();
   opts.env["TRELLIS_RANK"] = std::to_string(reg.rank());
   opts.env["TRELLIS_INCARNATION"] = std::to_string(reg.incarnation());

@@ -16,6 +16,7 @@
 #include "common/metrics.h"
 #include "common/metrics_http.h"
 #include "common/subprocess.h"
+#include "common/termination_report.h"
 #include "scheduler/scheduler_client.h"
 
 namespace trellis {
@@ -37,9 +38,14 @@ class Agent : public SupervisorHooks {
   bool NoProgramRunning() const;
 
   const RestartOptions& restart_options() const { return restart_; }
+  // Why the agent ended, for the container's termination message (common/termination_report.h).
+  // Complete once Run() returned.
+  const TerminationReport& termination_report() const { return report_; }
 
   // SupervisorHooks
   StatusOr<SpawnOptions> PrepareStart(int attempt) override;
+  void OnStarted(const Process& process, int attempt) override;
+  void OnStartFailed(const Status& error, int attempt) override;
   void OnExit(const ExitStatus& status, bool will_restart, int restarts) override;
 
  private:
@@ -59,6 +65,9 @@ class Agent : public SupervisorHooks {
   // ReportExit; a restarted scheduler that does not know us yet (NOT_FOUND) gets a
   // registration first.
   void SendExitReport(const v1::ReportExitRequest& req);
+  // Fills report_ from how supervision ended: asks the scheduler whether the job failed when the
+  // program failed for good (a replacement pod could not join it then).
+  void FinishReport(const SupervisorResult& r, int32_t rank);
   // Processes per pod: a worker with gpusPerWorker (TRELLIS_GPUS) > 1 runs one per GPU.
   int LocalSize() const { return config_.role == v1::ROLE_WORKER && config_.gpus > 1 ? config_.gpus : 1; }
   // Once the rank is known (the first registration): the agent's series and their server.
@@ -73,6 +82,10 @@ class Agent : public SupervisorHooks {
   std::unique_ptr<ProcessSpawner> spawner_;
   RealBackoffTimer timer_;
   std::unique_ptr<Supervisor> supervisor_;
+  // Supervisor thread only (PrepareStart, OnStarted, OnStartFailed), then Run's.
+  std::string program_;       // argv[0] of the last start
+  Status last_start_error_;   // why the last start failed; ok: it started
+  TerminationReport report_;  // filled by Run
 
   mutable std::mutex mu_;
   std::condition_variable cv_;         // wakes the heartbeat thread and registration retries

@@ -9,6 +9,7 @@
 #include "agent/agent.h"
 #include "common/child_reaper.h"
 #include "common/logging.h"
+#include "common/termination_report.h"
 
 int main(int argc, char** argv) {
   using namespace trellis;
@@ -23,6 +24,18 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGUSR1);  // only wakes the signal thread when the agent is done
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
+  // The container's termination message (common/termination_report.h): why the agent ended.
+  const std::string termination_log = EnvSource().GetOr(kTerminationLogEnv, kDefaultTerminationLog);
+  auto last_words = [&](const TerminationReport& report) {
+    Status s = WriteTerminationMessage(termination_log, FormatTerminationReport(report));
+    if (!s.ok()) TLOG_WARN << s.ToString();
+  };
+  auto failed_words = [&](const std::string& error) {
+    TerminationReport report;
+    report.error = error;
+    last_words(report);
+  };
+
   // PID 1 of its container: orphans of the program (and of `kubectl exec`) become the agent's
   // children. Also when it is not PID 1 (trellis-launch, a pod sharing its process namespace),
   // the program's orphans come here rather than to whoever is PID 1, and are reaped.
@@ -34,6 +47,7 @@ int main(int argc, char** argv) {
   auto config = ParseAgentConfig(std::vector<std::string>(argv + 1, argv + argc), EnvSource(), host);
   if (!config.ok()) {
     std::fprintf(stderr, "trellis-agent: %s\n%s", config.status().message().c_str(), kAgentUsage);
+    failed_words("trellis-agent: " + config.status().message());
     return 2;
   }
   if (config->help) {
@@ -44,6 +58,7 @@ int main(int argc, char** argv) {
   auto agent = Agent::Create(*config);
   if (!agent.ok()) {
     std::fprintf(stderr, "trellis-agent: %s\n", agent.status().ToString().c_str());
+    failed_words("trellis-agent: " + agent.status().ToString());
     return agent.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
 
@@ -64,5 +79,6 @@ int main(int argc, char** argv) {
   done.store(true);
   pthread_kill(signal_thread.native_handle(), SIGUSR1);
   signal_thread.join();
+  last_words((*agent)->termination_report());
   return code;
 }

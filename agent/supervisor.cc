@@ -119,6 +119,7 @@ SupervisorResult Supervisor::Run() {
 
     std::unique_ptr<Process> process;
     ExitStatus status;
+    Status start_error;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_signal_ != 0) continue;  // the top of the loop ends it
@@ -131,8 +132,10 @@ SupervisorResult Supervisor::Run() {
         // A program that cannot start counts as "command not found" (127) for the policy.
         TLOG_ERROR << spawned.status().ToString();
         status = ExitStatus{127, 0};
+        start_error = spawned.status();
       }
     }
+    if (!start_error.ok()) hooks_.OnStartFailed(start_error, attempt);
     if (process) {
       hooks_.OnStarted(*process, attempt);
       // Once a stop was requested the program has stop_grace to end, then gets SIGKILL.

@@ -45,6 +45,9 @@ class SupervisorHooks {
   // An error ends supervision (the agent cannot go on without a rank).
   virtual StatusOr<SpawnOptions> PrepareStart(int attempt) = 0;
   virtual void OnStarted(const Process& process, int attempt) {}
+  // The program could not be started (`error`: not found, not executable, bad working dir); the
+  // attempt then counts as an exit with code 127 ("command not found") for the policy.
+  virtual void OnStartFailed(const Status& error, int attempt) {}
   // After every exit. `restarts` counts the restarts done so far.
   virtual void OnExit(const ExitStatus& status, bool will_restart, int restarts) = 0;
 };

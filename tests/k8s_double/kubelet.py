@@ -169,6 +169,12 @@ class Kubelet:
             if target is None:
                 return False  # the scheduler pod has not started yet
             env["TRELLIS_SCHEDULER"] = target
+        # The container's terminationMessagePath: what its main process writes there becomes
+        # state.terminated.message (the file must exist; the agent never creates it).
+        term = os.path.join(pod_dir, "termination-log-" + pod["metadata"]["uid"])
+        open(term, "w").close()
+        if not self.rootfs:
+            env["TRELLIS_TERMINATION_LOG"] = term
         if self.rootfs:
             # A recreated pod (same name, new uid) starts from the image again, like a new container.
             argv, env = self.in_image(argv, env, mounts, c, os.path.join(pod_dir, "fs-" + pod["metadata"]["uid"]))
@@ -180,6 +186,7 @@ class Kubelet:
         p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                              preexec_fn=_die_with_parent)
         log.close()
+        p.termination_log = term
         self.procs[(ns, name, pod["metadata"]["uid"])] = p
         self.api.patch_status(ns, name, pod["metadata"]["uid"], {"phase": "Running", "podIP": "127.0.0.1",
                                          "containerStatuses": [{"name": c["name"], "ready": True,
@@ -244,10 +251,18 @@ class Kubelet:
             rc = p.poll()
             if rc is not None:
                 code = rc if rc >= 0 else 128 - rc
+                terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
+                try:
+                    with open(p.termination_log, errors="replace") as f:
+                        message = f.read(4096)
+                except OSError:
+                    message = ""
+                if message:
+                    terminated["message"] = message
                 self.api.patch_status(key[0], key[1], key[2], {
                     "phase": "Succeeded" if code == 0 else "Failed",
                     "containerStatuses": [{"name": "trellis", "ready": False,
-                                           "state": {"terminated": {"exitCode": code}}}]})
+                                           "state": {"terminated": terminated}}]})
                 del self.procs[key]
                 self.done.add(key[2])
 
