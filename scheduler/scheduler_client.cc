@@ -27,6 +27,9 @@ StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // A replaced scheduler pod has a new address behind the same (headless) Service name: look the
+  // name up again soon after the connection fails (gRPC's default waits 30 s between lookups).
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, kSchedulerDnsMinIntervalMs);
   auto channel =
       grpc::CreateCustomChannel(options.address, ChannelCredentials(options.tls, &args), args);
   if (!channel) return InternalError("cannot create a channel to " + options.address);

@@ -15,6 +15,11 @@
 
 namespace trellis {
 
+// The least time between two DNS lookups of the scheduler's name (the channel argument
+// GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS): a scheduler pod recreated with a new address is
+// found within about this long after the old one went away.
+inline constexpr int kSchedulerDnsMinIntervalMs = 1000;
+
 struct SchedulerClientOptions {
   std::string address;  // host:port
   std::string token;    // job token; empty when the job runs without one

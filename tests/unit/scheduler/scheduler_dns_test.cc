@@ -1,0 +1,161 @@
+// A scheduler pod recreated by the operator gets a new address behind the job's headless
+// Service name. Its members must find it within seconds (issue 32): the client looks the name up
+// again soon after its connection fails, not after gRPC's default 30 s between lookups. Here the
+// name is served by a tiny DNS server of the test (gRPC's c-ares resolver asks it through a
+// "dns://127.0.0.1:PORT/" authority); the scheduler moves from 127.0.0.1 to 127.0.0.2, the name
+// follows, and a client connected before the move must reach the new one in a few seconds.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "scheduler/scheduler_client.h"
+#include "scheduler/scheduler_service.h"
+
+namespace trellis {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Answers A queries for every name with the current address (no answer for other types), on a
+// UDP port of 127.0.0.1.
+class FakeDns {
+ public:
+  FakeDns() {
+    fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    socklen_t len = sizeof a;
+    ok_ = ok_ && ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+    port_ = ntohs(a.sin_port);
+    if (ok_) thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeDns() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return ok_; }
+  int port() const { return port_; }
+  void Point(const std::string& ipv4) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ::inet_pton(AF_INET, ipv4.c_str(), &addr_);
+  }
+  int queries() const { return queries_.load(); }
+
+ private:
+  void Serve() {
+    unsigned char buf[512];
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      sockaddr_in from{};
+      socklen_t flen = sizeof from;
+      const ssize_t n = ::recvfrom(fd_, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &flen);
+      if (n < 12) continue;
+      // The question: the name's labels, then type and class.
+      size_t q = 12;
+      while (q < static_cast<size_t>(n) && buf[q] != 0) q += buf[q] + 1;
+      if (q + 5 > static_cast<size_t>(n)) continue;
+      const int qtype = buf[q + 1] << 8 | buf[q + 2];
+      const size_t question_end = q + 5;
+      unsigned char out[512];
+      std::memcpy(out, buf, question_end);
+      out[2] = 0x81;  // response, recursion desired
+      out[3] = 0x80;  // recursion available, NOERROR
+      out[4] = 0, out[5] = 1;  // one question
+      out[6] = 0, out[7] = qtype == 1 ? 1 : 0;
+      for (int i = 8; i < 12; ++i) out[i] = 0;
+      size_t len = question_end;
+      if (qtype == 1) {
+        const unsigned char answer[] = {0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4};  // name, A, IN, TTL 0
+        std::memcpy(out + len, answer, sizeof answer);
+        len += sizeof answer;
+        std::lock_guard<std::mutex> lock(mu_);
+        std::memcpy(out + len, &addr_, 4);
+        len += 4;
+      }
+      ++queries_;
+      ::sendto(fd_, out, len, 0, reinterpret_cast<sockaddr*>(&from), flen);
+    }
+  }
+
+  int fd_ = -1;
+  bool ok_ = false;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> queries_{0};
+  std::mutex mu_;
+  in_addr addr_{};  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+StatusOr<std::unique_ptr<SchedulerServer>> StartOn(const std::string& host, int port) {
+  SchedulerConfig c;
+  c.job_name = "mlp";
+  c.num_servers = 1;
+  c.num_workers = 1;
+  SchedulerServerOptions o;
+  o.host = host;
+  o.port = port;
+  o.service.token = "tok";
+  o.sweep_interval = 10ms;
+  return SchedulerServer::Start(c, std::move(o));
+}
+
+TEST(SchedulerDnsTest, AReplacedSchedulerIsFoundWithinSecondsUnderTheSameName) {
+  ::setenv("GRPC_DNS_RESOLVER", "ares", 1);  // the resolver that takes a DNS server authority
+  FakeDns dns;
+  ASSERT_TRUE(dns.ok());
+  dns.Point("127.0.0.1");
+  auto old_scheduler = StartOn("127.0.0.1", 0);
+  ASSERT_TRUE(old_scheduler.ok()) << old_scheduler.status().ToString();
+  const int port = (*old_scheduler)->port();
+  SchedulerClientOptions options;
+  options.address = "dns://127.0.0.1:" + std::to_string(dns.port()) + "/mlp-scheduler.team.svc:" + std::to_string(port);
+  options.token = "tok";
+  options.rpc_timeout = 2s;
+  auto client = SchedulerClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto first = (*client)->Ping();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->scheduler_id(), (*old_scheduler)->state().instance_id());
+  ASSERT_GT(dns.queries(), 0);
+
+  // The pod is replaced: the new one listens at another address, the name follows it.
+  auto new_scheduler = StartOn("127.0.0.2", port);
+  ASSERT_TRUE(new_scheduler.ok()) << "127.0.0.2 on loopback: " << new_scheduler.status().ToString();
+  dns.Point("127.0.0.2");
+  old_scheduler->reset();
+  const auto moved = std::chrono::steady_clock::now();
+
+  // Found within a few seconds (a lookup at most every kSchedulerDnsMinIntervalMs, the reconnect
+  // back-off at most 1 s); gRPC's default would wait out its 30 s between lookups.
+  const auto limit = 6s;
+  uint64_t seen = 0;
+  while (std::chrono::steady_clock::now() - moved < 15s) {
+    auto r = (*client)->Ping();
+    if (r.ok() && (seen = r->scheduler_id()) == (*new_scheduler)->state().instance_id()) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  const auto took = std::chrono::steady_clock::now() - moved;
+  ASSERT_EQ(seen, (*new_scheduler)->state().instance_id()) << "the new scheduler was not found in 15 s";
+  EXPECT_LT(took, limit) << "found after "
+                         << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+}
+
+}  // namespace
+}  // namespace trellis
