@@ -252,6 +252,65 @@ def test_checkpoint_round_trip(tmp_path):
         assert torch.equal(v, other.state_dict()[k]), k
 
 
+def test_checkpoint_into_a_directory_that_does_not_exist_yet(tmp_path):
+    # spec.checkpoint.path on a fresh volume: the folder is made, not a missing temporary named.
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    path = tmp_path / "ckpt" / "run1" / "cnn.pt"
+    tt.save_checkpoint(str(path), model, opt, epoch=1)
+    assert tt.load_checkpoint(str(path), model, opt) == {"epoch": 1}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["cnn.pt"]  # no temporary left
+
+
+def test_checkpoint_directory_that_cannot_be_made_is_named(tmp_path):
+    (tmp_path / "file").write_text("x")
+    model = dc.Net()
+    with pytest.raises(OSError, match="cannot create its directory .*file/sub: Not a directory"):
+        tt.save_checkpoint(str(tmp_path / "file" / "sub" / "c.pt"), model)
+
+
+def test_progress_comes_from_the_dataloader_and_the_states_epochs(monkeypatch):
+    # A plain script passes no batch_size or total_steps: samples per step are the DataLoader's
+    # batch, the total is the TrainingState's epochs x len(loader) (docs/pytorch.md#progress).
+    reports, totals = [], []
+    monkeypatch.setattr(trellis, "report_progress",
+                        lambda step, samples=0, loss=None: reports.append((step, samples)))
+    monkeypatch.setattr(trellis, "set_total_steps", totals.append)
+    x, y = dc.data(steps=2)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x.flatten(0, 1), y.flatten(0, 1)), batch_size=10)
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    state = tt.TrainingState(model, opt, epoch=0, batch=0, epochs=2)
+    for _ in range(state.epoch, 2):
+        for xb, yb in loader:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+    # 32 samples in batches of 10: 10, 10, 10, 2 per epoch.
+    assert reports == [(1, 10), (2, 10), (3, 10), (4, 2), (5, 10), (6, 10), (7, 10), (8, 2)]
+    assert totals == [8]
+
+
+def test_progress_arguments_win_over_what_the_loader_shows(monkeypatch):
+    reports, totals = [], []
+    monkeypatch.setattr(trellis, "report_progress",
+                        lambda step, samples=0, loss=None: reports.append((step, samples)))
+    monkeypatch.setattr(trellis, "set_total_steps", totals.append)
+    x, y = dc.data(steps=1)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[0], y[0]), batch_size=8)
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters(),
+                                  batch_size=64, total_steps=100)
+    tt.TrainingState(model, opt, epochs=3)
+    for xb, yb in loader:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+    assert reports == [(1, 64), (2, 64)]
+    assert totals == [100]
+
+
 def _saved(tmp_path):
     model = dc.Net()
     opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())

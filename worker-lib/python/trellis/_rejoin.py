@@ -18,14 +18,14 @@ metadata.
 
 import os
 import pickle
-import random
 import struct
 
 import numpy as np
 import torch
 
 import trellis as _trellis
-from trellis import _keys, _torch_tensors
+from trellis import _keys, _rng, _torch_tensors
+from trellis._loader_watch import WATCH as _LOADERS
 
 ARENA_KEY = _keys.REJOIN_ARENA
 _MAGIC = 0x314E494F4A455254  # "TREJOIN1"
@@ -158,23 +158,6 @@ def _unpack(pool, x):
     return x
 
 
-def rng_state():
-    s = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-         "random": random.getstate()}
-    # A model on a GPU draws its dropout masks from the devices' generators.
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        s["cuda"] = torch.cuda.get_rng_state_all()
-    return s
-
-
-def set_rng_state(s):
-    torch.set_rng_state(s["torch"])
-    np.random.set_state(s["numpy"])
-    random.setstate(s["random"])
-    if "cuda" in s and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(s["cuda"])
-
-
 class Keeper:
     """This process's rejoin state: the C++ keeper over the parameters and the arena."""
 
@@ -222,7 +205,8 @@ class Keeper:
         packer = _Packer(self.pool)
         try:
             meta = {"optimizers": [packer.tree(o.state_dict()) for o in self.optimizers],
-                    "rng": rng_state(), "training_state": None}
+                    "rng": _rng.state(), "iter_rng": _LOADERS.iter_rng,
+                    "training_state": None}
             if self.training_state is not None:
                 meta["training_state"] = self.training_state._trellis_pack(packer)
             blob = pickle.dumps(meta, protocol=4)
@@ -276,7 +260,7 @@ class Keeper:
                                "worker must create the same TrainingState")
         ts._trellis_unpack(self.pool, packed, _unpack)
         self.restore_optimizers()  # after the scheduler: its constructor may have set the lr
-        return self.meta["rng"]
+        return self.meta["rng"], self.meta.get("iter_rng")
 
     def close(self):
         self.worker.rejoin_stop()
@@ -299,11 +283,14 @@ class TrainingState:
             state.epoch, state.batch = epoch + 1, 0
             state.commit()                    # the end-of-epoch changes, at the same step
 
-    Keyword values (epoch, batch, anything picklable) are attributes. On a worker that rejoined a
-    running job, creating the state restores the donor's model buffers, scheduler, optimizer
-    and values, and its RNG states: at once when `batch` is 0, else just before the model's next
-    forward pass (after the DataLoader iterator of the resumed epoch has been created, as on
-    the donor). Everywhere else it only records what to commit."""
+    Keyword values (epoch, batch, anything picklable) are attributes; an int `epochs` value (the
+    number of epochs the loop runs) gives progress its total steps (epochs x len(loader)). On a
+    worker that rejoined a running job, creating the state restores the donor's model buffers,
+    scheduler, optimizer and values, and its RNG states: at once when `batch` is 0, else in two
+    parts: the states the donor's current DataLoader iterator was made from, just before this
+    worker makes its first iterator (a shuffled order comes out the same), and the donor's
+    current states just before the model's next forward pass. Everywhere else it only records
+    what to commit."""
 
     def __init__(self, model=None, optimizer=None, scheduler=None, **values):
         d = self.__dict__
@@ -311,6 +298,7 @@ class TrainingState:
         d["_values"] = dict(values)
         d["_keeper"] = None
         d["rejoined_step"] = None
+        _LOADERS.training_state = self  # progress reads its `epochs` value
         from . import torch as _tt  # the process's keeper lives with the keys
         keeper = _tt._rejoin_keeper()
         if keeper is None:
@@ -320,15 +308,19 @@ class TrainingState:
         d["_keeper"] = keeper
         keeper.training_state = self
         if keeper.rejoined is not None:
-            rng = keeper.restore_training_state(self)
+            rng, iter_rng = keeper.restore_training_state(self)
             d["rejoined_step"] = keeper.rejoined
             if self._values.get("batch", 0) == 0 or model is None:
-                set_rng_state(rng)
+                _rng.set_state(rng)
             else:
+                # Mid-epoch: the resumed epoch's DataLoader iterator is made from the states the
+                # donor made its own from (a shuffled order is drawn there), then the skipped
+                # batches are fetched, then the donor's current states apply.
+                _LOADERS.pending_rng = iter_rng
                 holder = {}
 
                 def restore(*_):
-                    set_rng_state(rng)
+                    _rng.set_state(rng)
                     holder["h"].remove()
                 holder["h"] = model.register_forward_pre_hook(restore)
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 import trellis as _trellis
-from . import _buffers, _collectives, _grad_sync, _keys, _rejoin, _torch_tensors
+from . import _buffers, _collectives, _grad_sync, _keys, _loader_watch, _rejoin, _torch_tensors
 from ._collectives import CollectiveError
 from ._rejoin import TrainingState
 from ._torch_tensors import allgather, allreduce, allreduce_, broadcast, broadcast_
@@ -186,6 +186,8 @@ _state = _State()
 def _reset():
     global _state
     _state = _State()
+    _loader_watch.reset()
+    _progress.update(loss=None, read_at=float("-inf"), total=None)
 
 
 _trellis._on_shutdown.append(_reset)
@@ -388,10 +390,17 @@ class _DistributedMixin:
         if loss is not None and now - _progress["read_at"] >= 0.5:
             _progress["read_at"] = now
             value = float(loss)
-        _trellis.report_progress(self._trellis_steps, self._trellis_batch_size, value)
+        watch = _loader_watch.WATCH
+        if not self._trellis_total_given:
+            total = watch.total_steps()
+            if total and total != _progress["total"]:
+                _progress["total"] = total
+                _trellis.set_total_steps(total)
+        _trellis.report_progress(self._trellis_steps, self._trellis_batch_size or watch.batch_len,
+                                 value)
 
 
-_progress = {"loss": None, "read_at": float("-inf")}
+_progress = {"loss": None, "read_at": float("-inf"), "total": None}
 
 
 def report_loss(loss):
@@ -414,9 +423,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
     the workers; "step": the wait happens in step() (call synchronize() before reading
     gradients). See _grad_sync.py.
 
-    Every step() also reports progress (docs/pytorch.md#progress): the step count, `batch_size`
-    samples per step on this worker when given, the loss from step(closure) or report_loss(),
-    and `total_steps` (for the ETA) when given.
+    Every step() also reports progress (docs/pytorch.md#progress): the step count, the samples
+    per step on this worker (`batch_size` when given, else the size of the last batch a
+    DataLoader yielded), the loss from step(closure) or report_loss(), and the total steps for
+    the ETA (`total_steps` when given, else a TrainingState's `epochs` x the DataLoader's len()).
 
     During backward each parameter's gradient starts its push_pull the moment it is
     accumulated (priority -index: the first layers, needed first by the next forward, go
@@ -472,8 +482,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, batch_size=None, tota
     optimizer._trellis_wire = wire
     optimizer._trellis_steps = 0
     optimizer._trellis_batch_size = int(batch_size or 0)
+    optimizer._trellis_total_given = bool(total_steps)
     if total_steps:
         _trellis.set_total_steps(int(total_steps))
+    _loader_watch.install()
     start = len(_state.params)
     _state.register(kept, optimizer)
     for name, p, key, prio, _ in _state.params[start:]:
@@ -545,8 +557,13 @@ def _write_checkpoint_file(path, state):
         raise RuntimeError("trellis.torch.save_checkpoint: torch.save did not write a zip archive")
     payload[-2:] = struct.pack("<H", _CKPT_HEADER_BYTES)  # the trailer is the zip comment
     head = _CKPT_HEAD.pack(_CKPT_MAGIC, _CKPT_VERSION, len(payload), _crc32c(payload))
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
-                       ".%s.tmp.%d" % (os.path.basename(path), os.getpid()))
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)  # spec.checkpoint.path on a fresh volume is empty
+    except OSError as e:
+        raise OSError(e.errno, "trellis.torch.save_checkpoint(%r): cannot create its directory "
+                      "%s: %s" % (path, folder, e.strerror)) from None
+    tmp = os.path.join(folder, ".%s.tmp.%d" % (os.path.basename(path), os.getpid()))
     try:
         with open(tmp, "wb") as f:
             f.write(payload)
