@@ -2,17 +2,20 @@
 BatchNorm, dropout, SGD with momentum and weight decay, StepLR, a DistributedSampler, a
 TrainingState. Run by test_torch_rejoin.py under trellis-launch (the command form).
 
-    ft_train.py OUT_DIR [kill] [bf16] [cuda]
+    ft_train.py OUT_DIR [kill] [bf16] [cuda] [shuffle] [nostate]
 
 kill: worker 1's first incarnation SIGKILLs itself in epoch 1, between backward() (its pushes
 in flight) and step(); its agent restarts it and it rejoins. bf16: the model and its inputs in
 bfloat16 (parameters the keeper stages through float32 host copies). cuda: the model on the
-GPU (staged through pinned host copies). Every rank writes
+GPU (staged through pinned host copies). shuffle: DataLoader(shuffle=True) over each rank's shard
+instead of a DistributedSampler. nostate: no TrainingState (the rejoined worker must stop, saying
+why). Every rank writes
 OUT_DIR/rank<r>.pt (its final state_dict), OUT_DIR/result<r>.txt (test accuracy and loss)
 and OUT_DIR/incarnation<r>.txt."""
 import os
 import signal
 import sys
+import types
 
 import torch
 import torch.nn.functional as F
@@ -54,14 +57,25 @@ def main():
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     tt.broadcast_parameters(model.state_dict(), root_rank=0)
     tt.broadcast_optimizer_state(opt, root_rank=0)
-    state = tt.TrainingState(model, opt, sched, epoch=0, batch=0)
+    if "nostate" in modes:  # a script written without crash recovery in mind
+        state = types.SimpleNamespace(epoch=0, batch=0, commit=lambda: None, rejoined_step=None)
+    else:
+        state = tt.TrainingState(model, opt, sched, epoch=0, batch=0)
 
     x, y = data(512, 1)
-    train = TensorDataset(x, y)
-    sampler = DistributedSampler(train, num_replicas=size, rank=rank, shuffle=True, seed=5)
-    loader = DataLoader(train, batch_size=BATCH, sampler=sampler)
+    if "shuffle" in modes:
+        # The most common loading: each rank's shard in a shuffling DataLoader, whose order is
+        # drawn from the global RNG each time its iterator is made.
+        sampler = None
+        loader = DataLoader(TensorDataset(x[rank::size], y[rank::size]), batch_size=BATCH,
+                            shuffle=True)
+    else:
+        train = TensorDataset(x, y)
+        sampler = DistributedSampler(train, num_replicas=size, rank=rank, shuffle=True, seed=5)
+        loader = DataLoader(train, batch_size=BATCH, sampler=sampler)
     for epoch in range(state.epoch, EPOCHS):
-        sampler.set_epoch(epoch)
+        if sampler is not None:
+            sampler.set_epoch(epoch)
         model.train()
         for i, (xb, yb) in enumerate(loader):
             if i < state.batch:

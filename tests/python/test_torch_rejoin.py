@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch", reason="PyTorch (python3-torch) is not impo
 from conftest import BUILD, HERE, run_launcher  # noqa: E402
 
 
-def run_job(tmp_path, name, *args):
+def run_job(tmp_path, name, *args, ok=True):
     launcher = os.path.join(BUILD, "bin", "trellis-launch")
     if not BUILD or not os.path.exists(launcher):
         pytest.skip("trellis-launch not built (set TRELLIS_BUILD_DIR to the build tree)")
@@ -21,17 +21,20 @@ def run_job(tmp_path, name, *args):
            "--workers", "2", "--servers", "1", "--restart-policy", "OnFailure",
            "--backoff-limit", "2", "--", "trellis-python", os.path.join(HERE, "ft_train.py"),
            str(out)] + list(args)
-    return out, run_launcher(name, cmd, 150)
+    return out, run_launcher(name, cmd, 150, ok)
 
 
-@pytest.mark.parametrize("dtype,device", [("float32", "cpu"), ("bfloat16", "cpu"),
-                                          ("float32", "cuda")])
-def test_killed_worker_rejoins_and_job_ends_as_undisturbed(tmp_path, dtype, device):
+@pytest.mark.parametrize("dtype,device,loading", [
+    ("float32", "cpu", "sampler"), ("bfloat16", "cpu", "sampler"), ("float32", "cuda", "sampler"),
+    ("float32", "cpu", "shuffle")])
+def test_killed_worker_rejoins_and_job_ends_as_undisturbed(tmp_path, dtype, device, loading):
     # bfloat16 and cuda: parameters the keeper cannot read in place, staged through float32
-    # host copies (pinned on a GPU). The CUDA case runs where a GPU is.
+    # host copies (pinned on a GPU). The CUDA case runs where a GPU is. shuffle: a plain
+    # DataLoader(shuffle=True), whose order of the resumed epoch the rejoiner must draw alike.
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    extra = (["bf16"] if dtype == "bfloat16" else []) + (["cuda"] if device == "cuda" else [])
+    extra = (["bf16"] if dtype == "bfloat16" else []) + (["cuda"] if device == "cuda" else []) + \
+        (["shuffle"] if loading == "shuffle" else [])
     calm, calm_log = run_job(tmp_path, "ft-calm", *extra)
     hit, hit_log = run_job(tmp_path, "ft-kill", "kill", *extra)
     # The command form printed the job it ran.
@@ -63,3 +66,12 @@ def test_killed_worker_rejoins_and_job_ends_as_undisturbed(tmp_path, dtype, devi
     for k in w0:
         if k.endswith(("weight", "bias")):
             assert torch.equal(w0[k], w1[k]), k
+
+
+def test_a_script_without_training_state_stops_the_rejoined_worker_saying_why(tmp_path):
+    # Restarting it again could not help (its loop would start over at epoch 0 while the others
+    # are elsewhere): a ConfigurationError, exit code 78, which the agent does not restart.
+    _, (rc, log) = run_job(tmp_path, "ft-nostate", "kill", "nostate", ok=False)
+    assert rc != 0, log
+    assert "keeps no trellis.torch.TrainingState" in log, log
+    assert "exited with code 78" in log, log

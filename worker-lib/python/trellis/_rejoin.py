@@ -191,7 +191,8 @@ class Keeper:
     def after_step(self):
         """DistributedOptimizer.step() is done: every update of this step is applied."""
         if self.rejoined is not None and self.training_state is None:
-            raise RuntimeError(
+            # ConfigurationError (exit 78): every restart would end the same way.
+            raise _trellis.ConfigurationError(
                 "trellis.torch: this worker rejoined the running job after step %d, but the "
                 "program keeps no trellis.torch.TrainingState, so it cannot know where to resume "
                 "(its loop starts over); create one after the optimizer "
