@@ -151,6 +151,7 @@ void SchedulerState::FillNodeLocked(const Node& n, v1::Role role, int32_t rank,
   out->set_last_exit_code(n.last_exit_code);
   out->set_incarnation(n.incarnation);
   out->set_restarts(n.restarts);
+  out->set_program_restarts(n.program_restarts);
   out->set_gpus(n.gpus);
   out->set_preempted(n.preempted);
   out->set_stalled(n.stalled);
@@ -439,6 +440,7 @@ Status SchedulerState::ReportExit(const v1::ReportExitRequest& req) {
                 << Seconds(config_.replacement_timeout) << " s";
     } else if (req.will_restart()) {
       ++n.restarts;
+      ++n.program_restarts;
       ++stats_.restarts;
       n.restart_reported = true;
       TLOG_WARN << what << " exited with " << DescribeExitCode(req.exit_code())

@@ -173,6 +173,7 @@ class SchedulerState {
     int32_t last_exit_code = 0;
     int64_t incarnation = 0;
     int32_t restarts = 0;
+    int32_t program_restarts = 0;   // the part of `restarts` its agents did inside their pods
     bool restart_reported = false;  // ReportExit(will_restart) already counted the next restart
     // Stopped from outside (pod deleted or evicted) under a policy that replaces the pod: the
     // rank waits for the replacement's registration until preempted_at + replacement_timeout.

@@ -3,6 +3,7 @@
 // Agents register again with the rank and incarnation they hold, servers report ready again,
 // workers hand back the shard map and the servers' addresses (Resume). Until every member is
 // back, or the grace period ends, nobody is declared dead.
+#include <algorithm>
 #include <chrono>
 
 #include "common/logging.h"
@@ -64,6 +65,8 @@ StatusOr<int32_t> SchedulerState::AdoptLocked(const v1::RegisterRequest& req) {
   n.exited = false;
   n.restart_reported = false;
   n.restarts = req.previous_restarts();
+  // The agent's count: its program's restarts inside this pod (those of earlier pods are lost).
+  n.program_restarts = std::max(n.program_restarts, req.previous_restarts());
   // resume: the program runs on under its incarnation; else the agent is starting it again.
   n.incarnation = req.resume() ? req.previous_incarnation() : req.previous_incarnation() + 1;
   if (!req.resume()) {

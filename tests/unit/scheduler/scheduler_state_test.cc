@@ -155,6 +155,10 @@ TEST_F(SchedulerStateTest, ReRegistrationKeepsRankAndCountsARestart) {
   EXPECT_EQ(state_->GetCluster().workers(1).restarts(), 1);
   EXPECT_EQ(state_->GetCluster().workers(1).last_exit_code(), 1);
   EXPECT_EQ(state_->stats().restarts, 2);
+  // Of these, only the one its agent made inside the pod is a program restart (the operator
+  // counts the pod's replacements itself).
+  EXPECT_EQ(state_->GetCluster().workers(0).program_restarts(), 0);
+  EXPECT_EQ(state_->GetCluster().workers(1).program_restarts(), 1);
   // A pod cannot change its role.
   auto wrong = Reg(v1::ROLE_SERVER, "w-a");
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
