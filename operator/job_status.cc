@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "common/subprocess.h"
+#include "operator/progress_status.h"
 
 namespace trellis::op {
 namespace {
@@ -55,10 +56,12 @@ std::map<PodRole, RoleCounts> Count(const std::vector<ObservedPod>& pods, const 
   return counts;
 }
 
-// Writes replicaStatuses, restarts and the WORKERS/SERVERS columns. `keep_finished`: the job
-// has ended, its pods are being cleaned up; succeeded/failed counts never go down then.
+// Writes replicaStatuses, restarts and the WORKERS/SERVERS columns. A role's restarts are its
+// pods' replacements (`restarts`) and its programs' restarts inside their pods (`program`, which
+// the progress poller counts from the scheduler; kept as programRestarts). `keep_finished`: the
+// job has ended, its pods are being cleaned up; succeeded/failed counts never go down then.
 void WriteCounts(Json& st, std::map<PodRole, RoleCounts> counts, const std::map<PodRole, int>& restarts,
-                 const JobSpec& js, bool keep_finished) {
+                 const std::map<PodRole, int>& program, const JobSpec& js, bool keep_finished) {
   const std::pair<PodRole, const char*> roles[] = {
       {PodRole::kScheduler, "scheduler"}, {PodRole::kServer, "server"}, {PodRole::kWorker, "worker"}};
   Json rs = Json::object();
@@ -72,9 +75,11 @@ void WriteCounts(Json& st, std::map<PodRole, RoleCounts> counts, const std::map<
       c.succeeded = std::max(c.succeeded, before("succeeded"));
       c.failed = std::max(c.failed, before("failed"));
     }
-    const int r = restarts.count(role) ? restarts.at(role) : 0;
+    const int in_pods = program.count(role) ? program.at(role) : 0;
+    const int r = (restarts.count(role) ? restarts.at(role) : 0) + in_pods;
     total_restarts += r;
     rs[key] = CountsJson(c, r);
+    if (in_pods > 0) rs[key]["programRestarts"] = Json::number(in_pods);
   }
   st["replicaStatuses"] = rs;
   st["restarts"] = Json::number(total_restarts);
@@ -110,37 +115,90 @@ std::string Describe(const ObservedPod& p) {
 }
 
 constexpr char kUnschedulable[] = "Unschedulable";
+// A pod's container cannot start: its image cannot be pulled, its configuration is refused.
+constexpr char kCannotStart[] = "CannotStart";
 
-// The Unschedulable condition: True with `reason` and `message` while something keeps the
-// job's pods from being placed (reason empty: nothing does). Jobs that never waited never get
-// it; once True, it turns False with `clear_reason` when the wait ends. Turning True is a
-// Warning event unless the plan already has one.
-void UpdateUnschedulable(Json& st, JobPlan& plan, const std::string& reason, std::string message,
-                         const std::string& clear_reason, const std::string& clear_message,
-                         Clock::time_point now) {
+// A waiting condition (Unschedulable, CannotStart): True with `reason` and `message` while
+// something keeps the job's pods from being placed or started (reason empty: nothing does).
+// Jobs that never waited never get it; once True, it turns False with `clear_reason` when the
+// wait ends. Turning True is a Warning event (the phase's, unless the plan already has a
+// Warning there).
+void UpdateWaitCondition(Json& st, JobPlan& plan, const char* type, const std::string& reason,
+                         std::string message, const std::string& clear_reason,
+                         const std::string& clear_message, Clock::time_point now) {
   bool was_true = false;
   if (const Json* conds = At(st, {"conditions"}); conds && conds->is_array()) {
     for (size_t i = 0; i < conds->size(); ++i) {
-      if (Str(conds->at(i), {"type"}) != kUnschedulable) continue;
+      if (Str(conds->at(i), {"type"}) != type) continue;
       was_true = Str(conds->at(i), {"status"}) == "True";
     }
   }
   if (reason.empty()) {
-    if (was_true) SetCondition(st, kUnschedulable, false, clear_reason, clear_message, now);
+    if (was_true) SetCondition(st, type, false, clear_reason, clear_message, now);
     return;
   }
   // Schedulers' messages list every node's reason; the status keeps a readable head.
   constexpr size_t kMaxMessage = 1024;
   if (message.size() > kMaxMessage) message = message.substr(0, kMaxMessage - 3) + "...";
-  SetCondition(st, kUnschedulable, true, reason, message, now);
-  if (!was_true && plan.event_type != "Warning") {
+  SetCondition(st, type, true, reason, message, now);
+  if (was_true) return;
+  if (plan.event_type != "Warning") {
     plan.event_type = "Warning";
     plan.event_reason = reason;
     plan.event_message = message;
+  } else {
+    plan.events.push_back({"Warning", reason, message});
   }
 }
 
+// The kubelet's reasons for a container that waits and will not start by itself.
+bool CannotStartReason(const std::string& r) {
+  static const char* const kReasons[] = {"ErrImagePull",          "ImagePullBackOff",     "InvalidImageName",
+                                         "ErrImageNeverPull",     "RegistryUnavailable",  "SignatureValidationFailed",
+                                         "CreateContainerConfigError", "CreateContainerError", "RunContainerError"};
+  return std::find(std::begin(kReasons), std::end(kReasons), r) != std::end(kReasons);
+}
+
+bool ReportEmpty(const TerminationReport& r) {
+  return r.error.empty() && r.command_not_found.empty() && r.exit.empty() && r.restarts == 0 &&
+         r.job_failed.empty();
+}
+
+// A condition reason naming how `p` failed, else `fallback`.
+std::string FailureReason(const ObservedPod& p, const std::string& fallback) {
+  if (p.terminated_reason == "OOMKilled") return "OOMKilled";
+  if (!p.report.command_not_found.empty()) return "CommandNotFound";
+  return fallback;
+}
+
 }  // namespace
+
+std::string HowItFailed(const ObservedPod& p) {
+  const std::string code = p.exit_code >= 0 ? "exit code " + std::to_string(p.exit_code) : "";
+  const std::string in_pod =
+      p.report.restarts > 0 ? " after " + std::to_string(p.report.restarts) + " restarts inside the pod" : "";
+  if (p.terminated_reason == "OOMKilled") {
+    return "was OOMKilled (" + (p.memory_limit.empty() ? std::string("no memory limit") : "memory limit " + p.memory_limit) +
+           (code.empty() ? "" : "; " + code) + ")" + in_pod;
+  }
+  if (!p.report.command_not_found.empty()) {
+    return "failed: command not found: " + p.report.command_not_found + (code.empty() ? "" : " (" + code + ")");
+  }
+  std::string s = "failed" + (code.empty() ? "" : " with " + code);
+  if (p.exit_code == 127) {
+    s += " (command not found)";
+  } else if (!p.terminated_reason.empty() && p.terminated_reason != "Error" && p.terminated_reason != "Completed") {
+    s += " (" + p.terminated_reason + ")";
+  }
+  s += in_pod;
+  // The agent's own error, or the container runtime's words (a container that could not run).
+  if (!p.report.error.empty()) {
+    s += ": " + Truncate(p.report.error, 512);
+  } else if (ReportEmpty(p.report) && !p.terminated_message.empty()) {
+    s += ": " + Truncate(p.terminated_message, 512);
+  }
+  return s;
+}
 
 std::optional<ObservedPod> ObservePod(const Json& pod) {
   ObservedPod o;
@@ -178,7 +236,24 @@ std::optional<ObservedPod> ObservePod(const Json& pod) {
     if (auto code = Int(*mine, {"state", "terminated", "exitCode"})) {
       o.exit_code = static_cast<int>(std::clamp<int64_t>(*code, -1, 1 << 16));
       o.finished_at = Str(*mine, {"state", "terminated", "finishedAt"});
+      o.terminated_reason = Truncate(Str(*mine, {"state", "terminated", "reason"}), 128);
+      o.terminated_message = Truncate(Str(*mine, {"state", "terminated", "message"}), kMaxTerminationMessage);
+      o.report = ParseTerminationReport(o.terminated_message);
     }
+    const std::string waiting = Str(*mine, {"state", "waiting", "reason"});
+    if (CannotStartReason(waiting)) {
+      const std::string msg = Truncate(Str(*mine, {"state", "waiting", "message"}), 512);
+      o.cannot_start_reason = waiting;
+      o.cannot_start = waiting + (msg.empty() ? "" : ": " + msg);
+    }
+  }
+  // The agent's container's memory limit: what an OOM kill is measured against.
+  if (const Json* cs = At(pod, {"spec", "containers"}); cs && cs->is_array() && cs->size() > 0) {
+    const Json* mine = &cs->at(0);
+    for (size_t i = 0; i < cs->size(); ++i) {
+      if (Str(cs->at(i), {"name"}) == "trellis") mine = &cs->at(i);
+    }
+    o.memory_limit = Truncate(Str(*mine, {"resources", "limits", "memory"}), 64);
   }
   // Only a pod still Pending waits for the scheduler; a stale condition on a running one does not.
   if (const Json* conds = At(pod, {"status", "conditions"}); o.phase == "Pending" && conds && conds->is_array()) {
@@ -272,18 +347,37 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
   };
 
   // The status is writable by anyone allowed to write it: clamp, so sums cannot overflow.
-  auto restarts_of = [&](const char* role) {
-    const int64_t n = Int(st, {"replicaStatuses", role, "restarts"}).value_or(0);
+  auto count_of = [&](const char* role, const char* field) {
+    const int64_t n = Int(st, {"replicaStatuses", role, field}).value_or(0);
     return static_cast<int>(std::clamp<int64_t>(n, 0, 1 << 24));
   };
-  std::map<PodRole, int> restarts = {{PodRole::kScheduler, restarts_of("scheduler")},
-                                     {PodRole::kServer, restarts_of("server")},
-                                     {PodRole::kWorker, restarts_of("worker")}};
+  // Restarts inside the pods (the progress poller's count) are part of a role's restarts, but
+  // not of backoffLimit's: the agent limits those per pod. `restarts`: the pods' replacements.
+  std::map<PodRole, int> program = {{PodRole::kScheduler, 0},
+                                    {PodRole::kServer, count_of("server", "programRestarts")},
+                                    {PodRole::kWorker, count_of("worker", "programRestarts")}};
+  auto restarts_of = [&](PodRole role, const char* key) {
+    return std::max(0, count_of(key, "restarts") - program[role]);
+  };
+  std::map<PodRole, int> restarts = {{PodRole::kScheduler, restarts_of(PodRole::kScheduler, "scheduler")},
+                                     {PodRole::kServer, restarts_of(PodRole::kServer, "server")},
+                                     {PodRole::kWorker, restarts_of(PodRole::kWorker, "worker")}};
+  // The first pod failure of the job, kept in status.firstFailure: when a later one ends the job
+  // (often a consequence), the job's message still names what went wrong first.
+  auto note_failure = [&](const std::string& what) {
+    if (!At(st, {"firstFailure"})) st["firstFailure"] = JStr(Truncate(what, 1024));
+  };
+  auto first_failure_if_other = [&](const std::string& what) {
+    const std::string first = Str(st, {"firstFailure"});
+    return first.empty() || first == Truncate(what, 1024) ? std::string() : "; the first failure: " + first;
+  };
 
   if (Terminal(old_phase)) {
     phase = old_phase;
     plan.remove = CleanUp(js.runPolicy.cleanPodPolicy, pods);
-    WriteCounts(st, Count(pods, {plan.remove.begin(), plan.remove.end()}), restarts, js, /*keep_finished=*/true);
+    WriteCounts(st, Count(pods, {plan.remove.begin(), plan.remove.end()}), restarts, program, js,
+                /*keep_finished=*/true);
+    FinishProgress(st, phase == kSucceeded, now);
     apply_ttl();
     st["phase"] = JStr(phase);
     return plan;
@@ -293,14 +387,15 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
     for (const auto& p : pods) {
       if (!p.deleting) plan.remove.push_back(p.name);
     }
-    WriteCounts(st, Count(pods, {plan.remove.begin(), plan.remove.end()}), restarts, js, /*keep_finished=*/false);
+    WriteCounts(st, Count(pods, {plan.remove.begin(), plan.remove.end()}), restarts, program, js,
+                /*keep_finished=*/false);
     // The deadline counts running time: a resumed job starts its clock again.
     if (st.has_field("startTime")) st.erase("startTime");
     phase = kSuspended;
     reason = "JobSuspended";
     message = "job " + name + " is suspended: its pods are deleted until spec.runPolicy.suspend is false";
     conclude();
-    UpdateUnschedulable(st, plan, "", "", reason, message, now);
+    UpdateWaitCondition(st, plan, kUnschedulable, "", "", reason, message, now);
     return plan;
   }
   if (old_phase == kSuspended) {
@@ -346,21 +441,45 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
     }
   }
 
+  const std::vector<const ObservedPod*> failed_pods = FailedFirst(pods);
+  // A pod's agent found the job already failed at the scheduler (its termination report): no
+  // replacement pod could join the job, so none is made. The job fails naming the first failure
+  // and how it failed (an OOM kill, a missing command), not the exits that followed from it.
+  if (phase.empty()) {
+    const ObservedPod* told = nullptr;
+    for (const ObservedPod* p : failed_pods) {
+      if (!p->report.job_failed.empty()) {
+        told = p;
+        break;
+      }
+    }
+    if (told) {
+      const ObservedPod& first = *failed_pods.front();
+      const std::string what = Describe(first) + " " + HowItFailed(first);
+      const std::string earlier = first_failure_if_other(what);
+      note_failure(what);
+      finish(kFailed, FailureReason(first, "PodFailed"),
+             "job " + name + ": " + what + earlier + "; the job's scheduler failed the job (" +
+                 Truncate(told->report.job_failed, 1024) + "), so no pod is recreated: none could join it");
+    }
+  }
+
   // Failed pods: restart under the role's policy until backoffLimit, else the job fails.
   int total_restarts =
       restarts[PodRole::kServer] + restarts[PodRole::kWorker] + restarts[PodRole::kScheduler];
-  for (const ObservedPod* failed : FailedFirst(pods)) {
+  for (const ObservedPod* failed : failed_pods) {
     const ObservedPod& p = *failed;
     if (!phase.empty()) break;
-    const std::string code = p.exit_code >= 0 ? " with exit code " + std::to_string(p.exit_code) : "";
+    const std::string what = Describe(p) + " " + HowItFailed(p);
     if (p.role == PodRole::kScheduler) {
       // A new scheduler pod (same Service) recovers the running job from its members
       // (docs/scheduler.md#scheduler-restart); only one that keeps failing fails the job.
+      const std::string earlier = first_failure_if_other(what);
+      note_failure(what);
       if (total_restarts >= js.runPolicy.backoffLimit) {
         finish(kFailed, "SchedulerFailed",
-               "job " + name + ": " + Describe(p) + " failed" + code + " after " +
-                   std::to_string(total_restarts) + " restarts (backoffLimit " +
-                   std::to_string(js.runPolicy.backoffLimit) + ")");
+               "job " + name + ": " + what + " after " + std::to_string(total_restarts) +
+                   " restarts (backoffLimit " + std::to_string(js.runPolicy.backoffLimit) + ")" + earlier);
         break;
       }
       ++restarts[p.role];
@@ -368,10 +487,11 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
       plan.remove.push_back(p.name);
       restarted = true;
       reason = "SchedulerRestarted";
-      message = "job " + name + ": " + Describe(p) + " failed" + code +
+      message = "job " + name + ": " + what +
                 "; recreating it, the running job's members hand its state back (restart " +
                 std::to_string(total_restarts) + " of at most " +
                 std::to_string(js.runPolicy.backoffLimit) + ")";
+      plan.events.push_back({"Warning", reason, message});
       continue;
     }
     const RestartPolicy policy = js.RestartPolicyFor(p.role == PodRole::kServer ? js.servers : js.workers);
@@ -389,21 +509,28 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
       reason = "PodEvicted";
       message = "job " + name + ": " + Describe(p) + " was evicted (" + p.disruption +
                 "); recreating it (not counted toward backoffLimit)";
+      plan.events.push_back({"Warning", reason, message});
       continue;
     }
+    const std::string earlier = first_failure_if_other(what);
+    note_failure(what);
+    const bool not_found = !p.report.command_not_found.empty();
     const bool permanent = policy == RestartPolicy::kNever ||
                            (policy == RestartPolicy::kExitCode && p.exit_code >= 1 && p.exit_code < 128) ||
-                           p.exit_code == kExitConfigurationError;  // restarting cannot fix it
+                           p.exit_code == kExitConfigurationError ||  // restarting cannot fix it
+                           not_found;                                  // nor a missing command
     if (permanent) {
-      finish(kFailed, "PodFailed",
-             "job " + name + ": " + Describe(p) + " failed" + code + " (restartPolicy " +
-                 std::string(ToString(policy)) + ")");
+      finish(kFailed, FailureReason(p, "PodFailed"),
+             "job " + name + ": " + what +
+                 (not_found ? std::string(" (a new pod of the same image cannot find it either)")
+                            : " (restartPolicy " + std::string(ToString(policy)) + ")") +
+                 earlier);
       break;
     }
     if (total_restarts >= js.runPolicy.backoffLimit) {
       finish(kFailed, "BackoffLimitExceeded",
-             "job " + name + ": " + Describe(p) + " failed" + code + " after " + std::to_string(total_restarts) +
-                 " restarts (backoffLimit " + std::to_string(js.runPolicy.backoffLimit) + ")");
+             "job " + name + ": " + what + " after " + std::to_string(total_restarts) +
+                 " restarts (backoffLimit " + std::to_string(js.runPolicy.backoffLimit) + ")" + earlier);
       break;
     }
     ++restarts[p.role];
@@ -411,8 +538,9 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
     plan.remove.push_back(p.name);
     restarted = true;
     reason = "PodRestarted";
-    message = "job " + name + ": " + Describe(p) + " failed" + code + "; recreating it (restart " +
-              std::to_string(total_restarts) + " of at most " + std::to_string(js.runPolicy.backoffLimit) + ")";
+    message = "job " + name + ": " + what + "; recreating it (restart " + std::to_string(total_restarts) +
+              " of at most " + std::to_string(js.runPolicy.backoffLimit) + ")";
+    plan.events.push_back({"Warning", reason, message});
   }
 
   if (phase.empty() && Count(pods, {})[PodRole::kWorker].succeeded >= js.workers.replicas) {
@@ -423,14 +551,17 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
   if (Terminal(phase)) {
     // Pods being restarted this very round are dropped: the job is over.
     plan.remove = CleanUp(js.runPolicy.cleanPodPolicy, pods);
-    WriteCounts(st, Count(pods, {plan.remove.begin(), plan.remove.end()}), restarts, js, /*keep_finished=*/true);
+    plan.events.clear();
+    WriteCounts(st, Count(pods, {plan.remove.begin(), plan.remove.end()}), restarts, program, js,
+                /*keep_finished=*/true);
+    FinishProgress(st, phase == kSucceeded, now);
     plan.requeue_after.reset();
     apply_ttl();
     conclude();
     return plan;
   }
   // Per-role status (a failed pod being recreated this round still counts as failed).
-  WriteCounts(st, Count(pods, {}), restarts, js, /*keep_finished=*/false);
+  WriteCounts(st, Count(pods, {}), restarts, program, js, /*keep_finished=*/false);
 
   // Create what is missing (a pod still being deleted is recreated once it is gone).
   plan.ensure_support = true;
@@ -519,9 +650,28 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
       message = "job " + name + ": creating and waiting for pods";
     }
   }
+  // Pods placed whose container cannot start (an image that cannot be pulled, a missing
+  // Secret): the job would wait for them for ever; say why.
+  std::string start_reason, start_message;
+  if (!all_up) {
+    const ObservedPod* first = nullptr;
+    int n = 0;
+    for (const auto& p : pods) {
+      if (p.deleting || p.cannot_start.empty()) continue;
+      if (!first) first = &p;
+      ++n;
+    }
+    if (first) {
+      start_reason = first->cannot_start_reason;
+      start_message = "job " + name + ": pod " + first->name + " cannot start: " + first->cannot_start +
+                      (n > 1 ? " (and " + std::to_string(n - 1) + " more pods cannot start)" : "");
+    }
+  }
   conclude();
-  UpdateUnschedulable(st, plan, wait_reason, wait_message, "PodsScheduled",
+  UpdateWaitCondition(st, plan, kUnschedulable, wait_reason, wait_message, "PodsScheduled",
                       "job " + name + ": every pod has been scheduled", now);
+  UpdateWaitCondition(st, plan, kCannotStart, start_reason, start_message, "ContainersStarted",
+                      "job " + name + ": the containers of every pod have started", now);
   return plan;
 }
 

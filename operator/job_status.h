@@ -9,6 +9,7 @@
 
 #include "common/job_spec.h"
 #include "common/status.h"
+#include "common/termination_report.h"
 #include "operator/desired.h"
 #include "operator/gang.h"
 #include "operator/json_util.h"
@@ -38,7 +39,22 @@ struct ObservedPod {
   // node-pressure eviction), or the reason of a DisruptionTarget condition (eviction API,
   // preemption, taint manager). Empty: none.
   std::string disruption;
+  // Of the terminated "trellis" container: the kubelet's reason (OOMKilled, Error, StartError,
+  // ...) and its message (the agent's termination report, common/termination_report.h, or the
+  // container runtime's words); empty: unknown.
+  std::string terminated_reason;
+  std::string terminated_message;
+  TerminationReport report;  // parsed from terminated_message
+  std::string memory_limit;  // that container's resources.limits.memory; empty: none
+  // The "trellis" container cannot start (state.waiting with ErrImagePull, ImagePullBackOff,
+  // InvalidImageName, CreateContainerConfigError, ...): "ImagePullBackOff: <the kubelet's
+  // message>". Empty: none.
+  std::string cannot_start;
+  std::string cannot_start_reason;  // the kubelet's reason alone
 };
+// How a failed pod ended, for people: "was OOMKilled (memory limit 256Mi; exit code 137)",
+// "failed: command not found: /app/train (exit code 127)", "failed with exit code 3".
+std::string HowItFailed(const ObservedPod& p);
 // nullopt for a pod without valid trellis.io/role and trellis.io/rank labels (not ours to judge).
 std::optional<ObservedPod> ObservePod(const Json& pod);
 
@@ -53,6 +69,12 @@ struct JobPlan {
   std::string event_type;  // Normal or Warning; empty: no event
   std::string event_reason;
   std::string event_message;
+  // Events of this round besides the phase's: one per pod restarted or recreated (two pods
+  // restarted at once are two events). One equal to the phase's event is recorded once.
+  struct Event {
+    std::string type, reason, message;
+  };
+  std::vector<Event> events;
 };
 
 // `spec` is ParseJobSpec of the job object (an error makes the job Failed with reason InvalidSpec

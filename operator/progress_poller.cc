@@ -10,6 +10,7 @@
 #include <cpprest/asyncrt_utils.h>
 
 #include "common/logging.h"
+#include "operator/events.h"
 #include "operator/job_status.h"
 #include "operator/progress_status.h"
 
@@ -57,9 +58,11 @@ int ProgressPoller::PollOnce() {
   }
   int writes = 0;
   std::set<Key> running;
+  std::set<std::string> uids;
   if (const Json* items = At(*jobs, {"items"}); items && items->is_array()) {
     for (size_t i = 0; i < items->size(); ++i) {
       const Json& job = items->at(i);
+      uids.insert(Str(job, {"metadata", "uid"}));
       if (Str(job, {"status", "phase"}) != kRunning) continue;
       const Key key{Str(job, {"metadata", "namespace"}, "default"), Str(job, {"metadata", "name"})};
       running.insert(key);
@@ -74,6 +77,9 @@ int ProgressPoller::PollOnce() {
   // Connections of jobs that ended or went away.
   for (auto it = schedulers_.begin(); it != schedulers_.end();) {
     it = running.count(it->first) ? std::next(it) : schedulers_.erase(it);
+  }
+  for (auto it = restarts_seen_.begin(); it != restarts_seen_.end();) {
+    it = uids.count(it->first) ? std::next(it) : restarts_seen_.erase(it);
   }
   return writes;
 }
@@ -158,12 +164,32 @@ StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
     schedulers_.erase({ns, name});  // reconnect next round (a restarted scheduler, a new token)
     return progress.status();
   }
-  Json status = *At(job, {"status"});
-  if (!ApplyProgress(status, *progress, Clock::now())) return false;
+  const Json before = *At(job, {"status"});
+  Json status = before;
+  ApplyProgress(status, *progress, Clock::now());
+  // The programs' restarts inside their pods: the scheduler counts what the agents report.
+  const std::string uid = Str(job, {"metadata", "uid"});
+  ProgramRestartsSeen seen = restarts_seen_[uid];  // kept once the status carries them
+  std::vector<std::string> restarted;
+  auto view = c->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(2000));
+  if (view.ok()) {
+    restarted = ApplyProgramRestarts(status, *view, seen);
+  } else {
+    TLOG_DEBUG << "cluster view of " << ns << "/" << name << ": " << view.status().message();
+  }
+  if (status == before) {
+    restarts_seen_[uid] = seen;
+    return false;
+  }
   Json update = job;
   update["status"] = status;
   auto w = client_.UpdateStatus(kTrainingJobs, ns, name, update);
   if (!w.ok()) return w.status();  // a 409 waits for the next round, with a fresh read
+  restarts_seen_[uid] = seen;
+  for (const auto& m : restarted) {
+    Status e = RecordJobEvent(client_, *w, "Warning", "ProgramRestarted", "job " + name + ": " + m, Clock::now());
+    if (!e.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << e.message();
+  }
   return true;
 }
 

@@ -1,8 +1,9 @@
 // Training progress into the TrainingJob (docs/kubernetes.md#progress): one thread ("progress")
 // that, every `interval`, asks each Running job's scheduler for its JobProgress (GetProgress,
-// with the job's token) and writes status.progress and the Straggler condition when they
-// changed -- at most one status write per job per interval, never one per step. A write that
-// loses a race with the reconciler (409) waits for the next round.
+// with the job's token) and its cluster view (GetCluster), and writes status.progress, the
+// Straggler condition and the programs' restarts inside their pods (with a ProgramRestarted
+// Event each) when they changed -- at most one status write per job per interval, never one per
+// step. A write that loses a race with the reconciler (409) waits for the next round.
 #pragma once
 
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include "operator/desired.h"
 #include "operator/kube_client.h"
+#include "operator/progress_status.h"
 #include "scheduler/scheduler_client.h"
 
 namespace trellis::op {
@@ -59,6 +61,8 @@ class ProgressPoller {
   const OperatorSettings settings_;
   const ProgressPollerOptions options_;
   std::map<Key, Scheduler> schedulers_;  // poller thread only
+  // Per job uid: the programs' restarts inside their pods seen so far (poller thread only).
+  std::map<std::string, ProgramRestartsSeen> restarts_seen_;
 
   std::mutex mu_;
   std::condition_variable cv_;

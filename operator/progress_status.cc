@@ -1,5 +1,6 @@
 #include "operator/progress_status.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -52,6 +53,27 @@ Json ProgressJson(const v1::JobProgress& p) {
   return j;
 }
 
+void FinishProgress(Json& status, bool succeeded, Clock::time_point now) {
+  if (const Json* progress = At(status, {"progress"}); progress && progress->is_object()) {
+    Json p = *progress;
+    for (const char* running : {"eta", "etaSeconds", "samplesPerSecond"}) {
+      if (p.has_field(running)) p.erase(running);
+    }
+    if (auto total = Int(p, {"totalSteps"}); succeeded && total && *total > 0) p["step"] = Json::number(*total);
+    status["progress"] = p;
+  }
+  if (const Json* conds = At(status, {"conditions"}); conds && conds->is_array()) {
+    bool straggler = false, stalled = false;
+    for (size_t i = 0; i < conds->size(); ++i) {
+      const bool on = Str(conds->at(i), {"status"}) == "True";
+      straggler |= on && Str(conds->at(i), {"type"}) == kStragglerCondition;
+      stalled |= on && Str(conds->at(i), {"type"}) == kStalledCondition;
+    }
+    if (straggler) SetCondition(status, kStragglerCondition, false, "JobFinished", "the job has ended", now);
+    if (stalled) SetCondition(status, kStalledCondition, false, "JobFinished", "the job has ended", now);
+  }
+}
+
 bool ApplyProgress(Json& status, const v1::JobProgress& p, Clock::time_point now) {
   const Json before = status;
   if (p.reported()) status["progress"] = ProgressJson(p);
@@ -87,6 +109,40 @@ bool ApplyProgress(Json& status, const v1::JobProgress& p, Clock::time_point now
                  "no worker is slower than the others' median by the " + rule, now);
   }
   return status != before;
+}
+
+std::vector<std::string> ApplyProgramRestarts(Json& status, const v1::ClusterView& view,
+                                              ProgramRestartsSeen& known) {
+  std::vector<std::string> events;
+  int64_t added_total = 0;
+  for (const v1::Role role : {v1::ROLE_SERVER, v1::ROLE_WORKER}) {
+    const char* key = role == v1::ROLE_SERVER ? "server" : "worker";
+    const auto& nodes = role == v1::ROLE_SERVER ? view.servers() : view.workers();
+    const int64_t recorded = std::clamp<int64_t>(Int(status, {"replicaStatuses", key, "programRestarts"}).value_or(0), 0, 1 << 24);
+    int64_t added = 0, total = 0;
+    for (const auto& n : nodes) {
+      const int32_t now = std::clamp<int32_t>(n.program_restarts(), 0, 1 << 24);
+      total += now;
+      auto it = known.find({role, n.rank()});
+      const int32_t before = it != known.end() ? it->second : (recorded == 0 ? 0 : now);
+      for (int32_t k = before + 1; k <= now && k <= before + 10; ++k) {  // a burst: the first ten
+        events.push_back(std::string(key) + " " + std::to_string(n.rank()) + " (pod " + n.pod_name() +
+                         "): its program was restarted inside the pod by its agent (restart " +
+                         std::to_string(k) + " there; the program's last exit code " +
+                         std::to_string(n.last_exit_code()) + ")");
+      }
+      if (now > before) added += now - before;
+      known[{role, n.rank()}] = now;
+    }
+    const int64_t next = std::max(recorded + added, total);
+    if (next == recorded) continue;
+    const int64_t restarts = Int(status, {"replicaStatuses", key, "restarts"}).value_or(0);
+    Put(status, {"replicaStatuses", key, "programRestarts"}, Json::number(next));
+    Put(status, {"replicaStatuses", key, "restarts"}, Json::number(restarts + next - recorded));
+    added_total += next - recorded;
+  }
+  if (added_total > 0) status["restarts"] = Json::number(Int(status, {"restarts"}).value_or(0) + added_total);
+  return events;
 }
 
 }  // namespace trellis::op

@@ -2,7 +2,11 @@
 // (docs/kubernetes.md#progress). Pure: the poller (progress_poller.h) decides when to write.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "operator/json_util.h"
 #include "trellis/v1/scheduler.pb.h"
@@ -17,8 +21,25 @@ inline constexpr char kStalledCondition[] = "Stalled";
 // stepSeconds, slowestRank, slowestPod, skew (figures rounded so noise alone changes nothing).
 Json ProgressJson(const v1::JobProgress& p);
 
+// The job has ended (Succeeded: `succeeded`): status.progress keeps what was reached, not the
+// running figures -- no ETA, no samples per second; the step is the last one (totalSteps) when
+// the job succeeded and knows it. A Straggler or Stalled condition still True turns False.
+void FinishProgress(Json& status, bool succeeded, Clock::time_point now);
+
 // Writes status.progress and the Straggler condition (True naming the rank and pod; False once
 // none is, if the condition was ever set) into `status`. Returns whether anything changed.
 bool ApplyProgress(Json& status, const v1::JobProgress& p, Clock::time_point now);
+
+// Restarts of the programs inside their pods (the agents' restarts: the pod lives on, so
+// Kubernetes counts none) from the scheduler's view (NodeInfo.program_restarts) into
+// replicaStatuses.<role>.programRestarts; the new ones are added to the role's restarts and to
+// status.restarts. `known`: what this operator saw per (role, rank) before, updated. A rank not
+// seen before counts from 0 while the status records none for its role, else from what the
+// scheduler says now (an operator restarted meanwhile cannot tell which are new; the status
+// count still catches up). Returns one Event message per new restart, naming the rank, its pod
+// and its program's last exit code.
+using ProgramRestartsSeen = std::map<std::pair<int, int32_t>, int32_t>;  // (role, rank) -> count
+std::vector<std::string> ApplyProgramRestarts(Json& status, const v1::ClusterView& view,
+                                              ProgramRestartsSeen& known);
 
 }  // namespace trellis::op

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "common/logging.h"
+#include "operator/events.h"
 
 namespace trellis::op {
 namespace {
@@ -170,6 +171,11 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
   phase_ = Str(plan.status, {"phase"});
   if (!plan.event_type.empty()) {
     Status s = RecordEvent(*job, plan.event_type, plan.event_reason, plan.event_message);
+    if (!s.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << s.message();
+  }
+  for (const auto& e : plan.events) {  // one per restart; the phase's own is there already
+    if (e.reason == plan.event_reason && e.message == plan.event_message) continue;
+    Status s = RecordEvent(*job, e.type, e.reason, e.message);
     if (!s.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << s.message();
   }
 
@@ -362,32 +368,7 @@ Status Reconciler::EnsureSupport(const JobMeta& meta, const JobSpec& spec) {
 
 Status Reconciler::RecordEvent(const Json& job, const std::string& type, const std::string& reason,
                                const std::string& message) {
-  const std::string ns = Str(job, {"metadata", "namespace"}, "default");
-  const std::string name = Str(job, {"metadata", "name"});
-  const std::string now = FormatTime(now_());
-  Json ev = Json::object();
-  ev["apiVersion"] = JStr("v1");
-  ev["kind"] = JStr("Event");
-  // Unique per transition: the job's resourceVersion names the state that caused it.
-  // (A job name may be up to 253 characters when its spec is invalid; an event name too.)
-  Put(ev, {"metadata", "name"}, JStr(name.substr(0, 200) + "." + Str(job, {"metadata", "resourceVersion"}) + "." +
-                                      std::to_string(std::hash<std::string>{}(reason + message) % 100000)));
-  Put(ev, {"metadata", "namespace"}, JStr(ns));
-  Json ref = Json::object();
-  ref["apiVersion"] = JStr(kGroupVersion);
-  ref["kind"] = JStr("TrainingJob");
-  ref["name"] = JStr(name);
-  ref["namespace"] = JStr(ns);
-  ref["uid"] = JStr(Str(job, {"metadata", "uid"}));
-  ev["involvedObject"] = ref;
-  ev["type"] = JStr(type);
-  ev["reason"] = JStr(reason);
-  ev["message"] = JStr(Truncate(message, 1024));
-  ev["firstTimestamp"] = JStr(now);
-  ev["lastTimestamp"] = JStr(now);
-  ev["count"] = Json::number(1);
-  Put(ev, {"source", "component"}, JStr("trellis-operator"));
-  return CreateIfMissing(client_, kEvents, ns, ev);
+  return RecordJobEvent(client_, job, type, reason, message, now_());
 }
 
 }  // namespace trellis::op

@@ -147,7 +147,8 @@ TEST(PlanJobTest, FailedWorkerUnderOnFailureIsRecreatedUntilBackoffLimit) {
   EXPECT_EQ(Str(failed.status, {"phase"}), "Failed");
   EXPECT_EQ(Condition(failed.status, "Failed", "reason"), "BackoffLimitExceeded");
   EXPECT_EQ(Condition(failed.status, "Failed", "message"),
-            "job mlp: worker 2 (pod mlp-worker-2) failed with exit code 1 after 2 restarts (backoffLimit 2)");
+            "job mlp: worker 2 (pod mlp-worker-2) failed with exit code 1 after 2 restarts (backoffLimit 2); "
+            "the first failure: worker 1 (pod mlp-worker-1) failed with exit code 3");
   EXPECT_EQ(Int(failed.status, {"restarts"}), 2);
   EXPECT_TRUE(failed.create.empty());
 }
@@ -304,7 +305,7 @@ TEST(PlanJobTest, AFailedSchedulerIsRecreatedUntilBackoffLimit) {
   EXPECT_EQ(Condition(failed.status, "Failed", "reason"), "SchedulerFailed");
   EXPECT_EQ(Condition(failed.status, "Failed", "message"),
             "job mlp: scheduler (pod mlp-scheduler) failed with exit code 1 after 2 restarts "
-            "(backoffLimit 2)");
+            "(backoffLimit 2); the first failure: scheduler (pod mlp-scheduler) failed with exit code 137");
 }
 
 TEST(PlanJobTest, DeadlineExceededFailsAndRequeuesBeforeIt) {

@@ -76,6 +76,13 @@ TEST(StatusSchemaTest, EveryStatusFieldTheOperatorWritesIsDeclared) {
   ASSERT_TRUE(ApplyProgress(running["status"], progress, t0));
   ASSERT_TRUE(At(running, {"status", "progress", "samplesPerSecond"})->is_double());
   CheckAgainst(running["status"], status_schema, "status");
+  // Restarts of the programs inside their pods (the scheduler's view) and the first failure.
+  v1::ClusterView view;
+  view.add_workers()->set_program_restarts(2);
+  ProgramRestartsSeen seen;
+  ASSERT_EQ(ApplyProgramRestarts(running["status"], view, seen).size(), 2u);
+  ASSERT_TRUE(At(running, {"status", "firstFailure"}));
+  CheckAgainst(running["status"], status_schema, "status");
   Json bad = testing::ApiJob(R"({"workers":{}})");
   CheckAgainst(PlanJob(bad, ParseJobSpec(bad.serialize()), {}, t0).status, status_schema, "status");
 }
