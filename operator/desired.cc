@@ -137,7 +137,37 @@ Json PodShell(const JobMeta& job, const JobSpec& spec, PodRole role, int index, 
   return pod;
 }
 
+// Whether the pods run the operator's own image, whose user is not root (scripts/image.sh).
+bool OwnImage(const JobSpec& spec, const OperatorSettings& s) {
+  return spec.image.empty() || spec.image == s.default_image;
+}
+
 }  // namespace
+
+void ApplyPodSecurityDefaults(Json& pod, bool non_root_image) {
+  if (!At(pod, {"spec", "automountServiceAccountToken"})) {
+    Put(pod, {"spec", "automountServiceAccountToken"}, Json::boolean(false));
+  }
+  if (!At(pod, {"spec", "securityContext"})) {
+    Json sc = Json::object();
+    Put(sc, {"seccompProfile", "type"}, JStr("RuntimeDefault"));
+    if (non_root_image) sc["runAsNonRoot"] = Json::boolean(true);
+    Put(pod, {"spec", "securityContext"}, sc);
+  }
+  const Json* containers = At(pod, {"spec", "containers"});
+  if (!containers || !containers->is_array()) return;
+  Json list = *containers;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (Str(list[i], {"name"}) != "trellis" || At(list[i], {"securityContext"})) continue;
+    Json sc = Json::object();
+    sc["allowPrivilegeEscalation"] = Json::boolean(false);
+    Json drop = Json::array();
+    drop[0] = JStr("ALL");
+    Put(sc, {"capabilities", "drop"}, drop);
+    list[i]["securityContext"] = sc;
+  }
+  Put(pod, {"spec", "containers"}, list);
+}
 
 std::string RoleName(PodRole r) {
   switch (r) {
@@ -239,7 +269,9 @@ Json SchedulerPod(const JobMeta& job, const JobSpec& spec, const OperatorSetting
   Json env = Json::array();
   env[0] = FieldEnv(kListenHostEnv, "status.podIP");
   c["env"] = env;
-  return PodShell(job, spec, PodRole::kScheduler, 0, s, c, /*with_config=*/true);
+  Json pod = PodShell(job, spec, PodRole::kScheduler, 0, s, c, /*with_config=*/true);
+  ApplyPodSecurityDefaults(pod, OwnImage(spec, s));
+  return pod;
 }
 
 Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, const OperatorSettings& s) {
@@ -290,7 +322,9 @@ Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, c
   // ParseJobSpec has checked the template is a mapping, so merging cannot fail here; were it
   // to, the pod without the template still runs the job.
   auto merged = ApplyPodTemplate(pod, rs.templateYaml);
-  return merged.ok() ? *merged : pod;
+  Json out = merged.ok() ? *merged : pod;
+  ApplyPodSecurityDefaults(out, OwnImage(spec, s));  // after the template: its values win
+  return out;
 }
 
 std::vector<Json> DesiredPods(const JobMeta& job, const JobSpec& spec, const OperatorSettings& s) {

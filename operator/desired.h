@@ -60,6 +60,14 @@ Json SchedulerPod(const JobMeta& job, const JobSpec& spec, const OperatorSetting
 // role's pod template merged in (operator/pod_template.h).
 Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, const OperatorSettings& s);
 
+// What every pod of a job gets unless the role's pod template sets its own (the template's
+// value wins, whole): no service-account token (spec.automountServiceAccountToken false: no
+// Trellis process talks to the API server), the runtime's default seccomp profile and, when the
+// pod runs the operator's own image (its user is 1000, not root), runAsNonRoot (pod
+// securityContext); no privilege escalation and no capabilities (the "trellis" container's
+// securityContext).
+void ApplyPodSecurityDefaults(Json& pod, bool non_root_image);
+
 // Every pod the job should have, scheduler first, then servers, then workers.
 std::vector<Json> DesiredPods(const JobMeta& job, const JobSpec& spec, const OperatorSettings& s);
 

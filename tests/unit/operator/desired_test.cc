@@ -188,3 +188,38 @@ TEST(DesiredTest, TlsSecretIsMountedAndNamedInEveryPod) {
 
 }  // namespace
 }  // namespace trellis::op
+
+namespace trellis::op {
+namespace {
+
+// Issue 32: no Trellis process talks to the API server, so no pod gets a service-account token;
+// every pod gets a restrictive securityContext -- runAsNonRoot only with the operator's own
+// image (user 1000) -- unless its template sets its own, which wins whole.
+TEST(DesiredTest, PodsGetNoTokenAndARestrictiveSecurityContextUnlessTheTemplateSaysOtherwise) {
+  Json job = ApiJob(kSpec);  // reg/trellis:1, not the operator's own image
+  const JobMeta meta = *JobMetaOf(job);
+  JobSpec spec = Spec(job);
+  const OperatorSettings s;
+  for (const Json& pod : DesiredPods(meta, spec, s)) {
+    const std::string name = Str(pod, {"metadata", "name"});
+    EXPECT_EQ(pod.at("spec").at("automountServiceAccountToken"), Json::boolean(false)) << name;
+    EXPECT_EQ(Str(pod, {"spec", "securityContext", "seccompProfile", "type"}), "RuntimeDefault") << name;
+    EXPECT_EQ(At(pod, {"spec", "securityContext", "runAsNonRoot"}), nullptr) << name;  // the image's user is unknown
+    const Json& c = pod.at("spec").at("containers").at(0);
+    EXPECT_EQ(c.at("securityContext").serialize(),
+              R"({"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}})") << name;
+  }
+  spec.image.clear();  // the operator's own image: its user is not root
+  for (const Json& pod : DesiredPods(meta, spec, s)) {
+    EXPECT_EQ(pod.at("spec").at("securityContext").at("runAsNonRoot"), Json::boolean(true));
+  }
+  Json own = ApiJob(R"({"workers":{"command":["w"],"template":{"spec":{"automountServiceAccountToken":true,
+      "securityContext":{"runAsUser":0},"containers":[{"name":"trellis","securityContext":{"privileged":true}}]}}}})");
+  Json pod = RolePod(*JobMetaOf(own), Spec(own), PodRole::kWorker, 0, s);
+  EXPECT_EQ(pod.at("spec").at("automountServiceAccountToken"), Json::boolean(true));
+  EXPECT_EQ(pod.at("spec").at("securityContext").serialize(), R"({"runAsUser":0})");
+  EXPECT_EQ(pod.at("spec").at("containers").at(0).at("securityContext").serialize(), R"({"privileged":true})");
+}
+
+}  // namespace
+}  // namespace trellis::op
