@@ -26,6 +26,7 @@ KNOWN = {
     "apiextensions.k8s.io/v1": {"CustomResourceDefinition"},
     "monitoring.coreos.com/v1": {"ServiceMonitor", "PodMonitor", "PrometheusRule"},
     "trellis.io/v1alpha1": {"TrainingJob"},
+    "coordination.k8s.io/v1": {"Lease"},
 }
 # The least verbs the operator needs, per (apiGroup, resource).
 EXPECTED_RULES = {
@@ -117,8 +118,15 @@ class Helm(ObjectChecks):
             self.check_object("helm template", d)
             by_kind.setdefault(d["kind"], []).append(d)
         self.assertEqual(sorted(by_kind), ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
-                                           "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"])
+                                           "Deployment", "Lease", "Role", "RoleBinding", "Service",
+                                           "ServiceAccount"])
         self.assertEqual(by_kind["Role"][0]["metadata"]["namespace"], "trellis-system")
+        # The leader-election Lease is the chart's, so `helm uninstall` deletes it (the operator's
+        # own release of it is refused once helm has deleted the RBAC).
+        lease = by_kind["Lease"][0]
+        self.assertEqual((lease["metadata"]["name"], lease["metadata"]["namespace"]),
+                         ("trellis-operator", "trellis-system"))
+        self.assertNotIn("spec", lease)  # the operator's to fill: an upgrade must not reset a holder
         dep = by_kind["Deployment"][0]
         c = dep["spec"]["template"]["spec"]["containers"][0]
         self.assertEqual(c["image"], "ghcr.io/trellis-ml/trellis:0.1.0")
@@ -169,6 +177,10 @@ class Helm(ObjectChecks):
         rule = by_kind["PrometheusRule"][0]["spec"]
         with open(os.path.join(REPO, "charts/trellis/rules/trellis-alerts.yaml")) as f:
             self.assertEqual(rule, yaml.safe_load(f))
+
+    def test_no_lease_without_leader_election(self):
+        kinds = {d["kind"] for d in self.render("--set", "operator.leaderElect=false")}
+        self.assertNotIn("Lease", kinds)
 
     def test_rbac_can_be_left_out(self):
         docs = self.render("--set", "rbac.create=false", "--set", "serviceAccount.create=false",
