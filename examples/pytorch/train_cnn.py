@@ -7,6 +7,11 @@ Synthetic task (no downloads): 16x16 single-channel images, 10 classes; each cla
 random smooth pattern placed at a random shift with noise on top. The lines marked "# trellis"
 are everything Trellis adds to a plain PyTorch script; without a job (TRELLIS_SCHEDULER unset)
 they do nothing and the script trains alone.
+
+Fault tolerance: the TrainingState lets a worker that was killed (a deleted pod, kill -9, an
+out-of-memory kill) rejoin the running job where the others are, bit for bit, with the ordinary
+shuffling DataLoader (docs/pytorch.md#fault-tolerance). Progress (step, samples/s, ETA) is
+reported without a call: from optimizer.step(), the DataLoader's batches and the state's `epochs`.
 """
 import argparse
 import os
@@ -15,6 +20,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
 
 import trellis                      # trellis
 import trellis.torch as tt          # trellis
@@ -65,11 +71,14 @@ def main():
 
     trellis.init()                                        # trellis: join the job (or run alone)
     rank, size = trellis.rank(), trellis.size()           # trellis: this worker's data shard
-    torch.manual_seed(1 + rank)  # different initial weights: the broadcast makes them equal
+    # One seed on every worker (the DDP habit): rank 0's weights reach everyone through the
+    # broadcast anyway, and a worker that rejoins continues with a live worker's random states.
+    torch.manual_seed(1)
 
     t = templates()
     x, y = make_data(args.train_samples, 11, t)
-    x, y = x[rank::size], y[rank::size]
+    loader = DataLoader(TensorDataset(x[rank::size], y[rank::size]), batch_size=args.batch,
+                        shuffle=True, drop_last=True)
     x_test, y_test = make_data(args.test_samples, 12, t)
 
     model = Net()
@@ -79,23 +88,28 @@ def main():
     tt.broadcast_optimizer_state(opt, root_rank=0)                 # trellis
     first_epoch = 0
     if args.checkpoint and os.path.exists(args.checkpoint):
-        first_epoch = tt.load_checkpoint(args.checkpoint, model, opt)["epoch"]
+        # (None on a worker that rejoined a running job: it holds a live worker's state.)
+        first_epoch = (tt.load_checkpoint(args.checkpoint, model, opt) or {}).get("epoch", 0)
         if rank == 0:
             print("resumed from %s at epoch %d" % (args.checkpoint, first_epoch), flush=True)
+    state = tt.TrainingState(model, opt, epoch=first_epoch, batch=0,   # trellis: a restarted
+                             epochs=args.epochs)                       # worker resumes here
 
-    g = torch.Generator().manual_seed(100 + rank)
     acc = 0.0
-    for epoch in range(first_epoch, args.epochs):
+    for epoch in range(state.epoch, args.epochs):
         model.train()
-        order = torch.randperm(x.shape[0], generator=g)
-        total, steps = 0.0, x.shape[0] // args.batch
-        for s in range(steps):
-            idx = order[s * args.batch:(s + 1) * args.batch]
+        total, steps = 0.0, 0
+        for i, (xb, yb) in enumerate(loader):
+            if i < state.batch:
+                continue                                  # trellis: done before a rejoin
             opt.zero_grad()
-            loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss = F.cross_entropy(model(xb), yb)
             loss.backward()
+            state.batch = i + 1                           # trellis
             opt.step()
-            total += loss.item()
+            total, steps = total + loss.item(), steps + 1
+        state.epoch, state.batch = epoch + 1, 0           # trellis
+        state.commit()                                    # trellis
         model.eval()
         with torch.no_grad():
             acc = (model(x_test).argmax(1) == y_test).float().mean().item()
