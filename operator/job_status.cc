@@ -176,7 +176,9 @@ std::string FailureReason(const ObservedPod& p, const std::string& fallback) {
 std::string HowItFailed(const ObservedPod& p) {
   const std::string code = p.exit_code >= 0 ? "exit code " + std::to_string(p.exit_code) : "";
   const std::string in_pod =
-      p.report.restarts > 0 ? " after " + std::to_string(p.report.restarts) + " restarts inside the pod" : "";
+      p.report.restarts > 0 ? " after " + std::to_string(p.report.restarts) +
+                                  (p.report.restarts == 1 ? " restart" : " restarts") + " inside the pod"
+                            : "";
   if (p.terminated_reason == "OOMKilled") {
     return "was OOMKilled (" + (p.memory_limit.empty() ? std::string("no memory limit") : "memory limit " + p.memory_limit) +
            (code.empty() ? "" : "; " + code) + ")" + in_pod;
@@ -443,26 +445,25 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
 
   const std::vector<const ObservedPod*> failed_pods = FailedFirst(pods);
   // A pod's agent found the job already failed at the scheduler (its termination report): no
-  // replacement pod could join the job, so none is made. The job fails naming the first failure
-  // and how it failed (an OOM kill, a missing command), not the exits that followed from it.
-  if (phase.empty()) {
-    const ObservedPod* told = nullptr;
-    for (const ObservedPod* p : failed_pods) {
-      if (!p->report.job_failed.empty()) {
-        told = p;
-        break;
-      }
-    }
-    if (told) {
-      const ObservedPod& first = *failed_pods.front();
-      const std::string what = Describe(first) + " " + HowItFailed(first);
-      const std::string earlier = first_failure_if_other(what);
-      note_failure(what);
-      finish(kFailed, FailureReason(first, "PodFailed"),
-             "job " + name + ": " + what + earlier + "; the job's scheduler failed the job (" +
-                 Truncate(told->report.job_failed, 1024) + "), so no pod is recreated: none could join it");
+  // replacement pod could join the job, so where a pod would be recreated the job fails instead,
+  // naming the first failure and how it failed (an OOM kill, a missing command), not the exits
+  // that followed from it.
+  const ObservedPod* told = nullptr;
+  for (const ObservedPod* p : failed_pods) {
+    if (!p->report.job_failed.empty()) {
+      told = p;
+      break;
     }
   }
+  auto fail_told = [&]() {
+    const ObservedPod& first = *failed_pods.front();
+    const std::string what = Describe(first) + " " + HowItFailed(first);
+    const std::string earlier = first_failure_if_other(what);
+    note_failure(what);
+    finish(kFailed, FailureReason(first, "PodFailed"),
+           "job " + name + ": " + what + earlier + "; the job's scheduler failed the job (" +
+               Truncate(told->report.job_failed, 1024) + "), so no pod is recreated: none could join it");
+  };
 
   // Failed pods: restart under the role's policy until backoffLimit, else the job fails.
   int total_restarts =
@@ -480,6 +481,10 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
         finish(kFailed, "SchedulerFailed",
                "job " + name + ": " + what + " after " + std::to_string(total_restarts) +
                    " restarts (backoffLimit " + std::to_string(js.runPolicy.backoffLimit) + ")" + earlier);
+        break;
+      }
+      if (told) {
+        fail_told();
         break;
       }
       ++restarts[p.role];
@@ -502,6 +507,10 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
         finish(kFailed, "PodDeleted",
                "job " + name + ": " + Describe(p) + " was evicted (" + p.disruption +
                    ") while the job ran (restartPolicy Never does not replace it)");
+        break;
+      }
+      if (told) {
+        fail_told();
         break;
       }
       plan.remove.push_back(p.name);
@@ -531,6 +540,10 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
       finish(kFailed, "BackoffLimitExceeded",
              "job " + name + ": " + what + " after " + std::to_string(total_restarts) +
                  " restarts (backoffLimit " + std::to_string(js.runPolicy.backoffLimit) + ")" + earlier);
+      break;
+    }
+    if (told) {
+      fail_told();
       break;
     }
     ++restarts[p.role];

@@ -104,7 +104,14 @@ class Lifecycle(envtest.EnvtestCase):
         self.create_job(shell_job("exitcode", "exit 3", restartPolicy="ExitCode"))
         self.create_job(shell_job("onfailure", "[ -e %s ] && exit 0; touch %s; exit 1" % (marker, marker),
                                   restartPolicy="OnFailure", backoffLimit=2))
-        self.create_job(shell_job("backoff", "exit 1", restartPolicy="OnFailure", backoffLimit=1))
+        # A server that keeps failing: its pod is recreated until backoffLimit (a server's exit does
+        # not fail the job at its scheduler).
+        backoff_job = shell_job("backoff", "sleep 60", restartPolicy="OnFailure", backoffLimit=1)
+        backoff_job["spec"]["servers"]["command"] = ["/bin/sh", "-c", "exit 1"]
+        self.create_job(backoff_job)
+        # A worker that fails for good fails the job at its scheduler: no pod could join it any
+        # more, so none is recreated (its agent says so in its termination message).
+        self.create_job(shell_job("workerfail", "exit 1", restartPolicy="OnFailure", backoffLimit=1))
         never = self.wait_phase("never", ("Succeeded", "Failed"), 90)
         self.assertEqual(never["phase"], "Failed")
         failed = [c for c in never["conditions"] if c["type"] == "Failed"][0]
@@ -123,8 +130,17 @@ class Lifecycle(envtest.EnvtestCase):
         self.assertEqual(backoff["restarts"], 1)
         self.assertIn("PodRestarted", self.events("backoff"))  # it went through Restarting
         # The failed pod is kept for its logs, the rest cleaned up (cleanPodPolicy Running).
-        self.assertTrue(wait_for(lambda: sorted(self.uids("trellis.io/job-name=backoff")) == ["backoff-worker-0"], 30),
+        self.assertTrue(wait_for(lambda: sorted(self.uids("trellis.io/job-name=backoff")) == ["backoff-server-0"], 30),
                         sorted(self.uids("trellis.io/job-name=backoff")))
+        workerfail = self.wait_phase("workerfail", ("Succeeded", "Failed"), 90)
+        self.assertEqual(workerfail["phase"], "Failed", workerfail)
+        failed = [c for c in workerfail["conditions"] if c["type"] == "Failed"][0]
+        self.assertEqual(failed["reason"], "PodFailed", failed)
+        self.assertIn("worker 0 (pod workerfail-worker-0) failed with exit code 1 after 1 restart inside the pod",
+                      failed["message"])
+        self.assertIn("the job's scheduler failed the job", failed["message"])
+        self.assertEqual(workerfail["restarts"], 0, workerfail)
+        self.assertNotIn("PodRestarted", self.events("workerfail"))
 
     def test_4_active_deadline_fails_the_job_and_stops_its_pods(self):
         self.start_operator()

@@ -140,6 +140,17 @@ TEST(PodFailureTest, AJobFailedAtTheSchedulerGetsNoPodRecreatedAndNamesTheOomKil
   EXPECT_NE(Str(plan.status, {"firstFailure"}).find("was OOMKilled (memory limit 256Mi"), std::string::npos);
 }
 
+TEST(PodFailureTest, APermanentFailureOfAFailedJobKeepsItsOwnMessage) {
+  Json job = ApiJob(R"({"servers":{"replicas":1},"workers":{"replicas":2,"command":["w"]},
+                        "runPolicy":{"restartPolicy":"Never"}})");
+  Step(job, Running(), kT0);
+  JobPlan plan = Step(job, With(Running(), ApiPod("worker", 0, "Failed", Terminated(3, "Error",
+      "exit: program exited with code 3\njob-failed: worker 0 (pod mlp-worker-0) failed: exited with code 3\n"))),
+      kT0 + std::chrono::seconds(5));
+  EXPECT_EQ(Str(plan.status, {"phase"}), "Failed");
+  EXPECT_EQ(plan.event_message, "job mlp: worker 0 (pod mlp-worker-0) failed with exit code 3 (restartPolicy Never)");
+}
+
 TEST(PodFailureTest, AnOomKillTheSchedulerSurvivesIsRestartedSayingSo) {
   Json job = ApiJob(kJob);
   Step(job, Running(), kT0);
