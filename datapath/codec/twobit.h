@@ -7,14 +7,19 @@
 //   r >= +t  -> code 11, decoded +t
 //   r <= -t  -> code 10, decoded -t
 //   else     -> code 00, decoded 0.0f
-//   residual[i] = r - decoded
+//   rest = r - decoded
+//   rest = rest < -t ? -t : rest     (NaN compares false: a NaN stays NaN)
+//   rest = rest >  t ?  t : rest
+//   residual[i] = rest
+// The residual is bounded to [-t, t]: what exceeds it is dropped, not queued (unbounded error
+// feedback lags behind a gradient that changed sign, and with momentum that diverges).
 // Code 01 is never produced; a decoder rejects it. 16 codes per 32-bit word, element 16w+0 in
 // bits 31..30 of word w, element 16w+15 in bits 1..0; the last word is padded with 00.
 //
 // NaN and Inf: comparisons with NaN are false, so an element whose r is NaN encodes 00 and the
-// NaN stays in the residual (visible to the owner, never sent). r = +Inf encodes 11 and stays
-// +Inf (Inf - t == Inf): it keeps sending +t every step until the residual is reset; -Inf
-// likewise with 10. See docs/compression.md.
+// NaN stays in the residual (visible to the owner, never sent). r = +Inf encodes 11 and leaves
+// the residual at t (Inf - t == Inf, bounded to t), as any r >= 2t does; -Inf likewise with 10
+// and -t. See docs/compression.md.
 //
 // Wire payload ("frame"), all fields little-endian:
 //   offset 0  u32  magic     0x42325254 (bytes "TR2B")

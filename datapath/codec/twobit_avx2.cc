@@ -1,7 +1,7 @@
 // AVX2 kernels. Only these functions are compiled for AVX2 (target attribute, not -mavx2), so the
 // library still runs on any x86-64 and dispatches at run time. They perform the very same float
-// operations as the scalar reference (add, compare, subtract; no FMA), so bits and residuals
-// match it exactly.
+// operations as the scalar reference (add, compare, subtract, clamp; no FMA), so bits and
+// residuals match it exactly.
 #include "datapath/codec/twobit.h"
 #include "datapath/codec/twobit_kernels.h"
 
@@ -24,7 +24,12 @@ TRELLIS_AVX2 inline __m256i QuantizeHalf(const float* grad, float* residual, __m
   const __m256 ge = _mm256_cmp_ps(r, vt, _CMP_GE_OQ);   // false for NaN
   const __m256 le = _mm256_cmp_ps(r, vnt, _CMP_LE_OQ);  // false for NaN
   const __m256 decoded = _mm256_or_ps(_mm256_and_ps(ge, vt), _mm256_and_ps(le, vnt));
-  _mm256_storeu_ps(residual, _mm256_sub_ps(r, decoded));
+  // Bound to [-t, t] as the scalar ternaries do: MAXPS/MINPS return their second operand when
+  // either is NaN, so with `rest` second a NaN stays NaN (and equal values are the same value).
+  __m256 rest = _mm256_sub_ps(r, decoded);
+  rest = _mm256_max_ps(vnt, rest);  // rest < -t ? -t : rest
+  rest = _mm256_min_ps(vt, rest);   // rest >  t ?  t : rest
+  _mm256_storeu_ps(residual, rest);
   const __m256i codes = _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(ge), _mm256_set1_epi32(3)),
                                         _mm256_and_si256(_mm256_castps_si256(le), _mm256_set1_epi32(2)));
   return _mm256_sllv_epi32(codes, shifts);

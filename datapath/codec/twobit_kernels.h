@@ -31,7 +31,12 @@ inline uint32_t QuantizeWordScalar(const float* grad, float* residual, size_t co
     const uint32_t pos = r >= t;
     const uint32_t neg = r <= neg_t;
     const uint32_t code = ((pos | neg) << 1) | pos;
-    residual[j] = r - decoded[code];  // subtract even 0.0f, as the SIMD path does
+    float rest = r - decoded[code];  // subtract even 0.0f, as the SIMD path does
+    // Bound the residual to [-t, t]; the excess is dropped. NaN compares false and stays NaN
+    // (the AVX2 path: max(-t, rest) then min(t, rest), which keep the second operand on NaN).
+    rest = rest < neg_t ? neg_t : rest;
+    rest = rest > t ? t : rest;
+    residual[j] = rest;
     word |= code << (30 - 2 * j);
   }
   return word;

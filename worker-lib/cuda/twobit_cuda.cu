@@ -26,7 +26,11 @@ __device__ __forceinline__ uint32_t QuantizeOne(float g, float& res, float t, fl
     code = 2;
     decoded = neg_t;
   }
-  res = __fsub_rn(r, decoded);
+  float rest = __fsub_rn(r, decoded);
+  // Bound the residual to [-t, t] (the excess is dropped), the CPU's ternaries: NaN stays NaN.
+  rest = rest < neg_t ? neg_t : rest;
+  rest = rest > t ? t : rest;
+  res = rest;
   return code;
 }
 

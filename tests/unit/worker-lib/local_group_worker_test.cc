@@ -176,7 +176,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LocalGroupEquivalenceTest,
 
 // With 2-bit compression a pod compresses its local sum once (each local rank its part), so the
 // servers see W_pods quantized sums: every rank must end with exactly what the algorithm gives
-// for 2 pods (residual += pod sum; +-threshold or 0; residual -= sent), with priority on.
+// for 2 pods (residual += pod sum; +-threshold or 0; residual -= sent, bounded to
+// [-threshold, threshold]), with priority on.
 TEST(LocalGroupWorkerTest, TwoBitCompressesEachPodsSum) {
   ClusterOptions o;
   o.servers = 2;
@@ -208,6 +209,7 @@ TEST(LocalGroupWorkerTest, TwoBitCompressesEachPodsSum) {
           r[i] += g0[i] + g1[i];  // the local reduce sums in local-rank order
           const float q = r[i] >= t ? t : (r[i] <= -t ? -t : 0.0f);
           r[i] -= q;
+          r[i] = r[i] < -t ? -t : (r[i] > t ? t : r[i]);
           sum[i] += q;
         }
       }

@@ -1,7 +1,7 @@
 // 2-bit compression end to end: workers with `compression: 2bit` against in-process parameter
 // servers over each transport. The sums the servers return must equal, bit for bit, a plain
 // scalar reference of the algorithm applied per slice per worker (residual += gradient; send
-// +-t or 0; residual -= sent), with the warm-up steps full precision, priority slicing on, and
+// +-t or 0; residual -= sent, bounded to [-t, t]), with the warm-up steps full precision, priority slicing on, and
 // in update mode the server's optimizer applied to the dequantized sum; in aggregate mode the
 // compressed steps' answers come back packed (spec.compression.packedPulls) and decode to the
 // same bits.
@@ -34,7 +34,8 @@ struct RefSlice {
     for (size_t i = 0; i < n; ++i) {
       const float r = residual[i] + grad[i];
       const float d = r >= kThreshold ? kThreshold : (r <= -kThreshold ? -kThreshold : 0.0f);
-      residual[i] = r - d;
+      const float rest = r - d;
+      residual[i] = rest < -kThreshold ? -kThreshold : (rest > kThreshold ? kThreshold : rest);
       sent[i] = d;
     }
     return sent;

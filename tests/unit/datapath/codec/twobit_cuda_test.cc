@@ -91,7 +91,8 @@ TEST_F(TwoBitCuda, QuantizeAndDequantizeMatchTheCpu) {
       std::vector<float> residual(n, 0.0f);
       d_residual.Upload(residual);
       for (uint32_t step = 0; step < 3; ++step) {
-        const std::vector<float> grad = testing::RandomGradient(n, t, 500 + step);
+        // Step 2 with gradients of 4t: the residual's bound [-t, t] cuts many elements.
+        const std::vector<float> grad = testing::RandomGradient(n, step == 2 ? 4 * t : t, 500 + step);
         std::vector<uint32_t> words(TwoBitWords(n));
         TwoBitQuantize(grad.data(), residual.data(), n, t, words.data());
         d_grad.Upload(grad);
@@ -138,6 +139,17 @@ TEST_F(TwoBitCuda, NanAndInfBehaveAsOnTheCpu) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(d_words.Download(), words);
   EXPECT_TRUE(SameValues(d_residual.Download(), residual));
+  // What the CPU gives: +Inf sends +t and leaves the residual at t (Inf - t = Inf, bounded to
+  // t), -Inf likewise; NaN sends nothing and stays; Inf + -Inf is NaN.
+  EXPECT_EQ(words[0] >> 26, (3u << 2) | 2u);  // element 0: 00, 1: 11, 2: 10
+  EXPECT_EQ(words[0] >> 30, 0u);
+  EXPECT_EQ(residual[1], 1.0f);
+  EXPECT_EQ(residual[2], -1.0f);
+  EXPECT_TRUE(std::isnan(residual[0]));
+  EXPECT_TRUE(std::isnan(residual[20]));
+  EXPECT_TRUE(std::isnan(residual[36]));
+  EXPECT_EQ(words[1], 0u);  // elements 16..31: 0.1 each, and the NaN of element 20
+  EXPECT_EQ(residual[3], 0.1f);
 }
 
 TEST_F(TwoBitCuda, RejectsBadArguments) {

@@ -23,7 +23,11 @@ inline std::vector<uint32_t> ReferenceCodes(const std::vector<float>& grad, std:
       codes[i] = 2;
       sent = -t;
     }
-    residual[i] = sum - sent;
+    float rest = sum - sent;
+    // The bound: the residual stays within [-t, t] (NaN fails both tests and stays NaN).
+    if (rest < -t) rest = -t;
+    if (rest > t) rest = t;
+    residual[i] = rest;
   }
   return codes;
 }

@@ -1,10 +1,12 @@
 // The 2-bit kernels: the seed's worked example, a plain reference, both CPU paths, odd lengths,
-// the residual invariant and NaN/Inf.
+// the residual's bound and what it keeps exactly, and NaN/Inf.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -119,7 +121,7 @@ TEST(TwoBitQuantize, OddLengthsPadWithZeroCodesAndRoundTrip) {
     ASSERT_TRUE(TwoBitDequantize(frame.data(), frame.size(), out.data(), n).ok());
     for (size_t i = 0; i < n; ++i) {
       ASSERT_EQ(out[i], grad[i] > 0 ? t : -t) << i;
-      ASSERT_EQ(residual[i], grad[i] > 0 ? 2.0f : -2.0f) << i;
+      ASSERT_EQ(residual[i], grad[i] > 0 ? t : -t) << i;  // 3 - 1 = 2, bounded to 1
     }
   }
 }
@@ -151,30 +153,129 @@ TEST(TwoBitQuantize, Avx2EqualsScalarBitsAndResiduals) {
   }
 }
 
-// Sum over steps of (decoded values) + final residual == sum of gradients, up to float rounding.
-TEST(TwoBitQuantize, ResidualInvariantHoldsOverManySteps) {
+// Gradients of any finite size: on every path the residual never leaves [-t, t].
+TEST(TwoBitQuantize, ResidualStaysWithinTheThreshold) {
   const float t = 0.25f;
   const size_t n = 777;
-  std::vector<float> residual(n, 0.0f);
-  std::vector<double> sum_grad(n, 0.0), sum_sent(n, 0.0), sum_abs(n, 0.0);
-  std::vector<uint32_t> words(TwoBitWords(n));
-  std::vector<float> sent(n);
-  for (uint32_t step = 0; step < 200; ++step) {
-    std::vector<float> grad = RandomGradient(n, t * 0.3f, step);
-    for (auto& g : grad) g = std::fmax(-0.9f * t, std::fmin(0.9f * t, g));  // |g| < t keeps |residual| < t
-    TwoBitQuantize(grad.data(), residual.data(), n, t, words.data());
-    TwoBitDequantizeWords(words.data(), n, t, sent.data());
-    for (size_t i = 0; i < n; ++i) {
-      sum_grad[i] += grad[i];
-      sum_sent[i] += sent[i];
-      sum_abs[i] += std::fabs(grad[i]) + std::fabs(sent[i]);
+  for (const Kernels* k : AllKernels()) {
+    SCOPED_TRACE(k->name);
+    std::vector<float> residual(n, 0.0f);
+    for (uint32_t step = 0; step < 50; ++step) {
+      // Spreads from t/10 to 10t; step 7 adds FLT_MAX-sized values.
+      const float scale = t * (step % 2 == 0 ? 0.1f : 10.0f);
+      std::vector<float> grad = RandomGradient(n, scale, step);
+      if (step == 7) {
+        grad[0] = std::numeric_limits<float>::max();
+        grad[n - 1] = -std::numeric_limits<float>::max();
+      }
+      Quantize(*k, grad, residual, t);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_LE(std::fabs(residual[i]), t) << "step " << step << " element " << i;
+      }
     }
   }
-  for (size_t i = 0; i < n; ++i) {
-    // Each step rounds once when adding and once when subtracting: |error| <= steps * 2 ulp-ish.
-    const double tolerance = 1e-6 * sum_abs[i] + 1e-6;
-    ASSERT_NEAR(sum_sent[i] + residual[i], sum_grad[i], tolerance) << i;
-    ASSERT_LT(std::fabs(residual[i]), t) << "the residual stays below the threshold for finite input";
+}
+
+// While every |grad| < t the bound never cuts anything, so no value is lost: with |residual| <= t
+// before the step, r = residual + grad is within [-2t, 2t], so r - (+-t) is exact (Sterbenz) and
+// already within [-t, t]. Per step, decoded + new residual == residual + grad, bit for bit, for
+// any such gradient; and where the additions are exact too (values on a grid of 2^-12 below 1)
+// the sum of everything sent plus the residual is the sum of the gradients, exactly.
+TEST(TwoBitQuantize, NothingIsLostWhileEveryGradientIsBelowTheThreshold) {
+  const float t = 0.25f;
+  const size_t n = 777;
+  std::vector<float> sent(n);
+  std::vector<uint32_t> words(TwoBitWords(n));
+  {  // arbitrary floats below t: each step is exact
+    std::vector<float> residual(n, 0.0f);
+    for (uint32_t step = 0; step < 200; ++step) {
+      std::vector<float> grad = RandomGradient(n, t * 0.5f, step);
+      for (auto& g : grad) g = std::fmax(-0.99f * t, std::fmin(0.99f * t, g));
+      std::vector<float> before = residual;
+      TwoBitQuantize(grad.data(), residual.data(), n, t, words.data());
+      TwoBitDequantizeWords(words.data(), n, t, sent.data());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(sent[i] + residual[i], before[i] + grad[i]) << "step " << step << " element " << i;
+        ASSERT_LE(std::fabs(residual[i]), t);
+      }
+    }
+  }
+  {  // on a grid: the sums are exact, in float and in double
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> pick(-1023, 1023);  // |grad| <= 1023/4096 < t = 1024/4096
+    std::vector<float> residual(n, 0.0f);
+    std::vector<double> sum_grad(n, 0.0), sum_sent(n, 0.0);
+    for (uint32_t step = 0; step < 500; ++step) {
+      std::vector<float> grad(n);
+      for (auto& g : grad) g = static_cast<float>(pick(rng)) / 4096.0f;
+      TwoBitQuantize(grad.data(), residual.data(), n, t, words.data());
+      TwoBitDequantizeWords(words.data(), n, t, sent.data());
+      for (size_t i = 0; i < n; ++i) {
+        sum_grad[i] += grad[i];
+        sum_sent[i] += sent[i];
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(sum_sent[i] + residual[i], sum_grad[i]) << i;
+      ASSERT_LE(std::fabs(residual[i]), t) << i;
+    }
+  }
+}
+
+// The bound at work: a steady gradient of 3t sends +t every step and the residual stays at t (the
+// other 2t per step are dropped, not queued). When the gradient turns to -3t, the very next step
+// sends -t: nothing of the old direction is left to send.
+TEST(TwoBitQuantize, ALargeSteadyGradientSendsTheThresholdAndKeepsTheResidualAtIt) {
+  const float t = 0.25f;
+  for (const Kernels* k : AllKernels()) {
+    SCOPED_TRACE(k->name);
+    // 17 elements: the vector body and the tail.
+    std::vector<float> grad(17, 3 * t), residual(17, 0.0f);
+    for (int step = 0; step < 10; ++step) {
+      const std::vector<uint32_t> words = Quantize(*k, grad, residual, t);
+      EXPECT_EQ(words[0], 0xFFFFFFFFu) << "step " << step;  // 16 codes 11
+      EXPECT_EQ(words[1], 3u << 30) << "step " << step;
+      for (float r : residual) ASSERT_EQ(r, t) << "step " << step;
+    }
+    std::fill(grad.begin(), grad.end(), -3 * t);
+    const std::vector<uint32_t> words = Quantize(*k, grad, residual, t);
+    EXPECT_EQ(words[0], 0xAAAAAAAAu);  // 16 codes 10 at once
+    EXPECT_EQ(words[1], 2u << 30);
+    for (float r : residual) ASSERT_EQ(r, -t);
+  }
+}
+
+// Every pair of special values (grad, residual) on every path against the reference: the clamp
+// keeps NaN, bounds Inf and FLT_MAX, and leaves -0 and denormals alone.
+TEST(TwoBitQuantize, SpecialValuesMatchTheReferenceOnEveryPath) {
+  const float t = 0.5f;
+  const float max = std::numeric_limits<float>::max();
+  const std::vector<float> special{0.0f,  -0.0f, 1e-40f, -1e-40f, t,    -t,   2 * t, -2 * t, 3 * t, -3 * t,
+                                   std::nextafter(t, 0.0f), std::nextafter(2 * t, 3 * t), 0.3f, -0.7f,
+                                   max,   -max,  kInf,   -kInf,   kNaN};
+  std::vector<float> grad, start;
+  for (float g : special) {
+    for (float r : special) {
+      grad.push_back(g);
+      start.push_back(r);
+    }
+  }
+  const size_t n = grad.size();
+  std::vector<float> ref_residual = start;
+  const std::vector<uint32_t> want = ReferencePack(ReferenceCodes(grad, ref_residual, t));
+  for (const Kernels* k : AllKernels()) {
+    SCOPED_TRACE(k->name);
+    std::vector<float> residual = start;
+    ASSERT_EQ(Quantize(*k, grad, residual, t), want);
+    for (size_t i = 0; i < n; ++i) {
+      SCOPED_TRACE("grad " + std::to_string(grad[i]) + " residual " + std::to_string(start[i]));
+      if (std::isnan(ref_residual[i])) {
+        ASSERT_TRUE(std::isnan(residual[i]));
+      } else {
+        ASSERT_TRUE(SameBits({residual[i]}, {ref_residual[i]})) << residual[i] << " vs " << ref_residual[i];
+        ASSERT_LE(std::fabs(residual[i]), t);
+      }
+    }
   }
 }
 
@@ -194,28 +295,38 @@ TEST(TwoBitQuantize, NanEncodesZeroAndStaysInTheResidual) {
       EXPECT_TRUE(std::isnan(residual[1]));
       EXPECT_TRUE(std::isnan(residual[2]));
       EXPECT_TRUE(std::isnan(residual[16]));
+      EXPECT_EQ(residual[3], 1.0f);  // 5 + residual - 1, bounded to 1
       grad[1] = grad[16] = 0.0f;  // NaN stays even when the gradient is clean again
     }
   }
 }
 
-TEST(TwoBitQuantize, InfinitiesSendTheThresholdEveryStepAndStay) {
+// +Inf sends +t and leaves the residual at t (Inf - t = Inf, bounded to t), as any r >= 2t does:
+// +t every step while the gradient is +Inf, one more step on the residual's t once the gradient
+// is clean, then nothing. -Inf likewise with -t; FLT_MAX too (FLT_MAX - t rounds to FLT_MAX).
+TEST(TwoBitQuantize, InfinitiesSendTheThresholdAndLeaveTheResidualAtIt) {
   for (const Kernels* k : AllKernels()) {
     SCOPED_TRACE(k->name);
-    std::vector<float> grad(16, 0.0f), residual(16, 0.0f);
+    // 17 elements: the vector body and the tail.
+    std::vector<float> grad(17, 0.0f), residual(17, 0.0f);
     grad[0] = kInf;
     grad[1] = -kInf;
     grad[2] = kInf;
-    residual[2] = -kInf;  // Inf + -Inf = NaN -> 00
+    residual[2] = -kInf;  // Inf + -Inf = NaN -> 00, and the NaN stays
     grad[15] = std::numeric_limits<float>::max();
-    for (int step = 0; step < 3; ++step) {
+    grad[16] = -kInf;
+    for (int step = 0; step < 5; ++step) {
+      if (step == 3) grad[0] = grad[1] = grad[2] = grad[15] = grad[16] = 0.0f;
       const std::vector<uint32_t> words = Quantize(*k, grad, residual, 1.0f);
-      // Element 15: FLT_MAX - 1 rounds back to FLT_MAX, so it keeps sending too.
-      EXPECT_EQ(words[0], (3u << 30) | (2u << 28) | 3u) << "step " << step;
-      EXPECT_EQ(residual[0], kInf);
-      EXPECT_EQ(residual[1], -kInf);
-      EXPECT_TRUE(std::isnan(residual[2]));
-      grad[0] = grad[1] = grad[2] = grad[15] = 0.0f;
+      const bool sends = step <= 3;  // steps 0-2 the gradient, step 3 the residual's t
+      EXPECT_EQ(words[0], sends ? (3u << 30) | (2u << 28) | 3u : 0u) << "step " << step;
+      EXPECT_EQ(words[1], sends ? 2u << 30 : 0u) << "step " << step;
+      const float left = step < 3 ? 1.0f : 0.0f;
+      EXPECT_EQ(residual[0], left) << "step " << step;
+      EXPECT_EQ(residual[1], -left) << "step " << step;
+      EXPECT_TRUE(std::isnan(residual[2])) << "step " << step;
+      EXPECT_EQ(residual[15], left) << "step " << step;
+      EXPECT_EQ(residual[16], -left) << "step " << step;
     }
   }
 }
