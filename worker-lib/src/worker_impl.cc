@@ -353,6 +353,10 @@ Handle WorkerImpl::Start(const char* verb, wire::Op op, KeyId key, const float* 
   // residual sees its steps in sequence; the frames then live in the requests.
   std::vector<std::shared_ptr<const std::vector<uint8_t>>> frames(compressed ? parts : 0);
   if (compressed) {
+    if (k.codec != nullptr) {
+      const std::string advice = threshold_advisor_.Observe(step, src, static_cast<size_t>(k.decl.num_elements));
+      if (!advice.empty()) TLOG_WARN << "worker " << setup_.rank << ": " << advice;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < parts; ++i) {
       auto f = EncodeSlice(k, k.slices[i], src);

@@ -33,6 +33,7 @@
 #include "worker-lib/src/progress_reporter.h"
 #include "worker-lib/src/slice_queue.h"
 #include "worker-lib/src/slice_metrics.h"
+#include "worker-lib/src/threshold_advisor.h"
 #include "worker-lib/src/transport.h"
 #include "worker-lib/src/worker_metrics.h"
 
@@ -260,6 +261,8 @@ class WorkerImpl final : public Worker {
     prometheus::Counter* pulled_packed;
   };
   CompressionMetrics compression_metrics_;
+  // Says once when the 2-bit threshold is far from the gradients (the log, a warning).
+  ThresholdAdvisor threshold_advisor_{setup_.compression.threshold};
 
   std::mutex barrier_mu_;
   std::map<std::string, int64_t> barrier_generation_;  // GUARDED_BY(barrier_mu_)
