@@ -46,7 +46,8 @@ Module: pod(name, image, command, **spec) a Pod dict; busybox_image(dir) a docke
 
 Skips (exit 77, saying what is missing) without root, the Kubernetes binaries (KUBEBUILDER_ASSETS
 or BUILD_DIR/k8s-assets: scripts/k8s-assets.sh) or the Debian packages (scripts/install-deps.sh);
-with TRELLIS_K8S_NODE_REQUIRED=1 (.ci/run) it fails instead.
+with TRELLIS_K8S_NODE_REQUIRED=1 (.ci/run) it fails instead. TRELLIS_NODE_TESTS="*pattern*,..."
+runs only the tests whose names match.
 """
 import ctypes
 import hashlib
@@ -64,6 +65,7 @@ import tarfile
 import tempfile
 import threading
 import time
+import unittest
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -687,6 +689,8 @@ def main(*cases, before_controller_manager=None, needs=()):
                                                      "\n  ".join(missing)), flush=True)
         sys.exit(1 if required else SKIP)
     assets, _ = find_binaries(build)
+    if os.environ.get("TRELLIS_NODE_TESTS"):   # e.g. "*test_1*,*helm*": only the tests matching these
+        unittest.defaultTestLoader.testNamePatterns = os.environ["TRELLIS_NODE_TESTS"].split(",")
     envtest.run_cases(Node(assets), cases, lambda cp: cp.start(before_controller_manager), "node")
 
 

@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""The user's path on a real node (node.py), with the image `make image` builds: the chart
+`helm install`ed as docs/kubernetes.md says (default values, only image.pullPolicy=Never since
+no registry is reachable: the image is imported into containerd), the operator running in-cluster
+as its Deployment; manifests/examples/mlp.yaml applied -> Running -> Succeeded, `kubectl logs`
+of each worker showing its output; a worker pod deleted mid-training -> recreated, rejoins, the
+job Succeeded; `kubectl delete tj` of a running job -> no pod left; `helm uninstall` -> nothing of
+the release left.
+
+The example's workers request 1 CPU each: with the operator's 50m that is more than this 2-CPU
+node has, so the test applies it with 250m (nothing else changed; on a larger node the example
+as shipped schedules).
+
+Usage: node_demo_test.py REPO BUILD_DIR   (exit 77 when a piece is missing, the image included:
+ctest's image.build entry, or `make image`, builds BUILD_DIR/trellis-image.docker.tar)
+"""
+import json
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import node  # noqa: E402
+import envtest  # noqa: E402
+from envtest_procs import wait_for  # noqa: E402
+
+RELEASE, CHART_NS = "trellis", "trellis-system"
+
+
+def build_dir():
+    return os.path.abspath(sys.argv[2]) if len(sys.argv) >= 3 else os.path.join(envtest.REPO, "build")
+
+
+def example(name):
+    """manifests/examples/mlp.yaml named `name`, its CPU request made to fit this node."""
+    with open(os.path.join(envtest.REPO, "manifests/examples/mlp.yaml")) as f:
+        text = f.read()
+    fits = text.replace('requests: {cpu: "1", memory: 512Mi}', 'requests: {cpu: 250m, memory: 512Mi}')
+    assert fits != text, "manifests/examples/mlp.yaml changed: its requests line is not where the test expects it"
+    return re.sub(r"(?m)^  name: mlp$", "  name: " + name, fits)
+
+
+class Demo(node.NodeCase):
+    prefix = "demo"
+
+    @classmethod
+    def setUpClass(cls):
+        cp = cls.cp
+        cls.image = node.chart_image(envtest.REPO)
+        cp.import_image(os.path.join(build_dir(), "trellis-image.docker.tar"), cls.image)
+        t = time.time()
+        cp.helm("install", RELEASE, os.path.join(envtest.REPO, "charts/trellis"), "--namespace", CHART_NS,
+                "--create-namespace", "--set", "image.pullPolicy=Never")
+        r = cp.kubectl("wait", "--for=condition=Available", "deployment/%s-operator" % RELEASE, "-n", CHART_NS,
+                       "--timeout=180s", check=False)
+        if r.returncode != 0:
+            print(cp.kubectl("get", "pods,events", "-n", CHART_NS, "-o", "wide", check=False).stdout)
+            print(cp.kubectl("logs", "-n", CHART_NS, "deployment/%s-operator" % RELEASE, check=False).stdout[-4000:])
+            raise AssertionError("the operator Deployment is not Available: %s%s" % (r.stdout, r.stderr))
+        print("demo: helm install -> operator Available in %.1f s" % (time.time() - t), flush=True)
+
+    def tearDown(self):
+        result = self._outcome.result
+        if any(t is self for t, _ in result.failures + result.errors):
+            print(self.cp.kubectl("logs", "-n", CHART_NS, "deployment/%s-operator" % RELEASE, "--tail=80",
+                                  check=False).stdout)
+            print(self.cp.kubectl("get", "tj", "-n", self.ns, "-o", "json", check=False).stdout[-4000:])
+        super().tearDown()
+
+    def job_pods(self, job):
+        return {p["metadata"]["name"]: p for p in self.pods() if p["metadata"]["name"].startswith(job + "-")}
+
+    def step(self, job):
+        return ((self.job(job) or {}).get("status", {}).get("progress") or {}).get("step", 0)
+
+    def test_1_mlp_example_runs_to_succeeded_with_worker_logs(self):
+        t = time.time()
+        self.apply(example("mlp"))
+        self.wait_phase("mlp", "Running", 180)
+        t_run = time.time()
+        st = self.wait_phase("mlp", ("Succeeded", "Failed"), 900)
+        self.assertEqual(st["phase"], "Succeeded", json.dumps(st))
+        self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
+        images = {c["image"] for p in self.pods() for c in p["spec"]["containers"]}
+        self.assertEqual(images, {self.image})
+        for i in range(2):
+            log = self.logs("mlp-worker-%d" % i)
+            self.assertIn("rank %d incarnation 1: starting" % i, log)
+            if i == 0:
+                self.assertRegex(log, r"RESULT: test accuracy .* -- reached")
+        print("demo: mlp.yaml applied -> Running %.1f s -> Succeeded %.1f s later; phases %s" % (
+            t_run - t, time.time() - t_run, self.phases["mlp"]), flush=True)
+        print("demo: worker 0's log ends:\n" + self.logs("mlp-worker-0")[-1500:], flush=True)
+
+    def test_2_deleted_worker_pod_is_recreated_and_rejoins(self):
+        self.apply(example("mlpd"))   # 768 steps: minutes here, tens of seconds on an idle machine
+        self.wait_phase("mlpd", "Running", 180)
+        self.assertTrue(wait_for(lambda: self.step("mlpd") > 0, 180), "no progress in the job's status")
+        old = self.pod_obj("mlpd-worker-1")["metadata"]["uid"]
+        self.assertLess(self.step("mlpd"), 700, "too late for a deletion mid-training")
+        t = time.time()
+        self.cp.kubectl("delete", "pod", "mlpd-worker-1", "-n", self.ns, "--wait=false")
+
+        def replaced():
+            p = self.pod_obj("mlpd-worker-1")
+            return p and p["metadata"]["uid"] != old and p["status"].get("phase") in ("Running", "Succeeded")
+        self.assertTrue(wait_for(replaced, 120), "mlpd-worker-1 not recreated and running: %s" %
+                        json.dumps(self.pod_obj("mlpd-worker-1")))
+        t_back = time.time()
+        st = self.wait_phase("mlpd", ("Succeeded", "Failed"), 900)
+        self.assertEqual(st["phase"], "Succeeded", json.dumps(st))
+        self.assertEqual(st["restarts"], 0, st)
+        log = self.logs("mlpd-worker-1")
+        self.assertIn("rank 1 incarnation 2: starting", log)
+        self.assertIn("rejoined the running job after step", log)
+        seen = self.phases["mlpd"]
+        self.assertNotIn("Pending", seen[seen.index("Running"):], seen)
+        rejoined = re.search(r"rejoined the running job after step \d+", log).group(0)
+        print("demo: worker 1 deleted; replacement running %.1f s later and %s; Succeeded %.1f s after the "
+              "deletion; phases %s" % (t_back - t, rejoined, time.time() - t, seen), flush=True)
+
+    def test_3_deleting_the_job_leaves_no_pod(self):
+        self.apply(example("mlpx"))
+        self.wait_phase("mlpx", "Running", 180)
+        self.assertTrue(self.job_pods("mlpx"))
+        t = time.time()
+        self.cp.kubectl("delete", "tj", "mlpx", "-n", self.ns, "--timeout=120s")
+        gone = wait_for(lambda: not self.pods() and not [
+            o for kind in ("services", "configmaps", "secrets")
+            for o in self.cp.get("/api/v1/namespaces/%s/%s" % (self.ns, kind))["items"]
+            if o["metadata"]["name"].startswith("mlpx-")], 120, 0.5)
+        self.assertTrue(gone, "left after kubectl delete tj: %s" % self.cp.kubectl(
+            "get", "pods,svc,cm,secret", "-n", self.ns, check=False).stdout)
+        print("demo: kubectl delete tj of a running job -> no pod left after %.1f s" % (time.time() - t), flush=True)
+
+    def test_4_helm_uninstall_leaves_nothing(self):
+        t = time.time()
+        self.cp.helm("uninstall", RELEASE, "--namespace", CHART_NS, "--wait", "--timeout", "120s")
+        sel = "app.kubernetes.io/instance=" + RELEASE
+
+        def left():
+            out = []
+            for args in (("all,sa,cm,secret,role,rolebinding,lease", "-n", CHART_NS),
+                         ("clusterrole,clusterrolebinding",)):
+                r = self.cp.kubectl("get", *args, "-l", sel, "-o", "name", check=False)
+                out += r.stdout.split()
+            out += ["pod/" + p["metadata"]["name"] for p in self.cp.get("/api/v1/namespaces/%s/pods" % CHART_NS)["items"]]
+            return out
+        self.assertTrue(wait_for(lambda: not left(), 90, 1), "left after helm uninstall: %s" % left())
+        # The CRD stays: Helm never deletes what a chart's crds/ folder installed.
+        crds = self.cp.kubectl("get", "crd", "-o", "name").stdout.split()
+        print("demo: helm uninstall -> nothing of the release left after %.1f s (CRDs kept by Helm's policy: %s)" % (
+            time.time() - t, crds), flush=True)
+
+
+if __name__ == "__main__":
+    b = build_dir()
+    node.main(Demo, needs=[(os.path.join(b, "trellis-image.docker.tar"),
+                            "the Trellis image %s/trellis-image.docker.tar (make image, or ctest's image.build)" % b),
+                           (envtest.find_helm() or "/nonexistent/helm",
+                            "helm (charts/install-helm.sh installs it into build-tools/helm)")])
