@@ -1,6 +1,10 @@
 #include "agent/agent.h"
 
+#include <string.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
 
 #include "common/tls.h"
 #include "common/auth.h"
@@ -67,6 +71,10 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
                 << "): a restarted program's byte totals will not include its predecessors'";
     }
   }
+  if (Status st = agent->MakeErrorDir(); !st.ok()) {
+    TLOG_WARN << st.ToString() << "; the program gets no " << kErrorFileEnv
+              << ", its errors will not be in the termination message";
+  }
   agent->supervisor_ =
       std::make_unique<Supervisor>(agent->restart_, *agent->spawner_, *agent, agent->timer_);
   return agent;
@@ -82,6 +90,28 @@ Agent::~Agent() {
   }
   cv_.notify_all();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (!error_dir_.empty()) {
+    std::error_code ec;  // remove_all follows no links the program may have left there
+    std::filesystem::remove_all(error_dir_, ec);
+  }
+}
+
+Status Agent::MakeErrorDir() {
+  std::string base = EnvSource().GetOr("TMPDIR", "/tmp");
+  if (base.empty() || base[0] != '/') base = "/tmp";
+  std::string tmpl = base + "/trellis-agent-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) return InternalError("cannot create " + tmpl + ": " + strerror(errno));
+  error_dir_ = tmpl;
+  error_file_ = error_dir_ + "/program-error";
+  return Status::Ok();
+}
+
+std::string Agent::TakeProgramError() {
+  if (error_file_.empty()) return "";
+  std::string error = ReadProgramError(error_file_);
+  std::error_code ec;
+  std::filesystem::remove_all(error_file_, ec);
+  return error;
 }
 
 int Agent::Run() {
@@ -100,6 +130,7 @@ int Agent::Run() {
     TLOG_ERROR << "cannot run the " << RoleName(config_.role) << " program: " << r.error.ToString();
     report_.error = "cannot run the " + std::string(RoleName(config_.role)) + " program: " + r.error.ToString();
     report_.restarts = r.restarts;
+    report_.program_error = TakeProgramError();  // an earlier start's, when one ran and failed
     return r.AgentExitCode();
   }
   int32_t rank;
@@ -124,6 +155,9 @@ int Agent::Run() {
 void Agent::FinishReport(const SupervisorResult& r, int32_t rank) {
   report_.exit = "program " + r.last.Describe();
   report_.restarts = r.restarts;
+  // Only the last start's (the file is emptied before each), and only for a failure.
+  const std::string program_error = TakeProgramError();
+  if (r.last.exit_code != 0) report_.program_error = program_error;
   if (!last_start_error_.ok()) {
     report_.error = last_start_error_.message();
     if (last_start_error_.code() == StatusCode::kNotFound) report_.command_not_found = program_;
@@ -233,6 +267,19 @@ StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
   opts.env.erase("TRELLIS_AGENT_METRICS_PORT");  // the agent's own, not the program's
   opts.env.erase(kLedgerFdEnv);                  // only ours, never an outer agent's
   opts.env.erase(kLedgerSinceEnv);
+  opts.env.erase(kErrorFileEnv);  // only ours, never an outer agent's
+  if (!error_file_.empty()) {
+    // An earlier start's error must not pass for this one's.
+    std::error_code ec;
+    std::filesystem::remove_all(error_file_, ec);
+    if (ec) {
+      TLOG_WARN << "removing " << error_file_ << ": " << ec.message() << "; the program gets no "
+                << kErrorFileEnv << " from now on";
+      error_file_.clear();
+    } else {
+      opts.env[kErrorFileEnv] = error_file_;
+    }
+  }
   if (ledger_) {
     // The ledger holds the programs this agent ran; a replaced pod's earlier ones are not in it.
     if (ledger_since_ == 0) ledger_since_ = reg.incarnation();

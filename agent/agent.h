@@ -72,6 +72,11 @@ class Agent : public SupervisorHooks {
   int LocalSize() const { return config_.role == v1::ROLE_WORKER && config_.gpus > 1 ? config_.gpus : 1; }
   // Once the rank is known (the first registration): the agent's series and their server.
   Status StartMetrics(int32_t rank);
+  // Makes error_dir_ for the program's $TRELLIS_ERROR_FILE. Errors: the directory cannot be made.
+  Status MakeErrorDir();
+  // What the last program left in its error file (common/termination_report.h ReadProgramError);
+  // removes the file. "" when there is none.
+  std::string TakeProgramError();
 
   const AgentConfig config_;
   std::unique_ptr<SchedulerClient> client_;
@@ -86,6 +91,10 @@ class Agent : public SupervisorHooks {
   std::string program_;       // argv[0] of the last start
   Status last_start_error_;   // why the last start failed; ok: it started
   TerminationReport report_;  // filled by Run
+  // The program's $TRELLIS_ERROR_FILE: <error_dir_>/program-error, in a directory of the agent's
+  // own (mode 0700, removed with the agent); emptied before every start. Empty: none could be made.
+  std::string error_dir_;
+  std::string error_file_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;         // wakes the heartbeat thread and registration retries
