@@ -161,7 +161,7 @@ bool CannotStartReason(const std::string& r) {
 
 bool ReportEmpty(const TerminationReport& r) {
   return r.error.empty() && r.command_not_found.empty() && r.exit.empty() && r.restarts == 0 &&
-         r.job_failed.empty();
+         r.job_failed.empty() && r.program_error.empty();
 }
 
 // A condition reason naming how `p` failed, else `fallback`.
@@ -179,9 +179,12 @@ std::string HowItFailed(const ObservedPod& p) {
       p.report.restarts > 0 ? " after " + std::to_string(p.report.restarts) +
                                   (p.report.restarts == 1 ? " restart" : " restarts") + " inside the pod"
                             : "";
+  // The program's own last words ($TRELLIS_ERROR_FILE: "ValueError: boom"), when it left any.
+  const std::string program_error =
+      p.report.program_error.empty() ? "" : ": " + Truncate(p.report.program_error, 512);
   if (p.terminated_reason == "OOMKilled") {
     return "was OOMKilled (" + (p.memory_limit.empty() ? std::string("no memory limit") : "memory limit " + p.memory_limit) +
-           (code.empty() ? "" : "; " + code) + ")" + in_pod;
+           (code.empty() ? "" : "; " + code) + ")" + in_pod + program_error;
   }
   if (!p.report.command_not_found.empty()) {
     return "failed: command not found: " + p.report.command_not_found + (code.empty() ? "" : " (" + code + ")");
@@ -199,7 +202,7 @@ std::string HowItFailed(const ObservedPod& p) {
   } else if (ReportEmpty(p.report) && !p.terminated_message.empty()) {
     s += ": " + Truncate(p.terminated_message, 512);
   }
-  return s;
+  return s + program_error;
 }
 
 std::optional<ObservedPod> ObservePod(const Json& pod) {

@@ -53,7 +53,9 @@ struct ObservedPod {
   std::string cannot_start_reason;  // the kubelet's reason alone
 };
 // How a failed pod ended, for people: "was OOMKilled (memory limit 256Mi; exit code 137)",
-// "failed: command not found: /app/train (exit code 127)", "failed with exit code 3".
+// "failed: command not found: /app/train (exit code 127)", "failed with exit code 3"; the
+// program's own last error follows when the report has one ("failed with exit code 1:
+// ValueError: boom", at most 512 bytes of it).
 std::string HowItFailed(const ObservedPod& p);
 // nullopt for a pod without valid trellis.io/role and trellis.io/rank labels (not ours to judge).
 std::optional<ObservedPod> ObservePod(const Json& pod);

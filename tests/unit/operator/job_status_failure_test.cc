@@ -2,7 +2,8 @@
 // memory limit, the agent's termination report) names the real cause; a job the scheduler has
 // failed gets no pod recreated; a missing command is not retried; each restart is an Event; a
 // container that cannot start is named; restarts inside the pods count as restarts but not
-// toward backoffLimit; a finished job keeps no running figures.
+// toward backoffLimit; a finished job keeps no running figures; the program's own last error
+// (the report's program-error) follows the exit code.
 #include <gtest/gtest.h>
 
 #include "operator/job_status.h"
@@ -114,6 +115,50 @@ TEST(HowItFailedTest, NamesTheCause) {
   r.terminated_reason = "OOMKilled";
   r.exit_code = 137;
   EXPECT_EQ(HowItFailed(r), "was OOMKilled (no memory limit; exit code 137)");
+}
+
+TEST(HowItFailedTest, TheProgramsOwnErrorFollows) {
+  ObservedPod p;
+  p.exit_code = 78;
+  p.terminated_reason = "Error";
+  p.report.exit = "program exited with code 78";
+  p.report.program_error = "ConfigurationError: trellis.torch: this worker rejoined the running job after step 738";
+  EXPECT_EQ(HowItFailed(p),
+            "failed with exit code 78: ConfigurationError: trellis.torch: this worker rejoined the running job "
+            "after step 738");
+  p.report.restarts = 2;
+  EXPECT_EQ(HowItFailed(p).rfind("failed with exit code 78 after 2 restarts inside the pod: ConfigurationError: ", 0),
+            0u) << HowItFailed(p);
+  // Cut like the other fields.
+  p.report.restarts = 0;
+  p.report.program_error = "ValueError: " + std::string(2000, 'x');
+  const std::string cut = HowItFailed(p);
+  EXPECT_EQ(cut.size(), std::string("failed with exit code 78: ").size() + 512) << cut;
+  EXPECT_EQ(cut.substr(cut.size() - 3), "...");
+  ObservedPod oom;
+  oom.exit_code = 137;
+  oom.terminated_reason = "OOMKilled";
+  oom.report.program_error = "MemoryError";
+  EXPECT_EQ(HowItFailed(oom), "was OOMKilled (no memory limit; exit code 137): MemoryError");
+}
+
+TEST(PodFailureTest, AFailedWorkersOwnErrorIsInTheStatusAndTheEvent) {
+  Json job = ApiJob(kJob);
+  Step(job, Running(), kT0);
+  JobPlan plan = Step(job, With(Running(), ApiPod("worker", 1, "Failed", Terminated(78, "Error",
+      "exit: program exited with code 78\n"
+      "program-error: trellis.ConfigurationError: trellis.torch: this worker rejoined the running job\n"))),
+      kT0 + std::chrono::seconds(5));
+  EXPECT_EQ(Str(plan.status, {"phase"}), "Failed");
+  const Json* failed = Condition(plan.status, "Failed");
+  ASSERT_NE(failed, nullptr);
+  const std::string want =
+      "job mlp: worker 1 (pod mlp-worker-1) failed with exit code 78: trellis.ConfigurationError: trellis.torch: "
+      "this worker rejoined the running job (restartPolicy OnFailure)";
+  EXPECT_EQ(Str(*failed, {"message"}), want);
+  EXPECT_EQ(plan.event_message, want);
+  EXPECT_NE(Str(plan.status, {"firstFailure"}).find("failed with exit code 78: trellis.ConfigurationError"),
+            std::string::npos);
 }
 
 TEST(PodFailureTest, AJobFailedAtTheSchedulerGetsNoPodRecreatedAndNamesTheOomKill) {
