@@ -1,5 +1,6 @@
 """The trellis package without a cluster: errors from the C++ library, local (no job) mode."""
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -93,3 +94,58 @@ def test_error_class_is_shared():
     e = trellis.TrellisError(4, "DEADLINE_EXCEEDED", "too slow")
     assert (e.code, e.code_name, e.message, str(e)) == (4, "DEADLINE_EXCEEDED", "too slow",
                                                          "too slow")
+
+
+def _run_python(code, env_extra, tmp_path):
+    """`trellis-python -c code` as the agent starts a program: without a job, with env_extra."""
+    exe = os.path.join(os.environ.get("TRELLIS_BUILD_DIR", ""), "bin", "trellis-python")
+    if not os.environ.get("TRELLIS_BUILD_DIR") or not os.path.exists(exe):
+        pytest.skip("trellis-python not built (set TRELLIS_BUILD_DIR to the build tree)")
+    env = dict(os.environ)
+    env.pop("TRELLIS_SCHEDULER", None)
+    env.pop("TRELLIS_ERROR_FILE", None)
+    env.update(env_extra)
+    return subprocess.run([exe, "-c", code], env=env, cwd=str(tmp_path), capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_an_uncaught_exception_is_left_in_the_error_file(tmp_path):
+    err = tmp_path / "program-error"
+    p = _run_python("import trellis; raise ValueError('boom')", {"TRELLIS_ERROR_FILE": str(err)},
+                    tmp_path)
+    assert p.returncode == 1  # unchanged: Python's own code for an uncaught exception
+    assert "Traceback" in p.stderr and "ValueError: boom" in p.stderr  # the traceback still shows
+    assert err.read_text() == "ValueError: boom\n"
+
+
+def test_a_configuration_error_is_left_and_exits_78(tmp_path):
+    err = tmp_path / "program-error"
+    p = _run_python("import trellis\n"
+                    "e = trellis.ConfigurationError('trellis.torch: the job and the script differ')\n"
+                    "e.add_note('a note is not the error')\n"
+                    "raise e", {"TRELLIS_ERROR_FILE": str(err)}, tmp_path)
+    assert p.returncode == trellis.EXIT_CONFIGURATION_ERROR == 78
+    assert "the job and the script differ" in p.stderr
+    assert err.read_text() == ("trellis.ConfigurationError: trellis.torch: the job and the "
+                               "script differ\n")
+
+
+def test_the_error_file_is_bounded_and_never_in_the_way(tmp_path):
+    err = tmp_path / "program-error"
+    p = _run_python("import trellis; raise RuntimeError('x' * 5000)",
+                    {"TRELLIS_ERROR_FILE": str(err)}, tmp_path)
+    assert p.returncode == 1
+    text = err.read_text()
+    assert len(text) == 1001 and text.startswith("RuntimeError: xxx") and text.endswith("...\n")
+    # An error already there (a sibling process of the pod failed first) is kept.
+    p = _run_python("import trellis; raise KeyError('second')", {"TRELLIS_ERROR_FILE": str(err)},
+                    tmp_path)
+    assert p.returncode == 1 and err.read_text() == text
+    # A file that cannot be written hides nothing: the traceback and the exit code stay.
+    p = _run_python("import trellis; raise ValueError('boom')",
+                    {"TRELLIS_ERROR_FILE": str(tmp_path / "no-such-dir" / "e")}, tmp_path)
+    assert p.returncode == 1
+    assert p.stderr.rstrip().endswith("ValueError: boom") and "Error in sys.excepthook" not in p.stderr
+    # Without the variable nothing is written anywhere.
+    p = _run_python("import trellis; raise ValueError('boom')", {}, tmp_path)
+    assert p.returncode == 1 and os.listdir(tmp_path) == ["program-error"]

@@ -40,8 +40,37 @@ class ConfigurationError(RuntimeError):
     job at once instead of retrying it backoffLimit times."""
 
 
+# The agent's file for this process's last error (docs/operations.md#the-agents-last-words):
+# the job's status names it ("worker 1 (pod j-worker-1) failed with exit code 1: ValueError: boom").
+_ERROR_FILE_ENV = "TRELLIS_ERROR_FILE"
+_MAX_ERROR_CHARS = 1000
+
+
+def _leave_last_error(kind, value):
+    """Writes "ExceptionType: message" (the last line of the formatted exception, at most
+    _MAX_ERROR_CHARS) to $TRELLIS_ERROR_FILE. The first error of this start is kept: the agent
+    empties the file before each start, and in a pod of several processes (gpusPerWorker > 1)
+    the first to fail names the cause, not those stopped after it. Never raises."""
+    try:
+        path = os.environ.get(_ERROR_FILE_ENV)
+        if not path:
+            return
+        import traceback
+        te = traceback.TracebackException(kind, value, None)
+        te.__notes__ = None  # add_note() lines come after "Type: message"; only that is wanted
+        lines = list(te.format_exception_only())
+        text = lines[-1].strip() if lines else getattr(kind, "__name__", "error")
+        if len(text) > _MAX_ERROR_CHARS:
+            text = text[:_MAX_ERROR_CHARS - 3] + "..."
+        with open(path, "x", encoding="utf-8", errors="replace") as f:
+            f.write(text + "\n")
+    except BaseException:  # noqa: BLE001  the traceback above is what matters; never hide it
+        pass
+
+
 def _excepthook(kind, value, tb, _previous=sys.excepthook):
     _previous(kind, value, tb)
+    _leave_last_error(kind, value)
     if isinstance(value, ConfigurationError):
         sys.stdout.flush()
         sys.stderr.flush()
