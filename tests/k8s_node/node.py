@@ -735,6 +735,18 @@ def relay(listen_port, ns_pid, host, port):
         threading.Thread(target=pump, args=(c, u), daemon=True).start()
 
 
+def _catches_sighup(pid):
+    """Whether process `pid` has a handler for SIGHUP (bit 0 of SigCgt in /proc/PID/status)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return int(line.split()[1], 16) & 1 == 1
+    except OSError:
+        return True  # gone: the kill below fails or is harmless, and the fixture notices
+    return False
+
+
 def dns_sync(kubeconfig, hosts, dnsmasq_pid):
     """Every second: <svc>.<ns>.svc.cluster.local -> ClusterIP, or for a headless Service its
     endpoints' addresses (not-ready ones too when it publishes them) and <hostname>.<svc>... for
@@ -781,6 +793,9 @@ def dns_sync(kubeconfig, hosts, dnsmasq_pid):
                 f.write(text)
             os.chmod(hosts + ".tmp", 0o644)
             os.rename(hosts + ".tmp", hosts)
+            # A SIGHUP before dnsmasq has its handler would end it (the first records come while
+            # it may still be starting): wait, bounded, until it catches SIGHUP.
+            wait_for(lambda: _catches_sighup(dnsmasq_pid), 10, 0.05)
             os.kill(dnsmasq_pid, signal.SIGHUP)
             print("dns-sync: %d records" % len(lines), flush=True)
             last = text
