@@ -15,8 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SHIPPED = {
     "examples/mlp.yaml": "integration.mlp_twobit (as shipped, then with 2-bit)",
     "examples/pytorch.yaml": "pytorch_example_launch",
-    "manifests/examples/pytorch.yaml": "k8s_node.examples (the real-node tier)",
-    "manifests/examples/mlp.yaml": "k8s_node.examples (the real-node tier)",
+    "manifests/examples/pytorch.yaml": "k8s_node.demo (the real-node tier)",
+    "manifests/examples/mlp.yaml": "k8s_node.demo (the real-node tier)",
 }
 
 
