@@ -10,7 +10,7 @@ PACKAGES=(
   prometheus  # the server and promtool: the metrics, dashboard and alert-rule tests
   libgtest-dev libgmock-dev
   clang-14 libclang-rt-14-dev
-  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
+  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest python3-yaml
   etcd-server kubectl xz-utils openssl  # the real-API-server tests (tests/k8s_real, KUBEBUILDER_ASSETS)
   mmdebstrap umoci skopeo  # make image (scripts/image.sh), built by the tests too (tests/image)
   # the real-node tier (tests/k8s_node): containerd + runc under the kubelet, the CNI bridge, the
