@@ -29,15 +29,21 @@ spec:
 """
 
 
+def launcher_or_skip():
+    """The build tree's trellis-launch, or the test is skipped saying how to point at one."""
+    launcher = os.path.join(BUILD, "bin", "trellis-launch")
+    if not BUILD or not os.path.exists(launcher):
+        pytest.skip("trellis-launch not built (set TRELLIS_BUILD_DIR to the build tree)")
+    return launcher
+
+
 @pytest.fixture
 def launch(tmp_path):
     """launch(name, *args): runs dp_worker.py with args under trellis-launch (2 servers x 2
     workers); returns the launcher's output; fails the test unless the job succeeded.
     launch(name, *args, extra="  serverMode: update\n", policy="OnFailure", ok=False): other
     spec lines and restart policy; returns (exit code, output) without judging them."""
-    launcher = os.path.join(BUILD, "bin", "trellis-launch")
-    if not BUILD or not os.path.exists(launcher):
-        pytest.skip("trellis-launch not built (set TRELLIS_BUILD_DIR to the build tree)")
+    launcher = launcher_or_skip()
 
     def run(name, *args, extra="", policy="Never", ok=True):
         job = tmp_path / (name + ".yaml")

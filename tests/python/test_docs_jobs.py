@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import BUILD, run_launcher  # noqa: E402
+from conftest import launcher_or_skip, run_launcher  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Shipped job files and the ctest entry that runs each exactly as shipped.
@@ -55,9 +55,7 @@ def test_pytorch_docs_show_the_local_and_the_kubernetes_example_files():
 def test_doc_job_runs_as_copied(tmp_path, doc, index, block):
     if shipped_match(block):
         return  # the shipped file's own test runs it (SHIPPED)
-    launcher = os.path.join(BUILD, "bin", "trellis-launch")
-    if not BUILD or not os.path.exists(launcher):
-        pytest.skip("trellis-launch not built (set TRELLIS_BUILD_DIR to the build tree)")
+    launcher = launcher_or_skip()
     job = tmp_path / "job.yaml"
     job.write_text(block)
     os.chdir(ROOT)  # a user runs the docs' commands from the repository root

@@ -6,10 +6,9 @@ bytes."""
 import os
 import re
 
-import pytest
 import yaml
 
-from conftest import BUILD, run_launcher  # noqa: E402
+from conftest import launcher_or_skip, run_launcher  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ACCURACY = re.compile(r"RESULT: test accuracy ([0-9.]+)% \(target [0-9.]+%\) -- reached")
@@ -17,9 +16,7 @@ PUSHED = re.compile(r"bytes pushed (\d+)")
 
 
 def run(tmp_path, name, compression):
-    launcher = os.path.join(BUILD, "bin", "trellis-launch")
-    if not BUILD or not os.path.exists(launcher):
-        pytest.skip("trellis-launch not built (set TRELLIS_BUILD_DIR to the build tree)")
+    launcher = launcher_or_skip()
     with open(os.path.join(ROOT, "examples", "pytorch.yaml")) as f:
         job = yaml.safe_load(f)
     job["metadata"]["name"] = name

@@ -269,13 +269,26 @@ def test_checkpoint_directory_that_cannot_be_made_is_named(tmp_path):
         tt.save_checkpoint(str(tmp_path / "file" / "sub" / "c.pt"), model)
 
 
-def test_progress_comes_from_the_dataloader_and_the_states_epochs(monkeypatch):
-    # A plain script passes no batch_size or total_steps: samples per step are the DataLoader's
-    # batch, the total is the TrainingState's epochs x len(loader) (docs/pytorch.md#progress).
+def spy_progress(monkeypatch):
+    """From here on, (step, samples) of each progress report and each total set, in lists."""
     reports, totals = [], []
     monkeypatch.setattr(trellis, "report_progress",
                         lambda step, samples=0, loss=None: reports.append((step, samples)))
     monkeypatch.setattr(trellis, "set_total_steps", totals.append)
+    return reports, totals
+
+
+def train_epoch(model, opt, loader):
+    for xb, yb in loader:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+
+
+def test_progress_comes_from_the_dataloader_and_the_states_epochs(monkeypatch):
+    # A plain script passes no batch_size or total_steps: samples per step are the DataLoader's
+    # batch, the total is the TrainingState's epochs x len(loader) (docs/pytorch.md#progress).
+    reports, totals = spy_progress(monkeypatch)
     x, y = dc.data(steps=2)
     loader = torch.utils.data.DataLoader(
         torch.utils.data.TensorDataset(x.flatten(0, 1), y.flatten(0, 1)), batch_size=10)
@@ -283,30 +296,21 @@ def test_progress_comes_from_the_dataloader_and_the_states_epochs(monkeypatch):
     opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
     state = tt.TrainingState(model, opt, epoch=0, batch=0, epochs=2)
     for _ in range(state.epoch, 2):
-        for xb, yb in loader:
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(xb), yb).backward()
-            opt.step()
+        train_epoch(model, opt, loader)
     # 32 samples in batches of 10: 10, 10, 10, 2 per epoch.
     assert reports == [(1, 10), (2, 10), (3, 10), (4, 2), (5, 10), (6, 10), (7, 10), (8, 2)]
     assert totals == [8]
 
 
 def test_progress_arguments_win_over_what_the_loader_shows(monkeypatch):
-    reports, totals = [], []
-    monkeypatch.setattr(trellis, "report_progress",
-                        lambda step, samples=0, loss=None: reports.append((step, samples)))
-    monkeypatch.setattr(trellis, "set_total_steps", totals.append)
+    reports, totals = spy_progress(monkeypatch)
     x, y = dc.data(steps=1)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[0], y[0]), batch_size=8)
     model = dc.Net()
     opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters(),
                                   batch_size=64, total_steps=100)
     tt.TrainingState(model, opt, epochs=3)
-    for xb, yb in loader:
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(xb), yb).backward()
-        opt.step()
+    train_epoch(model, opt, loader)
     assert reports == [(1, 64), (2, 64)]
     assert totals == [100]
 

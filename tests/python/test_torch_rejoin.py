@@ -8,13 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch (python3-torch) is not importable")
 
-from conftest import BUILD, HERE, run_launcher  # noqa: E402
+from conftest import HERE, launcher_or_skip, run_launcher  # noqa: E402
 
 
 def run_job(tmp_path, name, *args, ok=True):
-    launcher = os.path.join(BUILD, "bin", "trellis-launch")
-    if not BUILD or not os.path.exists(launcher):
-        pytest.skip("trellis-launch not built (set TRELLIS_BUILD_DIR to the build tree)")
+    launcher = launcher_or_skip()
     out = tmp_path / name
     out.mkdir()
     cmd = [launcher, "--quiet", "--log-dir", str(tmp_path / ("logs-" + name)), "--name", name,

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch (python3-torch) is not importable")
 
-from conftest import BUILD, HERE, JOB as DP_JOB  # noqa: E402
+from conftest import HERE, JOB as DP_JOB, launcher_or_skip  # noqa: E402
 import dp_common as dc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -19,9 +19,7 @@ assert "{extra}" in JOB and "4096" in JOB and "120" in JOB
 
 
 def run_job(tmp_path, name, text, cwd=None, timeout=150):
-    launcher = os.path.join(BUILD, "bin", "trellis-launch")
-    if not BUILD or not os.path.exists(launcher):
-        pytest.skip("trellis-launch not built (set TRELLIS_BUILD_DIR to the build tree)")
+    launcher = launcher_or_skip()
     job = tmp_path / (name + ".yaml")
     job.write_text(text)
     env = dict(os.environ)
