@@ -13,6 +13,22 @@ constexpr int kMaxMessageBytes = 256 << 20;  // shard maps of many keys
 
 }  // namespace
 
+std::shared_ptr<grpc::Channel> SchedulerClient::MakeChannel(const SchedulerClientOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Reconnect quickly when the scheduler comes up after us (default back-off grows to 120 s).
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  // gRPC takes this as the least time a connection attempt (TCP connect and TLS handshake) gets:
+  // at 100 ms, attempts to a live scheduler timed out on a loaded node ("handshaker shutdown").
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kSchedulerConnectTimeoutMs);
+  // A replaced scheduler pod has a new address behind the same (headless) Service name: look the
+  // name up again soon after the connection fails (gRPC's default waits 30 s between lookups).
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, kSchedulerDnsMinIntervalMs);
+  return grpc::CreateCustomChannel(options.address, ChannelCredentials(options.tls, &args), args);
+}
+
 StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
     const SchedulerClientOptions& options) {
   if (options.address.empty()) return InvalidArgumentError("scheduler address must be set");
@@ -20,28 +36,29 @@ StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
     return InvalidArgumentError("rpc_timeout must be > 0, got " +
                                 std::to_string(options.rpc_timeout.count()) + " ms");
   }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
-  // Reconnect quickly when the scheduler comes up after us (default back-off grows to 120 s).
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  // A replaced scheduler pod has a new address behind the same (headless) Service name: look the
-  // name up again soon after the connection fails (gRPC's default waits 30 s between lookups).
-  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, kSchedulerDnsMinIntervalMs);
-  auto channel =
-      grpc::CreateCustomChannel(options.address, ChannelCredentials(options.tls, &args), args);
+  auto channel = MakeChannel(options);
   if (!channel) return InternalError("cannot create a channel to " + options.address);
-  return std::unique_ptr<SchedulerClient>(
-      new SchedulerClient(options, v1::Scheduler::NewStub(channel)));
+  return std::unique_ptr<SchedulerClient>(new SchedulerClient(options, std::move(channel)));
 }
 
 SchedulerClient::SchedulerClient(SchedulerClientOptions options,
-                                 std::unique_ptr<v1::Scheduler::Stub> stub)
-    : options_(std::move(options)), stub_(std::move(stub)) {}
+                                 std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      channel_(std::move(channel)),
+      stub_(v1::Scheduler::NewStub(channel_)),
+      channel_made_(std::chrono::steady_clock::now()) {}
 
 SchedulerClient::~SchedulerClient() = default;
+
+std::shared_ptr<v1::Scheduler::Stub> SchedulerClient::Stub() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stub_;
+}
+
+int SchedulerClient::channels_made() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return channels_made_;
+}
 
 void SchedulerClient::Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) const {
   ctx->set_deadline(std::chrono::system_clock::now() + timeout);
@@ -50,19 +67,43 @@ void SchedulerClient::Prepare(grpc::ClientContext* ctx, std::chrono::millisecond
 }
 
 Status SchedulerClient::Finish(const grpc::Status& st, const char* method) {
-  if (st.ok() || (st.error_code() != grpc::StatusCode::UNAVAILABLE &&
-                  st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED)) {
-    reached_.store(true, std::memory_order_relaxed);
-  }
+  const bool unanswered = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                          st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  if (st.ok() || !unanswered) reached_.store(true, std::memory_order_relaxed);
+  NoteOutcome(st.ok() || !unanswered);
   if (st.ok()) return Status::Ok();
   return FromGrpc(st).Annotate("scheduler " + options_.address + " " + method);
+}
+
+void SchedulerClient::NoteOutcome(bool answered) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (answered) {
+    failing_since_.reset();
+    return;
+  }
+  // A long poll ends DEADLINE_EXCEEDED on a healthy channel: only a channel that is not
+  // connected counts as failing.
+  if (channel_->GetState(false) == GRPC_CHANNEL_READY) return;
+  if (!failing_since_) failing_since_ = now;
+  const auto fresh_after = std::chrono::milliseconds(kSchedulerFreshChannelAfterMs);
+  if (now - *failing_since_ < fresh_after || now - channel_made_ < fresh_after) return;
+  // The scheduler was replaced (a new pod, a new address): gRPC's resolver backs off after failed
+  // lookups (up to minutes) and ignores requests to look again meanwhile; a fresh channel looks
+  // the name up at once. Calls in flight keep the old stub and channel alive until they end.
+  auto channel = MakeChannel(options_);
+  if (!channel) return;
+  channel_ = std::move(channel);
+  stub_ = v1::Scheduler::NewStub(channel_);
+  channel_made_ = now;
+  ++channels_made_;
 }
 
 StatusOr<std::string> SchedulerClient::GetJobYaml() {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);
   v1::GetJobResponse resp;
-  auto st = stub_->GetJob(&ctx, v1::GetJobRequest(), &resp);
+  auto st = Stub()->GetJob(&ctx, v1::GetJobRequest(), &resp);
   TRELLIS_RETURN_IF_ERROR(Finish(st, "GetJob"));
   return resp.job_yaml();
 }
@@ -71,7 +112,7 @@ StatusOr<v1::RegisterResponse> SchedulerClient::Register(const v1::RegisterReque
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);
   v1::RegisterResponse resp;
-  auto st = stub_->Register(&ctx, request, &resp);
+  auto st = Stub()->Register(&ctx, request, &resp);
   TRELLIS_RETURN_IF_ERROR(Finish(st, "Register"));
   return resp;
 }
@@ -84,7 +125,7 @@ Status SchedulerClient::ReportReady(v1::Role role, int32_t rank, const std::stri
   req.set_rank(rank);
   req.set_address(address);
   v1::ReportReadyResponse resp;
-  return Finish(stub_->ReportReady(&ctx, req, &resp), "ReportReady");
+  return Finish(Stub()->ReportReady(&ctx, req, &resp), "ReportReady");
 }
 
 StatusOr<v1::ClusterView> SchedulerClient::GetCluster(int64_t after_version, bool wait_complete,
@@ -96,7 +137,7 @@ StatusOr<v1::ClusterView> SchedulerClient::GetCluster(int64_t after_version, boo
   req.set_after_version(after_version);
   req.set_wait_complete(wait_complete);
   v1::ClusterView view;
-  auto st = stub_->GetCluster(&ctx, req, &view);
+  auto st = Stub()->GetCluster(&ctx, req, &view);
   TRELLIS_RETURN_IF_ERROR(Finish(st, "GetCluster"));
   return view;
 }
@@ -111,7 +152,7 @@ StatusOr<v1::ShardMap> SchedulerClient::DeclareKeys(int32_t worker_rank,
   req.mutable_keys()->Reserve(static_cast<int>(keys.size()));
   for (const auto& k : keys) *req.add_keys() = k;
   v1::DeclareKeysResponse resp;
-  auto st = stub_->DeclareKeys(&ctx, req, &resp);
+  auto st = Stub()->DeclareKeys(&ctx, req, &resp);
   TRELLIS_RETURN_IF_ERROR(Finish(st, "DeclareKeys"));
   return std::move(*resp.mutable_shard_map());
 }
@@ -128,7 +169,7 @@ Status SchedulerClient::Barrier(const std::string& name, v1::Role role, int32_t 
   req.set_generation(generation);
   req.set_all_nodes(all_nodes);
   v1::BarrierResponse resp;
-  return Finish(stub_->Barrier(&ctx, req, &resp), "Barrier");
+  return Finish(Stub()->Barrier(&ctx, req, &resp), "Barrier");
 }
 
 StatusOr<v1::HeartbeatResponse> SchedulerClient::Heartbeat(v1::Role role, int32_t rank,
@@ -142,7 +183,7 @@ StatusOr<v1::HeartbeatResponse> SchedulerClient::Heartbeat(v1::Role role, int32_
   req.set_incarnation(incarnation);
   req.set_state(state);
   v1::HeartbeatResponse resp;
-  auto st = stub_->Heartbeat(&ctx, req, &resp);
+  auto st = Stub()->Heartbeat(&ctx, req, &resp);
   TRELLIS_RETURN_IF_ERROR(Finish(st, "Heartbeat"));
   return resp;
 }
@@ -151,14 +192,14 @@ Status SchedulerClient::ReportProgress(const v1::ReportProgressRequest& request)
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);
   v1::ReportProgressResponse resp;
-  return Finish(stub_->ReportProgress(&ctx, request, &resp), "ReportProgress");
+  return Finish(Stub()->ReportProgress(&ctx, request, &resp), "ReportProgress");
 }
 
 StatusOr<v1::JobProgress> SchedulerClient::GetProgress() {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);
   v1::JobProgress resp;
-  TRELLIS_RETURN_IF_ERROR(Finish(stub_->GetProgress(&ctx, v1::GetProgressRequest{}, &resp),
+  TRELLIS_RETURN_IF_ERROR(Finish(Stub()->GetProgress(&ctx, v1::GetProgressRequest{}, &resp),
                                  "GetProgress"));
   return resp;
 }
@@ -167,7 +208,7 @@ Status SchedulerClient::ReportExit(const v1::ReportExitRequest& request) {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);
   v1::ReportExitResponse resp;
-  return Finish(stub_->ReportExit(&ctx, request, &resp), "ReportExit");
+  return Finish(Stub()->ReportExit(&ctx, request, &resp), "ReportExit");
 }
 
 Status SchedulerClient::Leave(v1::Role role, int32_t rank) {
@@ -177,7 +218,7 @@ Status SchedulerClient::Leave(v1::Role role, int32_t rank) {
   req.set_role(role);
   req.set_rank(rank);
   v1::LeaveResponse resp;
-  return Finish(stub_->Leave(&ctx, req, &resp), "Leave");
+  return Finish(Stub()->Leave(&ctx, req, &resp), "Leave");
 }
 
 Status SchedulerClient::PublishGroupKey(const std::string& group, const std::string& key) {
@@ -187,7 +228,7 @@ Status SchedulerClient::PublishGroupKey(const std::string& group, const std::str
   req.set_group(group);
   req.set_key(key);
   v1::PublishGroupKeyResponse resp;
-  return Finish(stub_->PublishGroupKey(&ctx, req, &resp), "PublishGroupKey");
+  return Finish(Stub()->PublishGroupKey(&ctx, req, &resp), "PublishGroupKey");
 }
 
 StatusOr<std::string> SchedulerClient::GetGroupKey(const std::string& group,
@@ -197,7 +238,7 @@ StatusOr<std::string> SchedulerClient::GetGroupKey(const std::string& group,
   v1::GetGroupKeyRequest req;
   req.set_group(group);
   v1::GetGroupKeyResponse resp;
-  auto st = stub_->GetGroupKey(&ctx, req, &resp);
+  auto st = Stub()->GetGroupKey(&ctx, req, &resp);
   TRELLIS_RETURN_IF_ERROR(Finish(st, "GetGroupKey"));
   return std::move(*resp.mutable_key());
 }
@@ -211,7 +252,7 @@ StatusOr<v1::RequestRejoinResponse> SchedulerClient::RequestRejoin(int32_t rank,
   req.set_rank(rank);
   req.set_incarnation(incarnation);
   v1::RequestRejoinResponse resp;
-  TRELLIS_RETURN_IF_ERROR(Finish(stub_->RequestRejoin(&ctx, req, &resp), "RequestRejoin"));
+  TRELLIS_RETURN_IF_ERROR(Finish(Stub()->RequestRejoin(&ctx, req, &resp), "RequestRejoin"));
   return resp;
 }
 
@@ -226,7 +267,7 @@ StatusOr<v1::WatchRejoinsResponse> SchedulerClient::WatchRejoins(int32_t rank, i
   req.set_wait(mode == WatchMode::kPoll);
   req.set_stop(mode == WatchMode::kStop);
   v1::WatchRejoinsResponse resp;
-  TRELLIS_RETURN_IF_ERROR(Finish(stub_->WatchRejoins(&ctx, req, &resp), "WatchRejoins"));
+  TRELLIS_RETURN_IF_ERROR(Finish(Stub()->WatchRejoins(&ctx, req, &resp), "WatchRejoins"));
   return resp;
 }
 
@@ -234,14 +275,14 @@ Status SchedulerClient::RejoinServed(const v1::RejoinServedRequest& request) {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);
   v1::RejoinServedResponse resp;
-  return Finish(stub_->RejoinServed(&ctx, request, &resp), "RejoinServed");
+  return Finish(Stub()->RejoinServed(&ctx, request, &resp), "RejoinServed");
 }
 
 StatusOr<v1::PingResponse> SchedulerClient::Ping(const v1::PingRequest& request) {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);
   v1::PingResponse resp;
-  TRELLIS_RETURN_IF_ERROR(Finish(stub_->Ping(&ctx, request, &resp), "Ping"));
+  TRELLIS_RETURN_IF_ERROR(Finish(Stub()->Ping(&ctx, request, &resp), "Ping"));
   return resp;
 }
 
@@ -249,7 +290,7 @@ StatusOr<v1::ResumeResponse> SchedulerClient::Resume(const v1::ResumeRequest& re
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);
   v1::ResumeResponse resp;
-  TRELLIS_RETURN_IF_ERROR(Finish(stub_->Resume(&ctx, request, &resp), "Resume"));
+  TRELLIS_RETURN_IF_ERROR(Finish(Stub()->Resume(&ctx, request, &resp), "Resume"));
   return resp;
 }
 

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,11 @@ namespace trellis {
 // GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS): a scheduler pod recreated with a new address is
 // found within about this long after the old one went away.
 inline constexpr int kSchedulerDnsMinIntervalMs = 1000;
+// A channel whose calls have gone unanswered this long (and that is this old) is replaced by a
+// fresh one, which resolves the name again at once (see NoteOutcome).
+inline constexpr int kSchedulerFreshChannelAfterMs = 1000;
+// The least time one connection attempt gets (TCP connect, then the TLS handshake).
+inline constexpr int kSchedulerConnectTimeoutMs = 1000;
 
 struct SchedulerClientOptions {
   std::string address;  // host:port
@@ -71,15 +78,28 @@ class SchedulerClient {
   Status ReportProgress(const v1::ReportProgressRequest& request);
   StatusOr<v1::JobProgress> GetProgress();
 
+  // How many channels this client has made (1 + those made after the scheduler went away).
+  int channels_made() const;
+
  private:
-  SchedulerClient(SchedulerClientOptions options, std::unique_ptr<v1::Scheduler::Stub> stub);
+  SchedulerClient(SchedulerClientOptions options, std::shared_ptr<grpc::Channel> channel);
+  static std::shared_ptr<grpc::Channel> MakeChannel(const SchedulerClientOptions& options);
+  // The current channel's stub; a call holds its copy, so a channel replaced meanwhile lives on.
+  std::shared_ptr<v1::Scheduler::Stub> Stub() const;
+  // After an unanswered call: replaces a channel that has failed for a while (the scheduler moved).
+  void NoteOutcome(bool answered);
   // Sets the deadline, token and wait-for-ready on a call.
   void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) const;
   // Wraps the status with the method's name; notes that the scheduler answered.
   Status Finish(const grpc::Status& st, const char* method);
 
   SchedulerClientOptions options_;
-  std::unique_ptr<v1::Scheduler::Stub> stub_;
+  mutable std::mutex mu_;
+  std::shared_ptr<grpc::Channel> channel_;       // GUARDED_BY(mu_)
+  std::shared_ptr<v1::Scheduler::Stub> stub_;    // GUARDED_BY(mu_)
+  std::optional<std::chrono::steady_clock::time_point> failing_since_;  // GUARDED_BY(mu_)
+  std::chrono::steady_clock::time_point channel_made_;                  // GUARDED_BY(mu_)
+  int channels_made_ = 1;                                               // GUARDED_BY(mu_)
   // Until the scheduler first answers, calls wait for it to come up (wait-for-ready) instead of
   // failing at once; afterwards a vanished scheduler fails fast with UNAVAILABLE.
   std::atomic<bool> reached_{false};

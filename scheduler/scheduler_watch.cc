@@ -88,6 +88,7 @@ void SchedulerWatch::Loop() {
   milliseconds backoff(100);
   std::chrono::steady_clock::time_point lost_at{};
   bool lost_logged = false;
+  bool handback_logged = false;  // once per restart: it is retried every 200 ms until taken
   std::unique_lock<std::mutex> lock(mu_);
   // The first ping goes out at once: it is the program's first sign of life, and a program
   // that never pinged is not judged for stalls (one stopped within its first interval, under
@@ -106,7 +107,10 @@ void SchedulerWatch::Loop() {
     bool restarted = false;
     if (ping.ok() && known != 0 && ping->scheduler_id() != known) {
       restarted = true;
-      TLOG_WARN << who_ << ": the scheduler restarted; handing back this process's state";
+      if (!handback_logged) {
+        TLOG_WARN << who_ << ": the scheduler restarted; handing back this process's state";
+        handback_logged = true;
+      }
       handed = on_restart_ ? on_restart_() : Status::Ok();
     }
     lock.lock();
@@ -139,6 +143,7 @@ void SchedulerWatch::Loop() {
                 << (lost_logged ? " after " + std::to_string(secs) + " s" : std::string());
     }
     lost_logged = false;
+    handback_logged = false;
     up_ = true;
     cv_.notify_all();
   }

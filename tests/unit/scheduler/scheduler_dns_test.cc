@@ -53,6 +53,12 @@ class FakeDns {
   void Point(const std::string& ipv4) {
     std::lock_guard<std::mutex> lock(mu_);
     ::inet_pton(AF_INET, ipv4.c_str(), &addr_);
+    gone_ = false;
+  }
+  // NXDOMAIN from now on: the Service has no endpoint (the old pod gone, the new one not yet made).
+  void Vanish() {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone_ = true;
   }
   int queries() const { return queries_.load(); }
 
@@ -74,13 +80,18 @@ class FakeDns {
       const size_t question_end = q + 5;
       unsigned char out[512];
       std::memcpy(out, buf, question_end);
+      bool gone;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        gone = gone_;
+      }
       out[2] = 0x81;  // response, recursion desired
-      out[3] = 0x80;  // recursion available, NOERROR
+      out[3] = gone ? 0x83 : 0x80;  // recursion available, NXDOMAIN or NOERROR
       out[4] = 0, out[5] = 1;  // one question
-      out[6] = 0, out[7] = qtype == 1 ? 1 : 0;
+      out[6] = 0, out[7] = qtype == 1 && !gone ? 1 : 0;
       for (int i = 8; i < 12; ++i) out[i] = 0;
       size_t len = question_end;
-      if (qtype == 1) {
+      if (qtype == 1 && !gone) {
         const unsigned char answer[] = {0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4};  // name, A, IN, TTL 0
         std::memcpy(out + len, answer, sizeof answer);
         len += sizeof answer;
@@ -100,6 +111,7 @@ class FakeDns {
   std::atomic<int> queries_{0};
   std::mutex mu_;
   in_addr addr_{};  // GUARDED_BY(mu_)
+  bool gone_ = false;  // GUARDED_BY(mu_)
   std::thread thread_;
 };
 
@@ -155,6 +167,59 @@ TEST(SchedulerDnsTest, AReplacedSchedulerIsFoundWithinSecondsUnderTheSameName) {
   ASSERT_EQ(seen, (*new_scheduler)->state().instance_id()) << "the new scheduler was not found in 15 s";
   EXPECT_LT(took, limit) << "found after "
                          << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+}
+
+// As on a real node: the old pod goes first and its name stops resolving (NXDOMAIN) for a few
+// seconds until the new pod has an address; the old address stops answering. gRPC's resolver backs
+// off after each failed lookup (1 s, 1.6 s, 2.6 s, 4.1 s ... up to 120 s) and ignores the channel's
+// requests to look again meanwhile, so members found the new scheduler 11-31 s late on a real node.
+// The client gives up on a channel that has failed for a second and makes a fresh one, whose
+// first lookup is immediate.
+TEST(SchedulerDnsTest, AReplacedSchedulerIsFoundSoonAfterItsNameWasGoneForAWhile) {
+  ::setenv("GRPC_DNS_RESOLVER", "ares", 1);
+  FakeDns dns;
+  ASSERT_TRUE(dns.ok());
+  dns.Point("127.0.0.1");
+  auto old_scheduler = StartOn("127.0.0.1", 0);
+  ASSERT_TRUE(old_scheduler.ok()) << old_scheduler.status().ToString();
+  const int port = (*old_scheduler)->port();
+  SchedulerClientOptions options;
+  options.address = "dns://127.0.0.1:" + std::to_string(dns.port()) + "/mlp-scheduler.team.svc:" + std::to_string(port);
+  options.token = "tok";
+  options.rpc_timeout = 1s;
+  auto client = SchedulerClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_TRUE((*client)->Ping().ok());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE((*client)->Ping().ok());
+  EXPECT_EQ((*client)->channels_made(), 1) << "a healthy channel is kept";
+
+  // The old one goes, the name with it; members keep calling (heartbeats, every ~200 ms here).
+  old_scheduler->reset();
+  dns.Vanish();
+  const auto gone = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - gone < 6s) {
+    EXPECT_FALSE((*client)->Ping().ok());
+    std::this_thread::sleep_for(200ms);
+  }
+  auto new_scheduler = StartOn("127.0.0.2", port);
+  ASSERT_TRUE(new_scheduler.ok()) << "127.0.0.2 on loopback: " << new_scheduler.status().ToString();
+  dns.Point("127.0.0.2");
+  const auto back = std::chrono::steady_clock::now();
+  uint64_t seen = 0;
+  while (std::chrono::steady_clock::now() - back < 30s) {
+    auto r = (*client)->Ping();
+    if (r.ok() && (seen = r->scheduler_id()) == (*new_scheduler)->state().instance_id()) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  const auto took = std::chrono::steady_clock::now() - back;
+  ASSERT_EQ(seen, (*new_scheduler)->state().instance_id()) << "the new scheduler was not found in 30 s";
+  // 6 s of failures: a fresh channel about every second, no more.
+  EXPECT_GE((*client)->channels_made(), 3);
+  EXPECT_LE((*client)->channels_made(), 10);
+  // A fresh channel at most every second, its lookup at once: found within ~2 s of the name being
+  // back (4 s leaves room for a loaded machine); the resolver's back-off alone took 4-10 s here.
+  EXPECT_LT(took, 4s) << "found after "
+                      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
 }
 
 }  // namespace
