@@ -59,19 +59,19 @@ StatusOr<std::unique_ptr<ByteLedger>> ByteLedger::Create() {
 
 ByteLedger* ByteLedger::ForThisProgram() {
   static ByteLedger* ledger = [] () -> ByteLedger* {
-    const char* v = std::getenv(kLedgerFdEnv);
+    const char* v = std::getenv(kEnvLedgerFd);
     if (v == nullptr || *v == '\0') return nullptr;
     char* end = nullptr;
     const long fd = std::strtol(v, &end, 10);
     struct stat st {};
     if (*end != '\0' || fd < 0 || fd > 1 << 20 || ::fstat(static_cast<int>(fd), &st) != 0 ||
         !S_ISREG(st.st_mode) || st.st_size < static_cast<off_t>(kPageBytes)) {
-      TLOG_WARN << kLedgerFdEnv << "=" << v << ": not a byte ledger; byte totals cover this process only";
+      TLOG_WARN << kEnvLedgerFd << "=" << v << ": not a byte ledger; byte totals cover this process only";
       return nullptr;
     }
     auto page = Map(static_cast<int>(fd), /*fresh=*/false);
     if (!page.ok()) {
-      TLOG_WARN << kLedgerFdEnv << "=" << v << ": " << page.status().ToString()
+      TLOG_WARN << kEnvLedgerFd << "=" << v << ": " << page.status().ToString()
                 << "; byte totals cover this process only";
       return nullptr;
     }

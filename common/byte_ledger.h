@@ -10,15 +10,16 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/config/env_names.h"
 #include "common/status.h"
 
 namespace trellis {
 
-inline constexpr char kLedgerFdEnv[] = "TRELLIS_LEDGER_FD";
+inline constexpr auto& kLedgerFdEnv = kEnvLedgerFd;  // the older spelling (tests, benchmarks)
 inline constexpr int kLedgerChildFd = 3;  // where the agent puts the page in the program
 // The first incarnation (TRELLIS_INCARNATION) the ledger counted: 1 when it holds every program
 // the rank ran; more when the rank's earlier programs ran under another agent (a replaced pod).
-inline constexpr char kLedgerSinceEnv[] = "TRELLIS_LEDGER_SINCE";
+inline constexpr auto& kLedgerSinceEnv = kEnvLedgerSince;  // the older spelling (tests, benchmarks)
 
 class ByteLedger {
  public:

@@ -1,7 +1,5 @@
 #include "common/env.h"
 
-#include <charconv>
-
 extern char** environ;
 
 namespace trellis {
@@ -15,19 +13,6 @@ std::map<std::string, std::string> CurrentEnvironment() {
     out.emplace(kv.substr(0, eq), kv.substr(eq + 1));
   }
   return out;
-}
-
-StatusOr<int64_t> ParseInt(const std::string& what, const std::string& text, int64_t min, int64_t max) {
-  int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
-    return InvalidArgumentError(what + ": not an integer, got '" + text + "'");
-  }
-  if (v < min || v > max) {
-    return InvalidArgumentError(what + ": must be in " + std::to_string(min) + ".." + std::to_string(max) +
-                                ", got " + text);
-  }
-  return v;
 }
 
 EnvSource::EnvSource() : vars_(CurrentEnvironment()) {}
@@ -66,18 +51,12 @@ std::string ListenHost(const EnvSource& env, const char* specific) {
   if (specific != nullptr) {
     if (auto v = env.Get(specific); v && !v->empty()) return *v;
   }
-  return env.GetOr(kListenHostEnv, "0.0.0.0");
-}
-
-StatusOr<bool> ParseOnOff(const std::string& what, const std::string& text) {
-  if (text == "on") return true;
-  if (text == "off") return false;
-  return InvalidArgumentError(what + ": must be on or off, got '" + text + "'");
+  return env.GetOr(kEnvListenHost, "0.0.0.0");
 }
 
 StatusOr<bool> LocalSocketEnabled(const EnvSource& env, bool unset) {
-  return ParseOnOff(std::string("environment variable ") + kLocalSocketEnv,
-                    env.GetOr(kLocalSocketEnv, unset ? "on" : "off"));
+  return ParseOnOff(std::string("environment variable ") + kEnvLocalSocket,
+                    env.GetOr(kEnvLocalSocket, unset ? "on" : "off"));
 }
 
 }  // namespace trellis

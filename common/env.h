@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "common/config/env_names.h"
+#include "common/config/parse.h"
 #include "common/status.h"
 
 namespace trellis {
@@ -37,7 +39,7 @@ class EnvSource {
 // when set (e.g. TRELLIS_METRICS_HOST for /metrics), else TRELLIS_LISTEN_HOST, else every
 // address ("0.0.0.0", a pod's default). trellis-launch sets TRELLIS_LISTEN_HOST=127.0.0.1, so a
 // local job listens on loopback only. A flag of the program, where it has one, wins over both.
-inline constexpr char kListenHostEnv[] = "TRELLIS_LISTEN_HOST";
+inline constexpr auto& kListenHostEnv = kEnvListenHost;  // the older spelling (tests, benchmarks)
 std::string ListenHost(const EnvSource& env, const char* specific = nullptr);
 
 // The raw-TCP data path's local socket (datapath/tcp_wire.h), for workers in the server's
@@ -45,15 +47,10 @@ std::string ListenHost(const EnvSource& env, const char* specific = nullptr);
 // one only when on (trellis-launch sets it on for its jobs; pods leave it off: they share no
 // network namespace); a worker uses a server's when offered unless off. Anything else is
 // INVALID_ARGUMENT naming the variable.
-inline constexpr char kLocalSocketEnv[] = "TRELLIS_LOCAL_SOCKET";
+inline constexpr auto& kLocalSocketEnv = kEnvLocalSocket;  // the older spelling (tests, benchmarks)
 StatusOr<bool> LocalSocketEnabled(const EnvSource& env, bool unset);
 
 // The process's environment as a map (for building a child's environment).
 std::map<std::string, std::string> CurrentEnvironment();
-
-// Parses a whole decimal integer in [min, max]; `what` names it in the error message.
-StatusOr<int64_t> ParseInt(const std::string& what, const std::string& text, int64_t min, int64_t max);
-// "on" -> true, "off" -> false; anything else is INVALID_ARGUMENT naming `what`.
-StatusOr<bool> ParseOnOff(const std::string& what, const std::string& text);
 
 }  // namespace trellis

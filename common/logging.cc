@@ -9,13 +9,14 @@
 #include <ctime>
 #include <mutex>
 
+#include "common/config/env_names.h"
 namespace trellis {
 namespace {
 
 std::mutex g_tag_mu;
 std::string g_tag = "trellis";  // GUARDED_BY(g_tag_mu)
 std::atomic<int> g_level{[] {
-  const char* v = std::getenv("TRELLIS_LOG_LEVEL");
+  const char* v = std::getenv(kEnvLogLevel);
   if (v == nullptr) return 1;
   std::string_view s(v);
   if (s == "debug") return 0;

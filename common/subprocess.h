@@ -17,13 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "common/exit_codes.h"  // kExitConfigurationError, for the code that reads ExitStatus
 #include "common/status.h"
 
 namespace trellis {
-
-// The exit code of a program that found a configuration error no restart can fix (sysexits'
-// EX_CONFIG; trellis.ConfigurationError in Python): the agent and the operator never restart it.
-inline constexpr int kExitConfigurationError = 78;
 
 // How a child ended.
 struct ExitStatus {

@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "common/config/env_names.h"
 #include "common/status.h"
 
 namespace trellis {
@@ -17,12 +18,12 @@ namespace trellis {
 // Where the kubelet looks (the default terminationMessagePath); TRELLIS_TERMINATION_LOG
 // overrides it (tests).
 inline constexpr char kDefaultTerminationLog[] = "/dev/termination-log";
-inline constexpr char kTerminationLogEnv[] = "TRELLIS_TERMINATION_LOG";
+inline constexpr auto& kTerminationLogEnv = kEnvTerminationLog;  // the older spelling (tests, benchmarks)
 // The kubelet keeps at most this many bytes of the message.
 inline constexpr size_t kMaxTerminationMessage = 4096;
 // The file the agent gives its program to leave its last error in (one line, e.g.
 // "ValueError: boom"); the agent reads at most kMaxProgramError bytes of it.
-inline constexpr char kErrorFileEnv[] = "TRELLIS_ERROR_FILE";
+inline constexpr auto& kErrorFileEnv = kEnvErrorFile;  // the older spelling (tests, benchmarks)
 inline constexpr size_t kMaxProgramError = 1024;
 
 struct TerminationReport {

@@ -28,9 +28,8 @@ StatusOr<TlsFiles> TlsFilesFromEnv(const EnvSource& env) {
                              std::pair{kEnvTlsKeyFile, &f.key_file}}) {
     if (value->empty()) missing += std::string(missing.empty() ? "" : ", ") + name;
   }
-  return InvalidArgumentError("TLS is half configured: " + missing +
-                              " not set (set all of TRELLIS_TLS_CA_FILE, TRELLIS_TLS_CERT_FILE, "
-                              "TRELLIS_TLS_KEY_FILE, or none)");
+  return InvalidArgumentError("TLS is half configured: " + missing + " not set (set all of " + kEnvTlsCaFile +
+                              ", " + kEnvTlsCertFile + ", " + kEnvTlsKeyFile + ", or none)");
 }
 
 void AddTlsEnv(const TlsFiles& files, std::map<std::string, std::string>* env) {

@@ -12,17 +12,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/env.h"
+#include "common/config/env_names.h"
 #include "common/job_spec.h"
 #include "common/status.h"
 
 namespace trellis {
 
-// The environment contract (operator and launcher set it on every process; an agent's child
-// inherits it). All three files or none.
-inline constexpr char kEnvTlsCaFile[] = "TRELLIS_TLS_CA_FILE";
-inline constexpr char kEnvTlsCertFile[] = "TRELLIS_TLS_CERT_FILE";
-inline constexpr char kEnvTlsKeyFile[] = "TRELLIS_TLS_KEY_FILE";
-inline constexpr char kEnvTlsServerName[] = "TRELLIS_TLS_SERVER_NAME";
+// The environment contract: kEnvTls* in common/config/env_names.h (operator and launcher set it
+// on every process; an agent's child inherits it). All three files or none.
 
 struct TlsFiles {
   std::string ca_file;
