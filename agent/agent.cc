@@ -8,6 +8,7 @@
 
 #include "common/tls.h"
 #include "common/auth.h"
+#include "common/config/env_names.h"
 #include "common/env.h"
 #include "common/logging.h"
 #include "common/net.h"
@@ -72,7 +73,7 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
     }
   }
   if (Status st = agent->MakeErrorDir(); !st.ok()) {
-    TLOG_WARN << st.ToString() << "; the program gets no " << kErrorFileEnv
+    TLOG_WARN << st.ToString() << "; the program gets no " << kEnvErrorFile
               << ", its errors will not be in the termination message";
   }
   agent->supervisor_ =
@@ -251,41 +252,41 @@ StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
   TRELLIS_ASSIGN_OR_RETURN(opts.argv, ProgramArgv());
   program_ = opts.argv[0];
   opts.env = CurrentEnvironment();
-  opts.env["TRELLIS_RANK"] = std::to_string(reg.rank());
-  opts.env["TRELLIS_INCARNATION"] = std::to_string(reg.incarnation());
+  opts.env[kEnvRank] = std::to_string(reg.rank());
+  opts.env[kEnvIncarnation] = std::to_string(reg.incarnation());
   // Whether a crash of the program is followed by a restart: trellis.torch keeps per-step
   // commits for a rejoin only then (docs/pytorch.md#fault-tolerance).
-  opts.env["TRELLIS_RESTART_POLICY"] = std::string(ToString(restart_.policy));
-  opts.env["TRELLIS_METRICS_PORT"] = std::to_string(metrics_port);
-  opts.env["TRELLIS_POD_NAME"] = config_.pod_name;
-  opts.env["TRELLIS_HOST"] = config_.host;
+  opts.env[kEnvRestartPolicy] = std::string(ToString(restart_.policy));
+  opts.env[kEnvMetricsPort] = std::to_string(metrics_port);
+  opts.env[kEnvPodName] = config_.pod_name;
+  opts.env[kEnvHost] = config_.host;
   if (LocalSize() > 1) {  // a fresh group name per start: a restarted group never meets a stale one
-    opts.env["TRELLIS_LOCAL_GROUP"] = config_.job + "-w" + std::to_string(reg.rank()) + "-" +
+    opts.env[kEnvLocalGroup] = config_.job + "-w" + std::to_string(reg.rank()) + "-" +
                                       std::to_string(reg.incarnation()) + "-" +
                                       std::to_string(attempt);
   }
-  opts.env.erase("TRELLIS_AGENT_METRICS_PORT");  // the agent's own, not the program's
-  opts.env.erase(kLedgerFdEnv);                  // only ours, never an outer agent's
-  opts.env.erase(kLedgerSinceEnv);
-  opts.env.erase(kErrorFileEnv);  // only ours, never an outer agent's
+  opts.env.erase(kEnvAgentMetricsPort);  // the agent's own, not the program's
+  opts.env.erase(kEnvLedgerFd);                  // only ours, never an outer agent's
+  opts.env.erase(kEnvLedgerSince);
+  opts.env.erase(kEnvErrorFile);  // only ours, never an outer agent's
   if (!error_file_.empty()) {
     // An earlier start's error must not pass for this one's.
     std::error_code ec;
     std::filesystem::remove_all(error_file_, ec);
     if (ec) {
       TLOG_WARN << "removing " << error_file_ << ": " << ec.message() << "; the program gets no "
-                << kErrorFileEnv << " from now on";
+                << kEnvErrorFile << " from now on";
       error_file_.clear();
     } else {
-      opts.env[kErrorFileEnv] = error_file_;
+      opts.env[kEnvErrorFile] = error_file_;
     }
   }
   if (ledger_) {
     // The ledger holds the programs this agent ran; a replaced pod's earlier ones are not in it.
     if (ledger_since_ == 0) ledger_since_ = reg.incarnation();
     opts.pass_fd = ledger_->fd();
-    opts.env[kLedgerFdEnv] = std::to_string(kLedgerChildFd);
-    opts.env[kLedgerSinceEnv] = std::to_string(ledger_since_);
+    opts.env[kEnvLedgerFd] = std::to_string(kLedgerChildFd);
+    opts.env[kEnvLedgerSince] = std::to_string(ledger_since_);
   }
   program_up_->Set(1);
   TLOG_INFO << RoleName(config_.role) << " rank " << reg.rank() << " incarnation " << reg.incarnation()

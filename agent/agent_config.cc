@@ -3,6 +3,8 @@
 #include <limits>
 
 #include "agent/supervisor.h"
+#include "common/config/env_names.h"
+#include "common/config/options.h"
 #include "common/net.h"
 
 namespace trellis {
@@ -15,104 +17,106 @@ std::string_view RoleName(v1::Role role) {
   }
 }
 
+namespace {
+
+constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
+constexpr int64_t kMaxNodes = 100000;
+
+// Flags, and the environment the launcher or the operator hands every agent (env_names.h).
+constexpr Option kAgentOptions[] = {
+    {"restart-policy", kEnvRestartPolicy, OptionType::kString, 0, 0, "Never|OnFailure|Always|ExitCode",
+     "restart the program (default: the job's, else Never)"},
+    {"backoff-limit", kEnvBackoffLimit, OptionType::kInt, 0, 1000000, "N", "restarts before giving up"},
+    {"backoff-initial-ms", nullptr, OptionType::kInt, 0, kMaxMs, "MS", "first restart delay (default 200)"},
+    {"backoff-max-ms", nullptr, OptionType::kInt, 0, kMaxMs, "MS", "longest restart delay (default 10000)"},
+    {"stop-grace-ms", nullptr, OptionType::kInt, 0, kMaxMs, "MS",
+     "SIGTERM to SIGKILL for the program (default 10000)"},
+    {nullptr, kEnvJob, OptionType::kString, 0, 0, "", "the job's name (required)"},
+    {nullptr, kEnvScheduler, OptionType::kString, 0, 0, "", "the scheduler's host:port (required)"},
+    {nullptr, kEnvRole, OptionType::kString, 0, 0, "", "server | worker (required)"},
+    {nullptr, kEnvNumServers, OptionType::kInt, 0, kMaxNodes, "", "servers in the job (required)"},
+    {nullptr, kEnvNumWorkers, OptionType::kInt, 1, kMaxNodes, "", "workers in the job (required)"},
+    {nullptr, kEnvTokenFile, OptionType::kString, 0, 0, "", "the job token's file (required; empty: no auth)"},
+    {nullptr, kEnvPodName, OptionType::kString, 0, 0, "", "default: the hostname"},
+    {nullptr, kEnvHost, OptionType::kString, 0, 0, "", "where the others reach this pod (default 127.0.0.1)"},
+    {nullptr, kEnvGpus, OptionType::kInt, 0, 1024, "", "GPUs per worker (> 1: one process per GPU)"},
+    {nullptr, kEnvMetricsPort, OptionType::kInt, 0, 65535, "", "the program's /metrics (default: a free port)"},
+    {nullptr, kEnvAgentMetricsPort, OptionType::kInt, 0, 65535, "", "the agent's own /metrics (default: none)"},
+    {nullptr, kEnvMetricsHost, OptionType::kString, 0, 0, "", "where /metrics listens (default: the listen host, else 0.0.0.0)"},
+};
+
+StatusOr<std::chrono::milliseconds> Millis(const Resolver& r, const char* flag, std::chrono::milliseconds fallback) {
+  TRELLIS_ASSIGN_OR_RETURN(int64_t ms, r.Int(flag, std::nullopt, fallback.count()));
+  return std::chrono::milliseconds(ms);
+}
+
+}  // namespace
+
+std::string AgentUsage() {
+  return HelpText("usage: trellis-agent [FLAGS] [-- COMMAND ARGS...]\n"
+                  "  A server without COMMAND runs trellis-pserver. Flags win over the environment.\n",
+                  kAgentOptions);
+}
+
 StatusOr<AgentConfig> ParseAgentConfig(const std::vector<std::string>& args, const EnvSource& env,
                                        const std::string& hostname) {
   AgentConfig c;
-  std::optional<std::string> policy_flag, limit_flag;
-  constexpr int64_t kMaxMs = 24LL * 3600 * 1000;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string a = args[i];
-    if (a == "--") {
-      c.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
-      break;
-    }
-    if (a == "-h" || a == "--help") {
-      c.help = true;
-      return c;
-    }
-    std::string value;
-    bool has_inline = false;
-    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_inline = true;
-    }
-    auto take = [&]() -> StatusOr<std::string> {
-      if (has_inline) return value;
-      if (i + 1 >= args.size()) return InvalidArgumentError("flag " + a + " needs a value");
-      return args[++i];
-    };
-    if (a == "--restart-policy") {
-      TRELLIS_ASSIGN_OR_RETURN(policy_flag, take());
-    } else if (a == "--backoff-limit") {
-      TRELLIS_ASSIGN_OR_RETURN(limit_flag, take());
-    } else if (a == "--backoff-initial-ms" || a == "--backoff-max-ms" || a == "--stop-grace-ms") {
-      TRELLIS_ASSIGN_OR_RETURN(std::string v, take());
-      TRELLIS_ASSIGN_OR_RETURN(int64_t ms, ParseInt("flag " + a, v, 0, kMaxMs));
-      (a == "--backoff-initial-ms" ? c.backoff_initial
-       : a == "--backoff-max-ms"   ? c.backoff_max
-                                   : c.stop_grace) = std::chrono::milliseconds(ms);
-    } else {
-      return InvalidArgumentError("unknown argument '" + args[i] + "' (the program goes after --)");
-    }
+  TRELLIS_ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(kAgentOptions, args, {.command_after_dashdash = true}));
+  if (parsed.help) {
+    c.help = true;
+    return c;
   }
+  c.command = parsed.command;
+  const Resolver r(kAgentOptions, parsed, env);
+  TRELLIS_ASSIGN_OR_RETURN(c.backoff_initial, Millis(r, "backoff-initial-ms", c.backoff_initial));
+  TRELLIS_ASSIGN_OR_RETURN(c.backoff_max, Millis(r, "backoff-max-ms", c.backoff_max));
+  TRELLIS_ASSIGN_OR_RETURN(c.stop_grace, Millis(r, "stop-grace-ms", c.stop_grace));
   if (c.backoff_max < c.backoff_initial) {
     return InvalidArgumentError("flag --backoff-max-ms must be >= --backoff-initial-ms");
   }
 
-  if (policy_flag) {
-    auto p = ParseRestartPolicyFlag(*policy_flag);
-    if (!p.ok()) return p.status().Annotate("flag --restart-policy");
-    c.restart_policy = *p;
-  } else if (auto v = env.Get("TRELLIS_RESTART_POLICY"); v && !v->empty()) {
-    auto p = ParseRestartPolicyFlag(*v);
-    if (!p.ok()) return p.status().Annotate("environment variable TRELLIS_RESTART_POLICY");
+  TRELLIS_ASSIGN_OR_RETURN(std::optional<Resolver::Raw> policy, r.Lookup("restart-policy"));
+  if (policy) {
+    auto p = ParseRestartPolicyFlag(policy->text);
+    if (!p.ok()) return p.status().Annotate(policy->source);
     c.restart_policy = *p;
   }
-  if (limit_flag) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t n, ParseInt("flag --backoff-limit", *limit_flag, 0, 1000000));
-    c.backoff_limit = static_cast<int32_t>(n);
-  } else {
-    TRELLIS_ASSIGN_OR_RETURN(auto n, env.OptionalInt("TRELLIS_BACKOFF_LIMIT", 0, 1000000));
-    if (n) c.backoff_limit = static_cast<int32_t>(*n);
-  }
+  TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> limit, r.OptionalInt("backoff-limit"));
+  if (limit) c.backoff_limit = static_cast<int32_t>(*limit);
 
-  TRELLIS_ASSIGN_OR_RETURN(c.job, env.Required("TRELLIS_JOB"));
-  TRELLIS_ASSIGN_OR_RETURN(c.scheduler_address, env.Required("TRELLIS_SCHEDULER"));
-  if (auto hp = ParseHostPort(c.scheduler_address); !hp.ok()) {
-    return hp.status().Annotate("environment variable TRELLIS_SCHEDULER");
-  }
-  TRELLIS_ASSIGN_OR_RETURN(std::string role, env.Required("TRELLIS_ROLE"));
+  TRELLIS_ASSIGN_OR_RETURN(c.job, env.Required(kEnvJob));
+  TRELLIS_ASSIGN_OR_RETURN(c.scheduler_address, env.Required(kEnvScheduler));
+  if (auto hp = ParseHostPort(c.scheduler_address); !hp.ok()) return hp.status().Annotate(EnvSourceName(kEnvScheduler));
+  TRELLIS_ASSIGN_OR_RETURN(std::string role, env.Required(kEnvRole));
   if (role == "server") {
     c.role = v1::ROLE_SERVER;
   } else if (role == "worker") {
     c.role = v1::ROLE_WORKER;
   } else {
-    return InvalidArgumentError("environment variable TRELLIS_ROLE: must be server or worker, got '" + role + "'");
+    return InvalidArgumentError(EnvSourceName(kEnvRole) + ": must be server or worker, got '" + role + "'");
   }
-  constexpr int64_t kMaxNodes = 100000;
-  TRELLIS_ASSIGN_OR_RETURN(int64_t s, env.RequiredInt("TRELLIS_NUM_SERVERS", 0, kMaxNodes));
-  TRELLIS_ASSIGN_OR_RETURN(int64_t w, env.RequiredInt("TRELLIS_NUM_WORKERS", 1, kMaxNodes));
+  TRELLIS_RETURN_IF_ERROR(env.Required(kEnvNumServers).status());
+  TRELLIS_RETURN_IF_ERROR(env.Required(kEnvNumWorkers).status());
+  TRELLIS_ASSIGN_OR_RETURN(int64_t s, r.Int(kEnvNumServers, std::nullopt, 0));
+  TRELLIS_ASSIGN_OR_RETURN(int64_t w, r.Int(kEnvNumWorkers, std::nullopt, 0));
   c.num_servers = static_cast<int32_t>(s);
   c.num_workers = static_cast<int32_t>(w);
   if (c.role == v1::ROLE_SERVER && c.num_servers == 0) {
-    return InvalidArgumentError("environment variable TRELLIS_NUM_SERVERS: is 0 but TRELLIS_ROLE is server");
+    return InvalidArgumentError(EnvSourceName(kEnvNumServers) + ": is 0 but " + kEnvRole + " is server");
   }
   // The token file may be absent only when explicitly set empty (auth off for local runs).
-  if (!env.Get("TRELLIS_TOKEN_FILE")) {
-    return InvalidArgumentError("environment variable TRELLIS_TOKEN_FILE is not set");
-  }
-  c.token_file = *env.Get("TRELLIS_TOKEN_FILE");
-  c.pod_name = env.GetOr("TRELLIS_POD_NAME", hostname);
-  if (c.pod_name.empty()) return InvalidArgumentError("environment variable TRELLIS_POD_NAME is empty and no hostname");
-  c.host = env.GetOr("TRELLIS_HOST", "127.0.0.1");
-  TRELLIS_ASSIGN_OR_RETURN(auto gpus, env.OptionalInt("TRELLIS_GPUS", 0, 1024));
-  c.gpus = static_cast<int32_t>(gpus.value_or(0));
-  TRELLIS_ASSIGN_OR_RETURN(auto pmp, env.OptionalInt("TRELLIS_METRICS_PORT", 0, 65535));
+  if (!env.Get(kEnvTokenFile)) return InvalidArgumentError(EnvSourceName(kEnvTokenFile) + " is not set");
+  c.token_file = *env.Get(kEnvTokenFile);
+  TRELLIS_ASSIGN_OR_RETURN(c.pod_name, r.String(kEnvPodName, std::nullopt, hostname));
+  if (c.pod_name.empty()) return InvalidArgumentError(EnvSourceName(kEnvPodName) + " is empty and no hostname");
+  TRELLIS_ASSIGN_OR_RETURN(c.host, r.String(kEnvHost, std::nullopt, "127.0.0.1"));
+  TRELLIS_ASSIGN_OR_RETURN(int64_t gpus, r.Int(kEnvGpus, std::nullopt, 0));
+  c.gpus = static_cast<int32_t>(gpus);
+  TRELLIS_ASSIGN_OR_RETURN(auto pmp, r.OptionalInt(kEnvMetricsPort));
   if (pmp && *pmp > 0) c.program_metrics_port = static_cast<int32_t>(*pmp);
-  TRELLIS_ASSIGN_OR_RETURN(auto amp, env.OptionalInt("TRELLIS_AGENT_METRICS_PORT", 0, 65535));
+  TRELLIS_ASSIGN_OR_RETURN(auto amp, r.OptionalInt(kEnvAgentMetricsPort));
   if (amp) c.metrics_port = static_cast<int32_t>(*amp);
-  c.metrics_host = ListenHost(env, "TRELLIS_METRICS_HOST");
+  TRELLIS_ASSIGN_OR_RETURN(c.metrics_host, r.String(kEnvMetricsHost, std::nullopt, ListenHost(env)));
   if (c.role == v1::ROLE_WORKER && c.command.empty()) {
     return InvalidArgumentError("a worker needs a program: trellis-agent [flags] -- COMMAND ARGS...");
   }

@@ -14,14 +14,8 @@
 
 namespace trellis {
 
-inline constexpr char kAgentUsage[] =
-    "usage: trellis-agent [--restart-policy Never|OnFailure|Always|ExitCode] [--backoff-limit N]\n"
-    "                     [--backoff-initial-ms 200] [--backoff-max-ms 10000] [--stop-grace-ms 10000]\n"
-    "                     [-- COMMAND ARGS...]\n"
-    "environment: TRELLIS_JOB, TRELLIS_SCHEDULER (host:port), TRELLIS_ROLE (server|worker),\n"
-    "  TRELLIS_NUM_SERVERS, TRELLIS_NUM_WORKERS, TRELLIS_TOKEN_FILE; optional TRELLIS_POD_NAME\n"
-    "  (default: hostname), TRELLIS_HOST (default 127.0.0.1), TRELLIS_RESTART_POLICY,\n"
-    "  TRELLIS_BACKOFF_LIMIT. A server without COMMAND runs trellis-pserver.\n";
+// --help: generated from the agent's option table (agent_config.cc), flags and environment.
+std::string AgentUsage();
 
 struct AgentConfig {
   std::string job;

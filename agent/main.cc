@@ -8,6 +8,7 @@
 
 #include "agent/agent.h"
 #include "common/child_reaper.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/termination_report.h"
 
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   // The container's termination message (common/termination_report.h): why the agent ended.
-  const std::string termination_log = EnvSource().GetOr(kTerminationLogEnv, kDefaultTerminationLog);
+  const std::string termination_log = EnvSource().GetOr(kEnvTerminationLog, kDefaultTerminationLog);
   auto last_words = [&](const TerminationReport& report) {
     Status s = WriteTerminationMessage(termination_log, FormatTerminationReport(report));
     if (!s.ok()) TLOG_WARN << s.ToString();
@@ -46,20 +47,20 @@ int main(int argc, char** argv) {
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
   auto config = ParseAgentConfig(std::vector<std::string>(argv + 1, argv + argc), EnvSource(), host);
   if (!config.ok()) {
-    std::fprintf(stderr, "trellis-agent: %s\n%s", config.status().message().c_str(), kAgentUsage);
+    std::fprintf(stderr, "trellis-agent: %s\n%s", config.status().message().c_str(), AgentUsage().c_str());
     failed_words("trellis-agent: " + config.status().message());
-    return 2;
+    return kExitUsage;
   }
   if (config->help) {
-    std::fputs(kAgentUsage, stdout);
-    return 0;
+    std::fputs(AgentUsage().c_str(), stdout);
+    return kExitOk;
   }
   SetLogTag(std::string(RoleName(config->role)) + "-agent");
   auto agent = Agent::Create(*config);
   if (!agent.ok()) {
     std::fprintf(stderr, "trellis-agent: %s\n", agent.status().ToString().c_str());
     failed_words("trellis-agent: " + agent.status().ToString());
-    return agent.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    return agent.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
 
   std::atomic<bool> done{false};
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
       (*agent)->RequestStop(sig == SIGHUP ? SIGTERM : sig);
       if ((*agent)->NoProgramRunning()) {
         // Registering: there is no program to wait for, and the call may take a while.
-        std::_Exit(128 + sig);
+        std::_Exit(kExitSignalBase + sig);
       }
     }
   });

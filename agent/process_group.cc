@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/config/env_names.h"
 #include "common/local_group_name.h"
 #include "common/logging.h"
 #include "common/net.h"
@@ -76,18 +77,18 @@ Status ProcessGroup::Signal(int signo) {
 
 StatusOr<std::unique_ptr<Process>> ProcessGroupSpawner::Spawn(const SpawnOptions& options) {
   std::string group = "local";
-  if (auto it = options.env.find("TRELLIS_LOCAL_GROUP"); it != options.env.end()) group = it->second;
+  if (auto it = options.env.find(kEnvLocalGroup); it != options.env.end()) group = it->second;
   UnlinkLocalGroupSegments(group);  // a stale group of the same name must not be joined
   std::vector<std::unique_ptr<Subprocess>> children;
   for (int l = 0; l < size_; ++l) {
     SpawnOptions o = options;
-    o.env["TRELLIS_LOCAL_RANK"] = std::to_string(l);
-    o.env["TRELLIS_LOCAL_SIZE"] = std::to_string(size_);
-    o.env["TRELLIS_LOCAL_GROUP"] = group;
+    o.env[kEnvLocalRank] = std::to_string(l);
+    o.env[kEnvLocalSize] = std::to_string(size_);
+    o.env[kEnvLocalGroup] = group;
     // Every local process serves its own /metrics: rank 0 keeps the agent's port.
-    if (l > 0 && o.env.count("TRELLIS_METRICS_PORT")) {
+    if (l > 0 && o.env.count(kEnvMetricsPort)) {
       TRELLIS_ASSIGN_OR_RETURN(int port, PickFreePort("0.0.0.0"));
-      o.env["TRELLIS_METRICS_PORT"] = std::to_string(port);
+      o.env[kEnvMetricsPort] = std::to_string(port);
     }
     auto child = Subprocess::Start(o);
     if (!child.ok()) {

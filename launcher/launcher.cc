@@ -14,6 +14,7 @@
 #include "common/auth.h"
 #include "common/env.h"
 #include "common/file_util.h"
+#include "common/random_token.h"
 #include "common/tls_gen.h"
 #include "common/net.h"
 
@@ -27,19 +28,6 @@ std::string Seconds(milliseconds d) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1fs", static_cast<double>(d.count()) / 1000.0);
   return buf;
-}
-
-StatusOr<std::string> RandomToken() {
-  unsigned char bytes[16];
-  std::ifstream in("/dev/urandom", std::ios::binary);
-  if (!in.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) return InternalError("cannot read /dev/urandom");
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string t;
-  for (unsigned char b : bytes) {
-    t.push_back(kHex[b >> 4]);
-    t.push_back(kHex[b & 15]);
-  }
-  return t;
 }
 
 Status WriteSecretFile(const std::string& path, const std::string& content) {

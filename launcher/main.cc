@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "common/exit_codes.h"
 #include "common/logging.h"
 #include "launcher/launcher.h"
 
@@ -24,11 +25,11 @@ int main(int argc, char** argv) {
   auto options = ParseLaunchArgs(std::vector<std::string>(argv + 1, argv + argc));
   if (!options.ok()) {
     std::fprintf(stderr, "trellis-launch: %s\n%s", options.status().message().c_str(), kLaunchUsage);
-    return 2;
+    return kExitUsage;
   }
   if (options->help) {
     std::fputs(kLaunchUsage, stdout);
-    return 0;
+    return kExitOk;
   }
   StatusOr<JobSpec> job = options->command.empty() ? LoadJobSpecFile(options->job_file)
                                                    : JobFromCommand(options->job_flags, options->command);
@@ -42,12 +43,12 @@ int main(int argc, char** argv) {
   }
   if (!job.ok()) {
     std::fprintf(stderr, "trellis-launch: %s\n", job.status().message().c_str());
-    return 2;
+    return kExitUsage;
   }
   int sfd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
   if (sfd < 0) {
     std::perror("trellis-launch: signalfd");
-    return 1;
+    return kExitFailure;
   }
   Console console(STDOUT_FILENO, isatty(STDOUT_FILENO) == 1, options->quiet);
   if (winsize ws{}; ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) console.set_width(ws.ws_col);

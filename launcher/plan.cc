@@ -5,6 +5,7 @@
 #include <deque>
 #include <fstream>
 
+#include "common/config/env_names.h"
 #include "common/env.h"
 
 namespace trellis {
@@ -12,9 +13,9 @@ namespace {
 
 std::map<std::string, std::string> ChildEnv(const LaunchPaths& paths, std::map<std::string, std::string> env) {
   // Per-process values the launcher's own environment may carry from an outer run.
-  for (const char* k : {"TRELLIS_RANK", "TRELLIS_INCARNATION", "TRELLIS_METRICS_PORT", "TRELLIS_METRICS_HOST", kListenHostEnv,
-                        "TRELLIS_AGENT_METRICS_PORT", "TRELLIS_POD_NAME",
-                        "TRELLIS_RESTART_POLICY", "TRELLIS_BACKOFF_LIMIT"}) {
+  for (const char* k : {kEnvRank, kEnvIncarnation, kEnvMetricsPort, kEnvMetricsHost, kEnvListenHost,
+                        kEnvAgentMetricsPort, kEnvPodName,
+                        kEnvRestartPolicy, kEnvBackoffLimit}) {
     env.erase(k);
   }
   // TLS is the job's (or --tls), never inherited from an outer run.
@@ -22,7 +23,7 @@ std::map<std::string, std::string> ChildEnv(const LaunchPaths& paths, std::map<s
   AddTlsEnv(paths.tls, &env);
   // Every process of a local job shares one network namespace: servers open a local socket
   // (datapath/tcp_wire.h) unless the user's environment says off.
-  env.emplace(kLocalSocketEnv, "on");
+  env.emplace(kEnvLocalSocket, "on");
   auto path = env.find("PATH");
   env["PATH"] = paths.bin_dir + (path != env.end() && !path->second.empty() ? ":" + path->second : "");
   return env;
@@ -144,24 +145,24 @@ std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths
         p.spawn.argv.insert(p.spawn.argv.end(), role.args.begin(), role.args.end());
       }
       auto env = ChildEnv(paths, base_env);
-      env["TRELLIS_JOB"] = job.name;
-      env["TRELLIS_SCHEDULER"] = paths.scheduler_address;
-      env["TRELLIS_ROLE"] = server ? "server" : "worker";
-      env["TRELLIS_NUM_SERVERS"] = std::to_string(job.servers.replicas);
-      env["TRELLIS_NUM_WORKERS"] = std::to_string(job.workers.replicas);
-      env["TRELLIS_TOKEN_FILE"] = paths.token_file;
-      env["TRELLIS_POD_NAME"] = job.name + "-" + p.name;
-      env["TRELLIS_HOST"] = paths.connect_host;   // where the others reach its data ports
-      env[kListenHostEnv] = paths.listen_host;   // data ports and /metrics (loopback by default)
-      if (!server && role.gpusPerWorker > 0) env["TRELLIS_GPUS"] = std::to_string(role.gpusPerWorker);
+      env[kEnvJob] = job.name;
+      env[kEnvScheduler] = paths.scheduler_address;
+      env[kEnvRole] = server ? "server" : "worker";
+      env[kEnvNumServers] = std::to_string(job.servers.replicas);
+      env[kEnvNumWorkers] = std::to_string(job.workers.replicas);
+      env[kEnvTokenFile] = paths.token_file;
+      env[kEnvPodName] = job.name + "-" + p.name;
+      env[kEnvHost] = paths.connect_host;   // where the others reach its data ports
+      env[kEnvListenHost] = paths.listen_host;   // data ports and /metrics (loopback by default)
+      if (!server && role.gpusPerWorker > 0) env[kEnvGpus] = std::to_string(role.gpusPerWorker);
       for (const auto& [k, v] : role.env) env[k] = v;
       if (metrics) {
         // The program's and the agent's /metrics, on the job's listen address like the rest.
         const size_t slot = 2 * out.size();
         const std::string role_name = server ? "server" : "worker";
-        env["TRELLIS_METRICS_HOST"] = paths.listen_host;
-        env["TRELLIS_METRICS_PORT"] = std::to_string(metrics_ports[slot]);
-        env["TRELLIS_AGENT_METRICS_PORT"] = std::to_string(metrics_ports[slot + 1]);
+        env[kEnvMetricsHost] = paths.listen_host;
+        env[kEnvMetricsPort] = std::to_string(metrics_ports[slot]);
+        env[kEnvAgentMetricsPort] = std::to_string(metrics_ports[slot + 1]);
         std::map<std::string, std::string> labels = {
             {"job", job.name}, {"role", role_name}, {"rank", std::to_string(i)}, {"trellis_process", p.name}};
         p.metrics.push_back({paths.connect_host + ":" + std::to_string(metrics_ports[slot]), labels});

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/config/env_names.h"
 #include "datapath/codec/twobit_kernels.h"
 
 namespace trellis {
@@ -23,7 +24,7 @@ const Kernels& ActiveKernels() {
   // Chosen once: the environment is read at first use only (documented in twobit.h).
   static const Kernels& active = [] () -> const Kernels& {
     const Kernels* avx2 = Avx2Kernels();
-    if (ChooseScalar(std::getenv("TRELLIS_CODEC_FORCE_SCALAR"), avx2 != nullptr)) return ScalarKernels();
+    if (ChooseScalar(std::getenv(kEnvCodecForceScalar), avx2 != nullptr)) return ScalarKernels();
     return *avx2;
   }();
   return active;

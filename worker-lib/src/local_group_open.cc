@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/config/env_names.h"
 #include "common/logging.h"
 
 #ifdef TRELLIS_HAVE_NCCL
@@ -64,7 +65,7 @@ StatusOr<std::string> ExchangeGroupKey(const LocalGroupOptions& options, const s
 }
 
 LocalBackendChoice ChooseLocalBackend(int devices, int group_size, bool force_cpu) {
-  if (force_cpu) return {false, "TRELLIS_LOCAL_BACKEND=shm"};
+  if (force_cpu) return {false, std::string(kEnvLocalBackend) + "=shm"};
   if (devices < 1) return {false, "no CUDA device"};
   const std::string seen = "this process sees " + std::to_string(devices) + " CUDA device" +
                            (devices == 1 ? "" : "s") + " for a local group of " +

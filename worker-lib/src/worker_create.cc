@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "common/auth.h"
+#include "common/config/env_names.h"
 #include "common/env.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -21,50 +22,38 @@
 namespace trellis {
 namespace {
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
 StatusOr<int64_t> ParseEnvInt(const char* name, const std::string& text, int64_t lo, int64_t hi) {
-  char* end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) {
-    return InvalidArgumentError(std::string(name) + ": want an integer in [" +
-                                std::to_string(lo) + ", " + std::to_string(hi) + "], got '" +
-                                text + "'");
-  }
-  return static_cast<int64_t>(v);
+  return ParseInt(EnvSourceName(name), text, lo, hi);
 }
 
 }  // namespace
 
 StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
+  const EnvSource env;  // read once, here
   WorkerSetup setup;
   std::string scheduler = options.scheduler_address;
-  if (scheduler.empty()) scheduler = Env("TRELLIS_SCHEDULER");
+  if (scheduler.empty()) scheduler = env.GetOr(kEnvScheduler, "");
   if (scheduler.empty()) {
     return InvalidArgumentError(
-        "no scheduler address: set TRELLIS_SCHEDULER=host:port (trellis-launch and the agent do)");
+        std::string("no scheduler address: set ") + kEnvScheduler + "=host:port (trellis-launch and the agent do)");
   }
-  std::string token_file = options.token_file.empty() ? Env("TRELLIS_TOKEN_FILE")
+  std::string token_file = options.token_file.empty() ? env.GetOr(kEnvTokenFile, "")
                                                       : options.token_file;
   TRELLIS_ASSIGN_OR_RETURN(setup.token, ReadTokenFile(token_file));
-  TRELLIS_ASSIGN_OR_RETURN(setup.tls, LoadTlsFromEnv(EnvSource()));
+  TRELLIS_ASSIGN_OR_RETURN(setup.tls, LoadTlsFromEnv(env));
   if (options.rank >= 0) {
     setup.rank = options.rank;
   } else {
-    std::string r = Env("TRELLIS_RANK");
-    if (r.empty()) return InvalidArgumentError("no worker rank: set TRELLIS_RANK");
-    TRELLIS_ASSIGN_OR_RETURN(int64_t v, ParseEnvInt("TRELLIS_RANK", r, 0, 1 << 20));
+    std::string r = env.GetOr(kEnvRank, "");
+    if (r.empty()) return InvalidArgumentError(std::string("no worker rank: set ") + kEnvRank);
+    TRELLIS_ASSIGN_OR_RETURN(int64_t v, ParseEnvInt(kEnvRank, r, 0, 1 << 20));
     setup.rank = static_cast<int32_t>(v);
   }
   setup.timeout_ms = 120000;
   if (options.timeout_ms > 0) {
     setup.timeout_ms = options.timeout_ms;
-  } else if (std::string t = Env("TRELLIS_TIMEOUT_MS"); !t.empty()) {
-    TRELLIS_ASSIGN_OR_RETURN(setup.timeout_ms, ParseEnvInt("TRELLIS_TIMEOUT_MS", t, 1, INT64_MAX / 2));
+  } else if (std::string t = env.GetOr(kEnvTimeoutMs, ""); !t.empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(setup.timeout_ms, ParseEnvInt(kEnvTimeoutMs, t, 1, INT64_MAX / 2));
   }
   const auto wait = std::chrono::milliseconds(setup.timeout_ms);
 
@@ -92,11 +81,11 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   setup.transport =
       !options.transport.empty() ? options.transport : std::string(ToString(job->transport));
 
-  TRELLIS_ASSIGN_OR_RETURN(setup.local_socket, LocalSocketEnabled(EnvSource(), true));
+  TRELLIS_ASSIGN_OR_RETURN(setup.local_socket, LocalSocketEnabled(env, true));
 
   // Crash recovery: after a restart (incarnation > 1) the checkpointer asks to rejoin.
-  if (std::string inc = Env("TRELLIS_INCARNATION"); !inc.empty()) {
-    TRELLIS_ASSIGN_OR_RETURN(setup.incarnation, ParseEnvInt("TRELLIS_INCARNATION", inc, 1, 1 << 30));
+  if (std::string inc = env.GetOr(kEnvIncarnation, ""); !inc.empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(setup.incarnation, ParseEnvInt(kEnvIncarnation, inc, 1, 1 << 30));
   }
   // Every scheduler call goes through the session, which outlives a scheduler restart.
   TRELLIS_ASSIGN_OR_RETURN(
@@ -189,24 +178,24 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
 
   // The pod's local group: TRELLIS_LOCAL_RANK of TRELLIS_LOCAL_SIZE, named TRELLIS_LOCAL_GROUP.
   int64_t local_size = 1, local_rank = 0;
-  if (std::string s = Env("TRELLIS_LOCAL_SIZE"); !s.empty()) {
-    TRELLIS_ASSIGN_OR_RETURN(local_size, ParseEnvInt("TRELLIS_LOCAL_SIZE", s, 1, 64));
+  if (std::string s = env.GetOr(kEnvLocalSize, ""); !s.empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(local_size, ParseEnvInt(kEnvLocalSize, s, 1, 64));
   }
   if (local_size > 1) {
-    std::string lr = Env("TRELLIS_LOCAL_RANK");
+    std::string lr = env.GetOr(kEnvLocalRank, "");
     if (lr.empty()) {
-      return InvalidArgumentError("TRELLIS_LOCAL_SIZE is set but TRELLIS_LOCAL_RANK is not");
+      return InvalidArgumentError(std::string(kEnvLocalSize) + " is set but " + kEnvLocalRank + " is not");
     }
-    TRELLIS_ASSIGN_OR_RETURN(local_rank, ParseEnvInt("TRELLIS_LOCAL_RANK", lr, 0, local_size - 1));
+    TRELLIS_ASSIGN_OR_RETURN(local_rank, ParseEnvInt(kEnvLocalRank, lr, 0, local_size - 1));
   }
 
   // Metrics: labelled with the job and the process's (global) rank; served when the agent or
   // launcher gave a port.
   const int32_t global_rank = static_cast<int32_t>(setup.rank * local_size + local_rank);
   setup.metrics = std::make_shared<MetricsRegistry>(MetricLabels{job->name, "worker", global_rank});
-  if (std::string p = Env("TRELLIS_METRICS_PORT"); !p.empty()) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t port, ParseEnvInt("TRELLIS_METRICS_PORT", p, 0, 65535));
-    auto server = MetricsHttpServer::Start(ListenHost(EnvSource(), "TRELLIS_METRICS_HOST"), static_cast<int>(port),
+  if (std::string p = env.GetOr(kEnvMetricsPort, ""); !p.empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(int64_t port, ParseEnvInt(kEnvMetricsPort, p, 0, 65535));
+    auto server = MetricsHttpServer::Start(ListenHost(env, kEnvMetricsHost), static_cast<int>(port),
                                            *setup.metrics);
     // Metrics are not worth failing the training for: say so and go on without them.
     if (server.ok()) {
@@ -218,14 +207,14 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   if (local_size == 1) return CreateWorker(std::move(setup));
 
   LocalGroupOptions lo;
-  lo.name = Env("TRELLIS_LOCAL_GROUP");
+  lo.name = env.GetOr(kEnvLocalGroup, "");
   if (lo.name.empty()) lo.name = job->name + "-w" + std::to_string(rank);
   lo.rank = static_cast<int>(local_rank);
   lo.size = static_cast<int>(local_size);
   lo.timeout_ms = setup.timeout_ms;
   // The NCCL unique id goes through the scheduler.
   lo.exchange_key = SchedulerGroupKeyExchange(client, wait);
-  const bool force_cpu = Env("TRELLIS_LOCAL_BACKEND") == "shm";
+  const bool force_cpu = env.GetOr(kEnvLocalBackend, "") == "shm";
   LocalGroupSetup group;
   group.pod_rank = setup.rank;
   group.num_pods = setup.num_workers;

@@ -42,6 +42,8 @@ class ConfigurationError(RuntimeError):
 
 # The agent's file for this process's last error (docs/operations.md#the-agents-last-words):
 # the job's status names it ("worker 1 (pod j-worker-1) failed with exit code 1: ValueError: boom").
+# Environment names (here and in _rejoin.py) are those of common/config/env_names.h, the one list
+# of the variables the parts exchange (tests/python/test_env_names.py checks the spelling).
 _ERROR_FILE_ENV = "TRELLIS_ERROR_FILE"
 _MAX_ERROR_CHARS = 1000
 
