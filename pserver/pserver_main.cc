@@ -4,14 +4,15 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
-#include <map>
+#include <cstdio>
 #include <thread>
 
 #include "common/tls.h"
 #include "common/auth.h"
+#include "common/config/env_names.h"
+#include "common/config/options.h"
 #include "common/env.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
 #include "datapath/tcp_wire.h"
@@ -22,96 +23,61 @@ namespace trellis {
 
 namespace {
 
-// --name=value or --name value; --help is handled by the caller.
-StatusOr<std::map<std::string, std::string>> ParseFlags(const std::vector<std::string>& args) {
-  static const char* kKnown[] = {"port", "host", "listen", "scheduler", "rank", "token-file",
-                                 "num-workers", "job", "threads", "tcp-port", "metrics-port",
-                                 "local-socket"};
-  std::map<std::string, std::string> out;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) return InvalidArgumentError("unexpected argument '" + a + "'");
-    std::string name = a.substr(2);
-    std::string value;
-    auto eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return InvalidArgumentError("flag --" + name + " needs a value");
-    }
-    if (std::find(std::begin(kKnown), std::end(kKnown), name) == std::end(kKnown)) {
-      return InvalidArgumentError("unknown flag --" + name);
-    }
-    out[name] = value;
-  }
-  return out;
-}
-
-StatusOr<int64_t> ToInt(const std::string& what, const std::string& text, int64_t lo, int64_t hi) {
-  char* end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) {
-    return InvalidArgumentError(what + ": want an integer in [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + "], got '" + text + "'");
-  }
-  return static_cast<int64_t>(v);
-}
-
-// flag > environment; empty when neither is set.
-std::string Pick(const std::map<std::string, std::string>& flags, const std::string& flag,
-                 const char* env, std::string* source) {
-  if (auto it = flags.find(flag); it != flags.end()) {
-    *source = "--" + flag;
-    return it->second;
-  }
-  const char* v = std::getenv(env);
-  if (v != nullptr && *v != '\0') {
-    *source = env;
-    return v;
-  }
-  return {};
-}
+// Every option, flag and environment; --help is generated from it.
+constexpr Option kOptions[] = {
+    {"rank", kEnvRank, OptionType::kInt, 0, 1 << 20, "N", "this server's rank (required)"},
+    {"port", kEnvPserverPort, OptionType::kInt, 0, 65535, "P", "the gRPC port (0 picks one)"},
+    {"scheduler", kEnvScheduler, OptionType::kString, 0, 0, "HOST:PORT",
+     "where the job comes from (none: standalone, with --job)"},
+    {"token-file", kEnvTokenFile, OptionType::kString, 0, 0, "F", "the job token (none: no auth)"},
+    {"host", kEnvHost, OptionType::kString, 0, 0, "HOST", "the host advertised to workers (default 127.0.0.1)"},
+    {"listen", kEnvListenHost, OptionType::kString, 0, 0, "HOST", "the address to bind (default 0.0.0.0)"},
+    {"num-workers", kEnvNumWorkers, OptionType::kInt, 1, 1 << 20, "W", "workers (default: the job's)"},
+    {"job", nullptr, OptionType::kString, 0, 0, "FILE", "the job when there is no scheduler"},
+    {"threads", nullptr, OptionType::kInt, 1, 256, "T", "serving threads"},
+    {"tcp-port", nullptr, OptionType::kInt, -1, 65535, "P",
+     "the raw-TCP bulk listener (0 picks a port, -1 none); advertised in the data\n"
+     "address as host:port;tcp=P"},
+    {"metrics-port", kEnvMetricsPort, OptionType::kInt, 0, 65535, "P", "/metrics and /healthz (default: none)"},
+    {"local-socket", kEnvLocalSocket, OptionType::kOnOff, 0, 0, "on|off",
+     "also a Unix socket for workers in this network namespace (default off, on\n"
+     "under trellis-launch; not with TLS; advertised as ;local=NAME)"},
+    {nullptr, kEnvMetricsHost, OptionType::kString, 0, 0, "", "where /metrics listens (default: --listen's)"},
+    {nullptr, kEnvIncarnation, OptionType::kInt, 1, 1 << 30, "", "this program's start (the agent sets it)"},
+};
 
 }  // namespace
 
+std::string PserverUsage() {
+  return HelpText("usage: trellis-pserver [FLAGS]\n", kOptions,
+                  "Flags win over the environment; the job comes from the scheduler.\n");
+}
+
 StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) {
-  TRELLIS_ASSIGN_OR_RETURN(auto flags, ParseFlags(args));
+  TRELLIS_ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(kOptions, args));
+  const EnvSource env;
+  const Resolver r(kOptions, parsed, env);
   PserverConfig c;
-  std::string src;
-  c.scheduler_address = Pick(flags, "scheduler", "TRELLIS_SCHEDULER", &src);
-  std::string token_file = Pick(flags, "token-file", "TRELLIS_TOKEN_FILE", &src);
+  TRELLIS_ASSIGN_OR_RETURN(c.scheduler_address, r.String("scheduler"));
+  TRELLIS_ASSIGN_OR_RETURN(std::string token_file, r.String("token-file"));
   TRELLIS_ASSIGN_OR_RETURN(c.token, ReadTokenFile(token_file));
-  TRELLIS_ASSIGN_OR_RETURN(c.server.tls, LoadTlsFromEnv(EnvSource()));
-  if (std::string h = Pick(flags, "host", "TRELLIS_HOST", &src); !h.empty()) c.advertise_host = h;
+  TRELLIS_ASSIGN_OR_RETURN(c.server.tls, LoadTlsFromEnv(env));
+  TRELLIS_ASSIGN_OR_RETURN(std::string host, r.String("host"));
+  if (!host.empty()) c.advertise_host = host;
   // --listen > TRELLIS_LISTEN_HOST > every address.
-  c.server.listen_host = ListenHost(EnvSource());
-  if (auto it = flags.find("listen"); it != flags.end()) c.server.listen_host = it->second;
-  if (std::string p = Pick(flags, "port", "TRELLIS_PSERVER_PORT", &src); !p.empty()) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t port, ToInt(src, p, 0, 65535));
-    c.server.port = static_cast<int>(port);
-  }
-  if (auto it = flags.find("tcp-port"); it != flags.end()) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t port, ToInt("--tcp-port", it->second, -1, 65535));
-    c.server.tcp_port = static_cast<int>(port);
-  }
+  TRELLIS_ASSIGN_OR_RETURN(c.server.listen_host, r.String("listen", std::nullopt, "0.0.0.0"));
+  TRELLIS_ASSIGN_OR_RETURN(int64_t port, r.Int("port", std::nullopt, c.server.port));
+  c.server.port = static_cast<int>(port);
+  TRELLIS_ASSIGN_OR_RETURN(int64_t tcp_port, r.Int("tcp-port", std::nullopt, c.server.tcp_port));
+  c.server.tcp_port = static_cast<int>(tcp_port);
   // --local-socket > TRELLIS_LOCAL_SOCKET > off (trellis-launch sets it on).
-  if (auto it = flags.find("local-socket"); it != flags.end()) {
-    TRELLIS_ASSIGN_OR_RETURN(c.server.local_socket, ParseOnOff("--local-socket", it->second));
-  } else {
-    TRELLIS_ASSIGN_OR_RETURN(c.server.local_socket, LocalSocketEnabled(EnvSource(), false));
-  }
-  std::string rank = Pick(flags, "rank", "TRELLIS_RANK", &src);
-  if (rank.empty()) return InvalidArgumentError("server rank not set (--rank or TRELLIS_RANK)");
-  TRELLIS_ASSIGN_OR_RETURN(int64_t r, ToInt(src, rank, 0, 1 << 20));
-  c.server.store.server_rank = static_cast<int32_t>(r);
-  if (auto it = flags.find("threads"); it != flags.end()) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t t, ToInt("--threads", it->second, 1, 256));
-    c.server.service.pool_threads = static_cast<int>(t);
-  }
+  TRELLIS_ASSIGN_OR_RETURN(c.server.local_socket, r.Bool("local-socket", std::nullopt, false));
+  TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> rank, r.OptionalInt("rank"));
+  if (!rank) return InvalidArgumentError(std::string("server rank not set (--rank or ") + kEnvRank + ")");
+  c.server.store.server_rank = static_cast<int32_t>(*rank);
+  TRELLIS_ASSIGN_OR_RETURN(int64_t threads, r.Int("threads", std::nullopt, c.server.service.pool_threads));
+  c.server.service.pool_threads = static_cast<int>(threads);
+  TRELLIS_ASSIGN_OR_RETURN(c.incarnation, r.Int(kEnvIncarnation, std::nullopt, 0));
 
   // The job: from the scheduler (the one source of job settings), or a file when standalone.
   std::string job_yaml;
@@ -127,16 +93,16 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
     job_origin = "the scheduler's job";
   }
   JobSpec job;
+  TRELLIS_ASSIGN_OR_RETURN(std::string job_file, r.String("job"));
   if (!job_yaml.empty()) {
-    auto parsed = ParseJobSpec(job_yaml);
-    if (!parsed.ok()) return parsed.status().Annotate(job_origin);
-    job = *parsed;
-  } else if (auto it = flags.find("job"); it != flags.end()) {
-    auto parsed = LoadJobSpecFile(it->second);
-    if (!parsed.ok()) return parsed.status();
-    job = *parsed;
+    auto parsed_job = ParseJobSpec(job_yaml);
+    if (!parsed_job.ok()) return parsed_job.status().Annotate(job_origin);
+    job = *parsed_job;
+  } else if (!job_file.empty() || parsed.flags.count("job") > 0) {
+    auto parsed_job = LoadJobSpecFile(job_file);
+    if (!parsed_job.ok()) return parsed_job.status();
+    job = *parsed_job;
   }
-  c.server.store.num_workers = job.workers.replicas;
   c.server.store.mode = job.serverMode;
   c.server.store.optimizer = job.optimizer;
   c.server.store.checkpoint_path = job.checkpoint.path;
@@ -144,38 +110,23 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
   c.server.slice_bytes = job.sliceBytes;
   c.scheduler_ping = std::chrono::milliseconds(
       static_cast<int64_t>(std::max(0.05, job.scheduler.heartbeatIntervalSeconds) * 1000));
-  if (std::string w = Pick(flags, "num-workers", "TRELLIS_NUM_WORKERS", &src); !w.empty()) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t n, ToInt(src, w, 1, 1 << 20));
-    c.server.store.num_workers = static_cast<int32_t>(n);
-  }
+  TRELLIS_ASSIGN_OR_RETURN(int64_t workers, r.Int("num-workers", std::nullopt, job.workers.replicas));
+  c.server.store.num_workers = static_cast<int32_t>(workers);
   c.server.service.token = c.token;
   c.server.store.metrics =
       std::make_shared<MetricsRegistry>(MetricLabels{job.name, "server", c.server.store.server_rank});
-  if (std::string p = Pick(flags, "metrics-port", "TRELLIS_METRICS_PORT", &src); !p.empty()) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t port, ToInt(src, p, 0, 65535));
-    c.metrics_port = static_cast<int>(port);
-  }
-  c.metrics_host = ListenHost(EnvSource(), "TRELLIS_METRICS_HOST");
+  TRELLIS_ASSIGN_OR_RETURN(int64_t metrics_port, r.Int("metrics-port", std::nullopt, -1));
+  c.metrics_port = static_cast<int>(metrics_port);
+  TRELLIS_ASSIGN_OR_RETURN(c.metrics_host, r.String(kEnvMetricsHost, std::nullopt, ListenHost(env)));
   return c;
 }
 
 int PserverMain(int argc, char** argv) {
   SetLogTag("pserver");
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    std::fprintf(stderr,
-                 "usage: trellis-pserver [--rank N] [--port P] [--scheduler host:port]\n"
-                 "         [--token-file F] [--host advertised-host] [--listen bind-host]\n"
-                 "         [--num-workers W] [--job job.yaml] [--threads T] [--tcp-port P]\n"
-                 "         [--metrics-port P] [--local-socket on|off]\n"
-                 "--tcp-port: the raw-TCP bulk listener (0 picks a port, -1 none); its port is\n"
-                 "advertised in the data address as host:port;tcp=P.\n"
-                 "--local-socket: also a Unix socket for workers in this network namespace\n"
-                 "(default off, on under trellis-launch; not with TLS; advertised as ;local=NAME).\n"
-                 "Flags override TRELLIS_RANK, TRELLIS_SCHEDULER, TRELLIS_TOKEN_FILE, "
-                 "TRELLIS_HOST, TRELLIS_NUM_WORKERS, TRELLIS_METRICS_PORT, TRELLIS_LOCAL_SOCKET; the job comes from the "
-                 "scheduler.\n");
-    return 0;
+  if (auto parsed = ParseArgs(kOptions, args); parsed.ok() && parsed->help) {
+    std::fputs(PserverUsage().c_str(), stderr);
+    return kExitOk;
   }
   // Keep big buffers (slices, step results, gRPC receive slices) in the heap instead of fresh
   // mmap()s, and do not hand freed memory back to the kernel: a step then reuses warm pages
@@ -193,12 +144,12 @@ int PserverMain(int argc, char** argv) {
   auto config = LoadPserverConfig(args);
   if (!config.ok()) {
     TLOG_ERROR << "trellis-pserver: " << config.status().ToString();
-    return 2;
+    return kExitUsage;
   }
   auto server = ParameterServer::Start(config->server);
   if (!server.ok()) {
     TLOG_ERROR << "trellis-pserver: " << server.status().ToString();
-    return 1;
+    return kExitFailure;
   }
   SetLogTag("pserver-" + std::to_string(config->server.store.server_rank));
   std::unique_ptr<MetricsHttpServer> metrics_server;
@@ -242,9 +193,7 @@ int PserverMain(int argc, char** argv) {
       v1::PingRequest identity;
       identity.set_role(v1::ROLE_SERVER);
       identity.set_rank(rank);
-      if (const char* inc = std::getenv("TRELLIS_INCARNATION"); inc != nullptr) {
-        identity.set_incarnation(std::atoll(inc));
-      }
+      if (config->incarnation > 0) identity.set_incarnation(config->incarnation);
       watch = std::make_unique<SchedulerWatch>(client.get(), ping->scheduler_id(),
                                                config->scheduler_ping, report,
                                                "server " + std::to_string(rank), identity);
@@ -259,14 +208,14 @@ int PserverMain(int argc, char** argv) {
     }
     if (!st.ok()) {
       TLOG_ERROR << "trellis-pserver: reporting ready: " << st.ToString();
-      return 1;
+      return kExitFailure;
     }
   }
   int sig = 0;
   sigwait(&sigs, &sig);
   TLOG_INFO << "signal " << sig << ", shutting down";
   (*server)->Shutdown();
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace trellis

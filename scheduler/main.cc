@@ -18,7 +18,10 @@
 #include "common/tls.h"
 #include "common/auth.h"
 #include "common/child_reaper.h"
+#include "common/config/env_names.h"
+#include "common/config/options.h"
 #include "common/env.h"
+#include "common/exit_codes.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -30,65 +33,25 @@
 namespace trellis {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: trellis-scheduler [--job-file PATH] [--num-servers N] [--num-workers N]\n"
-    "         [--dispatch roundRobin|hash|balanced] [--slice-bytes B] [--heartbeat-timeout SECONDS]\n"
-    "         [--host HOST] [--port PORT] [--port-file PATH] [--token-file PATH] [--job-name NAME]\n"
-    "         [--metrics-port PORT] [--metrics-host HOST]\n"
-    "--metrics-port: serve /metrics and /healthz there (0 picks one; default: TRELLIS_METRICS_PORT,\n"
-    "else none).\n"
-    "Precedence: flag > environment (TRELLIS_NUM_SERVERS, TRELLIS_NUM_WORKERS, TRELLIS_TOKEN_FILE,\n"
-    "TRELLIS_JOB = job name) > job file > default.\n";
-
-struct Flags {
-  std::map<std::string, std::string> values;
+// Every option, flag and environment; --help is generated from it. Precedence: flag >
+// environment > job file (--job-file) > default.
+constexpr Option kOptions[] = {
+    {"job-file", nullptr, OptionType::kString, 0, 0, "PATH", "the TrainingJob (job settings; else defaults)"},
+    {"job-name", kEnvJob, OptionType::kString, 0, 0, "NAME", "the job's name"},
+    {"num-servers", kEnvNumServers, OptionType::kInt, 1, 100000, "N", "parameter servers"},
+    {"num-workers", kEnvNumWorkers, OptionType::kInt, 1, 100000, "N", "workers"},
+    {"dispatch", nullptr, OptionType::kString, 0, 0, "roundRobin|hash|balanced", "key dispatch"},
+    {"slice-bytes", nullptr, OptionType::kInt, 1, int64_t{1} << 40, "B", "slice size"},
+    {"heartbeat-timeout", nullptr, OptionType::kSeconds, 0, 86400, "SECONDS", "a silent node is dead after this"},
+    {"host", kEnvListenHost, OptionType::kString, 0, 0, "HOST", "the address gRPC binds (default 0.0.0.0)"},
+    {"port", nullptr, OptionType::kInt, 0, 65535, "PORT", "the gRPC port (0 picks one)"},
+    {"port-file", nullptr, OptionType::kString, 0, 0, "PATH", "write the port there once listening"},
+    {"token-file", kEnvTokenFile, OptionType::kString, 0, 0, "PATH", "the job token (default: none, no auth)"},
+    {"metrics-port", kEnvMetricsPort, OptionType::kInt, 0, 65535, "PORT",
+     "serve /metrics and /healthz there (0 picks one; default: none)"},
+    {"metrics-host", kEnvMetricsHost, OptionType::kString, 0, 0, "HOST",
+     "the address /metrics binds (default: as --host)"},
 };
-
-StatusOr<Flags> ParseFlags(int argc, char** argv) {
-  static const char* const kKnown[] = {"job-file",    "num-servers",       "num-workers",
-                                       "dispatch",    "slice-bytes",       "heartbeat-timeout",
-                                       "host",        "port",              "port-file",
-                                       "token-file",  "job-name",          "metrics-port",
-                                       "metrics-host"};
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg.rfind("--", 0) != 0) return InvalidArgumentError("unexpected argument \"" + arg + "\"");
-    arg = arg.substr(2);
-    std::string value;
-    if (auto eq = arg.find('='); eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return InvalidArgumentError("flag --" + arg + " needs a value");
-    }
-    bool known = false;
-    for (const char* k : kKnown) known = known || arg == k;
-    if (!known) return InvalidArgumentError("unknown flag --" + arg);
-    f.values[arg] = value;
-  }
-  return f;
-}
-
-StatusOr<int64_t> ParseInteger(const std::string& what, const std::string& text, int64_t min,
-                               int64_t max) {
-  errno = 0;
-  char* end = nullptr;
-  long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < min || v > max) {
-    return InvalidArgumentError(what + " must be an integer in [" + std::to_string(min) + ", " +
-                                std::to_string(max) + "], got \"" + text + "\"");
-  }
-  return static_cast<int64_t>(v);
-}
-
-std::optional<std::string> Env(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
 
 std::string MinimalJobYaml(const SchedulerConfig& c) {
   std::ostringstream y;
@@ -109,17 +72,14 @@ struct Settings {
   std::string metrics_host = "0.0.0.0";
 };
 
-StatusOr<Settings> BuildSettings(const Flags& flags) {
-  auto flag = [&](const char* name) -> std::optional<std::string> {
-    auto it = flags.values.find(name);
-    if (it == flags.values.end()) return std::nullopt;
-    return it->second;
-  };
+StatusOr<Settings> BuildSettings(const ParsedArgs& args, const EnvSource& env) {
+  const Resolver r(kOptions, args, env);
   Settings s;
   SchedulerConfig& c = s.config;
   std::optional<JobSpec> spec;
-  if (auto path = flag("job-file")) {
-    TRELLIS_ASSIGN_OR_RETURN(JobSpec loaded, LoadJobSpecFile(*path));
+  TRELLIS_ASSIGN_OR_RETURN(std::optional<std::string> job_file, r.OptionalString("job-file"));
+  if (job_file) {
+    TRELLIS_ASSIGN_OR_RETURN(JobSpec loaded, LoadJobSpecFile(*job_file));
     spec = std::move(loaded);
   }
   if (spec) {
@@ -141,62 +101,29 @@ StatusOr<Settings> BuildSettings(const Flags& flags) {
     s.server.progress.straggler_window = std::chrono::milliseconds(
         static_cast<int64_t>(spec->monitoring.straggler.windowSeconds * 1000.0));
   }
-  // Environment over the job file.
-  if (auto v = Env("TRELLIS_JOB")) c.job_name = *v;
-  if (auto v = Env("TRELLIS_NUM_SERVERS")) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t n, ParseInteger("TRELLIS_NUM_SERVERS", *v, 1, 100000));
-    c.num_servers = static_cast<int32_t>(n);
-  }
-  if (auto v = Env("TRELLIS_NUM_WORKERS")) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t n, ParseInteger("TRELLIS_NUM_WORKERS", *v, 1, 100000));
-    c.num_workers = static_cast<int32_t>(n);
-  }
-  std::string token_file = Env("TRELLIS_TOKEN_FILE").value_or("");
-  // Flags over everything.
-  if (auto v = flag("job-name")) c.job_name = *v;
-  if (auto v = flag("num-servers")) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t n, ParseInteger("--num-servers", *v, 1, 100000));
-    c.num_servers = static_cast<int32_t>(n);
-  }
-  if (auto v = flag("num-workers")) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t n, ParseInteger("--num-workers", *v, 1, 100000));
-    c.num_workers = static_cast<int32_t>(n);
-  }
-  if (auto v = flag("dispatch")) c.dispatch = *v;
-  if (auto v = flag("slice-bytes")) {
-    TRELLIS_ASSIGN_OR_RETURN(c.slice_bytes, ParseInteger("--slice-bytes", *v, 1, int64_t{1} << 40));
-  }
-  if (auto v = flag("heartbeat-timeout")) {
-    char* end = nullptr;
-    double secs = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end != '\0' || !(secs > 0) || secs > 86400) {
-      return InvalidArgumentError("--heartbeat-timeout must be seconds in (0, 86400], got \"" + *v +
-                                  "\"");
-    }
-    c.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000.0));
-  }
-  if (auto v = flag("token-file")) token_file = *v;
+  // Flag > environment > the job file (applied above) > default.
+  TRELLIS_ASSIGN_OR_RETURN(c.job_name, r.String("job-name", std::nullopt, c.job_name));
+  TRELLIS_ASSIGN_OR_RETURN(int64_t servers, r.Int("num-servers", std::nullopt, c.num_servers));
+  TRELLIS_ASSIGN_OR_RETURN(int64_t workers, r.Int("num-workers", std::nullopt, c.num_workers));
+  c.num_servers = static_cast<int32_t>(servers);
+  c.num_workers = static_cast<int32_t>(workers);
+  TRELLIS_ASSIGN_OR_RETURN(c.dispatch, r.String("dispatch", std::nullopt, c.dispatch));
+  TRELLIS_ASSIGN_OR_RETURN(c.slice_bytes, r.Int("slice-bytes", std::nullopt, c.slice_bytes));
+  TRELLIS_ASSIGN_OR_RETURN(c.heartbeat_timeout, r.Seconds("heartbeat-timeout", std::nullopt, c.heartbeat_timeout));
+  TRELLIS_ASSIGN_OR_RETURN(std::string token_file, r.String("token-file"));
   // --host > TRELLIS_LISTEN_HOST > every address; /metrics: --metrics-host > TRELLIS_METRICS_HOST >
-  // TRELLIS_LISTEN_HOST > every address.
-  s.server.host = ListenHost(EnvSource());
-  s.metrics_host = ListenHost(EnvSource(), "TRELLIS_METRICS_HOST");
-  if (auto v = flag("host")) s.server.host = *v;
-  if (auto v = flag("port")) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t p, ParseInteger("--port", *v, 0, 65535));
-    s.server.port = static_cast<int>(p);
-  }
-  if (auto v = flag("port-file")) s.port_file = *v;
-  std::optional<std::string> mp = flag("metrics-port");
-  if (!mp) mp = Env("TRELLIS_METRICS_PORT");
-  if (mp) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t p, ParseInteger("--metrics-port", *mp, 0, 65535));
-    s.metrics_port = static_cast<int>(p);
-  }
-  if (auto v = flag("metrics-host")) s.metrics_host = *v;
+  // the same as --host's environment.
+  TRELLIS_ASSIGN_OR_RETURN(s.server.host, r.String("host", std::nullopt, "0.0.0.0"));
+  TRELLIS_ASSIGN_OR_RETURN(s.metrics_host, r.String("metrics-host", std::nullopt, ListenHost(env)));
+  TRELLIS_ASSIGN_OR_RETURN(int64_t port, r.Int("port", std::nullopt, s.server.port));
+  s.server.port = static_cast<int>(port);
+  TRELLIS_ASSIGN_OR_RETURN(s.port_file, r.String("port-file"));
+  TRELLIS_ASSIGN_OR_RETURN(int64_t metrics_port, r.Int("metrics-port", std::nullopt, -1));
+  s.metrics_port = static_cast<int>(metrics_port);
   TRELLIS_RETURN_IF_ERROR(ValidateSchedulerConfig(c));
   TRELLIS_ASSIGN_OR_RETURN(s.server.service.token, ReadTokenFile(token_file));
   // TLS: TRELLIS_TLS_* (set by the operator and the launcher), else the job file's spec.tls.
-  TRELLIS_ASSIGN_OR_RETURN(TlsFiles tls_files, TlsFilesFromEnv(EnvSource()));
+  TRELLIS_ASSIGN_OR_RETURN(TlsFiles tls_files, TlsFilesFromEnv(env));
   if (!tls_files.enabled() && spec) tls_files = TlsFilesOf(spec->tls);
   TRELLIS_ASSIGN_OR_RETURN(s.server.tls, LoadTls(tls_files));
   if (s.server.service.token.empty()) TLOG_WARN << "no token file: calls are not authenticated";
@@ -218,21 +145,22 @@ StatusOr<Settings> BuildSettings(const Flags& flags) {
 
 int Main(int argc, char** argv) {
   SetLogTag("scheduler");
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::cout << kUsage;
-      return 0;
-    }
+  const std::string usage =
+      HelpText("usage: trellis-scheduler [FLAGS]\n", kOptions, "Precedence: flag > environment > job file > default.\n");
+  auto args = ParseArgs(kOptions, std::vector<std::string>(argv + 1, argv + argc));
+  if (!args.ok()) {
+    std::cerr << "trellis-scheduler: " << args.status().message() << "\n" << usage;
+    return kExitUsage;
   }
-  auto flags = ParseFlags(argc, argv);
-  if (!flags.ok()) {
-    std::cerr << "trellis-scheduler: " << flags.status().message() << "\n" << kUsage;
-    return 2;
+  if (args->help) {
+    std::cout << usage;
+    return kExitOk;
   }
-  auto settings = BuildSettings(*flags);
+  const EnvSource env;
+  auto settings = BuildSettings(*args, env);
   if (!settings.ok()) {
     std::cerr << "trellis-scheduler: " << settings.status().message() << "\n";
-    return 2;
+    return kExitUsage;
   }
 
   // Block the stop signals in every thread (gRPC's included) and take them with sigwait below.
@@ -253,7 +181,7 @@ int Main(int argc, char** argv) {
   auto server = SchedulerServer::Start(settings->config, std::move(settings->server));
   if (!server.ok()) {
     std::cerr << "trellis-scheduler: " << server.status().message() << "\n";
-    return 1;
+    return kExitFailure;
   }
   TLOG_INFO << "listening on " << host << ":" << (*server)->port() << " (job "
             << (config.job_name.empty() ? "-" : config.job_name) << ", " << config.num_servers
@@ -278,7 +206,7 @@ int Main(int argc, char** argv) {
     if (Status st = WriteFileAtomic(port_file, std::to_string((*server)->port()) + "\n"); !st.ok()) {
       std::cerr << "trellis-scheduler: port file: " << st.message() << "\n";
       (*server)->Shutdown();
-      return 1;
+      return kExitFailure;
     }
   }
   int sig = 0;
@@ -286,7 +214,7 @@ int Main(int argc, char** argv) {
   TLOG_INFO << "signal " << sig << ": shutting down";
   metrics_server.reset();
   (*server)->Shutdown();
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace

@@ -131,7 +131,7 @@ TEST_F(SchedulerMainTest, BadFlagsExitTwoWithAMessage) {
   {
     Child child({"--num-workers", "zero"}, dir_ / "log1");
     EXPECT_EQ(child.WaitExit(10s), 2);
-    EXPECT_THAT(Slurp(dir_ / "log1"), HasSubstr("--num-workers must be an integer"));
+    EXPECT_THAT(Slurp(dir_ / "log1"), HasSubstr("--num-workers: not an integer"));
   }
   {
     Child child({"--dispatch", "random"}, dir_ / "log2");
