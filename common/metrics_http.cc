@@ -6,7 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <strings.h>
+
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -36,15 +39,35 @@ std::string Response(int code, const char* reason, const char* type, const std::
   return r;
 }
 
+// The Host header's value, trimmed ("" when there is none or it is not a plain host[:port]).
+std::string HostHeader(const std::string& req) {
+  size_t at = 0;
+  while ((at = req.find("\r\n", at)) != std::string::npos) {
+    at += 2;
+    if (req.size() - at < 5 || strncasecmp(req.c_str() + at, "host:", 5) != 0) continue;
+    const size_t end = req.find("\r\n", at);
+    std::string v = req.substr(at + 5, end == std::string::npos ? std::string::npos : end - at - 5);
+    v.erase(0, v.find_first_not_of(" \t"));
+    v.erase(v.find_last_not_of(" \t") + 1);
+    // Echoed into JSON by the routes: only what a host and port may hold.
+    const bool plain = v.size() <= 255 && std::all_of(v.begin(), v.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' || c == '[' || c == ']';
+    });
+    return plain ? v : std::string();
+  }
+  return "";
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
                                                                        const MetricsRegistry& metrics,
-                                                                       std::function<bool()> healthy) {
+                                                                       std::function<bool()> healthy,
+                                                                       std::vector<HttpRoute> routes) {
   if (port < 0 || port > 65535) {
     return InvalidArgumentError("metrics port: want 0..65535, got " + std::to_string(port));
   }
-  std::unique_ptr<MetricsHttpServer> s(new MetricsHttpServer(metrics, std::move(healthy)));
+  std::unique_ptr<MetricsHttpServer> s(new MetricsHttpServer(metrics, std::move(healthy), std::move(routes)));
   auto fd = ListenTcp(host, port, &s->port_);
   if (!fd.ok()) return fd.status().Annotate("cannot serve /metrics on " + host + ":" + std::to_string(port));
   s->listen_fd_ = *fd;
@@ -160,6 +183,9 @@ std::string MetricsHttpServer::Answer(const std::string& req) const {
     const bool ok = !healthy_ || healthy_();
     return ok ? Response(200, "OK", "text/plain", "ok\n", head)
               : Response(503, "Service Unavailable", "text/plain", "not healthy\n", head);
+  }
+  for (const auto& r : routes_) {
+    if (path == r.path) return Response(200, "OK", r.content_type.c_str(), r.body(HostHeader(req)), head);
   }
   return Response(404, "Not Found", "text/plain", "not found: try /metrics or /healthz\n", head);
 }

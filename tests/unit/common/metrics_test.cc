@@ -117,6 +117,22 @@ TEST(MetricsHttpServerTest, ServesMetricsAndHealthOnAPickedPort) {
   EXPECT_EQ(testing::HttpGet(port, "/metrics").status, 0);
 }
 
+// A process adds its own paths (the operator's /sd/targets); each gets the request's Host, only
+// when it is a plain host[:port] (it is echoed into JSON).
+TEST(MetricsHttpServerTest, AddedRoutesAnswerWithTheRequestsHost) {
+  MetricsRegistry m({"", "operator", -1});
+  std::vector<HttpRoute> routes = {
+      {"/sd/targets", "application/json", [](const std::string& host) { return "[\"" + host + "\"]"; }}};
+  auto s = MetricsHttpServer::Start("127.0.0.1", 0, m, {}, routes);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto r = testing::HttpGet((*s)->port(), "/sd/targets?x=1");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "[\"127.0.0.1\"]");
+  EXPECT_THAT(r.headers, HasSubstr("application/json"));
+  EXPECT_EQ(testing::HttpGet((*s)->port(), "/metrics").status, 200);
+  EXPECT_EQ(testing::HttpGet((*s)->port(), "/sd/other").status, 404);
+}
+
 TEST(MetricsHttpServerTest, APortInUseIsAnError) {
   MetricsRegistry m({"j", "server", 0});
   auto a = MetricsHttpServer::Start("127.0.0.1", 0, m);
