@@ -1,5 +1,6 @@
 #include "operator/desired.h"
 
+#include "common/config/env_names.h"
 #include "common/env.h"
 #include "common/tls.h"
 #include "operator/gang.h"
@@ -267,7 +268,7 @@ Json SchedulerPod(const JobMeta& job, const JobSpec& spec, const OperatorSetting
   ports[1] = metrics;
   c["ports"] = ports;
   Json env = Json::array();
-  env[0] = FieldEnv(kListenHostEnv, "status.podIP");
+  env[0] = FieldEnv(kEnvListenHost, "status.podIP");
   c["env"] = env;
   Json pod = PodShell(job, spec, PodRole::kScheduler, 0, s, c, /*with_config=*/true);
   ApplyPodSecurityDefaults(pod, OwnImage(spec, s));
@@ -289,21 +290,21 @@ Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, c
   c["command"] = Strings(argv);
   Json env = Json::array();
   size_t n = 0;
-  env[n++] = EnvVar("TRELLIS_JOB", job.name);
-  env[n++] = EnvVar("TRELLIS_SCHEDULER", ServiceName(job.name) + ":" + std::to_string(s.scheduler_port));
-  env[n++] = EnvVar("TRELLIS_ROLE", RoleName(role));
-  env[n++] = EnvVar("TRELLIS_NUM_SERVERS", std::to_string(spec.servers.replicas));
-  env[n++] = EnvVar("TRELLIS_NUM_WORKERS", std::to_string(spec.workers.replicas));
-  env[n++] = EnvVar("TRELLIS_TOKEN_FILE", s.token_dir + "/token");
-  env[n++] = FieldEnv("TRELLIS_POD_NAME", "metadata.name");
-  env[n++] = FieldEnv("TRELLIS_HOST", "status.podIP");
+  env[n++] = EnvVar(kEnvJob, job.name);
+  env[n++] = EnvVar(kEnvScheduler, ServiceName(job.name) + ":" + std::to_string(s.scheduler_port));
+  env[n++] = EnvVar(kEnvRole, RoleName(role));
+  env[n++] = EnvVar(kEnvNumServers, std::to_string(spec.servers.replicas));
+  env[n++] = EnvVar(kEnvNumWorkers, std::to_string(spec.workers.replicas));
+  env[n++] = EnvVar(kEnvTokenFile, s.token_dir + "/token");
+  env[n++] = FieldEnv(kEnvPodName, "metadata.name");
+  env[n++] = FieldEnv(kEnvHost, "status.podIP");
   // Data ports and /metrics listen on the pod's address (where Services, Prometheus and the
   // other pods reach it), unless the role's env names another (e.g. 0.0.0.0).
-  if (rs.env.count(kListenHostEnv) == 0) env[n++] = FieldEnv(kListenHostEnv, "status.podIP");
+  if (rs.env.count(kEnvListenHost) == 0) env[n++] = FieldEnv(kEnvListenHost, "status.podIP");
   // The program serves /metrics on the annotated port, its agent on the next one.
-  env[n++] = EnvVar("TRELLIS_METRICS_PORT", std::to_string(s.metrics_port));
-  env[n++] = EnvVar("TRELLIS_AGENT_METRICS_PORT", std::to_string(s.metrics_port + 1));
-  if (!server && rs.gpusPerWorker > 0) env[n++] = EnvVar("TRELLIS_GPUS", std::to_string(rs.gpusPerWorker));
+  env[n++] = EnvVar(kEnvMetricsPort, std::to_string(s.metrics_port));
+  env[n++] = EnvVar(kEnvAgentMetricsPort, std::to_string(s.metrics_port + 1));
+  if (!server && rs.gpusPerWorker > 0) env[n++] = EnvVar(kEnvGpus, std::to_string(rs.gpusPerWorker));
   for (const auto& [k, v] : rs.env) env[n++] = EnvVar(k, v);
   c["env"] = env;
   Json res = Resources(rs.requests, rs.limits, server ? 0 : rs.gpusPerWorker);

@@ -5,7 +5,7 @@
 #include <set>
 #include <tuple>
 
-#include "common/subprocess.h"
+#include "common/exit_codes.h"
 #include "operator/progress_status.h"
 
 namespace trellis::op {
@@ -528,7 +528,7 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
     note_failure(what);
     const bool not_found = !p.report.command_not_found.empty();
     const bool permanent = policy == RestartPolicy::kNever ||
-                           (policy == RestartPolicy::kExitCode && p.exit_code >= 1 && p.exit_code < 128) ||
+                           (policy == RestartPolicy::kExitCode && p.exit_code >= 1 && p.exit_code < kExitSignalBase) ||
                            p.exit_code == kExitConfigurationError ||  // restarting cannot fix it
                            not_found;                                  // nor a missing command
     if (permanent) {

@@ -6,10 +6,14 @@
 #include <csignal>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "common/config/options.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
+#include "common/random_token.h"
 #include "operator/controller.h"
 #include "operator/kube_client.h"
 #include "operator/leader_election.h"
@@ -20,28 +24,49 @@
 
 namespace {
 
-constexpr char kUsage[] =
-    "usage: trellis-operator [--kubeconfig PATH | --server URL [--token-file PATH] [--certificate-authority PATH]\n"
-    "         [--client-certificate PATH --client-key PATH]] [--namespace NS]\n"
-    "         [--image IMAGE] [--metrics-host HOST] [--metrics-port PORT] [--resync-seconds N]\n"
-    "         [--watch-timeout-seconds N] [--leader-elect true|false] [--lease-namespace NS]\n"
-    "         [--progress-seconds N] [--scheduler-addresses FILE]\n"
-    "  Without --kubeconfig or --server: in-cluster config (service account, KUBERNETES_SERVICE_HOST).\n"
-    "  --kubeconfig: its current context; token, tokenFile or client-certificate/-key (or their -data)\n"
-    "  --token-file: read again every minute and after a 401 (rotated service-account tokens)\n"
-    "  --certificate-authority: PEM bundle that signs the API server's certificate (default: system roots)\n"
-    "  --client-certificate, --client-key: authenticate with a client certificate (PEM files)\n"
-    "  --api-unhealthy-seconds: /healthz fails once every API request has been refused (401/403) or\n"
-    "    has not reached the server for this long (default 60)\n"
-    "  --namespace: watch only this namespace (default: all)\n"
-    "  --image: the image of pods whose TrainingJob sets no spec.image\n"
-    "  --metrics-port: /metrics and /healthz (default 8080; 0 disables)\n"
-    "  --leader-elect: hold the Lease trellis-operator before reconciling (replicas > 1); the Lease\n"
-    "    lives in --lease-namespace (default: the service account's namespace)\n"
-    "  --progress-seconds: how often status.progress is read from each running job's scheduler and\n"
-    "    written (default 5; at most one status write per job per round)\n"
-    "  --scheduler-addresses: JSON {\"<ns>/<job>-scheduler:<port>\": \"host:port\"} for clusters whose\n"
-    "    Services the operator cannot reach by DNS (test clusters); default <job>-scheduler.<ns>.svc\n";
+using trellis::Option;
+using trellis::OptionType;
+
+// Every flag; --help is generated from it.
+constexpr Option kOptions[] = {
+    {"kubeconfig", nullptr, OptionType::kString, 0, 0, "PATH",
+     "its current context; token, tokenFile or client-certificate/-key (or their -data)"},
+    {"server", nullptr, OptionType::kString, 0, 0, "URL", "the API server (instead of --kubeconfig)"},
+    {"token-file", nullptr, OptionType::kString, 0, 0, "PATH",
+     "with --server; read again every minute and after a 401 (rotated service-account tokens)"},
+    {"certificate-authority", nullptr, OptionType::kString, 0, 0, "PATH",
+     "with --server; PEM bundle that signs the API server's certificate (default: system roots)"},
+    {"client-certificate", nullptr, OptionType::kString, 0, 0, "PATH",
+     "with --server and --client-key: authenticate with a client certificate (PEM files)"},
+    {"client-key", nullptr, OptionType::kString, 0, 0, "PATH", "the client certificate's key"},
+    {"api-unhealthy-seconds", nullptr, OptionType::kInt, 1, 86400, "N",
+     "/healthz fails once every API request has been refused (401/403) or\n"
+     "has not reached the server for this long (default 60)"},
+    {"namespace", nullptr, OptionType::kString, 0, 0, "NS", "watch only this namespace (default: all)"},
+    {"image", nullptr, OptionType::kString, 0, 0, "IMAGE", "the image of pods whose TrainingJob sets no spec.image"},
+    {"metrics-host", nullptr, OptionType::kString, 0, 0, "HOST", "where /metrics listens (default 0.0.0.0)"},
+    {"metrics-port", nullptr, OptionType::kInt, 0, 65535, "PORT", "/metrics and /healthz (default 8080; 0 disables)"},
+    {"resync-seconds", nullptr, OptionType::kInt, 1, 86400, "N", "reconcile every job at least this often (default 30)"},
+    {"watch-timeout-seconds", nullptr, OptionType::kInt, 1, 3600, "N", "a watch's server-side timeout (default 300)"},
+    {"leader-elect", nullptr, OptionType::kBool, 0, 0, "true|false",
+     "hold the Lease trellis-operator before reconciling (replicas > 1)"},
+    {"lease-namespace", nullptr, OptionType::kString, 0, 0, "NS",
+     "where the Lease lives (default: the service account's namespace)"},
+    {"progress-seconds", nullptr, OptionType::kInt, 1, 3600, "N",
+     "how often status.progress is read from each running job's scheduler and\n"
+     "written (default 5; at most one status write per job per round)"},
+    {"scheduler-addresses", nullptr, OptionType::kString, 0, 0, "FILE",
+     "JSON {\"<ns>/<job>-scheduler:<port>\": \"host:port\"} for clusters whose Services\n"
+     "the operator cannot reach by DNS (test clusters); default <job>-scheduler.<ns>.svc"},
+};
+
+std::string Usage() {
+  return trellis::HelpText(
+      "usage: trellis-operator [--kubeconfig PATH | --server URL [--token-file PATH] [--certificate-authority PATH]\n"
+      "         [--client-certificate PATH --client-key PATH]] [FLAGS]\n"
+      "  Without --kubeconfig or --server: in-cluster config (service account, KUBERNETES_SERVICE_HOST).\n",
+      kOptions);
+}
 
 struct Flags {
   std::string kubeconfig, server, token_file, ns, image, metrics_host = "0.0.0.0";
@@ -53,57 +78,32 @@ struct Flags {
   std::string scheduler_addresses;
 };
 
-trellis::StatusOr<int> ParseInt(const std::string& flag, const std::string& v, int lo, int hi) {
-  try {
-    size_t used = 0;
-    long n = std::stol(v, &used);
-    if (used == v.size() && n >= lo && n <= hi) return static_cast<int>(n);
-  } catch (const std::exception&) {
-  }
-  return trellis::InvalidArgumentError("flag " + flag + ": must be an integer in [" + std::to_string(lo) + ", " +
-                                       std::to_string(hi) + "], got \"" + v + "\"");
-}
-
-trellis::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
+trellis::StatusOr<Flags> ResolveFlags(const trellis::ParsedArgs& args) {
+  const trellis::EnvSource no_environment(std::map<std::string, std::string>{});  // the operator reads flags only
+  const trellis::Resolver r(kOptions, args, no_environment);
   Flags f;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string a = args[i], v;
-    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      v = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    } else if (a.rfind("--", 0) == 0) {
-      if (i + 1 >= args.size()) return trellis::InvalidArgumentError("flag " + a + " needs a value");
-      v = args[++i];
-    } else {
-      return trellis::InvalidArgumentError("unexpected argument \"" + a + "\"");
-    }
-    if (a == "--kubeconfig") f.kubeconfig = v;
-    else if (a == "--server") f.server = v;
-    else if (a == "--token-file") f.token_file = v;
-    else if (a == "--certificate-authority") f.certificate_authority = v;
-    else if (a == "--client-certificate") f.client_certificate = v;
-    else if (a == "--client-key") f.client_key = v;
-    else if (a == "--api-unhealthy-seconds") { TRELLIS_ASSIGN_OR_RETURN(f.api_unhealthy_seconds, ParseInt(a, v, 1, 86400)); }
-    else if (a == "--namespace") f.ns = v;
-    else if (a == "--image") f.image = v;
-    else if (a == "--metrics-host") f.metrics_host = v;
-    else if (a == "--lease-namespace") f.lease_namespace = v;
-    else if (a == "--scheduler-addresses") f.scheduler_addresses = v;
-    else if (a == "--progress-seconds") { TRELLIS_ASSIGN_OR_RETURN(f.progress_seconds, ParseInt(a, v, 1, 3600)); }
-    else if (a == "--leader-elect") {
-      if (v != "true" && v != "false") {
-        return trellis::InvalidArgumentError("flag --leader-elect: must be true or false, got \"" + v + "\"");
-      }
-      f.leader_elect = v == "true";
-    }
-    else if (a == "--metrics-port") { TRELLIS_ASSIGN_OR_RETURN(f.metrics_port, ParseInt(a, v, 0, 65535)); }
-    else if (a == "--resync-seconds") { TRELLIS_ASSIGN_OR_RETURN(f.resync_seconds, ParseInt(a, v, 1, 86400)); }
-    else if (a == "--watch-timeout-seconds") {
-      TRELLIS_ASSIGN_OR_RETURN(f.watch_timeout_seconds, ParseInt(a, v, 1, 3600));
-    } else {
-      return trellis::InvalidArgumentError("unknown flag " + a);
-    }
+  auto text = [&](const char* name, std::string* out) -> trellis::Status {
+    TRELLIS_ASSIGN_OR_RETURN(*out, r.String(name, std::nullopt, *out));
+    return trellis::Status();
+  };
+  auto number = [&](const char* name, int* out) -> trellis::Status {
+    TRELLIS_ASSIGN_OR_RETURN(int64_t v, r.Int(name, std::nullopt, *out));
+    *out = static_cast<int>(v);
+    return trellis::Status();
+  };
+  for (auto [name, out] : {std::pair{"kubeconfig", &f.kubeconfig}, {"server", &f.server}, {"token-file", &f.token_file},
+                           {"certificate-authority", &f.certificate_authority},
+                           {"client-certificate", &f.client_certificate}, {"client-key", &f.client_key},
+                           {"namespace", &f.ns}, {"image", &f.image}, {"metrics-host", &f.metrics_host},
+                           {"lease-namespace", &f.lease_namespace}, {"scheduler-addresses", &f.scheduler_addresses}}) {
+    TRELLIS_RETURN_IF_ERROR(text(name, out));
   }
+  for (auto [name, out] : {std::pair{"api-unhealthy-seconds", &f.api_unhealthy_seconds},
+                           {"progress-seconds", &f.progress_seconds}, {"metrics-port", &f.metrics_port},
+                           {"resync-seconds", &f.resync_seconds}, {"watch-timeout-seconds", &f.watch_timeout_seconds}}) {
+    TRELLIS_RETURN_IF_ERROR(number(name, out));
+  }
+  TRELLIS_ASSIGN_OR_RETURN(f.leader_elect, r.Bool("leader-elect", std::nullopt, false));
   if (!f.kubeconfig.empty() && !f.server.empty()) {
     return trellis::InvalidArgumentError("give --kubeconfig or --server, not both");
   }
@@ -140,22 +140,20 @@ trellis::StatusOr<trellis::op::KubeConfig> Config(const Flags& f) {
 int main(int argc, char** argv) {
   using namespace trellis::op;
   trellis::SetLogTag("operator");
-  std::vector<std::string> args(argv + 1, argv + argc);
-  for (const auto& a : args) {
-    if (a == "-h" || a == "--help") {
-      std::cout << kUsage;
-      return 0;
-    }
+  auto args = trellis::ParseArgs(kOptions, std::vector<std::string>(argv + 1, argv + argc));
+  if (args.ok() && args->help) {
+    std::cout << Usage();
+    return trellis::kExitOk;
   }
-  auto flags = ParseFlags(args);
+  auto flags = args.ok() ? ResolveFlags(*args) : trellis::StatusOr<Flags>(args.status());
   if (!flags.ok()) {
-    std::cerr << "trellis-operator: " << flags.status().message() << "\n" << kUsage;
-    return 2;
+    std::cerr << "trellis-operator: " << flags.status().message() << "\n" << Usage();
+    return trellis::kExitUsage;
   }
   auto config = Config(*flags);
   if (!config.ok()) {
     std::cerr << "trellis-operator: " << config.status().message() << "\n";
-    return 2;
+    return trellis::kExitUsage;
   }
   // Block the stop signals before any thread starts, then wait for them here.
   sigset_t stop;
@@ -200,7 +198,7 @@ int main(int argc, char** argv) {
     });
     if (!s.ok()) {
       std::cerr << "trellis-operator: " << s.status().message() << "\n";
-      return 1;
+      return trellis::kExitFailure;
     }
     server = std::move(*s);
   }
@@ -215,7 +213,7 @@ int main(int argc, char** argv) {
   if (flags->leader_elect) {
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
-    auto suffix = RandomToken();
+    auto suffix = trellis::RandomToken();
     lease.identity = std::string(host) + "_" + (suffix.ok() ? suffix->substr(0, 8) : "0");
     lease.ns = flags->lease_namespace.empty() ? config->ns : flags->lease_namespace;
     elector = std::make_unique<LeaderElector>(client, lease, [] { return Clock::now(); });
@@ -224,7 +222,7 @@ int main(int argc, char** argv) {
       auto got = elector->TryAcquireOrRenew();
       if (!got.ok()) TLOG_WARN << "leader election: " << got.status().message();
       if (got.ok() && *got) break;
-      if (wait_signal(std::chrono::seconds(2)) > 0) return 0;
+      if (wait_signal(std::chrono::seconds(2)) > 0) return trellis::kExitOk;
     }
     TLOG_INFO << "holding the Lease " << lease.ns << "/" << lease.name;
   }
@@ -249,7 +247,7 @@ int main(int argc, char** argv) {
                    << (r.ok() ? ": another replica holds it" : ": " + r.status().message()) << "; exiting";
         progress.Stop();
         controller.Stop();
-        return 1;
+        return trellis::kExitFailure;
       }
     }
   } else {
@@ -268,5 +266,5 @@ int main(int argc, char** argv) {
                 << " (a standby takes over once it expires)";
     }
   }
-  return 0;
+  return trellis::kExitOk;
 }

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "common/logging.h"
+#include "common/random_token.h"
 #include "operator/events.h"
 
 namespace trellis::op {
@@ -52,19 +53,6 @@ Resource PodGroups(GangScheduler g) { return {"apis/" + PodGroupApiOf(g).group_v
 }  // namespace
 
 bool PermanentRefusal(const Status& s) { return s.code() == StatusCode::kInvalidArgument; }
-
-StatusOr<std::string> RandomToken() {
-  std::ifstream in("/dev/urandom", std::ios::binary);
-  unsigned char buf[32];
-  if (!in.read(reinterpret_cast<char*>(buf), sizeof buf)) return InternalError("cannot read /dev/urandom");
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : buf) {
-    out += hex[b >> 4];
-    out += hex[b & 15];
-  }
-  return out;
-}
 
 Reconciler::Reconciler(KubeClient& client, OperatorSettings settings, Now now, ReconcileObserver observer)
     : client_(client), settings_(std::move(settings)), now_(std::move(now)), observer_(std::move(observer)) {}

@@ -73,7 +73,4 @@ class Reconciler {
 // object itself (400 BadRequest, 422 Invalid).
 bool PermanentRefusal(const Status& s);
 
-// 32 random bytes from /dev/urandom as hex: the job token.
-StatusOr<std::string> RandomToken();
-
 }  // namespace trellis::op
