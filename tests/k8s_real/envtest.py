@@ -30,6 +30,8 @@ PR_SET_PDEATHSIG, and a sweep for any process carrying this run's marker in its 
 ControlPlane (EnvtestCase.cp):
   server, ca_file, admin_kubeconfig, dir        https://127.0.0.1:PORT, PEM paths, temp dir
   api(method, path, body=None, content_type=)   admin JSON call -> (http code, dict)
+  request_counts()                              apiserver_request_total by (verb, resource,
+                                                subresource, code) from the server's /metrics
   get(path) / create(path, body) / delete(path) admin; get/create raise on an unexpected code
   kubectl(*args, input=None, check=True)        kubectl with the admin kubeconfig -> CompletedProcess
   helm(*args) / helm_install(release, ns, values={"operator.leaderElect": "false"}, check=True)
@@ -56,6 +58,7 @@ import atexit
 import copy
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -227,6 +230,22 @@ class ControlPlane:
             return code, json.loads(raw or b"{}")
         except ValueError:
             return code, {"raw": raw.decode(errors="replace")}
+
+    def request_counts(self):
+        """The API server's own apiserver_request_total: {(verb, resource, subresource, code): n}
+        (verb as the server counts it: LIST and WATCH apart from GET)."""
+        code, obj = self.api("GET", "/metrics")
+        if code != 200:
+            raise AssertionError("GET /metrics: %d" % code)
+        out = {}
+        for line in obj.get("raw", "").splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels, value = line[len("apiserver_request_total{"):].rsplit("} ", 1)
+            kv = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+            key = (kv.get("verb", ""), kv.get("resource", ""), kv.get("subresource", ""), kv.get("code", ""))
+            out[key] = out.get(key, 0) + float(value)
+        return out
 
     def get(self, path):
         code, obj = self.api("GET", path)
