@@ -8,18 +8,32 @@
 namespace trellis::op {
 
 Controller::Controller(KubeClient& client, Reconciler& reconciler, ControllerOptions options,
-                       std::function<void(double)> reconcile_observer)
+                       std::function<void(double)> reconcile_observer, ObjectCache* cache)
     : client_(client),
       reconciler_(reconciler),
       options_(std::move(options)),
-      reconcile_observer_(std::move(reconcile_observer)) {}
+      reconcile_observer_(std::move(reconcile_observer)),
+      cache_(cache) {
+  for (auto& s : owned_synced_) s = false;
+}
 
 Controller::~Controller() { Stop(); }
 
 void Controller::Start() {
-  watch_jobs_ = std::thread([this] { WatchLoop(kTrainingJobs, "", false, jobs_synced_); });
+  watch_jobs_ = std::thread([this] {
+    WatchLoop(kTrainingJobs, "", false, jobs_synced_, cache_ ? &cache_->jobs : nullptr);
+  });
   // Only pods that carry the job label: the operator never watches the whole cluster's pods.
-  watch_pods_ = std::thread([this] { WatchLoop(kPods, kLabelJob, true, pods_synced_); });
+  watch_pods_ = std::thread([this] { WatchLoop(kPods, kLabelJob, true, pods_synced_, cache_ ? &cache_->pods : nullptr); });
+  if (cache_) {
+    const Resource* owned[3] = {&kServices, &kConfigMaps, &kSecrets};
+    ObjectStore* stores[3] = {&cache_->services, &cache_->configmaps, &cache_->secrets};
+    for (int i = 0; i < 3; ++i) {
+      watch_owned_.emplace_back([this, r = owned[i], store = stores[i], i] {
+        WatchLoop(*r, kLabelJob, true, owned_synced_[i], store, /*optional=*/true);
+      });
+    }
+  }
   reconcile_ = std::thread([this] { ReconcileLoop(); });
 }
 
@@ -33,6 +47,9 @@ void Controller::Stop() {
   cancel_.cancel();
   for (std::thread* t : {&watch_jobs_, &watch_pods_, &reconcile_}) {
     if (t->joinable()) t->join();
+  }
+  for (std::thread& t : watch_owned_) {
+    if (t.joinable()) t.join();
   }
 }
 
@@ -51,7 +68,8 @@ void Controller::Sleep(std::chrono::milliseconds d) {
   cv_.wait_for(lock, d, [&] { return stopping_; });
 }
 
-void Controller::WatchLoop(const Resource& r, const std::string& selector, bool pods, std::atomic<bool>& synced) {
+void Controller::WatchLoop(const Resource& r, const std::string& selector, bool pods, std::atomic<bool>& synced,
+                           ObjectStore* store, bool optional) {
   auto stopping = [&] {
     std::lock_guard<std::mutex> lock(mu_);
     return stopping_;
@@ -68,6 +86,14 @@ void Controller::WatchLoop(const Resource& r, const std::string& selector, bool 
   while (!stopping()) {
     if (rv.empty()) {
       auto list = client_.List(r, options_.watch_namespace, selector);
+      if (!list.ok() && optional && store && list.status().code() == StatusCode::kPermissionDenied) {
+        TLOG_WARN << "cannot list " << r.plural << " (" << list.status().message()
+                  << "): reading them from the API server on every reconcile instead; the chart's ClusterRole "
+                     "grants list and watch";
+        store->Disable();
+        synced = true;
+        return;
+      }
       if (!list.ok()) {
         TLOG_WARN << "list " << r.plural << " failed: " << list.status().message() << "; retrying in "
                   << backoff.count() << " ms";
@@ -77,6 +103,10 @@ void Controller::WatchLoop(const Resource& r, const std::string& selector, bool 
       }
       ++counters_.relists;
       rv = Str(*list, {"metadata", "resourceVersion"});
+      if (store) {
+        store->Replace(*list);
+        store->MarkSynced();
+      }
       if (const Json* items = At(*list, {"items"}); items && items->is_array()) {
         for (size_t i = 0; i < items->size(); ++i) {
           if (auto k = key_of(items->at(i))) Enqueue(*k, Clock::now());
@@ -93,9 +123,12 @@ void Controller::WatchLoop(const Resource& r, const std::string& selector, bool 
           std::string v = Str(obj, {"metadata", "resourceVersion"});
           if (!v.empty()) rv = v;
           if (type == "BOOKMARK") return;
+          if (store) store->Apply(type, obj);
           if (!pods && type == "DELETED") {
             std::lock_guard<std::mutex> lock(mu_);
-            known_.erase(Key{Str(obj, {"metadata", "namespace"}, "default"), Str(obj, {"metadata", "name"})});
+            const Key gone{Str(obj, {"metadata", "namespace"}, "default"), Str(obj, {"metadata", "name"})};
+            known_.erase(gone);
+            resync_.erase(gone);
             return;  // its objects go with it (ownerReferences)
           }
           if (auto k = key_of(obj)) Enqueue(*k, Clock::now());
@@ -123,24 +156,32 @@ void Controller::WatchLoop(const Resource& r, const std::string& selector, bool 
 void Controller::ReconcileLoop() {
   Clock::time_point next_resync = Clock::now() + options_.resync;
   std::unique_lock<std::mutex> lock(mu_);
+  // With a cache, reconcile only once every watch has listed: a job read before its pods' store
+  // is filled would look as if it had none.
+  while (!stopping_ && cache_ && !synced()) cv_.wait_for(lock, std::chrono::milliseconds(50));
   while (!stopping_) {
     const auto now = Clock::now();
     if (now >= next_resync) {
-      for (const auto& k : known_) {
-        auto it = queue_.find(k);
-        if (it == queue_.end() || now < it->second) queue_[k] = now;
-      }
+      resync_.insert(known_.begin(), known_.end());
       next_resync = now + options_.resync;
     }
+    // What an event (or a requeue) asks for goes first; the resync's jobs fill the idle time, so
+    // a change waits for one reconcile at most, never for a whole resync of every job.
     auto due = std::min_element(queue_.begin(), queue_.end(),
                                 [](const auto& a, const auto& b) { return a.second < b.second; });
-    if (due == queue_.end() || due->second > now) {
+    Key key;
+    if (due != queue_.end() && due->second <= now) {
+      key = due->first;
+      queue_.erase(due);
+      resync_.erase(key);
+    } else if (!resync_.empty()) {
+      key = *resync_.begin();
+      resync_.erase(resync_.begin());
+    } else {
       auto until = due == queue_.end() ? next_resync : std::min(next_resync, due->second);
       cv_.wait_until(lock, until);
       continue;
     }
-    Key key = due->first;
-    queue_.erase(due);
     lock.unlock();
     const auto t0 = std::chrono::steady_clock::now();
     // The Reconciler turns a job's exceptions into its status; this guard only keeps the one

@@ -1,6 +1,13 @@
 // The control loop: list + watch TrainingJobs and their pods (resourceVersion, bookmarks, relist
 // after 410 Gone, reconnect with back-off), a work queue of job keys with delayed requeues, and
 // one reconcile thread. Threads: "watch-jobs", "watch-pods", "reconcile".
+//
+// With an ObjectCache it also watches the jobs' Services, ConfigMaps and Secrets (by the
+// trellis.io/job-name label) and keeps every watched object in the cache, which the Reconciler
+// reads: the periodic resync then reconciles from memory, and an idle operator makes no request
+// but its watches. Reconciling starts once every watch has listed. A store whose watch the
+// operator's RBAC does not allow (403) is disabled: the Reconciler reads those objects from the
+// API server, as without a cache.
 #pragma once
 
 #include <atomic>
@@ -11,10 +18,12 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <cpprest/http_client.h>
 
 #include "operator/kube_client.h"
+#include "operator/object_cache.h"
 #include "operator/reconciler.h"
 
 namespace trellis::op {
@@ -39,19 +48,22 @@ class Controller {
  public:
   // `reconcile_observer` gets the reconcile latency (seconds) after each reconcile.
   Controller(KubeClient& client, Reconciler& reconciler, ControllerOptions options,
-             std::function<void(double seconds)> reconcile_observer = {});
+             std::function<void(double seconds)> reconcile_observer = {}, ObjectCache* cache = nullptr);
   ~Controller();  // Stop()s
 
   void Start();
   void Stop();
   const ControllerCounters& counters() const { return counters_; }
   // True once both watches have listed at least once (the /healthz readiness).
-  bool synced() const { return jobs_synced_.load() && pods_synced_.load(); }
+  bool synced() const { return jobs_synced_.load() && pods_synced_.load() && (!cache_ || cache_->synced()); }
 
  private:
   using Key = std::pair<std::string, std::string>;  // namespace, name
   void Enqueue(const Key& key, Clock::time_point due);
-  void WatchLoop(const Resource& r, const std::string& selector, bool pods, std::atomic<bool>& synced);
+  // `store`: the cache store this watch fills (may be null); `optional`: a 403 disables the store
+  // instead of retrying forever.
+  void WatchLoop(const Resource& r, const std::string& selector, bool pods, std::atomic<bool>& synced,
+                 ObjectStore* store = nullptr, bool optional = false);
   void ReconcileLoop();
   void Sleep(std::chrono::milliseconds d);
 
@@ -59,6 +71,7 @@ class Controller {
   Reconciler& reconciler_;
   ControllerOptions options_;
   std::function<void(double)> reconcile_observer_;
+  ObjectCache* cache_;  // may be null
   ControllerCounters counters_;
   std::atomic<bool> jobs_synced_{false};
   std::atomic<bool> pods_synced_{false};
@@ -67,11 +80,14 @@ class Controller {
   std::condition_variable cv_;
   std::map<Key, Clock::time_point> queue_;  // GUARDED_BY(mu_): earliest due time per job
   std::set<Key> known_;                     // GUARDED_BY(mu_): jobs seen, for the resync
+  std::set<Key> resync_;                    // GUARDED_BY(mu_): the resync's jobs not reconciled yet
   bool stopping_ = false;                   // GUARDED_BY(mu_)
   std::map<Key, std::chrono::milliseconds> error_backoff_;  // reconcile thread only
 
   pplx::cancellation_token_source cancel_;
   std::thread watch_jobs_, watch_pods_, reconcile_;
+  std::vector<std::thread> watch_owned_;  // Services, ConfigMaps, Secrets (with a cache)
+  std::atomic<bool> owned_synced_[3];
 };
 
 }  // namespace trellis::op

@@ -277,6 +277,7 @@ StatusOr<Json> KubeClient::RequestOnce(const web::http::method& m, const std::st
     web::http::http_request req(m);
     req.set_request_uri(path);
     if (const std::string token = Token(); !token.empty()) req.headers().add("Authorization", "Bearer " + token);
+    if (!config_.user_agent.empty()) req.headers().add("User-Agent", config_.user_agent);
     req.headers().add("Accept", "application/json");
     if (body) req.set_body(body->serialize(), content_type);
     web::http::http_response resp = client_->request(req).get();
@@ -342,6 +343,7 @@ Status KubeClient::Watch(const Resource& r, const std::string& ns, const std::st
     web::http::http_request req(methods::GET);
     req.set_request_uri(p);
     if (const std::string token = Token(); !token.empty()) req.headers().add("Authorization", "Bearer " + token);
+    if (!config_.user_agent.empty()) req.headers().add("User-Agent", config_.user_agent);
     web::http::http_response resp = watch_client_->request(req, cancel).get();
     if (resp.status_code() != 200) {
       std::string err;

@@ -32,6 +32,8 @@ struct KubeConfig {
   std::string client_key_pem;
   bool insecure_skip_verify = false;
   std::string ns = "default";  // the namespace of the operator itself (leases, events)
+  // Sent with every request: the API server's logs and audit records name the operator by it.
+  std::string user_agent = "trellis-operator";
 };
 
 // In a pod: KUBERNETES_SERVICE_HOST/PORT and the service-account token, CA and namespace under

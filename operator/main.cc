@@ -169,17 +169,20 @@ int main(int argc, char** argv) {
   if (!flags->image.empty()) settings.default_image = flags->image;
   ReconcileObserver observer;
   observer.on_phase = [&](const std::string& job, const std::string& phase) { metrics->SetJobPhase(job, phase); };
-  Reconciler reconciler(client, settings, [] { return Clock::now(); }, observer);
+  // The watches fill it, the reconciler and the progress poller read it: an idle operator makes
+  // no request but its watches.
+  ObjectCache cache;
+  Reconciler reconciler(client, settings, [] { return Clock::now(); }, observer, &cache);
   ControllerOptions opts;
   opts.watch_namespace = flags->ns;
   opts.resync = std::chrono::seconds(flags->resync_seconds);
   opts.watch_timeout_seconds = flags->watch_timeout_seconds;
-  Controller controller(client, reconciler, opts, [&](double s) { metrics->ObserveReconcile(s); });
+  Controller controller(client, reconciler, opts, [&](double s) { metrics->ObserveReconcile(s); }, &cache);
   ProgressPollerOptions progress_opts;
   progress_opts.watch_namespace = flags->ns;
   progress_opts.interval = std::chrono::seconds(flags->progress_seconds);
   progress_opts.scheduler_addresses_file = flags->scheduler_addresses;
-  ProgressPoller progress(client, settings, progress_opts);
+  ProgressPoller progress(client, settings, progress_opts, &cache.jobs);
 
   // Standby replicas (waiting for the Lease) are healthy; the leader once it has listed.
   std::atomic<bool> leading{false};

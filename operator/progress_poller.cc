@@ -17,8 +17,8 @@
 namespace trellis::op {
 
 ProgressPoller::ProgressPoller(KubeClient& client, OperatorSettings settings,
-                               ProgressPollerOptions options)
-    : client_(client), settings_(std::move(settings)), options_(std::move(options)) {}
+                               ProgressPollerOptions options, ObjectStore* jobs)
+    : client_(client), settings_(std::move(settings)), options_(std::move(options)), jobs_(jobs) {}
 
 ProgressPoller::~ProgressPoller() { Stop(); }
 
@@ -51,27 +51,34 @@ void ProgressPoller::Loop() {
 }
 
 int ProgressPoller::PollOnce() {
-  auto jobs = client_.List(kTrainingJobs, options_.watch_namespace);
-  if (!jobs.ok()) {
-    TLOG_WARN << "progress: cannot list TrainingJobs: " << jobs.status().message();
-    return 0;
+  std::vector<Json> items;
+  if (jobs_ && jobs_->usable()) {
+    items = jobs_->List();
+  } else if (jobs_) {
+    return 0;  // the Controller has not listed the jobs yet
+  } else {
+    auto jobs = client_.List(kTrainingJobs, options_.watch_namespace);
+    if (!jobs.ok()) {
+      TLOG_WARN << "progress: cannot list TrainingJobs: " << jobs.status().message();
+      return 0;
+    }
+    if (const Json* list = At(*jobs, {"items"}); list && list->is_array()) {
+      for (size_t i = 0; i < list->size(); ++i) items.push_back(list->at(i));
+    }
   }
   int writes = 0;
   std::set<Key> running;
   std::set<std::string> uids;
-  if (const Json* items = At(*jobs, {"items"}); items && items->is_array()) {
-    for (size_t i = 0; i < items->size(); ++i) {
-      const Json& job = items->at(i);
-      uids.insert(Str(job, {"metadata", "uid"}));
-      if (Str(job, {"status", "phase"}) != kRunning) continue;
-      const Key key{Str(job, {"metadata", "namespace"}, "default"), Str(job, {"metadata", "name"})};
-      running.insert(key);
-      auto r = PollJob(job);
-      if (!r.ok()) {
-        TLOG_DEBUG << "progress of " << key.first << "/" << key.second << ": " << r.status().message();
-      } else if (*r) {
-        ++writes;
-      }
+  for (const Json& job : items) {
+    uids.insert(Str(job, {"metadata", "uid"}));
+    if (Str(job, {"status", "phase"}) != kRunning) continue;
+    const Key key{Str(job, {"metadata", "namespace"}, "default"), Str(job, {"metadata", "name"})};
+    running.insert(key);
+    auto r = PollJob(job);
+    if (!r.ok()) {
+      TLOG_DEBUG << "progress of " << key.first << "/" << key.second << ": " << r.status().message();
+    } else if (*r) {
+      ++writes;
     }
   }
   // Connections of jobs that ended or went away.
@@ -185,6 +192,7 @@ StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
   update["status"] = status;
   auto w = client_.UpdateStatus(kTrainingJobs, ns, name, update);
   if (!w.ok()) return w.status();  // a 409 waits for the next round, with a fresh read
+  if (jobs_) jobs_->Written(*w);
   restarts_seen_[uid] = seen;
   for (const auto& m : restarted) {
     Status e = RecordJobEvent(client_, *w, "Warning", "ProgramRestarted", "job " + name + ": " + m, Clock::now());

@@ -16,6 +16,7 @@
 
 #include "operator/desired.h"
 #include "operator/kube_client.h"
+#include "operator/object_cache.h"
 #include "operator/progress_status.h"
 #include "scheduler/scheduler_client.h"
 
@@ -31,7 +32,10 @@ struct ProgressPollerOptions {
 
 class ProgressPoller {
  public:
-  ProgressPoller(KubeClient& client, OperatorSettings settings, ProgressPollerOptions options);
+  // `jobs` (optional): the Controller's cache of TrainingJobs; each round reads the jobs from it
+  // (no LIST), and the status it writes goes into it. Without it each round LISTs the jobs.
+  ProgressPoller(KubeClient& client, OperatorSettings settings, ProgressPollerOptions options,
+                 ObjectStore* jobs = nullptr);
   ~ProgressPoller();  // Stop()s
 
   void Start();
@@ -60,6 +64,7 @@ class ProgressPoller {
   KubeClient& client_;
   const OperatorSettings settings_;
   const ProgressPollerOptions options_;
+  ObjectStore* const jobs_;  // may be null
   std::map<Key, Scheduler> schedulers_;  // poller thread only
   // Per job uid: the programs' restarts inside their pods seen so far (poller thread only).
   std::map<std::string, ProgramRestartsSeen> restarts_seen_;

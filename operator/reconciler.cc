@@ -18,15 +18,6 @@ std::string ServerMessage(const Status& s) {
   return http == std::string::npos ? m : m.substr(http);
 }
 
-// Creation that tolerates "already there": a restarted operator meets its own objects. An error
-// names the object and carries the server's message.
-Status CreateIfMissing(KubeClient& c, const Resource& r, const std::string& ns, const Json& obj) {
-  auto s = c.Create(r, ns, obj);
-  if (s.ok() || s.status().code() == StatusCode::kAlreadyExists) return Status::Ok();
-  return Status(s.status().code(), "the API server refused " + Str(obj, {"kind"}) + " " + ns + "/" +
-                                       Str(obj, {"metadata", "name"}) + ": " + ServerMessage(s.status()));
-}
-
 // The condition reason of a refusal that retrying may cure.
 std::string TransientReason(const Status& s) {
   switch (s.code()) {
@@ -54,8 +45,49 @@ Resource PodGroups(GangScheduler g) { return {"apis/" + PodGroupApiOf(g).group_v
 
 bool PermanentRefusal(const Status& s) { return s.code() == StatusCode::kInvalidArgument; }
 
-Reconciler::Reconciler(KubeClient& client, OperatorSettings settings, Now now, ReconcileObserver observer)
-    : client_(client), settings_(std::move(settings)), now_(std::move(now)), observer_(std::move(observer)) {}
+Reconciler::Reconciler(KubeClient& client, OperatorSettings settings, Now now, ReconcileObserver observer,
+                       ObjectCache* cache)
+    : client_(client),
+      settings_(std::move(settings)),
+      now_(std::move(now)),
+      observer_(std::move(observer)),
+      cache_(cache) {}
+
+StatusOr<Json> Reconciler::Read(const Resource& r, ObjectStore* store, const std::string& ns,
+                                const std::string& name) {
+  if (!store || !store->usable()) return client_.Get(r, ns, name);
+  if (auto o = store->Get(ns, name)) return *std::move(o);
+  return NotFoundError(r.plural + " " + ns + "/" + name + " not in the cache");
+}
+
+StatusOr<std::vector<Json>> Reconciler::ReadPods(const std::string& ns, const std::string& job) {
+  if (cache_ && cache_->pods.usable()) return cache_->pods.ListByLabel(ns, job);
+  TRELLIS_ASSIGN_OR_RETURN(Json list, client_.List(kPods, ns, JobSelector(job)));
+  std::vector<Json> out;
+  if (const Json* items = At(list, {"items"}); items && items->is_array()) {
+    for (size_t i = 0; i < items->size(); ++i) out.push_back(items->at(i));
+  }
+  return out;
+}
+
+Status Reconciler::Ensure(const Resource& r, ObjectStore* store, const std::string& ns, const Json& obj) {
+  const std::string name = Str(obj, {"metadata", "name"});
+  if (store && store->usable() && store->Get(ns, name)) return Status::Ok();
+  auto s = client_.Create(r, ns, obj);
+  if (s.ok()) {
+    if (store) store->Written(*s);
+    return Status::Ok();
+  }
+  if (s.status().code() == StatusCode::kAlreadyExists) return Status::Ok();
+  return Status(s.status().code(), "the API server refused " + Str(obj, {"kind"}) + " " + ns + "/" + name + ": " +
+                                       ServerMessage(s.status()));
+}
+
+void Reconciler::Refresh(const std::string& ns, const std::string& name) {
+  if (!cache_) return;
+  auto job = client_.Get(kTrainingJobs, ns, name);
+  if (job.ok()) cache_->jobs.Written(*job);
+}
 
 StatusOr<std::optional<Clock::duration>> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
   constexpr int kAttempts = 5;
@@ -65,6 +97,7 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Reconcile(const std::string
     if (r.ok() && observer_.on_phase && phase_) observer_.on_phase(ns + "/" + name, *phase_);
     if (r.ok() || r.status().code() != StatusCode::kAborted || i == kAttempts) return r;
     TLOG_INFO << "job " << ns << "/" << name << ": status write conflicted, reconciling again";
+    Refresh(ns, name);  // the cache had not seen the change yet
   }
 }
 
@@ -90,7 +123,7 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Guarded(const std::string& 
 }
 
 StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& ns, const std::string& name) {
-  auto job = client_.Get(kTrainingJobs, ns, name);
+  auto job = Read(kTrainingJobs, cache_ ? &cache_->jobs : nullptr, ns, name);
   if (!job.ok() && job.status().code() == StatusCode::kNotFound) {
     phase_ = "";
     return std::optional<Clock::duration>();
@@ -108,19 +141,12 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
     return ParseJobSpec(job->serialize());
   }();
 
-  TRELLIS_ASSIGN_OR_RETURN(Json pod_list, client_.List(kPods, ns, JobSelector(name)));
+  TRELLIS_ASSIGN_OR_RETURN(std::vector<Json> pod_objects, ReadPods(ns, name));
   std::vector<ObservedPod> pods;
-  if (const Json* items = At(pod_list, {"items"}); items && items->is_array()) {
-    for (size_t i = 0; i < items->size(); ++i) {
-      const Json& pod = items->at(i);
-      // Only pods this job controls: a same-named job deleted and recreated owns new ones.
-      bool ours = false;
-      if (const Json* owners = At(pod, {"metadata", "ownerReferences"}); owners && owners->is_array()) {
-        for (size_t k = 0; k < owners->size(); ++k) ours |= Str(owners->at(k), {"uid"}) == meta.uid;
-      }
-      if (!ours) continue;
-      if (auto o = ObservePod(pod)) pods.push_back(*o);
-    }
+  for (const Json& pod : pod_objects) {
+    // Only pods this job controls: a same-named job deleted and recreated owns new ones.
+    if (!OwnedBy(pod, meta.uid)) continue;
+    if (auto o = ObservePod(pod)) pods.push_back(*o);
   }
 
   // The PodGroup comes before the plan: the plan creates no pod while it cannot exist.
@@ -241,7 +267,7 @@ Status Reconciler::CreateObjects(const JobMeta& meta, const JobSpec& spec, const
   for (const Json& pod : DesiredPods(meta, spec, settings_)) {
     const std::string pod_name = Str(pod, {"metadata", "name"});
     if (std::find(plan.create.begin(), plan.create.end(), pod_name) == plan.create.end()) continue;
-    TRELLIS_RETURN_IF_ERROR(CreateIfMissing(client_, kPods, meta.ns, pod));
+    TRELLIS_RETURN_IF_ERROR(Ensure(kPods, cache_ ? &cache_->pods : nullptr, meta.ns, pod));
   }
   return Status::Ok();
 }
@@ -324,25 +350,32 @@ StatusOr<Json> Reconciler::WriteStatus(const Json& job, const Json& status) {
     if (const Json* v = At(job, {"metadata", k}); v && v->is_string()) Put(u, {"metadata", k}, *v);
   }
   u["status"] = status;
-  return client_.UpdateStatus(kTrainingJobs, ns, name, u);
+  auto w = client_.UpdateStatus(kTrainingJobs, ns, name, u);
+  if (w.ok() && cache_) cache_->jobs.Written(*w);
+  return w;
 }
 
 Status Reconciler::EnsureSupport(const JobMeta& meta, const JobSpec& spec) {
-  auto secret = client_.Get(kSecrets, meta.ns, TokenSecretName(meta.name));
+  ObjectStore* secrets = cache_ ? &cache_->secrets : nullptr;
+  ObjectStore* configmaps = cache_ ? &cache_->configmaps : nullptr;
+  auto secret = Read(kSecrets, secrets, meta.ns, TokenSecretName(meta.name));
   if (!secret.ok() && secret.status().code() != StatusCode::kNotFound) return secret.status();
   if (!secret.ok()) {
     TRELLIS_ASSIGN_OR_RETURN(std::string token, RandomToken());
-    TRELLIS_RETURN_IF_ERROR(CreateIfMissing(client_, kSecrets, meta.ns, TokenSecret(meta, token)));
+    TRELLIS_RETURN_IF_ERROR(Ensure(kSecrets, secrets, meta.ns, TokenSecret(meta, token)));
   }
   // The job file follows the spec (a suspended job may be resized before it resumes); the
   // scheduler reads it when it starts.
   Json want = JobConfigMap(meta, spec);
-  auto cm = client_.Get(kConfigMaps, meta.ns, ConfigMapName(meta.name));
+  auto cm = Read(kConfigMaps, configmaps, meta.ns, ConfigMapName(meta.name));
   if (!cm.ok() && cm.status().code() != StatusCode::kNotFound) return cm.status();
   if (!cm.ok()) {
-    TRELLIS_RETURN_IF_ERROR(CreateIfMissing(client_, kConfigMaps, meta.ns, want));
+    TRELLIS_RETURN_IF_ERROR(Ensure(kConfigMaps, configmaps, meta.ns, want));
   } else if (Str(*cm, {"data", "job.yaml"}) != Str(want, {"data", "job.yaml"})) {
-    Json updated = *cm;
+    // The cached copy holds only what the operator reads: the update starts from the server's.
+    auto full = configmaps && configmaps->usable() ? client_.Get(kConfigMaps, meta.ns, ConfigMapName(meta.name)) : cm;
+    if (!full.ok()) return full.status();
+    Json updated = *full;
     if (const Json* data = At(want, {"data"})) updated["data"] = *data;
     auto u = client_.Update(kConfigMaps, meta.ns, ConfigMapName(meta.name), updated);
     // A conflict is retried by the next reconcile; a refusal is the job's.
@@ -350,8 +383,9 @@ Status Reconciler::EnsureSupport(const JobMeta& meta, const JobSpec& spec) {
       return Status(u.status().code(), "the API server refused the update of ConfigMap " + meta.ns + "/" +
                                            ConfigMapName(meta.name) + ": " + ServerMessage(u.status()));
     }
+    if (configmaps) configmaps->Written(*u);
   }
-  return CreateIfMissing(client_, kServices, meta.ns, SchedulerService(meta, settings_));
+  return Ensure(kServices, cache_ ? &cache_->services : nullptr, meta.ns, SchedulerService(meta, settings_));
 }
 
 Status Reconciler::RecordEvent(const Json& job, const std::string& type, const std::string& reason,

@@ -14,6 +14,7 @@
 #include "operator/gang.h"
 #include "operator/job_status.h"
 #include "operator/kube_client.h"
+#include "operator/object_cache.h"
 
 namespace trellis::op {
 
@@ -26,7 +27,11 @@ struct ReconcileObserver {
 class Reconciler {
  public:
   using Now = std::function<Clock::time_point()>;
-  Reconciler(KubeClient& client, OperatorSettings settings, Now now, ReconcileObserver observer = {});
+  // `cache` (optional, owned by the caller, filled by the Controller's watches): reads come from
+  // it and writes go into it, so a reconcile that finds nothing to change makes no API request.
+  // Without it every reconcile reads the job, its pods and its objects from the API server.
+  Reconciler(KubeClient& client, OperatorSettings settings, Now now, ReconcileObserver observer = {},
+             ObjectCache* cache = nullptr);
 
   // Returns when to look at the job again without an event (deadline, TTL); nullopt: on the
   // next event. Errors are API errors (the caller retries with back-off). A status write that
@@ -61,11 +66,21 @@ class Reconciler {
   StatusOr<Json> WriteStatus(const Json& job, const Json& status);
   Status RecordEvent(const Json& job, const std::string& type, const std::string& reason,
                      const std::string& message);
+  // Reads through the cache when it has the resource (NOT_FOUND when it holds no such object),
+  // else from the API server.
+  StatusOr<Json> Read(const Resource& r, ObjectStore* store, const std::string& ns, const std::string& name);
+  StatusOr<std::vector<Json>> ReadPods(const std::string& ns, const std::string& job);
+  // Creates `obj` unless the cache already holds it; the server's answer goes into the cache.
+  Status Ensure(const Resource& r, ObjectStore* store, const std::string& ns, const Json& obj);
+  // The job as the API server has it now, into the cache (after a write lost a race with a
+  // change the cache had not seen yet).
+  void Refresh(const std::string& ns, const std::string& name);
 
   KubeClient& client_;
   OperatorSettings settings_;
   Now now_;
   ReconcileObserver observer_;
+  ObjectCache* cache_;  // may be null
   std::optional<std::string> phase_;  // of the last attempt, for the observer (reconcile thread only)
 };
 

@@ -21,7 +21,8 @@ POST /_double/fail?method=POST&path=/api/v1/namespaces/default/pods&count=N answ
 matching requests with 500 InternalError (or &code=422&reason=Invalid&message=...: that answer, as
 a real server refuses an object its validation rejects), POST /_double/expire-watches ends every open watch with a 410 Gone ERROR event (as an API server
 does when its watch cache can no longer serve the version), GET /_double/stats
-gives per-kind create counts and the names ever created, POST /_double/token?value=T makes T the
+gives per-kind create counts and the names ever created (and "requests": counts by verb and
+resource, LIST and WATCH apart from GET), POST /_double/token?value=T makes T the
 one bearer token accepted from now on (a rotated service-account token).
 
 Usage: k8s_double.py [--port 0] [--port-file PATH] [--token TOKEN] [--tls-cert PEM --tls-key PEM
@@ -105,6 +106,7 @@ class Store:
         self.open_watches = 0  # GUARDED_BY(cv)
         self.failures = []  # [method, path prefix, count, code, reason, message]: injected   GUARDED_BY(cv)
         self.expired = set()  # epochs whose watches end with 410 Gone instead of a dropped stream
+        self.requests = {}  # "VERB resource[/sub]" -> count (VERB as the API server counts: LIST, WATCH, GET...)
 
     def _emit(self, res, typ, obj):
         self.history.append((int(obj["metadata"]["resourceVersion"]), res, typ, copy.deepcopy(obj)))
@@ -282,6 +284,12 @@ class Handler(BaseHTTPRequestHandler):
         sub = rest[2] if len(rest) > 2 else None
         if sub not in (None, "status") or (sub == "status" and not RESOURCES[res][1]):
             return None, q
+        verb = self.command
+        if verb == "GET" and name is None:
+            verb = "WATCH" if q.get("watch") in ("true", "1") else "LIST"
+        key = "%s %s%s" % (verb, rest[0], "/" + sub if sub else "")
+        with STORE.cv:
+            STORE.requests[key] = STORE.requests.get(key, 0) + 1
         return (res, ns, name, sub), q
 
     def _auth(self):
@@ -320,7 +328,7 @@ class Handler(BaseHTTPRequestHandler):
                     TOKEN = parse_qs(what[6:])["value"][-1]
                 elif what == "stats":
                     return self._send(200, {"created": STORE.created, "resourceVersion": str(STORE.rv),
-                                            "openWatches": STORE.open_watches})
+                                            "openWatches": STORE.open_watches, "requests": STORE.requests})
                 else:
                     return self._send(404, status_obj(404, "NotFound", "no such hook"))
             self._send(200, {})

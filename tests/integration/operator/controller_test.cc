@@ -1,5 +1,8 @@
 // The whole control loop (watches, queue, reconcile thread) against the API double, and the
 // trellis-operator binary's /healthz and /metrics.
+#include <map>
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include <cpprest/http_client.h>
@@ -8,6 +11,7 @@
 #include "common/net.h"
 
 #include "operator/controller.h"
+#include "operator/object_cache.h"
 #include "operator/operator_metrics.h"
 #include "operator/reconciler.h"
 #include "tests/integration/operator/double_fixture.h"
@@ -93,6 +97,61 @@ TEST_F(ControllerTest, FailingApiCallsAreRetriedWithBackOffUntilTheyWork) {
   EXPECT_EQ(controller.counters().reconcile_errors.load(), 3u);
   EXPECT_GE(client_->api_errors(), 3u);  // the injected 500s, counted for /metrics
   controller.Stop();
+}
+
+// With the cache the binary uses (operator/object_cache.h): a resync reconciles every job from the
+// cache and makes no request while nothing changes; a change still reaches the job, and an owned
+// object deleted by someone comes back from its watch event.
+TEST_F(ControllerTest, WithACacheAnIdleOperatorMakesNoRequestButItsWatches) {
+  ObjectCache cache;
+  Reconciler reconciler(*client_, OperatorSettings{}, [] { return Clock::now(); }, {}, &cache);
+  ControllerOptions opts;
+  opts.resync = std::chrono::milliseconds(100);
+  Controller controller(*client_, reconciler, opts, {}, &cache);
+  controller.Start();
+  ASSERT_TRUE(WaitFor([&] { return controller.synced(); }, seconds(10)));
+  for (const char* name : {"a", "b", "c"}) CreateJob(name, kSpec);
+  ASSERT_TRUE(WaitFor([&] { return PodNames("a").size() == 4 && PodNames("b").size() == 4 && PodNames("c").size() == 4; },
+                      seconds(10)));
+  SetAllPodsPhase("b", "Running");
+  ASSERT_TRUE(WaitFor([&] { return Str(GetJob("b"), {"status", "phase"}) == "Running"; }, seconds(10)));
+  // Requests other than the watches' own, over 0.6 s (six resyncs); the first windows may still
+  // hold the echoes of the creation.
+  auto requests = [&] {
+    std::map<std::string, int64_t> out;
+    const Json stats = Stats();
+    const Json* r = At(stats, {"requests"});
+    if (r && r->is_object()) {
+      for (const auto& [k, v] : r->as_object()) {
+        if (k.rfind("WATCH ", 0) != 0) out[k] = v.as_number().to_int64();
+      }
+    }
+    return out;
+  };
+  std::map<std::string, int64_t> before, after;
+  const uint64_t reconciles0 = controller.counters().reconciles.load();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        before = requests();
+        std::this_thread::sleep_for(std::chrono::milliseconds(600));
+        after = requests();
+        return before == after;
+      },
+      seconds(20)))
+      << "requests while idle keep coming";
+  EXPECT_GE(controller.counters().reconciles.load(), reconciles0 + 3 * 5);  // the resyncs did run
+  EXPECT_GE(cache.pods.size(), 12u);
+
+  // A change reaches the job from the pod watch, through the cache.
+  SetPodPhase("b-worker-0", "Succeeded", 0);
+  SetPodPhase("b-worker-1", "Succeeded", 0);
+  ASSERT_TRUE(WaitFor([&] { return Str(GetJob("b"), {"status", "phase"}) == "Succeeded"; }, seconds(10)));
+  // An owned object deleted from outside is created again.
+  ASSERT_TRUE(client_->Delete(kServices, "default", "a-scheduler").ok());
+  ASSERT_TRUE(WaitFor([&] { return client_->Get(kServices, "default", "a-scheduler").ok(); }, seconds(10)));
+  controller.Stop();
+  Json created = Stats().at("created").at("Pod");
+  EXPECT_EQ(created.size(), 12u) << created.serialize();  // 3 jobs x 4 pods, none twice
 }
 
 // A real API server sends bookmarks rarely: stopping must not wait for the next line of a watch.

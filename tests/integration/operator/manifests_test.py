@@ -34,9 +34,10 @@ EXPECTED_RULES = {
     ("trellis.io", "trainingjobs/status"): {"update"},
     ("trellis.io", "trainingjobs/finalizers"): {"update"},  # blockOwnerDeletion under OwnerReferencesPermissionEnforcement
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
-    ("", "services"): {"get", "create"},
-    ("", "secrets"): {"get", "create"},
-    ("", "configmaps"): {"get", "create", "update"},
+    # list + watch: the operator's cache of the objects it owns (an idle operator makes no request)
+    ("", "services"): {"get", "list", "watch", "create"},
+    ("", "secrets"): {"get", "list", "watch", "create"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "update"},
     ("", "events"): {"create"},
     ("scheduling.volcano.sh", "podgroups"): {"get", "create", "delete"},
     ("scheduling.x-k8s.io", "podgroups"): {"get", "create", "delete"},
