@@ -21,6 +21,7 @@
 #include "operator/operator_metrics.h"
 #include "operator/progress_poller.h"
 #include "operator/reconciler.h"
+#include "operator/target_discovery.h"
 
 namespace {
 
@@ -196,9 +197,14 @@ int main(int argc, char** argv) {
     // Unhealthy too when the API server has refused us (or been unreachable) for a while: a
     // restarted pod reads its credentials afresh.
     const std::chrono::seconds api_window(flags->api_unhealthy_seconds);
-    auto s = trellis::MetricsHttpServer::Start(flags->metrics_host, flags->metrics_port, registry, [&, api_window] {
-      return (!leading.load() || controller.synced()) && client.Healthy(api_window);
-    });
+    // Prometheus HTTP service discovery, answered from the pods the watches keep (docs/metrics.md).
+    std::vector<trellis::HttpRoute> routes = {{"/sd/targets", "application/json", [&cache](const std::string& host) {
+                                                 return trellis::op::TargetsJson(cache.pods.List(), host);
+                                               }}};
+    auto s = trellis::MetricsHttpServer::Start(
+        flags->metrics_host, flags->metrics_port, registry,
+        [&, api_window] { return (!leading.load() || controller.synced()) && client.Healthy(api_window); },
+        std::move(routes));
     if (!s.ok()) {
       std::cerr << "trellis-operator: " << s.status().message() << "\n";
       return trellis::kExitFailure;
