@@ -153,6 +153,26 @@ def chart_image(repo):
     return "%s:%s" % ci(repo)
 
 
+
+def install_trellis(cp, build_dir, release="trellis", namespace="trellis-system", who="node"):
+    """The user's install on node `cp`: the image of `make image` imported into containerd, then
+    `helm install` of charts/trellis with default values but image.pullPolicy=Never (no registry
+    here); waits until the operator Deployment is Available. -> the image name."""
+    import envtest
+    image = chart_image(envtest.REPO)
+    cp.import_image(os.path.join(build_dir, "trellis-image.docker.tar"), image)
+    t = time.time()
+    cp.helm("install", release, os.path.join(envtest.REPO, "charts/trellis"), "--namespace", namespace,
+            "--create-namespace", "--set", "image.pullPolicy=Never")
+    r = cp.kubectl("wait", "--for=condition=Available", "deployment/%s-operator" % release, "-n", namespace,
+                   "--timeout=180s", check=False)
+    if r.returncode != 0:
+        print(cp.kubectl("get", "pods,events", "-n", namespace, "-o", "wide", check=False).stdout)
+        print(cp.kubectl("logs", "-n", namespace, "deployment/%s-operator" % release, check=False).stdout[-4000:])
+        raise AssertionError("the operator Deployment is not Available: %s%s" % (r.stdout, r.stderr))
+    print("%s: helm install -> operator Available in %.1f s" % (who, time.time() - t), flush=True)
+    return image
+
 # ---- images without a registry ---------------------------------------------------------------------
 def docker_archive(path, tag, files, entrypoint=None, cmd=None, env=("PATH=/bin:/usr/bin",)):
     """Writes a docker-archive (what `ctr image import` and `docker load` read) of one layer.

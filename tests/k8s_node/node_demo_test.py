@@ -3,9 +3,9 @@
 `helm install`ed as docs/kubernetes.md says (default values, only image.pullPolicy=Never since
 no registry is reachable: the image is imported into containerd), the operator running in-cluster
 as its Deployment; manifests/examples/mlp.yaml applied -> Running -> Succeeded, `kubectl logs`
-of each worker showing its output; a worker pod deleted mid-training -> recreated, rejoins, the
-job Succeeded; `kubectl delete tj` of a running job -> no pod left; `helm uninstall` -> nothing of
-the release left.
+of each worker showing its output; `kubectl delete tj` of a running job -> no pod left; `helm
+uninstall` -> nothing of the release left. (Evictions and deletions of every role mid-training:
+node_ops_test.py.)
 
 Then manifests/examples/pytorch.yaml exactly as shipped (trellis.torch, 2-bit, the script of the
 image): progress with samples/s and an ETA in the status, a worker pod deleted mid-training, the
@@ -43,19 +43,7 @@ class Demo(node.NodeCase):
 
     @classmethod
     def setUpClass(cls):
-        cp = cls.cp
-        cls.image = node.chart_image(envtest.REPO)
-        cp.import_image(os.path.join(build_dir(), "trellis-image.docker.tar"), cls.image)
-        t = time.time()
-        cp.helm("install", RELEASE, os.path.join(envtest.REPO, "charts/trellis"), "--namespace", CHART_NS,
-                "--create-namespace", "--set", "image.pullPolicy=Never")
-        r = cp.kubectl("wait", "--for=condition=Available", "deployment/%s-operator" % RELEASE, "-n", CHART_NS,
-                       "--timeout=180s", check=False)
-        if r.returncode != 0:
-            print(cp.kubectl("get", "pods,events", "-n", CHART_NS, "-o", "wide", check=False).stdout)
-            print(cp.kubectl("logs", "-n", CHART_NS, "deployment/%s-operator" % RELEASE, check=False).stdout[-4000:])
-            raise AssertionError("the operator Deployment is not Available: %s%s" % (r.stdout, r.stderr))
-        print("demo: helm install -> operator Available in %.1f s" % (time.time() - t), flush=True)
+        cls.image = node.install_trellis(cls.cp, build_dir(), RELEASE, CHART_NS, "demo")
 
     def tearDown(self):
         result = self._outcome.result
@@ -89,33 +77,6 @@ class Demo(node.NodeCase):
         print("demo: mlp.yaml applied -> Running %.1f s -> Succeeded %.1f s later; phases %s" % (
             t_run - t, time.time() - t_run, self.phases["mlp"]), flush=True)
         print("demo: worker 0's log ends:\n" + self.logs("mlp-worker-0")[-1500:], flush=True)
-
-    def test_2_deleted_worker_pod_is_recreated_and_rejoins(self):
-        self.apply(example("mlpd"))   # 768 steps: minutes here, tens of seconds on an idle machine
-        self.wait_phase("mlpd", "Running", 180)
-        self.assertTrue(wait_for(lambda: self.step("mlpd") > 0, 180), "no progress in the job's status")
-        old = self.pod_obj("mlpd-worker-1")["metadata"]["uid"]
-        self.assertLess(self.step("mlpd"), 700, "too late for a deletion mid-training")
-        t = time.time()
-        self.cp.kubectl("delete", "pod", "mlpd-worker-1", "-n", self.ns, "--wait=false")
-
-        def replaced():
-            p = self.pod_obj("mlpd-worker-1")
-            return p and p["metadata"]["uid"] != old and p["status"].get("phase") in ("Running", "Succeeded")
-        self.assertTrue(wait_for(replaced, 120), "mlpd-worker-1 not recreated and running: %s" %
-                        json.dumps(self.pod_obj("mlpd-worker-1")))
-        t_back = time.time()
-        st = self.wait_phase("mlpd", ("Succeeded", "Failed"), 900)
-        self.assertEqual(st["phase"], "Succeeded", json.dumps(st))
-        self.assertEqual(st["restarts"], 0, st)
-        log = self.logs("mlpd-worker-1")
-        self.assertIn("rank 1 incarnation 2: starting", log)
-        self.assertIn("rejoined the running job after step", log)
-        seen = self.phases["mlpd"]
-        self.assertNotIn("Pending", seen[seen.index("Running"):], seen)
-        rejoined = re.search(r"rejoined the running job after step \d+", log).group(0)
-        print("demo: worker 1 deleted; replacement running %.1f s later and %s; Succeeded %.1f s after the "
-              "deletion; phases %s" % (t_back - t, rejoined, time.time() - t, seen), flush=True)
 
     def test_3_deleting_the_job_leaves_no_pod(self):
         self.apply(example("mlpx"))
