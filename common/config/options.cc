@@ -27,16 +27,23 @@ StatusOr<ParsedArgs> ParseArgs(std::span<const Option> table, const std::vector<
       return out;
     }
   }
+  // Unknown "--x": with a command after "--" and nothing else besides flags, the likely slip is a
+  // program flag before "--".
+  const bool program_hint = shape.command_after_dashdash && !shape.positional;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--" && shape.command_after_dashdash) {
+      out.dashdash = true;
       out.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
       break;
     }
     if (a.rfind("--", 0) != 0 || a == "--") {
-      if (shape.command_after_dashdash) {
-        return InvalidArgumentError("unknown argument '" + a + "' (the program goes after --)");
+      if (shape.positional && (a == "-" || a.rfind("-", 0) != 0)) {
+        out.positional.push_back(a);
+        continue;
       }
+      if (shape.positional) return InvalidArgumentError("unknown flag " + a);
+      if (program_hint) return InvalidArgumentError("unknown argument '" + a + "' (the program goes after --)");
       return InvalidArgumentError("unexpected argument \"" + a + "\"");
     }
     std::string name = a.substr(2);
@@ -45,14 +52,19 @@ StatusOr<ParsedArgs> ParseArgs(std::span<const Option> table, const std::vector<
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
-    if (FindFlag(table, name) == nullptr) {
-      if (shape.command_after_dashdash) {
-        return InvalidArgumentError("unknown argument '" + a + "' (the program goes after --)");
-      }
+    const Option* row = FindFlag(table, name);
+    if (row == nullptr) {
+      if (program_hint) return InvalidArgumentError("unknown argument '" + a + "' (the program goes after --)");
       return InvalidArgumentError("unknown flag --" + name);
     }
+    if (row->type == OptionType::kSwitch) {
+      if (value) return InvalidArgumentError("flag --" + name + " takes no value");
+      value = "true";
+    }
     if (!value) {
-      if (i + 1 >= args.size()) return InvalidArgumentError("flag --" + name + " needs a value");
+      if (i + 1 >= args.size() || (shape.command_after_dashdash && args[i + 1] == "--")) {
+        return InvalidArgumentError("flag --" + name + " needs a value");
+      }
       value = args[++i];
     }
     out.flags[name] = *value;
@@ -130,7 +142,9 @@ std::string HelpText(std::string_view head, std::span<const Option> table, std::
   constexpr size_t kColumn = 28;
   std::string out(head);
   for (const Option& o : table) {
-    std::string left = o.flag != nullptr ? "  --" + std::string(o.flag) + " " + o.value : "  " + std::string(o.env);
+    std::string left = o.flag == nullptr              ? "  " + std::string(o.env)
+                       : o.type == OptionType::kSwitch ? "  --" + std::string(o.flag)
+                                                       : "  --" + std::string(o.flag) + " " + o.value;
     std::string help = o.help;
     if (o.flag != nullptr && o.env != nullptr) help += std::string(help.empty() ? "" : " ") + "[" + o.env + "]";
     out += left;

@@ -32,6 +32,7 @@ enum class OptionType {
   kSeconds,  // decimal seconds in (0, max]
   kBool,     // true | false
   kOnOff,    // on | off
+  kSwitch,   // a flag without a value (--keep-logs): given means true
 };
 
 // One row of a program's table. `flag` is the name without "--" (nullptr: environment only);
@@ -51,17 +52,23 @@ struct Option {
 struct ArgsShape {
   // "--" ends the flags; what follows is a command (the agent's program).
   bool command_after_dashdash = false;
+  // Arguments that are not flags (a job file; "-" too) go to ParsedArgs::positional instead of
+  // being refused; then any other "-x" is an unknown flag.
+  bool positional = false;
 };
 
 struct ParsedArgs {
   std::map<std::string, std::string> flags;  // name (no "--") -> value; the last one given wins
   std::vector<std::string> command;          // after "--" (ArgsShape::command_after_dashdash)
+  bool dashdash = false;                     // "--" was given (the command may still be empty)
+  std::vector<std::string> positional;       // in order (ArgsShape::positional)
   bool help = false;                         // -h or --help given (before any "--"): nothing else is read
 };
 
-// `args` excludes argv[0]. Errors: "unknown flag --x" (with command_after_dashdash: "unknown
-// argument '--x' (the program goes after --)"), "flag --x needs a value",
-// "unexpected argument \"x\"".
+// `args` excludes argv[0]. Errors: "unknown flag --x" (with command_after_dashdash and no
+// positional: "unknown argument '--x' (the program goes after --)"), "flag --x needs a value"
+// (with command_after_dashdash, "--" is never a value), "flag --x takes no value" (a kSwitch
+// given "--x=v"), "unexpected argument \"x\"". A kSwitch flag's value is "true".
 StatusOr<ParsedArgs> ParseArgs(std::span<const Option> table, const std::vector<std::string>& args,
                                ArgsShape shape = {});
 

@@ -101,6 +101,34 @@ TEST(ParseArgsTest, ShapesAndErrors) {
   EXPECT_EQ(program_help->command, (std::vector<std::string>{"python", "--help"}));
 }
 
+// A program with a positional argument and switches (trellis-launch: [FLAGS] JOB.yaml | -- COMMAND).
+constexpr Option kSwitchTable[] = {
+    {"keep-logs", nullptr, OptionType::kSwitch, 0, 0, "", "keep the logs"},
+    {"workers", nullptr, OptionType::kInt, 1, 10, "N", "workers"},
+};
+
+TEST(ParseArgsTest, SwitchesAndPositionalArguments) {
+  const ArgsShape shape{.command_after_dashdash = true, .positional = true};
+  auto a = ParseArgs(kSwitchTable, {"--keep-logs", "job.yaml", "-", "--workers", "2"}, shape);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->flags.at("keep-logs"), "true");
+  EXPECT_EQ(a->positional, (std::vector<std::string>{"job.yaml", "-"}));
+  EXPECT_FALSE(a->dashdash);
+  const Resolver r(kSwitchTable, *a, EnvSource(Vars{}));
+  EXPECT_TRUE(*r.Bool("keep-logs", std::nullopt, false));
+  auto c = ParseArgs(kSwitchTable, {"--workers", "2", "--"}, shape);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->dashdash);  // "--" with nothing after it: the program may call that an error
+  EXPECT_TRUE(c->command.empty());
+  auto msg = [&](std::vector<std::string> args) { return ParseArgs(kSwitchTable, args, shape).status().message(); };
+  EXPECT_EQ(msg({"--keep-logs=yes"}), "flag --keep-logs takes no value");
+  EXPECT_EQ(msg({"--verbose", "j.yaml"}), "unknown flag --verbose");
+  EXPECT_EQ(msg({"-v", "j.yaml"}), "unknown flag -v");
+  EXPECT_EQ(msg({"--workers", "--", "p"}), "flag --workers needs a value");  // "--" is never a value
+  const std::string help = HelpText("", kSwitchTable);
+  EXPECT_THAT(help, HasSubstr("  --keep-logs               keep the logs\n"));  // no value to name
+}
+
 TEST(HelpTextTest, ListsEveryOptionOfTheTableWithItsVariable) {
   const std::string help = HelpText("usage: prog [FLAGS]\n", kTable, "the end\n");
   EXPECT_EQ(help.rfind("usage: prog [FLAGS]\n", 0), 0u);
