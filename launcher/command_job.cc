@@ -1,34 +1,32 @@
 #include "launcher/command_job.h"
 
 #include <cctype>
-#include <charconv>
+
+#include "common/config/parse.h"
 
 namespace trellis {
 namespace {
 
-// One of `values`, as ToString spells it; else an error listing them.
+// The flag's value if given, when it is one of `values` as ToString spells them; else an error
+// listing them.
 template <typename E>
-StatusOr<E> ParseEnum(const std::string& flag, const std::string& v, std::initializer_list<E> values) {
+StatusOr<std::optional<std::string>> EnumFlag(const Resolver& r, const char* flag, std::initializer_list<E> values) {
+  TRELLIS_ASSIGN_OR_RETURN(std::optional<std::string> v, r.OptionalString(flag));
+  if (!v) return v;
   std::string known;
   for (E e : values) {
-    if (ToString(e) == v) return e;
+    if (ToString(e) == *v) return v;
     known += (known.empty() ? "" : ", ") + std::string(ToString(e));
   }
-  return InvalidArgumentError("flag " + flag + ": '" + v + "' is not one of " + known);
+  return InvalidArgumentError(FlagSource(flag) + ": '" + *v + "' is not one of " + known);
 }
 
+// An integer flag in its row's range (int32 rows: within int32 by their bounds).
 template <typename T>
-StatusOr<T> ParseInt(const std::string& flag, const std::string& v, T lo, T hi) {
-  T out{};
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || end != v.data() + v.size()) {
-    return InvalidArgumentError("flag " + flag + " needs an integer, got '" + v + "'");
-  }
-  if (out < lo || out > hi) {
-    return InvalidArgumentError("flag " + flag + " must be in [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + "], got " + v);
-  }
-  return out;
+StatusOr<std::optional<T>> IntFlag(const Resolver& r, const char* flag) {
+  TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> v, r.OptionalInt(flag));
+  if (!v) return std::optional<T>();
+  return std::optional<T>(static_cast<T>(*v));
 }
 
 // A DNS label from the program's name: "train_cnn.py" -> "train-cnn".
@@ -62,62 +60,22 @@ std::string NameFromCommand(const std::vector<std::string>& command) {
 
 }  // namespace
 
-StatusOr<bool> ParseJobFlag(const std::vector<std::string>& args, size_t* i, JobFlags* flags) {
-  static const char* const kFlags[] = {"--workers", "--servers", "--name", "--transport",
-                                       "--compression", "--restart-policy", "--backoff-limit",
-                                       "--slice-bytes", "--server-mode"};
-  const std::string& a = args[*i];
-  std::string flag, value;
-  bool have_value = false;
-  for (const char* f : kFlags) {
-    const std::string fs = f;
-    if (a == fs) {
-      flag = fs;
-    } else if (a.rfind(fs + "=", 0) == 0) {
-      flag = fs;
-      value = a.substr(fs.size() + 1);
-      have_value = true;
-    }
-  }
-  if (flag.empty()) return false;
-  if (!have_value) {
-    if (*i + 1 >= args.size() || args[*i + 1] == "--") {
-      return InvalidArgumentError("flag " + flag + " needs a value");
-    }
-    value = args[++*i];
-  }
-  if (value.empty()) return InvalidArgumentError("flag " + flag + " needs a value");
-  if (flag == "--workers") {
-    TRELLIS_ASSIGN_OR_RETURN(flags->workers, ParseInt<int32_t>(flag, value, 1, kMaxReplicas));
-  } else if (flag == "--servers") {
-    TRELLIS_ASSIGN_OR_RETURN(flags->servers, ParseInt<int32_t>(flag, value, 1, kMaxReplicas));
-  } else if (flag == "--backoff-limit") {
-    TRELLIS_ASSIGN_OR_RETURN(flags->backoff_limit, ParseInt<int32_t>(flag, value, 0, 1000000));
-  } else if (flag == "--slice-bytes") {
-    TRELLIS_ASSIGN_OR_RETURN(flags->slice_bytes,
-                             ParseInt<int64_t>(flag, value, kMinSliceBytes, kMaxSliceBytes));
-  } else if (flag == "--name") {
-    flags->name = value;
-  } else if (flag == "--transport") {
-    TRELLIS_RETURN_IF_ERROR(
-        ParseEnum(flag, value, {Transport::kTcp, Transport::kGrpc}).status());
-    flags->transport = value;
-  } else if (flag == "--compression") {
-    TRELLIS_RETURN_IF_ERROR(
-        ParseEnum(flag, value, {CompressionType::kNone, CompressionType::kTwoBit}).status());
-    flags->compression = value;
-  } else if (flag == "--restart-policy") {
-    TRELLIS_RETURN_IF_ERROR(ParseEnum(flag, value,
-                                      {RestartPolicy::kNever, RestartPolicy::kOnFailure,
-                                       RestartPolicy::kAlways, RestartPolicy::kExitCode})
-                                .status());
-    flags->restart_policy = value;
-  } else if (flag == "--server-mode") {
-    TRELLIS_RETURN_IF_ERROR(
-        ParseEnum(flag, value, {ServerMode::kAggregate, ServerMode::kUpdate}).status());
-    flags->server_mode = value;
-  }
-  return true;
+StatusOr<JobFlags> ReadJobFlags(const Resolver& r) {
+  JobFlags f;
+  TRELLIS_ASSIGN_OR_RETURN(f.workers, IntFlag<int32_t>(r, "workers"));
+  TRELLIS_ASSIGN_OR_RETURN(f.servers, IntFlag<int32_t>(r, "servers"));
+  TRELLIS_ASSIGN_OR_RETURN(f.name, r.OptionalString("name"));
+  TRELLIS_ASSIGN_OR_RETURN(f.transport, EnumFlag(r, "transport", {Transport::kTcp, Transport::kGrpc}));
+  TRELLIS_ASSIGN_OR_RETURN(f.compression,
+                           EnumFlag(r, "compression", {CompressionType::kNone, CompressionType::kTwoBit}));
+  TRELLIS_ASSIGN_OR_RETURN(f.server_mode, EnumFlag(r, "server-mode", {ServerMode::kAggregate, ServerMode::kUpdate}));
+  TRELLIS_ASSIGN_OR_RETURN(f.restart_policy,
+                           EnumFlag(r, "restart-policy",
+                                    {RestartPolicy::kNever, RestartPolicy::kOnFailure, RestartPolicy::kAlways,
+                                     RestartPolicy::kExitCode}));
+  TRELLIS_ASSIGN_OR_RETURN(f.backoff_limit, IntFlag<int32_t>(r, "backoff-limit"));
+  TRELLIS_ASSIGN_OR_RETURN(f.slice_bytes, IntFlag<int64_t>(r, "slice-bytes"));
+  return f;
 }
 
 StatusOr<JobSpec> JobFromCommand(const JobFlags& flags, const std::vector<std::string>& command) {
@@ -135,7 +93,7 @@ StatusOr<JobSpec> ApplyJobFlags(JobSpec spec, const JobFlags& flags) {
   if (flags.servers) spec.servers.replicas = *flags.servers;
   if (flags.slice_bytes) spec.sliceBytes = *flags.slice_bytes;
   if (flags.backoff_limit) spec.runPolicy.backoffLimit = *flags.backoff_limit;
-  // The enums were checked by ParseJobFlag; the document's parser reads their spelling below.
+  // The enums were checked by ReadJobFlags; the document's parser reads their spelling below.
   if (flags.transport) {
     spec.transport = *flags.transport == "grpc" ? Transport::kGrpc : Transport::kTcp;
   }

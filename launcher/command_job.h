@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config/options.h"
 #include "common/job_spec.h"
 #include "common/status.h"
 
@@ -28,9 +29,25 @@ struct JobFlags {
   }
 };
 
-// Consumes a job flag at args[*i] ("--workers 2" or "--workers=2"), advancing *i past its
-// value. Returns false when args[*i] is not a job flag; an error names the flag and the value.
-StatusOr<bool> ParseJobFlag(const std::vector<std::string>& args, size_t* i, JobFlags* flags);
+// The job flags' rows of trellis-launch's option table (launcher/plan.cc holds the table).
+inline constexpr Option kJobFlagOptions[] = {
+    {"workers", nullptr, OptionType::kInt, 1, kMaxReplicas, "N", "workers (default 1)"},
+    {"servers", nullptr, OptionType::kInt, 1, kMaxReplicas, "M", "parameter servers (default 1)"},
+    {"name", nullptr, OptionType::kString, 0, 0, "NAME", "the job's name (default: from the script's or program's name)"},
+    {"transport", nullptr, OptionType::kString, 0, 0, "tcp|grpc", "the data path (default tcp)"},
+    {"compression", nullptr, OptionType::kString, 0, 0, "none|2bit", "gradient compression (default none)"},
+    {"server-mode", nullptr, OptionType::kString, 0, 0, "aggregate|update",
+     "servers sum the gradients or apply the optimizer (default aggregate)"},
+    {"restart-policy", nullptr, OptionType::kString, 0, 0, "Never|OnFailure|Always|ExitCode",
+     "every role's restart policy (default OnFailure)"},
+    {"backoff-limit", nullptr, OptionType::kInt, 0, 1000000, "N", "restarts per process before the job fails (default 3)"},
+    {"slice-bytes", nullptr, OptionType::kInt, kMinSliceBytes, kMaxSliceBytes, "N",
+     "the largest slice of a key, in bytes (default 4194304)"},
+};
+
+// The job flags from `r`, whose table holds the rows of kJobFlagOptions; an error names the flag
+// and the value ("flag --transport: 'udp' is not one of tcp, grpc").
+StatusOr<JobFlags> ReadJobFlags(const Resolver& r);
 
 // The job the command form runs: `command` (after "--") as the workers' command, the flags on
 // top of the TrainingJob defaults, validated by the one job parser (so its bounds hold).

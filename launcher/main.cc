@@ -24,11 +24,11 @@ int main(int argc, char** argv) {
 
   auto options = ParseLaunchArgs(std::vector<std::string>(argv + 1, argv + argc));
   if (!options.ok()) {
-    std::fprintf(stderr, "trellis-launch: %s\n%s", options.status().message().c_str(), kLaunchUsage);
+    std::fprintf(stderr, "trellis-launch: %s\n%s", options.status().message().c_str(), LaunchHelp().c_str());
     return kExitUsage;
   }
   if (options->help) {
-    std::fputs(kLaunchUsage, stdout);
+    std::fputs(LaunchHelp().c_str(), stdout);
     return kExitOk;
   }
   StatusOr<JobSpec> job = options->command.empty() ? LoadJobSpecFile(options->job_file)

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <array>
 #include <deque>
 #include <fstream>
 
@@ -38,59 +39,91 @@ StatusOr<std::string> ListenHostFlag(const std::string& v) {
   return v;
 }
 
+// The launcher's own rows; the job flags' come first in the table (launcher/command_job.h).
+constexpr Option kLauncherOptions[] = {
+    {"keep-logs", nullptr, OptionType::kSwitch, 0, 0, "", "keep the log directory after a successful run (always kept on failure)"},
+    {"log-dir", nullptr, OptionType::kString, 0, 0, "DIR", "write logs there instead of a fresh /tmp/trellis-<job>-XXXXXX"},
+    {"quiet", nullptr, OptionType::kSwitch, 0, 0, "", "no progress display (worker output and errors still shown); -q too"},
+    {"metrics-targets", nullptr, OptionType::kString, 0, 0, "FILE",
+     "write the Prometheus file-SD targets there (default\n<log dir>/prometheus-targets.json); removed when the job ends"},
+    {"no-metrics", nullptr, OptionType::kSwitch, 0, 0, "", "no /metrics servers"},
+    {"listen-host", nullptr, OptionType::kString, 0, 0, "ADDR",
+     "the IPv4 address every socket of the job listens on\n(default 127.0.0.1; 0.0.0.0: every address, the job's\n"
+     "processes still meet on loopback)"},
+    {"tls", nullptr, OptionType::kSwitch, 0, 0, "",
+     "mutual TLS between all parts with a CA made for this run\n(also what a job with spec.tls.secretName gets here);\n"
+     "spec.tls files are used as given"},
+};
+
+constexpr auto kLaunchOptions = [] {
+  std::array<Option, std::size(kJobFlagOptions) + std::size(kLauncherOptions)> all{};
+  size_t n = 0;
+  for (const Option& o : kJobFlagOptions) all[n++] = o;
+  for (const Option& o : kLauncherOptions) all[n++] = o;
+  return all;
+}();
+
 }  // namespace
 
 std::string ConnectHostFor(const std::string& listen_host) {
   return listen_host == "0.0.0.0" ? "127.0.0.1" : listen_host;
 }
 
+std::span<const Option> LaunchOptionTable() { return kLaunchOptions; }
+
+std::string LaunchHelp() {
+  return HelpText("usage: trellis-launch [OPTIONS] [JOB FLAGS] JOB.yaml\n"
+                  "       trellis-launch [OPTIONS] [JOB FLAGS] -- COMMAND [ARGS...]\n"
+                  "  Runs a whole TrainingJob on this machine: scheduler, one agent per server and worker.\n"
+                  "  The second form builds the job from the flags, with COMMAND as the workers' program\n"
+                  "  (torchrun's habit), and prints the job YAML it runs.\n"
+                  "job flags (a flag wins over the file):\n",
+                  kJobFlagOptions) +
+         HelpText("options:\n", kLauncherOptions,
+                  "exit codes: 0 every worker succeeded, 1 the job failed, 2 bad arguments or job file,\n"
+                  "  130/143 stopped by SIGINT/SIGTERM.\n");
+}
+
 StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
-  LaunchOptions o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    TRELLIS_ASSIGN_OR_RETURN(bool job_flag, ParseJobFlag(args, &i, &o.job_flags));
-    if (job_flag) continue;
-    if (a == "--") {
-      o.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
-      if (o.command.empty()) return InvalidArgumentError("no command after '--' (the workers' program)");
-      break;
-    }
-    if (a == "-h" || a == "--help") {
-      o.help = true;
-      return o;
-    } else if (a == "--keep-logs") {
-      o.keep_logs = true;
-    } else if (a == "--quiet" || a == "-q") {
-      o.quiet = true;
-    } else if (a == "--no-metrics") {
-      o.metrics = false;
-    } else if (a == "--tls") {
-      o.tls = true;
-    } else if (a == "--listen-host") {
-      if (i + 1 >= args.size()) return InvalidArgumentError("flag --listen-host needs an address");
-      TRELLIS_ASSIGN_OR_RETURN(o.listen_host, ListenHostFlag(args[++i]));
-    } else if (a.rfind("--listen-host=", 0) == 0) {
-      TRELLIS_ASSIGN_OR_RETURN(o.listen_host, ListenHostFlag(a.substr(14)));
-    } else if (a == "--metrics-targets") {
-      if (i + 1 >= args.size()) return InvalidArgumentError("flag --metrics-targets needs a file");
-      o.metrics_targets = args[++i];
-    } else if (a.rfind("--metrics-targets=", 0) == 0) {
-      o.metrics_targets = a.substr(18);
-      if (o.metrics_targets.empty()) return InvalidArgumentError("flag --metrics-targets needs a file");
-    } else if (a == "--log-dir") {
-      if (i + 1 >= args.size()) return InvalidArgumentError("flag --log-dir needs a directory");
-      o.log_dir = args[++i];
-    } else if (a.rfind("--log-dir=", 0) == 0) {
-      o.log_dir = a.substr(10);
-      if (o.log_dir.empty()) return InvalidArgumentError("flag --log-dir needs a directory");
-    } else if (a.rfind("-", 0) == 0 && a != "-") {
-      return InvalidArgumentError("unknown flag '" + a + "'");
-    } else if (!o.job_file.empty()) {
-      return InvalidArgumentError("one job file expected, got '" + o.job_file + "' and '" + a + "'");
-    } else {
-      o.job_file = a;
-    }
+  // -q is --quiet (before "--": after it the arguments are the program's).
+  std::vector<std::string> expanded = args;
+  for (std::string& a : expanded) {
+    if (a == "--") break;
+    if (a == "-q") a = "--quiet";
   }
+  TRELLIS_ASSIGN_OR_RETURN(ParsedArgs parsed,
+                           ParseArgs(kLaunchOptions, expanded, {.command_after_dashdash = true, .positional = true}));
+  LaunchOptions o;
+  if (parsed.help) {
+    o.help = true;
+    return o;
+  }
+  for (const auto& [flag, value] : parsed.flags) {
+    if (value.empty()) return InvalidArgumentError("flag --" + flag + " needs a value");
+  }
+  // The launcher's options come from flags only (its children's environment is its own).
+  const EnvSource no_environment(std::map<std::string, std::string>{});
+  const Resolver r(kLaunchOptions, parsed, no_environment);
+  TRELLIS_ASSIGN_OR_RETURN(o.job_flags, ReadJobFlags(r));
+  TRELLIS_ASSIGN_OR_RETURN(o.keep_logs, r.Bool("keep-logs", std::nullopt, false));
+  TRELLIS_ASSIGN_OR_RETURN(o.quiet, r.Bool("quiet", std::nullopt, false));
+  TRELLIS_ASSIGN_OR_RETURN(bool no_metrics, r.Bool("no-metrics", std::nullopt, false));
+  o.metrics = !no_metrics;
+  TRELLIS_ASSIGN_OR_RETURN(o.tls, r.Bool("tls", std::nullopt, false));
+  TRELLIS_ASSIGN_OR_RETURN(o.log_dir, r.String("log-dir"));
+  TRELLIS_ASSIGN_OR_RETURN(o.metrics_targets, r.String("metrics-targets"));
+  TRELLIS_ASSIGN_OR_RETURN(std::optional<std::string> listen_host, r.OptionalString("listen-host"));
+  if (listen_host) {
+    TRELLIS_ASSIGN_OR_RETURN(o.listen_host, ListenHostFlag(*listen_host));
+  }
+
+  if (parsed.positional.size() > 1) {
+    return InvalidArgumentError("one job file expected, got '" + parsed.positional[0] + "' and '" +
+                                parsed.positional[1] + "'");
+  }
+  if (!parsed.positional.empty()) o.job_file = parsed.positional.front();
+  o.command = std::move(parsed.command);
+  if (parsed.dashdash && o.command.empty()) return InvalidArgumentError("no command after '--' (the workers' program)");
   if (!o.command.empty() && !o.job_file.empty()) {
     return InvalidArgumentError("give a job file or a command after '--', not both (got '" +
                                 o.job_file + "' and '" + o.command.front() + "')");

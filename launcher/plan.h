@@ -5,10 +5,12 @@
 
 #include <chrono>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/config/options.h"
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "common/subprocess.h"
@@ -16,30 +18,6 @@
 #include "launcher/command_job.h"
 
 namespace trellis {
-
-inline constexpr char kLaunchUsage[] =
-    "usage: trellis-launch [OPTIONS] [JOB FLAGS] JOB.yaml\n"
-    "       trellis-launch [OPTIONS] [JOB FLAGS] -- COMMAND [ARGS...]\n"
-    "  Runs a whole TrainingJob on this machine: scheduler, one agent per server and worker.\n"
-    "  The second form builds the job from the flags, with COMMAND as the workers' program\n"
-    "  (torchrun's habit), and prints the job YAML it runs. Job flags (a flag wins over the file):\n"
-    "  --workers N, --servers M  replicas (default 1 each)\n"
-    "  --transport tcp|grpc      --compression none|2bit      --server-mode aggregate|update\n"
-    "  --restart-policy Never|OnFailure|Always|ExitCode       --backoff-limit N\n"
-    "  --slice-bytes N           --name NAME (default: from the script's or program's name)\n"
-    "options:\n"
-    "  --keep-logs  keep the log directory after a successful run (always kept on failure)\n"
-    "  --log-dir    write logs there instead of a fresh /tmp/trellis-<job>-XXXXXX\n"
-    "  --quiet      no progress display (worker output and errors still shown)\n"
-    "  --metrics-targets  write the Prometheus file-SD targets there (default\n"
-    "               <log dir>/prometheus-targets.json); removed when the job ends\n"
-    "  --no-metrics no /metrics servers\n"
-    "  --listen-host ADDR  the IPv4 address every socket of the job listens on (default\n"
-    "               127.0.0.1; 0.0.0.0: every address, the job's processes still meet on loopback)\n"
-    "  --tls        mutual TLS between all parts with a CA made for this run (also what a job\n"
-    "               with spec.tls.secretName gets here); spec.tls files are used as given\n"
-    "exit codes: 0 every worker succeeded, 1 the job failed, 2 bad arguments or job file,\n"
-    "  130/143 stopped by SIGINT/SIGTERM.\n";
 
 struct LaunchOptions {
   std::string job_file;               // empty in the command form
@@ -63,7 +41,13 @@ struct LaunchOptions {
 // Where the job's processes reach a listener bound to `listen_host` (an IPv4 literal).
 std::string ConnectHostFor(const std::string& listen_host);
 
-// `args` excludes argv[0]. Errors name the flag.
+// trellis-launch's option table: the job flags (kJobFlagOptions) then the launcher's own; one
+// resolver reads it (common/config/options.h) and --help is generated from it.
+std::span<const Option> LaunchOptionTable();
+// --help: the usage, the table's rows (job flags, then options) and the exit codes.
+std::string LaunchHelp();
+
+// `args` excludes argv[0]. Errors name the flag (the common form of common/config/parse.h).
 StatusOr<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args);
 
 struct LaunchPaths {

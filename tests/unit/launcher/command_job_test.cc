@@ -65,9 +65,12 @@ TEST(CommandJobTest, FlagsOverrideAJobFile) {
 
 TEST(CommandJobTest, BadFlagsSayWhatIsWrong) {
   auto msg = [](std::vector<std::string> a) { return ParseLaunchArgs(a).status().message(); };
-  EXPECT_EQ(msg({"--workers", "two", "--", "p"}), "flag --workers needs an integer, got 'two'");
-  EXPECT_EQ(msg({"--workers", "0", "--", "p"}), "flag --workers must be in [1, 10000], got 0");
+  EXPECT_EQ(msg({"--workers", "two", "--", "p"}), "flag --workers: not an integer, got 'two'");
+  EXPECT_EQ(msg({"--workers", "0", "--", "p"}), "flag --workers: must be in 1..10000, got 0");
   EXPECT_EQ(msg({"--servers", "--", "p"}), "flag --servers needs a value");
+  EXPECT_EQ(msg({"--name=", "--", "p"}), "flag --name needs a value");
+  EXPECT_EQ(msg({"--slice-bytes", "2", "--", "p"}), "flag --slice-bytes: must be in 4..1073741824, got 2");
+  EXPECT_EQ(msg({"--server-mode", "sum", "--", "p"}), "flag --server-mode: 'sum' is not one of aggregate, update");
   EXPECT_EQ(msg({"--transport", "udp", "--", "p"}), "flag --transport: 'udp' is not one of tcp, grpc");
   EXPECT_EQ(msg({"--compression=4bit", "--", "p"}),
             "flag --compression: '4bit' is not one of none, 2bit");
@@ -77,7 +80,7 @@ TEST(CommandJobTest, BadFlagsSayWhatIsWrong) {
   EXPECT_EQ(msg({"--workers", "2"}), "no job file given (or a command after '--')");
   EXPECT_EQ(msg({"job.yaml", "--", "p"}),
             "give a job file or a command after '--', not both (got 'job.yaml' and 'p')");
-  EXPECT_EQ(msg({"--wrokers", "2", "--", "p"}), "unknown flag '--wrokers'");
+  EXPECT_EQ(msg({"--wrokers", "2", "--", "p"}), "unknown flag --wrokers");
   // A bound the job parser enforces, reported with the field.
   auto o = ParseLaunchArgs({"--name", "Bad_Name", "--", "p"});
   ASSERT_TRUE(o.ok());

@@ -20,6 +20,12 @@ TEST(ParseLaunchArgsTest, FlagsAndJobFile) {
   EXPECT_EQ(o->job_file, "job.yaml");
   EXPECT_EQ(ParseLaunchArgs({"--log-dir=/y", "j.yaml"})->log_dir, "/y");
   EXPECT_TRUE(ParseLaunchArgs({"--help"})->help);
+  EXPECT_TRUE(ParseLaunchArgs({"-q", "j.yaml"})->quiet);
+  EXPECT_EQ(ParseLaunchArgs({"-"})->job_file, "-");
+  auto cmd = ParseLaunchArgs({"--", "prog", "-q", "--help"});  // the program's own flags
+  ASSERT_TRUE(cmd.ok()) << cmd.status().ToString();
+  EXPECT_FALSE(cmd->quiet);
+  EXPECT_EQ(cmd->command, (std::vector<std::string>{"prog", "-q", "--help"}));
   auto m = ParseLaunchArgs({"--no-metrics", "--metrics-targets", "/t.json", "j.yaml"});
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_FALSE(m->metrics);
@@ -30,10 +36,42 @@ TEST(ParseLaunchArgsTest, FlagsAndJobFile) {
 TEST(ParseLaunchArgsTest, ErrorsNameTheProblem) {
   auto msg = [](std::vector<std::string> a) { return ParseLaunchArgs(a).status().message(); };
   EXPECT_EQ(msg({}), "no job file given (or a command after '--')");
-  EXPECT_EQ(msg({"--log-dir"}), "flag --log-dir needs a directory");
-  EXPECT_EQ(msg({"--log-dir=", "j.yaml"}), "flag --log-dir needs a directory");
-  EXPECT_EQ(msg({"--verbose", "j.yaml"}), "unknown flag '--verbose'");
+  EXPECT_EQ(msg({"--log-dir"}), "flag --log-dir needs a value");
+  EXPECT_EQ(msg({"--log-dir=", "j.yaml"}), "flag --log-dir needs a value");
+  EXPECT_EQ(msg({"--metrics-targets=", "j.yaml"}), "flag --metrics-targets needs a value");
+  EXPECT_EQ(msg({"--verbose", "j.yaml"}), "unknown flag --verbose");
+  EXPECT_EQ(msg({"-v", "j.yaml"}), "unknown flag -v");
+  EXPECT_EQ(msg({"--keep-logs=yes", "j.yaml"}), "flag --keep-logs takes no value");
   EXPECT_EQ(msg({"a.yaml", "b.yaml"}), "one job file expected, got 'a.yaml' and 'b.yaml'");
+}
+
+// --help is generated from the option table: every row is listed (with its value's name), the
+// job flags before the launcher's own options, and the exit codes.
+TEST(ParseLaunchArgsTest, HelpListsEveryOptionOfTheTable) {
+  const std::string help = LaunchHelp();
+  EXPECT_EQ(help.rfind("usage: trellis-launch ", 0), 0u) << help;
+  ASSERT_EQ(LaunchOptionTable().size(), std::size(kJobFlagOptions) + 7) << help;
+  for (const Option& o : LaunchOptionTable()) {
+    ASSERT_NE(o.flag, nullptr);
+    const std::string listed = std::string("  --") + o.flag + (o.type == OptionType::kSwitch ? "" : std::string(" ") + o.value);
+    EXPECT_TRUE(help.find(listed + " ") != std::string::npos || help.find(listed + "\n") != std::string::npos)
+        << listed << "\n" << help;
+    EXPECT_NE(help.find(std::string(o.help).substr(0, 20)), std::string::npos) << o.flag;
+    // Every row is a flag the parser takes.
+    std::vector<std::string> args = {std::string("--") + o.flag};
+    if (o.type != OptionType::kSwitch) args.push_back(o.type == OptionType::kInt ? std::to_string(o.max) : "x");
+    args.push_back("j.yaml");
+    auto parsed = ParseLaunchArgs(args);
+    EXPECT_TRUE(parsed.ok() || parsed.status().message().find("unknown flag") == std::string::npos)
+        << o.flag << ": " << parsed.status().message();
+  }
+  for (const char* flag : {"--workers", "--servers", "--name", "--transport", "--compression", "--server-mode",
+                           "--restart-policy", "--backoff-limit", "--slice-bytes", "--keep-logs", "--log-dir",
+                           "--quiet", "--metrics-targets", "--no-metrics", "--listen-host", "--tls"}) {
+    EXPECT_NE(help.find(std::string("  ") + flag), std::string::npos) << flag;  // the flags the docs name
+  }
+  EXPECT_LT(help.find("job flags"), help.find("options:"));
+  EXPECT_NE(help.find("exit codes: 0 every worker succeeded"), std::string::npos);
 }
 
 JobSpec TwoByThree() {
@@ -152,7 +190,7 @@ TEST(PlanListenHostTest, TheFlagSetsEveryListenerAndWhereTheyAreReached) {
   EXPECT_EQ(ParseLaunchArgs({"j.yaml"})->listen_host, "127.0.0.1");
   EXPECT_EQ(ParseLaunchArgs({"--listen-host", "127.0.0.2", "j.yaml"})->listen_host, "127.0.0.2");
   EXPECT_EQ(ParseLaunchArgs({"--listen-host=0.0.0.0", "j.yaml"})->listen_host, "0.0.0.0");
-  for (const std::string& bad : std::vector<std::string>{"localhost", "::1", "127.0.0.1:80", "", "1.2.3",
+  for (const std::string& bad : std::vector<std::string>{"localhost", "::1", "127.0.0.1:80", "1.2.3",
                                                           std::string(40000, '1')}) {
     auto o = ParseLaunchArgs({"--listen-host", bad, "j.yaml"});
     ASSERT_FALSE(o.ok()) << bad;
@@ -161,6 +199,7 @@ TEST(PlanListenHostTest, TheFlagSetsEveryListenerAndWhereTheyAreReached) {
     EXPECT_LT(o.status().message().size(), 200u);
   }
   EXPECT_FALSE(ParseLaunchArgs({"--listen-host"}).ok());
+  EXPECT_EQ(ParseLaunchArgs({"--listen-host", "", "j.yaml"}).status().message(), "flag --listen-host needs a value");
   EXPECT_EQ(ConnectHostFor("0.0.0.0"), "127.0.0.1");
   EXPECT_EQ(ConnectHostFor("127.0.0.2"), "127.0.0.2");
 
