@@ -695,6 +695,36 @@ class NodeCase(envtest.EnvtestCase):
         return self.cp.kubectl("exec", "-n", ns or self.ns, name, "--", *cmd, check=check)
 
 
+RELEASE, CHART_NS = "trellis", "trellis-system"
+
+
+def build_dir():
+    """BUILD_DIR of argv (REPO BUILD_DIR), else REPO/build."""
+    return os.path.abspath(sys.argv[2]) if len(sys.argv) >= 3 else os.path.join(envtest.REPO, "build")
+
+
+class TrellisCase(NodeCase):
+    """A test of Trellis as a user installs it: the class's cluster gets the image of `make image`
+    and the chart (install_trellis) once; a failing test prints the operator's log and its jobs."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.image = install_trellis(cls.cp, build_dir(), RELEASE, CHART_NS, cls.prefix)
+
+    def tearDown(self):
+        result = self._outcome.result
+        if any(t is self for t, _ in result.failures + result.errors):
+            print(self.cp.kubectl("logs", "-n", CHART_NS, "deployment/%s-operator" % RELEASE, "--tail=80",
+                                  check=False).stdout)
+            print(self.cp.kubectl("get", "tj", "-n", self.ns, "-o", "json", check=False).stdout[-4000:])
+        super().tearDown()
+
+    def status(self, job):
+        return (self.job(job) or {}).get("status") or {}
+
+    def step(self, job):
+        return (self.status(job).get("progress") or {}).get("step", 0)
+
 def main(*cases, before_controller_manager=None, needs=()):
     """argv: REPO BUILD_DIR. Skips (77) or, with TRELLIS_K8S_NODE_REQUIRED=1, fails when a piece
     is missing (`needs`: more (path, what) pairs); otherwise one cluster for every case."""

@@ -25,11 +25,7 @@ import node  # noqa: E402
 import envtest  # noqa: E402
 from envtest_procs import wait_for  # noqa: E402
 
-RELEASE, CHART_NS = "trellis", "trellis-system"
-
-
-def build_dir():
-    return os.path.abspath(sys.argv[2]) if len(sys.argv) >= 3 else os.path.join(envtest.REPO, "build")
+RELEASE, CHART_NS, build_dir = node.RELEASE, node.CHART_NS, node.build_dir
 
 
 def example(name):
@@ -38,26 +34,11 @@ def example(name):
         return re.sub(r"(?m)^  name: mlp$", "  name: " + name, f.read())
 
 
-class Demo(node.NodeCase):
+class Demo(node.TrellisCase):
     prefix = "demo"
-
-    @classmethod
-    def setUpClass(cls):
-        cls.image = node.install_trellis(cls.cp, build_dir(), RELEASE, CHART_NS, "demo")
-
-    def tearDown(self):
-        result = self._outcome.result
-        if any(t is self for t, _ in result.failures + result.errors):
-            print(self.cp.kubectl("logs", "-n", CHART_NS, "deployment/%s-operator" % RELEASE, "--tail=80",
-                                  check=False).stdout)
-            print(self.cp.kubectl("get", "tj", "-n", self.ns, "-o", "json", check=False).stdout[-4000:])
-        super().tearDown()
 
     def job_pods(self, job):
         return {p["metadata"]["name"]: p for p in self.pods() if p["metadata"]["name"].startswith(job + "-")}
-
-    def step(self, job):
-        return ((self.job(job) or {}).get("status", {}).get("progress") or {}).get("step", 0)
 
     def test_1_mlp_example_runs_to_succeeded_with_worker_logs(self):
         t = time.time()

@@ -30,11 +30,7 @@ import node  # noqa: E402
 import envtest  # noqa: E402
 from envtest_procs import wait_for  # noqa: E402
 
-RELEASE, CHART_NS = "trellis", "trellis-system"
-
-
-def build_dir():
-    return os.path.abspath(sys.argv[2]) if len(sys.argv) >= 3 else os.path.join(envtest.REPO, "build")
+RELEASE, CHART_NS, build_dir = node.RELEASE, node.CHART_NS, node.build_dir
 
 
 def mlp_job(name, epochs=3, samples=32768, requests="500m", extra_run_policy=""):
@@ -49,27 +45,8 @@ def mlp_job(name, epochs=3, samples=32768, requests="500m", extra_run_policy="")
     return y
 
 
-class Ops(node.NodeCase):
+class Ops(node.TrellisCase):
     prefix = "ops"
-
-    @classmethod
-    def setUpClass(cls):
-        cls.image = node.install_trellis(cls.cp, build_dir(), RELEASE, CHART_NS, "ops")
-
-    def tearDown(self):
-        result = self._outcome.result
-        if any(t is self for t, _ in result.failures + result.errors):
-            print(self.cp.kubectl("logs", "-n", CHART_NS, "deployment/%s-operator" % RELEASE, "--tail=80",
-                                  check=False).stdout)
-            print(self.cp.kubectl("get", "tj", "-n", self.ns, "-o", "json", check=False).stdout[-4000:])
-        super().tearDown()
-
-    # ---- helpers ---------------------------------------------------------------------------------
-    def status(self, job):
-        return (self.job(job) or {}).get("status") or {}
-
-    def step(self, job):
-        return (self.status(job).get("progress") or {}).get("step", 0)
 
     def evict(self, pod, ns=None):
         """The Eviction API (policy/v1), as `kubectl drain` evicts."""
@@ -301,17 +278,6 @@ class Ops(node.NodeCase):
             self.cp.kubectl("delete", "tj", job, "-n", self.ns, "--wait=false")
 
     # ---- what keeps a job from running, or makes it fail -------------------------------------------
-    def condition(self, job, ctype):
-        for c in self.status(job).get("conditions", []):
-            if c["type"] == ctype:
-                return c
-        return None
-
-    def event_messages(self, name, reason):
-        items = self.cp.get("/api/v1/namespaces/%s/events" % self.ns)["items"]
-        return [e["message"] for e in items
-                if e.get("involvedObject", {}).get("name") == name and e["reason"] == reason]
-
     def small_job(self, name, command, image=None, memory_limit=None, cpu="20m", **run_policy):
         """One server, one worker running `command`; small requests (several such jobs share the node)."""
         rp = {"restartPolicy": "OnFailure", "backoffLimit": 2, "activeDeadlineSeconds": 600}

@@ -428,6 +428,19 @@ class EnvtestCase(unittest.TestCase):
         items.sort(key=lambda e: e.get("firstTimestamp") or e.get("eventTime") or "")
         return [e["reason"] for e in items if e.get("involvedObject", {}).get("name") == name]
 
+    def condition(self, name, ctype):
+        """The job's status condition of type `ctype`, or None."""
+        for c in ((self.job(name) or {}).get("status") or {}).get("conditions", []):
+            if c["type"] == ctype:
+                return c
+        return None
+
+    def event_messages(self, name, reason):
+        """The messages of the Events with `reason` about object `name` in self.ns."""
+        items = self.cp.get("/api/v1/namespaces/%s/events" % self.ns)["items"]
+        return [e["message"] for e in items
+                if e.get("involvedObject", {}).get("name") == name and e["reason"] == reason]
+
     def wait_phase(self, name, phase, timeout):
         """Waits until the job's status.phase is `phase` (a string or a tuple); returns the status."""
         want = (phase,) if isinstance(phase, str) else tuple(phase)

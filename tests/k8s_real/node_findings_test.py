@@ -41,17 +41,6 @@ def now():
 class NodeFindings(envtest.EnvtestCase):
     prefix = "node"
 
-    def condition(self, name, ctype):
-        for c in (self.job(name) or {}).get("status", {}).get("conditions", []):
-            if c["type"] == ctype:
-                return c
-        return None
-
-    def event_messages(self, name, reason):
-        items = self.cp.get("/api/v1/namespaces/%s/events" % self.ns)["items"]
-        return [e["message"] for e in items
-                if e.get("involvedObject", {}).get("name") == name and e["reason"] == reason]
-
     def pod_status(self, pod, status):
         code, obj = self.cp.api("PATCH", "/api/v1/namespaces/%s/pods/%s/status" % (self.ns, pod),
                                 {"status": status}, content_type="application/merge-patch+json")

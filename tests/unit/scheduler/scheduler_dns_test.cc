@@ -128,6 +128,16 @@ StatusOr<std::unique_ptr<SchedulerServer>> StartOn(const std::string& host, int 
   return SchedulerServer::Start(c, std::move(o));
 }
 
+// A client of the scheduler on `port` under the name the fake DNS serves.
+StatusOr<std::unique_ptr<SchedulerClient>> ClientByName(const FakeDns& dns, int port,
+                                                        std::chrono::milliseconds rpc_timeout) {
+  SchedulerClientOptions options;
+  options.address = "dns://127.0.0.1:" + std::to_string(dns.port()) + "/mlp-scheduler.team.svc:" + std::to_string(port);
+  options.token = "tok";
+  options.rpc_timeout = rpc_timeout;
+  return SchedulerClient::Connect(options);
+}
+
 TEST(SchedulerDnsTest, AReplacedSchedulerIsFoundWithinSecondsUnderTheSameName) {
   ::setenv("GRPC_DNS_RESOLVER", "ares", 1);  // the resolver that takes a DNS server authority
   FakeDns dns;
@@ -136,11 +146,7 @@ TEST(SchedulerDnsTest, AReplacedSchedulerIsFoundWithinSecondsUnderTheSameName) {
   auto old_scheduler = StartOn("127.0.0.1", 0);
   ASSERT_TRUE(old_scheduler.ok()) << old_scheduler.status().ToString();
   const int port = (*old_scheduler)->port();
-  SchedulerClientOptions options;
-  options.address = "dns://127.0.0.1:" + std::to_string(dns.port()) + "/mlp-scheduler.team.svc:" + std::to_string(port);
-  options.token = "tok";
-  options.rpc_timeout = 2s;
-  auto client = SchedulerClient::Connect(options);
+  auto client = ClientByName(dns, port, 2s);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   auto first = (*client)->Ping();
   ASSERT_TRUE(first.ok()) << first.status().ToString();
@@ -183,11 +189,7 @@ TEST(SchedulerDnsTest, AReplacedSchedulerIsFoundSoonAfterItsNameWasGoneForAWhile
   auto old_scheduler = StartOn("127.0.0.1", 0);
   ASSERT_TRUE(old_scheduler.ok()) << old_scheduler.status().ToString();
   const int port = (*old_scheduler)->port();
-  SchedulerClientOptions options;
-  options.address = "dns://127.0.0.1:" + std::to_string(dns.port()) + "/mlp-scheduler.team.svc:" + std::to_string(port);
-  options.token = "tok";
-  options.rpc_timeout = 1s;
-  auto client = SchedulerClient::Connect(options);
+  auto client = ClientByName(dns, port, 1s);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   ASSERT_TRUE((*client)->Ping().ok());
   for (int i = 0; i < 10; ++i) ASSERT_TRUE((*client)->Ping().ok());
