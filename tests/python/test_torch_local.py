@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch", reason="PyTorch (python3-torch) is not impo
 
 import trellis  # noqa: E402
 import trellis.torch as tt  # noqa: E402
+from trellis import _checkpoint, _state  # noqa: E402
 import dp_common as dc  # noqa: E402
 
 
@@ -113,7 +114,7 @@ def test_model_in_place_of_named_parameters():
     b.load_state_dict(a.state_dict())
     opt_a = dc.make_optimizer(a)
     opt_b = tt.DistributedOptimizer(dc.make_optimizer(b), b)  # the model: its buffers too
-    assert [n for n, _, _, _, _ in tt._state.params] == [n for n, _ in b.named_parameters()]
+    assert [n for n, _, _, _, _ in _state.current().params] == [n for n, _ in b.named_parameters()]
     dc.train_steps(a, opt_a, 0, 2)
     dc.train_steps(b, opt_b, 0, 2)
     for k, v in a.state_dict().items():
@@ -122,7 +123,7 @@ def test_model_in_place_of_named_parameters():
 
 def buffer_names():
     """The buffers DistributedOptimizer took to keep equal on every worker."""
-    return [n for n, _ in tt._state.buffer_sync.candidates]
+    return [n for n, _ in _state.current().buffer_sync.candidates]
 
 
 def test_named_parameters_of_a_model_bring_its_buffers():
@@ -363,7 +364,7 @@ def test_other_checkpoint_version_is_rejected(tmp_path):
     data = bytearray(path.read_bytes())
     data[-20] = 9  # version 9 ...
     head = bytes(data[-28:-4])
-    data[-4:] = tt._crc32c(head).to_bytes(4, "little")  # ... with a valid trailer checksum
+    data[-4:] = _checkpoint._crc32c(head).to_bytes(4, "little")  # ... with a valid trailer checksum
     path.write_bytes(bytes(data))
     with pytest.raises(tt.CheckpointError, match="checkpoint format version 9, this build reads "
                                                  "version 2"):
@@ -377,8 +378,8 @@ def test_version_1_checkpoint_still_loads(tmp_path):
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
                 "extra": {"step": 7}}, buf)
     payload = buf.getvalue()
-    head = struct.pack("<8sIQI", b"TRLSPYCK", 1, len(payload), tt._crc32c(payload))
-    path.write_bytes(head + struct.pack("<I", tt._crc32c(head)) + payload)
+    head = struct.pack("<8sIQI", b"TRLSPYCK", 1, len(payload), _checkpoint._crc32c(payload))
+    path.write_bytes(head + struct.pack("<I", _checkpoint._crc32c(head)) + payload)
     assert tt.load_checkpoint(str(path), model, opt) == {"step": 7}
 
 
@@ -398,24 +399,24 @@ def test_plain_torch_save_file_still_loads(tmp_path):
 
 
 def test_crc32c_matches_the_cpp_checksum():
-    assert tt._crc32c(b"123456789") == 0xE3069283  # RFC 3720 vector, as common/crc32c
+    assert _checkpoint._crc32c(b"123456789") == 0xE3069283  # RFC 3720 vector, as common/crc32c
 
 
 def test_seal_without_optimizer_runs_queued_broadcasts():
     ran = []
     model = dc.Net()
     tt.broadcast_parameters(model.state_dict())
-    tt._state.pending.append((lambda: True, lambda: ran.append(1)))
+    _state.current().pending.append((lambda: True, lambda: ran.append(1)))
     assert not tt.is_sealed() and not ran
     tt.seal()
-    assert tt.is_sealed() and ran == [1] and tt._state.pending == []
+    assert tt.is_sealed() and ran == [1] and _state.current().pending == []
 
 
 def test_internal_channels_have_distinct_key_ids():
     # The collective channel once shared the rejoin arena's id: every job with crash recovery
     # failed at start-up with "key id declared twice".
     from trellis import _buffers, _collectives, _grad_sync, _keys, _rejoin
-    used = [tt._CHANNEL_KEY, _rejoin.ARENA_KEY, _collectives.KEY, _buffers.BUFFER_KEY,
+    used = [_state.CHANNEL_KEY, _rejoin.ARENA_KEY, _collectives.KEY, _buffers.BUFFER_KEY,
             _grad_sync.CONTROL_KEY]
     assert sorted(used) == sorted(_keys.ALL)
     assert len(set(used)) == len(used)

@@ -7,6 +7,7 @@ torch = pytest.importorskip("torch", reason="PyTorch (python3-torch) is not impo
 
 import trellis  # noqa: E402
 import trellis.torch as tt  # noqa: E402
+from trellis import _optimizer  # noqa: E402
 import dp_common as dc  # noqa: E402
 from test_torch_local import local_session  # noqa: E402,F401  (autouse: a fresh local session)
 from test_torch_local import spy_push_pull  # noqa: E402
@@ -66,7 +67,7 @@ def test_wire_settings_are_checked():
                                          "'bfloat16'"):
         tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters(),
                                 wire_dtype="float8")
-    assert not isinstance(model, tt._DistributedMixin)
+    assert not isinstance(model, _optimizer._DistributedMixin)
     with pytest.raises(trellis.TrellisError, match="DeclareKey k: wire 'fp8'"):
         trellis.declare("k", 3, wire="fp8")
     trellis.declare("h", 3, wire="bfloat16")

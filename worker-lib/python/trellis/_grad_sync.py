@@ -21,7 +21,7 @@ import contextlib
 import torch
 
 import trellis as _trellis
-from trellis import _keys
+from trellis import _broadcast, _keys
 
 CONTROL_KEY = _keys.JOIN_CONTROL  # join: one element per worker, 1 while that worker still trains
 MODES = ("backward", "step")
@@ -40,7 +40,7 @@ class GradSync:
                              % (", ".join(MODES), mode))
         self.opt = opt
         self.mode = mode
-        self.state = state          # torch.py's _State (buffers, keys)
+        self.state = state          # _state._State (buffers, keys)
         self.handles = opt._trellis_handles  # parameter -> its push_pull's handle this step
         self.no_sync_depth = 0
         self.queued = False         # the end-of-backward callback is queued
@@ -142,10 +142,9 @@ class GradSync:
         if self.last_active is None:
             return
         root = int(torch.nonzero(self.last_active)[0])
-        from . import torch as tt
         params = [p for p in self.opt._trellis_params] + list(self.state.buffer_sync.buffers)
-        tt._broadcast_tensors_now([p.data for p in params], root)
-        sd = tt.broadcast_object(self.opt.state_dict(), root)
+        _broadcast.broadcast_tensors_now([p.data for p in params], root)
+        sd = _broadcast.broadcast_object(self.opt.state_dict(), root)
         if _trellis.rank() != root:
             self.opt.load_state_dict(sd)
         for p in self.opt._trellis_params:
