@@ -211,6 +211,16 @@ std::string KubeClient::Path(const Resource& r, const std::string& ns, const std
   return p;
 }
 
+void KubeClient::Count(const char* verb, const Resource& r, const char* sub) {
+  std::lock_guard<std::mutex> lock(count_mu_);
+  ++requests_[{verb, *sub ? r.plural + "/" + sub : r.plural}];
+}
+
+std::map<std::pair<std::string, std::string>, uint64_t> KubeClient::RequestCounts() const {
+  std::lock_guard<std::mutex> lock(count_mu_);
+  return requests_;
+}
+
 Status KubeClient::Fail(Status s) {
   if (s.code() != StatusCode::kNotFound && s.code() != StatusCode::kAlreadyExists) ++api_errors_;
   return s;
@@ -296,31 +306,37 @@ StatusOr<Json> KubeClient::RequestOnce(const web::http::method& m, const std::st
 }
 
 StatusOr<Json> KubeClient::Get(const Resource& r, const std::string& ns, const std::string& name) {
+  Count("GET", r);
   return Request(methods::GET, Path(r, ns, name), nullptr);
 }
 
 StatusOr<Json> KubeClient::List(const Resource& r, const std::string& ns, const std::string& selector) {
+  Count("LIST", r);
   std::string p = Path(r, ns, "");
   if (!selector.empty()) p += "?labelSelector=" + Encode(selector);
   return Request(methods::GET, p, nullptr);
 }
 
 StatusOr<Json> KubeClient::Create(const Resource& r, const std::string& ns, const Json& object) {
+  Count("POST", r);
   return Request(methods::POST, Path(r, ns, ""), &object);
 }
 
 StatusOr<Json> KubeClient::Update(const Resource& r, const std::string& ns, const std::string& name,
                                   const Json& object) {
+  Count("PUT", r);
   return Request(methods::PUT, Path(r, ns, name), &object);
 }
 
 StatusOr<Json> KubeClient::UpdateStatus(const Resource& r, const std::string& ns, const std::string& name,
                                         const Json& object) {
+  Count("PUT", r, "status");
   return Request(methods::PUT, Path(r, ns, name, "status"), &object);
 }
 
 StatusOr<Json> KubeClient::MergePatch(const Resource& r, const std::string& ns, const std::string& name,
                                       const Json& patch, bool status) {
+  Count("PATCH", r, status ? "status" : "");
   return Request(methods::PATCH, Path(r, ns, name, status ? "status" : ""), &patch,
                  "application/merge-patch+json");
 }
@@ -328,6 +344,7 @@ StatusOr<Json> KubeClient::MergePatch(const Resource& r, const std::string& ns, 
 Status KubeClient::Delete(const Resource& r, const std::string& ns, const std::string& name) {
   // Background propagation: the garbage collector deletes what the object owns.
   Json opts = *ParseJson(R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"})");
+  Count("DELETE", r);
   auto s = Request(methods::DEL, Path(r, ns, name), &opts);
   return s.ok() ? Status::Ok() : s.status();
 }
@@ -339,6 +356,7 @@ Status KubeClient::Watch(const Resource& r, const std::string& ns, const std::st
   std::string p = Path(r, ns, "") + "?watch=true&allowWatchBookmarks=true&resourceVersion=" + Encode(rv) +
                   "&timeoutSeconds=" + std::to_string(timeout_seconds);
   if (!selector.empty()) p += "&labelSelector=" + Encode(selector);
+  Count("WATCH", r);
   try {
     web::http::http_request req(methods::GET);
     req.set_request_uri(p);

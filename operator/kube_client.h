@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -92,6 +93,10 @@ class KubeClient {
 
   // Requests that failed (any error but NOT_FOUND / ALREADY_EXISTS, which are answers).
   uint64_t api_errors() const { return api_errors_.load(); }
+  // Requests made so far by (verb, resource): verbs as the API server's apiserver_request_total
+  // counts them (GET, LIST, WATCH, POST, PUT, PATCH, DELETE), "trainingjobs/status" for the
+  // status subresource.
+  std::map<std::pair<std::string, std::string>, uint64_t> RequestCounts() const;
 
   // False once every request for `window` has been refused (401, 403) or has not reached the
   // API server (transport errors, 5xx): the operator's /healthz, so the kubelet restarts a
@@ -108,6 +113,7 @@ class KubeClient {
   StatusOr<Json> RequestOnce(const web::http::method& m, const std::string& path_and_query, const Json* body,
                              const std::string& content_type);
   Status Fail(Status s);
+  void Count(const char* verb, const Resource& r, const char* sub = "");
   // Counts `s` (OK or an error) for Healthy().
   void Observe(const Status& s);
   // The bearer token now, re-read from config_.token_file when due (or when `force`). Returns
@@ -125,6 +131,8 @@ class KubeClient {
   std::unique_ptr<web::http::client::http_client> client_;        // requests, with the deadline
   std::unique_ptr<web::http::client::http_client> watch_client_;  // long-lived streams
   std::atomic<uint64_t> api_errors_{0};
+  mutable std::mutex count_mu_;
+  std::map<std::pair<std::string, std::string>, uint64_t> requests_;  // GUARDED_BY(count_mu_)
 };
 
 // The Status an HTTP answer maps to (exposed for tests).

@@ -191,6 +191,7 @@ int main(int argc, char** argv) {
     metrics->SetApiErrors(client.api_errors());
     metrics->SetWatchRestarts(controller.counters().watch_restarts.load());
     metrics->SetReconciles(controller.counters().reconciles.load());
+    metrics->SetApiRequests(client.RequestCounts());
   });
   std::unique_ptr<trellis::MetricsHttpServer> server;
   if (flags->metrics_port != 0) {

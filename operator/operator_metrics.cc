@@ -55,4 +55,13 @@ void OperatorMetrics::SetApiErrors(uint64_t n) { Advance(api_errors_, n); }
 void OperatorMetrics::SetWatchRestarts(uint64_t n) { Advance(watch_restarts_, n); }
 void OperatorMetrics::SetReconciles(uint64_t n) { Advance(reconciles_, n); }
 
+void OperatorMetrics::SetApiRequests(const std::map<std::pair<std::string, std::string>, uint64_t>& counts) {
+  for (const auto& [key, n] : counts) {
+    Advance(registry_.Counter("trellis_operator_api_requests_total",
+                              "Kubernetes API requests made, by verb (as the API server counts them) and resource",
+                              {{"verb", key.first}, {"resource", key.second}}),
+            n);
+  }
+}
+
 }  // namespace trellis::op

@@ -23,6 +23,8 @@ class OperatorMetrics {
   void SetApiErrors(uint64_t n);
   void SetWatchRestarts(uint64_t n);
   void SetReconciles(uint64_t n);
+  // trellis_operator_api_requests_total{verb,resource}: KubeClient::RequestCounts().
+  void SetApiRequests(const std::map<std::pair<std::string, std::string>, uint64_t>& counts);
 
  private:
   prometheus::Gauge& Jobs(const std::string& phase);  // trellis_operator_jobs{phase}

@@ -141,6 +141,10 @@ TEST_F(ControllerTest, WithACacheAnIdleOperatorMakesNoRequestButItsWatches) {
       << "requests while idle keep coming";
   EXPECT_GE(controller.counters().reconciles.load(), reconciles0 + 3 * 5);  // the resyncs did run
   EXPECT_GE(cache.pods.size(), 12u);
+  // The client counts its requests by verb as the API server does (trellis_operator_api_requests_total).
+  const auto counts = client_->RequestCounts();
+  EXPECT_GE(counts.count({"WATCH", "pods"}) ? counts.at({"WATCH", "pods"}) : 0, 1u);
+  EXPECT_GE(counts.count({"PUT", "trainingjobs/status"}) ? counts.at({"PUT", "trainingjobs/status"}) : 0, 3u);
 
   // A change reaches the job from the pod watch, through the cache.
   SetPodPhase("b-worker-0", "Succeeded", 0);
@@ -233,6 +237,12 @@ TEST(OperatorMetricsTest, JobsByPhaseCountsEachJobsCurrentPhaseOnce) {
   m.SetApiErrors(3);
   m.SetApiErrors(5);
   EXPECT_NE(text().find("trellis_operator_api_errors_total{role=\"operator\"} 5"), std::string::npos) << text();
+  m.SetApiRequests({{{"WATCH", "pods"}, 2}, {{"PUT", "trainingjobs/status"}, 1}});
+  m.SetApiRequests({{{"WATCH", "pods"}, 3}, {{"PUT", "trainingjobs/status"}, 1}});
+  EXPECT_NE(text().find("trellis_operator_api_requests_total{role=\"operator\",resource=\"pods\",verb=\"WATCH\"} 3"),
+            std::string::npos)
+      << text();
+  EXPECT_NE(text().find("resource=\"trainingjobs/status\",verb=\"PUT\"} 1"), std::string::npos) << text();
 }
 
 TEST(OperatorBinaryTest, BadFlagsAndNoClusterGiveClearErrors) {
