@@ -25,6 +25,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import shlex
 import ssl
 import sys
@@ -100,8 +101,12 @@ def operator_metrics(port):
 
 
 def histogram_quantile(metrics, name, q):
-    buckets = sorted((float(k.split('le="')[1].split('"')[0]), v) for k, v in metrics.items()
-                     if k.startswith(name + "_bucket") and 'le="' in k)
+    buckets = []
+    for k, v in metrics.items():
+        m = re.search(r'[{,]le="([^"]+)"', k) if k.startswith(name + "_bucket{") else None
+        if m:
+            buckets.append((float(m.group(1)), v))
+    buckets.sort()
     if not buckets or buckets[-1][1] == 0:
         return None
     want = q * buckets[-1][1]
@@ -260,6 +265,13 @@ def run(cp, args):
         print("  (none)")
     print("  control plane alone before the operator started: %.0f requests on these resources in %.0f s" % (
         floor_owned, floor_s), flush=True)
+    m_idle = operator_metrics(port)
+    own = {k: v - m0.get(k, 0) for k, v in m_idle.items() if k.startswith("trellis_operator_api_requests_total")}
+    if own:
+        print("  the operator's own count (trellis_operator_api_requests_total) over the window: " + (", ".join(
+            "%s %d" % (k.split("{", 1)[1].rstrip("}"), v) for k, v in sorted(own.items()) if v > 0) or "none"))
+    else:
+        print("  (this operator has no trellis_operator_api_requests_total)")
     rows.append(("API requests/s while idle", "%.2f/s (%d in %.0f s)" % (total / window, total, window),
                  "watches only", "met" if total == sum(v for k, v in d.items() if k[0] == "WATCH") else "not met"))
     rows.append(("writes while idle", "%d (%.2f/s)" % (writes, writes / window), "0", "met" if writes == 0 else "not met"))
@@ -267,6 +279,8 @@ def run(cp, args):
     rows.append(("status writes while idle", "%d" % status_writes, "0", "met" if status_writes == 0 else "not met"))
     cpu = (cpu1 - cpu0) / window
     rows.append(("operator CPU while idle", "%.1f%% of a core" % (100 * cpu), "(none)", "-"))
+    print("operator: CPU %.1f%% of a core over the idle window; RSS %.1f MiB, peak %.1f MiB" % (
+        100 * cpu, mem.get("VmRSS", 0), mem.get("VmHWM", 0)), flush=True)
     rows.append(("operator RSS (now / peak)", "%.1f / %.1f MiB" % (mem.get("VmRSS", 0), mem.get("VmHWM", 0)),
                  "< %.0f MiB" % GOAL_RSS_MIB, "met" if mem.get("VmHWM", 1e9) < GOAL_RSS_MIB else "not met"))
 
