@@ -219,9 +219,9 @@ class Ops(node.TrellisCase):
                              "sliceBytes": 16384,
                              "runPolicy": {"restartPolicy": "Never", "activeDeadlineSeconds": 900}}})
         # The scrape configuration docs/metrics.md gives, as a user pastes it (Debian's Prometheus
-        # has no Kubernetes discovery: it discovers through the operator). This Prometheus runs in
-        # the node's network without the cluster's DNS: the Service's name becomes its ClusterIP;
-        # it scrapes every 2 s to be quick.
+        # has no Kubernetes discovery: it discovers through the operator). This Prometheus runs on
+        # the node, outside the cluster's DNS and without a route to Service addresses: the
+        # Service's name becomes the pod address behind it; it scrapes every 2 s to be quick.
         with open(os.path.join(envtest.REPO, "docs", "metrics.md")) as f:
             blocks = re.findall(r"```yaml\n(.*?)```", f.read(), re.S)
         documented = [b for b in blocks if "http_sd_configs" in b]
@@ -230,7 +230,11 @@ class Ops(node.TrellisCase):
         sc = cfg["scrape_configs"][0]
         sc["scrape_interval"] = "2s"
         svc = "%s-operator-metrics" % RELEASE
-        ip = self.cp.get("/api/v1/namespaces/%s/services/%s" % (CHART_NS, svc))["spec"]["clusterIP"]
+        def endpoint():
+            eps = self.cp.get("/api/v1/namespaces/%s/endpoints/%s" % (CHART_NS, svc))
+            return [a["ip"] for sub in eps.get("subsets") or [] for a in sub.get("addresses") or []]
+        self.assertTrue(wait_for(endpoint, 60, 0.5), "the operator's metrics Service has no ready endpoint")
+        ip = endpoint()[0]
         for sd in sc["http_sd_configs"]:
             self.assertIn("%s.%s.svc:" % (svc, CHART_NS), sd["url"])
             sd["url"] = sd["url"].replace("%s.%s.svc" % (svc, CHART_NS), ip)
