@@ -66,7 +66,8 @@ class Idle(envtest.EnvtestCase):
         idle = self.window(5)
         self.assertEqual({k: v for k, v in idle.items() if k[0] in WRITES}, {}, idle)
         self.assertEqual({k: v for k, v in idle.items() if k[0] == "LIST"}, {}, idle)
-        self.assertEqual({k: v for k, v in idle.items() if k[0] == "GET"}, {}, idle)
+        # (kube-apiserver GETs its own "kubernetes" Service now and then: services are left out.)
+        self.assertEqual({k: v for k, v in idle.items() if k[0] == "GET" and k[1] != "services"}, {}, idle)
 
         # One job changes: it is written (status, its pods deleted), then quiet again.
         before = self.requests()
