@@ -128,27 +128,34 @@ StatusOr<std::unique_ptr<SchedulerServer>> StartOn(const std::string& host, int 
   return SchedulerServer::Start(c, std::move(o));
 }
 
-// A client of the scheduler on `port` under the name the fake DNS serves.
-StatusOr<std::unique_ptr<SchedulerClient>> ClientByName(const FakeDns& dns, int port,
-                                                        std::chrono::milliseconds rpc_timeout) {
-  SchedulerClientOptions options;
-  options.address = "dns://127.0.0.1:" + std::to_string(dns.port()) + "/mlp-scheduler.team.svc:" + std::to_string(port);
-  options.token = "tok";
-  options.rpc_timeout = rpc_timeout;
-  return SchedulerClient::Connect(options);
-}
+// A scheduler on 127.0.0.1 behind the name the fake DNS serves, and a client of it by that name.
+class SchedulerDnsTest : public ::testing::Test {
+ protected:
+  void Start(std::chrono::milliseconds rpc_timeout) {
+    ::setenv("GRPC_DNS_RESOLVER", "ares", 1);  // the resolver that takes a DNS server authority
+    ASSERT_TRUE(dns.ok());
+    dns.Point("127.0.0.1");
+    old_scheduler = StartOn("127.0.0.1", 0);
+    ASSERT_TRUE(old_scheduler.ok()) << old_scheduler.status().ToString();
+    port = (*old_scheduler)->port();
+    SchedulerClientOptions options;
+    options.address = "dns://127.0.0.1:" + std::to_string(dns.port()) + "/mlp-scheduler.team.svc:" + std::to_string(port);
+    options.token = "tok";
+    options.rpc_timeout = rpc_timeout;
+    auto c = SchedulerClient::Connect(options);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client = std::move(*c);
+  }
 
-TEST(SchedulerDnsTest, AReplacedSchedulerIsFoundWithinSecondsUnderTheSameName) {
-  ::setenv("GRPC_DNS_RESOLVER", "ares", 1);  // the resolver that takes a DNS server authority
   FakeDns dns;
-  ASSERT_TRUE(dns.ok());
-  dns.Point("127.0.0.1");
-  auto old_scheduler = StartOn("127.0.0.1", 0);
-  ASSERT_TRUE(old_scheduler.ok()) << old_scheduler.status().ToString();
-  const int port = (*old_scheduler)->port();
-  auto client = ClientByName(dns, port, 2s);
-  ASSERT_TRUE(client.ok()) << client.status().ToString();
-  auto first = (*client)->Ping();
+  StatusOr<std::unique_ptr<SchedulerServer>> old_scheduler = InternalError("not started");
+  int port = 0;
+  std::unique_ptr<SchedulerClient> client;
+};
+
+TEST_F(SchedulerDnsTest, AReplacedSchedulerIsFoundWithinSecondsUnderTheSameName) {
+  ASSERT_NO_FATAL_FAILURE(Start(2s));
+  auto first = client->Ping();
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_EQ(first->scheduler_id(), (*old_scheduler)->state().instance_id());
   ASSERT_GT(dns.queries(), 0);
@@ -165,7 +172,7 @@ TEST(SchedulerDnsTest, AReplacedSchedulerIsFoundWithinSecondsUnderTheSameName) {
   const auto limit = 6s;
   uint64_t seen = 0;
   while (std::chrono::steady_clock::now() - moved < 15s) {
-    auto r = (*client)->Ping();
+    auto r = client->Ping();
     if (r.ok() && (seen = r->scheduler_id()) == (*new_scheduler)->state().instance_id()) break;
     std::this_thread::sleep_for(50ms);
   }
@@ -181,26 +188,18 @@ TEST(SchedulerDnsTest, AReplacedSchedulerIsFoundWithinSecondsUnderTheSameName) {
 // requests to look again meanwhile, so members found the new scheduler 11-31 s late on a real node.
 // The client gives up on a channel that has failed for a second and makes a fresh one, whose
 // first lookup is immediate.
-TEST(SchedulerDnsTest, AReplacedSchedulerIsFoundSoonAfterItsNameWasGoneForAWhile) {
-  ::setenv("GRPC_DNS_RESOLVER", "ares", 1);
-  FakeDns dns;
-  ASSERT_TRUE(dns.ok());
-  dns.Point("127.0.0.1");
-  auto old_scheduler = StartOn("127.0.0.1", 0);
-  ASSERT_TRUE(old_scheduler.ok()) << old_scheduler.status().ToString();
-  const int port = (*old_scheduler)->port();
-  auto client = ClientByName(dns, port, 1s);
-  ASSERT_TRUE(client.ok()) << client.status().ToString();
-  ASSERT_TRUE((*client)->Ping().ok());
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE((*client)->Ping().ok());
-  EXPECT_EQ((*client)->channels_made(), 1) << "a healthy channel is kept";
+TEST_F(SchedulerDnsTest, AReplacedSchedulerIsFoundSoonAfterItsNameWasGoneForAWhile) {
+  ASSERT_NO_FATAL_FAILURE(Start(1s));
+  ASSERT_TRUE(client->Ping().ok());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(client->Ping().ok());
+  EXPECT_EQ(client->channels_made(), 1) << "a healthy channel is kept";
 
   // The old one goes, the name with it; members keep calling (heartbeats, every ~200 ms here).
   old_scheduler->reset();
   dns.Vanish();
   const auto gone = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - gone < 6s) {
-    EXPECT_FALSE((*client)->Ping().ok());
+    EXPECT_FALSE(client->Ping().ok());
     std::this_thread::sleep_for(200ms);
   }
   auto new_scheduler = StartOn("127.0.0.2", port);
@@ -209,15 +208,15 @@ TEST(SchedulerDnsTest, AReplacedSchedulerIsFoundSoonAfterItsNameWasGoneForAWhile
   const auto back = std::chrono::steady_clock::now();
   uint64_t seen = 0;
   while (std::chrono::steady_clock::now() - back < 30s) {
-    auto r = (*client)->Ping();
+    auto r = client->Ping();
     if (r.ok() && (seen = r->scheduler_id()) == (*new_scheduler)->state().instance_id()) break;
     std::this_thread::sleep_for(200ms);
   }
   const auto took = std::chrono::steady_clock::now() - back;
   ASSERT_EQ(seen, (*new_scheduler)->state().instance_id()) << "the new scheduler was not found in 30 s";
   // 6 s of failures: a fresh channel about every second, no more.
-  EXPECT_GE((*client)->channels_made(), 3);
-  EXPECT_LE((*client)->channels_made(), 10);
+  EXPECT_GE(client->channels_made(), 3);
+  EXPECT_LE(client->channels_made(), 10);
   // A fresh channel at most every second, its lookup at once: found within ~2 s of the name being
   // back (4 s leaves room for a loaded machine); the resolver's back-off alone took 4-10 s here.
   EXPECT_LT(took, 4s) << "found after "
