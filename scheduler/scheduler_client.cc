@@ -67,10 +67,10 @@ void SchedulerClient::Prepare(grpc::ClientContext* ctx, std::chrono::millisecond
 }
 
 Status SchedulerClient::Finish(const grpc::Status& st, const char* method) {
-  const bool unanswered = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                          st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-  if (st.ok() || !unanswered) reached_.store(true, std::memory_order_relaxed);
-  NoteOutcome(st.ok() || !unanswered);
+  const bool answered = st.error_code() != grpc::StatusCode::UNAVAILABLE &&
+                        st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
+  if (answered) reached_.store(true, std::memory_order_relaxed);
+  NoteOutcome(answered);
   if (st.ok()) return Status::Ok();
   return FromGrpc(st).Annotate("scheduler " + options_.address + " " + method);
 }
