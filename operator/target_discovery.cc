@@ -3,6 +3,19 @@
 #include "operator/desired.h"
 
 namespace trellis::op {
+namespace {
+
+// One http_sd target group: {"targets": [target], "labels": labels}.
+Json Group(const std::string& target, Json labels) {
+  Json targets = Json::array();
+  targets[0] = JStr(target);
+  Json group = Json::object();
+  group["targets"] = targets;
+  group["labels"] = std::move(labels);
+  return group;
+}
+
+}  // namespace
 
 std::vector<Json> PodTargetGroups(const Json& pod) {
   std::vector<Json> out;
@@ -29,13 +42,9 @@ std::vector<Json> PodTargetGroups(const Json& pod) {
       if (!role.empty()) labels["role"] = JStr(role);
       if (!rank.empty()) labels["rank"] = JStr(rank);
       labels["trellis_process"] = JStr(name == "agent-metrics" ? process + "-agent" : process);
-      Json targets = Json::array();
       // IPv6 pod addresses need brackets before the port.
-      targets[0] = JStr((ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" + std::to_string(*number));
-      Json group = Json::object();
-      group["targets"] = targets;
-      group["labels"] = labels;
-      out.push_back(std::move(group));
+      const std::string host = ip.find(':') != std::string::npos ? "[" + ip + "]" : ip;
+      out.push_back(Group(host + ":" + std::to_string(*number), std::move(labels)));
     }
   }
   return out;
@@ -51,12 +60,7 @@ std::string TargetsJson(const std::vector<Json>& pods, const std::string& self) 
     Json labels = Json::object();
     labels["role"] = JStr("operator");
     labels["trellis_process"] = JStr("operator");
-    Json targets = Json::array();
-    targets[0] = JStr(self);
-    Json group = Json::object();
-    group["targets"] = targets;
-    group["labels"] = labels;
-    all[n++] = std::move(group);
+    all[n++] = Group(self, std::move(labels));
   }
   return all.serialize();
 }
