@@ -147,6 +147,20 @@ class SchedulerDnsTest : public ::testing::Test {
     client = std::move(*c);
   }
 
+  // Pings every `pause` until `s` answers, for at most `limit`; -> the time it took (`limit` or
+  // more when it never answered: `*seen` then holds the last scheduler that did, or 0).
+  std::chrono::steady_clock::duration UntilServedBy(SchedulerServer& s, std::chrono::seconds limit,
+                                                    std::chrono::milliseconds pause, uint64_t* seen) {
+    const auto from = std::chrono::steady_clock::now();
+    *seen = 0;
+    while (std::chrono::steady_clock::now() - from < limit) {
+      auto r = client->Ping();
+      if (r.ok() && (*seen = r->scheduler_id()) == s.state().instance_id()) break;
+      std::this_thread::sleep_for(pause);
+    }
+    return std::chrono::steady_clock::now() - from;
+  }
+
   FakeDns dns;
   StatusOr<std::unique_ptr<SchedulerServer>> old_scheduler = InternalError("not started");
   int port = 0;
@@ -165,18 +179,12 @@ TEST_F(SchedulerDnsTest, AReplacedSchedulerIsFoundWithinSecondsUnderTheSameName)
   ASSERT_TRUE(new_scheduler.ok()) << "127.0.0.2 on loopback: " << new_scheduler.status().ToString();
   dns.Point("127.0.0.2");
   old_scheduler->reset();
-  const auto moved = std::chrono::steady_clock::now();
 
   // Found within a few seconds (a lookup at most every kSchedulerDnsMinIntervalMs, the reconnect
   // back-off at most 1 s); gRPC's default would wait out its 30 s between lookups.
   const auto limit = 6s;
   uint64_t seen = 0;
-  while (std::chrono::steady_clock::now() - moved < 15s) {
-    auto r = client->Ping();
-    if (r.ok() && (seen = r->scheduler_id()) == (*new_scheduler)->state().instance_id()) break;
-    std::this_thread::sleep_for(50ms);
-  }
-  const auto took = std::chrono::steady_clock::now() - moved;
+  const auto took = UntilServedBy(**new_scheduler, 15s, 50ms, &seen);
   ASSERT_EQ(seen, (*new_scheduler)->state().instance_id()) << "the new scheduler was not found in 15 s";
   EXPECT_LT(took, limit) << "found after "
                          << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
@@ -205,20 +213,16 @@ TEST_F(SchedulerDnsTest, AReplacedSchedulerIsFoundSoonAfterItsNameWasGoneForAWhi
   auto new_scheduler = StartOn("127.0.0.2", port);
   ASSERT_TRUE(new_scheduler.ok()) << "127.0.0.2 on loopback: " << new_scheduler.status().ToString();
   dns.Point("127.0.0.2");
-  const auto back = std::chrono::steady_clock::now();
   uint64_t seen = 0;
-  while (std::chrono::steady_clock::now() - back < 30s) {
-    auto r = client->Ping();
-    if (r.ok() && (seen = r->scheduler_id()) == (*new_scheduler)->state().instance_id()) break;
-    std::this_thread::sleep_for(200ms);
-  }
-  const auto took = std::chrono::steady_clock::now() - back;
+  const auto took = UntilServedBy(**new_scheduler, 30s, 200ms, &seen);
   ASSERT_EQ(seen, (*new_scheduler)->state().instance_id()) << "the new scheduler was not found in 30 s";
   // 6 s of failures: a fresh channel about every second, no more.
   EXPECT_GE(client->channels_made(), 3);
   EXPECT_LE(client->channels_made(), 10);
   // A fresh channel at most every second, its lookup at once: found within ~2 s of the name being
-  // back (4 s leaves room for a loaded machine); the resolver's back-off alone took 4-10 s here.
+  // back (4 s leaves room for a loaded machine). This fake DNS does not reproduce the real node's
+  // 11-31 s (the client before the fix also found it in ~2.5 s here): what this test proves is the
+  // channel replacement above; k8s_node.ops shows the figure on a real node.
   EXPECT_LT(took, 4s) << "found after "
                       << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
 }
