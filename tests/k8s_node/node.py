@@ -725,6 +725,21 @@ class TrellisCase(NodeCase):
     def step(self, job):
         return (self.status(job).get("progress") or {}).get("step", 0)
 
+    def owned_left(self, job):
+        """The Services, ConfigMaps and Secrets of `job` still in self.ns (by their names)."""
+        return [o["metadata"]["name"] for kind in ("services", "configmaps", "secrets")
+                for o in self.cp.get("/api/v1/namespaces/%s/%s" % (self.ns, kind))["items"]
+                if o["metadata"]["name"].startswith(job + "-")]
+
+
+def main_trellis(*cases):
+    """main() for TrellisCase files: they also need the image of `make image` and helm."""
+    b = build_dir()
+    main(*cases, needs=[(os.path.join(b, "trellis-image.docker.tar"),
+                         "the Trellis image %s/trellis-image.docker.tar (make image, or ctest's image.build)" % b),
+                        (envtest.find_helm() or "/nonexistent/helm",
+                         "helm (charts/install-helm.sh installs it into build-tools/helm)")])
+
 def main(*cases, before_controller_manager=None, needs=()):
     """argv: REPO BUILD_DIR. Skips (77) or, with TRELLIS_K8S_NODE_REQUIRED=1, fails when a piece
     is missing (`needs`: more (path, what) pairs); otherwise one cluster for every case."""

@@ -25,7 +25,7 @@ import node  # noqa: E402
 import envtest  # noqa: E402
 from envtest_procs import wait_for  # noqa: E402
 
-RELEASE, CHART_NS, build_dir = node.RELEASE, node.CHART_NS, node.build_dir
+RELEASE, CHART_NS = node.RELEASE, node.CHART_NS
 
 
 def example(name):
@@ -65,10 +65,7 @@ class Demo(node.TrellisCase):
         self.assertTrue(self.job_pods("mlpx"))
         t = time.time()
         self.cp.kubectl("delete", "tj", "mlpx", "-n", self.ns, "--timeout=120s")
-        gone = wait_for(lambda: not self.pods() and not [
-            o for kind in ("services", "configmaps", "secrets")
-            for o in self.cp.get("/api/v1/namespaces/%s/%s" % (self.ns, kind))["items"]
-            if o["metadata"]["name"].startswith("mlpx-")], 120, 0.5)
+        gone = wait_for(lambda: not self.pods() and not self.owned_left("mlpx"), 120, 0.5)
         self.assertTrue(gone, "left after kubectl delete tj: %s" % self.cp.kubectl(
             "get", "pods,svc,cm,secret", "-n", self.ns, check=False).stdout)
         print("demo: kubectl delete tj of a running job -> no pod left after %.1f s" % (time.time() - t), flush=True)
@@ -138,8 +135,4 @@ class Demo(node.TrellisCase):
                   re.findall(r"rejoined the running job after step \d+", log1)), flush=True)
 
 if __name__ == "__main__":
-    b = build_dir()
-    node.main(Demo, needs=[(os.path.join(b, "trellis-image.docker.tar"),
-                            "the Trellis image %s/trellis-image.docker.tar (make image, or ctest's image.build)" % b),
-                           (envtest.find_helm() or "/nonexistent/helm",
-                            "helm (charts/install-helm.sh installs it into build-tools/helm)")])
+    node.main_trellis(Demo)
