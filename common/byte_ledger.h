@@ -17,9 +17,6 @@ namespace trellis {
 
 inline constexpr auto& kLedgerFdEnv = kEnvLedgerFd;  // the older spelling (tests, benchmarks)
 inline constexpr int kLedgerChildFd = 3;  // where the agent puts the page in the program
-// The first incarnation (TRELLIS_INCARNATION) the ledger counted: 1 when it holds every program
-// the rank ran; more when the rank's earlier programs ran under another agent (a replaced pod).
-inline constexpr auto& kLedgerSinceEnv = kEnvLedgerSince;  // the older spelling (tests, benchmarks)
 
 class ByteLedger {
  public:

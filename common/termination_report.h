@@ -21,9 +21,8 @@ inline constexpr char kDefaultTerminationLog[] = "/dev/termination-log";
 inline constexpr auto& kTerminationLogEnv = kEnvTerminationLog;  // the older spelling (tests, benchmarks)
 // The kubelet keeps at most this many bytes of the message.
 inline constexpr size_t kMaxTerminationMessage = 4096;
-// The file the agent gives its program to leave its last error in (one line, e.g.
-// "ValueError: boom"); the agent reads at most kMaxProgramError bytes of it.
-inline constexpr auto& kErrorFileEnv = kEnvErrorFile;  // the older spelling (tests, benchmarks)
+// The file the agent gives its program to leave its last error in (kEnvErrorFile; one line,
+// e.g. "ValueError: boom"); the agent reads at most kMaxProgramError bytes of it.
 inline constexpr size_t kMaxProgramError = 1024;
 
 struct TerminationReport {

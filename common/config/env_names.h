@@ -70,6 +70,8 @@ inline constexpr char kEnvErrorFile[] = "TRELLIS_ERROR_FILE";
 // The byte ledger's fd, and the first incarnation it counted (common/byte_ledger.h).
 // agent -> worker.
 inline constexpr char kEnvLedgerFd[] = "TRELLIS_LEDGER_FD";
+// The first incarnation counted: 1 when the ledger holds every program the rank ran; more when
+// the rank's earlier programs ran under another agent (a replaced pod).
 inline constexpr char kEnvLedgerSince[] = "TRELLIS_LEDGER_SINCE";
 
 // --- TLS (common/tls.h): all three files or none. launcher, operator -> every process ---
