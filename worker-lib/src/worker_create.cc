@@ -20,13 +20,6 @@
 #include "worker-lib/src/worker_impl.h"
 
 namespace trellis {
-namespace {
-
-StatusOr<int64_t> ParseEnvInt(const char* name, const std::string& text, int64_t lo, int64_t hi) {
-  return ParseInt(EnvSourceName(name), text, lo, hi);
-}
-
-}  // namespace
 
 StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   const EnvSource env;  // read once, here
@@ -44,16 +37,16 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   if (options.rank >= 0) {
     setup.rank = options.rank;
   } else {
-    std::string r = env.GetOr(kEnvRank, "");
-    if (r.empty()) return InvalidArgumentError(std::string("no worker rank: set ") + kEnvRank);
-    TRELLIS_ASSIGN_OR_RETURN(int64_t v, ParseEnvInt(kEnvRank, r, 0, 1 << 20));
-    setup.rank = static_cast<int32_t>(v);
+    TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> v, env.OptionalInt(kEnvRank, 0, 1 << 20));
+    if (!v) return InvalidArgumentError(std::string("no worker rank: set ") + kEnvRank);
+    setup.rank = static_cast<int32_t>(*v);
   }
   setup.timeout_ms = 120000;
   if (options.timeout_ms > 0) {
     setup.timeout_ms = options.timeout_ms;
-  } else if (std::string t = env.GetOr(kEnvTimeoutMs, ""); !t.empty()) {
-    TRELLIS_ASSIGN_OR_RETURN(setup.timeout_ms, ParseEnvInt(kEnvTimeoutMs, t, 1, INT64_MAX / 2));
+  } else {
+    TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> t, env.OptionalInt(kEnvTimeoutMs, 1, INT64_MAX / 2));
+    if (t) setup.timeout_ms = *t;
   }
   const auto wait = std::chrono::milliseconds(setup.timeout_ms);
 
@@ -84,9 +77,8 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   TRELLIS_ASSIGN_OR_RETURN(setup.local_socket, LocalSocketEnabled(env, true));
 
   // Crash recovery: after a restart (incarnation > 1) the checkpointer asks to rejoin.
-  if (std::string inc = env.GetOr(kEnvIncarnation, ""); !inc.empty()) {
-    TRELLIS_ASSIGN_OR_RETURN(setup.incarnation, ParseEnvInt(kEnvIncarnation, inc, 1, 1 << 30));
-  }
+  TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> inc, env.OptionalInt(kEnvIncarnation, 1, 1 << 30));
+  if (inc) setup.incarnation = *inc;
   // Every scheduler call goes through the session, which outlives a scheduler restart.
   TRELLIS_ASSIGN_OR_RETURN(
       std::shared_ptr<SchedulerSession> session,
@@ -178,24 +170,21 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
 
   // The pod's local group: TRELLIS_LOCAL_RANK of TRELLIS_LOCAL_SIZE, named TRELLIS_LOCAL_GROUP.
   int64_t local_size = 1, local_rank = 0;
-  if (std::string s = env.GetOr(kEnvLocalSize, ""); !s.empty()) {
-    TRELLIS_ASSIGN_OR_RETURN(local_size, ParseEnvInt(kEnvLocalSize, s, 1, 64));
-  }
+  TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> size, env.OptionalInt(kEnvLocalSize, 1, 64));
+  if (size) local_size = *size;
   if (local_size > 1) {
-    std::string lr = env.GetOr(kEnvLocalRank, "");
-    if (lr.empty()) {
-      return InvalidArgumentError(std::string(kEnvLocalSize) + " is set but " + kEnvLocalRank + " is not");
-    }
-    TRELLIS_ASSIGN_OR_RETURN(local_rank, ParseEnvInt(kEnvLocalRank, lr, 0, local_size - 1));
+    TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> lr, env.OptionalInt(kEnvLocalRank, 0, local_size - 1));
+    if (!lr) return InvalidArgumentError(std::string(kEnvLocalSize) + " is set but " + kEnvLocalRank + " is not");
+    local_rank = *lr;
   }
 
   // Metrics: labelled with the job and the process's (global) rank; served when the agent or
   // launcher gave a port.
   const int32_t global_rank = static_cast<int32_t>(setup.rank * local_size + local_rank);
   setup.metrics = std::make_shared<MetricsRegistry>(MetricLabels{job->name, "worker", global_rank});
-  if (std::string p = env.GetOr(kEnvMetricsPort, ""); !p.empty()) {
-    TRELLIS_ASSIGN_OR_RETURN(int64_t port, ParseEnvInt(kEnvMetricsPort, p, 0, 65535));
-    auto server = MetricsHttpServer::Start(ListenHost(env, kEnvMetricsHost), static_cast<int>(port),
+  TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> metrics_port, env.OptionalInt(kEnvMetricsPort, 0, 65535));
+  if (metrics_port) {
+    auto server = MetricsHttpServer::Start(ListenHost(env, kEnvMetricsHost), static_cast<int>(*metrics_port),
                                            *setup.metrics);
     // Metrics are not worth failing the training for: say so and go on without them.
     if (server.ok()) {
