@@ -25,8 +25,8 @@ std::optional<std::string> EnvSource::Get(const std::string& name) const {
 
 StatusOr<std::string> EnvSource::Required(const std::string& name) const {
   auto v = Get(name);
-  if (!v) return InvalidArgumentError("environment variable " + name + " is not set");
-  if (v->empty()) return InvalidArgumentError("environment variable " + name + " is empty");
+  if (!v) return InvalidArgumentError(EnvSourceName(name) + " is not set");
+  if (v->empty()) return InvalidArgumentError(EnvSourceName(name) + " is empty");
   return *v;
 }
 
@@ -37,13 +37,13 @@ std::string EnvSource::GetOr(const std::string& name, const std::string& fallbac
 
 StatusOr<int64_t> EnvSource::RequiredInt(const std::string& name, int64_t min, int64_t max) const {
   TRELLIS_ASSIGN_OR_RETURN(std::string v, Required(name));
-  return ParseInt("environment variable " + name, v, min, max);
+  return ParseInt(EnvSourceName(name), v, min, max);
 }
 
 StatusOr<std::optional<int64_t>> EnvSource::OptionalInt(const std::string& name, int64_t min, int64_t max) const {
   auto v = Get(name);
   if (!v || v->empty()) return std::optional<int64_t>();
-  TRELLIS_ASSIGN_OR_RETURN(int64_t n, ParseInt("environment variable " + name, *v, min, max));
+  TRELLIS_ASSIGN_OR_RETURN(int64_t n, ParseInt(EnvSourceName(name), *v, min, max));
   return std::optional<int64_t>(n);
 }
 
@@ -55,7 +55,7 @@ std::string ListenHost(const EnvSource& env, const char* specific) {
 }
 
 StatusOr<bool> LocalSocketEnabled(const EnvSource& env, bool unset) {
-  return ParseOnOff(std::string("environment variable ") + kEnvLocalSocket,
+  return ParseOnOff(EnvSourceName(kEnvLocalSocket),
                     env.GetOr(kEnvLocalSocket, unset ? "on" : "off"));
 }
 
