@@ -82,17 +82,19 @@ StatusOr<const Option*> Resolver::Find(std::string_view name) const {
   return InternalError("option '" + std::string(name) + "' is not in the program's table");
 }
 
+std::optional<Resolver::Raw> Resolver::Lookup(const Option& o) const {
+  if (o.flag != nullptr) {
+    if (auto it = args_.flags.find(o.flag); it != args_.flags.end()) return Raw{it->second, FlagSource(o.flag)};
+  }
+  if (o.env != nullptr) {
+    if (auto v = env_.Get(o.env); v && !v->empty()) return Raw{*v, EnvSourceName(o.env)};
+  }
+  return std::nullopt;
+}
+
 StatusOr<std::optional<Resolver::Raw>> Resolver::Lookup(std::string_view name) const {
   TRELLIS_ASSIGN_OR_RETURN(const Option* o, Find(name));
-  if (o->flag != nullptr) {
-    if (auto it = args_.flags.find(o->flag); it != args_.flags.end()) {
-      return std::optional<Raw>(Raw{it->second, FlagSource(o->flag)});
-    }
-  }
-  if (o->env != nullptr) {
-    if (auto v = env_.Get(o->env); v && !v->empty()) return std::optional<Raw>(Raw{*v, EnvSourceName(o->env)});
-  }
-  return std::optional<Raw>();
+  return Lookup(*o);
 }
 
 StatusOr<std::optional<std::string>> Resolver::OptionalString(std::string_view name) const {
@@ -103,7 +105,7 @@ StatusOr<std::optional<std::string>> Resolver::OptionalString(std::string_view n
 
 StatusOr<std::optional<int64_t>> Resolver::OptionalInt(std::string_view name) const {
   TRELLIS_ASSIGN_OR_RETURN(const Option* o, Find(name));
-  TRELLIS_ASSIGN_OR_RETURN(std::optional<Raw> raw, Lookup(name));
+  const std::optional<Raw> raw = Lookup(*o);
   if (!raw) return std::optional<int64_t>();
   TRELLIS_ASSIGN_OR_RETURN(int64_t v, ParseInt(raw->source, raw->text, o->min, o->max));
   return std::optional<int64_t>(v);
@@ -124,7 +126,7 @@ StatusOr<int64_t> Resolver::Int(std::string_view name, std::optional<int64_t> jo
 
 StatusOr<bool> Resolver::Bool(std::string_view name, std::optional<bool> job, bool fallback) const {
   TRELLIS_ASSIGN_OR_RETURN(const Option* o, Find(name));
-  TRELLIS_ASSIGN_OR_RETURN(std::optional<Raw> raw, Lookup(name));
+  const std::optional<Raw> raw = Lookup(*o);
   if (!raw) return job.value_or(fallback);
   return o->type == OptionType::kOnOff ? ParseOnOff(raw->source, raw->text) : ParseBool(raw->source, raw->text);
 }
@@ -133,7 +135,7 @@ StatusOr<std::chrono::milliseconds> Resolver::Seconds(std::string_view name,
                                                       std::optional<std::chrono::milliseconds> job,
                                                       std::chrono::milliseconds fallback) const {
   TRELLIS_ASSIGN_OR_RETURN(const Option* o, Find(name));
-  TRELLIS_ASSIGN_OR_RETURN(std::optional<Raw> raw, Lookup(name));
+  const std::optional<Raw> raw = Lookup(*o);
   if (!raw) return job.value_or(fallback);
   return ParseSeconds(raw->source, raw->text, static_cast<double>(o->max));
 }

@@ -99,6 +99,7 @@ class Resolver {
 
  private:
   StatusOr<const Option*> Find(std::string_view name) const;
+  std::optional<Raw> Lookup(const Option& o) const;
 
   std::span<const Option> table_;
   const ParsedArgs& args_;
