@@ -1,7 +1,6 @@
 #include "operator/reconciler.h"
 
 #include <algorithm>
-#include <fstream>
 
 #include "common/logging.h"
 #include "common/random_token.h"
