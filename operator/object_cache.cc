@@ -22,9 +22,9 @@ bool OlderVersion(const std::string& a, const std::string& b) {
 }
 
 Json ObjectStore::Trim(const Json& object) const {
-  Json out = object;
   if (options_.metadata_only) {
-    out = Json::object();
+    // Built from the parts kept: the rest (a Secret's data, a Service's spec) is never copied.
+    Json out = Json::object();
     for (const char* k : {"apiVersion", "kind"}) {
       if (const Json* v = At(object, {k})) out[k] = *v;
     }
@@ -35,7 +35,10 @@ Json ObjectStore::Trim(const Json& object) const {
     for (const std::string& k : options_.keep_fields) {
       if (const Json* v = At(object, {k.c_str()})) out[k] = *v;
     }
-  } else if (out.is_object() && out.has_field("metadata") && out.at("metadata").is_object()) {
+    return out;
+  }
+  Json out = object;
+  if (out.is_object() && out.has_field("metadata") && out.at("metadata").is_object()) {
     // The server-side-apply bookkeeping is most of a small object's size, and nothing reads it.
     // (cpprestsdk's erase throws for a key that is not there.)
     Json& meta = out.at("metadata");
