@@ -13,24 +13,22 @@ Controller::Controller(KubeClient& client, Reconciler& reconciler, ControllerOpt
       reconciler_(reconciler),
       options_(std::move(options)),
       reconcile_observer_(std::move(reconcile_observer)),
-      cache_(cache) {
-  for (auto& s : owned_synced_) s = false;
-}
+      cache_(cache) {}
 
 Controller::~Controller() { Stop(); }
 
 void Controller::Start() {
   watch_jobs_ = std::thread([this] {
-    WatchLoop(kTrainingJobs, "", false, jobs_synced_, cache_ ? &cache_->jobs : nullptr);
+    WatchLoop(kTrainingJobs, "", false, &jobs_synced_, cache_ ? &cache_->jobs : nullptr);
   });
   // Only pods that carry the job label: the operator never watches the whole cluster's pods.
-  watch_pods_ = std::thread([this] { WatchLoop(kPods, kLabelJob, true, pods_synced_, cache_ ? &cache_->pods : nullptr); });
+  watch_pods_ = std::thread([this] { WatchLoop(kPods, kLabelJob, true, &pods_synced_, cache_ ? &cache_->pods : nullptr); });
   if (cache_) {
     const Resource* owned[3] = {&kServices, &kConfigMaps, &kSecrets};
     ObjectStore* stores[3] = {&cache_->services, &cache_->configmaps, &cache_->secrets};
     for (int i = 0; i < 3; ++i) {
-      watch_owned_.emplace_back([this, r = owned[i], store = stores[i], i] {
-        WatchLoop(*r, kLabelJob, true, owned_synced_[i], store, /*optional=*/true);
+      watch_owned_.emplace_back([this, r = owned[i], store = stores[i]] {
+        WatchLoop(*r, kLabelJob, true, /*synced=*/nullptr, store, /*optional=*/true);
       });
     }
   }
@@ -68,7 +66,7 @@ void Controller::Sleep(std::chrono::milliseconds d) {
   cv_.wait_for(lock, d, [&] { return stopping_; });
 }
 
-void Controller::WatchLoop(const Resource& r, const std::string& selector, bool pods, std::atomic<bool>& synced,
+void Controller::WatchLoop(const Resource& r, const std::string& selector, bool pods, std::atomic<bool>* synced,
                            ObjectStore* store, bool optional) {
   auto stopping = [&] {
     std::lock_guard<std::mutex> lock(mu_);
@@ -91,7 +89,7 @@ void Controller::WatchLoop(const Resource& r, const std::string& selector, bool 
                   << "): reading them from the API server on every reconcile instead; the chart's ClusterRole "
                      "grants list and watch";
         store->Disable();
-        synced = true;
+        if (synced) *synced = true;
         return;
       }
       if (!list.ok()) {
@@ -112,7 +110,7 @@ void Controller::WatchLoop(const Resource& r, const std::string& selector, bool 
           if (auto k = key_of(items->at(i))) Enqueue(*k, Clock::now());
         }
       }
-      synced = true;
+      if (synced) *synced = true;
       if (rv.empty()) rv = "0";
     }
     bool got_event = false;

@@ -60,9 +60,9 @@ class Controller {
  private:
   using Key = std::pair<std::string, std::string>;  // namespace, name
   void Enqueue(const Key& key, Clock::time_point due);
-  // `store`: the cache store this watch fills (may be null); `optional`: a 403 disables the store
-  // instead of retrying forever.
-  void WatchLoop(const Resource& r, const std::string& selector, bool pods, std::atomic<bool>& synced,
+  // `synced` (may be null): set once listed; `store`: the cache store this watch fills (may be
+  // null; it records its own sync); `optional`: a 403 disables the store instead of retrying forever.
+  void WatchLoop(const Resource& r, const std::string& selector, bool pods, std::atomic<bool>* synced,
                  ObjectStore* store = nullptr, bool optional = false);
   void ReconcileLoop();
   void Sleep(std::chrono::milliseconds d);
@@ -87,7 +87,6 @@ class Controller {
   pplx::cancellation_token_source cancel_;
   std::thread watch_jobs_, watch_pods_, reconcile_;
   std::vector<std::thread> watch_owned_;  // Services, ConfigMaps, Secrets (with a cache)
-  std::atomic<bool> owned_synced_[3];
 };
 
 }  // namespace trellis::op
