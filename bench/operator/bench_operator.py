@@ -45,13 +45,6 @@ GOAL_P99_S = 1.0
 GOAL_RSS_MIB = 150.0
 
 
-def small_job(name):
-    return {"apiVersion": "trellis.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name},
-            "spec": {"servers": {"replicas": 1},
-                     "workers": {"replicas": 1, "command": ["/bin/sh", "-c", "sleep 3600"]},
-                     "runPolicy": {"restartPolicy": "OnFailure"}}}
-
-
 def load():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -219,7 +212,7 @@ def run(cp, args):
     t0 = time.time()
     load_create = load()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        for f in [pool.submit(cp.create, url, small_job("j%03d" % i)) for i in range(n)]:
+        for f in [pool.submit(cp.create, url, envtest.sleeping_job("j%03d" % i)) for i in range(n)]:
             f.result()
     t_applied = time.time() - t0
     sel = "?labelSelector=trellis.io/job-name"

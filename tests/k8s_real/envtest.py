@@ -52,6 +52,7 @@ EnvtestCase: self.cp, self.ns (per test), self.start_operator(**kw) / self.start
 Module (wait_for, Proc, free_port come from envtest_procs.py):
   wait_for(cond, timeout, interval=0.2) -> the last truthy value of cond() or None;
   mlp_job(name, **run_policy) a small MLP TrainingJob (2 servers, 2 workers, seconds of training);
+  sleeping_job(name)          1 server, 1 worker that sleeps an hour (3 pods, restartPolicy OnFailure);
   REPO, BIN (set by main from argv).
 """
 import atexit
@@ -365,6 +366,14 @@ def mlp_job(name, epochs=3, **run_policy):
             "runPolicy": rp,
         },
     }
+
+
+def sleeping_job(name):
+    """1 server, 1 worker that sleeps an hour (3 pods with the scheduler; idle_test, bench_operator)."""
+    return {"apiVersion": "trellis.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name},
+            "spec": {"servers": {"replicas": 1},
+                     "workers": {"replicas": 1, "command": ["/bin/sh", "-c", "sleep 3600"]},
+                     "runPolicy": {"restartPolicy": "OnFailure"}}}
 
 
 class EnvtestCase(unittest.TestCase):

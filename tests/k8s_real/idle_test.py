@@ -22,13 +22,6 @@ JOBS = 12
 RESYNC_S = 1  # many resyncs in a short window
 
 
-def small_job(name):
-    return {"apiVersion": "trellis.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name},
-            "spec": {"servers": {"replicas": 1},
-                     "workers": {"replicas": 1, "command": ["/bin/sh", "-c", "sleep 3600"]},
-                     "runPolicy": {"restartPolicy": "OnFailure"}}}
-
-
 class Idle(envtest.EnvtestCase):
     prefix = "idle"
 
@@ -58,7 +51,7 @@ class Idle(envtest.EnvtestCase):
     def test_idle_operator_makes_no_write_and_no_list_and_repairs_from_watch_events(self):
         self.start_operator(args=["--resync-seconds", str(RESYNC_S)])
         for i in range(JOBS):
-            self.create_job(small_job("j%02d" % i))
+            self.create_job(envtest.sleeping_job("j%02d" % i))
         self.assertTrue(envtest.wait_for(self.all_there, 120, 0.5), "the jobs' objects were not all created")
         self.assertTrue(self.quiet(), "the operator kept writing while nothing changed: %s" % self.window(2))
 
