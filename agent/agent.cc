@@ -6,12 +6,12 @@
 #include <cerrno>
 #include <filesystem>
 
-#include "common/tls.h"
-#include "common/auth.h"
+#include "common/tls/tls.h"
+#include "common/tls/auth.h"
 #include "common/config/env_names.h"
-#include "common/env.h"
-#include "common/logging.h"
-#include "common/net.h"
+#include "common/config/env.h"
+#include "common/base/logging.h"
+#include "common/base/net.h"
 
 namespace trellis {
 namespace {

@@ -12,11 +12,11 @@
 #include "agent/agent_config.h"
 #include "agent/process_group.h"
 #include "agent/supervisor.h"
-#include "common/byte_ledger.h"
-#include "common/metrics.h"
-#include "common/metrics_http.h"
-#include "common/subprocess.h"
-#include "common/termination_report.h"
+#include "common/process/byte_ledger.h"
+#include "common/metrics/metrics.h"
+#include "common/metrics/metrics_http.h"
+#include "common/process/subprocess.h"
+#include "common/process/termination_report.h"
 #include "scheduler/scheduler_client.h"
 
 namespace trellis {
@@ -38,7 +38,7 @@ class Agent : public SupervisorHooks {
   bool NoProgramRunning() const;
 
   const RestartOptions& restart_options() const { return restart_; }
-  // Why the agent ended, for the container's termination message (common/termination_report.h).
+  // Why the agent ended, for the container's termination message (common/process/termination_report.h).
   // Complete once Run() returned.
   const TerminationReport& termination_report() const { return report_; }
 
@@ -74,7 +74,7 @@ class Agent : public SupervisorHooks {
   Status StartMetrics(int32_t rank);
   // Makes error_dir_ for the program's $TRELLIS_ERROR_FILE. Errors: the directory cannot be made.
   Status MakeErrorDir();
-  // What the last program left in its error file (common/termination_report.h ReadProgramError);
+  // What the last program left in its error file (common/process/termination_report.h ReadProgramError);
   // removes the file. "" when there is none.
   std::string TakeProgramError();
 
@@ -117,7 +117,7 @@ class Agent : public SupervisorHooks {
   prometheus::Counter* restarts_ = nullptr;
   prometheus::Counter* exits_ = nullptr;
   prometheus::Gauge* program_up_ = nullptr;
-  // A single-process worker's byte counts across its program's restarts (common/byte_ledger.h);
+  // A single-process worker's byte counts across its program's restarts (common/process/byte_ledger.h);
   // null for servers, multi-GPU pods, or when memfd is not available. Made in Create, then
   // touched only from the supervisor's thread.
   std::unique_ptr<ByteLedger> ledger_;

@@ -5,7 +5,7 @@
 #include "agent/supervisor.h"
 #include "common/config/env_names.h"
 #include "common/config/options.h"
-#include "common/net.h"
+#include "common/base/net.h"
 
 namespace trellis {
 

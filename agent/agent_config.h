@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "common/env.h"
-#include "common/job_spec.h"
-#include "common/status.h"
+#include "common/config/env.h"
+#include "common/job/job_spec.h"
+#include "common/base/status.h"
 #include "trellis/v1/scheduler.pb.h"
 
 namespace trellis {

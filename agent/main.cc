@@ -7,16 +7,16 @@
 #include <thread>
 
 #include "agent/agent.h"
-#include "common/child_reaper.h"
-#include "common/exit_codes.h"
-#include "common/logging.h"
-#include "common/termination_report.h"
+#include "common/process/child_reaper.h"
+#include "common/process/exit_codes.h"
+#include "common/base/logging.h"
+#include "common/process/termination_report.h"
 
 int main(int argc, char** argv) {
   using namespace trellis;
   SetLogTag("agent");
   // Signals are taken by one thread (below), never by whichever thread runs; children get a
-  // clean mask (common/subprocess.cc).
+  // clean mask (common/process/subprocess.cc).
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGUSR1);  // only wakes the signal thread when the agent is done
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  // The container's termination message (common/termination_report.h): why the agent ended.
+  // The container's termination message (common/process/termination_report.h): why the agent ended.
   const std::string termination_log = EnvSource().GetOr(kEnvTerminationLog, kDefaultTerminationLog);
   auto last_words = [&](const TerminationReport& report) {
     Status s = WriteTerminationMessage(termination_log, FormatTerminationReport(report));

@@ -6,9 +6,9 @@
 #include <algorithm>
 
 #include "common/config/env_names.h"
-#include "common/local_group_name.h"
-#include "common/logging.h"
-#include "common/net.h"
+#include "common/process/local_group_name.h"
+#include "common/base/logging.h"
+#include "common/base/net.h"
 
 namespace trellis {
 

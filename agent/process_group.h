@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/subprocess.h"
+#include "common/process/subprocess.h"
 
 namespace trellis {
 

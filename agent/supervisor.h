@@ -11,9 +11,9 @@
 #include <optional>
 #include <string>
 
-#include "common/job_spec.h"
-#include "common/status.h"
-#include "common/subprocess.h"
+#include "common/job/job_spec.h"
+#include "common/base/status.h"
+#include "common/process/subprocess.h"
 
 namespace trellis {
 

@@ -8,9 +8,9 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
-#include "common/auth.h"
-#include "common/grpc_status.h"
-#include "common/logging.h"
+#include "common/tls/auth.h"
+#include "common/base/grpc_status.h"
+#include "common/base/logging.h"
 #include "datapath/grpc_frame.h"
 
 namespace trellis::link {

@@ -8,7 +8,7 @@
 
 #include <grpcpp/channel.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "datapath/link.h"
 
 namespace trellis::link {

@@ -8,10 +8,10 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/auth.h"
-#include "common/by_priority.h"
-#include "common/grpc_status.h"
-#include "common/logging.h"
+#include "common/tls/auth.h"
+#include "common/base/by_priority.h"
+#include "common/base/grpc_status.h"
+#include "common/base/logging.h"
 #include "datapath/grpc_frame.h"
 
 namespace trellis::link {

@@ -21,7 +21,7 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/server_callback.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "datapath/link.h"
 
 namespace trellis::link {
@@ -29,7 +29,7 @@ namespace trellis::link {
 // What a data stream's metadata says about its worker.
 struct StreamHello {
   std::string peer;       // for log lines
-  std::string token;      // common/auth.h's token key, "" when absent
+  std::string token;      // common/tls/auth.h's token key, "" when absent
   std::string rank_text;  // wire::kRankMetadataKey as sent, "" when absent
   int32_t rank = -1;      // rank_text as a number; -1 when it is not one
 };

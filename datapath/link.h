@@ -27,8 +27,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/status.h"
-#include "common/tls.h"
+#include "common/base/status.h"
+#include "common/tls/tls.h"
 #include "datapath/frame.h"
 #include "datapath/tcp_wire.h"
 

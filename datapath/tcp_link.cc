@@ -11,8 +11,8 @@
 #include <mutex>
 #include <thread>
 
-#include "common/logging.h"
-#include "common/net.h"
+#include "common/base/logging.h"
+#include "common/base/net.h"
 
 namespace trellis::link {
 namespace {

@@ -13,7 +13,7 @@
 
 #include <memory>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "datapath/link.h"
 
 namespace trellis::link {

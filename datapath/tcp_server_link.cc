@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "datapath/payload_buffers.h"
 #include "datapath/tcp_wire.h"
 

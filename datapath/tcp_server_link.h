@@ -21,7 +21,7 @@
 #include <memory>
 #include <string>
 
-#include "common/tls_stream.h"
+#include "common/tls/tls_stream.h"
 #include "datapath/link.h"
 
 namespace trellis::link {

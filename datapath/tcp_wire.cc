@@ -22,7 +22,7 @@
 #include <cstring>
 #include <cstddef>
 
-#include "common/net.h"
+#include "common/base/net.h"
 
 namespace trellis::tcpwire {
 namespace {

@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "common/tls_stream.h"
+#include "common/base/status.h"
+#include "common/tls/tls_stream.h"
 #include "datapath/frame.h"
 
 namespace trellis::tcpwire {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/config/options.h"
-#include "common/job_spec.h"
-#include "common/status.h"
+#include "common/job/job_spec.h"
+#include "common/base/status.h"
 
 namespace trellis {
 

@@ -11,12 +11,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/auth.h"
-#include "common/env.h"
-#include "common/file_util.h"
-#include "common/random_token.h"
-#include "common/tls_gen.h"
-#include "common/net.h"
+#include "common/tls/auth.h"
+#include "common/config/env.h"
+#include "common/base/file_util.h"
+#include "common/base/random_token.h"
+#include "common/tls/tls_gen.h"
+#include "common/base/net.h"
 
 namespace trellis {
 namespace {

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/job_spec.h"
-#include "common/subprocess.h"
+#include "common/job/job_spec.h"
+#include "common/process/subprocess.h"
 #include "launcher/plan.h"
 #include "launcher/progress.h"
 #include "scheduler/scheduler_client.h"

@@ -6,15 +6,15 @@
 
 #include <cstdio>
 
-#include "common/exit_codes.h"
-#include "common/logging.h"
+#include "common/process/exit_codes.h"
+#include "common/base/logging.h"
 #include "launcher/launcher.h"
 
 int main(int argc, char** argv) {
   using namespace trellis;
   SetLogTag("launch");
   // SIGINT/SIGTERM are read from a signalfd by the event loop; block them before any thread
-  // exists so none of them takes the signal. Children get a clean mask (common/subprocess.cc).
+  // exists so none of them takes the signal. Children get a clean mask (common/process/subprocess.cc).
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);

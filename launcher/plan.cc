@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "common/config/env_names.h"
-#include "common/env.h"
+#include "common/config/env.h"
 
 namespace trellis {
 namespace {

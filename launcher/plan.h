@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "common/config/options.h"
-#include "common/job_spec.h"
-#include "common/status.h"
-#include "common/subprocess.h"
-#include "common/tls.h"
+#include "common/job/job_spec.h"
+#include "common/base/status.h"
+#include "common/process/subprocess.h"
+#include "common/tls/tls.h"
 #include "launcher/command_job.h"
 
 namespace trellis {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "common/eta.h"
+#include "common/base/eta.h"
 
 namespace trellis {
 namespace {

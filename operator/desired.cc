@@ -1,8 +1,8 @@
 #include "operator/desired.h"
 
 #include "common/config/env_names.h"
-#include "common/env.h"
-#include "common/tls.h"
+#include "common/config/env.h"
+#include "common/tls/tls.h"
 #include "operator/gang.h"
 #include "operator/pod_template.h"
 

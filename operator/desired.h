@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "common/job_spec.h"
-#include "common/status.h"
+#include "common/job/job_spec.h"
+#include "common/base/status.h"
 #include "operator/json_util.h"
 
 namespace trellis::op {

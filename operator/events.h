@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "operator/json_util.h"
 #include "operator/kube_client.h"
 

@@ -13,7 +13,7 @@
 
 #include <string>
 
-#include "common/job_spec.h"
+#include "common/job/job_spec.h"
 #include "operator/desired.h"
 #include "operator/json_util.h"
 

@@ -5,7 +5,7 @@
 #include <set>
 #include <tuple>
 
-#include "common/exit_codes.h"
+#include "common/process/exit_codes.h"
 #include "operator/progress_status.h"
 
 namespace trellis::op {
@@ -66,7 +66,9 @@ void WriteCounts(Json& st, std::map<PodRole, RoleCounts> counts, const std::map<
       {PodRole::kScheduler, "scheduler"}, {PodRole::kServer, "server"}, {PodRole::kWorker, "worker"}};
   Json rs = Json::object();
   int total_restarts = 0;
-  for (const auto& [role, key] : roles) {
+  for (const auto& role_key : roles) {
+    const PodRole role = role_key.first;
+    const char* const key = role_key.second;  // not a structured binding: clang 14 cannot capture one
     RoleCounts& c = counts[role];
     if (keep_finished) {
       auto before = [&](const char* f) {

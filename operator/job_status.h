@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "common/job_spec.h"
-#include "common/status.h"
-#include "common/termination_report.h"
+#include "common/job/job_spec.h"
+#include "common/base/status.h"
+#include "common/process/termination_report.h"
 #include "operator/desired.h"
 #include "operator/gang.h"
 #include "operator/json_util.h"
@@ -40,7 +40,7 @@ struct ObservedPod {
   // preemption, taint manager). Empty: none.
   std::string disruption;
   // Of the terminated "trellis" container: the kubelet's reason (OOMKilled, Error, StartError,
-  // ...) and its message (the agent's termination report, common/termination_report.h, or the
+  // ...) and its message (the agent's termination report, common/process/termination_report.h, or the
   // container runtime's words); empty: unknown.
   std::string terminated_reason;
   std::string terminated_message;

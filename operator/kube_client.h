@@ -13,7 +13,7 @@
 
 #include <cpprest/http_client.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "operator/json_util.h"
 
 namespace trellis::op {

@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "common/config/options.h"
-#include "common/exit_codes.h"
-#include "common/logging.h"
-#include "common/random_token.h"
+#include "common/process/exit_codes.h"
+#include "common/base/logging.h"
+#include "common/base/random_token.h"
 #include "operator/controller.h"
 #include "operator/kube_client.h"
 #include "operator/leader_election.h"
-#include "common/metrics_http.h"
+#include "common/metrics/metrics_http.h"
 #include "operator/operator_metrics.h"
 #include "operator/progress_poller.h"
 #include "operator/reconciler.h"

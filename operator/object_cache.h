@@ -36,7 +36,7 @@ class ObjectStore {
     // Index by this label (e.g. trellis.io/job-name): ListByLabel is then O(matching).
     std::string index_label;
   };
-  ObjectStore() = default;
+  ObjectStore() : options_() {}
   explicit ObjectStore(Options o) : options_(std::move(o)) {}
 
   // A LIST's answer: the store becomes exactly its items (a relist after 410 Gone forgets what

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <string>
 
-#include "common/metrics.h"
+#include "common/metrics/metrics.h"
 
 namespace trellis::op {
 

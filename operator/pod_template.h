@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "operator/json_util.h"
 
 namespace trellis::op {

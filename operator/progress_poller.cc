@@ -9,7 +9,7 @@
 
 #include <cpprest/asyncrt_utils.h>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "operator/events.h"
 #include "operator/job_status.h"
 #include "operator/progress_status.h"

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "common/eta.h"
+#include "common/base/eta.h"
 #include "operator/job_status.h"
 
 namespace trellis::op {

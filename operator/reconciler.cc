@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "common/logging.h"
-#include "common/random_token.h"
+#include "common/base/logging.h"
+#include "common/base/random_token.h"
 #include "operator/events.h"
 
 namespace trellis::op {

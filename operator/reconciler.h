@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "operator/desired.h"
 #include "operator/gang.h"
 #include "operator/job_status.h"

@@ -1,8 +1,8 @@
 #include "pserver/data_service.h"
 
-#include "common/auth.h"
-#include "common/grpc_status.h"
-#include "common/logging.h"
+#include "common/tls/auth.h"
+#include "common/base/grpc_status.h"
+#include "common/base/logging.h"
 #include "datapath/grpc_frame.h"
 #include "datapath/grpc_server_link.h"
 #include "pserver/front_door.h"

@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "common/auth.h"
-#include "common/logging.h"
+#include "common/tls/auth.h"
+#include "common/base/logging.h"
 
 namespace trellis {
 

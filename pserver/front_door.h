@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "datapath/frame.h"
 #include "datapath/link.h"
 #include "pserver/serving_queue.h"

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/job_spec.h"
+#include "common/job/job_spec.h"
 
 namespace trellis {
 

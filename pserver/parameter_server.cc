@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "datapath/grpc_frame.h"
 
 namespace trellis {

@@ -10,9 +10,9 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/job_spec.h"
-#include "common/status.h"
-#include "common/tls.h"
+#include "common/job/job_spec.h"
+#include "common/base/status.h"
+#include "common/tls/tls.h"
 #include "pserver/data_service.h"
 #include "pserver/serving_queue.h"
 #include "pserver/slice_store.h"
@@ -27,7 +27,7 @@ struct PserverOptions {
   DataServiceOptions service;
   int64_t slice_bytes = 4 << 20;  // sizes the receive limit (a slice + header)
   int tcp_port = 0;  // the raw-TCP bulk listener: 0 picks a free port, -1: none
-  TlsPtr tls;        // mutual TLS on both listeners (common/tls.h); nullptr: plaintext
+  TlsPtr tls;        // mutual TLS on both listeners (common/tls/tls.h); nullptr: plaintext
   TcpAdmissionLimits tcp_limits;  // the TCP listener before a hello (pserver/tcp_admission.h)
   bool local_socket = false;  // also a local socket beside the TCP port (TcpDataServerOptions)
 };

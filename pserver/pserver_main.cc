@@ -7,14 +7,14 @@
 #include <cstdio>
 #include <thread>
 
-#include "common/tls.h"
-#include "common/auth.h"
+#include "common/tls/tls.h"
+#include "common/tls/auth.h"
 #include "common/config/env_names.h"
 #include "common/config/options.h"
-#include "common/env.h"
-#include "common/exit_codes.h"
-#include "common/logging.h"
-#include "common/metrics_http.h"
+#include "common/config/env.h"
+#include "common/process/exit_codes.h"
+#include "common/base/logging.h"
+#include "common/metrics/metrics_http.h"
 #include "datapath/tcp_wire.h"
 #include "scheduler/scheduler_client.h"
 #include "scheduler/scheduler_watch.h"

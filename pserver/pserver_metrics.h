@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "common/metrics.h"
+#include "common/metrics/metrics.h"
 #include "datapath/frame.h"
 
 namespace trellis {

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/by_priority.h"
+#include "common/base/by_priority.h"
 #include "datapath/link.h"
 
 namespace trellis {

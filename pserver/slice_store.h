@@ -30,10 +30,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/checkpoint_dir.h"
-#include "common/job_spec.h"
-#include "common/metrics.h"
-#include "common/status.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/job/job_spec.h"
+#include "common/metrics/metrics.h"
+#include "common/base/status.h"
 #include "pserver/optimizer.h"
 #include "pserver/pserver_metrics.h"
 #include "datapath/frame.h"

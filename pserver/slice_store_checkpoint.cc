@@ -4,8 +4,8 @@
 // restarted job pull the restored weights exactly as they would receive a broadcast.
 #include <chrono>
 
-#include "common/checkpoint_dir.h"
-#include "common/logging.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/base/logging.h"
 #include "pserver/slice_store.h"
 
 namespace trellis {

@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <map>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "pserver/slice_store.h"
 
 namespace trellis {

@@ -17,7 +17,7 @@
 #include <system_error>
 #include <vector>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 
 namespace trellis {
 namespace {

@@ -19,9 +19,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/status.h"
-#include "common/tls.h"
-#include "common/tls_stream.h"
+#include "common/base/status.h"
+#include "common/tls/tls.h"
+#include "common/tls/tls_stream.h"
 #include "datapath/tcp_wire.h"
 
 namespace trellis {

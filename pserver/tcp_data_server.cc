@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "datapath/tcp_server_link.h"
 #include "datapath/tcp_wire.h"
 #include "pserver/front_door.h"

@@ -28,8 +28,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/status.h"
-#include "common/tls.h"
+#include "common/base/status.h"
+#include "common/tls/tls.h"
 #include "pserver/serving_queue.h"
 #include "pserver/slice_store.h"
 #include "pserver/tcp_admission.h"
@@ -41,7 +41,7 @@ struct TcpDataServerOptions {
   int port = 0;                   // 0: pick a free port
   std::string token;              // expected in the hello; empty: no check
   int64_t slice_bytes = 4 << 20;  // bounds a payload (as the gRPC receive limit)
-  TlsPtr tls;  // mutual TLS handshake before the hello (common/tls_stream.h); nullptr: plaintext
+  TlsPtr tls;  // mutual TLS handshake before the hello (common/tls/tls_stream.h); nullptr: plaintext
   TcpAdmissionLimits limits;  // hello deadline, pending and total caps
   // Also listen on a local socket (datapath/tcp_wire.h: a Unix socket under a fresh random
   // name) for workers in this network namespace: same hello, caps and links. When it cannot be

@@ -2,7 +2,7 @@
 // from ProgressTracker::Snapshot at each scrape.
 #pragma once
 
-#include "common/metrics.h"
+#include "common/metrics/metrics.h"
 #include "scheduler/progress_tracker.h"
 #include "scheduler/scheduler_state.h"
 

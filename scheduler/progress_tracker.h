@@ -15,7 +15,7 @@
 #include <mutex>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "scheduler/clock.h"
 #include "trellis/v1/scheduler.pb.h"
 

@@ -2,8 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/auth.h"
-#include "common/grpc_status.h"
+#include "common/tls/auth.h"
+#include "common/base/grpc_status.h"
 
 namespace trellis {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "common/tls.h"
+#include "common/base/status.h"
+#include "common/tls/tls.h"
 #include "trellis/v1/scheduler.grpc.pb.h"
 
 namespace trellis {
@@ -31,7 +31,7 @@ struct SchedulerClientOptions {
   std::string address;  // host:port
   std::string token;    // job token; empty when the job runs without one
   std::chrono::milliseconds rpc_timeout{10000};  // deadline of the short calls
-  TlsPtr tls;  // mutual TLS (common/tls.h); nullptr: plaintext
+  TlsPtr tls;  // mutual TLS (common/tls/tls.h); nullptr: plaintext
 };
 
 class SchedulerClient {

@@ -2,7 +2,7 @@
 // so the state keeps plain counters under its own lock and knows nothing of Prometheus.
 #pragma once
 
-#include "common/metrics.h"
+#include "common/metrics/metrics.h"
 #include "scheduler/scheduler_state.h"
 
 namespace trellis {

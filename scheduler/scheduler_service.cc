@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "common/auth.h"
-#include "common/grpc_status.h"
-#include "common/logging.h"
+#include "common/tls/auth.h"
+#include "common/base/grpc_status.h"
+#include "common/base/logging.h"
 
 namespace trellis {
 

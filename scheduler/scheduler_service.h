@@ -13,8 +13,8 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/status.h"
-#include "common/tls.h"
+#include "common/base/status.h"
+#include "common/tls/tls.h"
 #include "scheduler/clock.h"
 #include "scheduler/progress_tracker.h"
 #include "scheduler/scheduler_state.h"
@@ -133,7 +133,7 @@ struct SchedulerServerOptions {
   std::chrono::milliseconds sweep_interval{50};  // dead-node and deadline checks
   ProgressOptions progress;                      // spec.monitoring
   const Clock* clock = nullptr;                  // default: the steady clock
-  TlsPtr tls;  // mutual TLS (common/tls.h); nullptr: plaintext
+  TlsPtr tls;  // mutual TLS (common/tls/tls.h); nullptr: plaintext
 };
 
 // Owns the state, the service, the grpc::Server and the sweeper thread.

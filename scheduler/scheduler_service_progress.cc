@@ -1,5 +1,5 @@
 // The progress calls of the scheduler's service: answered at once from the ProgressTracker.
-#include "common/grpc_status.h"
+#include "common/base/grpc_status.h"
 #include "scheduler/scheduler_service.h"
 
 namespace trellis {

@@ -5,7 +5,7 @@
 #include <random>
 #include <sstream>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "scheduler/shard_map.h"
 #include "scheduler/state_internal.h"
 
@@ -555,7 +555,9 @@ void SchedulerState::Sweep() {
       CloseExtensionLocked(st, &deferred);
     }
 
-    for (auto& [name, g] : barriers_) {
+    for (auto& named : barriers_) {
+      const std::string& name = named.first;  // not a structured binding: clang 14 cannot
+      auto& g = named.second;                 // capture one in a lambda
       auto bit = std::partition(g.waiters.begin(), g.waiters.end(),
                                 [&](const BarrierWaiter& w) { return w.deadline > now; });
       if (bit == g.waiters.end()) continue;

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "scheduler/clock.h"
 #include "trellis/v1/scheduler.pb.h"
 

@@ -1,5 +1,5 @@
 // SchedulerState: named barriers with client-side generations.
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "scheduler/scheduler_state.h"
 #include "scheduler/shard_map.h"
 #include "scheduler/state_internal.h"

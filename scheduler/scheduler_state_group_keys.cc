@@ -2,7 +2,7 @@
 // hands to the pod's other processes).
 #include <algorithm>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "scheduler/scheduler_state.h"
 #include "scheduler/state_internal.h"
 

@@ -1,7 +1,7 @@
 // SchedulerState: key declarations and the shard map.
 #include <algorithm>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "scheduler/scheduler_state.h"
 #include "scheduler/shard_map.h"
 #include "scheduler/state_internal.h"

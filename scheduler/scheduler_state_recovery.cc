@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "scheduler/scheduler_state.h"
 #include "scheduler/shard_map.h"
 #include "scheduler/state_internal.h"

@@ -1,7 +1,7 @@
 // SchedulerState: a restarted worker rejoining the running job (docs/checkpoints.md#crash-recovery-workers).
 // The scheduler only matches a rejoiner with a donor and relays the donor's answer; the data
 // travels through the parameter servers (kStash / kFetch).
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "scheduler/scheduler_state.h"
 #include "scheduler/state_internal.h"
 

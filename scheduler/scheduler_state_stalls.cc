@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "scheduler/scheduler_state.h"
 #include "scheduler/state_internal.h"
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 
 namespace trellis {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <thread>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "scheduler/scheduler_client.h"
 
 namespace trellis {

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "trellis/v1/scheduler.pb.h"
 
 namespace trellis {

@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace trellis::bench {
 

@@ -35,8 +35,8 @@
 #include "bench/p3/models.h"
 #include "bench/p3/netns_job.h"
 #include "bench/p3/simulate.h"
-#include "common/env.h"
-#include "common/subprocess.h"
+#include "common/config/env.h"
+#include "common/process/subprocess.h"
 #include "trellis/trellis.h"
 
 namespace trellis::bench {

@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/env.h"
-#include "common/job_spec.h"
-#include "common/subprocess.h"
+#include "common/config/env.h"
+#include "common/job/job_spec.h"
+#include "common/process/subprocess.h"
 #include "launcher/plan.h"
 
 namespace trellis::bench {

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace trellis::bench {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "bench/p3/models.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "trellis/trellis.h"
 
 namespace trellis::bench {

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace trellis::bench {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "bench/pushpull/trellis_pushpull.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace trellis::bench {
 

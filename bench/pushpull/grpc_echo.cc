@@ -5,7 +5,7 @@
 #include <chrono>
 
 #include "bench_echo.grpc.pb.h"
-#include "common/grpc_status.h"
+#include "common/base/grpc_status.h"
 
 namespace trellis::bench {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "bench/common/stats.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace trellis::bench {
 

@@ -15,7 +15,7 @@
 #include "bench/pushpull/flags.h"
 #include "bench/pushpull/pass.h"
 #include "bench/pushpull/report.h"
-#include "common/logging.h"
+#include "common/base/logging.h"
 
 namespace trellis::bench {
 namespace {

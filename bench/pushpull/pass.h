@@ -10,7 +10,7 @@
 #include "bench/pushpull/flags.h"
 #include "bench/pushpull/grpc_echo.h"
 #include "bench/pushpull/trellis_pushpull.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace trellis::bench {
 

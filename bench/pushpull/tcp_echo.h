@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "bench/common/stats.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace trellis::bench {
 

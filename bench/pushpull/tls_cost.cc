@@ -10,8 +10,8 @@
 
 #include "bench/common/stats.h"
 #include "bench/common/table.h"
-#include "common/tls_gen.h"
-#include "common/tls_stream.h"
+#include "common/tls/tls_gen.h"
+#include "common/tls/tls_stream.h"
 
 namespace trellis::bench {
 

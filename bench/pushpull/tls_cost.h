@@ -7,8 +7,8 @@
 #include <string>
 
 #include "bench/pushpull/pass.h"
-#include "common/status.h"
-#include "common/tls.h"
+#include "common/base/status.h"
+#include "common/tls/tls.h"
 
 namespace trellis::bench {
 

@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "bench/common/poll.h"
-#include "common/env.h"
-#include "common/subprocess.h"
+#include "common/config/env.h"
+#include "common/process/subprocess.h"
 #include "scheduler/scheduler_client.h"
 #include "trellis/trellis.h"
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "bench/common/stats.h"
-#include "common/status.h"
-#include "common/tls.h"
+#include "common/base/status.h"
+#include "common/tls/tls.h"
 
 namespace trellis::bench {
 

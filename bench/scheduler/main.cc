@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "common/auth.h"
-#include "common/logging.h"
+#include "common/tls/auth.h"
+#include "common/base/logging.h"
 #include "scheduler/scheduler_service.h"
 
 namespace trellis {

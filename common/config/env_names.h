@@ -48,7 +48,7 @@ inline constexpr char kEnvMetricsHost[] = "TRELLIS_METRICS_HOST";
 // The agent's own /metrics port; never passed to the program. launcher, operator -> agent.
 inline constexpr char kEnvAgentMetricsPort[] = "TRELLIS_AGENT_METRICS_PORT";
 // The address every listening socket binds (default 0.0.0.0). launcher (127.0.0.1), operator
-// (status.podIP) -> agent, pserver, scheduler, worker (common/env.h ListenHost).
+// (status.podIP) -> agent, pserver, scheduler, worker (common/config/env.h ListenHost).
 inline constexpr char kEnvListenHost[] = "TRELLIS_LISTEN_HOST";
 // "on" | "off": the raw-TCP data path's local socket. launcher (on) -> pserver, worker.
 inline constexpr char kEnvLocalSocket[] = "TRELLIS_LOCAL_SOCKET";
@@ -65,16 +65,16 @@ inline constexpr char kEnvIncarnation[] = "TRELLIS_INCARNATION";
 inline constexpr char kEnvLocalRank[] = "TRELLIS_LOCAL_RANK";
 inline constexpr char kEnvLocalSize[] = "TRELLIS_LOCAL_SIZE";
 inline constexpr char kEnvLocalGroup[] = "TRELLIS_LOCAL_GROUP";
-// The file the program leaves its last error in (common/termination_report.h). agent -> program.
+// The file the program leaves its last error in (common/process/termination_report.h). agent -> program.
 inline constexpr char kEnvErrorFile[] = "TRELLIS_ERROR_FILE";
-// The byte ledger's fd, and the first incarnation it counted (common/byte_ledger.h).
+// The byte ledger's fd, and the first incarnation it counted (common/process/byte_ledger.h).
 // agent -> worker.
 inline constexpr char kEnvLedgerFd[] = "TRELLIS_LEDGER_FD";
 // The first incarnation counted: 1 when the ledger holds every program the rank ran; more when
 // the rank's earlier programs ran under another agent (a replaced pod).
 inline constexpr char kEnvLedgerSince[] = "TRELLIS_LEDGER_SINCE";
 
-// --- TLS (common/tls.h): all three files or none. launcher, operator -> every process ---
+// --- TLS (common/tls/tls.h): all three files or none. launcher, operator -> every process ---
 inline constexpr char kEnvTlsCaFile[] = "TRELLIS_TLS_CA_FILE";
 inline constexpr char kEnvTlsCertFile[] = "TRELLIS_TLS_CERT_FILE";
 inline constexpr char kEnvTlsKeyFile[] = "TRELLIS_TLS_KEY_FILE";
@@ -84,7 +84,7 @@ inline constexpr char kEnvTlsServerName[] = "TRELLIS_TLS_SERVER_NAME";
 // --- Knobs a user (or a test) sets ---
 // The agent's termination message file (default /dev/termination-log). Tests -> agent.
 inline constexpr char kEnvTerminationLog[] = "TRELLIS_TERMINATION_LOG";
-// debug | info | warning (warn) | error; else info. User -> every process (common/logging.cc).
+// debug | info | warning (warn) | error; else info. User -> every process (common/base/logging.cc).
 inline constexpr char kEnvLogLevel[] = "TRELLIS_LOG_LEVEL";
 // How long a worker waits for the scheduler and its peers, in ms. User -> worker.
 inline constexpr char kEnvTimeoutMs[] = "TRELLIS_TIMEOUT_MS";

@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/env.h"
-#include "common/status.h"
+#include "common/config/env.h"
+#include "common/base/status.h"
 
 namespace trellis {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace trellis {
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "datapath/codec/half.h"
 #include "datapath/codec/twobit.h"
 

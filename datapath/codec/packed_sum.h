@@ -26,7 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace trellis {
 

@@ -37,7 +37,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace trellis {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "examples/mlp/mlp.h"
 
 namespace trellis::mlp {

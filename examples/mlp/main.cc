@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "examples/mlp/exchange.h"
 #include "examples/mlp/options.h"
 #include "examples/mlp/trainer.h"

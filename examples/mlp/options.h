@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "examples/mlp/dataset.h"
 
 namespace trellis::mlp {

@@ -8,7 +8,7 @@
 #include <ostream>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "examples/mlp/exchange.h"
 #include "examples/mlp/mlp.h"
 #include "examples/mlp/options.h"

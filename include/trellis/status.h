@@ -1,7 +1,7 @@
 // Errors as values: every fallible call returns Status or StatusOr<T> (public: users of the
 // worker API see the same type the rest of Trellis uses).
 // Modelled on LevelDB's Status and absl::StatusOr; the codes mirror gRPC's so the two convert
-// one to one (see common/grpc_status.h).
+// one to one (see common/base/grpc_status.h).
 #pragma once
 
 #include <cassert>

@@ -19,9 +19,9 @@
 
 #include <gtest/gtest.h>
 
-#include "common/env.h"
-#include "common/status.h"
-#include "common/subprocess.h"
+#include "common/config/env.h"
+#include "common/base/status.h"
+#include "common/process/subprocess.h"
 
 namespace trellis {
 

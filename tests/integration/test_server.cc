@@ -4,8 +4,8 @@
 
 #include <cstdio>
 
-#include "common/auth.h"
-#include "common/env.h"
+#include "common/tls/auth.h"
+#include "common/config/env.h"
 #include "scheduler/scheduler_client.h"
 
 int main() {

@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "common/auth.h"
-#include "common/env.h"
+#include "common/tls/auth.h"
+#include "common/config/env.h"
 #include "scheduler/scheduler_client.h"
 
 namespace {

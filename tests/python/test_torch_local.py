@@ -399,7 +399,7 @@ def test_plain_torch_save_file_still_loads(tmp_path):
 
 
 def test_crc32c_matches_the_cpp_checksum():
-    assert _checkpoint._crc32c(b"123456789") == 0xE3069283  # RFC 3720 vector, as common/crc32c
+    assert _checkpoint._crc32c(b"123456789") == 0xE3069283  # RFC 3720 vector, as common/checkpoint/crc32c
 
 
 def test_seal_without_optimizer_runs_queued_broadcasts():

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "datapath/frame.h"
 #include "worker-lib/src/transport.h"
 

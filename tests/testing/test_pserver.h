@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "pserver/parameter_server.h"
 #include "scheduler/shard_map.h"
 #include "worker-lib/src/transport.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "scheduler/scheduler_client.h"
 #include "scheduler/scheduler_service.h"
 

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <set>
 
-#include "common/checkpoint_dir.h"
-#include "common/logging.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/base/logging.h"
 #include "trellis/checkpoint.h"
 #include "worker-lib/src/rejoin_keeper.h"
 #include "worker-lib/src/worker_impl.h"

@@ -7,8 +7,8 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/logging.h"
-#include "common/tls.h"
+#include "common/base/logging.h"
+#include "common/tls/tls.h"
 #include "datapath/grpc_link.h"
 #include "datapath/tcp_link.h"
 #include "trellis/v1/data.grpc.pb.h"

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace trellis {
 
@@ -65,7 +65,7 @@ struct LocalGroupOptions {
   GroupKeyExchange exchange_key;
 };
 
-// POSIX shared memory named LocalGroupShmName(name, channel) (common/local_group_name.h).
+// POSIX shared memory named LocalGroupShmName(name, channel) (common/process/local_group_name.h).
 // Rank 0 unlinks the name once all G ranks have attached, so nothing is left behind even if a
 // process dies later; the agent removes the names of a group that died before that.
 StatusOr<std::unique_ptr<LocalGroup>> OpenShmLocalGroup(const LocalGroupOptions& options);

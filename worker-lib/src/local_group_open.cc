@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/config/env_names.h"
-#include "common/logging.h"
+#include "common/base/logging.h"
 
 #ifdef TRELLIS_HAVE_NCCL
 #include "worker-lib/cuda/nccl_local_group.h"

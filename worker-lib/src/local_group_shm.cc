@@ -18,7 +18,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "common/local_group_name.h"
+#include "common/process/local_group_name.h"
 #include "worker-lib/src/local_group.h"
 
 namespace trellis {

@@ -29,7 +29,7 @@
 #include <mutex>
 #include <thread>
 
-#include "common/metrics.h"
+#include "common/metrics/metrics.h"
 #include "trellis/trellis.h"
 #include "worker-lib/src/local_group.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "datapath/codec/packed_sum.h"
 #include "worker-lib/src/transport.h"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 
 namespace trellis {
 

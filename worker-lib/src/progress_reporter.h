@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "trellis/v1/scheduler.pb.h"
 
 namespace trellis {

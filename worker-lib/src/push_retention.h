@@ -2,7 +2,7 @@
 // docs/checkpoints.md "Crash recovery: servers").
 #pragma once
 
-#include "common/job_spec.h"
+#include "common/job/job_spec.h"
 
 namespace trellis {
 

@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "datapath/tcp_wire.h"
 
 namespace trellis {

@@ -20,7 +20,7 @@
 
 #include <prometheus/counter.h>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "worker-lib/src/transport.h"
 
 namespace trellis {

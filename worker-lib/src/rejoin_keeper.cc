@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 
 namespace trellis {
 namespace {

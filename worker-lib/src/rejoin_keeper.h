@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/metrics.h"
+#include "common/metrics/metrics.h"
 #include "trellis/checkpoint.h"
 #include "worker-lib/src/worker_impl.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 
 namespace trellis {
 

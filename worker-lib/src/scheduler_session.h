@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "scheduler/scheduler_client.h"
 #include "scheduler/scheduler_watch.h"
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "trellis/v1/data.grpc.pb.h"
 #include "worker-lib/src/transport.h"
 

@@ -10,7 +10,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "common/metrics.h"
+#include "common/metrics/metrics.h"
 #include "worker-lib/src/slice_queue.h"
 
 namespace trellis {

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/by_priority.h"
+#include "common/base/by_priority.h"
 
 namespace trellis {
 

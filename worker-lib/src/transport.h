@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "common/tls.h"
+#include "common/base/status.h"
+#include "common/tls/tls.h"
 #include "datapath/frame.h"
 #include "trellis/v1/scheduler.pb.h"
 

@@ -7,11 +7,11 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "common/auth.h"
+#include "common/tls/auth.h"
 #include "common/config/env_names.h"
-#include "common/env.h"
-#include "common/job_spec.h"
-#include "common/logging.h"
+#include "common/config/env.h"
+#include "common/job/job_spec.h"
+#include "common/base/logging.h"
 #include "scheduler/scheduler_client.h"
 #include "worker-lib/src/group_key_exchange.h"
 #include "worker-lib/src/local_group_worker.h"

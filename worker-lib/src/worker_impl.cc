@@ -7,7 +7,7 @@
 #include <climits>
 #include <tuple>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "datapath/tcp_wire.h"
 #include "datapath/codec/twobit.h"
 #include "worker-lib/src/recovering_connection.h"

@@ -20,10 +20,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/byte_ledger.h"
-#include "common/job_spec.h"
-#include "common/metrics.h"
-#include "common/metrics_http.h"
+#include "common/process/byte_ledger.h"
+#include "common/job/job_spec.h"
+#include "common/metrics/metrics.h"
+#include "common/metrics/metrics_http.h"
 #include "scheduler/scheduler_client.h"
 #include "trellis/trellis.h"
 #include "trellis/v1/scheduler.pb.h"
@@ -71,7 +71,7 @@ struct WorkerSetup {
   std::function<Status(const std::string&, int64_t)> barrier;
   // "grpc" or "tcp" (the job's spec.transport, WorkerOptions.transport); picks `connect`.
   std::string transport = "grpc";
-  bool local_socket = true;  // TRELLIS_LOCAL_SOCKET (common/env.h)
+  bool local_socket = true;  // TRELLIS_LOCAL_SOCKET (common/config/env.h)
   // Opens a server connection (default: by `transport`).
   std::function<StatusOr<std::unique_ptr<ServerConnection>>(const ConnectionOptions&)> connect;
   // The job's spec.recovery.retainPushes: keep the last two pushes per slice and, when a
@@ -241,7 +241,7 @@ class WorkerImpl final : public Worker {
   SliceQueue<Task> queue_;
   std::atomic<uint64_t> bytes_pushed_{0};
   std::atomic<uint64_t> bytes_pulled_{0};
-  // The agent's byte ledger (common/byte_ledger.h; null: none), and what the rank's earlier
+  // The agent's byte ledger (common/process/byte_ledger.h; null: none), and what the rank's earlier
   // programs had moved when this worker was made.
   ByteLedger* const ledger_ = ByteLedger::ForThisProgram();
   const uint64_t ended_pushed_ = ledger_ != nullptr ? ledger_->ended_pushed() : 0;

@@ -7,7 +7,7 @@
 #include <memory>
 #include <mutex>
 
-#include "common/metrics.h"
+#include "common/metrics/metrics.h"
 #include "datapath/frame.h"
 
 namespace trellis {

@@ -21,8 +21,8 @@
 
 #include <gtest/gtest.h>
 
-#include "common/env.h"
-#include "common/subprocess.h"
+#include "common/config/env.h"
+#include "common/process/subprocess.h"
 #include "scheduler/scheduler_client.h"
 #include "scheduler/scheduler_service.h"
 #include "trellis/checkpoint.h"

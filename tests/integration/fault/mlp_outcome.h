@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/checkpoint_dir.h"
+#include "common/checkpoint/checkpoint_dir.h"
 
 namespace trellis {
 

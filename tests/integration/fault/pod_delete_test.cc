@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/checkpoint_dir.h"
+#include "common/checkpoint/checkpoint_dir.h"
 #include "launcher/plan.h"
 #include "tests/integration/fault/mlp_outcome.h"
 #include "tests/integration/job_processes.h"

@@ -17,8 +17,8 @@
 
 #include <gtest/gtest.h>
 
-#include "common/env.h"
-#include "common/subprocess.h"
+#include "common/config/env.h"
+#include "common/process/subprocess.h"
 #include "tests/integration/fault/mlp_outcome.h"
 #include "tests/integration/job_processes.h"
 #include "tests/testing/http_get.h"

@@ -7,8 +7,8 @@
 
 #include <cpprest/http_client.h>
 
-#include "common/env.h"
-#include "common/net.h"
+#include "common/config/env.h"
+#include "common/base/net.h"
 
 #include "operator/controller.h"
 #include "operator/object_cache.h"

@@ -9,8 +9,8 @@
 
 #include <cpprest/http_client.h>
 
-#include "common/env.h"
-#include "common/net.h"
+#include "common/config/env.h"
+#include "common/base/net.h"
 #include "tests/integration/operator/double_fixture.h"
 
 namespace trellis::op::testing {

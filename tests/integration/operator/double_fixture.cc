@@ -9,7 +9,7 @@
 
 #include <cpprest/http_client.h>
 
-#include "common/env.h"
+#include "common/config/env.h"
 
 namespace trellis::op::testing {
 

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/subprocess.h"
+#include "common/process/subprocess.h"
 #include "operator/kube_client.h"
 
 namespace trellis::op::testing {

@@ -7,8 +7,8 @@
 #include <iterator>
 #include <thread>
 
-#include "common/env.h"
-#include "common/subprocess.h"
+#include "common/config/env.h"
+#include "common/process/subprocess.h"
 #include "operator/leader_election.h"
 #include "tests/integration/operator/double_fixture.h"
 

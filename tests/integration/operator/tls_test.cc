@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/env.h"
+#include "common/config/env.h"
 #include "tests/integration/operator/double_fixture.h"
 
 namespace trellis::op::testing {

@@ -19,8 +19,8 @@
 
 #include <gtest/gtest.h>
 
-#include "common/env.h"
-#include "common/subprocess.h"
+#include "common/config/env.h"
+#include "common/process/subprocess.h"
 #include "tests/integration/job_processes.h"
 
 namespace trellis::pid1 {

@@ -1,11 +1,11 @@
-// The agent's last words (common/termination_report.h): where the kubelet reads the container's
+// The agent's last words (common/process/termination_report.h): where the kubelet reads the container's
 // termination message, the agent says why it ended -- a command that does not exist by name, the
 // restarts inside the pod, a job the scheduler had failed already, the error the program left in
 // $TRELLIS_ERROR_FILE (its last start's only) -- and never creates the file where there is none
 // (outside a container).
 #include "tests/integration/pid1/pid1_fixture.h"
 
-#include "common/termination_report.h"
+#include "common/process/termination_report.h"
 
 namespace trellis::pid1 {
 namespace {

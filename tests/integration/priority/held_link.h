@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "datapath/tcp_wire.h"
 
 namespace trellis::testing {

@@ -1,6 +1,6 @@
-// The agent's byte ledger (common/byte_ledger.h): a descriptor handed to a child as fd 3 (and no
+// The agent's byte ledger (common/process/byte_ledger.h): a descriptor handed to a child as fd 3 (and no
 // other), and byte counts a SIGKILLed program added that its successor starts from.
-#include "common/byte_ledger.h"
+#include "common/process/byte_ledger.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -12,8 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "common/env.h"
-#include "common/subprocess.h"
+#include "common/config/env.h"
+#include "common/process/subprocess.h"
 
 namespace trellis {
 namespace {

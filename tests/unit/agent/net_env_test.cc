@@ -2,8 +2,8 @@
 
 #include <set>
 
-#include "common/env.h"
-#include "common/net.h"
+#include "common/config/env.h"
+#include "common/base/net.h"
 
 namespace trellis {
 namespace {

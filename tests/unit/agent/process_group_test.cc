@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 
 #include "agent/process_group.h"
-#include "common/env.h"
-#include "common/local_group_name.h"
+#include "common/config/env.h"
+#include "common/process/local_group_name.h"
 
 namespace trellis {
 namespace {

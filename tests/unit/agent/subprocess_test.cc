@@ -1,5 +1,5 @@
 // Real child processes: exit codes, signals, group kill, destructor reaping, parent-death kill.
-#include "common/subprocess.h"
+#include "common/process/subprocess.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/env.h"
+#include "common/config/env.h"
 
 namespace trellis {
 namespace {

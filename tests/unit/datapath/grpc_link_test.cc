@@ -18,7 +18,7 @@
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
-#include "common/auth.h"
+#include "common/tls/auth.h"
 #include "datapath/grpc_frame.h"
 #include "tests/testing/test_frames.h"
 #include "tests/unit/datapath/grpc_worker_link.h"

@@ -17,7 +17,7 @@
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
-#include "common/auth.h"
+#include "common/tls/auth.h"
 #include "datapath/grpc_frame.h"
 #include "tests/unit/datapath/grpc_worker_link.h"
 

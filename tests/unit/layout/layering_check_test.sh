@@ -8,7 +8,7 @@ fail=0
 tree() {  # a minimal clean tree
   rm -rf "$tmp/t" && mkdir -p "$tmp/t"/{include/trellis,common,datapath,worker-lib/src,pserver}
   echo '#include "trellis/status.h"' > "$tmp/t/include/trellis/trellis.h"
-  echo '#include "common/status.h"' > "$tmp/t/datapath/frame.h"
+  echo '#include "common/base/status.h"' > "$tmp/t/datapath/frame.h"
   echo '#include <grpcpp/support/slice.h>' > "$tmp/t/datapath/grpc_frame.h"
   echo '#include <grpcpp/channel.h>' > "$tmp/t/datapath/grpc_link.h"
   echo '#include <grpcpp/support/server_callback.h>' > "$tmp/t/datapath/grpc_server_link.h"
@@ -37,6 +37,6 @@ tree; echo '#include "pserver/wire.h"' >> "$tmp/t/datapath/frame.h"
 expect 1 "datapath/ depends on common/ only" "datapath including the server"
 tree; echo '#include "worker-lib/src/x.h"' >> "$tmp/t/common/c.h"
 expect 1 "common/ includes nothing" "common including the worker"
-tree; echo '#include "common/status.h"' >> "$tmp/t/include/trellis/trellis.h"
+tree; echo '#include "common/base/status.h"' >> "$tmp/t/include/trellis/trellis.h"
 expect 1 "the public headers include only" "a public header including an internal one"
 exit $fail

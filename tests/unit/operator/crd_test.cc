@@ -1,4 +1,4 @@
-// The CRD is checked against the one job model (common/job_spec.h): every field the schema
+// The CRD is checked against the one job model (common/job/job_spec.h): every field the schema
 // declares is one ParseJobSpec accepts (with every enum value, and defaults equal to the
 // model's), every field of the annotated full example is in the schema, and the schema is
 // structural (apiextensions.k8s.io/v1 rules). manifests/crd.yaml must equal the chart's copy.
@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
-#include "common/job_spec.h"
+#include "common/job/job_spec.h"
 
 namespace trellis {
 namespace {

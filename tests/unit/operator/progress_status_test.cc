@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/eta.h"
+#include "common/base/eta.h"
 
 namespace trellis::op {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "common/job_spec.h"
+#include "common/job/job_spec.h"
 #include "operator/json_util.h"
 
 namespace trellis::op::testing {

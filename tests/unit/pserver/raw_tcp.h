@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "common/tls.h"
-#include "common/tls_stream.h"
+#include "common/tls/tls.h"
+#include "common/tls/tls_stream.h"
 #include "datapath/tcp_wire.h"
 #include "datapath/frame.h"
 #include "tests/unit/pserver/raw_stream.h"

@@ -23,7 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/testing/test_pserver.h"
-#include "tests/unit/common/tls_fixture.h"
+#include "tests/unit/common/tls/tls_fixture.h"
 #include "tests/unit/pserver/raw_tcp.h"
 #include "tests/testing/test_frames.h"
 
@@ -327,7 +327,8 @@ TEST(TcpAdmissionTest, TlsConnectionsWithoutAHelloCostNoThreadAndAreClosedAtTheD
 class TcpNoThreadTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(TcpNoThreadTest, ConnectionWithoutItsThreadIsRefusedAndOthersAreServed) {
-  const auto [refused_thread, tls] = GetParam();
+  const int refused_thread = std::get<0>(GetParam());
+  const bool tls = std::get<1>(GetParam());  // not a structured binding: clang 14 cannot capture one
   TlsCerts certs;
   if (tls) {
     ASSERT_TRUE(certs.job);

@@ -8,7 +8,7 @@
 
 #include <thread>
 
-#include "common/auth.h"
+#include "common/tls/auth.h"
 #include "scheduler/scheduler_client.h"
 
 namespace trellis {

@@ -5,7 +5,7 @@
 
 #include "scheduler/scheduler_client.h"
 #include "scheduler/scheduler_service.h"
-#include "tests/unit/common/tls_fixture.h"
+#include "tests/unit/common/tls/tls_fixture.h"
 
 namespace trellis {
 namespace {

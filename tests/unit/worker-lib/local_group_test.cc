@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/local_group_name.h"
+#include "common/process/local_group_name.h"
 #include "worker-lib/src/local_group.h"
 
 namespace trellis {
@@ -103,7 +103,10 @@ struct Case {
 class ShmCollectivesTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ShmCollectivesTest, MatchSerialArithmetic) {
-  const auto [g, n, chunk] = GetParam();
+  // Not a structured binding: clang 14 cannot capture one in a lambda.
+  const int g = GetParam().g;
+  const int64_t n = GetParam().n;
+  const int64_t chunk = GetParam().chunk_bytes;
   // Serial reference, summed in local-rank order like the group does.
   std::vector<float> sum(n, 0.0f);
   for (int r = 0; r < g; ++r) {

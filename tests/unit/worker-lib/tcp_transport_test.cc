@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "pserver/parameter_server.h"
-#include "common/env.h"
+#include "common/config/env.h"
 #include "datapath/tcp_wire.h"
 #include "tests/testing/slice_reply.h"
 #include "tests/testing/test_pserver.h"

@@ -7,7 +7,7 @@
 #include "pserver/parameter_server.h"
 #include "tests/testing/slice_reply.h"
 #include "tests/testing/test_pserver.h"
-#include "tests/unit/common/tls_fixture.h"
+#include "tests/unit/common/tls/tls_fixture.h"
 #include "worker-lib/src/transport.h"
 
 namespace trellis {

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/crc32c.h"
+#include "common/checkpoint/crc32c.h"
 #include "trellis/trellis.h"
 #include "worker-lib/src/rejoin_keeper.h"
 #include "worker-lib/src/worker_impl.h"
