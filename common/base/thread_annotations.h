@@ -29,6 +29,12 @@
 // The function takes / releases the locks and returns still holding / no longer holding them.
 #define ACQUIRE(...) TRELLIS_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) TRELLIS_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+// The same for a reader's (shared) hold of a SharedMutex; REQUIRES_SHARED: at least a reader's.
+#define ACQUIRE_SHARED(...) TRELLIS_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
+#define RELEASE_SHARED(...) TRELLIS_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
+#define REQUIRES_SHARED(...) TRELLIS_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
+// Releases the locks however they are held (a scoped lock's destructor).
+#define RELEASE_GENERIC(...) TRELLIS_THREAD_ANNOTATION(release_generic_capability(__VA_ARGS__))
 #define TRY_ACQUIRE(...) TRELLIS_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 // Tells the analysis the lock is held here (checked at run time by nobody: use sparingly).
 #define ASSERT_CAPABILITY(x) TRELLIS_THREAD_ANNOTATION(assert_capability(x))
