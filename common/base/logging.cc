@@ -7,14 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <mutex>
-
+#include "common/base/mutex.h"
 #include "common/config/env_names.h"
 namespace trellis {
 namespace {
 
-std::mutex g_tag_mu;
-std::string g_tag = "trellis";  // GUARDED_BY(g_tag_mu)
+Mutex g_tag_mu;
+std::string g_tag GUARDED_BY(g_tag_mu) = "trellis";
 std::atomic<int> g_level{[] {
   const char* v = std::getenv(kEnvLogLevel);
   if (v == nullptr) return 1;
@@ -28,7 +27,7 @@ std::atomic<int> g_level{[] {
 }  // namespace
 
 void SetLogTag(std::string tag) {
-  std::lock_guard<std::mutex> lock(g_tag_mu);
+  MutexLock lock(&g_tag_mu);
   g_tag = std::move(tag);
 }
 
@@ -46,7 +45,7 @@ LogLine::~LogLine() {
   localtime_r(&t, &tm);
   std::string tag;
   {
-    std::lock_guard<std::mutex> lock(g_tag_mu);
+    MutexLock lock(&g_tag_mu);
     tag = g_tag;
   }
   char head[64];

@@ -86,7 +86,7 @@ StatusOr<std::string> CheckpointDir::Save(const Checkpoint& c, uint64_t* bytes) 
   }
   TRELLIS_RETURN_IF_ERROR(FsyncPath(dir_, O_RDONLY | O_DIRECTORY, "checkpoint directory"));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     known_valid_.insert(c.step);
   }
   if (bytes != nullptr) *bytes = data.size();
@@ -143,12 +143,12 @@ Status CheckpointDir::MoveAside(const std::string& file, const Status& why) cons
 
 bool CheckpointDir::CheckValid(int64_t step, Status* why) const {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (known_valid_.count(step) != 0) return true;
   }
   auto c = Load(step);
   if (c.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     known_valid_.insert(step);
     return true;
   }
@@ -167,7 +167,7 @@ Status CheckpointDir::Prune() const {
     if (++valid <= keep_) continue;
     const std::string f = FileFor(step);
     if (::unlink(f.c_str()) != 0 && errno != ENOENT) return Errno("removing old checkpoint", f);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     known_valid_.erase(step);
   }
   return Status::Ok();
@@ -198,7 +198,7 @@ StatusOr<LoadedCheckpoint> CheckpointDir::LoadNewest() const {
       continue;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       known_valid_.insert(step);
     }
     out.file = FileFor(step);

@@ -9,11 +9,11 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/checkpoint/checkpoint_format.h"
 #include "common/base/status.h"
 
@@ -61,8 +61,9 @@ class CheckpointDir {
   const std::string dir_;
   const std::string prefix_;
   const int32_t keep_;
-  mutable std::mutex mu_;
-  mutable std::set<int64_t> known_valid_;  // GUARDED_BY(mu_): steps whose file loaded or was saved here
+  mutable Mutex mu_;
+  // Steps whose file loaded or was saved here.
+  mutable std::set<int64_t> known_valid_ GUARDED_BY(mu_);
 };
 
 }  // namespace trellis

@@ -87,7 +87,7 @@ prometheus::Family<T>* MetricsRegistry::FamilyFor(Kind kind, const std::string& 
 
 prometheus::Counter& MetricsRegistry::Counter(const std::string& name, const std::string& help,
                                               const Labels& extra_labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto* f = FamilyFor<prometheus::Counter>(Kind::kCounter, name, help)) {
     try {
       return f->Add(extra_labels);
@@ -101,7 +101,7 @@ prometheus::Counter& MetricsRegistry::Counter(const std::string& name, const std
 
 prometheus::Gauge& MetricsRegistry::Gauge(const std::string& name, const std::string& help,
                                           const Labels& extra_labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto* f = FamilyFor<prometheus::Gauge>(Kind::kGauge, name, help)) {
     try {
       return f->Add(extra_labels);
@@ -116,7 +116,7 @@ prometheus::Gauge& MetricsRegistry::Gauge(const std::string& name, const std::st
 prometheus::Histogram& MetricsRegistry::Histogram(const std::string& name, const std::string& help,
                                                   const std::vector<double>& buckets,
                                                   const Labels& extra_labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (auto* f = FamilyFor<prometheus::Histogram>(Kind::kHistogram, name, help)) {
     try {
       return f->Add(extra_labels, buckets);
@@ -136,15 +136,15 @@ std::vector<double> MetricsRegistry::LatencyBuckets() {
 }
 
 void MetricsRegistry::OnCollect(std::function<void()> hook) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   hooks_.push_back(std::move(hook));
 }
 
 std::string MetricsRegistry::Serialize() const {
-  std::lock_guard<std::mutex> collect(collect_mu_);
+  MutexLock collect(&collect_mu_);
   std::vector<std::function<void()>> hooks;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     hooks = hooks_;
   }
   // Hooks run without mu_, so they may look up series.
@@ -153,7 +153,7 @@ std::string MetricsRegistry::Serialize() const {
 }
 
 std::vector<std::string> MetricsRegistry::errors() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return errors_;
 }
 

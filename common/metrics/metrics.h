@@ -8,7 +8,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,8 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+
+#include "common/base/mutex.h"
 
 namespace trellis {
 
@@ -72,23 +73,24 @@ class MetricsRegistry {
     void* family;  // prometheus::Family<T>* of `kind`, owned by registry_
   };
   template <typename T>
-  prometheus::Family<T>* FamilyFor(Kind kind, const std::string& name, const std::string& help);
-  void RecordError(const std::string& message);
+  prometheus::Family<T>* FamilyFor(Kind kind, const std::string& name, const std::string& help)
+      REQUIRES(mu_);
+  void RecordError(const std::string& message) REQUIRES(mu_);
 
   const MetricLabels labels_;
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Counter* registration_errors_ = nullptr;
 
-  mutable std::mutex mu_;
-  std::map<std::string, FamilyEntry> families_;  // GUARDED_BY(mu_): name -> family
-  std::vector<std::string> errors_;              // GUARDED_BY(mu_)
-  // Detached series handed out on errors: owned here, never exported.
-  std::deque<std::unique_ptr<prometheus::Counter>> detached_counters_;      // GUARDED_BY(mu_)
-  std::deque<std::unique_ptr<prometheus::Gauge>> detached_gauges_;          // GUARDED_BY(mu_)
-  std::deque<std::unique_ptr<prometheus::Histogram>> detached_histograms_;  // GUARDED_BY(mu_)
-  std::vector<std::function<void()>> hooks_;                                // GUARDED_BY(mu_)
   // Serialises hook runs so two scrapes never sample into the same gauge at once.
-  mutable std::mutex collect_mu_;
+  mutable Mutex collect_mu_ ACQUIRED_BEFORE(mu_);
+  mutable Mutex mu_;
+  std::map<std::string, FamilyEntry> families_ GUARDED_BY(mu_);  // name -> family
+  std::vector<std::string> errors_ GUARDED_BY(mu_);
+  // Detached series handed out on errors: owned here, never exported.
+  std::deque<std::unique_ptr<prometheus::Counter>> detached_counters_ GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<prometheus::Gauge>> detached_gauges_ GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<prometheus::Histogram>> detached_histograms_ GUARDED_BY(mu_);
+  std::vector<std::function<void()>> hooks_ GUARDED_BY(mu_);
 };
 
 }  // namespace trellis

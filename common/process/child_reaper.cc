@@ -25,26 +25,29 @@ ChildReaper::ChildReaper(std::chrono::milliseconds interval)
 
 ChildReaper::~ChildReaper() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
 int64_t ChildReaper::reaped() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return reaped_;
 }
 
 void ChildReaper::Loop() {
   pthread_setname_np(pthread_self(), "reaper");
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    const bool stop = cv_.wait_for(lock, interval_, [this] { return stopping_; });
-    lock.unlock();
+    const auto wake = std::chrono::steady_clock::now() + interval_;
+    while (!stopping_ && cv_.WaitUntil(&mu_, wake)) {
+    }
+    const bool stop = stopping_;
+    lock.Unlock();
     const int n = ReapEndedChildren();
-    lock.lock();
+    lock.Lock();
     reaped_ += n;
     if (stop) return;
   }

@@ -7,11 +7,10 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
 
 namespace trellis {
@@ -39,10 +38,10 @@ class ChildReaper {
   void Loop();
 
   const std::chrono::milliseconds interval_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
-  int64_t reaped_ = 0;     // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  int64_t reaped_ GUARDED_BY(mu_) = 0;
   std::thread thread_;     // last: starts once the rest is ready
 };
 

@@ -104,9 +104,9 @@ StatusOr<int> OpenOutput(SpawnOptions::Output mode, const std::string& path, con
 // and every wait for a child happens under `mu`, so a child is never both unknown and ended
 // (its status is never taken by the wrong waiter). Never destroyed: children end at exit too.
 struct ChildTable {
-  std::mutex mu;
-  std::set<pid_t> owned;          // GUARDED_BY(mu)
-  std::map<pid_t, int> statuses;  // GUARDED_BY(mu); waitpid statuses of owned children
+  Mutex mu;
+  std::set<pid_t> owned GUARDED_BY(mu);
+  std::map<pid_t, int> statuses GUARDED_BY(mu);  // waitpid statuses of owned children
 };
 
 ChildTable& Children() {
@@ -256,12 +256,12 @@ StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const SpawnOptions& opti
 
   pid_t parent = ::getpid();
   ChildTable& children = Children();
-  std::unique_lock<std::mutex> owned_lock(children.mu);  // the child never touches it
+  MutexLock owned_lock(&children.mu);  // the child never touches it
   pid_t pid = ::fork();
   const int fork_errno = errno;
   if (pid == 0) RunChild(plan, parent);
   if (pid > 0) children.owned.insert(pid);
-  owned_lock.unlock();
+  owned_lock.Unlock();
   if (pid < 0) {
     int err = fork_errno;
     ::close(err_pipe[0]);
@@ -284,7 +284,7 @@ StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const SpawnOptions& opti
     int ws = 0;
     ::waitpid(pid, &ws, 0);  // ECHILD when ReapEndedChildren was first: its status is dropped below
     {
-      std::lock_guard<std::mutex> lock(children.mu);
+      MutexLock lock(&children.mu);
       children.owned.erase(pid);
       children.statuses.erase(pid);
     }
@@ -304,7 +304,7 @@ Subprocess::Subprocess(pid_t pid, int pidfd, int stdout_pipe, int stderr_pipe)
 Subprocess::~Subprocess() {
   bool running;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     TryReapLocked();
     running = !exit_.has_value();
   }
@@ -323,7 +323,7 @@ Subprocess::~Subprocess() {
 void Subprocess::TryReapLocked() {
   if (exit_) return;
   ChildTable& children = Children();
-  std::lock_guard<std::mutex> lock(children.mu);
+  MutexLock lock(&children.mu);
   int ws = 0;
   pid_t r;
   do {
@@ -346,7 +346,7 @@ void Subprocess::TryReapLocked() {
 }
 
 std::optional<ExitStatus> Subprocess::Poll() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   TryReapLocked();
   return exit_;
 }
@@ -368,7 +368,7 @@ std::optional<ExitStatus> Subprocess::WaitFor(std::chrono::milliseconds timeout)
 }
 
 Status Subprocess::Signal(int signo) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   TryReapLocked();
   if (exit_) return FailedPreconditionError("process " + std::to_string(pid_) + " has already exited");
   if (::kill(-pid_, signo) != 0) {
@@ -384,7 +384,7 @@ ExitStatus Subprocess::Stop(std::chrono::milliseconds grace) {
     return *s;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ::kill(-pid_, SIGKILL);
   }
   while (true) {
@@ -394,7 +394,7 @@ ExitStatus Subprocess::Stop(std::chrono::milliseconds grace) {
 
 int ReapEndedChildren() {
   ChildTable& children = Children();
-  std::lock_guard<std::mutex> lock(children.mu);
+  MutexLock lock(&children.mu);
   int others = 0;
   while (true) {
     int ws = 0;

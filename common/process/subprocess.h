@@ -12,11 +12,11 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/process/exit_codes.h"  // kExitConfigurationError, for the code that reads ExitStatus
 #include "common/base/status.h"
 
@@ -107,8 +107,8 @@ class Subprocess : public Process {
 
  private:
   Subprocess(pid_t pid, int pidfd, int stdout_pipe, int stderr_pipe);
-  // Reaps if the child has ended (non-blocking). REQUIRES: mu_ held.
-  void TryReapLocked();
+  // Reaps if the child has ended (non-blocking).
+  void TryReapLocked() REQUIRES(mu_);
 
   const pid_t pid_;
   const int pidfd_;  // readable once the child has exited; -1 if pidfd_open failed
@@ -116,8 +116,8 @@ class Subprocess : public Process {
   const int stderr_pipe_;
   std::chrono::milliseconds destructor_grace_{2000};
   // Reaping and group signals take mu_, so a signal never reaches a recycled pid.
-  std::mutex mu_;
-  std::optional<ExitStatus> exit_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::optional<ExitStatus> exit_ GUARDED_BY(mu_);
 };
 
 // Spawns Subprocesses.

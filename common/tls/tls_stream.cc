@@ -177,6 +177,8 @@ StatusOr<std::unique_ptr<TlsStream>> TlsStream::Begin(const TlsContext& ctx, int
 }
 
 Status TlsStream::Continue(short* wait) {
+  // Uncontended (the stream is not shared before its handshake ends); held for the analysis.
+  MutexLock lock(&ssl_mu_);
   SSL* const ssl = ssl_;
   ERR_clear_error();
   int r;
@@ -251,7 +253,7 @@ Status TlsStream::Read(void* dst, size_t n, bool wait, size_t* got) {
   while (true) {
     int e;
     {
-      std::lock_guard lock(ssl_mu_);
+      MutexLock lock(&ssl_mu_);
       ERR_clear_error();
       size_t read = 0;
       if (SSL_read_ex(ssl_, dst, n, &read) == 1) {
@@ -274,7 +276,7 @@ Status TlsStream::Read(void* dst, size_t n, bool wait, size_t* got) {
 
 Status TlsStream::WaitReadable() {
   {
-    std::lock_guard lock(ssl_mu_);
+    MutexLock lock(&ssl_mu_);
     if (SSL_has_pending(ssl_)) return Status::Ok();
   }
   return WaitFor(SSL_ERROR_WANT_READ, -1);
@@ -284,7 +286,7 @@ Status TlsStream::WriteBytes(const uint8_t* p, size_t n) {
   while (n > 0) {
     int e;
     {
-      std::lock_guard lock(ssl_mu_);
+      MutexLock lock(&ssl_mu_);
       SigpipeBlock no_sigpipe;
       ERR_clear_error();
       size_t written = 0;

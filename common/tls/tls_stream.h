@@ -16,10 +16,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
 
 namespace trellis {
@@ -85,10 +85,10 @@ class TlsStream {
   TlsStream(SSL* ssl, int fd) : ssl_(ssl), fd_(fd) {}
   Status WriteBytes(const uint8_t* p, size_t n);
   // Waits (outside ssl_mu_) for what SSL_get_error asked for; timeout_ms < 0: none.
-  Status WaitFor(int ssl_error, int64_t timeout_ms);
+  Status WaitFor(int ssl_error, int64_t timeout_ms) EXCLUDES(ssl_mu_);
 
-  std::mutex ssl_mu_;
-  SSL* const ssl_;  // GUARDED_BY(ssl_mu_) for every call
+  Mutex ssl_mu_;
+  SSL* const ssl_ GUARDED_BY(ssl_mu_);  // every SSL call holds ssl_mu_
   const int fd_;
   bool ktls_send_ = false;
   bool ktls_recv_ = false;
