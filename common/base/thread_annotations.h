@@ -5,6 +5,14 @@
 // no annotations, so annotated state is guarded by a trellis::Mutex.
 #pragma once
 
+// Abseil's internal header (reached through gRPC's headers) defines some of the same names
+// unconditionally: ours replace them (the same attributes), without a redefinition warning.
+#undef GUARDED_BY
+#undef PT_GUARDED_BY
+#undef ACQUIRED_BEFORE
+#undef ACQUIRED_AFTER
+#undef NO_THREAD_SAFETY_ANALYSIS
+
 #if defined(__clang__)
 #define TRELLIS_THREAD_ANNOTATION(x) __attribute__((x))
 #else
