@@ -6,7 +6,11 @@
 #pragma once
 
 // Abseil's internal header (reached through gRPC's headers) defines some of the same names
-// unconditionally: ours replace them (the same attributes), without a redefinition warning.
+// unconditionally. It is included first here, so whichever order a file includes the two in,
+// ours replace its definitions (the same attributes) once, without a redefinition warning.
+#if __has_include(<absl/base/internal/thread_annotations.h>)
+#include <absl/base/internal/thread_annotations.h>
+#endif
 #undef GUARDED_BY
 #undef PT_GUARDED_BY
 #undef ACQUIRED_BEFORE
