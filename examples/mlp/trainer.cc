@@ -142,13 +142,27 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
     }
     if (resume_after > 0) out << "trellis-mlp: resuming after step " << resume_after << "\n";
   }
+  // A finished job started again (its newest checkpoint is its last step): nothing to train. The
+  // restored model is the job's result; rank 0 evaluates it instead of reporting nothing.
+  report.already_finished = resume_after > 0 && resume_after >= total_steps;
+  if (report.already_finished) {
+    if (talk) {
+      out << "trellis-mlp: the checkpoint is of step " << resume_after << ", the job's last ("
+          << total_steps << "): nothing left to train; evaluating the restored model\n";
+    }
+    if (rank == 0) {
+      const EvalResult eval = model.Evaluate(test.x.data(), test.y.data(), test.size);
+      report.test_accuracy = eval.accuracy;
+      report.test_loss = eval.loss;
+    }
+  }
   // Applies every pending update: parameters and velocity are then those after the last step.
   auto finish_all = [&]() -> Status {
     for (int l = 0; l < layers; ++l) finish_layer(l);
     return comm_error;
   };
 
-  for (int epoch = 1; epoch <= options.epochs && !report.stopped; ++epoch) {
+  for (int epoch = 1; epoch <= options.epochs && !report.stopped && !report.already_finished; ++epoch) {
     const Clock::time_point epoch_start = Clock::now();
     // Each epoch shuffles the previous epoch's order, so a resumed run replays the shuffles of
     // the epochs it skips.
@@ -262,7 +276,8 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
     report.test_loss = report.epochs.back().test_loss;
   }
   // Stopped before an epoch ended: nothing was evaluated, so there is no accuracy to judge.
-  report.reached_target = !report.epochs.empty() && report.test_accuracy >= options.target_accuracy;
+  const bool evaluated = !report.epochs.empty() || report.already_finished;
+  report.reached_target = evaluated && report.test_accuracy >= options.target_accuracy;
   report.wall_seconds = SecondsSince(wall_start);
   if (talk) out << FormatResult(options, report) << std::flush;
   return report;
@@ -271,7 +286,7 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
 std::string FormatResult(const TrainOptions& options, const TrainReport& report) {
   std::ostringstream s;
   char line[256];
-  if (report.stopped && report.epochs.empty()) {
+  if (report.stopped && report.epochs.empty() && !report.already_finished) {
     std::snprintf(line, sizeof(line),
                   "RESULT: stopped early after step %lld as asked (--stop-at-step), before any "
                   "epoch ended: no test accuracy measured (target %s not judged)\n",
@@ -281,7 +296,10 @@ std::string FormatResult(const TrainOptions& options, const TrainReport& report)
     std::snprintf(line, sizeof(line), "RESULT: test accuracy %s (target %s) -- %s%s\n",
                   Percent(report.test_accuracy).c_str(), Percent(options.target_accuracy).c_str(),
                   report.reached_target ? "reached" : "MISSED",
-                  report.stopped ? " (after the last full epoch; stopped early as asked by --stop-at-step)" : "");
+                  report.already_finished
+                      ? " (the job had already finished: the model of its last checkpoint)"
+                  : report.stopped ? " (after the last full epoch; stopped early as asked by --stop-at-step)"
+                                   : "");
     s << line;
     std::snprintf(line, sizeof(line),
                   "RESULT: test loss %.4f; task ceiling 100%% (test labels are the teacher's "

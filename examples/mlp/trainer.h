@@ -30,6 +30,9 @@ struct TrainReport {
   int64_t steps = 0;              // per worker, in this run
   int64_t resumed_after = 0;      // global step restored from a checkpoint (0: none)
   bool stopped = false;           // ended early at options.stop_at_step
+  // Restored at or after its last step (a finished job started again): nothing was trained, the
+  // restored model was evaluated and judged as the job's result.
+  bool already_finished = false;
   double test_accuracy = 0;       // rank 0 only
   double test_loss = 0;           // rank 0 only
   bool reached_target = false;    // rank 0 only

@@ -321,5 +321,51 @@ TEST(TrainerTest, ResumeFromACheckpointMidEpochEqualsAnUninterruptedRun) {
   EXPECT_EQ(b->test_accuracy, full->test_accuracy);
 }
 
+// A finished job started again (the same job file run again; its newest checkpoint is its last
+// step) trains nothing and reports the restored model: it used to report "test accuracy 0.0% --
+// MISSED" and exit 1.
+TEST(TrainerTest, FinishedJobStartedAgainReportsItsModelAndTrainsNothing) {
+  TrainOptions o = SmallOptions();
+  o.epochs = 2;
+  o.train_samples = 2048;  // 64 steps per epoch
+  MemoryCheckpointExchange::Saved store;
+  MemoryCheckpointExchange saving(64, &store);
+  Mlp first(o.sizes);
+  auto done = Train(o, saving, first, {});
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_EQ(store.step, 2 * 64);
+
+  MemoryCheckpointExchange again(64, &store);
+  Mlp restored(o.sizes);
+  std::ostringstream out;
+  auto r = Train(o, again, restored, {&out, false});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->already_finished);
+  EXPECT_EQ(r->steps, 0);
+  EXPECT_EQ(again.saves, 0);
+  EXPECT_EQ(AllParams(restored), AllParams(first));
+  EXPECT_EQ(r->test_accuracy, done->test_accuracy);
+  EXPECT_EQ(r->reached_target, done->reached_target);
+  EXPECT_NE(out.str().find("nothing left to train"), std::string::npos) << out.str();
+  const std::string result = FormatResult(o, *r);
+  EXPECT_NE(result.find("the job had already finished"), std::string::npos) << result;
+
+  // The same after a run stopped at --stop-at-step: started again with the same option, it
+  // does not train past the step it was asked to stop at.
+  TrainOptions stop = o;
+  stop.stop_at_step = 80;
+  MemoryCheckpointExchange::Saved at80;
+  MemoryCheckpointExchange save80(40, &at80);
+  Mlp part(o.sizes);
+  ASSERT_TRUE(Train(stop, save80, part, {}).ok());
+  ASSERT_EQ(at80.step, 80);
+  MemoryCheckpointExchange again80(40, &at80);
+  Mlp part_again(o.sizes);
+  auto r80 = Train(stop, again80, part_again, {});
+  ASSERT_TRUE(r80.ok()) << r80.status().ToString();
+  EXPECT_EQ(r80->steps, 0);
+  EXPECT_EQ(AllParams(part_again), AllParams(part));
+}
+
 }  // namespace
 }  // namespace trellis::mlp
