@@ -95,7 +95,12 @@ def main():
     state = tt.TrainingState(model, opt, epoch=first_epoch, batch=0,   # trellis: a restarted
                              epochs=args.epochs)                       # worker resumes here
 
-    acc = 0.0
+    def evaluate():
+        model.eval()
+        with torch.no_grad():
+            return (model(x_test).argmax(1) == y_test).float().mean().item()
+
+    acc = None
     for epoch in range(state.epoch, args.epochs):
         model.train()
         total, steps = 0.0, 0
@@ -110,14 +115,17 @@ def main():
             total, steps = total + loss.item(), steps + 1
         state.epoch, state.batch = epoch + 1, 0           # trellis
         state.commit()                                    # trellis
-        model.eval()
-        with torch.no_grad():
-            acc = (model(x_test).argmax(1) == y_test).float().mean().item()
+        acc = evaluate()
         if args.checkpoint:
             tt.save_checkpoint(args.checkpoint, model, opt, epoch=epoch + 1)
         if rank == 0:
             print("epoch %d: train loss %.4f, test accuracy %.1f%%"
                   % (epoch + 1, total / max(steps, 1), 100 * acc), flush=True)
+    if acc is None:  # a finished job started again: its restored model is the result
+        if rank == 0:
+            print("nothing left to train (the checkpoint is of epoch %d, the last): evaluating "
+                  "the restored model" % state.epoch, flush=True)
+        acc = evaluate()
     if rank == 0:
         params = sum(p.numel() for p in model.parameters())
         print("RESULT: test accuracy %.1f%% (target %.1f%%) -- %s"
