@@ -136,6 +136,8 @@ const std::map<std::string, Setter>& Setters() {
 }
 
 std::string EnvName(const std::string& flag) {
+  // The example's own options (not a variable the parts of Trellis exchange: those are in
+  // common/config/env_names.h).
   std::string name = "TRELLIS_MLP_";
   for (char c : flag) name += c == '-' ? '_' : static_cast<char>(std::toupper(c));
   return name;
@@ -152,7 +154,7 @@ StatusOr<TrainOptions> ParseTrainOptions(const std::vector<std::string>& args) {
       if (Status s = set(options, v); !s.ok()) return s.Annotate(env);
     }
   }
-  if (const char* v = std::getenv("TRELLIS_MLP_LOCAL"); v != nullptr && std::string(v) == "1") {
+  if (const char* v = std::getenv(EnvName("local").c_str()); v != nullptr && std::string(v) == "1") {
     options.local = true;
   }
   for (size_t i = 0; i < args.size(); ++i) {

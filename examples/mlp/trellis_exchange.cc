@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/config/env_names.h"
+
 namespace trellis::mlp {
 
 StatusOr<std::unique_ptr<TrellisExchange>> TrellisExchange::Create() {
@@ -72,7 +74,7 @@ StatusOr<std::vector<double>> TrellisExchange::SumStats(const std::vector<double
 
 bool TrellisExchange::restarted() const {
   // The agent numbers each start of the program (docs/checkpoints.md#crash-recovery-workers).
-  const char* incarnation = std::getenv("TRELLIS_INCARNATION");
+  const char* incarnation = std::getenv(kEnvIncarnation);
   return incarnation != nullptr && std::atoi(incarnation) > 1;
 }
 
@@ -80,7 +82,7 @@ bool TrellisExchange::bytes_short() const {
   // The worker's counts include every earlier program its agent's byte ledger saw
   // (docs/user-guide.md#byte-totals): short only when the ledger started after incarnation 1.
   if (!restarted()) return false;
-  const char* since = std::getenv("TRELLIS_LEDGER_SINCE");
+  const char* since = std::getenv(kEnvLedgerSince);
   return since == nullptr || std::atoi(since) != 1;
 }
 
