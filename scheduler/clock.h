@@ -28,4 +28,9 @@ class ManualClock : public Clock {
   std::atomic<int64_t> now_ns_{1'000'000'000};
 };
 
+// A duration in seconds, for log lines and answers.
+inline double Seconds(Clock::TimePoint::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
 }  // namespace trellis

@@ -7,8 +7,6 @@
 namespace trellis {
 namespace {
 
-double Seconds(Clock::TimePoint::duration d) { return std::chrono::duration<double>(d).count(); }
-
 bool Finite(double v) { return std::isfinite(v); }
 
 // The lower median of `v` (sorted in place); 0 when empty.
@@ -21,12 +19,15 @@ double LowerMedian(std::vector<double>* v) {
 }  // namespace
 
 ProgressTracker::ProgressTracker(ProgressOptions options, int32_t num_workers, const Clock* clock)
-    : options_(options), clock_(clock), ranks_(static_cast<size_t>(std::max(num_workers, 1))) {}
+    : options_(options),
+      clock_(clock),
+      num_ranks_(static_cast<size_t>(std::max(num_workers, 1))),
+      ranks_(num_ranks_) {}
 
 Status ProgressTracker::Report(const v1::ReportProgressRequest& req) {
-  if (req.rank() < 0 || req.rank() >= static_cast<int32_t>(ranks_.size())) {
+  if (req.rank() < 0 || req.rank() >= static_cast<int32_t>(num_ranks_)) {
     return InvalidArgumentError("ReportProgress: rank " + std::to_string(req.rank()) +
-                                " outside [0, " + std::to_string(ranks_.size()) + ")");
+                                " outside [0, " + std::to_string(num_ranks_) + ")");
   }
   if (req.steps() < 1 || req.step() < 0 || req.total_steps() < 0 || req.samples() < 0 ||
       !Finite(req.seconds()) || req.seconds() < 0 || !Finite(req.busy_seconds()) ||
@@ -36,7 +37,7 @@ Status ProgressTracker::Report(const v1::ReportProgressRequest& req) {
         "busy_seconds >= 0 and finite; loss finite");
   }
   const TimePoint now = clock_->Now();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Rank& r = ranks_[static_cast<size_t>(req.rank())];
   if (r.reported && req.incarnation() < r.incarnation) return Status::Ok();  // an old process
   if (req.incarnation() != r.incarnation) r.above = false;  // a new process: judged afresh
@@ -107,7 +108,7 @@ v1::JobProgress ProgressTracker::Snapshot(const v1::ClusterView& view) const {
   p.set_slowest_rank(-1);
   p.set_straggler_rank(-1);
   p.set_eta_seconds(-1);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<bool> live(ranks_.size());
   for (size_t i = 0; i < ranks_.size(); ++i) {
     live[i] = RecentLocked(ranks_[i], now);

@@ -12,9 +12,9 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "scheduler/clock.h"
 #include "trellis/v1/scheduler.pb.h"
@@ -38,10 +38,10 @@ class ProgressTracker {
 
   // INVALID_ARGUMENT for a rank outside [0, num_workers), steps < 1, negative or non-finite
   // figures. A report of an older incarnation than the rank's last is ignored.
-  Status Report(const v1::ReportProgressRequest& req);
+  Status Report(const v1::ReportProgressRequest& req) EXCLUDES(mu_);
   // The job's progress now; `view` (the scheduler's cluster view) gives pod names and which
   // workers exited or are dead (those are not live).
-  v1::JobProgress Snapshot(const v1::ClusterView& view) const;
+  v1::JobProgress Snapshot(const v1::ClusterView& view) const EXCLUDES(mu_);
 
   const ProgressOptions& options() const { return options_; }
 
@@ -59,20 +59,21 @@ class ProgressTracker {
     TimePoint above_since{};
   };
   // For each live rank (by `live`), whether its busy time is above the others' median;
-  // `median_of_others[i]` gets that median. REQUIRES: mu_ held.
+  // `median_of_others[i]` gets that median.
   std::vector<bool> Above(const std::vector<bool>& live,
-                          std::vector<double>* median_of_others) const;
-  bool RecentLocked(const Rank& r, TimePoint now) const;
-  void JudgeLocked(TimePoint now);
+                          std::vector<double>* median_of_others) const REQUIRES(mu_);
+  bool RecentLocked(const Rank& r, TimePoint now) const REQUIRES(mu_);
+  void JudgeLocked(TimePoint now) REQUIRES(mu_);
 
   const ProgressOptions options_;
   const Clock* const clock_;
-  mutable std::mutex mu_;
-  std::vector<Rank> ranks_;     // GUARDED_BY(mu_); index = worker rank
-  int64_t total_steps_ = 0;     // GUARDED_BY(mu_)
-  bool has_loss_ = false;       // GUARDED_BY(mu_)
-  double loss_ = 0;             // GUARDED_BY(mu_)
-  TimePoint last_judged_{};     // GUARDED_BY(mu_)
+  const size_t num_ranks_;  // ranks_.size(), read without the lock
+  mutable Mutex mu_;
+  std::vector<Rank> ranks_ GUARDED_BY(mu_);  // index = worker rank
+  int64_t total_steps_ GUARDED_BY(mu_) = 0;
+  bool has_loss_ GUARDED_BY(mu_) = false;
+  double loss_ GUARDED_BY(mu_) = 0;
+  TimePoint last_judged_ GUARDED_BY(mu_){};
 };
 
 }  // namespace trellis

@@ -1,0 +1,59 @@
+// What a job's scheduler is told at start (flags, environment, the job file: scheduler/main.cc),
+// and the figures it reports (metrics). Every part of SchedulerState reads the one config.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "common/base/status.h"
+
+namespace trellis {
+
+struct SchedulerConfig {
+  std::string job_name;  // checked against RegisterRequest.job when both are set
+  int32_t num_servers = 1;
+  int32_t num_workers = 1;
+  std::string dispatch = "roundRobin";  // see shard_map.h
+  int64_t slice_bytes = 4 << 20;
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  // After a restart: how long the scheduler waits for the old members to register again before
+  // those still missing are marked dead (docs/scheduler.md#scheduler-restart).
+  std::chrono::milliseconds recovery_grace{30000};
+  uint64_t instance_id = 0;  // PingResponse.scheduler_id; 0: the state picks a random one
+  // How long a preempted node's rank waits for its replacement pod to register before the job
+  // fails (the job's scheduler.registrationTimeoutSeconds).
+  std::chrono::milliseconds replacement_timeout{300000};
+  // Stalls (docs/scheduler.md#stalls; spec.scheduler.livenessTimeoutSeconds and
+  // progressTimeoutSeconds): a program whose own pings stopped for `liveness_timeout`, or a worker
+  // whose reported step stood still for `progress_timeout` while another worker was ahead of it,
+  // is stalled and its agent restarts it. 0 turns that check off. A member being restarted must
+  // be back within `replacement_timeout`, or the job fails.
+  std::chrono::milliseconds liveness_timeout{30000};
+  std::chrono::milliseconds progress_timeout{300000};
+};
+
+Status ValidateSchedulerConfig(const SchedulerConfig& config);
+
+// The scheduler's figures (SchedulerState::stats(); scheduler_metrics.cc). Each part of the state
+// adds its own (AddTo).
+struct SchedulerStats {
+  int64_t version = 0;
+  int64_t registrations = 0;  // accepted Register calls, re-registrations included
+  int64_t restarts = 0;       // all nodes together
+  int64_t dead_detected = 0;  // times a node was marked dead
+  int64_t waiters = 0;        // calls waiting now
+  // Per role, indexed [0] servers, [1] workers (metrics).
+  int64_t registered[2] = {0, 0};  // registered now (alive or not)
+  int64_t dead[2] = {0, 0};        // marked dead now
+  int64_t restarts_of[2] = {0, 0};
+  int64_t barrier_releases = 0;        // barrier generations released
+  double barrier_wait_seconds = 0;     // summed over every released waiter
+  int64_t rejoins = 0;                 // rejoin requests served by a donor
+  int64_t fresh_rejoins = 0;           // rejoin requests answered "start fresh"
+  int64_t recoveries = 0;              // times this scheduler rebuilt a running job's state
+  int64_t stalls = 0;                  // programs found stalled (liveness.cc)
+  bool recovering = false;             // waiting for the old members now
+};
+
+}  // namespace trellis

@@ -1,0 +1,142 @@
+// Membership on its own (no SchedulerState, no lock): ranks, reports, adoption after a scheduler
+// restart, and liveness. The facade's behaviour is covered by scheduler_state_test and friends.
+#include "scheduler/membership.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace trellis {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+class MembershipTest : public ::testing::Test {
+ protected:
+  MembershipTest() {
+    config_.num_servers = 2;
+    config_.num_workers = 3;
+    config_.heartbeat_timeout = 10s;
+    config_.replacement_timeout = 60s;
+    config_.liveness_timeout = 0s;
+    config_.progress_timeout = 0s;
+  }
+  static v1::RegisterRequest Req(v1::Role role, const std::string& pod) {
+    v1::RegisterRequest r;
+    r.set_role(role);
+    r.set_pod_name(pod);
+    return r;
+  }
+
+  SchedulerConfig config_;
+  ManualClock clock_;
+};
+
+TEST_F(MembershipTest, RanksFollowPodOrdinalsThenArrival) {
+  Membership m(config_, &clock_);
+  EXPECT_EQ(*m.Register(Req(v1::ROLE_WORKER, "job-worker-2")), 2);
+  EXPECT_EQ(*m.Register(Req(v1::ROLE_WORKER, "other")), 0);
+  EXPECT_EQ(*m.Register(Req(v1::ROLE_WORKER, "job-worker-0")), 1);  // 0 taken: lowest free
+  auto more = m.Register(Req(v1::ROLE_WORKER, "job-worker-3"));
+  EXPECT_EQ(more.status().code(), StatusCode::kResourceExhausted);
+  // The same pod again: its rank, next incarnation.
+  EXPECT_EQ(*m.Register(Req(v1::ROLE_WORKER, "other")), 0);
+  EXPECT_EQ(m.at(v1::ROLE_WORKER, 0).incarnation, 2);
+  EXPECT_EQ(m.at(v1::ROLE_WORKER, 0).restarts, 1);
+  // Another role under a registered pod name.
+  EXPECT_EQ(m.Register(Req(v1::ROLE_SERVER, "other")).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(MembershipTest, CompleteOnceEveryoneRegisteredAndServersReady) {
+  Membership m(config_, &clock_);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(m.Register(Req(v1::ROLE_SERVER, "s-" + std::to_string(i))).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m.Register(Req(v1::ROLE_WORKER, "w-" + std::to_string(i))).ok());
+  EXPECT_TRUE(m.AllRegistered());
+  EXPECT_FALSE(m.Complete());
+  for (int i = 0; i < 2; ++i) {
+    v1::ReportReadyRequest r;
+    r.set_role(v1::ROLE_SERVER);
+    r.set_rank(i);
+    r.set_address("10.0.0.1:700" + std::to_string(i));
+    ASSERT_TRUE(m.Ready(r).ok());
+  }
+  EXPECT_TRUE(m.Complete());
+  v1::ClusterView view;
+  m.FillView(&view);
+  EXPECT_EQ(view.servers_size(), 2);
+  EXPECT_EQ(view.workers_size(), 3);
+  EXPECT_EQ(view.servers(1).address(), "10.0.0.1:7001");
+}
+
+TEST_F(MembershipTest, AdoptionAfterARestartAndMissingMembersMarkedDead) {
+  Membership m(config_, &clock_);
+  v1::RegisterRequest back = Req(v1::ROLE_WORKER, "w-a");
+  back.set_previous_rank(1);
+  back.set_previous_incarnation(4);
+  back.set_resume(true);
+  ASSERT_FALSE(m.Known("w-a"));
+  ASSERT_TRUE(m.CheckAdoptable(back).ok());
+  EXPECT_EQ(m.Adopt(back), 1);
+  EXPECT_EQ(m.at(v1::ROLE_WORKER, 1).incarnation, 4);  // resumed: the same program runs on
+  // Another pod claiming the rank is refused.
+  v1::RegisterRequest thief = back;
+  thief.set_pod_name("w-b");
+  EXPECT_EQ(m.CheckAdoptable(thief).code(), StatusCode::kFailedPrecondition);
+  std::string names;
+  EXPECT_EQ(m.MarkMissingDead(clock_.Now(), &names), 4);
+  EXPECT_THAT(names, HasSubstr("server 0"));
+  EXPECT_TRUE(m.at(v1::ROLE_WORKER, 0).dead);
+  EXPECT_FALSE(m.Live(v1::ROLE_WORKER, 0));
+  EXPECT_TRUE(m.Live(v1::ROLE_WORKER, 1));
+  // A new pod takes an orphaned rank (registered after the grace, no pod name).
+  auto orphan = m.Register(Req(v1::ROLE_WORKER, "job-worker-2"));
+  ASSERT_TRUE(orphan.ok());
+  EXPECT_EQ(*orphan, 2);
+  EXPECT_FALSE(m.at(v1::ROLE_WORKER, 2).dead);
+}
+
+TEST_F(MembershipTest, SilentMembersDieAndPreemptedOnesFailTheJobLate) {
+  Membership m(config_, &clock_);
+  ASSERT_TRUE(m.Register(Req(v1::ROLE_WORKER, "w-0")).ok());
+  ASSERT_TRUE(m.Register(Req(v1::ROLE_WORKER, "w-1")).ok());
+  v1::ReportExitRequest exit;
+  exit.set_role(v1::ROLE_WORKER);
+  exit.set_rank(1);
+  exit.set_exit_code(143);
+  exit.set_preempted(true);
+  std::string failure;
+  ASSERT_TRUE(m.ReportExit(exit, &failure).ok());
+  EXPECT_TRUE(failure.empty());
+  EXPECT_TRUE(m.at(v1::ROLE_WORKER, 1).preempted);
+
+  clock_.Advance(11s);
+  bool changed = false;
+  std::vector<std::string> failures;
+  m.SweepLiveness(clock_.Now(), &changed, &failures);
+  EXPECT_TRUE(changed);
+  EXPECT_TRUE(m.at(v1::ROLE_WORKER, 0).dead);
+  EXPECT_FALSE(m.at(v1::ROLE_WORKER, 1).dead);  // away, on its own deadline
+  EXPECT_TRUE(failures.empty());
+
+  clock_.Advance(60s);
+  m.SweepLiveness(clock_.Now(), &changed, &failures);
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_THAT(failures[0], HasSubstr("worker 1 (pod w-1) was stopped from outside"));
+}
+
+TEST_F(MembershipTest, AWorkerFailingForGoodIsTheJobsFailure) {
+  Membership m(config_, &clock_);
+  ASSERT_TRUE(m.Register(Req(v1::ROLE_WORKER, "w-0")).ok());
+  v1::ReportExitRequest exit;
+  exit.set_role(v1::ROLE_WORKER);
+  exit.set_rank(0);
+  exit.set_exit_code(137);
+  exit.set_message("out of memory");
+  std::string failure;
+  ASSERT_TRUE(m.ReportExit(exit, &failure).ok());
+  EXPECT_EQ(failure, "worker 0 (pod w-0) failed: exit code 137 (killed by SIGKILL): out of memory");
+}
+
+}  // namespace
+}  // namespace trellis
