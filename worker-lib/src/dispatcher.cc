@@ -1,5 +1,5 @@
-// The sending half of WorkerImpl: draining the priority queue into the transports, bulking
-// small slices, and turning answers into completed parts.
+// Dispatcher (dispatcher.h): draining the priority queue into the servers' connections,
+// bulking small slices, and turning answers into completed parts.
 //
 // A slice's in-flight place is freed once its bytes went to the kernel (or its reply came
 // first, on an error), not when the answer is back: a PushPull's answer waits until every
@@ -10,7 +10,7 @@
 // with it while they are small, go to the same server, go the same direction (pulls, or slices
 // that carry a payload) and fit the direction's byte and count limits. Only the head is ever
 // taken, so a bulk never jumps a higher-priority slice; the bulk takes one place.
-#include "worker-lib/src/worker_impl.h"
+#include "worker-lib/src/dispatcher.h"
 
 #include "datapath/codec/packed_sum.h"
 #include "worker-lib/src/packed_answer.h"
@@ -23,14 +23,40 @@ bool IsPullOnly(wire::Op op) { return op == wire::Op::kPull || op == wire::Op::k
 
 }  // namespace
 
-bool WorkerImpl::Bulkable(const Task& t) const {
-  const BulkingOptions& b = setup_.bulking;
+Dispatcher::Dispatcher(const BulkingOptions& bulking, int water_mark, ServerSet& servers,
+                       WorkerCompression& compression, WorkerMetrics& series,
+                       SliceMetrics& slice_metrics, ByteLedger* ledger)
+    : bulking_(bulking),
+      servers_(servers),
+      compression_(compression),
+      series_(series),
+      slice_metrics_(slice_metrics),
+      ledger_(ledger),
+      queue_(water_mark) {}
+
+void Dispatcher::Enqueue(int priority, std::vector<SliceTask> tasks) {
+  for (auto& t : tasks) queue_.Push(priority, std::move(t));
+  series_.SampleQueue(queue_.queued(), queue_.in_flight());
+  slice_metrics_.SetDepth(queue_.queued_by_band());
+  Pump();
+}
+
+void Dispatcher::Close() {
+  closed_.store(true);
+  // Queued slices never reach the wire: fail their operations.
+  for (SliceTask& t : queue_.TakeAll()) {
+    t.op->Complete(CancelledError(t.op->what + ": worker shutting down"));
+  }
+}
+
+bool Dispatcher::Bulkable(const SliceTask& t) const {
+  const BulkingOptions& b = bulking_;
   return b.enabled && t.request.op != wire::Op::kInit &&
          !wire::IsRejoinOp(static_cast<uint8_t>(t.request.op)) &&
          t.slice_bytes <= b.threshold_bytes;
 }
 
-void WorkerImpl::Pump() {
+void Dispatcher::Pump() {
   // One thread drains at a time: popping a slice and handing it to its transport must be one
   // step, or a thread popped earlier (a low-priority tail) could hand its slice over after a
   // later one popped by another thread, and order would depend on scheduling. A thread that
@@ -44,8 +70,8 @@ void WorkerImpl::Pump() {
   } while (pump_requests_.fetch_sub(1, std::memory_order_acq_rel) != 1);
 }
 
-void WorkerImpl::DrainQueue() {
-  while (!closing_.load()) {
+void Dispatcher::DrainQueue() {
+  while (!closed_.load()) {
     auto t = queue_.TryPop();
     if (!t) break;
     if (!Bulkable(*t)) {
@@ -53,20 +79,20 @@ void WorkerImpl::DrainQueue() {
       continue;
     }
     const bool pull = IsPullOnly(t->request.op);
-    const BulkingOptions& b = setup_.bulking;
+    const BulkingOptions& b = bulking_;
     const int64_t max_bytes = pull ? b.pull_max_bytes : b.push_max_bytes;
     const int32_t max_count = pull ? b.pull_max_count : b.push_max_count;
     // Push direction: what goes up (headers + payloads); pull direction: what comes back.
-    auto cost = [pull](const Task& x) {
+    auto cost = [pull](const SliceTask& x) {
       return pull ? x.slice_bytes
                   : static_cast<int64_t>(wire::kRequestHeaderBytes + PayloadBytes(x.request));
     };
-    std::vector<Task> bulk;
+    std::vector<SliceTask> bulk;
     int64_t bytes = cost(*t);
     const int32_t server = t->server;
     bulk.push_back(std::move(*t));
     while (static_cast<int32_t>(bulk.size()) < max_count) {
-      auto next = queue_.TryPopIf([&](const Task& x) {
+      auto next = queue_.TryPopIf([&](const SliceTask& x) {
         return x.server == server && Bulkable(x) && IsPullOnly(x.request.op) == pull &&
                bytes + cost(x) <= max_bytes;
       });
@@ -85,7 +111,7 @@ void WorkerImpl::DrainQueue() {
 }
 
 // Frees the place once: on the first of "sent" and any reply.
-std::function<void()> WorkerImpl::PlaceReleaser() {
+std::function<void()> Dispatcher::PlaceReleaser() {
   auto released = std::make_shared<std::atomic<bool>>(false);
   return [this, released] {
     if (released->exchange(true)) return;
@@ -94,7 +120,7 @@ std::function<void()> WorkerImpl::PlaceReleaser() {
   };
 }
 
-SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release) {
+SliceReply Dispatcher::ReplyFor(const SliceTask& task, std::function<void()> release) {
   auto op = task.op;
   const size_t part = task.part;
   float* out = task.out;
@@ -114,7 +140,7 @@ SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release)
                                                                      const Payload& p) {
     auto where = [&] {
       return op->what + ": slice " + std::to_string(slice) + " on server " +
-             std::to_string(server) + " (" + setup_.server_addresses[server] + "): ";
+             std::to_string(server) + " (" + servers_.address(server) + "): ";
     };
     if (!s.ok()) {
       op->Complete(Status(s.code(), where() + s.message()));
@@ -127,13 +153,8 @@ SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release)
         Answered(dispatched, push_bytes);
         op->PartDone(part, [&] {
           UnpackParsedSum(*view, out);
-          bytes_pulled_.fetch_add(p.bytes);
-          if (ledger_ != nullptr) ledger_->AddPulled(p.bytes);
-          series_.BytesPulled(p.bytes);
-          unpacked_bytes_.fetch_add(static_cast<uint64_t>(want));
-          packed_bytes_.fetch_add(p.bytes);
-          compression_metrics_.pulled_unpacked->Increment(static_cast<double>(want));
-          compression_metrics_.pulled_packed->Increment(static_cast<double>(p.bytes));
+          Pulled(p.bytes);
+          compression_.CountPackedAnswer(static_cast<uint64_t>(want), p.bytes);
         });
       }
     } else if (out != nullptr && p.bytes != static_cast<size_t>(want)) {
@@ -146,9 +167,7 @@ SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release)
       op->PartDone(part, [&] {
         if (out != nullptr) {
           if (!p.in_place) wire::CopyOut(*p.chunks, p.offset, p.bytes, out);
-          bytes_pulled_.fetch_add(p.bytes);
-          if (ledger_ != nullptr) ledger_->AddPulled(p.bytes);
-          series_.BytesPulled(p.bytes);
+          Pulled(p.bytes);
         }
       });
     }
@@ -156,14 +175,20 @@ SliceReply WorkerImpl::ReplyFor(const Task& task, std::function<void()> release)
   };
 }
 
-void WorkerImpl::Answered(SliceClock::time_point dispatched, uint64_t push_bytes) {
+void Dispatcher::Answered(SliceClock::time_point dispatched, uint64_t push_bytes) {
   slice_metrics_.ObserveRoundTrip(SecondsBetween(dispatched, SliceClock::now()));
   bytes_pushed_.fetch_add(push_bytes);
   if (ledger_ != nullptr) ledger_->AddPushed(push_bytes);
   series_.BytesPushed(push_bytes);
 }
 
-void WorkerImpl::Dispatch(Task task) {
+void Dispatcher::Pulled(uint64_t bytes) {
+  bytes_pulled_.fetch_add(bytes);
+  if (ledger_ != nullptr) ledger_->AddPulled(bytes);
+  series_.BytesPulled(bytes);
+}
+
+void Dispatcher::Dispatch(SliceTask task) {
   if (task.op->closed.load()) {  // failed or timed out meanwhile: do not send the rest
     queue_.Release();
     return;
@@ -171,14 +196,14 @@ void WorkerImpl::Dispatch(Task task) {
   auto release = PlaceReleaser();
   series_.SliceSent();
   const auto enqueued = task.enqueued;
-  servers_[task.server]->Send(task.request, ReplyFor(task, release), [this, release, enqueued] {
+  servers_.connection(task.server).Send(task.request, ReplyFor(task, release), [this, release, enqueued] {
     slice_metrics_.ObserveWait(SecondsBetween(enqueued, SliceClock::now()));
     release();
   });
 }
 
-void WorkerImpl::DispatchBulk(std::vector<Task> tasks) {
-  std::erase_if(tasks, [](const Task& t) { return t.op->closed.load(); });
+void Dispatcher::DispatchBulk(std::vector<SliceTask> tasks) {
+  std::erase_if(tasks, [](const SliceTask& t) { return t.op->closed.load(); });
   if (tasks.empty()) {
     queue_.Release();
     return;
@@ -191,7 +216,7 @@ void WorkerImpl::DispatchBulk(std::vector<Task> tasks) {
   std::vector<SliceRequest> requests;
   std::vector<SliceReply> replies;
   std::vector<SliceClock::time_point> enqueued;
-  for (const Task& t : tasks) {
+  for (const SliceTask& t : tasks) {
     series_.SliceSent();
     requests.push_back(t.request);
     replies.push_back(ReplyFor(t, release));
@@ -199,7 +224,7 @@ void WorkerImpl::DispatchBulk(std::vector<Task> tasks) {
   }
   bulks_sent_.fetch_add(1, std::memory_order_relaxed);
   slice_metrics_.CountBulk();
-  servers_[tasks.front().server]->SendBulk(
+  servers_.connection(tasks.front().server).SendBulk(
       requests, std::move(replies), [this, release, enqueued = std::move(enqueued)] {
         const auto now = SliceClock::now();
         for (auto e : enqueued) slice_metrics_.ObserveWait(SecondsBetween(e, now));

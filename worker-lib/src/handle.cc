@@ -8,7 +8,7 @@ void Handle::State::Complete(const Status& st) {
   Callback cb;
   {
     std::unique_lock dl(data_mu);  // waits for copies in progress
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     if (closed.load()) return;
     status = st;
     closed.store(true);
@@ -16,14 +16,14 @@ void Handle::State::Complete(const Status& st) {
   }
   if (cb) cb(st);
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     done.store(true);
   }
-  cv.notify_all();
+  cv.SignalAll();
 }
 
 int64_t Handle::State::FirstPending() {
-  std::lock_guard lock(mu);
+  MutexLock lock(&mu);
   for (size_t i = 0; i < part_done.size(); ++i) {
     if (!part_done[i]) return static_cast<int64_t>(i);
   }
@@ -32,7 +32,7 @@ int64_t Handle::State::FirstPending() {
 
 Handle FailedHandle(const Status& st, Callback done) {
   auto state = std::make_shared<Handle::State>();
-  state->callback = std::move(done);
+  state->SetCallback(std::move(done));
   state->Complete(st);
   return Handle(std::move(state));
 }
@@ -71,23 +71,24 @@ void CpuRelax() {
 
 Status Handle::Wait() const {
   if (!state_) return Status::Ok();
-  if (state_->done.load()) {  // nothing to wait for, nothing counted in wait_ns
-    std::lock_guard lock(state_->mu);
-    return state_->status;
+  State& s = *state_;
+  if (s.done.load()) {  // nothing to wait for, nothing counted in wait_ns
+    MutexLock lock(&s.mu);
+    return s.status;
   }
   const auto start = State::Clock::now();
-  if (state_->spin_before_blocking && HostHasCoresToSpin()) {
+  if (s.spin_before_blocking && HostHasCoresToSpin()) {
     const auto until = start + State::kWaitSpin;
-    while (!state_->done.load(std::memory_order_acquire) && State::Clock::now() < until) CpuRelax();
+    while (!s.done.load(std::memory_order_acquire) && State::Clock::now() < until) CpuRelax();
   }
-  std::unique_lock lock(state_->mu);
-  state_->cv.wait(lock, [this] { return state_->done.load(); });
-  if (state_->wait_ns) {
-    state_->wait_ns->fetch_add(
+  MutexLock lock(&s.mu);
+  while (!s.done.load()) s.cv.Wait(&s.mu);
+  if (s.wait_ns) {
+    s.wait_ns->fetch_add(
         std::chrono::duration_cast<std::chrono::nanoseconds>(State::Clock::now() - start).count(),
         std::memory_order_relaxed);
   }
-  return state_->status;
+  return s.status;
 }
 
 bool Handle::Done() const { return !state_ || state_->done.load(); }

@@ -33,26 +33,26 @@ struct LocalGroupWorker::Op {
   // the gather lane must not write into the user's buffer any more.
   std::atomic<bool> local_failed{false};
 
-  std::mutex mu;
-  std::condition_variable cv;
-  bool started = false;  // GUARDED_BY(mu): `inner` set, or `error`
-  Handle inner;          // GUARDED_BY(mu)
-  Status error;          // GUARDED_BY(mu)
+  Mutex mu;
+  CondVar cv;
+  bool started GUARDED_BY(mu) = false;  // `inner` set, or `error`
+  Handle inner GUARDED_BY(mu);
+  Status error GUARDED_BY(mu);
 
-  void Started(Handle h, Status st) {
+  void Started(Handle h, Status st) EXCLUDES(mu) {
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(&mu);
       inner = std::move(h);
       error = std::move(st);
       started = true;
     }
-    cv.notify_all();
+    cv.SignalAll();
   }
-  Status WaitInner() {
+  Status WaitInner() EXCLUDES(mu) {
     Handle h;
     {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return started; });
+      MutexLock lock(&mu);
+      while (!started) cv.Wait(&mu);
       if (!error.ok()) return error;
       h = inner;
     }
@@ -112,37 +112,37 @@ LocalGroupWorker::~LocalGroupWorker() {
 
 void LocalGroupWorker::Enqueue(Lane& lane, Task task) {
   {
-    std::lock_guard lock(lane.mu);
+    MutexLock lock(&lane.mu);
     lane.tasks.push_back(std::move(task));
   }
-  lane.cv.notify_one();
+  lane.cv.Signal();
 }
 
 void LocalGroupWorker::RunLane(Lane& lane, const char* name) {
   pthread_setname_np(pthread_self(), name);
-  std::unique_lock lock(lane.mu);
+  MutexLock lock(&lane.mu);
   while (true) {
-    lane.cv.wait(lock, [&] { return lane.stop || !lane.tasks.empty(); });
+    while (!lane.stop && lane.tasks.empty()) lane.cv.Wait(&lane.mu);
     if (lane.tasks.empty()) return;  // stopping, and everything queued has run
     Task t = std::move(lane.tasks.front());
     lane.tasks.pop_front();
-    lock.unlock();
+    lock.Unlock();
     t();
-    lock.lock();
+    lock.Lock();
   }
 }
 
 void LocalGroupWorker::StopLane(Lane& lane) {
   {
-    std::lock_guard lock(lane.mu);
+    MutexLock lock(&lane.mu);
     lane.stop = true;
   }
-  lane.cv.notify_all();
+  lane.cv.SignalAll();
   if (lane.thread.joinable()) lane.thread.join();
 }
 
 Status LocalGroupWorker::DeclareKey(const KeyDecl& key) {
-  std::lock_guard lock(decl_mu_);
+  MutexLock lock(&decl_mu_);
   if (finished_) {
     return FailedPreconditionError("DeclareKey " + std::to_string(key.id) +
                                    " after FinishDeclarations");
@@ -166,7 +166,7 @@ Status LocalGroupWorker::DeclareKey(const KeyDecl& key) {
 }
 
 Status LocalGroupWorker::FinishDeclarations() {
-  std::lock_guard lock(decl_mu_);
+  MutexLock lock(&decl_mu_);
   if (finished_) return FailedPreconditionError("FinishDeclarations called twice");
   if (keys_.empty()) return FailedPreconditionError("FinishDeclarations: no keys declared");
   // Every local rank declares all parts (the same keys for the whole pod); empty parts
@@ -186,6 +186,13 @@ Status LocalGroupWorker::FinishDeclarations() {
   TRELLIS_RETURN_IF_ERROR(inner_->FinishDeclarations());
   finished_.store(true);
   return Status::Ok();
+}
+
+// keys_ is frozen once finished_ is set (FinishDeclarations, under decl_mu_, stores it last), so
+// an operation reads it without the lock: the analysis cannot see that publication.
+const KeyDecl* LocalGroupWorker::FrozenKey(KeyId key) const NO_THREAD_SAFETY_ANALYSIS {
+  auto it = keys_.find(key);
+  return it == keys_.end() ? nullptr : &it->second;
 }
 
 Handle LocalGroupWorker::Failed(const Status& st, Callback done) {
@@ -214,8 +221,8 @@ Handle LocalGroupWorker::Submit(const char* verb, KeyId key, const float* src, f
                                           " before FinishDeclarations"),
                   std::move(done));
   }
-  auto it = keys_.find(key);
-  if (it == keys_.end()) {
+  const KeyDecl* decl = FrozenKey(key);
+  if (decl == nullptr) {
     return Failed(NotFoundError(std::string(verb) + " of undeclared key " + std::to_string(key)),
                   std::move(done));
   }
@@ -231,8 +238,8 @@ Handle LocalGroupWorker::Submit(const char* verb, KeyId key, const float* src, f
   op->state = std::make_shared<Handle::State>();
   op->state->what = std::string(verb) + " key " + std::to_string(key) + " (local rank " +
                     std::to_string(local_) + " of " + std::to_string(g_) + ")";
-  op->state->callback = std::move(done);
-  op->n = it->second.num_elements;
+  op->state->SetCallback(std::move(done));
+  op->n = decl->num_elements;
   op->part = LocalPart(op->n, g_, local_);
   if (!broadcast) op->buf.resize(static_cast<size_t>(op->part.count));
   const KeyId part_key = PartKey(key);
@@ -299,11 +306,12 @@ Handle LocalGroupWorker::Submit(const char* verb, KeyId key, const float* src, f
 }
 
 Status LocalGroupWorker::Barrier(const std::string& name) {
-  // The lane thread owns the local group; this thread waits for its answer.
-  std::mutex mu;
-  std::condition_variable cv;
+  // The lane thread owns the local group; this thread waits for its answer. `out` and
+  // `finished` are guarded by `mu` (locals: the analysis cannot check them).
+  Mutex mu;
+  CondVar cv;
   Status out;
-  bool finished = false;  // GUARDED_BY(mu)
+  bool finished = false;
   Enqueue(reduce_lane_, [&] {
     float code = 0;
     Status st = reduce_->Broadcast(&code, 1, 0);  // every local rank is here
@@ -318,13 +326,13 @@ Status LocalGroupWorker::Barrier(const std::string& name) {
       st = Status(static_cast<StatusCode>(static_cast<int>(code)),
                   "Barrier '" + name + "' failed on local rank 0 of this pod");
     }
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     out = st;
     finished = true;
-    cv.notify_all();
+    cv.SignalAll();
   });
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return finished; });
+  MutexLock lock(&mu);
+  while (!finished) cv.Wait(&mu);
   return out;
 }
 

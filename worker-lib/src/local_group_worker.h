@@ -20,15 +20,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 
+#include "common/base/mutex.h"
 #include "common/metrics/metrics.h"
 #include "trellis/trellis.h"
 #include "worker-lib/src/local_group.h"
@@ -58,8 +57,8 @@ class LocalGroupWorker final : public Worker {
     return inner_->checkpoint_config();
   }
 
-  Status DeclareKey(const KeyDecl& key) override;
-  Status FinishDeclarations() override;
+  Status DeclareKey(const KeyDecl& key) override EXCLUDES(decl_mu_);
+  Status FinishDeclarations() override EXCLUDES(decl_mu_);
   Handle PushPull(KeyId key, const float* grad, float* out, int priority,
                   Callback done) override;
   Handle Push(KeyId key, const float* grad, int priority, Callback done) override;
@@ -85,10 +84,10 @@ class LocalGroupWorker final : public Worker {
   using Task = std::function<void()>;
   // One FIFO and its thread per channel.
   struct Lane {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<Task> tasks;  // GUARDED_BY(mu)
-    bool stop = false;       // GUARDED_BY(mu)
+    Mutex mu;
+    CondVar cv;
+    std::deque<Task> tasks GUARDED_BY(mu);
+    bool stop GUARDED_BY(mu) = false;
     std::thread thread;
   };
 
@@ -99,6 +98,8 @@ class LocalGroupWorker final : public Worker {
   static void RunLane(Lane& lane, const char* name);
   static void StopLane(Lane& lane);
   KeyId PartKey(KeyId key) const { return key * static_cast<KeyId>(g_) + local_; }
+  // The declared key, or null. REQUIRES: finished_ (keys_ no longer changes).
+  const KeyDecl* FrozenKey(KeyId key) const;
 
   const int32_t pod_, pods_;
   const int local_, g_;
@@ -106,8 +107,9 @@ class LocalGroupWorker final : public Worker {
   std::unique_ptr<LocalGroup> reduce_;  // used only on reduce_lane_'s thread
   std::unique_ptr<LocalGroup> gather_;  // used only on gather_lane_'s thread
 
-  std::mutex decl_mu_;
-  std::map<KeyId, KeyDecl> keys_;       // GUARDED_BY(decl_mu_) until finished_, then frozen
+  Mutex decl_mu_;
+  // Written under decl_mu_ until finished_, then frozen and read without it (FrozenKey).
+  std::map<KeyId, KeyDecl> keys_ GUARDED_BY(decl_mu_);
   std::atomic<bool> finished_{false};
 
   // Local collective time and bytes (bytes: this rank's tensor), registered once at start-up

@@ -8,14 +8,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
 #include <cstdint>
-#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "trellis/trellis.h"
 
 namespace trellis {
@@ -48,32 +47,47 @@ struct Handle::State {
   std::atomic<bool> closed{false};
   std::atomic<bool> done{false};
 
-  std::shared_mutex data_mu;  // shared: a copy into `out` in progress; exclusive: completing
-  std::mutex mu;
-  std::condition_variable cv;
-  Status status;                // GUARDED_BY(mu)
-  Callback callback;            // GUARDED_BY(mu)
-  std::vector<char> part_done;  // GUARDED_BY(mu)
+  // Shared: a copy into `out` in progress; exclusive: completing. A std::shared_mutex, not an
+  // annotated lock: it guards the user's buffer, no member, and the transport holds it too
+  // (SliceRequest::out_mu).
+  std::shared_mutex data_mu;
+  Mutex mu;  // taken inside data_mu when both are held (Complete)
+  CondVar cv;
+  Status status GUARDED_BY(mu);
+  Callback callback GUARDED_BY(mu);
+  std::vector<char> part_done GUARDED_BY(mu);
 
+  // Before the operation is shared: what runs when it completes, and how many parts it has.
+  void SetCallback(Callback cb) EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    callback = std::move(cb);
+  }
+  void ExpectParts(size_t n) EXCLUDES(mu) {
+    {
+      MutexLock lock(&mu);
+      part_done.assign(n, 0);
+    }
+    remaining.store(static_cast<int64_t>(n));
+  }
   // First call wins; runs the callback (outside the locks), then wakes Wait().
-  void Complete(const Status& st);
+  void Complete(const Status& st) EXCLUDES(mu);
   // Part `i` answered: `copy` (may be empty) writes the payload into the user's buffer unless
   // the operation already completed.
   template <typename CopyFn>
-  void PartDone(size_t i, CopyFn copy) {
+  void PartDone(size_t i, CopyFn copy) EXCLUDES(mu) {
     {
       std::shared_lock dl(data_mu);
       if (closed.load()) return;
       copy();
     }
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(&mu);
       part_done[i] = 1;
     }
     if (remaining.fetch_sub(1) == 1) Complete(Status::Ok());
   }
   // The first part not answered yet, or -1.
-  int64_t FirstPending();
+  int64_t FirstPending() EXCLUDES(mu);
 };
 
 // An operation that failed before it started: completed with `st`, `done` already called.

@@ -19,10 +19,10 @@ ProgressReporter::ProgressReporter(int32_t rank, int64_t incarnation, Send send,
 
 ProgressReporter::~ProgressReporter() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -33,7 +33,7 @@ Status ProgressReporter::Report(int64_t step, int64_t samples, double loss) {
   }
   const auto now = Clock::now();
   const int64_t waited = wait_ns_ != nullptr ? wait_ns_->load(std::memory_order_relaxed) : 0;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   batch_.set_step(step);
   if (std::isfinite(loss)) {
     batch_.set_has_loss(true);
@@ -61,7 +61,7 @@ Status ProgressReporter::SetTotalSteps(int64_t total_steps) {
   if (total_steps < 0) {
     return InvalidArgumentError("SetTotalSteps: must be >= 0, got " + std::to_string(total_steps));
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   total_steps_ = total_steps;
   return Status::Ok();
 }
@@ -79,17 +79,20 @@ bool ProgressReporter::TakeLocked(v1::ReportProgressRequest* out) {
 }
 
 void ProgressReporter::Loop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    cv_.wait_for(lock, interval_, [this] { return stopping_; });
+    // Until the interval passed or the reporter stops.
+    const auto until = Clock::now() + interval_;
+    while (!stopping_ && cv_.WaitUntil(&mu_, until)) {
+    }
     const bool last = stopping_;
     if (last && last_failed_) return;  // the scheduler is gone: do not hold up the exit
     v1::ReportProgressRequest req;
     if (TakeLocked(&req)) {
-      lock.unlock();
+      lock.Unlock();
       Status st = send_(req);
       if (st.ok()) sent_.fetch_add(1);
-      lock.lock();
+      lock.Lock();
       // One line when reporting starts failing, not one a second.
       if (!st.ok() && !last_failed_) TLOG_WARN << "progress report not sent: " << st.ToString();
       last_failed_ = !st.ok();

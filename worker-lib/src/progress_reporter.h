@@ -7,12 +7,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "trellis/v1/scheduler.pb.h"
 
@@ -32,14 +31,14 @@ class ProgressReporter {
   ProgressReporter(const ProgressReporter&) = delete;
   ProgressReporter& operator=(const ProgressReporter&) = delete;
 
-  Status Report(int64_t step, int64_t samples, double loss);
-  Status SetTotalSteps(int64_t total_steps);
+  Status Report(int64_t step, int64_t samples, double loss) EXCLUDES(mu_);
+  Status SetTotalSteps(int64_t total_steps) EXCLUDES(mu_);
   int64_t reports_sent() const { return sent_.load(); }
 
  private:
-  void Loop();
-  // Moves the batch into `out`; false when it holds no step. REQUIRES: mu_ held.
-  bool TakeLocked(v1::ReportProgressRequest* out);
+  void Loop() EXCLUDES(mu_);
+  // Moves the batch into `out`; false when it holds no step.
+  bool TakeLocked(v1::ReportProgressRequest* out) REQUIRES(mu_);
 
   const int32_t rank_;
   const int64_t incarnation_;
@@ -48,17 +47,17 @@ class ProgressReporter {
   const std::chrono::milliseconds interval_;
   std::atomic<int64_t> sent_{0};
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool started_ = false;                   // GUARDED_BY(mu_): the thread runs
-  bool stopping_ = false;                  // GUARDED_BY(mu_)
-  bool last_failed_ = false;               // GUARDED_BY(mu_)
-  bool marked_ = false;                    // GUARDED_BY(mu_): mark_ holds the last report's time
-  Clock::time_point mark_;                 // GUARDED_BY(mu_)
-  int64_t mark_wait_ns_ = 0;               // GUARDED_BY(mu_)
-  v1::ReportProgressRequest batch_;        // GUARDED_BY(mu_): the steps since the last send
-  int64_t total_steps_ = 0;                // GUARDED_BY(mu_)
-  std::thread thread_;
+  Mutex mu_;
+  CondVar cv_;
+  bool started_ GUARDED_BY(mu_) = false;  // the thread runs
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool last_failed_ GUARDED_BY(mu_) = false;
+  bool marked_ GUARDED_BY(mu_) = false;  // mark_ holds the last report's time
+  Clock::time_point mark_ GUARDED_BY(mu_);
+  int64_t mark_wait_ns_ GUARDED_BY(mu_) = 0;
+  v1::ReportProgressRequest batch_ GUARDED_BY(mu_);  // the steps since the last send
+  int64_t total_steps_ GUARDED_BY(mu_) = 0;
+  std::thread thread_;  // started by the first report (under mu_), joined by the destructor
 };
 
 }  // namespace trellis

@@ -34,10 +34,10 @@ RejoinKeeper::RejoinKeeper(WorkerImpl& impl, const std::vector<TensorRef>& param
 
 RejoinKeeper::~RejoinKeeper() {
   {
-    std::lock_guard lock(stop_mu_);
+    MutexLock lock(&stop_mu_);
     stopping_ = true;
   }
-  stop_cv_.notify_all();
+  stop_cv_.SignalAll();
   if (!watcher_.joinable()) return;
   // No longer a donor; this also answers the watcher's parked poll, so the join is quick.
   if (auto st = impl_.setup().watch_rejoins(WatchMode::kStop, kStopWait); !st.ok()) {
@@ -49,7 +49,7 @@ RejoinKeeper::~RejoinKeeper() {
 Status RejoinKeeper::Commit(int64_t step, bool again) {
   bool first;
   {
-    std::lock_guard lock(commit_mu_);
+    MutexLock lock(&commit_mu_);
     if (committed_ && step == step_ && !again) return Status::Ok();  // the same boundary again
     first = !committed_;
     params_copy_.resize(params_.size());
@@ -77,15 +77,17 @@ Status RejoinKeeper::Commit(int64_t step, bool again) {
 void RejoinKeeper::WatchLoop() {
   while (true) {
     {
-      std::lock_guard lock(stop_mu_);
+      MutexLock lock(&stop_mu_);
       if (stopping_) return;
     }
     auto task = impl_.setup().watch_rejoins(WatchMode::kPoll, kWatchPoll);
     if (!task.ok()) {
       // The scheduler is gone or restarting: nothing to serve; try again a little later.
       TLOG_WARN << "rejoin watcher: " << task.status().ToString();
-      std::unique_lock lock(stop_mu_);
-      stop_cv_.wait_for(lock, kStopWait, [this] { return stopping_; });
+      MutexLock lock(&stop_mu_);
+      const auto until = std::chrono::steady_clock::now() + kStopWait;
+      while (!stopping_ && stop_cv_.WaitUntil(&stop_mu_, until)) {
+      }
       continue;
     }
     if (task->has_request()) Serve(task->rejoin_id(), task->rejoiner());
@@ -99,7 +101,7 @@ void RejoinKeeper::Serve(uint64_t id, int32_t rejoiner) {
   Status st;
   {
     // The training thread's next Commit waits until the servers hold this one.
-    std::lock_guard lock(commit_mu_);
+    MutexLock lock(&commit_mu_);
     std::vector<Handle> handles;
     for (size_t i = 0; i < params_.size(); ++i) {
       handles.push_back(impl_.Transfer(wire::Op::kStash, params_[i].key, id, params_copy_[i].data()));

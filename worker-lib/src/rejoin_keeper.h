@@ -11,14 +11,13 @@
 // that this worker's pushes of steps already counted are no-ops.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/metrics/metrics.h"
 #include "trellis/checkpoint.h"
 #include "worker-lib/src/worker_impl.h"
@@ -32,7 +31,7 @@ class RejoinKeeper {
   // the caller and outlive the keeper. REQUIRES: impl's rejoin hooks are set.
   RejoinKeeper(WorkerImpl& impl, const std::vector<TensorRef>& params, KeyId state_key,
                float* state, int64_t state_elements);
-  ~RejoinKeeper();  // stops being a donor and joins the watcher
+  ~RejoinKeeper() EXCLUDES(stop_mu_);  // stops being a donor and joins the watcher
   RejoinKeeper(const RejoinKeeper&) = delete;
   RejoinKeeper& operator=(const RejoinKeeper&) = delete;
 
@@ -41,7 +40,7 @@ class RejoinKeeper {
   // for after Restore returned finds it) and starts the watcher. The same step again is a no-op
   // unless `again` (the program changed its state at the same boundary: trellis.torch's
   // end-of-epoch bookkeeping after the last step's commit).
-  Status Commit(int64_t step, bool again = false);
+  Status Commit(int64_t step, bool again = false) EXCLUDES(commit_mu_);
   // A restarted worker: the donor's commit into the tensors and `state`. nullopt: no live worker
   // has committed a step (the job had not started training): start as on a first start.
   StatusOr<std::optional<int64_t>> Rejoin();
@@ -49,9 +48,9 @@ class RejoinKeeper {
   Status MarkServersRejoined();
 
  private:
-  void WatchLoop();
+  void WatchLoop() EXCLUDES(stop_mu_);
   // Stashes the last commit under `id` and reports it; errors go to the scheduler.
-  void Serve(uint64_t id, int32_t rejoiner);
+  void Serve(uint64_t id, int32_t rejoiner) EXCLUDES(commit_mu_);
 
   WorkerImpl& impl_;
   const std::vector<TensorRef> params_;
@@ -63,17 +62,17 @@ class RejoinKeeper {
     prometheus::Counter* served;   // rejoins this worker served as donor
   } series_{};
 
-  std::mutex commit_mu_;  // held while copying a commit in, and while stashing it
-  bool committed_ = false;                        // GUARDED_BY(commit_mu_)
-  int64_t step_ = -1;                             // GUARDED_BY(commit_mu_)
-  std::vector<std::vector<float>> params_copy_;   // GUARDED_BY(commit_mu_)
-  std::vector<float> state_copy_;                 // GUARDED_BY(commit_mu_)
-  std::vector<std::pair<KeyId, int64_t>> key_steps_;  // GUARDED_BY(commit_mu_)
+  Mutex commit_mu_;  // held while copying a commit in, and while stashing it
+  bool committed_ GUARDED_BY(commit_mu_) = false;
+  int64_t step_ GUARDED_BY(commit_mu_) = -1;
+  std::vector<std::vector<float>> params_copy_ GUARDED_BY(commit_mu_);
+  std::vector<float> state_copy_ GUARDED_BY(commit_mu_);
+  std::vector<std::pair<KeyId, int64_t>> key_steps_ GUARDED_BY(commit_mu_);
 
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;  // GUARDED_BY(stop_mu_)
-  std::thread watcher_;    // started by the first Commit
+  Mutex stop_mu_;
+  CondVar stop_cv_;
+  bool stopping_ GUARDED_BY(stop_mu_) = false;
+  std::thread watcher_;  // started by the first Commit
 };
 
 }  // namespace trellis

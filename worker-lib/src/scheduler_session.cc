@@ -42,17 +42,17 @@ void SchedulerSession::AwaitScheduler(milliseconds left) {
 }
 
 void SchedulerSession::HoldShardMap(const v1::ShardMap& map) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   map_ = map;
 }
 
 void SchedulerSession::HoldServerAddresses(const std::vector<std::string>& addresses) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   addresses_ = addresses;
 }
 
 void SchedulerSession::HoldServerAddress(int32_t server, const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (server >= 0 && static_cast<size_t>(server) < addresses_.size()) {
     addresses_[static_cast<size_t>(server)] = address;
   }
@@ -63,7 +63,7 @@ Status SchedulerSession::HandBack() {
   req.set_rank(rank_);
   req.set_incarnation(incarnation_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (map_) *req.mutable_shard_map() = *map_;
     for (const auto& a : addresses_) req.add_server_addresses(a);
   }

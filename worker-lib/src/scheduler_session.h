@@ -7,12 +7,12 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "scheduler/scheduler_client.h"
 #include "scheduler/scheduler_watch.h"
@@ -40,23 +40,23 @@ class SchedulerSession {
   }
 
   // What this worker holds, for a restarted scheduler.
-  void HoldShardMap(const v1::ShardMap& map);
-  void HoldServerAddresses(const std::vector<std::string>& addresses);
-  void HoldServerAddress(int32_t server, const std::string& address);
+  void HoldShardMap(const v1::ShardMap& map) EXCLUDES(mu_);
+  void HoldServerAddresses(const std::vector<std::string>& addresses) EXCLUDES(mu_);
+  void HoldServerAddress(int32_t server, const std::string& address) EXCLUDES(mu_);
 
  private:
   SchedulerSession(std::shared_ptr<SchedulerClient> client, int32_t rank, int64_t incarnation);
   // Waits for the scheduler (at most `left`), then a little: NOT_FOUND while it answers means
   // this worker's agent has not registered again yet.
   void AwaitScheduler(std::chrono::milliseconds left);
-  Status HandBack();
+  Status HandBack() EXCLUDES(mu_);
 
   const std::shared_ptr<SchedulerClient> client_;
   const int32_t rank_;
   const int64_t incarnation_;
-  std::mutex mu_;
-  std::optional<v1::ShardMap> map_;     // GUARDED_BY(mu_)
-  std::vector<std::string> addresses_;  // GUARDED_BY(mu_); index = server rank
+  Mutex mu_;
+  std::optional<v1::ShardMap> map_ GUARDED_BY(mu_);
+  std::vector<std::string> addresses_ GUARDED_BY(mu_);  // index = server rank
   std::unique_ptr<SchedulerWatch> watch_;  // last: its thread stops before the rest goes
 };
 

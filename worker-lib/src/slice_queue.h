@@ -12,13 +12,13 @@
 
 #include <array>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <queue>
 #include <utility>
 #include <vector>
 
 #include "common/base/by_priority.h"
+#include "common/base/mutex.h"
 
 namespace trellis {
 
@@ -36,16 +36,16 @@ class SliceQueue {
     return priority >= 0 ? 0 : priority > -10 ? 1 : priority > -100 ? 2 : 3;
   }
 
-  void Push(int priority, T item) {
-    std::lock_guard lock(mu_);
+  void Push(int priority, T item) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     heap_.push(Entry{priority, seq_++, std::move(item)});
     ++band_depth_[Band(priority)];
   }
 
   // The next slice to send, counted as in flight; nullopt when nothing is queued or
   // water_mark slices are already in flight.
-  std::optional<T> TryPop() {
-    std::lock_guard lock(mu_);
+  std::optional<T> TryPop() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (heap_.empty() || in_flight_ >= water_mark_) return std::nullopt;
     T item = std::move(const_cast<Entry&>(heap_.top()).value);
     --band_depth_[Band(heap_.top().priority)];
@@ -57,8 +57,8 @@ class SliceQueue {
   // Like TryPop, without taking a place, and only if the next item is the highest-priority one
   // and `fits(item)` holds: how a bulk grows from consecutive pops without jumping the order.
   template <typename Fits>
-  std::optional<T> TryPopIf(Fits fits) {
-    std::lock_guard lock(mu_);
+  std::optional<T> TryPopIf(Fits fits) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (heap_.empty() || !fits(heap_.top().value)) return std::nullopt;
     T item = std::move(const_cast<Entry&>(heap_.top()).value);
     --band_depth_[Band(heap_.top().priority)];
@@ -67,8 +67,8 @@ class SliceQueue {
   }
 
   // Everything still queued, whatever is in flight (shutdown: fail it all).
-  std::vector<T> TakeAll() {
-    std::lock_guard lock(mu_);
+  std::vector<T> TakeAll() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     std::vector<T> out;
     while (!heap_.empty()) {
       out.push_back(std::move(const_cast<Entry&>(heap_.top()).value));
@@ -79,22 +79,22 @@ class SliceQueue {
   }
 
   // A popped slice's place is free again (its bytes went out, or it failed).
-  void Release() {
-    std::lock_guard lock(mu_);
+  void Release() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (in_flight_ > 0) --in_flight_;
   }
 
-  size_t queued() const {
-    std::lock_guard lock(mu_);
+  size_t queued() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     return heap_.size();
   }
-  int in_flight() const {
-    std::lock_guard lock(mu_);
+  int in_flight() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     return in_flight_;
   }
   int water_mark() const { return water_mark_; }
-  std::array<size_t, kBands> queued_by_band() const {
-    std::lock_guard lock(mu_);
+  std::array<size_t, kBands> queued_by_band() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     return band_depth_;
   }
 
@@ -102,11 +102,11 @@ class SliceQueue {
   using Entry = ByPriority<T>;
 
   const int water_mark_;
-  mutable std::mutex mu_;
-  std::priority_queue<Entry> heap_;  // GUARDED_BY(mu_)
-  uint64_t seq_ = 0;                 // GUARDED_BY(mu_)
-  int in_flight_ = 0;                // GUARDED_BY(mu_)
-  std::array<size_t, kBands> band_depth_{};  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::priority_queue<Entry> heap_ GUARDED_BY(mu_);
+  uint64_t seq_ GUARDED_BY(mu_) = 0;
+  int in_flight_ GUARDED_BY(mu_) = 0;
+  std::array<size_t, kBands> band_depth_ GUARDED_BY(mu_){};
 };
 
 }  // namespace trellis

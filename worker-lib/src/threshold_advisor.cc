@@ -17,7 +17,7 @@ std::string Number(double x) {
 
 std::string ThresholdAdvisor::Observe(int64_t step, const float* data, size_t n) {
   if (decided_.load(std::memory_order_relaxed)) return "";
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (decided_.load(std::memory_order_relaxed)) return "";
   if (first_step_ == 0) first_step_ = step;
   if (step == first_step_) {

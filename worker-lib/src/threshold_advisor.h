@@ -8,8 +8,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
+
+#include "common/base/mutex.h"
 
 namespace trellis {
 
@@ -24,15 +25,15 @@ class ThresholdAdvisor {
   // One compressed push of `step` (its float32 data). The pushes of the first compressed step
   // are measured (one read of them, once); the first push of a later step decides. Returns the
   // advice the first time it is decided and needed, else "". Cheap once decided.
-  std::string Observe(int64_t step, const float* data, size_t n);
+  std::string Observe(int64_t step, const float* data, size_t n) EXCLUDES(mu_);
 
  private:
   const double threshold_;
   std::atomic<bool> decided_{false};
-  std::mutex mu_;
-  int64_t first_step_ = 0;  // guarded by mu_: the step measured (0: none yet)
-  double sum_abs_ = 0.0;    // guarded by mu_
-  uint64_t count_ = 0;      // guarded by mu_: finite elements measured
+  Mutex mu_;
+  int64_t first_step_ GUARDED_BY(mu_) = 0;  // the step measured (0: none yet)
+  double sum_abs_ GUARDED_BY(mu_) = 0.0;
+  uint64_t count_ GUARDED_BY(mu_) = 0;  // finite elements measured
 };
 
 }  // namespace trellis

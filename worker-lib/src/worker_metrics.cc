@@ -45,7 +45,7 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& r)
 }
 
 void WorkerMetrics::KeyPushed(int64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // The first push of a new step number starts that step. Keys pushed less often (an epoch's
   // statistics) never lead, so they do not hold the count back.
   if (step <= last_step_) return;

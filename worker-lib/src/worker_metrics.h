@@ -5,8 +5,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 
+#include "common/base/mutex.h"
 #include "common/metrics/metrics.h"
 #include "datapath/frame.h"
 
@@ -20,7 +20,7 @@ class WorkerMetrics {
 
   // A key's push number `step` (1, 2, ...) started. Steps are counted by the key pushed most:
   // step n starts with the first push numbered n.
-  void KeyPushed(int64_t step);
+  void KeyPushed(int64_t step) EXCLUDES(mu_);
   // One operation of `op` finished after `seconds` (ok or not).
   void OperationDone(wire::Op op, bool ok, double seconds);
   void SliceSent() { slices_sent_.Increment(); }
@@ -50,9 +50,9 @@ class WorkerMetrics {
   prometheus::Histogram* op_seconds_[4];
   prometheus::Counter* op_errors_[4];
 
-  std::mutex mu_;
-  int64_t last_step_ = 0;               // GUARDED_BY(mu_)
-  Clock::time_point last_step_time_;    // GUARDED_BY(mu_): when last_step_ started
+  Mutex mu_;
+  int64_t last_step_ GUARDED_BY(mu_) = 0;
+  Clock::time_point last_step_time_ GUARDED_BY(mu_);  // when last_step_ started
 };
 
 }  // namespace trellis

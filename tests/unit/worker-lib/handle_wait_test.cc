@@ -23,7 +23,7 @@ struct Op {
   explicit Op(bool spin) {
     state->spin_before_blocking = spin;
     state->wait_ns = wait_ns;
-    state->callback = [this](const Status& st) { callback_saw = st.ok() ? 1 : 2; };
+    state->SetCallback([this](const Status& st) { callback_saw = st.ok() ? 1 : 2; });
   }
 };
 
