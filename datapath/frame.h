@@ -2,8 +2,8 @@
 // parameter server and the worker library over both transports. A frame is a small header and a
 // payload that may arrive split into chunks at arbitrary byte boundaries (gRPC slices, TCP read
 // buffers); the helpers here read headers and floats across those boundaries without gathering
-// the payload. No transport here: datapath/grpc_frame.h adapts frames to gRPC byte buffers,
-// datapath/tcp_wire.h frames them on a socket.
+// the payload. No transport here: datapath/grpc/frame.h adapts frames to gRPC byte buffers,
+// datapath/tcp/wire.h frames them on a socket.
 #pragma once
 
 #include <cstddef>

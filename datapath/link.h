@@ -1,7 +1,9 @@
 // A link moves data-path frames between one worker and one server (DESIGN: the wire contract,
-// one frame format over either transport). It knows how bytes travel (raw TCP: tcp_link.h; a
-// gRPC stream: grpc_link.h) and nothing of what they mean: the worker's connection above it
-// (worker-lib/src/link_connection.*) numbers requests, routes answers and fails what is pending.
+// one frame format over either transport). The interfaces here know no transport: each one
+// implements them in its own folder (raw TCP and the local socket: datapath/tcp/; a gRPC stream:
+// datapath/grpc/), and the worker opens a link through datapath/connect.h. A link knows how bytes
+// travel and nothing of what they mean: the worker's connection above it
+// (worker-lib/src/link_connection.cc) numbers requests, routes answers and fails what is pending.
 //
 // The worker's side:
 //  * Write(frame) queues one request frame (a request, or a bulk and its entries) and never blocks
@@ -29,8 +31,8 @@
 
 #include "common/base/status.h"
 #include "common/tls/tls.h"
+#include "datapath/address.h"
 #include "datapath/frame.h"
-#include "datapath/tcp_wire.h"
 
 namespace trellis::link {
 
@@ -49,15 +51,25 @@ struct OutFrame {
   std::function<void()> sent;  // may be empty
 };
 
+// Lets a reader write into memory that another thread may retire meanwhile (the worker's `out`,
+// freed by the user once the operation completed): Begin() before each piece written returns
+// false when the memory must not be touched any more; End() after each piece.
+class WriteGuard {
+ public:
+  virtual ~WriteGuard() = default;
+  virtual bool Begin() = 0;
+  virtual void End() = 0;
+};
+
 // The payload of the answer being delivered; valid only during OnAnswer. Use at most one of
 // ReadInto and View; what is not read is skipped.
 class AnswerPayload {
  public:
   virtual ~AnswerPayload() = default;
   virtual uint64_t bytes() const = 0;
-  // The whole payload into `dst`, each piece under `guard` (tcp_wire.h: bytes the guard refuses
-  // are dropped). An error ends the link (the receiver reports it for this answer).
-  virtual Status ReadInto(void* dst, tcpwire::WriteGuard* guard) = 0;
+  // The whole payload into `dst`, each piece under `guard` (bytes the guard refuses are
+  // dropped). An error ends the link (the receiver reports it for this answer).
+  virtual Status ReadInto(void* dst, WriteGuard* guard) = 0;
   // The whole payload as chunks, valid until OnAnswer returns.
   virtual StatusOr<wire::Chunks> View() = 0;
 };
@@ -83,9 +95,8 @@ class WorkerLink {
 };
 
 struct LinkOptions {
-  std::string address;  // the server's data address "host:port" (gRPC), for messages and gRPC
-  int tcp_port = 0;     // the server's raw-TCP port (tcp_link)
-  std::string local_name;  // the server's local socket (tcp_link tries it first); empty: none
+  DataAddress address;            // the server's; messages name its service ("host:port")
+  bool use_local_socket = true;   // the TCP link tries the server's local socket first
   std::string token;
   int32_t worker_rank = 0;
   uint64_t max_answer_payload = 0;  // answers above it end the link (wire::MaxMessageBytes)
@@ -147,7 +158,7 @@ class AnswerSink {
 
 // A request frame as its transport read it.
 struct RequestFrame {
-  wire::RequestHeader header;  // decoded and checked (wire::DecodeRequest or tcpwire's)
+  wire::RequestHeader header;  // decoded and checked by its transport
   wire::Chunks chunks;         // the frame's bytes: header, then payload
   // Keeps `chunks` (and `floats`) alive; let go of when the frame is served (a bulk: its last
   // entry) or dropped.
@@ -163,6 +174,9 @@ class RequestReceiver {
   // One whole request frame, on the link's reading thread, in arrival order. `nothing_behind`:
   // no byte of a next frame has arrived (serving it on this thread overtakes nothing).
   virtual void OnRequest(RequestFrame frame, bool nothing_behind) = 0;
+  // Drops the requests not started yet, letting go of what they hold: the link ended and its
+  // threads were joined, or the server is stopping (the TCP listener's reaping and Stop).
+  virtual void Clear() {}
 };
 
 }  // namespace trellis::link

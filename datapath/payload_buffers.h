@@ -1,4 +1,4 @@
-// The payload buffers a server-side TCP link keeps between frames (tcp_server_link.cc).
+// The payload buffers a server-side TCP link keeps between frames (tcp/server_link.cc).
 //
 // std::vector<float>::resize zero-fills every element it adds, and fresh memory also costs page
 // faults, so a buffer that changes size between frames costs a memset of the difference each

@@ -3,8 +3,8 @@
 #include "common/tls/auth.h"
 #include "common/base/grpc_status.h"
 #include "common/base/logging.h"
-#include "datapath/grpc_frame.h"
-#include "datapath/grpc_server_link.h"
+#include "datapath/grpc/frame.h"
+#include "datapath/grpc/server_link.h"
 #include "pserver/front_door.h"
 
 namespace trellis {

@@ -1,7 +1,7 @@
 // The parameter server's gRPC face: InstallShardMap (unary) and Stream, a raw byte-buffer
 // bidirectional stream per worker (frames in datapath/frame.h).
 //
-// Each admitted stream is a server link (datapath/grpc_server_link.h: reads, writes, bounds) with
+// Each admitted stream is a server link (datapath/grpc/server_link.h: reads, writes, bounds) with
 // a front door above it (pserver/front_door.h, as for the TCP listener), which serves its requests
 // through the server's serving queue highest priority first and sums straight out of the received
 // slices.

@@ -64,7 +64,7 @@ class FrontDoor : public link::RequestReceiver, public std::enable_shared_from_t
   // Answers request `id` with an error (highest priority).
   void SendError(wire::Op op, uint64_t id, const Status& status);
   // Drops the requests not started yet (shutdown: what they hold is let go of).
-  void Clear() { strand_->Clear(); }
+  void Clear() override { strand_->Clear(); }
 
  private:
   void Serve(const wire::RequestHeader& h, const wire::Chunks& chunks,

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/base/logging.h"
-#include "datapath/grpc_frame.h"
+#include "datapath/grpc/frame.h"
 
 namespace trellis {
 

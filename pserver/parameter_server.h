@@ -28,7 +28,7 @@ struct PserverOptions {
   int64_t slice_bytes = 4 << 20;  // sizes the receive limit (a slice + header)
   int tcp_port = 0;  // the raw-TCP bulk listener: 0 picks a free port, -1: none
   TlsPtr tls;        // mutual TLS on both listeners (common/tls/tls.h); nullptr: plaintext
-  TcpAdmissionLimits tcp_limits;  // the TCP listener before a hello (pserver/tcp_admission.h)
+  TcpAdmissionLimits tcp_limits;  // before a hello (datapath/tcp/admission.h)
   bool local_socket = false;  // also a local socket beside the TCP port (TcpDataServerOptions)
 };
 

@@ -15,7 +15,7 @@
 #include "common/process/exit_codes.h"
 #include "common/base/logging.h"
 #include "common/metrics/metrics_http.h"
-#include "datapath/tcp_wire.h"
+#include "datapath/address.h"
 #include "scheduler/scheduler_client.h"
 #include "scheduler/scheduler_watch.h"
 
@@ -162,12 +162,12 @@ int PserverMain(int argc, char** argv) {
       TLOG_ERROR << "/metrics not served: " << m.status().ToString();
     }
   }
-  // The TCP port rides in the data address ("host:port;tcp=P"): no protocol change, and a
-  // worker that only speaks gRPC ignores it.
-  // So does the local socket's name (";local=NAME"), for workers in this network namespace.
-  std::string address = tcpwire::JoinDataAddress(
-      config->advertise_host + ":" + std::to_string((*server)->port()), (*server)->tcp_port(),
-      (*server)->local_name());
+  // Where workers reach this server: its service, TCP port and local socket in one data address
+  // (datapath/address.h).
+  std::string address =
+      DataAddress{config->advertise_host + ":" + std::to_string((*server)->port()),
+                  (*server)->tcp_port(), (*server)->local_name()}
+          .ToString();
   TLOG_INFO << "serving on " << address << " (" << config->server.store.num_workers
             << " workers, " << ToString(config->server.store.mode) << " mode)";
   if (config->server.tls) {

@@ -63,8 +63,8 @@ inline StatusOr<TestPserver> StartTestPserver(const PserverOptions& o,
 
 // `o` pointed at `ps` (its gRPC address and TCP port).
 inline ConnectionOptions ConnectionTo(const ParameterServer& ps, ConnectionOptions o) {
-  o.address = "127.0.0.1:" + std::to_string(ps.port());
-  o.tcp_port = ps.tcp_port();
+  o.address.service = "127.0.0.1:" + std::to_string(ps.port());
+  o.address.tcp_port = ps.tcp_port();
   return o;
 }
 

@@ -1,16 +1,13 @@
 // ServerConnection over a link (datapath/link.h): the part of a worker's server connection that
 // does not depend on the transport. It numbers requests and routes answers (PendingAnswers),
 // lets a pull's payload land straight in the caller's `out` under the operation's data lock,
-// and fails what is pending when the link ends. How bytes move is the link's:
-// datapath/tcp_link.* (raw TCP, the default) or datapath/grpc_link.* (a gRPC stream).
-#include <mutex>
-
+// and fails what is pending when the link ends. How bytes move is the link's (datapath/connect.h).
 #include <grpcpp/grpcpp.h>
 
 #include "common/base/logging.h"
+#include "common/base/mutex.h"
 #include "common/tls/tls.h"
-#include "datapath/grpc_link.h"
-#include "datapath/tcp_link.h"
+#include "datapath/connect.h"
 #include "trellis/v1/data.grpc.pb.h"
 #include "worker-lib/src/pending_answers.h"
 #include "worker-lib/src/shard_map_install.h"
@@ -21,7 +18,7 @@ namespace {
 
 // Holds the operation's data lock (shared) while bytes land in `out`; refuses once the
 // operation completed.
-class OutGuard final : public tcpwire::WriteGuard {
+class OutGuard final : public link::WriteGuard {
  public:
   OutGuard(std::shared_mutex* mu, const std::atomic<bool>* closed) : mu_(mu), closed_(closed) {}
   bool Begin() override {
@@ -43,16 +40,13 @@ class OutGuard final : public tcpwire::WriteGuard {
 };
 
 link::LinkOptions LinkOptionsOf(const ConnectionOptions& o) {
-  link::LinkOptions l;
-  l.address = o.address;
-  l.tcp_port = o.tcp_port;
-  if (o.use_local_socket) l.local_name = o.local_name;
-  l.token = o.token;
-  l.worker_rank = o.worker_rank;
-  l.max_answer_payload = static_cast<uint64_t>(wire::MaxMessageBytes(o.slice_bytes));
-  l.timeout_ms = o.timeout_ms;
-  l.tls = o.tls;
-  return l;
+  return {.address = o.address,
+          .use_local_socket = o.use_local_socket,
+          .token = o.token,
+          .worker_rank = o.worker_rank,
+          .max_answer_payload = static_cast<uint64_t>(wire::MaxMessageBytes(o.slice_bytes)),
+          .timeout_ms = o.timeout_ms,
+          .tls = o.tls};
 }
 
 class LinkConnection final : public ServerConnection, private link::LinkReceiver {
@@ -65,7 +59,7 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
     link_->Start(this);
   }
 
-  const std::string& address() const override { return options_.address; }
+  const std::string& address() const override { return options_.address.service; }
 
   Status InstallShardMap(const v1::ShardMap& map, int32_t server_rank,
                          int64_t timeout_ms) override {
@@ -73,7 +67,7 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
       if (!control_channel_) {
         grpc::ChannelArguments args;
         auto creds = ChannelCredentials(options_.tls, &args);
-        control_channel_ = grpc::CreateCustomChannel(options_.address, creds, args);
+        control_channel_ = grpc::CreateCustomChannel(options_.address.service, creds, args);
       }
       control_ = v1::DataService::NewStub(control_channel_);
     }
@@ -81,7 +75,7 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
   }
 
   using ServerConnection::Send;
-  void Send(const SliceRequest& r, SliceReply reply, SliceSent sent) override {
+  void Send(const SliceRequest& r, SliceReply reply, SliceSent sent) override EXCLUDES(mu_) {
     link::OutFrame f;
     wire::RequestHeader h = HeaderOf(r);
     f.first.payload = PayloadData(r);
@@ -90,7 +84,7 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
     f.sent = std::move(sent);
     Status dead;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (closed_) {
         dead = closed_status_;
       } else {
@@ -106,7 +100,7 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
   }
 
   void SendBulk(const std::vector<SliceRequest>& requests, std::vector<SliceReply> replies,
-                SliceSent sent) override {
+                SliceSent sent) override EXCLUDES(mu_) {
     link::OutFrame f;
     f.sent = std::move(sent);
     f.entries.resize(requests.size());
@@ -122,7 +116,7 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
     Status dead;
     uint64_t first_entry = 0;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (closed_) {
         dead = closed_status_;
       } else {
@@ -144,17 +138,17 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
 
  private:
   void OnAnswer(const wire::ResponseHeader& h, std::string_view message,
-                link::AnswerPayload& payload) override {
+                link::AnswerPayload& payload) override EXCLUDES(mu_) {
     PendingAnswers::Routed routed;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       routed = pending_.Take(h.request_id, h.code);
     }
     const Status answered(static_cast<StatusCode>(h.code), std::string(message));
     // The entries of a bulk the server refused as a whole.
     for (auto& e : routed.refused) e.reply(answered, Payload{});
     if (!routed.found) {
-      TLOG_WARN << "server " << options_.address << " answered unknown request "
+      TLOG_WARN << "server " << options_.address.service << " answered unknown request "
                 << h.request_id << ": " << message;
       return;
     }
@@ -183,10 +177,10 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
     }
   }
 
-  void OnClosed(const Status& status) override {
+  void OnClosed(const Status& status) override EXCLUDES(mu_) {
     std::vector<PendingAnswers::Entry> pending;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       closed_ = true;
       closed_status_ = status;
       pending = pending_.TakeAll();
@@ -195,7 +189,7 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
   }
 
   Status MidAnswer(const Status& st) const {
-    return UnavailableError("data connection to " + options_.address +
+    return UnavailableError("data connection to " + options_.address.service +
                             " ended mid-answer: " + st.message());
   }
 
@@ -203,10 +197,10 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
   std::shared_ptr<grpc::Channel> control_channel_;
   std::unique_ptr<v1::DataService::Stub> control_;  // InstallShardMap (FinishDeclarations)
 
-  std::mutex mu_;
-  PendingAnswers pending_;  // GUARDED_BY(mu_)
-  bool closed_ = false;     // GUARDED_BY(mu_): OnClosed ran
-  Status closed_status_;    // GUARDED_BY(mu_)
+  Mutex mu_;
+  PendingAnswers pending_ GUARDED_BY(mu_);
+  bool closed_ GUARDED_BY(mu_) = false;  // OnClosed ran
+  Status closed_status_ GUARDED_BY(mu_);
 
   // Last: destroyed first, so its threads have stopped before the state above goes. Destroying
   // the link ends it: OnClosed fails what is pending with CANCELLED.
@@ -215,15 +209,11 @@ class LinkConnection final : public ServerConnection, private link::LinkReceiver
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ServerConnection>> ConnectTcp(const ConnectionOptions& o) {
-  TRELLIS_ASSIGN_OR_RETURN(auto l, link::ConnectTcpLink(LinkOptionsOf(o)));
-  return std::unique_ptr<ServerConnection>(new LinkConnection(o, std::move(l), nullptr));
-}
-
-StatusOr<std::unique_ptr<ServerConnection>> ConnectGrpc(const ConnectionOptions& o) {
-  std::shared_ptr<grpc::Channel> channel;
-  TRELLIS_ASSIGN_OR_RETURN(auto l, link::ConnectGrpcLink(LinkOptionsOf(o), &channel));
-  return std::unique_ptr<ServerConnection>(new LinkConnection(o, std::move(l), std::move(channel)));
+StatusOr<std::unique_ptr<ServerConnection>> Connect(link::Transport transport,
+                                                    const ConnectionOptions& o) {
+  TRELLIS_ASSIGN_OR_RETURN(link::ConnectedLink l, link::Connect(transport, LinkOptionsOf(o)));
+  return std::unique_ptr<ServerConnection>(
+      new LinkConnection(o, std::move(l.link), std::move(l.control)));
 }
 
 wire::RequestHeader HeaderOf(const SliceRequest& r) {
@@ -238,9 +228,8 @@ wire::RequestHeader HeaderOf(const SliceRequest& r) {
 }
 
 StatusOr<ConnectFn> TransportByName(const std::string& name) {
-  if (name == "grpc") return ConnectFn{ConnectGrpc};
-  if (name == "tcp") return ConnectFn{ConnectTcp};
-  return InvalidArgumentError("unknown transport '" + name + "': want grpc or tcp");
+  TRELLIS_ASSIGN_OR_RETURN(link::Transport transport, link::ParseTransport(name));
+  return ConnectFn([transport](const ConnectionOptions& o) { return Connect(transport, o); });
 }
 
 }  // namespace trellis

@@ -1,6 +1,6 @@
 // The requests a server connection sent and the server has not answered yet, by request id:
 // the bookkeeping of the worker's connection over either link (link_connection.cc; the links,
-// datapath/tcp_link.* and grpc_link.*, only move bytes). It numbers requests, remembers where
+// datapath/tcp/ and datapath/grpc/, only move bytes). It numbers requests, remembers where
 // each answer's payload goes, routes an answer to its request, fails a bulk's entries when the
 // server refuses the bulk as a whole, and hands everything over when the connection breaks.
 //

@@ -5,17 +5,16 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include "common/base/logging.h"
-#include "datapath/tcp_wire.h"
+#include "common/base/mutex.h"
+#include "datapath/address.h"
 
 namespace trellis {
 namespace {
@@ -56,18 +55,21 @@ struct SentOnce {
 
 // Counts down the answers to a batch of requests (the replays); outlives a wait that gave up.
 struct Latch {
-  std::mutex mu;
-  std::condition_variable cv;
-  int64_t left = 0;      // GUARDED_BY(mu)
-  Status first_error;    // GUARDED_BY(mu)
-  void Done(const Status& st) {
-    std::lock_guard lock(mu);
+  explicit Latch(int64_t n) : left(n) {}
+  Mutex mu;
+  CondVar cv;
+  int64_t left GUARDED_BY(mu);
+  Status first_error GUARDED_BY(mu);
+  void Done(const Status& st) EXCLUDES(mu) {
+    MutexLock lock(&mu);
     if (!st.ok() && first_error.ok()) first_error = st;
-    if (--left == 0) cv.notify_all();
+    if (--left == 0) cv.SignalAll();
   }
-  Status Wait(Clock::time_point deadline, const std::string& what) {
-    std::unique_lock lock(mu);
-    if (!cv.wait_until(lock, deadline, [this] { return left == 0; })) {
+  Status Wait(Clock::time_point deadline, const std::string& what) EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    while (left != 0 && cv.WaitUntil(&mu, deadline)) {
+    }
+    if (left != 0) {
       return DeadlineExceededError(what + ": " + std::to_string(left) + " not answered in time");
     }
     return first_error;
@@ -85,34 +87,34 @@ class RecoveringConnection final : public ServerConnection {
     std::shared_ptr<ServerConnection> inner;
     std::vector<std::shared_ptr<ServerConnection>> retired;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       closing_ = true;
       held.swap(held_);
-      cv_.notify_all();
+      cv_.SignalAll();
     }
     if (thread_.joinable()) thread_.join();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       held.insert(held.end(), std::make_move_iterator(held_.begin()),
                   std::make_move_iterator(held_.end()));
       held_.clear();
       inner = std::move(inner_);
       retired.swap(retired_);
     }
-    const Status st = CancelledError("data connection to " + options_.address + " closed");
+    const Status st = CancelledError("data connection to " + options_.address.service + " closed");
     for (auto& h : held) h.reply(st, Payload{});
     // Their destructors fail what is pending with CANCELLED, passed through (closing_).
     inner.reset();
     retired.clear();
   }
 
-  const std::string& address() const override { return options_.address; }
+  const std::string& address() const override { return options_.address.service; }
 
   Status InstallShardMap(const v1::ShardMap& map, int32_t server_rank,
-                         int64_t timeout_ms) override {
+                         int64_t timeout_ms) override EXCLUDES(mu_) {
     std::shared_ptr<ServerConnection> conn;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       map_ = std::make_shared<const v1::ShardMap>(map);
       map_rank_ = server_rank;
       conn = inner_;
@@ -121,13 +123,13 @@ class RecoveringConnection final : public ServerConnection {
   }
 
   using ServerConnection::Send;
-  void Send(const SliceRequest& r, SliceReply reply, SliceSent sent) override {
+  void Send(const SliceRequest& r, SliceReply reply, SliceSent sent) override EXCLUDES(mu_) {
     Retain(r);
     Forward(Held{r, std::move(reply), std::make_shared<SentOnce>(std::move(sent))});
   }
 
   void SendBulk(const std::vector<SliceRequest>& requests, std::vector<SliceReply> replies,
-                SliceSent sent) override {
+                SliceSent sent) override EXCLUDES(mu_) {
     auto once = std::make_shared<SentOnce>(std::move(sent));
     std::vector<std::shared_ptr<Held>> held;
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -137,7 +139,7 @@ class RecoveringConnection final : public ServerConnection {
     std::shared_ptr<ServerConnection> conn;
     uint64_t gen = 0;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (state_ != State::kUp) {
         for (auto& h : held) held_.push_back(std::move(*h));
         return;
@@ -165,11 +167,11 @@ class RecoveringConnection final : public ServerConnection {
   };
 
   // Keeps the push as the slice's newest; the oldest of three goes (its buffer is reused).
-  void Retain(const SliceRequest& r) {
+  void Retain(const SliceRequest& r) EXCLUDES(mu_) {
     if (!IsPush(r.op)) return;
     std::shared_ptr<std::vector<uint8_t>> reuse;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       auto& kept = retained_[{r.key, r.slice}];
       std::erase_if(kept, [&](const Retained& k) { return k.step == r.step; });
       if (kept.size() >= 2) {
@@ -178,7 +180,7 @@ class RecoveringConnection final : public ServerConnection {
       }
     }
     auto bytes = RetainedBytes(r, std::move(reuse));  // the copy, outside the lock
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto& kept = retained_[{r.key, r.slice}];
     kept.push_back({r.step, std::move(bytes)});
     std::sort(kept.begin(), kept.end(),
@@ -187,12 +189,12 @@ class RecoveringConnection final : public ServerConnection {
   }
 
   // Sends on the current connection, or holds while there is none.
-  void Forward(Held h) {
+  void Forward(Held h) EXCLUDES(mu_) {
     std::shared_ptr<ServerConnection> conn;
     uint64_t gen = 0;
     Status failed;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (state_ == State::kFailed) {
         failed = failed_;
       } else if (state_ == State::kReconnecting) {
@@ -219,7 +221,7 @@ class RecoveringConnection final : public ServerConnection {
       if (st.code() == StatusCode::kUnavailable) {
         bool resend = false;
         {
-          std::lock_guard lock(mu_);
+          MutexLock lock(&mu_);
           if (!closing_ && state_ != State::kFailed) {
             if (gen == generation_ || state_ == State::kReconnecting) {
               held_.push_back(std::move(*h));
@@ -238,10 +240,10 @@ class RecoveringConnection final : public ServerConnection {
     };
   }
 
-  void StartReconnectLocked(const Status& cause) {
+  void StartReconnectLocked(const Status& cause) REQUIRES(mu_) {
     state_ = State::kReconnecting;
     cause_ = cause;
-    TLOG_WARN << "server " << recovery_.server_rank << " (" << options_.address
+    TLOG_WARN << "server " << recovery_.server_rank << " (" << options_.address.service
               << "): " << cause.ToString() << "; reconnecting and replaying";
     if (!thread_.joinable()) {
       thread_ = std::thread([this] {
@@ -249,15 +251,15 @@ class RecoveringConnection final : public ServerConnection {
         ReconnectLoop();
       });
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   // Re-sends a held request on the new connection; a push the replays covered is done.
-  void Resume(Held h) {
+  void Resume(Held h) EXCLUDES(mu_) {
     const PushId id{h.request.key, h.request.slice, h.request.step};
     bool covered = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       covered = IsPush(h.request.op) && replayed_.count(id) != 0;
     }
     if (!covered) {
@@ -277,21 +279,21 @@ class RecoveringConnection final : public ServerConnection {
     Forward(std::move(h));
   }
 
-  void ReconnectLoop() {
-    std::unique_lock lock(mu_);
+  void ReconnectLoop() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     while (true) {
-      cv_.wait(lock, [this] { return closing_ || state_ == State::kReconnecting; });
+      while (!closing_ && state_ != State::kReconnecting) cv_.Wait(&mu_);
       if (closing_) return;
       const Status cause = cause_;
-      lock.unlock();
+      lock.Unlock();
       if (recovery_.reconnects) recovery_.reconnects->Increment();
       std::set<PushId> replayed;
       Status fatal;
       auto conn = Recover(&replayed, &fatal);
       std::vector<Held> held;
-      lock.lock();
+      lock.Lock();
       if (closing_) {  // the destructor fails what is held
-        lock.unlock();  // `conn` goes without the lock (its callbacks may take it)
+        lock.Unlock();  // `conn` goes without the lock (its callbacks may take it)
         return;
       }
       if (conn) {
@@ -307,14 +309,14 @@ class RecoveringConnection final : public ServerConnection {
         failed_ = Status(fatal.code() == StatusCode::kUnavailable ? StatusCode::kUnavailable
                                                                  : fatal.code(),
                          "server " + std::to_string(recovery_.server_rank) + " (" +
-                             options_.address + ") lost (" + cause.message() +
+                             options_.address.service + ") lost (" + cause.message() +
                              ") and not recovered: " + fatal.message());
         TLOG_ERROR << failed_.ToString();
       }
       held.swap(held_);
       const Status failed = failed_;
       const bool up = state_ == State::kUp;
-      lock.unlock();
+      lock.Unlock();
       for (auto& h : held) {
         if (up) {
           Resume(std::move(h));
@@ -322,13 +324,14 @@ class RecoveringConnection final : public ServerConnection {
           h.reply(failed, Payload{});
         }
       }
-      lock.lock();
+      lock.Lock();
     }
   }
 
   // Attempts until one connection took the map and the replays, or the time is up (*fatal
   // then says why; also set at once for an error that retrying cannot mend).
-  std::shared_ptr<ServerConnection> Recover(std::set<PushId>* replayed, Status* fatal) {
+  std::shared_ptr<ServerConnection> Recover(std::set<PushId>* replayed, Status* fatal)
+      EXCLUDES(mu_) {
     const auto timeout = std::chrono::milliseconds(options_.timeout_ms);
     auto deadline = Clock::now() + timeout;
     auto backoff = std::chrono::milliseconds(50);
@@ -340,7 +343,7 @@ class RecoveringConnection final : public ServerConnection {
       }
       if (Clock::now() >= deadline) break;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         if (closing_) break;
       }
       ++attempts;
@@ -358,8 +361,10 @@ class RecoveringConnection final : public ServerConnection {
         *fatal = last;  // the server answered and refused (e.g. update mode without checkpoints)
         return nullptr;
       }
-      std::unique_lock lock(mu_);
-      cv_.wait_until(lock, std::min(deadline, Clock::now() + backoff), [this] { return closing_; });
+      MutexLock lock(&mu_);
+      const auto until = std::min(deadline, Clock::now() + backoff);
+      while (!closing_ && cv_.WaitUntil(&mu_, until)) {
+      }
       backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     }
     *fatal = UnavailableError(std::to_string(attempts) + " attempts in " +
@@ -368,7 +373,7 @@ class RecoveringConnection final : public ServerConnection {
   }
 
   std::shared_ptr<ServerConnection> Attempt(Clock::time_point end, std::set<PushId>* replayed,
-                                            Status* last) {
+                                            Status* last) EXCLUDES(mu_) {
     auto left_ms = [&] {
       return std::max<int64_t>(
           1, std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count());
@@ -381,12 +386,12 @@ class RecoveringConnection final : public ServerConnection {
         *last = address.status().Annotate("resolving the server's address");
         return nullptr;
       }
-      Status st =
-          tcpwire::SplitDataAddress(*address, &o.address, nullptr, &o.tcp_port, &o.local_name);
-      if (!st.ok()) {
-        *last = st;
+      auto parsed = DataAddress::Parse(*address);
+      if (!parsed.ok()) {
+        *last = parsed.status();
         return nullptr;
       }
+      o.address = std::move(*parsed);
     }
     auto made = recovery_.connect(o);
     if (!made.ok()) {
@@ -398,7 +403,7 @@ class RecoveringConnection final : public ServerConnection {
     int32_t rank = 0;
     std::vector<std::pair<SliceId, Retained>> pushes;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       map = map_;
       rank = map_rank_;
       for (const auto& [id, kept] : retained_) {
@@ -408,14 +413,13 @@ class RecoveringConnection final : public ServerConnection {
     if (map) {
       Status st = conn->InstallShardMap(*map, rank, left_ms());
       if (!st.ok()) {
-        *last = st.Annotate("installing the shard map on " + o.address);
+        *last = st.Annotate("installing the shard map on " + o.address.service);
         Retire(std::move(conn));
         return nullptr;
       }
     }
     // The replays, all answered before the end is sent (the server may serve them in any order).
-    auto latch = std::make_shared<Latch>();
-    latch->left = static_cast<int64_t>(pushes.size()) + 1;
+    auto latch = std::make_shared<Latch>(static_cast<int64_t>(pushes.size()) + 1);
     std::set<PushId> ids;
     for (const auto& [slice, k] : pushes) {
       SliceRequest q;
@@ -429,15 +433,14 @@ class RecoveringConnection final : public ServerConnection {
       ids.insert({slice.first, slice.second, k.step});
     }
     latch->Done(Status::Ok());
-    Status st = latch->Wait(end, "replays to " + o.address);
+    Status st = latch->Wait(end, "replays to " + o.address.service);
     if (st.ok()) {
-      auto end_latch = std::make_shared<Latch>();
-      end_latch->left = 1;
+      auto end_latch = std::make_shared<Latch>(1);
       SliceRequest q;
       q.op = wire::Op::kReplay;
       q.step = static_cast<int64_t>(pushes.size());
       conn->Send(q, [end_latch](const Status& s, const Payload&) { end_latch->Done(s); });
-      st = end_latch->Wait(end, "end of replays to " + o.address);
+      st = end_latch->Wait(end, "end of replays to " + o.address.service);
     }
     if (!st.ok()) {
       *last = st;
@@ -450,30 +453,29 @@ class RecoveringConnection final : public ServerConnection {
   }
 
   // A connection given up on: kept until the destructor (it may still be calling back).
-  void Retire(std::shared_ptr<ServerConnection> conn) {
-    std::lock_guard lock(mu_);
+  void Retire(std::shared_ptr<ServerConnection> conn) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     retired_.push_back(std::move(conn));
   }
 
   const ConnectionOptions options_;
   const RecoveryOptions recovery_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;  // the reconnect thread: work, or closing
-  std::shared_ptr<ServerConnection> inner_;  // GUARDED_BY(mu_)
-  // GUARDED_BY(mu_): connections replaced or given up on; destroyed last, never from one of
-  // their own callbacks.
-  std::vector<std::shared_ptr<ServerConnection>> retired_;
-  uint64_t generation_ = 0;             // GUARDED_BY(mu_): bumped per new connection
-  State state_ = State::kUp;            // GUARDED_BY(mu_)
-  Status cause_;                        // GUARDED_BY(mu_): why the connection ended
-  Status failed_;                       // GUARDED_BY(mu_): set in kFailed
-  std::vector<Held> held_;              // GUARDED_BY(mu_): waiting for the reconnect
-  std::shared_ptr<const v1::ShardMap> map_;  // GUARDED_BY(mu_): the last one installed
-  int32_t map_rank_ = 0;                // GUARDED_BY(mu_)
-  std::map<SliceId, std::vector<Retained>> retained_;  // GUARDED_BY(mu_): last two per slice
-  std::set<PushId> replayed_;           // GUARDED_BY(mu_): what the last reconnect replayed
-  bool closing_ = false;                // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;  // the reconnect thread: work, or closing
+  std::shared_ptr<ServerConnection> inner_ GUARDED_BY(mu_);
+  // Connections replaced or given up on; destroyed last, never from one of their own callbacks.
+  std::vector<std::shared_ptr<ServerConnection>> retired_ GUARDED_BY(mu_);
+  uint64_t generation_ GUARDED_BY(mu_) = 0;  // bumped per new connection
+  State state_ GUARDED_BY(mu_) = State::kUp;
+  Status cause_ GUARDED_BY(mu_);   // why the connection ended
+  Status failed_ GUARDED_BY(mu_);  // set in kFailed
+  std::vector<Held> held_ GUARDED_BY(mu_);  // waiting for the reconnect
+  std::shared_ptr<const v1::ShardMap> map_ GUARDED_BY(mu_);  // the last one installed
+  int32_t map_rank_ GUARDED_BY(mu_) = 0;
+  std::map<SliceId, std::vector<Retained>> retained_ GUARDED_BY(mu_);  // last two per slice
+  std::set<PushId> replayed_ GUARDED_BY(mu_);  // what the last reconnect replayed
+  bool closing_ GUARDED_BY(mu_) = false;
   std::thread thread_;                  // "trellis-reconn", started at the first loss
 };
 

@@ -29,7 +29,7 @@ struct RecoveryOptions {
   int32_t server_rank = 0;
   // Opens a connection to a data address's parts (the transport's connect function).
   std::function<StatusOr<std::unique_ptr<ServerConnection>>(const ConnectionOptions&)> connect;
-  // The server's current data address ("host:port;tcp=P"), waiting at most `wait_ms` for the
+  // The server's current data address (datapath/address.h), waiting at most `wait_ms` for the
   // cluster to be complete again; null: the address does not change.
   std::function<StatusOr<std::string>(int32_t server, int64_t wait_ms)> resolve;
   // Bounds one attempt (resolve, connect, shard map, replays), within the overall timeout.

@@ -1,6 +1,6 @@
 #include "worker-lib/src/server_set.h"
 
-#include "datapath/tcp_wire.h"
+#include "datapath/address.h"
 #include "worker-lib/src/recovering_connection.h"
 
 namespace trellis {
@@ -26,9 +26,7 @@ Status ServerSet::InstallShardMap(const v1::ShardMap& map) {
 StatusOr<std::unique_ptr<ServerConnection>> ServerSet::Connect(int32_t s,
                                                                int64_t slice_bytes) const {
   ConnectionOptions o;
-  // "host:port;tcp=P;local=NAME": the gRPC address, the raw-TCP port, the local socket.
-  TRELLIS_RETURN_IF_ERROR(tcpwire::SplitDataAddress(setup_.server_addresses[s], &o.address,
-                                                    nullptr, &o.tcp_port, &o.local_name));
+  TRELLIS_ASSIGN_OR_RETURN(o.address, DataAddress::Parse(setup_.server_addresses[s]));
   o.use_local_socket = setup_.local_socket;
   o.timeout_ms = setup_.timeout_ms;
   o.token = setup_.token;

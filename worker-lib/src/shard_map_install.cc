@@ -24,7 +24,7 @@ Status InstallShardMapOnServer(v1::DataService::Stub* stub, const ConnectionOpti
   Status st = FromGrpc(stub->InstallShardMap(&ctx, req, &resp));
   if (!st.ok()) {
     return st.Annotate("installing the shard map on server " + std::to_string(server_rank) +
-                       " (" + options.address + ")");
+                       " (" + options.address.service + ")");
   }
   return Status::Ok();
 }

@@ -1,8 +1,8 @@
-// The worker's side of the data path, behind one small interface so that a bulk transport can
-// be chosen without touching the scheduling code: one implementation (link_connection.cc) over a
-// link that moves the frames, raw TCP framed and authenticated with the job token
-// (datapath/tcp_link.*) or a gRPC stream (datapath/grpc_link.*), chosen by the job's
-// spec.transport.
+// The worker's side of the data path: a ServerConnection per parameter server, over a link that
+// moves the frames (datapath/link.h), opened through datapath/connect.h over the job's
+// spec.transport (raw TCP framed and authenticated with the job token, or a gRPC stream). The
+// worker knows no transport and no address format: the server's DataAddress is parsed once
+// (datapath/address.h) and handed down.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,8 @@
 
 #include "common/base/status.h"
 #include "common/tls/tls.h"
+#include "datapath/address.h"
+#include "datapath/connect.h"
 #include "datapath/frame.h"
 #include "trellis/v1/scheduler.pb.h"
 
@@ -96,10 +98,8 @@ class ServerConnection {
 };
 
 struct ConnectionOptions {
-  std::string address;  // host:port (gRPC)
-  int tcp_port = 0;     // the server's raw-TCP bulk port (from "host:port;tcp=P"); 0: none
-  std::string local_name;  // the server's local socket (";local=NAME"); empty: none
-  bool use_local_socket = true;  // TRELLIS_LOCAL_SOCKET: try local_name before the TCP port
+  DataAddress address;  // the server's (its service, "host:port", names it in messages)
+  bool use_local_socket = true;  // TRELLIS_LOCAL_SOCKET: try its local socket before TCP
   std::string token;
   int32_t worker_rank = 0;
   int64_t slice_bytes = 4 << 20;
@@ -107,13 +107,13 @@ struct ConnectionOptions {
   TlsPtr tls;  // mutual TLS on the link (both transports) and its control calls; nullptr: off
 };
 
-// A gRPC connection: one channel and one long-lived raw bidirectional stream.
-StatusOr<std::unique_ptr<ServerConnection>> ConnectGrpc(const ConnectionOptions& options);
-// A raw TCP connection (datapath/tcp_link.h): one socket, the job token in its hello.
-// REQUIRES: options.tcp_port > 0 (else INVALID_ARGUMENT: the server advertised no TCP port).
-StatusOr<std::unique_ptr<ServerConnection>> ConnectTcp(const ConnectionOptions& options);
-// "grpc" or "tcp" -> the connect function; anything else is INVALID_ARGUMENT naming the choices.
-using ConnectFn = StatusOr<std::unique_ptr<ServerConnection>> (*)(const ConnectionOptions&);
+// A connection over a link of `transport` (datapath/connect.h). TCP: fails without a TCP port in
+// the address (INVALID_ARGUMENT: the server advertised none) and when the hello is refused.
+StatusOr<std::unique_ptr<ServerConnection>> Connect(link::Transport transport,
+                                                    const ConnectionOptions& options);
+// "grpc" or "tcp" -> Connect over it; anything else is INVALID_ARGUMENT naming the choices.
+using ConnectFn =
+    std::function<StatusOr<std::unique_ptr<ServerConnection>>(const ConnectionOptions&)>;
 StatusOr<ConnectFn> TransportByName(const std::string& name);
 
 }  // namespace trellis

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/base/status.h"
-#include "datapath/tcp_wire.h"
+#include "datapath/tcp/wire.h"
 
 namespace trellis::testing {
 

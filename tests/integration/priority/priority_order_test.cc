@@ -11,8 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "datapath/address.h"
 #include "pserver/parameter_server.h"
-#include "datapath/tcp_wire.h"
 #include "scheduler/shard_map.h"
 #include "tests/integration/priority/held_link.h"
 #include "worker-lib/src/worker_impl.h"
@@ -48,7 +48,7 @@ Outcome IssueBehindAHeldLink(bool priority) {
 
   WorkerSetup setup;
   setup.server_addresses = {
-      tcpwire::JoinDataAddress("127.0.0.1:" + std::to_string((*ps)->port()), (*link)->port())};
+      DataAddress{"127.0.0.1:" + std::to_string((*ps)->port()), (*link)->port(), ""}.ToString()};
   setup.token = "tok";
   setup.transport = "tcp";
   setup.water_mark = 2;

@@ -1,5 +1,6 @@
-// For the link tests (tcp_link_test, grpc_link_test, grpc_server_link_test): a LinkReceiver that
-// records what a worker's link delivers and when it ended, and request frames as parts.
+// For the link tests (tcp/worker_link_test, grpc/worker_link_test, grpc/server_link_test): a
+// LinkReceiver that records what a worker's link delivers and when it ended, and request frames
+// as parts.
 #pragma once
 
 #include <gtest/gtest.h>

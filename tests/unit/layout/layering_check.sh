@@ -2,9 +2,13 @@
 # The layering of the source tree (docs/architecture.md#source-layout): every include points down.
 #   include/trellis/  the public worker API: the standard library and trellis/ only
 #   common/           nothing from the parts above it
-#   datapath/         common/ and itself; only grpc_frame.*, grpc_link.* and grpc_server_link.*
-#                     know gRPC
-#   worker-lib/, pserver/   datapath/ and common/ below them, never each other
+#   datapath/         common/ and itself; each transport whole in its folder: only datapath/grpc/
+#                     knows gRPC, and link.h, address.h and frame.h know no transport
+#   worker-lib/, pserver/   datapath/ and common/ below them, never each other. The worker reaches
+#                     the transports only through datapath/connect.h (no datapath/tcp/ or
+#                     datapath/grpc/ header); the server mounts each transport's server side
+#                     (datapath/tcp/listener.h, datapath/grpc/server_link.h) and the gRPC frame
+#                     constants (datapath/grpc/frame.h), nothing else of them
 # Usage: layering_check.sh REPO_ROOT. Prints every include that points the wrong way; exit 1 if any.
 set -u
 root=${1:?usage: layering_check.sh REPO_ROOT}
@@ -27,8 +31,16 @@ check common '^#include "(datapath|pserver|worker-lib|scheduler|agent|launcher|o
   'common/ includes nothing from the parts above it'
 check datapath '^#include "(pserver|worker-lib|scheduler|agent|launcher|operator|trellis/v1)/' \
   'datapath/ depends on common/ only'
-check datapath '^#include <grpc' 'only datapath/grpc_frame.* and grpc_link.* / grpc_server_link.* know gRPC' \
-  '^datapath/grpc_(frame|link|server_link)\.(h|cc):'
+check datapath '^#include <grpc' 'only datapath/grpc/ knows gRPC' '^datapath/grpc/'
+check datapath '^#include "datapath/(tcp|grpc)/' 'the transport-free interfaces know no transport' \
+  '^datapath/(tcp|grpc)/|^datapath/connect\.cc:'
+check datapath/tcp '^#include "datapath/grpc/' 'one transport does not include another'
+check datapath/grpc '^#include "datapath/tcp/' 'one transport does not include another'
+check worker-lib '^#include "datapath/(tcp|grpc)/' \
+  'the worker reaches a transport only through datapath/connect.h'
+check pserver '^#include "datapath/(tcp|grpc)/' \
+  'the server includes only the transports'"'"' server sides' \
+  '#include "datapath/(tcp/listener|grpc/server_link|grpc/frame)\.h"'
 check worker-lib '^#include "pserver/' 'the worker library does not include the parameter server'
 check pserver '^#include "worker-lib/' 'the parameter server does not include the worker library'
 if [[ $bad -eq 0 ]]; then echo "layering: every include points down"; fi

@@ -11,7 +11,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
-#include "datapath/grpc_frame.h"
+#include "datapath/grpc/frame.h"
 
 namespace trellis::testing {
 

@@ -16,7 +16,7 @@
 
 #include "common/tls/tls.h"
 #include "common/tls/tls_stream.h"
-#include "datapath/tcp_wire.h"
+#include "datapath/tcp/wire.h"
 #include "datapath/frame.h"
 #include "tests/unit/pserver/raw_stream.h"
 

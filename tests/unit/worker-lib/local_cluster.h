@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "pserver/parameter_server.h"
-#include "datapath/tcp_wire.h"
+#include "datapath/address.h"
 #include "scheduler/shard_map.h"
 #include "worker-lib/src/local_group_worker.h"
 #include "worker-lib/src/worker_impl.h"
@@ -85,8 +85,8 @@ class LocalCluster {
       po.store.metrics = std::make_shared<MetricsRegistry>(MetricLabels{"local", "server", s});
       server_metrics.push_back(po.store.metrics);
       TRELLIS_ASSIGN_OR_RETURN(auto ps, ParameterServer::Start(po));
-      addresses.push_back(tcpwire::JoinDataAddress("127.0.0.1:" + std::to_string(ps->port()),
-                                                   ps->tcp_port()));
+      addresses.push_back(
+          DataAddress{"127.0.0.1:" + std::to_string(ps->port()), ps->tcp_port(), ""}.ToString());
       po.port = ps->port();  // a restart takes the same ports
       po.tcp_port = ps->tcp_port();
       server_options_.push_back(po);
@@ -218,8 +218,9 @@ class LocalCluster {
     if (!same_ports) po.port = po.tcp_port = 0;
     TRELLIS_ASSIGN_OR_RETURN(servers[s], ParameterServer::Start(po));
     std::lock_guard lock(addresses_mu_);
-    addresses_[s] = tcpwire::JoinDataAddress(
-        "127.0.0.1:" + std::to_string(servers[s]->port()), servers[s]->tcp_port());
+    addresses_[s] = DataAddress{"127.0.0.1:" + std::to_string(servers[s]->port()),
+                                servers[s]->tcp_port(), ""}
+                        .ToString();
     return Status::Ok();
   }
 

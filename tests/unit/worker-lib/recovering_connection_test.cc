@@ -87,7 +87,7 @@ TEST(RecoveringConnection, ReplayCarriesThePushedValuesWhenTheCallerReusesItsMem
   InstantServer* second_raw = second.get();
   std::atomic<int> connects{0};
   ConnectionOptions options;
-  options.address = "127.0.0.1:1";
+  options.address.service = "127.0.0.1:1";
   options.timeout_ms = 10000;
   RecoveryOptions recovery;
   recovery.connect = [&](const ConnectionOptions&) -> StatusOr<std::unique_ptr<ServerConnection>> {

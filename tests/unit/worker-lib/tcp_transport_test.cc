@@ -1,4 +1,4 @@
-// The raw-TCP bulk transport: ConnectTcp against an in-process parameter server on 127.0.0.1:0,
+// The raw-TCP bulk transport: a connection over it against an in-process parameter server on 127.0.0.1:0,
 // and a raw socket that sends bad hellos, garbage, oversized and truncated frames. Every bad
 // peer gets an error naming the problem and the server keeps serving a good worker afterwards.
 #include <sys/socket.h>
@@ -13,7 +13,7 @@
 
 #include "pserver/parameter_server.h"
 #include "common/config/env.h"
-#include "datapath/tcp_wire.h"
+#include "datapath/tcp/wire.h"
 #include "tests/testing/slice_reply.h"
 #include "tests/testing/test_pserver.h"
 #include "tests/testing/test_frames.h"
@@ -99,7 +99,7 @@ class TcpTransportTest : public ::testing::Test {
     return testing::ConnectionTo(*ps_, std::move(o));
   }
   std::unique_ptr<ServerConnection> Connect(int32_t rank = 0) {
-    auto c = ConnectTcp(Options(kToken, rank));
+    auto c = trellis::Connect(link::Transport::kTcp, Options(kToken, rank));
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     if (!c.ok()) return nullptr;
     EXPECT_TRUE((*c)->InstallShardMap(map_, 0, kTimeoutMs).ok());
@@ -130,12 +130,12 @@ TEST_F(TcpTransportTest, PushPullReadsStraightIntoOut) {
 
 TEST_F(TcpTransportTest, WrongOrMissingTokenIsRefused) {
   Start(1);
-  auto wrong = ConnectTcp(Options("not-the-token"));
+  auto wrong = trellis::Connect(link::Transport::kTcp, Options("not-the-token"));
   ASSERT_FALSE(wrong.ok());
   EXPECT_EQ(wrong.status().code(), StatusCode::kUnauthenticated);
   EXPECT_NE(wrong.status().message().find("wrong job token"), std::string::npos)
       << wrong.status().ToString();
-  auto missing = ConnectTcp(Options(""));
+  auto missing = trellis::Connect(link::Transport::kTcp, Options(""));
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kUnauthenticated);
   EXPECT_NE(missing.status().message().find("missing job token"), std::string::npos);
@@ -147,7 +147,7 @@ TEST_F(TcpTransportTest, WrongOrMissingTokenIsRefused) {
 
 TEST_F(TcpTransportTest, RankOutsideTheJobIsRefused) {
   Start(2);
-  auto c = ConnectTcp(Options(kToken, 2));
+  auto c = trellis::Connect(link::Transport::kTcp, Options(kToken, 2));
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(c.status().message().find("worker rank 2 outside [0, 2)"), std::string::npos)
@@ -157,28 +157,11 @@ TEST_F(TcpTransportTest, RankOutsideTheJobIsRefused) {
 TEST_F(TcpTransportTest, AddressWithoutTcpPortIsAClearError) {
   Start(1);
   ConnectionOptions o = Options();
-  o.tcp_port = 0;
-  auto c = ConnectTcp(o);
+  o.address.tcp_port = 0;
+  auto c = trellis::Connect(link::Transport::kTcp, o);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(c.status().message().find("advertised no TCP data port"), std::string::npos);
-}
-
-TEST(TcpWireTest, DataAddressSplitsAndJoins) {
-  std::string grpc, host;
-  int port = -1;
-  ASSERT_TRUE(tcpwire::SplitDataAddress("10.0.0.5:4100;tcp=4101", &grpc, &host, &port).ok());
-  EXPECT_EQ(grpc, "10.0.0.5:4100");
-  EXPECT_EQ(host, "10.0.0.5");
-  EXPECT_EQ(port, 4101);
-  ASSERT_TRUE(tcpwire::SplitDataAddress("h:1", &grpc, &host, &port).ok());
-  EXPECT_EQ(grpc, "h:1");
-  EXPECT_EQ(port, 0);
-  EXPECT_EQ(tcpwire::JoinDataAddress("h:1", 2), "h:1;tcp=2");
-  EXPECT_EQ(tcpwire::JoinDataAddress("h:1", 0), "h:1");
-  Status bad = tcpwire::SplitDataAddress("h:1;tcp=70000", &grpc, &host, &port);
-  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.message().find("tcp port '70000'"), std::string::npos) << bad.ToString();
 }
 
 TEST(TcpWireTest, TheLocalSocketFollowsTheEnvironment) {
@@ -194,51 +177,6 @@ TEST(TcpWireTest, TheLocalSocketFollowsTheEnvironment) {
   EXPECT_NE(bad.status().message().find("TRELLIS_LOCAL_SOCKET: must be on or off, got 'maybe'"),
             std::string::npos)
       << bad.status().ToString();
-}
-
-TEST(TcpWireTest, DataAddressCarriesTheLocalSocketsName) {
-  std::string grpc, host, local = "stale";
-  int port = -1;
-  const std::string name = *tcpwire::NewLocalName();
-  EXPECT_TRUE(tcpwire::CheckLocalName(name).ok()) << name;
-  EXPECT_NE(name, *tcpwire::NewLocalName());  // fresh each time
-  const std::string joined = tcpwire::JoinDataAddress("h:1", 2, name);
-  EXPECT_EQ(joined, "h:1;tcp=2;local=" + name);
-  ASSERT_TRUE(tcpwire::SplitDataAddress(joined, &grpc, &host, &port, &local).ok());
-  EXPECT_EQ(grpc, "h:1");
-  EXPECT_EQ(port, 2);
-  EXPECT_EQ(local, name);
-  // Callers that do not ask for it still read the rest.
-  ASSERT_TRUE(tcpwire::SplitDataAddress(joined, &grpc, &host, &port).ok());
-  EXPECT_EQ(port, 2);
-  ASSERT_TRUE(tcpwire::SplitDataAddress("h:1;tcp=2", &grpc, &host, &port, &local).ok());
-  EXPECT_EQ(local, "");
-  EXPECT_EQ(tcpwire::JoinDataAddress("h:1", 0, name), "h:1");  // no TCP port, no local socket
-  // Hostile or broken names are refused with the reason, never truncated or used.
-  const std::vector<std::string> hostile = {
-      "h:1;tcp=2;local=", "h:1;tcp=2;local=../x", "h:1;tcp=2;local=a b",
-      "h:1;tcp=2;local=" + std::string(40 << 10, 'a'), "h:1;local=" + name,
-      // Only names of our own form: not another program's socket, not a near miss.
-      "h:1;tcp=2;local=dbus-session", "h:1;tcp=2;local=" + name.substr(0, name.size() - 1),
-      "h:1;tcp=2;local=TRELLIS-" + name.substr(8), "h:1;tcp=2;local=" + name + "\n\x1b[31m"};
-  for (const std::string& addr : hostile) {
-    Status st = tcpwire::SplitDataAddress(addr, &grpc, &host, &port, &local);
-    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << addr.substr(0, 60);
-    EXPECT_LT(st.message().size(), 400u);  // the address cut, not echoed whole
-  }
-  EXPECT_NE(tcpwire::SplitDataAddress("h:1;local=" + name, &grpc, &host, &port).message().find(
-                "a local socket without a tcp port"),
-            std::string::npos);
-  const std::string msg = tcpwire::CheckLocalName(name + "\n\x1b[31m").message();
-  EXPECT_NE(msg.find("is not trellis- and 32 lowercase hex digits"), std::string::npos) << msg;
-  EXPECT_EQ(msg.find_first_of("\n\x1b"), std::string::npos) << "control bytes reached a message";
-  // A name in use cannot be taken twice (no two servers share one).
-  auto first = tcpwire::ListenLocal(name);
-  ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_FALSE(tcpwire::ListenLocal(name).ok());
-  ::close(*first);
-  // Nobody listening: UNAVAILABLE at once.
-  EXPECT_EQ(tcpwire::ConnectLocal(name).status().code(), StatusCode::kUnavailable);
 }
 
 TEST_F(TcpTransportTest, GarbageInsteadOfHelloClosesThatConnectionOnly) {

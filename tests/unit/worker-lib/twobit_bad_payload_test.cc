@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "pserver/parameter_server.h"
-#include "datapath/tcp_wire.h"
+#include "datapath/tcp/wire.h"
 #include "tests/testing/slice_reply.h"
 #include "tests/testing/test_pserver.h"
 #include "datapath/codec/packed_sum.h"

@@ -1,20 +1,19 @@
-// The raw-TCP bulk transport of the data path, shared by the parameter server
-// (pserver/tcp_data_server.*) and the worker's link (datapath/tcp_link.*).
+// The raw-TCP transport's wire and sockets (datapath/tcp/), shared by the worker's link
+// (worker_link.h) and the server's side (admission.h, server_link.h, listener.h).
 //
 // A connection starts with a hello from the worker:
 //   u32 magic "TRH1" | u32 version (1) | i32 worker rank | u32 token bytes | token
-// The server answers with one response frame (wire.h layout, request id 0): code 0, or an error
-// (wrong token, bad rank) after which it closes. Then frames flow exactly as in wire.h — request
+// The server answers with one response frame (frame.h layout, request id 0): code 0, or an error
+// (wrong token, bad rank) after which it closes. Then frames flow exactly as in frame.h — request
 // header (48 bytes) + payload one way, response header (40) + message + payload the other —
 // back to back on the byte stream, multiplexed by request id.
 //
-// The server publishes the port inside its data address: "host:grpcport;tcp=port" (the address
-// in ReportReady / the cluster view); SplitDataAddress takes it apart. A server may also offer a
-// local socket, ";local=NAME": a Unix stream socket in the abstract namespace under a random
-// name, reachable only from its own network namespace (a worker on the same host and network;
-// never from another pod or host). The same protocol runs over it, hello and token included;
-// it saves the TCP stack's work per byte (docs/performance.md, "The local socket"). A worker
-// that cannot reach it connects over TCP.
+// The server publishes its port inside its data address (datapath/address.h). It may also offer
+// a local socket: a Unix stream socket in the abstract namespace under a random name, reachable
+// only from its own network namespace (a worker on the same host and network; never from
+// another pod or host). The same protocol runs over it, hello and token included; it saves the
+// TCP stack's work per byte (docs/performance.md, "The local socket"). A worker that cannot
+// reach it connects over TCP.
 #pragma once
 
 #include <sys/uio.h>
@@ -27,6 +26,7 @@
 #include "common/base/status.h"
 #include "common/tls/tls_stream.h"
 #include "datapath/frame.h"
+#include "datapath/link.h"
 
 namespace trellis::tcpwire {
 
@@ -35,27 +35,8 @@ inline constexpr uint32_t kHelloVersion = 1;
 inline constexpr size_t kHelloFixedBytes = 16;
 inline constexpr uint32_t kMaxTokenBytes = 4096;
 inline constexpr uint32_t kMaxMessageBytes = wire::kMaxErrorBytes;  // error text in a response
-inline constexpr char kAddressTcpTag[] = ";tcp=";
-inline constexpr char kAddressLocalTag[] = ";local=";
-inline constexpr char kLocalNamePrefix[] = "trellis-";
-inline constexpr size_t kLocalNameHexDigits = 32;
 // Socket buffers: big enough for a few MiB in flight per direction (capped by net.core.*mem_max).
 inline constexpr int kSocketBufferBytes = 4 << 20;
-
-// "host:5000;tcp=5001" -> grpc "host:5000", tcp port 5001. Without the tag: tcp_port = 0.
-// "host:5000;tcp=5001;local=NAME" also sets *local_name (when not nullptr; else it is ignored);
-// without it *local_name is empty.
-Status SplitDataAddress(const std::string& address, std::string* grpc_address, std::string* host,
-                        int* tcp_port, std::string* local_name = nullptr);
-// The local name is left out when tcp_port <= 0 or local_name is empty.
-std::string JoinDataAddress(const std::string& grpc_address, int tcp_port,
-                            const std::string& local_name = "");
-// A local socket's name is exactly what NewLocalName makes: "trellis-" and 32 lowercase hex
-// digits. Anything else (another program's socket, a hostile address) is refused.
-Status CheckLocalName(const std::string& name);
-// A fresh name for a server's local socket: "trellis-" and 32 random hex digits (getrandom), so
-// that no other server's name is ever reached by mistake. UNAVAILABLE without randomness.
-StatusOr<std::string> NewLocalName();
 
 std::vector<uint8_t> EncodeHello(const std::string& token, int32_t rank);
 struct Hello {
@@ -83,7 +64,7 @@ void TuneSocket(int fd);
 StatusOr<int> Listen(const std::string& host, int port, int* bound_port);
 // Connects within `timeout_ms`.
 StatusOr<int> Connect(const std::string& host, int port, int64_t timeout_ms);
-// The local socket: listens on the abstract Unix name `name` (CheckLocalName first), and
+// The local socket: listens on the abstract Unix name `name` (CheckLocalName, address.h), and
 // connects to it (no waiting: a local connect completes or fails at once; UNAVAILABLE when
 // nothing listens under that name in this network namespace).
 StatusOr<int> ListenLocal(const std::string& name);
@@ -102,16 +83,6 @@ Status SendNow(int fd, struct iovec* iov, int iovcnt, size_t* sent);
 // whole entries, the first remaining entry is shortened. REQUIRES: n <= the array's bytes.
 void SkipSent(size_t n, struct iovec** iov, int* iovcnt);
 
-// Lets a reader write into memory that another thread may retire meanwhile (the worker's `out`,
-// freed by the user once the operation completed): Begin() before each piece written returns
-// false when the memory must not be touched any more; End() after each piece.
-class WriteGuard {
- public:
-  virtual ~WriteGuard() = default;
-  virtual bool Begin() = 0;
-  virtual void End() = 0;
-};
-
 // Reads a byte stream: small pieces through a read-ahead buffer (few syscalls for headers and
 // small frames), big ones straight into the destination (no intermediate copy).
 class SocketReader {
@@ -122,7 +93,7 @@ class SocketReader {
   // held, never blocking under it (poll first); bytes the guard refuses are discarded.
   // Errors: UNAVAILABLE (peer closed, reset) naming the cause; DEADLINE_EXCEEDED when the
   // socket's receive timeout (SO_RCVTIMEO, or the TLS stream's) expired first.
-  Status Read(void* dst, size_t n, WriteGuard* guard = nullptr);
+  Status Read(void* dst, size_t n, link::WriteGuard* guard = nullptr);
   // Reads and drops `n` bytes.
   Status Skip(size_t n);
   // True when no byte waits to be read: none in the read-ahead buffer and none in the socket

@@ -1,18 +1,18 @@
-// The worker's link over raw TCP; see tcp_link.h.
-#include "datapath/tcp_link.h"
+// The worker's link over raw TCP; see worker_link.h.
+#include "datapath/tcp/worker_link.h"
 
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 
 #include "common/base/logging.h"
+#include "common/base/mutex.h"
 #include "common/base/net.h"
+#include "datapath/tcp/wire.h"
 
 namespace trellis::link {
 namespace {
@@ -37,7 +37,7 @@ class SocketPayload final : public AnswerPayload {
   SocketPayload(tcpwire::SocketReader* reader, uint64_t bytes, std::vector<float>* scratch)
       : reader_(reader), bytes_(bytes), scratch_(scratch) {}
   uint64_t bytes() const override { return bytes_; }
-  Status ReadInto(void* dst, tcpwire::WriteGuard* guard) override {
+  Status ReadInto(void* dst, WriteGuard* guard) override {
     if (read_) return FailedPreconditionError("answer payload read twice");
     read_ = true;
     status_ = reader_->Read(dst, bytes_, guard);
@@ -74,7 +74,7 @@ class TcpLink final : public WorkerLink {
 
   ~TcpLink() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       closing_ = true;
     }
     ::shutdown(fd_, SHUT_RDWR);  // wakes both threads; the reader ends the link
@@ -97,17 +97,19 @@ class TcpLink final : public WorkerLink {
     });
   }
 
-  void Write(OutFrame f) override {
-    std::unique_lock lock(mu_);
+  void Write(OutFrame f) override EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (broken_) return;  // the receiver fails it (OnClosed)
     if (tls_ == nullptr && !writing_ && queue_.empty() && f.entries.empty() &&
         f.first.payload_bytes <= kInlineSendMaxBytes) {
-      SendInline(std::move(f), lock);
+      writing_ = true;
+      lock.Unlock();
+      SendInline(std::move(f));
       return;
     }
     queue_.push_back(Queued{std::move(f), 0});
-    lock.unlock();
-    cv_.notify_all();
+    lock.Unlock();
+    cv_.SignalAll();
   }
 
  private:
@@ -119,16 +121,15 @@ class TcpLink final : public WorkerLink {
   // The caller's thread sends a frame when nothing is queued or being written (one wake-up of the
   // writer fewer per request), as far as the socket takes it without waiting; the writer sends
   // the rest. `sent` then runs here, after the lock is let go.
-  void SendInline(OutFrame f, std::unique_lock<std::mutex>& lock) {
-    writing_ = true;
-    lock.unlock();
+  // Write set writing_ for it.
+  void SendInline(OutFrame f) EXCLUDES(mu_) {
     const Part& p = f.first;
     iovec iov[2] = {{const_cast<uint8_t*>(p.head), sizeof p.head},
                     {const_cast<void*>(p.payload), p.payload_bytes}};
     size_t sent = 0;
     Status st = tcpwire::SendNow(fd_, iov, p.payload_bytes > 0 ? 2 : 1, &sent);
     std::function<void()> done;
-    lock.lock();
+    MutexLock lock(&mu_);
     writing_ = false;
     if (!st.ok()) {
       ::shutdown(fd_, SHUT_RDWR);  // the reader ends the link
@@ -137,8 +138,8 @@ class TcpLink final : public WorkerLink {
     } else {
       done = std::move(f.sent);
     }
-    lock.unlock();
-    cv_.notify_all();  // the writer (the rest, or what queued meanwhile), Break
+    lock.Unlock();
+    cv_.SignalAll();  // the writer (the rest, or what queued meanwhile), Break
     if (done) done();
   }
 
@@ -176,15 +177,15 @@ class TcpLink final : public WorkerLink {
   void Break(const Status& cause) {
     Status st;
     {
-      std::unique_lock lock(mu_);
-      st = closing_ ? CancelledError("data connection to " + options_.address + " closed")
-                    : UnavailableError("data connection to " + options_.address +
+      MutexLock lock(&mu_);
+      st = closing_ ? CancelledError("data connection to " + options_.address.service + " closed")
+                    : UnavailableError("data connection to " + options_.address.service +
                                        " ended: " + cause.ToString());
       broken_ = true;
       queue_.clear();
-      cv_.notify_all();
+      cv_.SignalAll();
       ::shutdown(fd_, SHUT_RDWR);
-      cv_.wait(lock, [this] { return !writing_; });
+      while (writing_) cv_.Wait(&mu_);
     }
     receiver_->OnClosed(st);
   }
@@ -192,9 +193,9 @@ class TcpLink final : public WorkerLink {
   void WriteLoop() {
     std::vector<Queued> batch;
     std::vector<iovec> iov;
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     while (true) {
-      cv_.wait(lock, [this] { return broken_ || (!writing_ && !queue_.empty()); });
+      while (!broken_ && (writing_ || queue_.empty())) cv_.Wait(&mu_);
       if (broken_) return;
       batch.clear();
       while (!queue_.empty() && batch.size() < kMaxBatch) {
@@ -202,7 +203,7 @@ class TcpLink final : public WorkerLink {
         queue_.pop_front();
       }
       writing_ = true;
-      lock.unlock();
+      lock.Unlock();
       iov.clear();
       auto add = [&iov](const Part& p) {
         iov.push_back({const_cast<uint8_t*>(p.head), sizeof p.head});
@@ -224,9 +225,9 @@ class TcpLink final : public WorkerLink {
         }
       }
       batch.clear();  // drops the 2-bit frames' references before the writer may be waited for
-      lock.lock();
+      lock.Lock();
       writing_ = false;
-      cv_.notify_all();
+      cv_.SignalAll();
       if (!st.ok()) {
         // The reader sees the shut-down socket and ends the link.
         ::shutdown(fd_, SHUT_RDWR);
@@ -243,40 +244,41 @@ class TcpLink final : public WorkerLink {
   std::thread read_thread_;
   std::thread write_thread_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Queued> queue_;  // GUARDED_BY(mu_): not yet written
-  bool writing_ = false;      // GUARDED_BY(mu_): a sendmsg in progress
-  bool broken_ = false;       // GUARDED_BY(mu_)
-  bool closing_ = false;      // GUARDED_BY(mu_): destructor started
+  Mutex mu_;
+  CondVar cv_;  // the writer: work, or broken; Break: the writer stopped writing
+  std::deque<Queued> queue_ GUARDED_BY(mu_);  // not yet written
+  bool writing_ GUARDED_BY(mu_) = false;      // a sendmsg in progress
+  bool broken_ GUARDED_BY(mu_) = false;
+  bool closing_ GUARDED_BY(mu_) = false;      // destructor started
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<WorkerLink>> ConnectTcpLink(const LinkOptions& o) {
-  if (o.tcp_port <= 0) {
-    return InvalidArgumentError("server " + o.address +
+  const DataAddress& a = o.address;
+  if (a.tcp_port <= 0) {
+    return InvalidArgumentError("server " + a.service +
                                 " advertised no TCP data port (expected an address like "
                                 "host:port;tcp=P; is it an older trellis-pserver or started with "
                                 "--tcp-port=-1?)");
   }
-  TRELLIS_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(o.address));
-  std::string where = hp.host + ":" + std::to_string(o.tcp_port);
+  TRELLIS_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(a.service));
+  std::string where = hp.host + ":" + std::to_string(a.tcp_port);
   int fd = -1;
-  if (!o.local_name.empty()) {
+  if (o.use_local_socket && !a.local_name.empty()) {
     // The server's local socket answers only within its own network namespace; from another
     // host or pod the connect fails at once and TCP follows.
-    if (auto local = tcpwire::ConnectLocal(o.local_name); local.ok()) {
+    if (auto local = tcpwire::ConnectLocal(a.local_name); local.ok()) {
       fd = *local;
       where += " (local socket)";
-      TLOG_INFO << "data connection to " << o.address << " over its local socket";
+      TLOG_INFO << "data connection to " << a.service << " over its local socket";
     } else {
-      TLOG_INFO << "data connection to " << o.address << ": " << local.status().message()
+      TLOG_INFO << "data connection to " << a.service << ": " << local.status().message()
                 << "; over TCP";
     }
   }
   if (fd < 0) {
-    TRELLIS_ASSIGN_OR_RETURN(fd, tcpwire::Connect(hp.host, o.tcp_port, o.timeout_ms));
+    TRELLIS_ASSIGN_OR_RETURN(fd, tcpwire::Connect(hp.host, a.tcp_port, o.timeout_ms));
   }
   // Handshake, bounded by the timeout: (mutual TLS,) hello out, the server's verdict back.
   std::unique_ptr<TlsStream> tls;

@@ -1,10 +1,10 @@
-// The server's gRPC link (datapath/grpc_server_link.h) under a generic gRPC service, with the
-// worker's gRPC link (grpc_link.h) as its peer: the server's side of the link contract (link.h).
+// The server's gRPC link (datapath/grpc/server_link.h) under a generic gRPC service, with the
+// worker's gRPC link (worker_link.h) as its peer: the server's side of the link contract (link.h).
 // The stream's metadata reaches admission; a refused stream ends the worker's link with the
 // reason; request frames reach the receiver whole; answers and errors reach the worker; bytes that
 // do not parse are answered under their id while the stream goes on; what the receiver holds
 // bounds the reads; the stream lets go of itself once the worker is gone.
-#include "datapath/grpc_server_link.h"
+#include "datapath/grpc/server_link.h"
 
 #include <gtest/gtest.h>
 
@@ -18,8 +18,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/tls/auth.h"
-#include "datapath/grpc_frame.h"
-#include "tests/unit/datapath/grpc_worker_link.h"
+#include "datapath/grpc/frame.h"
+#include "tests/unit/datapath/grpc/worker_link_fixture.h"
 
 namespace trellis::link {
 namespace {

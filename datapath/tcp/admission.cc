@@ -1,4 +1,4 @@
-#include "pserver/tcp_admission.h"
+#include "datapath/tcp/admission.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -148,7 +148,7 @@ void TcpAdmission::Wake() {
 
 void TcpAdmission::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
   }
@@ -206,7 +206,7 @@ void TcpAdmission::Loop() {
         uint64_t v;
         (void)!::read(wake_fd_, &v, sizeof v);
         {
-          std::lock_guard lock(mu_);
+          MutexLock lock(&mu_);
           if (stopped_) {
             std::vector<int> fds;
             for (const auto& [pfd, p] : pending_) fds.push_back(pfd);

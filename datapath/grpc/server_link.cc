@@ -1,8 +1,7 @@
-// The server's side of the gRPC link; see grpc_server_link.h.
-#include "datapath/grpc_server_link.h"
+// The server's side of the gRPC link; see server_link.h.
+#include "datapath/grpc/server_link.h"
 
 #include <charconv>
-#include <mutex>
 #include <queue>
 #include <vector>
 
@@ -12,7 +11,8 @@
 #include "common/base/by_priority.h"
 #include "common/base/grpc_status.h"
 #include "common/base/logging.h"
-#include "datapath/grpc_frame.h"
+#include "common/base/mutex.h"
+#include "datapath/grpc/frame.h"
 
 namespace trellis::link {
 namespace {
@@ -43,35 +43,35 @@ struct StreamState final : AnswerSink {
   ReadAheadLimit limit;
   grpc::ByteBuffer in;  // the reactor's read buffer: one read outstanding at a time
 
-  std::mutex mu;
-  Reactor* reactor = nullptr;         // GUARDED_BY(mu): nullptr once the call is done
-  std::priority_queue<Outgoing> out;  // GUARDED_BY(mu)
-  grpc::ByteBuffer current;           // GUARDED_BY(mu): the write outstanding
+  Mutex mu;
+  Reactor* reactor GUARDED_BY(mu) = nullptr;  // nullptr once the call is done
+  std::priority_queue<Outgoing> out GUARDED_BY(mu);
+  grpc::ByteBuffer current GUARDED_BY(mu);  // the write outstanding
   // Bytes of the answers in `out` and `current`: past the read-ahead's byte limit no next read
   // starts, so a worker that stops reading its answers holds back its own requests.
-  size_t unsent_bytes = 0;            // GUARDED_BY(mu)
-  uint64_t seq = 0;                   // GUARDED_BY(mu)
-  bool writing = false;               // GUARDED_BY(mu): one write outstanding at a time
-  bool reads_done = false;            // GUARDED_BY(mu)
-  bool finished = false;              // GUARDED_BY(mu): Finish called, no more writes
-  ReadAhead unserved;                 // GUARDED_BY(mu): requests read and not let go of yet
-  bool read_waits = false;            // GUARDED_BY(mu): a next read is due once there is room
+  size_t unsent_bytes GUARDED_BY(mu) = 0;
+  uint64_t seq GUARDED_BY(mu) = 0;
+  bool writing GUARDED_BY(mu) = false;  // one write outstanding at a time
+  bool reads_done GUARDED_BY(mu) = false;
+  bool finished GUARDED_BY(mu) = false;  // Finish called, no more writes
+  ReadAhead unserved GUARDED_BY(mu);     // requests read and not let go of yet
+  bool read_waits GUARDED_BY(mu) = false;  // a next read is due once there is room
 
-  void Send(AnswerFrame a) override {
+  void Send(AnswerFrame a) override EXCLUDES(mu) {
     const int32_t priority = a.priority;
     // Released by gRPC once sent (at once when there is no payload: MakeFrame copies the head).
     auto* keep = new AnswerFrame(std::move(a));
     grpc::ByteBuffer frame = wire::MakeFrame(keep->head.data(), keep->head.size(), {},
                                              keep->PayloadData(), keep->PayloadBytes(),
                                              ReleaseAnswer, keep);
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     if (finished || reactor == nullptr) return;  // the worker is gone
     unsent_bytes += frame.Length();
     out.push(Outgoing{priority, seq++, std::move(frame)});
     StartNextWriteLocked();
   }
 
-  void StartNextWriteLocked() {
+  void StartNextWriteLocked() REQUIRES(mu) {
     if (writing || finished || reactor == nullptr || out.empty()) return;
     writing = true;
     current = std::move(const_cast<Outgoing&>(out.top()).value);
@@ -79,7 +79,7 @@ struct StreamState final : AnswerSink {
     reactor->StartWrite(&current);
   }
   // The reactor's next read: now, or once a request is let go of or answers are sent.
-  void NextReadLocked() {
+  void NextReadLocked() REQUIRES(mu) {
     if (finished || reads_done || reactor == nullptr) return;
     if (!unserved.Fits(limit, 0) || unsent_bytes > limit.bytes) {
       read_waits = true;
@@ -88,7 +88,7 @@ struct StreamState final : AnswerSink {
     read_waits = false;
     reactor->StartRead(&in);
   }
-  void MaybeFinishLocked() {
+  void MaybeFinishLocked() REQUIRES(mu) {
     if (reads_done && !writing && !finished && reactor != nullptr) {
       finished = true;
       while (!out.empty()) out.pop();
@@ -103,12 +103,12 @@ class HeldFrame {
  public:
   HeldFrame(std::shared_ptr<StreamState> s, std::vector<grpc::Slice> slices, size_t bytes)
       : stream_(std::move(s)), slices_(std::move(slices)), bytes_(bytes) {
-    std::lock_guard lock(stream_->mu);
+    MutexLock lock(&stream_->mu);
     ++stream_->unserved.requests;
     stream_->unserved.bytes += bytes_;
   }
   ~HeldFrame() {
-    std::lock_guard lock(stream_->mu);
+    MutexLock lock(&stream_->mu);
     --stream_->unserved.requests;
     stream_->unserved.bytes -= bytes_;
     if (stream_->read_waits) stream_->NextReadLocked();
@@ -138,14 +138,14 @@ class StreamReactor final : public Reactor {
     }
     state_->receiver = std::move(*receiver);
     state_->limit = options.read_ahead;
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(&state_->mu);
     state_->reactor = this;
     state_->NextReadLocked();
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      std::lock_guard lock(state_->mu);
+      MutexLock lock(&state_->mu);
       state_->reads_done = true;
       state_->MaybeFinishLocked();
       return;
@@ -166,12 +166,12 @@ class StreamReactor final : public Reactor {
       // Never served on this gRPC thread whatever its size: the stream's reads wait on it.
       state_->receiver->OnRequest(std::move(frame), /*nothing_behind=*/false);
     }
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(&state_->mu);
     state_->NextReadLocked();
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(&state_->mu);
     state_->writing = false;
     state_->unsent_bytes -= state_->current.Length();
     state_->current.Clear();
@@ -187,7 +187,7 @@ class StreamReactor final : public Reactor {
 
   void OnDone() override {
     {
-      std::lock_guard lock(state_->mu);
+      MutexLock lock(&state_->mu);
       state_->reactor = nullptr;
       state_->finished = true;
     }

@@ -1,8 +1,9 @@
-// The worker's gRPC link (datapath/grpc_link.h) against a hand-driven gRPC server (a generic
-// bidi stream): the same link contract as tcp_link_test (link.h). Frames arrive as written, with
-// the job token and rank as metadata; answers come back in arrival order with their payloads
-// where the receiver puts them; OnClosed runs exactly once; a 2-bit frame is let go of.
-#include "datapath/grpc_link.h"
+// The worker's gRPC link (datapath/grpc/worker_link.h) against a hand-driven gRPC server (a
+// generic bidi stream): the same link contract as tcp/worker_link_test (link.h). Frames arrive
+// as written, with the job token and rank as metadata; answers come back in arrival order with
+// their payloads where the receiver puts them; OnClosed runs exactly once; a 2-bit frame is let
+// go of.
+#include "datapath/grpc/worker_link.h"
 
 #include <gtest/gtest.h>
 
@@ -19,9 +20,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/tls/auth.h"
-#include "datapath/grpc_frame.h"
+#include "datapath/grpc/frame.h"
 #include "tests/testing/test_frames.h"
-#include "tests/unit/datapath/grpc_worker_link.h"
+#include "tests/unit/datapath/grpc/worker_link_fixture.h"
 
 namespace trellis::link {
 namespace {

@@ -1,8 +1,8 @@
-// The worker's TCP link (datapath/tcp_link.h) against a hand-driven server socket: the link
+// The worker's TCP link (datapath/tcp/worker_link.h) against a hand-driven server socket: the link
 // contract the worker's connection relies on (link.h). Frames go out as written, answers come
 // back in arrival order with their payloads where the receiver puts them, and OnClosed runs
 // exactly once, after which nothing is sent and no `sent` runs.
-#include "datapath/tcp_link.h"
+#include "datapath/tcp/worker_link.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -15,7 +15,7 @@
 #include <mutex>
 #include <thread>
 
-#include "datapath/tcp_wire.h"
+#include "datapath/tcp/wire.h"
 #include "tests/testing/test_frames.h"
 #include "tests/unit/datapath/link_recorder.h"
 
@@ -36,7 +36,7 @@ class HandServer {
     EXPECT_TRUE(fd.ok()) << fd.status().ToString();
     listen_fd_ = fd.ok() ? *fd : -1;
     if (local) {
-      local_name_ = *tcpwire::NewLocalName();
+      local_name_ = *NewLocalName();
       auto l = tcpwire::ListenLocal(local_name_);
       EXPECT_TRUE(l.ok()) << l.status().ToString();
       local_fd_ = l.ok() ? *l : -1;
@@ -110,8 +110,8 @@ class HandServer {
 
 LinkOptions Options(int port) {
   LinkOptions o;
-  o.address = "127.0.0.1:1";  // the gRPC half of the data address: only named in messages
-  o.tcp_port = port;
+  o.address.service = "127.0.0.1:1";  // only named in messages
+  o.address.tcp_port = port;
   o.token = kToken;
   o.worker_rank = 0;
   o.max_answer_payload = 16 << 20;
@@ -265,7 +265,7 @@ TEST(TcpLink, WrongTokenIsRefusedAtConnect) {
 TEST(TcpLink, UsesTheServersLocalSocketWhenItIsReachable) {
   HandServer server(Status::Ok(), /*local=*/true);
   LinkOptions o = Options(server.port());
-  o.local_name = server.local_name();
+  o.address.local_name = server.local_name();
   Recorder rec;  // outlives the link, which reports to it until destroyed
   auto l = StartedLink(server, rec, o);
   ASSERT_TRUE(l);
@@ -289,7 +289,7 @@ TEST(TcpLink, UsesTheServersLocalSocketWhenItIsReachable) {
 TEST(TcpLink, FallsBackToTcpWhenTheLocalSocketIsNotReachable) {
   HandServer server;
   LinkOptions o = Options(server.port());
-  o.local_name = *tcpwire::NewLocalName();  // nobody listens under it
+  o.address.local_name = *NewLocalName();  // nobody listens under it
   Recorder rec;  // outlives the link, which reports to it until destroyed
   auto l = StartedLink(server, rec, o);
   ASSERT_TRUE(l);

@@ -1,4 +1,4 @@
-#include "datapath/tcp_server_link.h"
+#include "datapath/tcp/server_link.h"
 
 #include <pthread.h>
 #include <sys/socket.h>
@@ -6,9 +6,7 @@
 
 #include <atomic>
 #include <climits>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <queue>
 #include <system_error>
@@ -16,8 +14,9 @@
 #include <vector>
 
 #include "common/base/logging.h"
+#include "common/base/mutex.h"
 #include "datapath/payload_buffers.h"
-#include "datapath/tcp_wire.h"
+#include "datapath/tcp/wire.h"
 
 namespace trellis::link {
 namespace {
@@ -61,55 +60,55 @@ struct TcpConnection final : TcpServerLink, std::enable_shared_from_this<TcpConn
   std::thread writer;
   std::atomic<int> running{0};  // threads that have not ended
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::priority_queue<Outgoing> out;  // GUARDED_BY(mu)
-  uint64_t seq = 0;                   // GUARDED_BY(mu)
-  // GUARDED_BY(mu): an answer the serving thread began to send and the socket did not take
-  // whole; the writer sends its rest before anything else.
-  std::optional<Outgoing> partial;
-  size_t partial_sent = 0;            // GUARDED_BY(mu): its bytes already sent
-  bool writing = false;               // GUARDED_BY(mu): a send on `fd` is in progress
-  // GUARDED_BY(mu): answer bytes queued or partly sent. Past the read-ahead's byte limit the
-  // reader reads no more requests until the worker reads its answers: a worker that keeps
-  // sending but stops reading is held back by its own socket, not by the server's memory.
-  size_t unsent_bytes = 0;
-  bool closing = false;               // GUARDED_BY(mu): flush what is queued, then close
-  bool dead = false;                  // GUARDED_BY(mu): nothing more is written
-  bool fd_closed = false;             // GUARDED_BY(mu): `fd` is closed (both threads ended)
+  Mutex mu;
+  CondVar cv;  // the writer: work; CloseFd: a send ended; the reader: answer room
+  std::priority_queue<Outgoing> out GUARDED_BY(mu);
+  uint64_t seq GUARDED_BY(mu) = 0;
+  // An answer the serving thread began to send and the socket did not take whole; the writer
+  // sends its rest before anything else.
+  std::optional<Outgoing> partial GUARDED_BY(mu);
+  size_t partial_sent GUARDED_BY(mu) = 0;  // its bytes already sent
+  bool writing GUARDED_BY(mu) = false;     // a send on `fd` is in progress
+  // Answer bytes queued or partly sent. Past the read-ahead's byte limit the reader reads no
+  // more requests until the worker reads its answers: a worker that keeps sending but stops
+  // reading is held back by its own socket, not by the server's memory.
+  size_t unsent_bytes GUARDED_BY(mu) = 0;
+  bool closing GUARDED_BY(mu) = false;    // flush what is queued, then close
+  bool dead GUARDED_BY(mu) = false;       // nothing more is written
+  bool fd_closed GUARDED_BY(mu) = false;  // `fd` is closed (both threads ended)
 
   // What the reader has handed to the serving queue and is not served yet. The reader reads
   // ahead only within this budget, so a peer that sends faster than the server serves is held
   // back by its own socket (TCP flow control), not by the server's memory.
-  std::mutex serve_mu;
-  std::condition_variable room;
-  ReadAhead unserved;                       // GUARDED_BY(serve_mu): frames and their bytes
-  bool stop_reading = false;                // GUARDED_BY(serve_mu): Kill()
-  PayloadBuffers spare{kSpareBuffers};      // GUARDED_BY(serve_mu): payload buffers to reuse
+  Mutex serve_mu;
+  CondVar room;  // the reader: room in the budget, or at its end none left unserved
+  ReadAhead unserved GUARDED_BY(serve_mu);  // frames and their bytes
+  bool stop_reading GUARDED_BY(serve_mu) = false;  // Kill()
+  PayloadBuffers spare GUARDED_BY(serve_mu) = PayloadBuffers(kSpareBuffers);  // to reuse
 
   // Queues an answer by priority. When nothing is queued or being sent, the calling (serving)
   // thread sends it itself, as far as the socket takes it without waiting: one wake-up fewer
   // per answer, and a worker that stopped reading costs this thread nothing (the writer sends
   // the rest). Through TLS the writer always sends.
-  void Send(AnswerFrame answer) override {
+  void Send(AnswerFrame answer) override EXCLUDES(mu) {
     Outgoing o{std::move(answer)};
-    std::unique_lock lock(mu);
+    MutexLock lock(&mu);
     if (closing || dead) return;  // the worker is gone or the stream is being closed
     if (tls || writing || partial || !out.empty()) {
       o.seq = seq++;
       unsent_bytes += o.Bytes();
       out.push(std::move(o));
-      lock.unlock();
-      cv.notify_all();
+      lock.Unlock();
+      cv.SignalAll();
       return;
     }
     writing = true;
-    lock.unlock();
+    lock.Unlock();
     std::vector<iovec> iov;
     o.AppendTo(&iov);
     size_t sent = 0;
     Status st = tcpwire::SendNow(fd, iov.data(), static_cast<int>(iov.size()), &sent);
-    lock.lock();
+    lock.Lock();
     writing = false;
     if (!st.ok()) {
       dead = true;  // the worker is gone; the writer ends the stream
@@ -118,8 +117,8 @@ struct TcpConnection final : TcpServerLink, std::enable_shared_from_this<TcpConn
       partial = std::move(o);
       partial_sent = sent;
     }
-    lock.unlock();
-    cv.notify_all();  // the writer (the rest, or what queued meanwhile), CloseFd
+    lock.Unlock();
+    cv.SignalAll();  // the writer (the rest, or what queued meanwhile), CloseFd
   }
   // A connection whose threads could not all start: the verdict straight from the admission
   // thread (a few bytes into a fresh socket's buffer do not wait; a writer that did start has
@@ -134,32 +133,32 @@ struct TcpConnection final : TcpServerLink, std::enable_shared_from_this<TcpConn
     }
     CloseAfterFlush();
   }
-  void CloseAfterFlush() {
+  void CloseAfterFlush() EXCLUDES(mu) {
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(&mu);
       closing = true;
     }
-    cv.notify_all();
+    cv.SignalAll();
   }
-  void Kill() override {
+  void Kill() override EXCLUDES(mu, serve_mu) {
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(&mu);
       if (!fd_closed) ::shutdown(fd, SHUT_RDWR);
       dead = true;
     }
-    cv.notify_all();
+    cv.SignalAll();
     {
-      std::lock_guard lock(serve_mu);
+      MutexLock lock(&serve_mu);
       stop_reading = true;
     }
-    room.notify_all();
+    room.SignalAll();
   }
   // Closes the descriptor at once (not when the link is joined).
-  void CloseFd() {
-    std::unique_lock lock(mu);
+  void CloseFd() EXCLUDES(mu) {
+    MutexLock lock(&mu);
     if (fd_closed) return;
     // A serving thread's send (never blocking) ends before the descriptor may be reused.
-    cv.wait(lock, [this] { return !writing; });
+    while (writing) cv.Wait(&mu);
     tls.reset();
     ::close(fd);
     fd_closed = true;
@@ -174,19 +173,19 @@ struct TcpConnection final : TcpServerLink, std::enable_shared_from_this<TcpConn
   struct Request;
   // Waits until a request of `bytes` fits the read-ahead budget and counts it; a payload buffer
   // of `floats` elements (reused when one is spare). False once the connection is killed.
-  bool Reserve(size_t bytes, size_t floats, std::vector<float>* buffer);
-  void Unreserve(size_t bytes, std::vector<float> buffer);
+  bool Reserve(size_t bytes, size_t floats, std::vector<float>* buffer) EXCLUDES(serve_mu);
+  void Unreserve(size_t bytes, std::vector<float> buffer) EXCLUDES(serve_mu);
 
   // Waits until the answers not yet sent fit the read-ahead's byte limit; false once nothing
   // more will be written (killed, or the writer ended).
-  bool WaitForAnswerRoom() {
+  bool WaitForAnswerRoom() EXCLUDES(mu) {
     const size_t limit = options.read_ahead.bytes;
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return dead || closing || unsent_bytes <= limit; });
+    MutexLock lock(&mu);
+    while (!dead && !closing && unsent_bytes > limit) cv.Wait(&mu);
     return !dead && !closing;
   }
-  void ReadLoop();
-  void WriteLoop();
+  void ReadLoop() EXCLUDES(mu, serve_mu);
+  void WriteLoop() EXCLUDES(mu);
 
   bool Start(std::shared_ptr<RequestReceiver> r) override;
   bool Ended() const override { return running.load() == 0; }
@@ -219,25 +218,25 @@ struct TcpConnection::Request {
 
 bool TcpConnection::Reserve(size_t bytes, size_t floats, std::vector<float>* buffer) {
   const ReadAheadLimit& limit = options.read_ahead;
-  std::unique_lock lock(serve_mu);
-  room.wait(lock, [&] { return stop_reading || unserved.Fits(limit, bytes); });
+  MutexLock lock(&serve_mu);
+  while (!stop_reading && !unserved.Fits(limit, bytes)) room.Wait(&serve_mu);
   if (stop_reading) return false;
   ++unserved.requests;
   unserved.bytes += bytes;
   *buffer = spare.Take(floats);
-  lock.unlock();
+  lock.Unlock();
   PayloadBuffers::Grow(buffer, floats);  // never shrunk: see payload_buffers.h
   return true;
 }
 
 void TcpConnection::Unreserve(size_t bytes, std::vector<float> buffer) {
   {
-    std::lock_guard lock(serve_mu);
+    MutexLock lock(&serve_mu);
     --unserved.requests;
     unserved.bytes -= bytes;
     spare.Give(std::move(buffer));
   }
-  room.notify_all();  // the reader waits for room, or at its end for none left
+  room.SignalAll();  // the reader waits for room, or at its end for none left
 }
 
 void TcpConnection::ReadLoop() {
@@ -284,18 +283,18 @@ void TcpConnection::ReadLoop() {
   }
   {
     // What was read is still answered before the stream closes (as when it was served inline).
-    std::unique_lock lock(serve_mu);
-    room.wait(lock, [this] { return stop_reading || unserved.requests == 0; });
+    MutexLock lock(&serve_mu);
+    while (!stop_reading && unserved.requests != 0) room.Wait(&serve_mu);
   }
   CloseAfterFlush();
 }
 
 void TcpConnection::WriteLoop() {
-  std::unique_lock lock(mu);
+  MutexLock lock(&mu);
   std::vector<Outgoing> batch;
   std::vector<iovec> iov;
   while (true) {
-    cv.wait(lock, [this] { return dead || (!writing && (closing || partial || !out.empty())); });
+    while (!dead && (writing || (!closing && !partial && out.empty()))) cv.Wait(&mu);
     if (dead || (!partial && out.empty())) break;  // killed, or closing with everything flushed
     batch.clear();
     iov.clear();
@@ -313,25 +312,25 @@ void TcpConnection::WriteLoop() {
       batch_bytes += batch.back().Bytes();
     }
     writing = true;
-    lock.unlock();
+    lock.Unlock();
     for (auto& o : batch) o.AppendTo(&iov);
     iovec* at = iov.data();
     int count = static_cast<int>(iov.size());
     tcpwire::SkipSent(skip, &at, &count);
     Status st = tcpwire::SendAll(fd, tls.get(), at, count);
     batch.clear();  // releases the result buffers
-    lock.lock();
+    lock.Lock();
     writing = false;
     unsent_bytes -= batch_bytes;
-    cv.notify_all();  // CloseFd may wait for the send to end, the reader for answer room
+    cv.SignalAll();  // CloseFd may wait for the send to end, the reader for answer room
     if (!st.ok()) break;  // the worker is gone
   }
   dead = true;
   while (!out.empty()) out.pop();
   partial.reset();
   unsent_bytes = 0;
-  lock.unlock();
-  cv.notify_all();  // a reader waiting for answer room
+  lock.Unlock();
+  cv.SignalAll();  // a reader waiting for answer room
   // Ends the byte stream after the last answer (the worker reads an error frame, then EOF) and
   // wakes the reader if it still waits.
   ::shutdown(fd, SHUT_RDWR);

@@ -1,7 +1,7 @@
 // The worker's link over gRPC: one channel per worker-server pair and one long-lived raw
 // bidirectional stream on it (DataService.Stream, generic stub + callback reactor) carrying the
-// same frames as the TCP link. Request frames reference the caller's memory (no copy). With
-// tcp_link.h, the only worker code that knows which transport it is.
+// same frames as the TCP link. Request frames reference the caller's memory (no copy). The worker
+// opens it through datapath/connect.h.
 #pragma once
 
 #include <memory>

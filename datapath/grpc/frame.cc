@@ -1,4 +1,4 @@
-#include "datapath/grpc_frame.h"
+#include "datapath/grpc/frame.h"
 
 namespace trellis::wire {
 

@@ -13,16 +13,16 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "common/tls/tls.h"
 #include "common/tls/tls_stream.h"
-#include "datapath/tcp_wire.h"
+#include "datapath/tcp/wire.h"
 
 namespace trellis {
 
@@ -64,7 +64,7 @@ class TcpAdmission {
 
   void Wake();  // thread-safe: on_wake soon, on the loop thread
   // Stops accepting, closes every pending connection and joins the loop; idempotent.
-  void Stop();
+  void Stop() EXCLUDES(mu_);
 
  private:
   struct Pending;
@@ -93,8 +93,8 @@ class TcpAdmission {
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::thread loop_;
-  std::mutex mu_;
-  bool stopped_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  bool stopped_ GUARDED_BY(mu_) = false;
 
   // Owned by the loop thread.
   std::unordered_map<int, std::unique_ptr<Pending>> pending_;  // by descriptor

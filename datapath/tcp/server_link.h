@@ -1,5 +1,5 @@
-// The server's side of a raw-TCP link (protocol in datapath/tcp_wire.h): one worker's connection
-// once its hello was accepted (pserver/tcp_admission.h reads hellos before any thread is spent).
+// The server's side of a raw-TCP link (protocol in wire.h): one worker's connection
+// once its hello was accepted (admission.h reads hellos before any thread is spent).
 //
 // Threads: one reader ("pserver-tcp-rd") and one writer ("pserver-tcp-wr"). The reader answers
 // the hello with a welcome, then reads each request frame into a payload buffer of the

@@ -1,5 +1,5 @@
 // Data-path frames (datapath/frame.h) carried on gRPC: DataService.Stream moves raw byte buffers,
-// not protobuf. The only datapath code that knows gRPC; the TCP side is datapath/tcp_wire.h.
+// not protobuf. With the rest of datapath/grpc/, the only datapath code that knows gRPC.
 #pragma once
 
 #include <cstddef>

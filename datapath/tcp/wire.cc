@@ -1,6 +1,4 @@
-#include "datapath/tcp_wire.h"
-
-#include "datapath/le_bytes.h"
+#include "datapath/tcp/wire.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -9,7 +7,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/ioctl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -23,6 +20,8 @@
 #include <cstddef>
 
 #include "common/base/net.h"
+#include "datapath/address.h"
+#include "datapath/le_bytes.h"
 
 namespace trellis::tcpwire {
 namespace {
@@ -32,99 +31,10 @@ using wire::PutLe;
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
-// Text from outside as messages show it: cut (a hostile one may be any length), and bytes that
-// are not printable ASCII as '?' (no control characters into logs).
-std::string Shown(const std::string& text) {
-  constexpr size_t kMax = 120;
-  std::string out = text.substr(0, kMax);
-  for (char& c : out) {
-    if (c < 0x20 || c > 0x7e) c = '?';
-  }
-  if (text.size() > kMax) out += "... (" + std::to_string(text.size()) + " bytes)";
-  return out;
-}
-
 // Below this a read goes through the read-ahead buffer; above, straight into the destination.
 constexpr size_t kDirectMin = 16 << 10;
 
 }  // namespace
-
-Status SplitDataAddress(const std::string& address, std::string* grpc_address, std::string* host,
-                        int* tcp_port, std::string* local_name) {
-  *tcp_port = 0;
-  if (local_name != nullptr) local_name->clear();
-  std::string base = address;
-  if (auto local = base.find(kAddressLocalTag); local != std::string::npos) {
-    std::string name = base.substr(local + std::strlen(kAddressLocalTag));
-    base.resize(local);
-    if (Status st = CheckLocalName(name); !st.ok()) {
-      return InvalidArgumentError("bad data address '" + Shown(address) + "': " + st.message());
-    }
-    if (base.find(kAddressTcpTag) == std::string::npos) {
-      return InvalidArgumentError("bad data address '" + Shown(address) +
-                                  "': a local socket without a tcp port");
-    }
-    if (local_name != nullptr) *local_name = std::move(name);
-  }
-  auto tag = base.find(kAddressTcpTag);
-  if (tag != std::string::npos) {
-    std::string p = base.substr(tag + std::strlen(kAddressTcpTag));
-    base.resize(tag);
-    int port = 0;
-    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
-    if (p.empty() || ec != std::errc() || end != p.data() + p.size() || port < 1 || port > 65535) {
-      return InvalidArgumentError("bad data address '" + Shown(address) + "': tcp port '" +
-                                  Shown(p) + "' is not in [1, 65535]");
-    }
-    *tcp_port = port;
-  }
-  auto hp = ParseHostPort(base);
-  if (!hp.ok()) return hp.status();
-  *grpc_address = base;
-  if (host != nullptr) *host = hp->host;
-  return Status::Ok();
-}
-
-std::string JoinDataAddress(const std::string& grpc_address, int tcp_port,
-                            const std::string& local_name) {
-  if (tcp_port <= 0) return grpc_address;
-  std::string a = grpc_address + kAddressTcpTag + std::to_string(tcp_port);
-  if (!local_name.empty()) a += kAddressLocalTag + local_name;
-  return a;
-}
-
-Status CheckLocalName(const std::string& name) {
-  const size_t prefix = std::strlen(kLocalNamePrefix);
-  bool ok = name.size() == prefix + kLocalNameHexDigits &&
-            name.compare(0, prefix, kLocalNamePrefix) == 0;
-  for (size_t i = prefix; ok && i < name.size(); ++i) {
-    ok = (name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f');
-  }
-  if (!ok) {
-    return InvalidArgumentError("local socket name '" + Shown(name) + "' is not " +
-                                kLocalNamePrefix + " and " +
-                                std::to_string(kLocalNameHexDigits) + " lowercase hex digits");
-  }
-  return Status::Ok();
-}
-
-StatusOr<std::string> NewLocalName() {
-  uint8_t bytes[kLocalNameHexDigits / 2];
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return UnavailableError(Errno("getrandom"));
-    got += static_cast<size_t>(n);
-  }
-  static const char kHex[] = "0123456789abcdef";
-  std::string name = kLocalNamePrefix;
-  for (uint8_t b : bytes) {
-    name += kHex[b >> 4];
-    name += kHex[b & 15];
-  }
-  return name;
-}
 
 std::vector<uint8_t> EncodeHello(const std::string& token, int32_t rank) {
   std::vector<uint8_t> out(kHelloFixedBytes + token.size());
@@ -396,7 +306,7 @@ Status SocketReader::Fill() {
   return Status::Ok();
 }
 
-Status SocketReader::Read(void* dst, size_t n, WriteGuard* guard) {
+Status SocketReader::Read(void* dst, size_t n, link::WriteGuard* guard) {
   auto* d = static_cast<uint8_t*>(dst);
   bool writable = true;
   // Runs `fn(target)` with the guard held; target is nullptr once the guard refused.

@@ -1,6 +1,6 @@
 // The server's side of the gRPC link: one worker's DataService.Stream (raw byte buffers carrying
-// the frames of datapath/frame.h), beside the TCP one (tcp_server_link.h). The service keeps the
-// method; this is the stream's reactor.
+// the frames of datapath/frame.h), beside the TCP one (datapath/tcp/server_link.h). The service
+// keeps the method (pserver/data_service.h); this is the stream's reactor.
 //
 // Threads: gRPC's callback threads. Each read is one request frame: its header is decoded and the
 // frame handed to the receiver (its bytes stay in gRPC's slices, no copy). Bytes that do not parse

@@ -1,9 +1,7 @@
-// The worker's link over gRPC; see grpc_link.h.
-#include "datapath/grpc_link.h"
+// The worker's link over gRPC; see worker_link.h.
+#include "datapath/grpc/worker_link.h"
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -11,7 +9,8 @@
 #include "common/tls/auth.h"
 #include "common/base/grpc_status.h"
 #include "common/base/logging.h"
-#include "datapath/grpc_frame.h"
+#include "common/base/mutex.h"
+#include "datapath/grpc/frame.h"
 
 namespace trellis::link {
 namespace {
@@ -28,8 +27,8 @@ class SlicePayload final : public AnswerPayload {
   SlicePayload(const wire::Chunks& chunks, size_t offset, uint64_t bytes)
       : chunks_(chunks), offset_(offset), bytes_(bytes) {}
   uint64_t bytes() const override { return bytes_; }
-  Status ReadInto(void* dst, tcpwire::WriteGuard* guard) override {
-    if (guard != nullptr && !guard->Begin()) return Status::Ok();  // dropped, as tcp_wire does
+  Status ReadInto(void* dst, WriteGuard* guard) override {
+    if (guard != nullptr && !guard->Begin()) return Status::Ok();  // dropped, as TCP's does
     wire::CopyOut(chunks_, offset_, bytes_, dst);
     if (guard != nullptr) guard->End();
     return Status::Ok();
@@ -55,8 +54,8 @@ class GrpcLink final : public WorkerLink,
   ~GrpcLink() override {
     if (!started_) return;
     ctx_.TryCancel();
-    std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [this] { return done_; });
+    MutexLock lock(&mu_);
+    while (!done_) done_cv_.Wait(&mu_);
   }
 
   void Start(LinkReceiver* receiver) override {
@@ -67,7 +66,7 @@ class GrpcLink final : public WorkerLink,
     StartCall();
   }
 
-  void Write(OutFrame f) override {
+  void Write(OutFrame f) override EXCLUDES(mu_) {
     // Headers are copied into the message; payloads are referenced (sent without a copy).
     std::vector<grpc::Slice> slices;
     slices.reserve(2 + 2 * f.entries.size());
@@ -83,7 +82,7 @@ class GrpcLink final : public WorkerLink,
         slices.emplace_back(const_cast<void*>(p.payload), p.payload_bytes, NoRelease, nullptr);
       }
     };
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (broken_) return;  // the receiver fails it (OnClosed)
     add(f.first);
     for (const auto& e : f.entries) add(e);
@@ -101,7 +100,7 @@ class GrpcLink final : public WorkerLink,
     std::string message;
     Status st = wire::DecodeResponse(chunks, &h, &message);
     if (!st.ok()) {
-      TLOG_WARN << "server " << options_.address << ": " << st.ToString();
+      TLOG_WARN << "server " << options_.address.service << ": " << st.ToString();
     } else {
       SlicePayload payload(chunks, wire::kResponseHeaderBytes + h.message_bytes, h.payload_bytes);
       receiver_->OnAnswer(h, message, payload);
@@ -112,7 +111,7 @@ class GrpcLink final : public WorkerLink,
   void OnWriteDone(bool ok) override {
     std::function<void()> sent;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       writing_ = false;
       current_.Clear();
       sent = std::move(current_sent_);
@@ -126,23 +125,23 @@ class GrpcLink final : public WorkerLink,
   void OnDone(const grpc::Status& s) override {
     Status st;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       Status cause = FromGrpc(s);
       if (cause.ok()) cause = UnavailableError("stream closed by the server");
       st = Status(cause.code() == StatusCode::kCancelled ? StatusCode::kCancelled
                                                          : StatusCode::kUnavailable,
-                  "data stream to " + options_.address + " ended: " + cause.ToString());
+                  "data stream to " + options_.address.service + " ended: " + cause.ToString());
       broken_ = true;
       writes_.clear();
     }
     receiver_->OnClosed(st);
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     done_ = true;
-    done_cv_.notify_all();
+    done_cv_.SignalAll();
   }
 
  private:
-  void StartNextWriteLocked() {
+  void StartNextWriteLocked() REQUIRES(mu_) {
     if (writing_ || writes_.empty() || broken_) return;
     writing_ = true;
     current_ = std::move(writes_.front().frame);
@@ -159,32 +158,32 @@ class GrpcLink final : public WorkerLink,
   LinkReceiver* receiver_ = nullptr;  // set by Start
   bool started_ = false;              // set by Start
 
-  std::mutex mu_;
-  std::condition_variable done_cv_;
+  Mutex mu_;
+  CondVar done_cv_;  // OnDone ran
   struct QueuedWrite {
     grpc::ByteBuffer frame;
     std::function<void()> sent;  // may be empty
   };
-  std::deque<QueuedWrite> writes_;             // GUARDED_BY(mu_)
-  grpc::ByteBuffer current_;             // GUARDED_BY(mu_): the write in flight
-  std::function<void()> current_sent_;   // GUARDED_BY(mu_)
-  bool writing_ = false;                 // GUARDED_BY(mu_)
-  bool broken_ = false;                  // GUARDED_BY(mu_)
-  bool done_ = false;                    // GUARDED_BY(mu_): OnDone ran
+  std::deque<QueuedWrite> writes_ GUARDED_BY(mu_);
+  grpc::ByteBuffer current_ GUARDED_BY(mu_);  // the write in flight
+  std::function<void()> current_sent_ GUARDED_BY(mu_);
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool broken_ GUARDED_BY(mu_) = false;
+  bool done_ GUARDED_BY(mu_) = false;  // OnDone ran
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<WorkerLink>> ConnectGrpcLink(const LinkOptions& o,
                                                       std::shared_ptr<grpc::Channel>* channel) {
-  if (o.address.empty()) return InvalidArgumentError("empty server address");
+  if (o.address.service.empty()) return InvalidArgumentError("empty server address");
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(o.max_answer_payload));
   args.SetMaxSendMessageSize(-1);
   wire::ApplyDataChannelArgs([&](const char* name, int value) { args.SetInt(name, value); });
   // Own TCP connection per worker-server pair, even for several workers in one process.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto ch = grpc::CreateCustomChannel(o.address, ChannelCredentials(o.tls, &args), args);
+  auto ch = grpc::CreateCustomChannel(o.address.service, ChannelCredentials(o.tls, &args), args);
   if (channel != nullptr) *channel = ch;
   return std::unique_ptr<WorkerLink>(new GrpcLink(o, std::move(ch)));
 }

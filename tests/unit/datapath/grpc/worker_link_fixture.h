@@ -1,5 +1,5 @@
-// The worker's gRPC link as the gRPC link tests start it (grpc_link_test: against a hand-driven
-// stream; grpc_server_link_test: against the server's link).
+// The worker's gRPC link as the gRPC link tests start it (worker_link_test: against a
+// hand-driven stream; server_link_test: against the server's link).
 #pragma once
 
 #include <memory>
@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "datapath/grpc_link.h"
+#include "datapath/grpc/worker_link.h"
 #include "tests/unit/datapath/link_recorder.h"
 
 namespace trellis::link {
@@ -17,7 +17,7 @@ namespace trellis::link {
 inline std::unique_ptr<WorkerLink> StartedGrpcLink(const std::string& address,
                                                    const std::string& token, Recorder& rec) {
   LinkOptions o;
-  o.address = address;
+  o.address.service = address;
   o.token = token;
   o.worker_rank = 1;
   o.max_answer_payload = 16 << 20;
