@@ -22,26 +22,26 @@ ServingQueue::~ServingQueue() { Stop(); }
 
 void ServingQueue::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (auto& t : pool_) t.join();
   pool_.clear();
   std::priority_queue<Item> dropped;  // let go of outside the lock: a job may hold a strand
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   dropped.swap(queue_);
 }
 
 bool ServingQueue::Submit(int32_t priority, size_t payload_bytes, Job job, Inline policy) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return false;
     const bool too_big = policy == Inline::kSmallOnly && payload_bytes > options_.inline_max_bytes;
     if (held_ || !queue_.empty() || too_big) {
       queue_.push(Item{priority, seq_++, std::move(job)});
-      cv_.notify_one();
+      cv_.Signal();
       return true;
     }
   }
@@ -50,16 +50,16 @@ bool ServingQueue::Submit(int32_t priority, size_t payload_bytes, Job job, Inlin
 }
 
 void ServingQueue::PoolLoop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    cv_.wait(lock, [this] { return stopping_ || (!held_ && !queue_.empty()); });
+    while (!stopping_ && (held_ || queue_.empty())) cv_.Wait(&mu_);
     if (stopping_) return;
     Job job = std::move(const_cast<Item&>(queue_.top()).value);
     queue_.pop();
-    lock.unlock();
+    lock.Unlock();
     job();
     job = nullptr;  // what the job held (request bytes, a connection) goes before the next wait
-    lock.lock();
+    lock.Lock();
   }
 }
 
@@ -87,7 +87,7 @@ ServingQueue::Job ServingStrand::NextTurn() {
 bool ServingStrand::Submit(int32_t priority, size_t payload_bytes, ServingQueue::Job job,
                            ServingQueue::Inline policy) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     waiting_.push(Item{priority, seq_++, std::move(job)});
   }
   // Stopped: the turn, dropped, cleared the strand.
@@ -96,14 +96,14 @@ bool ServingStrand::Submit(int32_t priority, size_t payload_bytes, ServingQueue:
 
 void ServingStrand::Clear() {
   std::priority_queue<Item> dropped;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   dropped.swap(waiting_);
 }
 
 void ServingStrand::RunOne() {
   ServingQueue::Job job;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (busy_) {
       ++deferred_;  // the running one hands on
       return;
@@ -117,7 +117,7 @@ void ServingStrand::RunOne() {
   job = nullptr;  // what it held goes before the next one is handed on
   int32_t next = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     busy_ = false;
     if (deferred_ == 0 || waiting_.empty()) return;
     --deferred_;

@@ -11,17 +11,16 @@
 // sends many requests is slowed by its own socket, not by the server's memory.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <queue>
 #include <thread>
 #include <vector>
 
 #include "common/base/by_priority.h"
+#include "common/base/mutex.h"
 #include "datapath/link.h"
 
 namespace trellis {
@@ -52,26 +51,26 @@ class ServingQueue {
   // queue is not held and `policy` allows the size; else queued by `priority`. False after
   // Stop() (`job` is dropped unrun: the caller answers UNAVAILABLE). Thread-safe.
   bool Submit(int32_t priority, size_t payload_bytes, Job job,
-              Inline policy = Inline::kSmallOnly);
+              Inline policy = Inline::kSmallOnly) EXCLUDES(mu_);
 
   // Stops the pool (jobs still queued are dropped unrun); idempotent.
-  void Stop();
+  void Stop() EXCLUDES(mu_);
 
  private:
   // Holds the serving and counts what waits (tests/unit/pserver/serving_queue_peer.h).
   friend class ServingQueueTestPeer;
 
   using Item = ByPriority<Job>;
-  void PoolLoop();
+  void PoolLoop() EXCLUDES(mu_);
 
   const ServingQueueOptions options_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::priority_queue<Item> queue_;  // GUARDED_BY(mu_)
-  uint64_t seq_ = 0;                 // GUARDED_BY(mu_)
-  bool held_ = false;                // GUARDED_BY(mu_); tests only: every Submit queues, none runs
-  bool stopping_ = false;            // GUARDED_BY(mu_)
-  std::vector<std::thread> pool_;
+  mutable Mutex mu_;
+  CondVar cv_;  // a job queued, or stopping
+  std::priority_queue<Item> queue_ GUARDED_BY(mu_);
+  uint64_t seq_ GUARDED_BY(mu_) = 0;
+  bool held_ GUARDED_BY(mu_) = false;  // tests only: every Submit queues, none runs
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> pool_;  // started by the constructor, joined by Stop
 };
 
 // One connection's requests, served one at a time through a ServingQueue, highest priority
@@ -87,22 +86,22 @@ class ServingStrand : public std::enable_shared_from_this<ServingStrand> {
   // As ServingQueue::Submit; `job` runs after every higher-priority (and earlier equal-priority)
   // job of this strand, never beside one.
   bool Submit(int32_t priority, size_t payload_bytes, ServingQueue::Job job,
-              ServingQueue::Inline policy = ServingQueue::Inline::kSmallOnly);
+              ServingQueue::Inline policy = ServingQueue::Inline::kSmallOnly) EXCLUDES(mu_);
   // Drops the jobs not started (shutdown: what they hold is released). The queue's Stop does it
   // too, for a strand with jobs waiting.
-  void Clear();
+  void Clear() EXCLUDES(mu_);
 
  private:
   using Item = ByPriority<ServingQueue::Job>;
   ServingQueue::Job NextTurn();  // a job that runs RunOne, or clears the strand if dropped
-  void RunOne();
+  void RunOne() EXCLUDES(mu_);
 
   ServingQueue* const queue_;
-  std::mutex mu_;
-  std::priority_queue<Item> waiting_;  // GUARDED_BY(mu_)
-  uint64_t seq_ = 0;                   // GUARDED_BY(mu_)
-  bool busy_ = false;                  // GUARDED_BY(mu_): a job of this strand is running
-  size_t deferred_ = 0;                // GUARDED_BY(mu_): jobs that found it busy
+  Mutex mu_;
+  std::priority_queue<Item> waiting_ GUARDED_BY(mu_);
+  uint64_t seq_ GUARDED_BY(mu_) = 0;
+  bool busy_ GUARDED_BY(mu_) = false;  // a job of this strand is running
+  size_t deferred_ GUARDED_BY(mu_) = 0;  // jobs that found it busy
 };
 
 }  // namespace trellis

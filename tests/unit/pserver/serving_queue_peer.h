@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstddef>
-#include <mutex>
 
 #include "pserver/serving_queue.h"
 
@@ -16,18 +15,18 @@ class ServingQueueTestPeer {
   // While held no job starts: every Submit queues (none runs on the caller's thread) and the
   // pool waits, until Release() lets it serve them.
   void Hold() {
-    std::lock_guard lock(q_->mu_);
+    MutexLock lock(&q_->mu_);
     q_->held_ = true;
   }
   void Release() {
     {
-      std::lock_guard lock(q_->mu_);
+      MutexLock lock(&q_->mu_);
       q_->held_ = false;
     }
-    q_->cv_.notify_all();
+    q_->cv_.SignalAll();
   }
   size_t Queued() const {  // jobs waiting
-    std::lock_guard lock(q_->mu_);
+    MutexLock lock(&q_->mu_);
     return q_->queue_.size();
   }
 
