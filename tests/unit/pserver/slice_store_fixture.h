@@ -1,9 +1,10 @@
 // The SliceStore test fixture: a store with one key of 4 elements, requests as chunked frames
-// (floats and 2-bit frames straddling chunks), and replies captured. Shared by slice_store_test
-// and slice_store_packed_test.
+// (floats and 2-bit frames straddling chunks), and replies captured. Shared by the store's tests
+// (slice_store, packed answers, checkpoints, rebuild, rejoin).
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -88,6 +89,21 @@ class SliceStoreTest : public ::testing::Test {
     uint64_t id;
     ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
     store_->Handle(worker, h, chunks, got->reply());
+  }
+  // A bad 2-bit frame of `op` is refused (INVALID_ARGUMENT, `message`) and does not count: a
+  // good push of step 1 from the one worker after it completes the step. Returns its reply.
+  Got BadFrameIsRefusedAndDoesNotCount(wire::Op op, std::vector<uint8_t> bad_frame,
+                                       const std::string& message) {
+    Got bad;
+    SendTwoBit(0, op, 1, {}, &bad, std::move(bad_frame));
+    EXPECT_TRUE(bad.called);
+    EXPECT_EQ(bad.status.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(bad.status.message(), message);
+    Got good;
+    SendTwoBit(0, op, 1, {1, -1, 0, 0}, &good);
+    EXPECT_TRUE(good.status.ok()) << good.status.ToString();
+    EXPECT_EQ(good.values, (std::vector<float>{0.5f, -0.5f, 0, 0}));
+    return good;
   }
   std::unique_ptr<SliceStore> store_;
 };

@@ -44,17 +44,10 @@ TEST_F(SliceStoreTest, BadTwoBitFrameIsRefusedAndDoesNotCount) {
   std::vector<float> five(5, 1.0f), residual(5, 0.0f);
   std::vector<uint8_t> wrong(TwoBitEncodedBytes(5));
   ASSERT_TRUE(TwoBitEncode(five.data(), residual.data(), 5, 0.5f, wrong.data(), wrong.size()).ok());
-  Got bad;
-  SendTwoBit(0, wire::Op::kPushPullTwoBit, 1, {}, &bad, wrong);
-  ASSERT_TRUE(bad.called);
-  EXPECT_EQ(bad.status.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad.status.message(),
-            "key 7 (w) slice 0: pushpull2bit: 2bit frame: element count 5 does not match the "
-            "expected 4");
-  Got good;
-  SendTwoBit(0, wire::Op::kPushPullTwoBit, 1, {1, -1, 0, 0}, &good);
-  ASSERT_TRUE(good.status.ok()) << good.status.ToString();
-  EXPECT_EQ(good.values, (std::vector<float>{0.5f, -0.5f, 0, 0}));
+  BadFrameIsRefusedAndDoesNotCount(
+      wire::Op::kPushPullTwoBit, wrong,
+      "key 7 (w) slice 0: pushpull2bit: 2bit frame: element count 5 does not match the "
+      "expected 4");
 }
 
 TEST_F(SliceStoreTest, UpdateModeTakesTwoBitPushes) {
@@ -323,116 +316,6 @@ TEST_F(SliceStoreTest, FailWaitersAnswersPendingPulls) {
   store_->FailWaiters(UnavailableError("shutting down"));
   ASSERT_TRUE(g.called);
   EXPECT_EQ(g.status.code(), StatusCode::kUnavailable);
-}
-
-}  // namespace
-}  // namespace trellis
-
-namespace trellis {
-namespace {
-
-// One request from worker 0 straight into `s`; returns the reply.
-Got Request(SliceStore& s, wire::Op op, int64_t step, const std::vector<float>& v,
-            uint64_t key = 7) {
-  auto bytes = testing::RequestBytes(op, key, 0, step, v);
-  auto chunks = testing::Split(bytes, 3);
-  wire::RequestHeader h;
-  uint64_t id;
-  EXPECT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
-  Got g;
-  s.Handle(0, h, chunks, g.reply());
-  EXPECT_TRUE(g.called);
-  return g;
-}
-
-// A snapshot in update mode carries weights, Adam's m and v, and the optimizer step count; a new
-// store restored from it continues exactly like the original (step 0 = the restored weights).
-TEST(SliceStoreCheckpointTest, SnapshotRestoreContinuesAdamExactly) {
-  OptimizerSpec adam;
-  adam.type = OptimizerType::kAdam;
-  adam.learningRate = 0.1;
-  auto make = [&] {
-    StoreConfig c;
-    c.num_workers = 1;
-    c.mode = ServerMode::kUpdate;
-    c.optimizer = adam;
-    auto s = std::make_unique<SliceStore>(c);
-    int64_t n = 0, b = 0;
-    EXPECT_TRUE(s->Install(OneKeyMap(7, 4), &n, &b).ok());
-    return s;
-  };
-  auto send = [](SliceStore& s, wire::Op op, int64_t step, std::vector<float> v) {
-    Got g = Request(s, op, step, v);
-    EXPECT_TRUE(g.status.ok()) << g.status.ToString();
-    return g.values;
-  };
-  auto a = make();
-  send(*a, wire::Op::kInit, 0, {1, 2, 3, 4});
-  send(*a, wire::Op::kPushPull, 1, {0.5f, -1, 2, 0});
-  send(*a, wire::Op::kPushPull, 2, {0.1f, 0.2f, -0.3f, 4});
-  Checkpoint c = a->Snapshot(2, /*skip_key=*/99);
-  ASSERT_EQ(c.entries.size(), 3u);  // weights, m, v
-  EXPECT_EQ(c.entries[0].step, 2);
-  EXPECT_EQ(a->Snapshot(2, /*skip_key=*/7).entries.size(), 0u);
-
-  auto b = make();
-  ASSERT_TRUE(b->RestoreFrom(c, "f").ok());
-  EXPECT_EQ(send(*b, wire::Op::kPull, 0, {}), c.entries[0].values);
-  const std::vector<float> g3 = {1, 1, -1, 0.25f};
-  const auto want = send(*a, wire::Op::kPushPull, 3, g3);
-  EXPECT_EQ(send(*b, wire::Op::kPushPull, 1, g3), want);  // bit for bit, Adam's t continues at 3
-}
-
-TEST(SliceStoreCheckpointTest, AFileThatDoesNotFitChangesNothing) {
-  StoreConfig cfg;
-  cfg.num_workers = 1;
-  cfg.mode = ServerMode::kUpdate;
-  SliceStore s(cfg);
-  int64_t n = 0, b = 0;
-  ASSERT_TRUE(s.Install(OneKeyMap(7, 4), &n, &b).ok());
-  Checkpoint c;
-  c.step = 5;
-  c.entries.push_back({7, 0, EntryKind::kValues, 5, "w", {1, 2, 3, 4}});
-  c.entries.push_back({7, 3, EntryKind::kValues, 5, "w", {1}});
-  Status st = s.RestoreFrom(c, "/ck/server-0-5.ckpt");
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(),
-            "/ck/server-0-5.ckpt: key 7 slice 3 is not held by server 0 in this job's shard map "
-            "(servers, sliceBytes or keys changed since it was saved)");
-  c.entries.pop_back();
-  c.entries[0].values.pop_back();
-  st = s.RestoreFrom(c, "f");
-  EXPECT_NE(st.message().find("f: key 7 (w) slice 0 has 3 values at step 5, the slice has 4"),
-            std::string::npos)
-      << st.message();
-  // Nothing was installed: an update-mode push is still refused for want of an init.
-  Got g = Request(s, wire::Op::kPush, 1, {1, 1, 1, 1});
-  EXPECT_EQ(g.status.code(), StatusCode::kFailedPrecondition) << g.status.ToString();
-}
-
-// A key declared late in the saving run is not in the map at restore time: left out.
-TEST(SliceStoreCheckpointTest, KeysAbsentFromTheMapAreLeftOut) {
-  StoreConfig cfg;
-  cfg.num_workers = 1;
-  cfg.mode = ServerMode::kUpdate;
-  SliceStore s(cfg);
-  int64_t n = 0, b = 0;
-  ASSERT_TRUE(s.Install(OneKeyMap(7, 4), &n, &b).ok());
-  Checkpoint c;
-  c.step = 5;
-  c.entries.push_back({7, 0, EntryKind::kValues, 5, "w", {1, 2, 3, 4}});
-  c.entries.push_back({8, 0, EntryKind::kValues, 5, "late", {9}});
-  ASSERT_TRUE(s.RestoreFrom(c, "f").ok());
-  EXPECT_EQ(Request(s, wire::Op::kPull, 0, {}).values, (std::vector<float>{1, 2, 3, 4}));
-}
-
-TEST(SliceStoreCheckpointTest, SaveWithoutAPathIsRefused) {
-  StoreConfig cfg;
-  SliceStore s(cfg);
-  int64_t n = 0, b = 0;
-  ASSERT_TRUE(s.Install(OneKeyMap(7, 4), &n, &b).ok());
-  Got g = Request(s, wire::Op::kSave, 3, {}, /*key=*/0);
-  EXPECT_EQ(g.status.message(), "server 0: checkpoint request but the job has no checkpoint.path");
 }
 
 }  // namespace

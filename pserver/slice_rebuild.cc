@@ -1,46 +1,34 @@
-// Crash recovery of a parameter server (docs/checkpoints.md, "Crash recovery: servers"): a
-// restarted server is fresh; every worker reconnects, re-installs the shard map and replays the
-// last two pushes it made on each slice held here (wire::Op::kReplay), then ends its replays.
-//
-// Why two pushes are enough: on one slice the workers are at most one step apart (a worker
-// pushes t+1 only after its pull of t, which needed every push of t), so the union of the
-// workers' last two pushes holds every contribution of the newest complete step and of the one
-// in progress. Per slice the rebuild keeps the contributions per step and worker (a worker's
-// duplicate is ignored); once all W workers ended their replays, the highest step with all W
-// contributions becomes `complete` (its sum, or in update mode the optimizer applied on top of
-// the newest checkpoint), the contributions of the step after it the accumulator, and older
-// steps are dropped. Pulls wait for that; pushes that come meanwhile are contributions too.
+#include "pserver/slice_rebuild.h"
+
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "common/base/logging.h"
-#include "pserver/slice_store.h"
 
 namespace trellis {
 
-bool SliceStore::Rebuilding() const {
-  std::lock_guard lock(rebuild_mu_);
-  return rebuild_phase_ == RebuildPhase::kRebuilding;
+bool SliceRebuild::Rebuilding() const {
+  MutexLock lock(&mu_);
+  return phase_ == Phase::kRebuilding;
 }
 
-void SliceStore::StartRebuildLocked() {
+void SliceRebuild::StartLocked() {
   const int32_t w = config_.num_workers;
   replays_seen_.assign(w, 0);
   replays_announced_.assign(w, -1);
   bool fresh = true;
   {
-    std::shared_lock map_lock(map_mu_);
-    for (const auto& [key, slices] : keys_) {
-      for (const auto& [index, s] : slices) {
-        std::lock_guard lock(s->mu);
-        if (s->complete != 0 || s->pushes != 0) fresh = false;
-      }
+    ReaderMutexLock map_lock(table_->mu());
+    for (Slice* s : table_->All()) {
+      MutexLock lock(&s->mu);
+      if (s->complete != 0 || s->pushes != 0) fresh = false;
     }
   }
   if (!fresh) {
     // A live server (a worker's connection broke, the server did not): replays only fill in
     // pushes that may have been lost on the way.
-    rebuild_phase_ = RebuildPhase::kOver;
+    phase_ = Phase::kOver;
     TLOG_INFO << "replays on a live server: treated as pushes not yet counted";
     return;
   }
@@ -49,56 +37,55 @@ void SliceStore::StartRebuildLocked() {
     // The weights live only here: they come back from the newest checkpoint, the replayed
     // steps are applied on top (the steps in between are lost on this server's slices).
     if (config_.checkpoint_path.empty()) {
-      rebuild_error_ = FailedPreconditionError(
+      error_ = FailedPreconditionError(
           who + " restarted in update mode but the job has no checkpoint.path: its weights are "
                 "lost and the job cannot continue (set spec.checkpoint to recover from the "
                 "newest checkpoint)");
     } else {
-      auto c = Dir().LoadNewest();
-      Status st = c.ok() ? RestoreFrom(c->checkpoint, c->file) : c.status();
+      std::string file;
+      int64_t step = 0;
+      Status st = checkpoints_->RestoreNewest(&file, &step);
       if (!st.ok()) {
-        rebuild_error_ = FailedPreconditionError(
+        error_ = FailedPreconditionError(
             who + " restarted in update mode and cannot reload its weights: " + st.ToString());
       } else {
-        series_.CheckpointRestored();
-        TLOG_INFO << "restarted: reloaded " << c->file << " (step " << c->checkpoint.step
+        TLOG_INFO << "restarted: reloaded " << file << " (step " << step
                   << "); replayed steps are applied on top";
       }
     }
-    if (!rebuild_error_.ok()) {
-      TLOG_ERROR << rebuild_error_.ToString();
-      rebuild_phase_ = RebuildPhase::kOver;
+    if (!error_.ok()) {
+      TLOG_ERROR << error_.ToString();
+      phase_ = Phase::kOver;
       return;
     }
   }
-  std::shared_lock map_lock(map_mu_);
-  for (const auto& [key, slices] : keys_) {
-    for (const auto& [index, s] : slices) {
-      std::lock_guard lock(s->mu);
-      s->rebuild = std::make_unique<Rebuild>();
-      s->rebuild->restored_step = s->step_base;
-      s->step_base = 0;  // worker steps count the optimizer's steps again (docs/checkpoints.md)
-    }
+  ReaderMutexLock map_lock(table_->mu());
+  for (Slice* s : table_->All()) {
+    MutexLock lock(&s->mu);
+    s->rebuild = std::make_unique<ReplayedSteps>();
+    s->rebuild->restored_step = s->weights.step_base;
+    s->weights.step_base = 0;  // worker steps count the optimizer's steps again (docs/checkpoints.md)
   }
-  rebuild_phase_ = RebuildPhase::kRebuilding;
-  TLOG_INFO << who << ": fresh and receiving replays: rebuilding " << num_slices_ << " slices";
+  phase_ = Phase::kRebuilding;
+  TLOG_INFO << who << ": fresh and receiving replays: rebuilding " << table_->num_slices()
+            << " slices";
 }
 
-void SliceStore::HandleReplay(int32_t worker, const wire::RequestHeader& h,
-                              const wire::Chunks& frame, Reply reply) {
+void SliceRebuild::HandleReplay(int32_t worker, const wire::RequestHeader& h,
+                                const wire::Chunks& frame, Reply reply) {
   std::vector<Deferred> deferred;
   Status st;
   {
-    std::lock_guard rebuild_lock(rebuild_mu_);
+    MutexLock rebuild_lock(&mu_);
     {
-      std::shared_lock map_lock(map_mu_);
-      if (installed_.empty()) {
+      ReaderMutexLock map_lock(table_->mu());
+      if (!table_->installed()) {
         st = FailedPreconditionError("replay before the shard map was installed on server " +
                                      std::to_string(config_.server_rank));
       }
     }
-    if (st.ok() && rebuild_phase_ == RebuildPhase::kNotSeen) StartRebuildLocked();
-    if (st.ok()) st = rebuild_error_;
+    if (st.ok() && phase_ == Phase::kNotSeen) StartLocked();
+    if (st.ok()) st = error_;
     if (st.ok() && h.payload_bytes == 0) {
       // The worker's last word: how many replays it sent before this.
       if (h.step < 0) {
@@ -121,43 +108,42 @@ void SliceStore::HandleReplay(int32_t worker, const wire::RequestHeader& h,
                                   std::to_string(ih.key) + " slice " + std::to_string(ih.slice) +
                                   " step " + std::to_string(ih.step) + ", not that push");
       }
-      std::shared_lock map_lock(map_mu_);
-      Slice* s = st.ok() ? Find(h.key, h.slice) : nullptr;
-      if (st.ok() && s == nullptr) st = Describe404(h.key, h.slice);
+      ReaderMutexLock map_lock(table_->mu());
+      Slice* s = st.ok() ? table_->Find(h.key, h.slice) : nullptr;
+      if (st.ok() && s == nullptr) st = table_->Describe404(h.key, h.slice);
       std::vector<uint8_t> scratch;
       CodedFrame coded;
-      if (st.ok()) st = CheckPayload(*s, ih, inner, &scratch, &coded);
+      if (st.ok()) st = protocol_->CheckPayload(*s, ih, inner, &scratch, &coded);
       if (st.ok()) {
         const Gradient grad{&inner, wire::IsTwoBit(ih.op) ? &coded : nullptr};
-        std::lock_guard lock(s->mu);
+        MutexLock lock(&s->mu);
         ++replays_seen_[worker];
         if (s->rebuild) {
-          RebuildRequest(worker, s, ih, grad, nullptr, &deferred);
-        } else if (rebuild_phase_ == RebuildPhase::kOver && ih.step == s->complete + 1 &&
-                   !s->pushed[worker]) {
+          Request(worker, s, ih, grad, nullptr, &deferred);
+        } else if (phase_ == Phase::kOver && ih.step == s->complete + 1 && !s->pushed[worker]) {
           // A live server that never got this push (it was lost with the connection).
-          st = Push(worker, s, ih, grad, &deferred);
+          st = protocol_->Push(worker, s, ih, grad, &deferred);
         }  // else: already counted
       }
     }
-    if (st.ok() && rebuild_phase_ == RebuildPhase::kRebuilding) {
+    if (st.ok() && phase_ == Phase::kRebuilding) {
       bool all = true;
       for (int32_t w = 0; w < config_.num_workers; ++w) {
         all = all && replays_announced_[w] >= 0 && replays_seen_[w] >= replays_announced_[w];
       }
-      if (all) FinishRebuildLocked(&deferred);
+      if (all) FinishLocked(&deferred);
     }
   }
-  if (!st.ok()) series_.RequestFailed();
+  if (!st.ok()) series_->RequestFailed();
   reply(st, Answer{});
   for (auto& d : deferred) {
-    if (!d.status.ok()) series_.RequestFailed();
+    if (!d.status.ok()) series_->RequestFailed();
     d.reply(d.status, Answer{std::move(d.values), std::move(d.packed)});
   }
 }
 
-void SliceStore::RebuildRequest(int32_t worker, Slice* s, const wire::RequestHeader& h,
-                                const Gradient& grad, Reply reply, std::vector<Deferred>* out) {
+void SliceRebuild::Request(int32_t worker, Slice* s, const wire::RequestHeader& h,
+                           const Gradient& grad, Reply reply, std::vector<Deferred>* out) {
   if (wire::OpHasPayload(h.op)) {  // a push or pushpull, float32 or 2-bit
     auto& per_worker = s->rebuild->steps[h.step];
     per_worker.resize(config_.num_workers);
@@ -176,52 +162,40 @@ void SliceStore::RebuildRequest(int32_t worker, Slice* s, const wire::RequestHea
     out->push_back({std::move(reply), Status::Ok(), nullptr, nullptr});
   } else {  // answered when the rebuild ends
     s->waiters.push_back({h.step, wire::AcceptsPacked(h.op), std::move(reply)});
-    series_.PullWaiting();
+    series_->PullWaiting();
   }
 }
 
-void SliceStore::FinishRebuildLocked(std::vector<Deferred>* out) {
+void SliceRebuild::FinishLocked(std::vector<Deferred>* out) {
   int64_t rebuilt = 0;
   {
-    std::shared_lock map_lock(map_mu_);
-    for (const auto& [key, slices] : keys_) {
-      for (const auto& [index, s] : slices) {
-        std::lock_guard lock(s->mu);
-        if (!s->rebuild) continue;
-        FinalizeSlice(s.get(), out);
-        ++rebuilt;
-      }
+    ReaderMutexLock map_lock(table_->mu());
+    for (Slice* s : table_->All()) {
+      MutexLock lock(&s->mu);
+      if (!s->rebuild) continue;
+      FinalizeSlice(s, out);
+      ++rebuilt;
     }
   }
-  rebuild_phase_ = RebuildPhase::kOver;
-  series_.SlicesRebuilt(rebuilt);
+  phase_ = Phase::kOver;
+  series_->SlicesRebuilt(rebuilt);
   TLOG_INFO << "server " << config_.server_rank << ": rebuilt " << rebuilt
             << " slices from the workers' replays";
 }
 
-Values SliceStore::StepResult(Slice* s, int64_t step, std::vector<float>* sum) {
-  if (config_.mode == ServerMode::kAggregate) {
-    return std::make_shared<const std::vector<float>>(std::move(*sum));
-  }
-  const float inv = 1.0f / static_cast<float>(config_.num_workers);
-  for (float& g : *sum) g *= inv;
-  ApplyOptimizer(config_.optimizer, s->step_base + step, sum->data(), s->weights.data(),
-                 s->num_elements, &s->opt);
-  return std::make_shared<const std::vector<float>>(s->weights);
-}
-
-void SliceStore::FinalizeSlice(Slice* s, std::vector<Deferred>* out) {
+void SliceRebuild::FinalizeSlice(Slice* s, std::vector<Deferred>* out) {
   auto steps = std::move(s->rebuild->steps);
   const int64_t restored_step = s->rebuild->restored_step;
   s->rebuild.reset();
   const int32_t w = config_.num_workers;
+  const int64_t n = s->num_elements;
   auto full = [&](const std::vector<std::unique_ptr<std::vector<float>>>& c) {
     return static_cast<int32_t>(std::count_if(c.begin(), c.end(), [](const auto& g) {
              return g != nullptr;
            })) == w;
   };
-  auto sum_of = [&](const std::vector<std::unique_ptr<std::vector<float>>>& c) {
-    auto sum = std::make_unique<std::vector<float>>(s->num_elements, 0.0f);
+  auto sum_of = [n](const std::vector<std::unique_ptr<std::vector<float>>>& c) {
+    auto sum = std::make_unique<std::vector<float>>(n, 0.0f);
     for (const auto& g : c) {
       if (!g) continue;
       for (size_t i = 0; i < sum->size(); ++i) (*sum)[i] += (*g)[i];
@@ -231,7 +205,7 @@ void SliceStore::FinalizeSlice(Slice* s, std::vector<Deferred>* out) {
   const bool update = config_.mode == ServerMode::kUpdate;
   if (!steps.empty() && update && !s->initialized) {
     for (auto& wt : s->waiters) {
-      series_.PullAnswered();
+      series_->PullAnswered();
       out->push_back({std::move(wt.reply),
                       FailedPreconditionError(s->name + ": not in the newest checkpoint; its "
                                               "weights were lost with the server"),
@@ -246,25 +220,19 @@ void SliceStore::FinalizeSlice(Slice* s, std::vector<Deferred>* out) {
       if (full(c)) complete = step;
     }
     complete = std::max<int64_t>(complete, 0);
-    if (complete > 0) {  // else keep step 0 (a broadcast that came during the rebuild)
-      for (int i = 0; i < 2; ++i) {
-        s->results[i] = nullptr;
-        s->result_step[i] = -1;
-        s->packable[i] = 0;  // rebuilt results are answered as float32
-        s->packed[i] = nullptr;
-      }
-    }
+    // Else keep step 0 (a broadcast that came during the rebuild). Rebuilt results are answered
+    // as float32.
+    if (complete > 0) s->results.Forget();
     for (int64_t step : {complete - 1, complete}) {
       auto it = steps.find(step);
       if (step < 1 || it == steps.end() || !full(it->second)) continue;
       if (update && step <= restored_step) continue;  // already in the reloaded weights
-      s->results[step % 2] = StepResult(s, step, sum_of(it->second).get());
-      s->result_step[step % 2] = step;
+      auto sum = sum_of(it->second);
+      s->results.Keep(step, update_->Apply(step, &sum, &s->weights), 0);
     }
-    if (update && complete > 0 && s->result_step[complete % 2] != complete) {
+    if (update && complete > 0 && !s->results.Get(complete)) {
       // Nothing of that step survived: its weights are the newest ones this server has.
-      s->results[complete % 2] = std::make_shared<const std::vector<float>>(s->weights);
-      s->result_step[complete % 2] = complete;
+      s->results.Keep(complete, std::make_shared<const std::vector<float>>(s->weights.values), 0);
     }
     s->complete = complete;
     s->pushes = 0;
@@ -286,14 +254,14 @@ void SliceStore::FinalizeSlice(Slice* s, std::vector<Deferred>* out) {
   std::vector<Waiter> waiting = std::move(s->waiters);
   s->waiters.clear();
   for (auto& wt : waiting) {
-    if (wt.step == s->complete + 1 || (wt.step == 0 && !s->initialized && s->complete == 0)) {
+    if (StepProtocol::Waits(*s, wt.step)) {
       s->waiters.push_back(std::move(wt));
       continue;
     }
-    series_.PullAnswered();
-    if (Values v = ResultFor(s, wt.step)) {
+    series_->PullAnswered();
+    if (Values v = s->results.Get(wt.step)) {
       out->push_back({std::move(wt.reply), Status::Ok(), std::move(v),
-                      wt.packed ? PackedFor(s, wt.step) : nullptr});
+                      protocol_->PackedAnswer(s, wt.step, wt.packed)});
     } else {
       out->push_back({std::move(wt.reply),
                       OutOfRangeError(s->name + ": pull of step " + std::to_string(wt.step) +

@@ -1,22 +1,19 @@
-// The server half of checkpoints (docs/checkpoints.md): on a SAVE request from rank 0 every slice
-// held here is written with its weights, optimizer state and step count (update mode); on a
-// LOAD request the file of that step is installed as the slices' step-0 values, so workers of a
-// restarted job pull the restored weights exactly as they would receive a broadcast.
-#include <chrono>
+#include "pserver/slice_checkpoints.h"
 
-#include "common/checkpoint/checkpoint_dir.h"
+#include <chrono>
+#include <vector>
+
 #include "common/base/logging.h"
-#include "pserver/slice_store.h"
 
 namespace trellis {
 
-CheckpointDir SliceStore::Dir() const {
+CheckpointDir SliceCheckpoints::Dir() const {
   return CheckpointDir(config_.checkpoint_path,
                        "server-" + std::to_string(config_.server_rank),
                        config_.checkpoint_keep);
 }
 
-Checkpoint SliceStore::Snapshot(int64_t step, uint64_t skip_key) const {
+Checkpoint SliceCheckpoints::Snapshot(int64_t step, uint64_t skip_key) const {
   Checkpoint c;
   c.step = step;
   // Spelled here rather than with job_spec's ToString, so the store (and its fuzz target) does
@@ -24,30 +21,30 @@ Checkpoint SliceStore::Snapshot(int64_t step, uint64_t skip_key) const {
   c.origin = "server " + std::to_string(config_.server_rank) +
              (config_.mode == ServerMode::kUpdate ? " (update mode)" : " (aggregate mode)");
   if (config_.mode != ServerMode::kUpdate) return c;  // sums do not outlive their step
-  std::shared_lock map_lock(map_mu_);
-  for (const auto& [key, slices] : keys_) {
-    if (key == skip_key) continue;
-    for (const auto& [index, s] : slices) {
-      std::lock_guard lock(s->mu);
-      if (!s->initialized) continue;  // nothing to save: it still waits for its broadcast
-      const int64_t at = s->step_base + s->complete;
-      c.entries.push_back({key, index, EntryKind::kValues, at, s->name, s->weights});
-      if (!s->opt.m.empty()) {
-        c.entries.push_back({key, index, EntryKind::kOptimizerM, at, s->name, s->opt.m});
-      }
-      if (!s->opt.v.empty()) {
-        c.entries.push_back({key, index, EntryKind::kOptimizerV, at, s->name, s->opt.v});
-      }
+  ReaderMutexLock map_lock(table_->mu());
+  for (Slice* s : table_->All()) {
+    if (s->key == skip_key) continue;
+    MutexLock lock(&s->mu);
+    if (!s->initialized) continue;  // nothing to save: it still waits for its broadcast
+    const int64_t at = s->weights.step_base + s->complete;
+    c.entries.push_back({s->key, s->index, EntryKind::kValues, at, s->name, s->weights.values});
+    if (!s->weights.opt.m.empty()) {
+      c.entries.push_back(
+          {s->key, s->index, EntryKind::kOptimizerM, at, s->name, s->weights.opt.m});
+    }
+    if (!s->weights.opt.v.empty()) {
+      c.entries.push_back(
+          {s->key, s->index, EntryKind::kOptimizerV, at, s->name, s->weights.opt.v});
     }
   }
   return c;
 }
 
-Status SliceStore::RestoreFrom(const Checkpoint& c, const std::string& file) {
+Status SliceCheckpoints::RestoreFrom(const Checkpoint& c, const std::string& file) {
   std::vector<Deferred> deferred;
   {
-    std::shared_lock map_lock(map_mu_);
-    if (installed_.empty()) {
+    ReaderMutexLock map_lock(table_->mu());
+    if (!table_->installed()) {
       return FailedPreconditionError(file + ": no shard map installed on server " +
                                      std::to_string(config_.server_rank) + " yet");
     }
@@ -55,8 +52,8 @@ Status SliceStore::RestoreFrom(const Checkpoint& c, const std::string& file) {
     // Keys not in the map at all were declared after training started (deferred init): they
     // are not part of a restore; the program declares and broadcasts them again.
     for (const auto& e : c.entries) {
-      if (all_keys_.count(e.key) == 0) continue;
-      Slice* s = Find(e.key, e.slice);
+      if (!table_->InMap(e.key)) continue;
+      Slice* s = table_->Find(e.key, e.slice);
       if (s == nullptr) {
         return FailedPreconditionError(
             file + ": key " + std::to_string(e.key) + " slice " + std::to_string(e.slice) +
@@ -69,7 +66,7 @@ Status SliceStore::RestoreFrom(const Checkpoint& c, const std::string& file) {
                                        std::to_string(e.step) + ", the slice has " +
                                        std::to_string(s->num_elements) + " elements");
       }
-      std::lock_guard lock(s->mu);
+      MutexLock lock(&s->mu);
       if (s->complete != 0 || s->pushes != 0) {
         return FailedPreconditionError(file + ": " + s->name + " already trained to step " +
                                        std::to_string(s->complete) +
@@ -77,21 +74,18 @@ Status SliceStore::RestoreFrom(const Checkpoint& c, const std::string& file) {
       }
     }
     for (const auto& e : c.entries) {
-      if (all_keys_.count(e.key) == 0) continue;
-      Slice* s = Find(e.key, e.slice);
-      std::lock_guard lock(s->mu);
+      if (!table_->InMap(e.key)) continue;
+      Slice* s = table_->Find(e.key, e.slice);
+      MutexLock lock(&s->mu);
       switch (e.kind) {
-        case EntryKind::kOptimizerM: s->opt.m = e.values; break;
-        case EntryKind::kOptimizerV: s->opt.v = e.values; break;
+        case EntryKind::kOptimizerM: s->weights.opt.m = e.values; break;
+        case EntryKind::kOptimizerV: s->weights.opt.v = e.values; break;
         case EntryKind::kValues: {
-          s->weights = e.values;
+          s->weights.values = e.values;
           auto v = std::make_shared<const std::vector<float>>(e.values);
-          s->results[0] = v;
-          s->result_step[0] = 0;
-          s->results[1] = nullptr;
-          s->result_step[1] = -1;
+          s->results.Restart(v);
           s->initialized = true;
-          s->step_base = e.step;
+          s->weights.step_base = e.step;
           // Wake pulls of step 0 that came first.
           for (auto it = s->waiters.begin(); it != s->waiters.end();) {
             if (it->step == 0) {
@@ -110,7 +104,17 @@ Status SliceStore::RestoreFrom(const Checkpoint& c, const std::string& file) {
   return Status::Ok();
 }
 
-Status SliceStore::HandleCheckpointOp(const wire::RequestHeader& h) {
+Status SliceCheckpoints::RestoreNewest(std::string* file, int64_t* step) {
+  auto c = Dir().LoadNewest();
+  if (!c.ok()) return c.status();
+  TRELLIS_RETURN_IF_ERROR(RestoreFrom(c->checkpoint, c->file));
+  series_->CheckpointRestored();
+  *file = c->file;
+  *step = c->checkpoint.step;
+  return Status::Ok();
+}
+
+Status SliceCheckpoints::HandleOp(const wire::RequestHeader& h) {
   if (config_.checkpoint_path.empty()) {
     return FailedPreconditionError("server " + std::to_string(config_.server_rank) +
                                    ": checkpoint request but the job has no checkpoint.path");
@@ -127,7 +131,7 @@ Status SliceStore::HandleCheckpointOp(const wire::RequestHeader& h) {
     if (!file.ok()) return file.status();
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    series_.CheckpointSaved(secs, bytes);
+    series_->CheckpointSaved(secs, bytes);
     TLOG_INFO << "saved step " << h.step << " to " << *file << " (" << bytes << " bytes, " << secs
               << " s)";
     return Status::Ok();
@@ -135,7 +139,7 @@ Status SliceStore::HandleCheckpointOp(const wire::RequestHeader& h) {
   auto c = dir.Load(h.step);
   if (!c.ok()) return c.status();
   TRELLIS_RETURN_IF_ERROR(RestoreFrom(*c, dir.FileFor(h.step)));
-  series_.CheckpointRestored();
+  series_->CheckpointRestored();
   TLOG_INFO << "restored step " << h.step << " from " << dir.FileFor(h.step) << " ("
             << c->entries.size() << " entries)";
   return Status::Ok();

@@ -1,5 +1,5 @@
 // A restarted (fresh) server rebuilds its slices from the workers' replayed pushes
-// (pserver/slice_store_rebuild.cc).
+// (pserver/slice_rebuild.h).
 #include <stdlib.h>
 
 #include <filesystem>

@@ -1,0 +1,65 @@
+// The shard map installed on this server and the slices of it held here. Read by every request
+// (a reader's hold of its lock, so requests run in parallel), written only by an install, which
+// may add keys (deferred init) but never removes a slice: a Slice* found stays valid for the
+// table's life.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/base/mutex.h"
+#include "common/base/status.h"
+#include "pserver/slice.h"
+#include "trellis/v1/scheduler.pb.h"
+
+namespace trellis {
+
+class SliceTable {
+ public:
+  SliceTable(int32_t server_rank, int32_t num_workers)
+      : server_rank_(server_rank), num_workers_(num_workers) {}
+  SliceTable(const SliceTable&) = delete;
+  SliceTable& operator=(const SliceTable&) = delete;
+
+  // Keeps the slices of `map` assigned to this server. Installing an equal map again is a no-op;
+  // a map that adds keys to the installed one (deferred init: same settings, every installed key
+  // laid out the same) adds their slices; any other is FAILED_PRECONDITION (every worker relays
+  // the same scheduler map). *slices and *bytes: what is held here after it.
+  Status Install(const v1::ShardMap& map, int64_t* slices, int64_t* bytes) EXCLUDES(mu_);
+
+  // The table's lock; a reader's hold is enough for everything below.
+  SharedMutex* mu() const RETURN_CAPABILITY(mu_) { return &mu_; }
+  bool installed() const REQUIRES_SHARED(mu_) { return !installed_.empty(); }
+  // The slice held here, or null.
+  Slice* Find(uint64_t key, uint32_t slice) const REQUIRES_SHARED(mu_);
+  // Whether the installed map has the key (held here or not).
+  bool InMap(uint64_t key) const REQUIRES_SHARED(mu_) { return all_keys_.count(key) != 0; }
+  // Why Find(key, slice) is null: no map yet, a key or slice the map lacks, or another server's.
+  Status Describe404(uint64_t key, uint32_t slice) const REQUIRES_SHARED(mu_);
+  // Every slice held here, key by key.
+  std::vector<Slice*> All() const REQUIRES_SHARED(mu_);
+  int64_t num_slices() const REQUIRES_SHARED(mu_) { return num_slices_; }
+
+ private:
+  Status CheckExtension(const v1::ShardMap& map) const REQUIRES_SHARED(mu_);
+
+  const int32_t server_rank_;
+  const int32_t num_workers_;
+  mutable SharedMutex mu_;
+  std::string installed_ GUARDED_BY(mu_);  // the serialized map, for the equality check
+  // key -> slice index -> the slices held here.
+  std::unordered_map<uint64_t, std::unordered_map<uint32_t, std::unique_ptr<Slice>>> keys_
+      GUARDED_BY(mu_);
+  struct KeyInfo {
+    std::string name;
+    const v1::KeyShards* shards;  // points into map_
+  };
+  v1::ShardMap map_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, KeyInfo> all_keys_ GUARDED_BY(mu_);  // every key of the map
+  int64_t num_slices_ GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace trellis
