@@ -328,11 +328,23 @@ Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, c
   return out;
 }
 
+std::vector<DesiredPod> DesiredPodList(const std::string& job, const JobSpec& spec) {
+  std::vector<DesiredPod> pods = {{PodName(job, PodRole::kScheduler, 0), PodRole::kScheduler, 0}};
+  for (const PodRole role : {PodRole::kServer, PodRole::kWorker}) {
+    const int replicas = role == PodRole::kServer ? spec.servers.replicas : spec.workers.replicas;
+    for (int i = 0; i < replicas; ++i) pods.push_back({PodName(job, role, i), role, i});
+  }
+  return pods;
+}
+
+Json BuildPod(const JobMeta& job, const JobSpec& spec, const DesiredPod& pod, const OperatorSettings& s) {
+  if (pod.role == PodRole::kScheduler) return SchedulerPod(job, spec, s);
+  return RolePod(job, spec, pod.role, pod.index, s);
+}
+
 std::vector<Json> DesiredPods(const JobMeta& job, const JobSpec& spec, const OperatorSettings& s) {
   std::vector<Json> pods;
-  pods.push_back(SchedulerPod(job, spec, s));
-  for (int i = 0; i < spec.servers.replicas; ++i) pods.push_back(RolePod(job, spec, PodRole::kServer, i, s));
-  for (int i = 0; i < spec.workers.replicas; ++i) pods.push_back(RolePod(job, spec, PodRole::kWorker, i, s));
+  for (const DesiredPod& pod : DesiredPodList(job.name, spec)) pods.push_back(BuildPod(job, spec, pod, s));
   return pods;
 }
 

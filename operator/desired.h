@@ -68,7 +68,19 @@ Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, c
 // securityContext).
 void ApplyPodSecurityDefaults(Json& pod, bool non_root_image);
 
-// Every pod the job should have, scheduler first, then servers, then workers.
+// One pod the job should have, by its identity; BuildPod makes its object. The plan (PlanJob)
+// and the pod creation (the reconciler) read the same list, DesiredPodList.
+struct DesiredPod {
+  std::string name;  // PodName(job, role, index)
+  PodRole role = PodRole::kWorker;
+  int index = 0;  // the rank (trellis.io/rank); 0 for the scheduler, which has none
+  bool operator==(const DesiredPod&) const = default;
+};
+// Every pod the job should have: the scheduler, then the servers, then the workers, by rank.
+std::vector<DesiredPod> DesiredPodList(const std::string& job, const JobSpec& spec);
+// The object of `pod`: SchedulerPod or RolePod.
+Json BuildPod(const JobMeta& job, const JobSpec& spec, const DesiredPod& pod, const OperatorSettings& s);
+// BuildPod of every pod of DesiredPodList, in its order.
 std::vector<Json> DesiredPods(const JobMeta& job, const JobSpec& spec, const OperatorSettings& s);
 
 }  // namespace trellis::op

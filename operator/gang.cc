@@ -10,7 +10,7 @@ PodGroupApi PodGroupApiOf(GangScheduler g) {
   return {};
 }
 
-int GangSize(const JobSpec& spec) { return 1 + spec.servers.replicas + spec.workers.replicas; }
+int GangSize(const JobSpec& spec) { return static_cast<int>(DesiredPodList(spec.name, spec).size()); }
 
 std::string PodGroupName(const std::string& job) { return job; }
 

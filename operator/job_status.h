@@ -1,6 +1,7 @@
 // The run policy as a pure function: from a TrainingJob (its spec and last status), the pods
 // observed for it and the time, decide the new status and what to create or delete. Level-based:
-// the same inputs give the same plan, so running it twice, or after a crash, is safe.
+// the same inputs give the same plan, so running it twice, or after a crash, is safe. PlanJob
+// runs the phases of operator/plan_phases.h over the job's desired-pod list (DesiredPodList).
 #pragma once
 
 #include <optional>
@@ -9,10 +10,10 @@
 
 #include "common/job/job_spec.h"
 #include "common/base/status.h"
-#include "common/process/termination_report.h"
 #include "operator/desired.h"
 #include "operator/gang.h"
 #include "operator/json_util.h"
+#include "operator/observed_pod.h"
 
 namespace trellis::op {
 
@@ -24,45 +25,9 @@ inline constexpr char kSucceeded[] = "Succeeded";
 inline constexpr char kFailed[] = "Failed";
 inline constexpr char kSuspended[] = "Suspended";
 
-struct ObservedPod {
-  std::string name;
-  PodRole role = PodRole::kWorker;
-  int index = 0;
-  std::string phase;   // Pending, Running, Succeeded, Failed, Unknown
-  int exit_code = -1;  // of the terminated "trellis" container; -1 when unknown
-  bool deleting = false;
-  // The scheduler's message while it cannot place the pod (condition PodScheduled=False with
-  // reason Unschedulable); empty otherwise.
-  std::string unschedulable;
-  std::string finished_at;  // that container's state.terminated.finishedAt (RFC 3339); empty: unknown
-  // Why the pod was disrupted from outside, not by its program: "Evicted" (the kubelet's
-  // node-pressure eviction), or the reason of a DisruptionTarget condition (eviction API,
-  // preemption, taint manager). Empty: none.
-  std::string disruption;
-  // Of the terminated "trellis" container: the kubelet's reason (OOMKilled, Error, StartError,
-  // ...) and its message (the agent's termination report, common/process/termination_report.h, or the
-  // container runtime's words); empty: unknown.
-  std::string terminated_reason;
-  std::string terminated_message;
-  TerminationReport report;  // parsed from terminated_message
-  std::string memory_limit;  // that container's resources.limits.memory; empty: none
-  // The "trellis" container cannot start (state.waiting with ErrImagePull, ImagePullBackOff,
-  // InvalidImageName, CreateContainerConfigError, ...): "ImagePullBackOff: <the kubelet's
-  // message>". Empty: none.
-  std::string cannot_start;
-  std::string cannot_start_reason;  // the kubelet's reason alone
-};
-// How a failed pod ended, for people: "was OOMKilled (memory limit 256Mi; exit code 137)",
-// "failed: command not found: /app/train (exit code 127)", "failed with exit code 3"; the
-// program's own last error follows when the report has one ("failed with exit code 1:
-// ValueError: boom", at most 512 bytes of it).
-std::string HowItFailed(const ObservedPod& p);
-// nullopt for a pod without valid trellis.io/role and trellis.io/rank labels (not ours to judge).
-std::optional<ObservedPod> ObservePod(const Json& pod);
-
 struct JobPlan {
   Json status;                          // the whole new status object
-  std::vector<std::string> create;      // pod names to create
+  std::vector<DesiredPod> create;       // pods to create, in DesiredPodList's order
   std::vector<std::string> remove;      // pod names to delete
   bool ensure_support = false;          // token Secret, ConfigMap and scheduler Service must exist
   bool delete_job = false;              // ttlSecondsAfterFinished has passed

@@ -1,7 +1,5 @@
 #include "operator/reconciler.h"
 
-#include <algorithm>
-
 #include "common/base/logging.h"
 #include "common/base/random_token.h"
 #include "operator/events.h"
@@ -262,11 +260,9 @@ Status Reconciler::RemovePodGroup(const JobMeta& meta, const JobSpec& spec) {
 
 Status Reconciler::CreateObjects(const JobMeta& meta, const JobSpec& spec, const JobPlan& plan) {
   if (plan.ensure_support) TRELLIS_RETURN_IF_ERROR(EnsureSupport(meta, spec));
-  if (plan.create.empty()) return Status::Ok();
-  for (const Json& pod : DesiredPods(meta, spec, settings_)) {
-    const std::string pod_name = Str(pod, {"metadata", "name"});
-    if (std::find(plan.create.begin(), plan.create.end(), pod_name) == plan.create.end()) continue;
-    TRELLIS_RETURN_IF_ERROR(Ensure(kPods, cache_ ? &cache_->pods : nullptr, meta.ns, pod));
+  ObjectStore* pods = cache_ ? &cache_->pods : nullptr;
+  for (const DesiredPod& pod : plan.create) {
+    TRELLIS_RETURN_IF_ERROR(Ensure(kPods, pods, meta.ns, BuildPod(meta, spec, pod, settings_)));
   }
   return Status::Ok();
 }

@@ -9,19 +9,10 @@ namespace {
 
 using testing::ApiJob;
 using testing::kSpec;
+using testing::kT0;
+using testing::Names;
+using testing::Pod;
 using testing::Spec;
-
-const Clock::time_point kT0 = Clock::from_time_t(1'800'000'000);
-
-ObservedPod Pod(PodRole role, int index, const std::string& phase, int exit_code = -1) {
-  ObservedPod p;
-  p.role = role;
-  p.index = index;
-  p.name = PodName("mlp", role, index);
-  p.phase = phase;
-  p.exit_code = exit_code;
-  return p;
-}
 
 // Every pod of kSpec (scheduler, 2 servers, 3 workers) in one phase.
 std::vector<ObservedPod> AllPods(const std::string& phase) {
@@ -50,7 +41,7 @@ std::string Condition(const Json& status, const std::string& type, const char* f
 TEST(PlanJobTest, NewJobCreatesEveryPodAndIsPending) {
   Json job = ApiJob(kSpec);
   JobPlan plan = Step(job, {}, kT0);
-  EXPECT_EQ(plan.create, (std::vector<std::string>{"mlp-scheduler", "mlp-server-0", "mlp-server-1",
+  EXPECT_EQ(Names(plan.create), (std::vector<std::string>{"mlp-scheduler", "mlp-server-0", "mlp-server-1",
                                                    "mlp-worker-0", "mlp-worker-1", "mlp-worker-2"}));
   EXPECT_TRUE(plan.ensure_support);
   EXPECT_TRUE(plan.remove.empty());
@@ -132,7 +123,7 @@ TEST(PlanJobTest, FailedWorkerUnderOnFailureIsRecreatedUntilBackoffLimit) {
   // The pod is gone: recreated, still Restarting until it runs again.
   pods.erase(pods.begin() + 4);
   JobPlan r2 = Step(job, pods, kT0 + std::chrono::seconds(2));
-  EXPECT_EQ(r2.create, (std::vector<std::string>{"mlp-worker-1"}));
+  EXPECT_EQ(Names(r2.create), (std::vector<std::string>{"mlp-worker-1"}));
   EXPECT_EQ(Str(r2.status, {"phase"}), "Restarting");
   JobPlan back = Step(job, AllPods("Running"), kT0 + std::chrono::seconds(3));
   EXPECT_EQ(Str(back.status, {"phase"}), "Running");
@@ -189,7 +180,7 @@ TEST(PlanJobTest, DeletedPodIsRecreatedWithoutCountingARestart) {
   auto pods = AllPods("Running");
   pods.erase(pods.begin() + 4);  // worker 1 deleted
   JobPlan p = Step(job, pods, kT0 + std::chrono::seconds(1));
-  EXPECT_EQ(p.create, (std::vector<std::string>{"mlp-worker-1"}));
+  EXPECT_EQ(Names(p.create), (std::vector<std::string>{"mlp-worker-1"}));
   EXPECT_EQ(Int(p.status, {"restarts"}), 0);
   EXPECT_EQ(Str(p.status, {"phase"}), "Restarting");
   EXPECT_EQ(p.event_reason, "PodRecreated");
@@ -220,7 +211,7 @@ TEST(PlanJobTest, PodSeenWhileBeingDeletedKeepsARunningJobOutOfPending) {
   pods.erase(pods.begin() + 4);  // gone
   JobPlan gone = Step(job, pods, kT0 + std::chrono::seconds(2));
   EXPECT_EQ(Str(gone.status, {"phase"}), "Restarting");
-  EXPECT_EQ(gone.create, (std::vector<std::string>{"mlp-worker-1"}));
+  EXPECT_EQ(Names(gone.create), (std::vector<std::string>{"mlp-worker-1"}));
   JobPlan back = Step(job, AllPods("Running"), kT0 + std::chrono::seconds(3));
   EXPECT_EQ(Str(back.status, {"phase"}), "Running");
 }
@@ -293,7 +284,7 @@ TEST(PlanJobTest, AFailedSchedulerIsRecreatedUntilBackoffLimit) {
   EXPECT_EQ(r1.event_reason, "SchedulerRestarted");
   pods.erase(pods.begin());
   JobPlan r2 = Step(job, pods, kT0 + std::chrono::seconds(2));
-  EXPECT_EQ(r2.create, (std::vector<std::string>{"mlp-scheduler"}));
+  EXPECT_EQ(Names(r2.create), (std::vector<std::string>{"mlp-scheduler"}));
   EXPECT_EQ(Str(Step(job, AllPods("Running"), kT0 + std::chrono::seconds(3)).status, {"phase"}),
             "Running");
 

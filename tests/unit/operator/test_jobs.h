@@ -2,8 +2,11 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/job/job_spec.h"
+#include "operator/desired.h"
+#include "operator/observed_pod.h"
 #include "operator/json_util.h"
 
 namespace trellis::op::testing {
@@ -24,5 +27,26 @@ inline constexpr char kSpec[] =
         "runPolicy":{"backoffLimit":2}})";
 
 inline JobSpec Spec(const Json& job) { return *ParseJobSpec(job.serialize()); }
+
+// The time the plans' tests start at.
+inline const Clock::time_point kT0 = Clock::from_time_t(1'800'000'000);
+
+// A pod of the job "mlp" as ObservePod would see it.
+inline ObservedPod Pod(PodRole role, int index, const std::string& phase, int exit_code = -1) {
+  ObservedPod p;
+  p.role = role;
+  p.index = index;
+  p.name = PodName("mlp", role, index);
+  p.phase = phase;
+  p.exit_code = exit_code;
+  return p;
+}
+
+// The names of `pods` (a plan's create list), in order.
+inline std::vector<std::string> Names(const std::vector<DesiredPod>& pods) {
+  std::vector<std::string> out;
+  for (const DesiredPod& p : pods) out.push_back(p.name);
+  return out;
+}
 
 }  // namespace trellis::op::testing

@@ -1,0 +1,397 @@
+#include "operator/plan_phases.h"
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+#include "common/process/exit_codes.h"
+#include "operator/progress_status.h"
+
+namespace trellis::op {
+namespace {
+
+Json StatusOf(const Json& job) {
+  const Json* status = At(job, {"status"});
+  return status && status->is_object() ? *status : Json::object();
+}
+
+// Failed pods, the one that failed first first (its container's finishedAt; then by name): when
+// one worker's crash makes the others fail too, the job's message names the one that crashed.
+std::vector<const ObservedPod*> FailedFirst(const std::vector<ObservedPod>& pods) {
+  std::vector<const ObservedPod*> out;
+  for (const auto& p : pods) {
+    if (p.phase == "Failed" && !p.deleting) out.push_back(&p);
+  }
+  auto key = [](const ObservedPod* p) {
+    const auto t = ParseTime(p->finished_at);
+    // Fractions (MicroTime) break ties within a second when the server writes them.
+    const size_t dot = p->finished_at.find('.');
+    const std::string frac = dot == std::string::npos ? "" : p->finished_at.substr(dot);
+    return std::make_tuple(!t.has_value(), t.value_or(Clock::time_point{}), frac, p->name);
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const ObservedPod* a, const ObservedPod* b) { return key(a) < key(b); });
+  return out;
+}
+
+// The first pod failure of the job, kept in status.firstFailure: when a later one ends the job
+// (often a consequence), the job's message still names what went wrong first.
+void NoteFailure(Json& st, const std::string& what) {
+  if (!At(st, {"firstFailure"})) st["firstFailure"] = JStr(Truncate(what, 1024));
+}
+std::string FirstFailureIfOther(const Json& st, const std::string& what) {
+  const std::string first = Str(st, {"firstFailure"});
+  return first.empty() || first == Truncate(what, 1024) ? std::string() : "; the first failure: " + first;
+}
+
+// The failed pods of a round, and the first of them whose agent found the job already failed at
+// the scheduler (its termination report; null: none).
+struct Failures {
+  std::vector<const ObservedPod*> failed;  // FailedFirst
+  const ObservedPod* told = nullptr;
+};
+
+// A pod's agent told that the scheduler failed the job: no replacement pod could join the job,
+// so where a pod would be recreated the job fails instead, naming the first failure and how it
+// failed (an OOM kill, a missing command), not the exits that followed from it.
+void FailTold(PlanRound& r, const Failures& f) {
+  const ObservedPod& first = *f.failed.front();
+  const std::string what = Describe(first) + " " + HowItFailed(first);
+  const std::string earlier = FirstFailureIfOther(r.plan.status, what);
+  NoteFailure(r.plan.status, what);
+  r.Finish(kFailed, FailureReason(first, "PodFailed"),
+           "job " + r.name + ": " + what + earlier + "; the job's scheduler failed the job (" +
+               Truncate(f.told->report.job_failed, 1024) + "), so no pod is recreated: none could join it");
+}
+
+// `p` is deleted this round to be recreated: the phase is Restarting, with a Warning event of
+// its own.
+void Replace(PlanRound& r, const ObservedPod& p, const std::string& reason, const std::string& message) {
+  r.plan.remove.push_back(p.name);
+  r.restarted = true;
+  r.reason = reason;
+  r.message = message;
+  r.plan.events.push_back({"Warning", reason, message});
+}
+
+// A failure backoffLimit counts (`what`; `earlier`: the job's first failure when another): the
+// job fails with `limit_reason` once the pods' restarts reach the limit, else `p` is replaced
+// ("<recreating> (restart N of at most L)"), unless a pod told that the job failed already.
+void ReplaceCounted(PlanRound& r, const ObservedPod& p, const Failures& f, const std::string& what,
+                    const std::string& earlier, const char* limit_reason, const char* event_reason,
+                    const std::string& recreating) {
+  const int limit = r.spec.runPolicy.backoffLimit;
+  if (r.restarts.PodTotal() >= limit) {
+    r.Finish(kFailed, limit_reason,
+             "job " + r.name + ": " + what + " after " + std::to_string(r.restarts.PodTotal()) +
+                 " restarts (backoffLimit " + std::to_string(limit) + ")" + earlier);
+    return;
+  }
+  if (f.told) return FailTold(r, f);
+  ++r.restarts.pods[p.role];
+  Replace(r, p, event_reason,
+          "job " + r.name + ": " + what + "; " + recreating + " (restart " + std::to_string(r.restarts.PodTotal()) +
+              " of at most " + std::to_string(limit) + ")");
+}
+
+// A new scheduler pod (same Service) recovers the running job from its members
+// (docs/scheduler.md#scheduler-restart); only one that keeps failing fails the job.
+void OnSchedulerFailed(PlanRound& r, const ObservedPod& p, const Failures& f) {
+  const std::string what = Describe(p) + " " + HowItFailed(p);
+  const std::string earlier = FirstFailureIfOther(r.plan.status, what);
+  NoteFailure(r.plan.status, what);
+  ReplaceCounted(r, p, f, what, earlier, "SchedulerFailed", "SchedulerRestarted",
+                 "recreating it, the running job's members hand its state back");
+}
+
+// Evicted, not failed: as Kubernetes Jobs with a DisruptionTarget podFailurePolicy rule,
+// recreated without counting toward backoffLimit; its replacement rejoins the job.
+void OnPodDisrupted(PlanRound& r, const ObservedPod& p, RestartPolicy policy, const Failures& f) {
+  if (policy == RestartPolicy::kNever) {
+    r.Finish(kFailed, "PodDeleted",
+             "job " + r.name + ": " + Describe(p) + " was evicted (" + p.disruption +
+                 ") while the job ran (restartPolicy Never does not replace it)");
+    return;
+  }
+  if (f.told) return FailTold(r, f);
+  Replace(r, p, "PodEvicted",
+          "job " + r.name + ": " + Describe(p) + " was evicted (" + p.disruption +
+              "); recreating it (not counted toward backoffLimit)");
+}
+
+// A server or worker whose program failed: replaced until backoffLimit, unless its role's
+// policy, or how it failed, says a new pod cannot do better.
+void OnPodFailed(PlanRound& r, const ObservedPod& p, RestartPolicy policy, const Failures& f) {
+  const std::string what = Describe(p) + " " + HowItFailed(p);
+  const std::string earlier = FirstFailureIfOther(r.plan.status, what);
+  NoteFailure(r.plan.status, what);
+  const bool not_found = !p.report.command_not_found.empty();
+  const bool permanent = policy == RestartPolicy::kNever ||
+                         (policy == RestartPolicy::kExitCode && p.exit_code >= 1 && p.exit_code < kExitSignalBase) ||
+                         p.exit_code == kExitConfigurationError ||  // restarting cannot fix it
+                         not_found;                                  // nor a missing command
+  if (permanent) {
+    r.Finish(kFailed, FailureReason(p, "PodFailed"),
+             "job " + r.name + ": " + what +
+                 (not_found ? std::string(" (a new pod of the same image cannot find it either)")
+                            : " (restartPolicy " + std::string(ToString(policy)) + ")") +
+                 earlier);
+    return;
+  }
+  ReplaceCounted(r, p, f, what, earlier, "BackoffLimitExceeded", "PodRestarted", "recreating it");
+}
+
+// The restart policy of a server or worker pod.
+RestartPolicy RolePolicy(const JobSpec& spec, PodRole role) {
+  return spec.RestartPolicyFor(role == PodRole::kServer ? spec.servers : spec.workers);
+}
+
+// The first pod of `pods` for which `field` is set, and how many have it (pods being deleted
+// left out).
+std::pair<const ObservedPod*, int> FirstWith(const std::vector<ObservedPod>& pods,
+                                             std::string ObservedPod::*field) {
+  const ObservedPod* first = nullptr;
+  int n = 0;
+  for (const auto& p : pods) {
+    if (p.deleting || (p.*field).empty()) continue;
+    if (!first) first = &p;
+    ++n;
+  }
+  return {first, n};
+}
+
+}  // namespace
+
+bool Terminal(const std::string& phase) { return phase == kSucceeded || phase == kFailed; }
+
+PlanRound::PlanRound(const Json& job, const JobSpec& spec_in, const std::vector<ObservedPod>& pods_in,
+                     Clock::time_point now_in, const GangObservation* gang_in)
+    : spec(spec_in),
+      name(spec_in.name),
+      pods(pods_in),
+      desired(DesiredPodList(spec_in.name, spec_in)),
+      now(now_in),
+      gang(gang_in),
+      old_phase(Str(job, {"status", "phase"})) {
+  for (const auto& p : pods) observed[p.name] = &p;
+  plan.status = StatusOf(job);
+  restarts = ReadRestarts(plan.status);
+}
+
+void PlanRound::Finish(const std::string& end, const std::string& why, const std::string& what) {
+  phase = end;
+  reason = why;
+  message = what;
+  if (!At(plan.status, {"completionTime"})) plan.status["completionTime"] = JStr(FormatTime(now));
+}
+
+void EndJob(PlanRound& r) {
+  Json& st = r.plan.status;
+  // Pods being restarted this very round are dropped: the job is over.
+  r.plan.remove = CleanUp(r.spec.runPolicy.cleanPodPolicy, r.pods);
+  r.plan.events.clear();
+  WriteCounts(st, CountPods(r.pods, {r.plan.remove.begin(), r.plan.remove.end()}), r.restarts, r.spec,
+              /*keep_finished=*/true);
+  FinishProgress(st, r.phase == kSucceeded, r.now);
+  r.plan.requeue_after.reset();
+  if (const auto ttl = r.spec.runPolicy.ttlSecondsAfterFinished) {
+    if (const auto done = ParseTime(Str(st, {"completionTime"}))) {
+      const auto expiry = *done + std::chrono::seconds(*ttl);
+      if (r.now >= expiry) {
+        r.plan.delete_job = true;
+      } else {
+        r.plan.requeue_after = expiry - r.now;
+      }
+    }
+  }
+  Conclude(r);
+}
+
+void Suspend(PlanRound& r) {
+  Json& st = r.plan.status;
+  for (const auto& p : r.pods) {
+    if (!p.deleting) r.plan.remove.push_back(p.name);
+  }
+  WriteCounts(st, CountPods(r.pods, {r.plan.remove.begin(), r.plan.remove.end()}), r.restarts, r.spec,
+              /*keep_finished=*/false);
+  // The deadline counts running time: a resumed job starts its clock again.
+  if (st.has_field("startTime")) st.erase("startTime");
+  r.phase = kSuspended;
+  r.reason = "JobSuspended";
+  r.message = "job " + r.name + " is suspended: its pods are deleted until spec.runPolicy.suspend is false";
+  Conclude(r);
+  UpdateWaitCondition(r.plan, kUnschedulable, {}, {r.reason, r.message}, r.now);
+}
+
+void StartClock(PlanRound& r) {
+  Json& st = r.plan.status;
+  if (r.old_phase == kSuspended) {
+    r.reason = "JobResumed";
+    r.message = "job " + r.name + " resumed";
+  }
+  if (!At(st, {"startTime"})) st["startTime"] = JStr(FormatTime(r.now));
+  const auto start = ParseTime(Str(st, {"startTime"})).value_or(r.now);
+  const auto& limit = r.spec.runPolicy.activeDeadlineSeconds;
+  if (!limit) return;
+  const auto deadline = start + std::chrono::seconds(*limit);
+  if (r.now >= deadline) {
+    r.Finish(kFailed, "DeadlineExceeded",
+             "job " + r.name + " ran longer than activeDeadlineSeconds (" + std::to_string(*limit) + "s)");
+  } else {
+    r.plan.requeue_after = deadline - r.now;
+  }
+}
+
+void FailLostPods(PlanRound& r) {
+  if (!r.phase.empty() || r.old_phase != kRunning) return;
+  for (const DesiredPod& d : r.desired) {
+    if (d.role == PodRole::kScheduler) continue;
+    if (RolePolicy(r.spec, d.role) != RestartPolicy::kNever) continue;
+    auto it = r.observed.find(d.name);
+    if (it != r.observed.end() && !it->second->deleting) continue;
+    r.Finish(kFailed, "PodDeleted",
+             "job " + r.name + ": " + RoleName(d.role) + " " + std::to_string(d.index) + " (pod " + d.name +
+                 ") was deleted or evicted while the job ran (restartPolicy Never does not replace it)");
+    return;
+  }
+}
+
+void DecideFailures(PlanRound& r) {
+  Failures f;
+  f.failed = FailedFirst(r.pods);
+  for (const ObservedPod* p : f.failed) {
+    if (!p->report.job_failed.empty()) {
+      f.told = p;
+      break;
+    }
+  }
+  for (const ObservedPod* failed : f.failed) {
+    if (!r.phase.empty()) break;
+    const ObservedPod& p = *failed;
+    if (p.role == PodRole::kScheduler) {
+      OnSchedulerFailed(r, p, f);
+      continue;
+    }
+    const RestartPolicy policy = RolePolicy(r.spec, p.role);
+    if (!p.disruption.empty()) {
+      OnPodDisrupted(r, p, policy, f);
+    } else {
+      OnPodFailed(r, p, policy, f);
+    }
+  }
+}
+
+void DecideSuccess(PlanRound& r) {
+  const int replicas = r.spec.workers.replicas;
+  if (r.phase.empty() && CountPods(r.pods, {})[PodRole::kWorker].succeeded >= replicas) {
+    r.Finish(kSucceeded, "JobSucceeded", "job " + r.name + ": all " + std::to_string(replicas) + " workers succeeded");
+  }
+}
+
+void WriteRunningCounts(PlanRound& r) {
+  WriteCounts(r.plan.status, CountPods(r.pods, {}), r.restarts, r.spec, /*keep_finished=*/false);
+}
+
+PodsState PlanPods(PlanRound& r) {
+  PodsState state;
+  r.plan.ensure_support = true;
+  std::set<std::string> removing(r.plan.remove.begin(), r.plan.remove.end());
+  std::set<std::string> wanted;
+  for (const DesiredPod& d : r.desired) wanted.insert(d.name);
+  for (const auto& p : r.pods) {
+    if (!wanted.count(p.name) && !p.deleting && !removing.count(p.name)) {
+      r.plan.remove.push_back(p.name);
+      removing.insert(p.name);
+    }
+  }
+  for (const DesiredPod& d : r.desired) {
+    auto it = r.observed.find(d.name);
+    if (it == r.observed.end()) {
+      r.plan.create.push_back(d);
+      state.all_up = false;
+      continue;
+    }
+    const ObservedPod& p = *it->second;
+    const bool up = p.phase == "Running" || (p.role == PodRole::kWorker && p.phase == "Succeeded");
+    if (!up || p.deleting || removing.count(d.name)) state.all_up = false;
+    if (p.deleting && !removing.count(d.name) && state.going.empty()) state.going = d.name;
+  }
+  return state;
+}
+
+void HoldWithoutPodGroup(PlanRound& r, PodsState& state) {
+  if (!r.gang || r.gang->create_error.empty()) return;
+  r.plan.create.clear();
+  state.all_up = false;
+}
+
+PodWaits WhyPodsWait(const PlanRound& r, const PodsState& state) {
+  PodWaits waits;
+  Wait& unschedulable = waits.unschedulable;
+  if (r.gang && !r.gang->create_error.empty()) {
+    unschedulable = {"PodGroupNotCreated", "job " + r.name + ": " + r.gang->create_error};
+  } else if (!state.all_up && r.gang && !r.gang->unschedulable_reason.empty()) {
+    unschedulable = {"PodGroupUnschedulable",
+                     "job " + r.name + ": PodGroup " + PodGroupName(r.name) + ": " + r.gang->unschedulable_reason +
+                         (r.gang->unschedulable_message.empty() ? "" : ": " + r.gang->unschedulable_message)};
+  } else if (!state.all_up) {
+    if (const auto [first, n] = FirstWith(r.pods, &ObservedPod::unschedulable); first) {
+      unschedulable = {"PodsUnschedulable", "job " + r.name + ": " + std::to_string(n) + " of " +
+                                                std::to_string(r.desired.size()) + " pods cannot be scheduled; " +
+                                                Describe(*first) + ": " + first->unschedulable};
+    }
+  }
+  // Pods placed whose container cannot start (an image that cannot be pulled, a missing
+  // Secret): the job would wait for them for ever; say why.
+  if (!state.all_up) {
+    if (const auto [first, n] = FirstWith(r.pods, &ObservedPod::cannot_start); first) {
+      waits.cannot_start = {first->cannot_start_reason,
+                            "job " + r.name + ": pod " + first->name + " cannot start: " + first->cannot_start +
+                                (n > 1 ? " (and " + std::to_string(n - 1) + " more pods cannot start)" : "")};
+    }
+  }
+  return waits;
+}
+
+void DecidePhase(PlanRound& r, const PodsState& state) {
+  const std::vector<DesiredPod>& create = r.plan.create;
+  if (r.restarted) {
+    r.phase = kRestarting;
+  } else if (r.old_phase == kRunning && (!create.empty() || !state.going.empty())) {
+    // A pod of the running job is gone, or seen while its deletion is under way (deleted,
+    // evicted, drained): the job is replacing it, not waiting for its first pods; not counted.
+    r.phase = kRestarting;
+    r.reason = "PodRecreated";
+    r.message = !create.empty()
+                    ? "job " + r.name + ": pod " + create.front().name +
+                          " is gone (deleted or evicted); recreating it (not counted toward "
+                          "backoffLimit)"
+                    : "job " + r.name + ": pod " + state.going +
+                          " is being deleted (or evicted); it is recreated once gone (not counted "
+                          "toward backoffLimit)";
+  } else if (state.all_up) {
+    r.phase = kRunning;
+    if (r.reason.empty() || r.old_phase != kRunning) {
+      r.reason = "JobRunning";
+      r.message = "job " + r.name + ": all pods are running";
+    }
+  } else if (r.old_phase == kRestarting) {
+    r.phase = kRestarting;  // until every pod is back up
+  } else {
+    r.phase = kPending;
+    if (r.reason.empty()) {
+      r.reason = "JobCreated";
+      r.message = "job " + r.name + ": creating and waiting for pods";
+    }
+  }
+}
+
+void Conclude(PlanRound& r) { ConcludePhase(r.plan, r.old_phase, r.phase, r.reason, r.message, r.now); }
+
+void WriteWaitConditions(PlanRound& r, const PodWaits& waits) {
+  UpdateWaitCondition(r.plan, kUnschedulable, waits.unschedulable,
+                      {"PodsScheduled", "job " + r.name + ": every pod has been scheduled"}, r.now);
+  UpdateWaitCondition(r.plan, kCannotStart, waits.cannot_start,
+                      {"ContainersStarted", "job " + r.name + ": the containers of every pod have started"}, r.now);
+}
+
+}  // namespace trellis::op
