@@ -51,12 +51,12 @@ SchedulerClient::SchedulerClient(SchedulerClientOptions options,
 SchedulerClient::~SchedulerClient() = default;
 
 std::shared_ptr<v1::Scheduler::Stub> SchedulerClient::Stub() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stub_;
 }
 
 int SchedulerClient::channels_made() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return channels_made_;
 }
 
@@ -77,7 +77,7 @@ Status SchedulerClient::Finish(const grpc::Status& st, const char* method) {
 
 void SchedulerClient::NoteOutcome(bool answered) {
   const auto now = std::chrono::steady_clock::now();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (answered) {
     failing_since_.reset();
     return;

@@ -6,11 +6,11 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "common/tls/tls.h"
 #include "trellis/v1/scheduler.grpc.pb.h"
@@ -79,27 +79,27 @@ class SchedulerClient {
   StatusOr<v1::JobProgress> GetProgress();
 
   // How many channels this client has made (1 + those made after the scheduler went away).
-  int channels_made() const;
+  int channels_made() const EXCLUDES(mu_);
 
  private:
   SchedulerClient(SchedulerClientOptions options, std::shared_ptr<grpc::Channel> channel);
   static std::shared_ptr<grpc::Channel> MakeChannel(const SchedulerClientOptions& options);
   // The current channel's stub; a call holds its copy, so a channel replaced meanwhile lives on.
-  std::shared_ptr<v1::Scheduler::Stub> Stub() const;
+  std::shared_ptr<v1::Scheduler::Stub> Stub() const EXCLUDES(mu_);
   // After an unanswered call: replaces a channel that has failed for a while (the scheduler moved).
-  void NoteOutcome(bool answered);
+  void NoteOutcome(bool answered) EXCLUDES(mu_);
   // Sets the deadline, token and wait-for-ready on a call.
   void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) const;
   // Wraps the status with the method's name; notes that the scheduler answered.
   Status Finish(const grpc::Status& st, const char* method);
 
   SchedulerClientOptions options_;
-  mutable std::mutex mu_;
-  std::shared_ptr<grpc::Channel> channel_;       // GUARDED_BY(mu_)
-  std::shared_ptr<v1::Scheduler::Stub> stub_;    // GUARDED_BY(mu_)
-  std::optional<std::chrono::steady_clock::time_point> failing_since_;  // GUARDED_BY(mu_)
-  std::chrono::steady_clock::time_point channel_made_;                  // GUARDED_BY(mu_)
-  int channels_made_ = 1;                                               // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::shared_ptr<grpc::Channel> channel_ GUARDED_BY(mu_);
+  std::shared_ptr<v1::Scheduler::Stub> stub_ GUARDED_BY(mu_);
+  std::optional<std::chrono::steady_clock::time_point> failing_since_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point channel_made_ GUARDED_BY(mu_);
+  int channels_made_ GUARDED_BY(mu_) = 1;
   // Until the scheduler first answers, calls wait for it to come up (wait-for-ready) instead of
   // failing at once; afterwards a vanished scheduler fails fast with UNAVAILABLE.
   std::atomic<bool> reached_{false};

@@ -79,7 +79,7 @@ template <typename MakeMessage>
 grpc::ByteBuffer SchedulerService::SharedBytes(AnswerCache* cache,
                                                const std::shared_ptr<const void>& answer,
                                                MakeMessage make) {
-  std::lock_guard<std::mutex> lock(cache->mu);
+  MutexLock lock(&cache->mu);
   if (cache->of.lock() != answer) {
     const std::string bytes = make().SerializeAsString();
     grpc::Slice slice(bytes);
@@ -199,7 +199,7 @@ grpc::ServerUnaryReactor* SchedulerService::DeclareKeys(grpc::CallbackServerCont
   const bool split = SplitRank(bytes, &rank, &key_bytes);
   std::shared_ptr<const std::string> known;
   {
-    std::lock_guard<std::mutex> lock(known_keys_mu_);
+    MutexLock lock(&known_keys_mu_);
     known = known_key_bytes_;
   }
   if (split && known && key_bytes == *known) {
@@ -214,7 +214,7 @@ grpc::ServerUnaryReactor* SchedulerService::DeclareKeys(grpc::CallbackServerCont
   }
   const bool accepted = state_->DeclareKeys(req, WaitDeadline(ctx), std::move(done));
   if (accepted && split && !known && OnlyKeyFields(key_bytes)) {
-    std::lock_guard<std::mutex> lock(known_keys_mu_);
+    MutexLock lock(&known_keys_mu_);
     if (!known_key_bytes_) known_key_bytes_ = std::make_shared<const std::string>(key_bytes);
   }
   return reactor;
@@ -375,23 +375,26 @@ std::string SchedulerServer::address() const {
 }
 
 void SchedulerServer::SweepLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
-    cv_.wait_for(lock, options_.sweep_interval, [this] { return stopping_; });
+    const auto until = std::chrono::steady_clock::now() + options_.sweep_interval;
+    while (!stopping_) {
+      if (!cv_.WaitUntil(&mu_, until)) break;
+    }
     if (stopping_) break;
-    lock.unlock();
+    lock.Unlock();
     state_->Sweep();
-    lock.lock();
+    lock.Lock();
   }
 }
 
 void SchedulerServer::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (sweeper_.joinable()) sweeper_.join();
   // Waiting reactors must be finished before the server can shut down.
   if (state_) state_->Shutdown();

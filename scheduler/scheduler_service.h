@@ -5,14 +5,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "common/tls/tls.h"
 #include "scheduler/clock.h"
@@ -105,9 +104,9 @@ class SchedulerService final : public SchedulerServiceBase {
 
   // The serialized form of the last answer handed out, shared by every reply carrying it.
   struct AnswerCache {
-    std::mutex mu;
-    std::weak_ptr<const void> of;  // GUARDED_BY(mu); the answer `bytes` were made from
-    grpc::ByteBuffer bytes;        // GUARDED_BY(mu)
+    Mutex mu;
+    std::weak_ptr<const void> of GUARDED_BY(mu);  // the answer `bytes` were made from
+    grpc::ByteBuffer bytes GUARDED_BY(mu);
   };
   // Bytes of `make()`'s message for `answer`, serialized only when `answer` is new.
   template <typename MakeMessage>
@@ -122,8 +121,8 @@ class SchedulerService final : public SchedulerServiceBase {
 
   // The keys part (after the rank) of a declaration the state accepted; equal bytes from another
   // worker are the same keys.
-  std::mutex known_keys_mu_;
-  std::shared_ptr<const std::string> known_key_bytes_;  // GUARDED_BY(known_keys_mu_)
+  Mutex known_keys_mu_;
+  std::shared_ptr<const std::string> known_key_bytes_ GUARDED_BY(known_keys_mu_);
 };
 
 struct SchedulerServerOptions {
@@ -153,11 +152,11 @@ class SchedulerServer {
   ProgressTracker& progress() { return *progress_; }
 
   // Answers every waiting call (UNAVAILABLE), stops the server and the sweeper. Idempotent.
-  void Shutdown();
+  void Shutdown() EXCLUDES(mu_);
 
  private:
   SchedulerServer() = default;
-  void SweepLoop();
+  void SweepLoop() EXCLUDES(mu_);
 
   SteadyClock steady_clock_;
   SchedulerServerOptions options_;
@@ -167,9 +166,9 @@ class SchedulerServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread sweeper_;    // runs SweepLoop until stopping_
 };
 

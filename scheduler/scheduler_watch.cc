@@ -31,41 +31,45 @@ SchedulerWatch::SchedulerWatch(SchedulerClient* client, uint64_t scheduler_id,
 
 SchedulerWatch::~SchedulerWatch() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   thread_.join();
 }
 
 uint64_t SchedulerWatch::scheduler_id() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return scheduler_id_;
 }
 
 int64_t SchedulerWatch::restarts_seen() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return restarts_seen_;
 }
 
 std::chrono::steady_clock::time_point SchedulerWatch::restarting_seen_at() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return restarting_at_;
 }
 
 std::string SchedulerWatch::restarting_seen() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return restarting_;
 }
 
 bool SchedulerWatch::WaitUp(milliseconds wait) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
+  const auto deadline = std::chrono::steady_clock::now() + wait;
   // The caller's failure is news the loop may not have yet: check now, and count as down until
   // a ping answers.
   poked_ = true;
   up_ = false;
-  cv_.notify_all();
-  return cv_.wait_for(lock, wait, [&] { return up_ || stopping_; }) && up_;
+  cv_.SignalAll();
+  while (!up_ && !stopping_) {
+    if (!cv_.WaitUntil(&mu_, deadline)) break;  // timed out: up_ says
+  }
+  return up_;
 }
 
 void SchedulerWatch::NoteRestartingLocked(const v1::PingResponse& ping) {
@@ -89,19 +93,24 @@ void SchedulerWatch::Loop() {
   std::chrono::steady_clock::time_point lost_at{};
   bool lost_logged = false;
   bool handback_logged = false;  // once per restart: it is retried every 200 ms until taken
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // The first ping goes out at once: it is the program's first sign of life, and a program
   // that never pinged is not judged for stalls (one stopped within its first interval, under
   // load, went undetected and its peers failed instead of waiting for it).
   bool first = true;
   while (!stopping_) {
     const milliseconds pause = up_ ? interval_ : backoff;
-    if (!first) cv_.wait_for(lock, pause, [&] { return stopping_ || poked_; });
+    if (!first) {
+      const auto until = std::chrono::steady_clock::now() + pause;
+      while (!stopping_ && !poked_) {
+        if (!cv_.WaitUntil(&mu_, until)) break;
+      }
+    }
     first = false;
     if (stopping_) return;
     poked_ = false;
     const uint64_t known = scheduler_id_;
-    lock.unlock();
+    lock.Unlock();
     auto ping = client_->Ping(identity_);
     Status handed = Status::Ok();
     bool restarted = false;
@@ -113,7 +122,7 @@ void SchedulerWatch::Loop() {
       }
       handed = on_restart_ ? on_restart_() : Status::Ok();
     }
-    lock.lock();
+    lock.Lock();
     if (!ping.ok() || !handed.ok()) {
       if (!lost_logged) {
         lost_at = std::chrono::steady_clock::now();
@@ -145,7 +154,7 @@ void SchedulerWatch::Loop() {
     lost_logged = false;
     handback_logged = false;
     up_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 }
 

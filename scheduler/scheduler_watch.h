@@ -10,13 +10,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "scheduler/scheduler_client.h"
 
@@ -36,17 +35,17 @@ class SchedulerWatch {
 
   // A call just failed as if the scheduler were gone: check now, then wait until the scheduler
   // answers and `on_restart` (if it restarted) is done, at most `wait`. False: not up by then.
-  bool WaitUp(std::chrono::milliseconds wait);
-  uint64_t scheduler_id() const;
-  int64_t restarts_seen() const;  // schedulers this watch has handed state back to
+  bool WaitUp(std::chrono::milliseconds wait) EXCLUDES(mu_);
+  uint64_t scheduler_id() const EXCLUDES(mu_);
+  int64_t restarts_seen() const EXCLUDES(mu_);  // schedulers this watch has handed state back to
   // When an answer last listed another member of the job as being restarted (steady clock;
   // the epoch when none ever did), and which ("server 1", "worker 0, worker 1").
-  std::chrono::steady_clock::time_point restarting_seen_at() const;
-  std::string restarting_seen() const;
+  std::chrono::steady_clock::time_point restarting_seen_at() const EXCLUDES(mu_);
+  std::string restarting_seen() const EXCLUDES(mu_);
 
  private:
-  void Loop();
-  void NoteRestartingLocked(const v1::PingResponse& ping);  // REQUIRES: mu_ held
+  void Loop() EXCLUDES(mu_);
+  void NoteRestartingLocked(const v1::PingResponse& ping) REQUIRES(mu_);
 
   SchedulerClient* const client_;
   const std::chrono::milliseconds interval_;
@@ -54,15 +53,15 @@ class SchedulerWatch {
   const std::string who_;
   const v1::PingRequest identity_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;   // wakes the loop (poke, stop) and WaitUp callers
-  uint64_t scheduler_id_;        // GUARDED_BY(mu_)
-  bool up_ = true;               // GUARDED_BY(mu_); answered, state handed back
-  bool poked_ = false;           // GUARDED_BY(mu_)
-  bool stopping_ = false;        // GUARDED_BY(mu_)
-  int64_t restarts_seen_ = 0;    // GUARDED_BY(mu_)
-  std::chrono::steady_clock::time_point restarting_at_{};  // GUARDED_BY(mu_)
-  std::string restarting_;       // GUARDED_BY(mu_); as restarting_seen() says
+  mutable Mutex mu_;
+  CondVar cv_;  // wakes the loop (poke, stop) and WaitUp callers
+  uint64_t scheduler_id_ GUARDED_BY(mu_);
+  bool up_ GUARDED_BY(mu_) = true;  // answered, state handed back
+  bool poked_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  int64_t restarts_seen_ GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point restarting_at_ GUARDED_BY(mu_){};
+  std::string restarting_ GUARDED_BY(mu_);  // as restarting_seen() says
   std::thread thread_;
 };
 
