@@ -23,7 +23,7 @@ std::map<std::string, std::string> ChildEnv(const LaunchPaths& paths, std::map<s
   for (const char* k : {kEnvTlsCaFile, kEnvTlsCertFile, kEnvTlsKeyFile, kEnvTlsServerName}) env.erase(k);
   AddTlsEnv(paths.tls, &env);
   // Every process of a local job shares one network namespace: servers open a local socket
-  // (datapath/tcp_wire.h) unless the user's environment says off.
+  // (datapath/tcp/wire.h) unless the user's environment says off.
   env.emplace(kEnvLocalSocket, "on");
   auto path = env.find("PATH");
   env["PATH"] = paths.bin_dir + (path != env.end() && !path->second.empty() ? ":" + path->second : "");

@@ -42,7 +42,7 @@ class EnvSource {
 inline constexpr auto& kListenHostEnv = kEnvListenHost;  // the older spelling (tests, benchmarks)
 std::string ListenHost(const EnvSource& env, const char* specific = nullptr);
 
-// The raw-TCP data path's local socket (datapath/tcp_wire.h), for workers in the server's
+// The raw-TCP data path's local socket (datapath/tcp/wire.h), for workers in the server's
 // network namespace: TRELLIS_LOCAL_SOCKET "on" or "off"; unset: `unset`. trellis-pserver opens
 // one only when on (trellis-launch sets it on for its jobs; pods leave it off: they share no
 // network namespace); a worker uses a server's when offered unless off. Anything else is
