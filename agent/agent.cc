@@ -86,10 +86,10 @@ Agent::Agent(AgentConfig config, std::unique_ptr<SchedulerClient> client)
 
 Agent::~Agent() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (!error_dir_.empty()) {
     std::error_code ec;  // remove_all follows no links the program may have left there
@@ -122,10 +122,10 @@ int Agent::Run() {
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   SupervisorResult r = supervisor_->Run();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   heartbeat_thread_.join();
   if (!r.error.ok()) {
     TLOG_ERROR << "cannot run the " << RoleName(config_.role) << " program: " << r.error.ToString();
@@ -137,7 +137,7 @@ int Agent::Run() {
   int32_t rank;
   bool reported;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     rank = rank_;
     reported = final_exit_reported_;
   }
@@ -176,11 +176,11 @@ void Agent::OnStartFailed(const Status& error, int /*attempt*/) { last_start_err
 
 void Agent::RequestStop(int signo) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     if (stop_signal_ == 0) stop_signal_ = signo;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   supervisor_->RequestStop(signo);
 }
 
@@ -198,7 +198,7 @@ StatusOr<v1::RegisterResponse> Agent::RegisterWithRetry(int attempt) {
   req.set_gpus(config_.gpus);
   {
     // A restart: a scheduler that restarted meanwhile gives the rank back from this.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (rank_ >= 0) {
       req.set_previous_rank(rank_);
       req.set_previous_incarnation(incarnation_);
@@ -213,10 +213,12 @@ StatusOr<v1::RegisterResponse> Agent::RegisterWithRetry(int attempt) {
       return resp.status().Annotate("registering with the scheduler at " + config_.scheduler_address);
     }
     TLOG_WARN << "register: " << resp.status().ToString() << "; retrying";
-    std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_; })) {
-      return CancelledError("stopped while registering");
+    MutexLock lock(&mu_);
+    const auto retry_at = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (!stopping_) {
+      if (!cv_.WaitUntil(&mu_, retry_at)) break;
     }
+    if (stopping_) return CancelledError("stopped while registering");
   }
 }
 
@@ -232,12 +234,12 @@ StatusOr<std::vector<std::string>> Agent::ProgramArgv() const {
 StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
   TRELLIS_ASSIGN_OR_RETURN(v1::RegisterResponse reg, RegisterWithRetry(attempt));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     rank_ = reg.rank();
     incarnation_ = reg.incarnation();
     attempt_ = attempt;
   }
-  cv_.notify_all();  // the heartbeat thread starts once there is a rank
+  cv_.SignalAll();  // the heartbeat thread starts once there is a rank
   if (!metrics_) {
     // Metrics are not worth failing the job for: say so and run the program anyway.
     if (Status st = StartMetrics(reg.rank()); !st.ok()) TLOG_ERROR << st.ToString();
@@ -329,7 +331,7 @@ v1::ReportExitRequest Agent::ExitReport(const ExitStatus& status, bool will_rest
   v1::ReportExitRequest req;
   int stop_signal;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     req.set_rank(rank_);
     req.set_incarnation(incarnation_);
     stop_signal = stop_signal_;
@@ -340,7 +342,7 @@ v1::ReportExitRequest Agent::ExitReport(const ExitStatus& status, bool will_rest
   req.set_will_restart(will_restart);
   std::string message = "program " + status.Describe();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stall_killed_incarnation_ == incarnation_ && !stall_reason_.empty()) {
       message += " after it stalled (" + stall_reason_ + ")";
     }
@@ -380,7 +382,7 @@ void Agent::Reregister(int32_t rank, int64_t incarnation) {
   req.set_previous_rank(rank);
   req.set_previous_incarnation(incarnation);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     req.set_previous_restarts(attempt_);
   }
   req.set_resume(true);
@@ -391,14 +393,14 @@ void Agent::Reregister(int32_t rank, int64_t incarnation) {
   }
   TLOG_INFO << "registered again with the restarted scheduler: " << RoleName(config_.role) << " "
             << resp->rank() << ", incarnation " << resp->incarnation() << " (the program runs on)";
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (resp->incarnation() > incarnation_) incarnation_ = resp->incarnation();
 }
 
 void Agent::KillStalled(int64_t incarnation, const std::string& reason) {
   int32_t rank;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stall_killed_incarnation_ == incarnation) return;  // done already; its exit is on the way
     rank = rank_;
   }
@@ -406,7 +408,7 @@ void Agent::KillStalled(int64_t incarnation, const std::string& reason) {
             << "): the scheduler reports its program stalled (" << reason
             << "); killing it (SIGKILL), the restart policy decides what follows";
   if (!supervisor_->KillProgram()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   stall_killed_incarnation_ = incarnation;
   stall_reason_ = reason;
 }
@@ -414,14 +416,17 @@ void Agent::KillStalled(int64_t incarnation, const std::string& reason) {
 void Agent::HeartbeatLoop() {
   bool failure_logged = false;
   bool unreachable = false;  // logged once per outage, not every beat
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    cv_.wait_for(lock, heartbeat_interval_, [&] { return stopping_; });
+    const auto beat_at = std::chrono::steady_clock::now() + heartbeat_interval_;
+    while (!stopping_) {
+      if (!cv_.WaitUntil(&mu_, beat_at)) break;
+    }
     if (stopping_) return;
     if (rank_ < 0) continue;
     int32_t rank = rank_;
     int64_t incarnation = incarnation_;
-    lock.unlock();
+    lock.Unlock();
     std::string state(Supervisor::StateName(supervisor_->state()));
     auto resp = client_->Heartbeat(config_.role, rank, incarnation, state);
     if (!resp.ok() && resp.status().code() == StatusCode::kNotFound) {
@@ -445,7 +450,7 @@ void Agent::HeartbeatLoop() {
       TLOG_WARN << "the scheduler reports the job failed: " << resp->failure_message();
       failure_logged = true;
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 

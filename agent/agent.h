@@ -3,15 +3,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "agent/agent_config.h"
 #include "agent/process_group.h"
 #include "agent/supervisor.h"
+#include "common/base/mutex.h"
 #include "common/process/byte_ledger.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_http.h"
@@ -30,10 +29,10 @@ class Agent : public SupervisorHooks {
 
   // Supervises the program to the end; returns the agent's exit code (the program's last code,
   // 1 when registration failed). Call from the main thread.
-  int Run();
+  int Run() EXCLUDES(mu_);
 
   // Any thread (the signal thread): forward `signo` and stop.
-  void RequestStop(int signo);
+  void RequestStop(int signo) EXCLUDES(mu_);
   // True while no program runs (registering): a stop can then end the agent at once.
   bool NoProgramRunning() const;
 
@@ -43,28 +42,28 @@ class Agent : public SupervisorHooks {
   const TerminationReport& termination_report() const { return report_; }
 
   // SupervisorHooks
-  StatusOr<SpawnOptions> PrepareStart(int attempt) override;
+  StatusOr<SpawnOptions> PrepareStart(int attempt) override EXCLUDES(mu_);
   void OnStarted(const Process& process, int attempt) override;
   void OnStartFailed(const Status& error, int attempt) override;
-  void OnExit(const ExitStatus& status, bool will_restart, int restarts) override;
+  void OnExit(const ExitStatus& status, bool will_restart, int restarts) override EXCLUDES(mu_);
 
  private:
   Agent(AgentConfig config, std::unique_ptr<SchedulerClient> client);
-  StatusOr<v1::RegisterResponse> RegisterWithRetry(int attempt);
+  StatusOr<v1::RegisterResponse> RegisterWithRetry(int attempt) EXCLUDES(mu_);
   // The scheduler does not know this pod although it registered (the scheduler restarted):
   // register again under the rank and incarnation held, the program running on.
-  void Reregister(int32_t rank, int64_t incarnation);
+  void Reregister(int32_t rank, int64_t incarnation) EXCLUDES(mu_);
   StatusOr<std::vector<std::string>> ProgramArgv() const;
-  void HeartbeatLoop();
+  void HeartbeatLoop() EXCLUDES(mu_);
   // The scheduler says the program stalled: kill it (once per incarnation); the restart policy
   // decides what follows.
-  void KillStalled(int64_t incarnation, const std::string& reason);
+  void KillStalled(int64_t incarnation, const std::string& reason) EXCLUDES(mu_);
   // Fills the exit report: a stop from outside under a policy that replaces the pod is a
   // preemption (the replacement pod rejoins), not a failure; see ReportExitRequest.preempted.
-  v1::ReportExitRequest ExitReport(const ExitStatus& status, bool will_restart);
+  v1::ReportExitRequest ExitReport(const ExitStatus& status, bool will_restart) EXCLUDES(mu_);
   // ReportExit; a restarted scheduler that does not know us yet (NOT_FOUND) gets a
   // registration first.
-  void SendExitReport(const v1::ReportExitRequest& req);
+  void SendExitReport(const v1::ReportExitRequest& req) EXCLUDES(mu_);
   // Fills report_ from how supervision ended: asks the scheduler whether the job failed when the
   // program failed for good (a replacement pod could not join it then).
   void FinishReport(const SupervisorResult& r, int32_t rank);
@@ -96,20 +95,20 @@ class Agent : public SupervisorHooks {
   std::string error_dir_;
   std::string error_file_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;         // wakes the heartbeat thread and registration retries
-  bool stopping_ = false;              // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;  // wakes the heartbeat thread and registration retries
+  bool stopping_ GUARDED_BY(mu_) = false;
   // The signal that stopped the agent from outside (RequestStop; on Kubernetes the pod's
   // deletion or eviction); 0: none.
-  int stop_signal_ = 0;                // GUARDED_BY(mu_)
-  bool final_exit_reported_ = false;   // GUARDED_BY(mu_); ReportExit without will_restart sent
-  int32_t rank_ = -1;                  // GUARDED_BY(mu_); -1 until registered
-  int64_t incarnation_ = 0;            // GUARDED_BY(mu_)
-  int attempt_ = 0;                    // GUARDED_BY(mu_); restarts of the program so far
+  int stop_signal_ GUARDED_BY(mu_) = 0;
+  bool final_exit_reported_ GUARDED_BY(mu_) = false;  // ReportExit without will_restart sent
+  int32_t rank_ GUARDED_BY(mu_) = -1;                 // -1 until registered
+  int64_t incarnation_ GUARDED_BY(mu_) = 0;
+  int attempt_ GUARDED_BY(mu_) = 0;  // restarts of the program so far
   // The scheduler found the program stalled (HeartbeatResponse.restart_program) and the agent
   // killed it: the incarnation killed and why, for the exit report. 0: none.
-  int64_t stall_killed_incarnation_ = 0;  // GUARDED_BY(mu_)
-  std::string stall_reason_;              // GUARDED_BY(mu_)
+  int64_t stall_killed_incarnation_ GUARDED_BY(mu_) = 0;
+  std::string stall_reason_ GUARDED_BY(mu_);
 
   // Made on the first registration (labels need the rank), then only read. Only touched from
   // the supervisor's thread (PrepareStart, OnExit).

@@ -38,16 +38,20 @@ StatusOr<RestartPolicy> ParseRestartPolicyFlag(const std::string& text) {
 }
 
 bool RealBackoffTimer::Wait(std::chrono::milliseconds delay) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return !cv_.wait_for(lock, delay, [&] { return cancelled_; });
+  MutexLock lock(&mu_);
+  const auto deadline = std::chrono::steady_clock::now() + delay;
+  while (!cancelled_) {
+    if (!cv_.WaitUntil(&mu_, deadline)) break;
+  }
+  return !cancelled_;
 }
 
 void RealBackoffTimer::Cancel() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     cancelled_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 Supervisor::Supervisor(RestartOptions options, ProcessSpawner& spawner, SupervisorHooks& hooks,
@@ -67,12 +71,12 @@ std::string_view Supervisor::StateName(State s) {
 }
 
 Supervisor::State Supervisor::state() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return state_;
 }
 
 void Supervisor::RequestStop(int signo) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (stop_signal_ == 0) stop_signal_ = signo;
   if (current_ != nullptr) {
     Status s = current_->Signal(signo);
@@ -83,7 +87,7 @@ void Supervisor::RequestStop(int signo) {
 }
 
 bool Supervisor::KillProgram() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (current_ == nullptr || stop_signal_ != 0) return false;
   Status s = current_->Signal(SIGKILL);  // also ends a SIGSTOPped process
   if (!s.ok()) {
@@ -98,7 +102,7 @@ SupervisorResult Supervisor::Run() {
   bool ran = false;  // whether a program has run (and result.last says how it ended)
   for (int attempt = 0;; ++attempt) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stop_signal_ != 0) {
         // Stopped before anything ran: report it as the signal would have ended the program.
         if (!ran) result.last = ExitStatus{128 + stop_signal_, stop_signal_};
@@ -111,7 +115,7 @@ SupervisorResult Supervisor::Run() {
     auto spawn_options = hooks_.PrepareStart(attempt);
     if (!spawn_options.ok()) {
       result.error = spawn_options.status();
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       result.stopped = stop_signal_ != 0;
       state_ = State::kDone;
       return result;
@@ -121,7 +125,7 @@ SupervisorResult Supervisor::Run() {
     ExitStatus status;
     Status start_error;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stop_signal_ != 0) continue;  // the top of the loop ends it
       auto spawned = spawner_.Spawn(*spawn_options);
       if (spawned.ok()) {
@@ -144,7 +148,7 @@ SupervisorResult Supervisor::Run() {
       while (true) {
         auto now = std::chrono::steady_clock::now();
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(&mu_);
           if (stop_signal_ != 0 && !kill_at) kill_at = now + options_.stop_grace;
         }
         std::chrono::milliseconds wait(1000);
@@ -162,7 +166,7 @@ SupervisorResult Supervisor::Run() {
           killed = true;
         }
       }
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       current_ = nullptr;
     }
 
@@ -170,7 +174,7 @@ SupervisorResult Supervisor::Run() {
     ran = true;
     bool stopping;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopping = stop_signal_ != 0;
     }
     const bool wanted = !stopping && PolicyRestarts(options_.policy, status);
@@ -181,7 +185,7 @@ SupervisorResult Supervisor::Run() {
     }
     hooks_.OnExit(status, will_restart, result.restarts);
     if (!will_restart) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       result.stopped = stopping;
       state_ = State::kDone;
       return result;
@@ -191,7 +195,7 @@ SupervisorResult Supervisor::Run() {
     TLOG_INFO << "program " << status.Describe() << "; restart " << result.restarts << "/"
               << options_.backoff_limit << " in " << delay.count() << " ms";
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       state_ = State::kBackoff;
     }
     timer_.Wait(delay);  // a stop request cancels it; the top of the loop then ends supervision

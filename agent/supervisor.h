@@ -5,12 +5,11 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
+#include "common/base/mutex.h"
 #include "common/job/job_spec.h"
 #include "common/base/status.h"
 #include "common/process/subprocess.h"
@@ -63,13 +62,13 @@ class BackoffTimer {
 
 class RealBackoffTimer : public BackoffTimer {
  public:
-  bool Wait(std::chrono::milliseconds delay) override;
-  void Cancel() override;
+  bool Wait(std::chrono::milliseconds delay) override EXCLUDES(mu_);
+  void Cancel() override EXCLUDES(mu_);
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool cancelled_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;  // signalled by Cancel()
+  bool cancelled_ GUARDED_BY(mu_) = false;
 };
 
 struct SupervisorResult {
@@ -90,18 +89,18 @@ class Supervisor {
 
   // Runs the program until the policy, the back-off limit or a stop request ends it.
   // Call once, from a long-lived thread (children die with the thread that spawned them).
-  SupervisorResult Run();
+  SupervisorResult Run() EXCLUDES(mu_);
 
   // Any thread: forwards `signo` to the program's process group and stops restarting it;
   // SIGKILL follows after stop_grace if it is still running.
-  void RequestStop(int signo);
+  void RequestStop(int signo) EXCLUDES(mu_);
 
   // Any thread: SIGKILLs the running program (a stalled one, docs/scheduler.md#stalls) without
   // stopping supervision: its exit then goes through the restart policy as any other. False
   // when no program runs.
-  bool KillProgram();
+  bool KillProgram() EXCLUDES(mu_);
 
-  State state() const;
+  State state() const EXCLUDES(mu_);
   static std::string_view StateName(State s);
 
  private:
@@ -110,10 +109,10 @@ class Supervisor {
   SupervisorHooks& hooks_;
   BackoffTimer& timer_;
 
-  mutable std::mutex mu_;
-  State state_ = State::kIdle;   // GUARDED_BY(mu_)
-  Process* current_ = nullptr;   // GUARDED_BY(mu_); owned by Run()
-  int stop_signal_ = 0;          // GUARDED_BY(mu_); non-zero once a stop was requested
+  mutable Mutex mu_;
+  State state_ GUARDED_BY(mu_) = State::kIdle;
+  Process* current_ GUARDED_BY(mu_) = nullptr;  // owned by Run()
+  int stop_signal_ GUARDED_BY(mu_) = 0;         // non-zero once a stop was requested
 };
 
 }  // namespace trellis

@@ -247,9 +247,9 @@ void Launcher::PumpOutput(Child& c, bool drain) {
 void Launcher::WatchCluster() {
   int64_t after = 0;
   auto progress_due = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stop_watch_) {
-    lock.unlock();
+    lock.Unlock();
     auto v = client_->GetCluster(after, false, milliseconds(500));
     // Training progress once a second (the workers report about that often).
     std::optional<v1::JobProgress> p;
@@ -257,24 +257,27 @@ void Launcher::WatchCluster() {
       progress_due = std::chrono::steady_clock::now() + milliseconds(1000);
       if (auto r = client_->GetProgress(); r.ok()) p = std::move(r).value();
     }
-    lock.lock();
+    lock.Lock();
     if (p) training_ = std::move(*p);
     if (v.ok()) {
       after = v->version();
       view_ = std::move(v).value();
     } else {
-      cv_.wait_for(lock, milliseconds(200), [&] { return stop_watch_; });
+      const auto retry_at = std::chrono::steady_clock::now() + milliseconds(200);
+      while (!stop_watch_) {
+        if (!cv_.WaitUntil(&mu_, retry_at)) break;
+      }
     }
   }
 }
 
 std::string Launcher::Progress() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return FormatProgress(view_ ? &*view_ : nullptr);
 }
 
 std::string Launcher::Training() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return FormatTraining(training_);
 }
 
@@ -286,10 +289,10 @@ void Launcher::StopAll() {
   }
   // The watcher may be inside a long poll; it is joined at the end, not waited for now.
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_watch_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   // Agents first (each forwards SIGTERM to its program), then the scheduler they talk to.
   std::vector<Child*> running;
   for (auto& a : agents_) {
@@ -373,13 +376,13 @@ int Launcher::FailAgent(const std::vector<Child*>& failed) {
   // The scheduler's view: restart counts, and which pod failed the job first (when several
   // agents ended in the same round, the others usually failed because of that one).
   if (auto v = client_->GetCluster(0, false, milliseconds(1000)); v.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     view_ = *v;
   }
   Child* culprit = failed.front();
   Child* named = nullptr;  // the agent whose pod the scheduler's failure message names
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (view_) {
       for (auto& a : agents_) {
         if (view_->failure_message().find("(pod " + job_.name + "-" + a->plan.name + ")") != std::string::npos) {
@@ -396,7 +399,7 @@ int Launcher::FailAgent(const std::vector<Child*>& failed) {
   if (named != nullptr && named->exit && named->exit->exit_code != 0) culprit = named;
   int restarts = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (view_) {
       const std::string pod = job_.name + "-" + culprit->plan.name;
       for (const auto* list : {&view_->servers(), &view_->workers()}) {

@@ -6,14 +6,13 @@
 #include <signal.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "common/job/job_spec.h"
 #include "common/process/subprocess.h"
 #include "launcher/plan.h"
@@ -52,14 +51,14 @@ class Launcher {
   Status StartAgents();
   int Supervise();                        // the event loop
   void PumpOutput(Child& c, bool drain);  // worker stdout -> console + log
-  void StopAll();                         // agents first, then the scheduler
+  void StopAll() EXCLUDES(mu_);           // agents first, then the scheduler
   int Fail(const std::string& message, const Child* culprit);
-  int FailAgent(const std::vector<Child*>& failed);  // the job failed because agents did
-  void WatchCluster();                    // the cluster-watch thread
+  int FailAgent(const std::vector<Child*>& failed) EXCLUDES(mu_);  // the job failed because agents did
+  void WatchCluster() EXCLUDES(mu_);      // the cluster-watch thread
   std::optional<int> CheckSignal();       // 130/143 once SIGINT/SIGTERM arrived
   std::chrono::milliseconds Elapsed() const;
-  std::string Progress();
-  std::string Training();                 // FormatTraining of the latest progress
+  std::string Progress() EXCLUDES(mu_);
+  std::string Training() EXCLUDES(mu_);  // FormatTraining of the latest progress
 
   const LaunchOptions options_;
   const JobSpec job_;
@@ -80,11 +79,11 @@ class Launcher {
   std::vector<std::unique_ptr<Child>> agents_;
   std::unique_ptr<SchedulerClient> client_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<v1::ClusterView> view_;  // GUARDED_BY(mu_); the latest cluster view
-  v1::JobProgress training_;              // GUARDED_BY(mu_); the latest GetProgress answer
-  bool stop_watch_ = false;              // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;  // signalled by StopAll()
+  std::optional<v1::ClusterView> view_ GUARDED_BY(mu_);  // the latest cluster view
+  v1::JobProgress training_ GUARDED_BY(mu_);              // the latest GetProgress answer
+  bool stop_watch_ GUARDED_BY(mu_) = false;
   std::thread watch_thread_;
 };
 

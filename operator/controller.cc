@@ -37,11 +37,11 @@ void Controller::Start() {
 
 void Controller::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ && !reconcile_.joinable()) return;
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   cancel_.cancel();
   for (std::thread* t : {&watch_jobs_, &watch_pods_, &reconcile_}) {
     if (t->joinable()) t->join();
@@ -53,23 +53,26 @@ void Controller::Stop() {
 
 void Controller::Enqueue(const Key& key, Clock::time_point due) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     known_.insert(key);
     auto it = queue_.find(key);
     if (it == queue_.end() || due < it->second) queue_[key] = due;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void Controller::Sleep(std::chrono::milliseconds d) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, d, [&] { return stopping_; });
+  MutexLock lock(&mu_);
+  const auto deadline = std::chrono::steady_clock::now() + d;
+  while (!stopping_) {
+    if (!cv_.WaitUntil(&mu_, deadline)) break;
+  }
 }
 
 void Controller::WatchLoop(const Resource& r, const std::string& selector, bool pods, std::atomic<bool>* synced,
                            ObjectStore* store, bool optional) {
   auto stopping = [&] {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return stopping_;
   };
   // The job a watched object belongs to.
@@ -123,7 +126,7 @@ void Controller::WatchLoop(const Resource& r, const std::string& selector, bool 
           if (type == "BOOKMARK") return;
           if (store) store->Apply(type, obj);
           if (!pods && type == "DELETED") {
-            std::lock_guard<std::mutex> lock(mu_);
+            MutexLock lock(&mu_);
             const Key gone{Str(obj, {"metadata", "namespace"}, "default"), Str(obj, {"metadata", "name"})};
             known_.erase(gone);
             resync_.erase(gone);
@@ -153,10 +156,10 @@ void Controller::WatchLoop(const Resource& r, const std::string& selector, bool 
 
 void Controller::ReconcileLoop() {
   Clock::time_point next_resync = Clock::now() + options_.resync;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // With a cache, reconcile only once every watch has listed: a job read before its pods' store
   // is filled would look as if it had none.
-  while (!stopping_ && cache_ && !synced()) cv_.wait_for(lock, std::chrono::milliseconds(50));
+  while (!stopping_ && cache_ && !synced()) cv_.WaitFor(&mu_, std::chrono::milliseconds(50));
   while (!stopping_) {
     const auto now = Clock::now();
     if (now >= next_resync) {
@@ -177,10 +180,10 @@ void Controller::ReconcileLoop() {
       resync_.erase(resync_.begin());
     } else {
       auto until = due == queue_.end() ? next_resync : std::min(next_resync, due->second);
-      cv_.wait_until(lock, until);
+      cv_.WaitUntil(&mu_, until);
       continue;
     }
-    lock.unlock();
+    lock.Unlock();
     const auto t0 = std::chrono::steady_clock::now();
     // The Reconciler turns a job's exceptions into its status; this guard only keeps the one
     // reconcile thread alive should anything still escape.
@@ -207,7 +210,7 @@ void Controller::ReconcileLoop() {
       error_backoff_.erase(key);
       if (*r) again = Clock::now() + **r;
     }
-    lock.lock();
+    lock.Lock();
     if (again) {
       auto it = queue_.find(key);
       if (it == queue_.end() || *again < it->second) queue_[key] = *again;

@@ -12,9 +12,7 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -22,6 +20,7 @@
 
 #include <cpprest/http_client.h>
 
+#include "common/base/mutex.h"
 #include "operator/kube_client.h"
 #include "operator/object_cache.h"
 #include "operator/reconciler.h"
@@ -52,20 +51,21 @@ class Controller {
   ~Controller();  // Stop()s
 
   void Start();
-  void Stop();
+  void Stop() EXCLUDES(mu_);
   const ControllerCounters& counters() const { return counters_; }
   // True once both watches have listed at least once (the /healthz readiness).
   bool synced() const { return jobs_synced_.load() && pods_synced_.load() && (!cache_ || cache_->synced()); }
 
  private:
   using Key = std::pair<std::string, std::string>;  // namespace, name
-  void Enqueue(const Key& key, Clock::time_point due);
+  void Enqueue(const Key& key, Clock::time_point due) EXCLUDES(mu_);
   // `synced` (may be null): set once listed; `store`: the cache store this watch fills (may be
   // null; it records its own sync); `optional`: a 403 disables the store instead of retrying forever.
   void WatchLoop(const Resource& r, const std::string& selector, bool pods, std::atomic<bool>* synced,
-                 ObjectStore* store = nullptr, bool optional = false);
-  void ReconcileLoop();
-  void Sleep(std::chrono::milliseconds d);
+                 ObjectStore* store = nullptr, bool optional = false) EXCLUDES(mu_);
+  void ReconcileLoop() EXCLUDES(mu_);
+  // Until `d` has passed or Stop().
+  void Sleep(std::chrono::milliseconds d) EXCLUDES(mu_);
 
   KubeClient& client_;
   Reconciler& reconciler_;
@@ -76,12 +76,12 @@ class Controller {
   std::atomic<bool> jobs_synced_{false};
   std::atomic<bool> pods_synced_{false};
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<Key, Clock::time_point> queue_;  // GUARDED_BY(mu_): earliest due time per job
-  std::set<Key> known_;                     // GUARDED_BY(mu_): jobs seen, for the resync
-  std::set<Key> resync_;                    // GUARDED_BY(mu_): the resync's jobs not reconciled yet
-  bool stopping_ = false;                   // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;  // signalled on a new queue entry and on Stop()
+  std::map<Key, Clock::time_point> queue_ GUARDED_BY(mu_);  // earliest due time per job
+  std::set<Key> known_ GUARDED_BY(mu_);                     // jobs seen, for the resync
+  std::set<Key> resync_ GUARDED_BY(mu_);                    // the resync's jobs not reconciled yet
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::map<Key, std::chrono::milliseconds> error_backoff_;  // reconcile thread only
 
   pplx::cancellation_token_source cancel_;

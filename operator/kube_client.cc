@@ -212,12 +212,12 @@ std::string KubeClient::Path(const Resource& r, const std::string& ns, const std
 }
 
 void KubeClient::Count(const char* verb, const Resource& r, const char* sub) {
-  std::lock_guard<std::mutex> lock(count_mu_);
+  MutexLock lock(&count_mu_);
   ++requests_[{verb, *sub ? r.plural + "/" + sub : r.plural}];
 }
 
 std::map<std::pair<std::string, std::string>, uint64_t> KubeClient::RequestCounts() const {
-  std::lock_guard<std::mutex> lock(count_mu_);
+  MutexLock lock(&count_mu_);
   return requests_;
 }
 
@@ -229,7 +229,7 @@ Status KubeClient::Fail(Status s) {
 void KubeClient::Observe(const Status& s) {
   const bool refused = s.code() == StatusCode::kUnauthenticated || s.code() == StatusCode::kPermissionDenied ||
                        s.code() == StatusCode::kUnavailable;
-  std::lock_guard<std::mutex> lock(health_mu_);
+  MutexLock lock(&health_mu_);
   if (!refused) {
     failing_since_.reset();
     last_failure_.clear();
@@ -240,17 +240,17 @@ void KubeClient::Observe(const Status& s) {
 }
 
 bool KubeClient::Healthy(std::chrono::seconds window) const {
-  std::lock_guard<std::mutex> lock(health_mu_);
+  MutexLock lock(&health_mu_);
   return !failing_since_ || std::chrono::steady_clock::now() - *failing_since_ < window;
 }
 
 std::string KubeClient::LastFailure() const {
-  std::lock_guard<std::mutex> lock(health_mu_);
+  MutexLock lock(&health_mu_);
   return last_failure_;
 }
 
 std::string KubeClient::Token() {
-  std::lock_guard<std::mutex> lock(token_mu_);
+  MutexLock lock(&token_mu_);
   if (!config_.token_file.empty() && std::chrono::steady_clock::now() - token_read_ >= config_.token_reload) {
     token_read_ = std::chrono::steady_clock::now();
     // An unreadable file (mid-rotation) keeps the token we have.
@@ -261,7 +261,7 @@ std::string KubeClient::Token() {
 
 bool KubeClient::ReloadToken() {
   if (config_.token_file.empty()) return false;
-  std::lock_guard<std::mutex> lock(token_mu_);
+  MutexLock lock(&token_mu_);
   token_read_ = std::chrono::steady_clock::now();
   auto t = ReadFile(config_.token_file);
   if (!t.ok() || Trim(*t).empty() || Trim(*t) == token_) return false;

@@ -7,12 +7,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include <cpprest/http_client.h>
 
+#include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "operator/json_util.h"
 
@@ -96,14 +96,14 @@ class KubeClient {
   // Requests made so far by (verb, resource): verbs as the API server's apiserver_request_total
   // counts them (GET, LIST, WATCH, POST, PUT, PATCH, DELETE), "trainingjobs/status" for the
   // status subresource.
-  std::map<std::pair<std::string, std::string>, uint64_t> RequestCounts() const;
+  std::map<std::pair<std::string, std::string>, uint64_t> RequestCounts() const EXCLUDES(count_mu_);
 
   // False once every request for `window` has been refused (401, 403) or has not reached the
   // API server (transport errors, 5xx): the operator's /healthz, so the kubelet restarts a
   // replica whose credentials stopped working. Any other answer resets it.
-  bool Healthy(std::chrono::seconds window) const;
+  bool Healthy(std::chrono::seconds window) const EXCLUDES(health_mu_);
   // The last such error, for the log; empty while healthy.
-  std::string LastFailure() const;
+  std::string LastFailure() const EXCLUDES(health_mu_);
 
  private:
   std::string Path(const Resource& r, const std::string& ns, const std::string& name,
@@ -113,26 +113,26 @@ class KubeClient {
   StatusOr<Json> RequestOnce(const web::http::method& m, const std::string& path_and_query, const Json* body,
                              const std::string& content_type);
   Status Fail(Status s);
-  void Count(const char* verb, const Resource& r, const char* sub = "");
+  void Count(const char* verb, const Resource& r, const char* sub = "") EXCLUDES(count_mu_);
   // Counts `s` (OK or an error) for Healthy().
-  void Observe(const Status& s);
+  void Observe(const Status& s) EXCLUDES(health_mu_);
   // The bearer token now, re-read from config_.token_file when due (or when `force`). Returns
   // whether a forced re-read found a different token.
-  std::string Token();
-  bool ReloadToken();
+  std::string Token() EXCLUDES(token_mu_);
+  bool ReloadToken() EXCLUDES(token_mu_);
 
   KubeConfig config_;
-  mutable std::mutex token_mu_;
-  std::string token_;                                 // GUARDED_BY(token_mu_)
-  std::chrono::steady_clock::time_point token_read_;  // GUARDED_BY(token_mu_)
-  mutable std::mutex health_mu_;
-  std::optional<std::chrono::steady_clock::time_point> failing_since_;  // GUARDED_BY(health_mu_)
-  std::string last_failure_;                                            // GUARDED_BY(health_mu_)
+  mutable Mutex token_mu_;
+  std::string token_ GUARDED_BY(token_mu_);
+  std::chrono::steady_clock::time_point token_read_ GUARDED_BY(token_mu_);
+  mutable Mutex health_mu_;
+  std::optional<std::chrono::steady_clock::time_point> failing_since_ GUARDED_BY(health_mu_);
+  std::string last_failure_ GUARDED_BY(health_mu_);
   std::unique_ptr<web::http::client::http_client> client_;        // requests, with the deadline
   std::unique_ptr<web::http::client::http_client> watch_client_;  // long-lived streams
   std::atomic<uint64_t> api_errors_{0};
-  mutable std::mutex count_mu_;
-  std::map<std::pair<std::string, std::string>, uint64_t> requests_;  // GUARDED_BY(count_mu_)
+  mutable Mutex count_mu_;
+  std::map<std::pair<std::string, std::string>, uint64_t> requests_ GUARDED_BY(count_mu_);
 };
 
 // The Status an HTTP answer maps to (exposed for tests).

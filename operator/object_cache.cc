@@ -105,7 +105,7 @@ void ObjectStore::Replace(const Json& list) {
       fresh[k] = std::move(o);
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   objects_.clear();
   by_label_.clear();
   for (auto& [k, v] : fresh) PutLocked(k, std::move(v));
@@ -116,7 +116,7 @@ void ObjectStore::Apply(const std::string& type, const Json& object) {
   Key k = KeyOf(object);
   if (k.second.empty()) return;
   Json trimmed = type == "DELETED" ? Json() : Trim(object);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (type == "DELETED") {
     EraseLocked(k);
   } else {
@@ -129,14 +129,14 @@ void ObjectStore::Written(const Json& object) {
   if (k.second.empty()) return;
   Json trimmed = Trim(object);
   const std::string rv = Str(object, {"metadata", "resourceVersion"});
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.find(k);
   if (it != objects_.end() && OlderVersion(rv, Str(it->second, {"metadata", "resourceVersion"}))) return;
   PutLocked(k, std::move(trimmed));
 }
 
 std::optional<Json> ObjectStore::Get(const std::string& ns, const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = objects_.find({ns, name});
   if (it == objects_.end()) return std::nullopt;
   return it->second;
@@ -144,7 +144,7 @@ std::optional<Json> ObjectStore::Get(const std::string& ns, const std::string& n
 
 std::vector<Json> ObjectStore::ListByLabel(const std::string& ns, const std::string& value) const {
   std::vector<Json> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_label_.find({ns, value});
   if (it == by_label_.end()) return out;
   for (const std::string& name : it->second) {
@@ -156,14 +156,14 @@ std::vector<Json> ObjectStore::ListByLabel(const std::string& ns, const std::str
 
 std::vector<Json> ObjectStore::List() const {
   std::vector<Json> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   out.reserve(objects_.size());
   for (const auto& [k, v] : objects_) out.push_back(v);
   return out;
 }
 
 size_t ObjectStore::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return objects_.size();
 }
 

@@ -9,13 +9,13 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/base/mutex.h"
 #include "operator/json_util.h"
 
 namespace trellis::op {
@@ -41,38 +41,51 @@ class ObjectStore {
 
   // A LIST's answer: the store becomes exactly its items (a relist after 410 Gone forgets what
   // went). Items lack apiVersion and kind in a LIST; they get the list's ("PodList": "Pod").
-  void Replace(const Json& list);
+  void Replace(const Json& list) EXCLUDES(mu_);
   // A watch event: ADDED and MODIFIED put the object, DELETED removes it; BOOKMARK is ignored.
-  void Apply(const std::string& type, const Json& object);
+  void Apply(const std::string& type, const Json& object) EXCLUDES(mu_);
   // An object as the API server answered one of the operator's own writes: put unless the store
   // already holds a newer version of it (its watch event came first).
-  void Written(const Json& object);
+  void Written(const Json& object) EXCLUDES(mu_);
 
-  std::optional<Json> Get(const std::string& ns, const std::string& name) const;
+  std::optional<Json> Get(const std::string& ns, const std::string& name) const EXCLUDES(mu_);
   // The objects in `ns` whose index label is `value` (the store's index_label).
-  std::vector<Json> ListByLabel(const std::string& ns, const std::string& value) const;
-  std::vector<Json> List() const;
-  size_t size() const;
+  std::vector<Json> ListByLabel(const std::string& ns, const std::string& value) const EXCLUDES(mu_);
+  std::vector<Json> List() const EXCLUDES(mu_);
+  size_t size() const EXCLUDES(mu_);
 
   // Set once the first LIST has filled it. A store that could not be filled (its watch is not
   // permitted) is `disabled`: the reader goes to the API server instead.
-  void MarkSynced() { std::lock_guard<std::mutex> lock(mu_); synced_ = true; }
-  bool synced() const { std::lock_guard<std::mutex> lock(mu_); return synced_; }
-  void Disable() { std::lock_guard<std::mutex> lock(mu_); disabled_ = true; synced_ = true; }
-  bool usable() const { std::lock_guard<std::mutex> lock(mu_); return synced_ && !disabled_; }
+  void MarkSynced() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    synced_ = true;
+  }
+  bool synced() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return synced_;
+  }
+  void Disable() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    disabled_ = true;
+    synced_ = true;
+  }
+  bool usable() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return synced_ && !disabled_;
+  }
 
  private:
   using Key = std::pair<std::string, std::string>;  // namespace, name
   Json Trim(const Json& object) const;
-  void PutLocked(const Key& key, Json object);
-  void EraseLocked(const Key& key);
+  void PutLocked(const Key& key, Json object) REQUIRES(mu_);
+  void EraseLocked(const Key& key) REQUIRES(mu_);
 
   const Options options_;
-  mutable std::mutex mu_;
-  std::map<Key, Json> objects_;                    // GUARDED_BY(mu_)
-  std::map<Key, std::set<std::string>> by_label_;  // GUARDED_BY(mu_): (ns, label value) -> names
-  bool synced_ = false;                            // GUARDED_BY(mu_)
-  bool disabled_ = false;                          // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<Key, Json> objects_ GUARDED_BY(mu_);
+  std::map<Key, std::set<std::string>> by_label_ GUARDED_BY(mu_);  // (ns, label value) -> names
+  bool synced_ GUARDED_BY(mu_) = false;
+  bool disabled_ GUARDED_BY(mu_) = false;
 };
 
 // The stores the operator keeps: its TrainingJobs and the objects they own (by the

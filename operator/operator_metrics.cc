@@ -38,7 +38,7 @@ prometheus::Gauge& OperatorMetrics::Jobs(const std::string& phase) {
 void OperatorMetrics::ObserveReconcile(double seconds) { reconcile_seconds_.Observe(seconds); }
 
 void OperatorMetrics::SetJobPhase(const std::string& job, const std::string& phase) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = phases_.find(job);
   const std::string old = it == phases_.end() ? "" : it->second;
   if (old == phase) return;

@@ -5,9 +5,9 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "common/base/mutex.h"
 #include "common/metrics/metrics.h"
 
 namespace trellis::op {
@@ -18,7 +18,7 @@ class OperatorMetrics {
   void ObserveReconcile(double seconds);
   // The phase of a job ("namespace/name") now; "" when it is gone. trellis_operator_jobs counts
   // the jobs this operator has reconciled by their current phase.
-  void SetJobPhase(const std::string& job, const std::string& phase);
+  void SetJobPhase(const std::string& job, const std::string& phase) EXCLUDES(mu_);
   // Sampled at scrape time from the client and controller counters.
   void SetApiErrors(uint64_t n);
   void SetWatchRestarts(uint64_t n);
@@ -31,8 +31,8 @@ class OperatorMetrics {
 
   MetricsRegistry& registry_;
   prometheus::Histogram& reconcile_seconds_;
-  std::mutex mu_;
-  std::map<std::string, std::string> phases_;  // GUARDED_BY(mu_): job -> phase
+  Mutex mu_;
+  std::map<std::string, std::string> phases_ GUARDED_BY(mu_);  // job -> phase
   // Counters mirror totals kept elsewhere: advanced by the difference at scrape time.
   prometheus::Counter& api_errors_;
   prometheus::Counter& watch_restarts_;

@@ -23,7 +23,7 @@ ProgressPoller::ProgressPoller(KubeClient& client, OperatorSettings settings,
 ProgressPoller::~ProgressPoller() { Stop(); }
 
 void ProgressPoller::Start() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (thread_.joinable()) return;
   stopping_ = false;
   thread_ = std::thread([this] { Loop(); });
@@ -31,22 +31,25 @@ void ProgressPoller::Start() {
 
 void ProgressPoller::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void ProgressPoller::Loop() {
   pthread_setname_np(pthread_self(), "progress");
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
-    cv_.wait_for(lock, options_.interval, [this] { return stopping_; });
+    const auto next = std::chrono::steady_clock::now() + options_.interval;
+    while (!stopping_) {
+      if (!cv_.WaitUntil(&mu_, next)) break;
+    }
     if (stopping_) break;
-    lock.unlock();
+    lock.Unlock();
     PollOnce();
-    lock.lock();
+    lock.Lock();
   }
 }
 

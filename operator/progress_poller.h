@@ -7,13 +7,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/base/mutex.h"
 #include "operator/desired.h"
 #include "operator/kube_client.h"
 #include "operator/object_cache.h"
@@ -38,8 +37,8 @@ class ProgressPoller {
                  ObjectStore* jobs = nullptr);
   ~ProgressPoller();  // Stop()s
 
-  void Start();
-  void Stop();
+  void Start() EXCLUDES(mu_);
+  void Stop() EXCLUDES(mu_);
   // One round over the Running jobs (the thread's body; tests call it by hand). Returns the
   // number of status writes.
   int PollOnce();
@@ -59,7 +58,7 @@ class ProgressPoller {
                                        const std::string& uid, const std::string& tls_secret,
                                        const std::string& server_name);
   StatusOr<std::string> SchedulerAddress(const std::string& ns, const std::string& name) const;
-  void Loop();
+  void Loop() EXCLUDES(mu_);
 
   KubeClient& client_;
   const OperatorSettings settings_;
@@ -69,9 +68,9 @@ class ProgressPoller {
   // Per job uid: the programs' restarts inside their pods seen so far (poller thread only).
   std::map<std::string, ProgramRestartsSeen> restarts_seen_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;  // signalled by Stop()
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
