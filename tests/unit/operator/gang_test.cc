@@ -11,9 +11,10 @@ namespace trellis::op {
 namespace {
 
 using testing::ApiJob;
+using testing::Condition;
+using testing::kT0;
 using testing::Spec;
-
-const Clock::time_point kT0 = Clock::from_time_t(1'800'000'000);
+using testing::Step;
 
 // 2 servers, 3 workers: a gang of 6 with the scheduler.
 Json GangJob(const std::string& policy_json, const std::string& labels_json = "") {
@@ -133,23 +134,6 @@ TEST(ObservePodGroupTest, ReadsThePodSchedulersUnschedulableCondition) {
   pod["status"]["phase"] = JStr("Pending");
   pod["status"]["conditions"][0]["reason"] = JStr("SchedulingGated");
   EXPECT_EQ(ObservePod(pod)->unschedulable, "");
-}
-
-// Runs one plan and feeds its status back, as the reconciler does.
-JobPlan Step(Json& job, const std::vector<ObservedPod>& pods, Clock::time_point now,
-             const GangObservation* gang = nullptr) {
-  JobPlan plan = PlanJob(job, ParseJobSpec(job.serialize()), pods, now, gang);
-  job["status"] = plan.status;
-  return plan;
-}
-
-std::string Condition(const Json& status, const std::string& type, const char* field = "status") {
-  if (const Json* conds = At(status, {"conditions"})) {
-    for (size_t i = 0; i < conds->size(); ++i) {
-      if (Str(conds->at(i), {"type"}) == type) return Str(conds->at(i), {field});
-    }
-  }
-  return "<none>";
 }
 
 // Every pod of GangJob as the API server lists them, in `phase`, each with the scheduler's

@@ -10,32 +10,14 @@ namespace {
 
 using testing::ApiJob;
 using testing::kSpec;
+using testing::kT0;
+using testing::Step;
 
-const Clock::time_point kT0 = Clock::from_time_t(1'800'000'000);
-
-ObservedPod Pod(PodRole role, int index, const std::string& phase, bool deleting = false) {
-  ObservedPod p;
-  p.role = role;
-  p.index = index;
-  p.name = PodName("mlp", role, index);
-  p.phase = phase;
-  p.deleting = deleting;
-  return p;
-}
-
-// kSpec's pods: scheduler, 2 servers, 3 workers.
+// kSpec's pods (testing::AllPods), the scheduler and servers being deleted when `others_deleting`.
 std::vector<ObservedPod> Pods(const std::string& worker_phase, bool others_deleting = false) {
-  std::vector<ObservedPod> pods = {Pod(PodRole::kScheduler, 0, "Running", others_deleting),
-                                   Pod(PodRole::kServer, 0, "Running", others_deleting),
-                                   Pod(PodRole::kServer, 1, "Running", others_deleting)};
-  for (int i = 0; i < 3; ++i) pods.push_back(Pod(PodRole::kWorker, i, worker_phase));
+  std::vector<ObservedPod> pods = testing::AllPods(worker_phase);
+  for (ObservedPod& p : pods) p.deleting = p.role != PodRole::kWorker && others_deleting;
   return pods;
-}
-
-JobPlan Step(Json& job, const std::vector<ObservedPod>& pods, Clock::time_point now) {
-  JobPlan plan = PlanJob(job, ParseJobSpec(job.serialize()), pods, now);
-  job["status"] = plan.status;
-  return plan;
 }
 
 int64_t Count(const Json& status, const char* role, const char* field) {

@@ -14,8 +14,8 @@ namespace trellis::op {
 namespace {
 
 using testing::ApiJob;
-
-const Clock::time_point kT0 = Clock::from_time_t(1'800'000'000);
+using testing::kT0;
+using testing::Step;
 
 // 1 server, 2 workers, OnFailure, backoffLimit 2, a 256Mi memory limit on the workers.
 constexpr char kJob[] =
@@ -64,12 +64,6 @@ std::vector<ObservedPod> With(std::vector<ObservedPod> pods, const Json& pod) {
     if (p.name == o.name) p = o;
   }
   return pods;
-}
-
-JobPlan Step(Json& job, const std::vector<ObservedPod>& pods, Clock::time_point now) {
-  JobPlan plan = PlanJob(job, ParseJobSpec(job.serialize()), pods, now);
-  job["status"] = plan.status;
-  return plan;
 }
 
 const Json* Condition(const Json& status, const std::string& type) {

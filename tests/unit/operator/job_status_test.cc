@@ -7,36 +7,14 @@
 namespace trellis::op {
 namespace {
 
+using testing::AllPods;
 using testing::ApiJob;
+using testing::Condition;
 using testing::kSpec;
 using testing::kT0;
 using testing::Names;
 using testing::Pod;
-using testing::Spec;
-
-// Every pod of kSpec (scheduler, 2 servers, 3 workers) in one phase.
-std::vector<ObservedPod> AllPods(const std::string& phase) {
-  std::vector<ObservedPod> pods = {Pod(PodRole::kScheduler, 0, "Running"), Pod(PodRole::kServer, 0, "Running"),
-                                   Pod(PodRole::kServer, 1, "Running")};
-  for (int i = 0; i < 3; ++i) pods.push_back(Pod(PodRole::kWorker, i, phase));
-  return pods;
-}
-
-// Runs one plan and feeds its status back into the job, as the reconciler does.
-JobPlan Step(Json& job, const std::vector<ObservedPod>& pods, Clock::time_point now) {
-  JobPlan plan = PlanJob(job, ParseJobSpec(job.serialize()), pods, now);
-  job["status"] = plan.status;
-  return plan;
-}
-
-std::string Condition(const Json& status, const std::string& type, const char* field = "status") {
-  const Json* conds = At(status, {"conditions"});
-  if (!conds) return "<none>";
-  for (size_t i = 0; i < conds->size(); ++i) {
-    if (Str(conds->at(i), {"type"}) == type) return Str(conds->at(i), {field});
-  }
-  return "<none>";
-}
+using testing::Step;
 
 TEST(PlanJobTest, NewJobCreatesEveryPodAndIsPending) {
   Json job = ApiJob(kSpec);

@@ -9,21 +9,9 @@
 namespace trellis::op {
 namespace {
 
-using testing::ApiJob;
-using testing::kSpec;
-using testing::kT0;
-using testing::Names;
-using testing::Pod;
-using testing::Spec;
+using namespace testing;  // NOLINT: the job documents and pods shared by the plan's tests
 
-// kSpec's pods (scheduler, 2 servers, 3 workers), all Running.
-std::vector<ObservedPod> Running() {
-  std::vector<ObservedPod> pods;
-  for (const DesiredPod& d : DesiredPodList("mlp", Spec(ApiJob(kSpec)))) {
-    pods.push_back(Pod(d.role, d.index, "Running"));
-  }
-  return pods;
-}
+std::vector<ObservedPod> Running() { return AllPods("Running"); }
 
 TEST(DesiredPodListTest, SchedulerThenServersThenWorkersByRankAndTheObjectsFollowIt) {
   const Json job = ApiJob(kSpec);

@@ -42,10 +42,10 @@ TEST(StatusSchemaTest, EveryStatusFieldTheOperatorWritesIsDeclared) {
   YAML::Node status_schema = YAML::LoadFile(std::string(TRELLIS_SOURCE_DIR) +
                                             "/charts/trellis/crds/trainingjobs.trellis.io.yaml")["spec"]["versions"][0]
                                  ["schema"]["openAPIV3Schema"]["properties"]["status"];
-  const auto t0 = Clock::from_time_t(1'800'000'000);
+  const auto t0 = testing::kT0;
   Json job = testing::ApiJob(testing::kSpec);
-  ObservedPod failed{"mlp-worker-0", PodRole::kWorker, 0, "Failed", 1, false};
-  ObservedPod ok{"mlp-worker-1", PodRole::kWorker, 1, "Succeeded", 0, false};
+  const ObservedPod failed = testing::Pod(PodRole::kWorker, 0, "Failed", 1);
+  const ObservedPod ok = testing::Pod(PodRole::kWorker, 1, "Succeeded", 0);
   // A run through every phase, so every condition type and count is written.
   std::vector<std::vector<ObservedPod>> worlds = {{}, {failed}, {ok}};
   for (const auto& pods : worlds) {

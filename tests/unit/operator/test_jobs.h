@@ -6,6 +6,7 @@
 
 #include "common/job/job_spec.h"
 #include "operator/desired.h"
+#include "operator/job_status.h"
 #include "operator/observed_pod.h"
 #include "operator/json_util.h"
 
@@ -40,6 +41,32 @@ inline ObservedPod Pod(PodRole role, int index, const std::string& phase, int ex
   p.phase = phase;
   p.exit_code = exit_code;
   return p;
+}
+
+// kSpec's pods: the scheduler and 2 servers Running, 3 workers in `worker_phase`.
+inline std::vector<ObservedPod> AllPods(const std::string& worker_phase) {
+  std::vector<ObservedPod> pods = {Pod(PodRole::kScheduler, 0, "Running"), Pod(PodRole::kServer, 0, "Running"),
+                                   Pod(PodRole::kServer, 1, "Running")};
+  for (int i = 0; i < 3; ++i) pods.push_back(Pod(PodRole::kWorker, i, worker_phase));
+  return pods;
+}
+
+// Runs one plan and feeds its status back into the job, as the reconciler does.
+inline JobPlan Step(Json& job, const std::vector<ObservedPod>& pods, Clock::time_point now,
+                    const GangObservation* gang = nullptr) {
+  JobPlan plan = PlanJob(job, ParseJobSpec(job.serialize()), pods, now, gang);
+  job["status"] = plan.status;
+  return plan;
+}
+
+// A field of the condition `type` in `status`; "<none>" without that condition.
+inline std::string Condition(const Json& status, const std::string& type, const char* field = "status") {
+  const Json* conds = At(status, {"conditions"});
+  if (!conds) return "<none>";
+  for (size_t i = 0; i < conds->size(); ++i) {
+    if (Str(conds->at(i), {"type"}) == type) return Str(conds->at(i), {field});
+  }
+  return "<none>";
 }
 
 // The names of `pods` (a plan's create list), in order.
