@@ -27,11 +27,11 @@ struct Answer {
   Packed packed;
 };
 // Answer to one request: a status, and for pulls the step's values. Called exactly once.
-using Reply = std::function<void(const Status&, Answer)>;
+using StoreReply = std::function<void(const Status&, Answer)>;
 
 // A reply decided under a slice lock, run after it is released.
-struct Deferred {
-  Reply reply;
+struct DeferredReply {
+  StoreReply reply;
   Status status;
   Values values;
   Packed packed;
@@ -41,7 +41,7 @@ struct Deferred {
 struct Waiter {
   int64_t step;
   bool packed;  // the request accepts a packed answer
-  Reply reply;
+  StoreReply reply;
 };
 
 // The results of the last two complete steps, [s % 2] for s in {complete-1, complete} (a fast

@@ -41,7 +41,7 @@ Checkpoint SliceCheckpoints::Snapshot(int64_t step, uint64_t skip_key) const {
 }
 
 Status SliceCheckpoints::RestoreFrom(const Checkpoint& c, const std::string& file) {
-  std::vector<Deferred> deferred;
+  std::vector<DeferredReply> deferred;
   {
     ReaderMutexLock map_lock(table_->mu());
     if (!table_->installed()) {

@@ -64,7 +64,8 @@ void SliceRebuild::StartLocked() {
     MutexLock lock(&s->mu);
     s->rebuild = std::make_unique<ReplayedSteps>();
     s->rebuild->restored_step = s->weights.step_base;
-    s->weights.step_base = 0;  // worker steps count the optimizer's steps again (docs/checkpoints.md)
+    // Worker steps count the optimizer's steps again (docs/checkpoints.md).
+    s->weights.step_base = 0;
   }
   phase_ = Phase::kRebuilding;
   TLOG_INFO << who << ": fresh and receiving replays: rebuilding " << table_->num_slices()
@@ -72,8 +73,8 @@ void SliceRebuild::StartLocked() {
 }
 
 void SliceRebuild::HandleReplay(int32_t worker, const wire::RequestHeader& h,
-                                const wire::Chunks& frame, Reply reply) {
-  std::vector<Deferred> deferred;
+                                const wire::Chunks& frame, StoreReply reply) {
+  std::vector<DeferredReply> deferred;
   Status st;
   {
     MutexLock rebuild_lock(&mu_);
@@ -143,7 +144,8 @@ void SliceRebuild::HandleReplay(int32_t worker, const wire::RequestHeader& h,
 }
 
 void SliceRebuild::Request(int32_t worker, Slice* s, const wire::RequestHeader& h,
-                           const Gradient& grad, Reply reply, std::vector<Deferred>* out) {
+                           const Gradient& grad, StoreReply reply,
+                           std::vector<DeferredReply>* out) {
   if (wire::OpHasPayload(h.op)) {  // a push or pushpull, float32 or 2-bit
     auto& per_worker = s->rebuild->steps[h.step];
     per_worker.resize(config_.num_workers);
@@ -166,7 +168,7 @@ void SliceRebuild::Request(int32_t worker, Slice* s, const wire::RequestHeader& 
   }
 }
 
-void SliceRebuild::FinishLocked(std::vector<Deferred>* out) {
+void SliceRebuild::FinishLocked(std::vector<DeferredReply>* out) {
   int64_t rebuilt = 0;
   {
     ReaderMutexLock map_lock(table_->mu());
@@ -183,7 +185,7 @@ void SliceRebuild::FinishLocked(std::vector<Deferred>* out) {
             << " slices from the workers' replays";
 }
 
-void SliceRebuild::FinalizeSlice(Slice* s, std::vector<Deferred>* out) {
+void SliceRebuild::FinalizeSlice(Slice* s, std::vector<DeferredReply>* out) {
   auto steps = std::move(s->rebuild->steps);
   const int64_t restored_step = s->rebuild->restored_step;
   s->rebuild.reset();

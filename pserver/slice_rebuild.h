@@ -41,12 +41,12 @@ class SliceRebuild {
   // replays are pushes that may have been lost on a live server. `reply` runs once, after the
   // locks are released.
   void HandleReplay(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame,
-                    Reply reply) EXCLUDES(mu_);
+                    StoreReply reply) EXCLUDES(mu_);
 
   // Push, pull or pushpull on a slice that is being rebuilt (s->rebuild set): a push is one more
   // contribution, a pull waits for the rebuild. `reply` null: a replay (answered by the caller).
   void Request(int32_t worker, Slice* s, const wire::RequestHeader& h, const Gradient& grad,
-               Reply reply, std::vector<Deferred>* out) REQUIRES(s->mu);
+               StoreReply reply, std::vector<DeferredReply>* out) REQUIRES(s->mu);
 
   // Whether a rebuild is under way (tests).
   bool Rebuilding() const EXCLUDES(mu_);
@@ -56,8 +56,8 @@ class SliceRebuild {
 
   void StartLocked() REQUIRES(mu_);
   // All workers ended their replays: every slice takes its rebuilt state.
-  void FinishLocked(std::vector<Deferred>* out) REQUIRES(mu_);
-  void FinalizeSlice(Slice* s, std::vector<Deferred>* out) REQUIRES(s->mu);
+  void FinishLocked(std::vector<DeferredReply>* out) REQUIRES(mu_);
+  void FinalizeSlice(Slice* s, std::vector<DeferredReply>* out) REQUIRES(s->mu);
 
   const StoreConfig& config_;
   SliceTable* const table_;

@@ -23,7 +23,7 @@ Status SliceStore::Install(const v1::ShardMap& map, int64_t* slices, int64_t* by
 }
 
 void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame,
-                        Reply reply, std::vector<float>* payload) {
+                        StoreReply reply, std::vector<float>* payload) {
   if (h.op == wire::Op::kSave || h.op == wire::Op::kLoad) {
     reply(checkpoints_.HandleOp(h), Answer{});
     return;
@@ -36,7 +36,7 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
     reply(MarkRejoined(worker), Answer{});
     return;
   }
-  std::vector<Deferred> deferred;
+  std::vector<DeferredReply> deferred;
   Status st;
   series_.Request(h.op, wire::OpHasPayload(h.op) ? h.payload_bytes : 0);
   {
@@ -134,8 +134,8 @@ void SliceStore::Stash(Slice* s, const wire::RequestHeader& h, const wire::Chunk
   s->rejoin.stash_id = static_cast<uint64_t>(h.step);
 }
 
-void SliceStore::Fetch(Slice* s, const wire::RequestHeader& h, Reply reply,
-                       std::vector<Deferred>* out) {
+void SliceStore::Fetch(Slice* s, const wire::RequestHeader& h, StoreReply reply,
+                       std::vector<DeferredReply>* out) {
   auto v = s->rejoin.Fetch(static_cast<uint64_t>(h.step), s->name);
   if (!v.ok()) {
     out->push_back({std::move(reply), v.status(), nullptr, nullptr});
@@ -145,7 +145,7 @@ void SliceStore::Fetch(Slice* s, const wire::RequestHeader& h, Reply reply,
 }
 
 void SliceStore::FailWaiters(const Status& status) {
-  std::vector<Reply> replies;
+  std::vector<StoreReply> replies;
   {
     ReaderMutexLock map_lock(table_.mu());
     for (Slice* s : table_.All()) {

@@ -2,12 +2,12 @@
 // slice, the synchronous step protocol. SliceStore takes each decoded request and hands it to
 // the part whose idea it is:
 //
-//   SliceTable        pserver/slice_table.h        the shard map installed, the slices held here
-//   StepProtocol      pserver/step_protocol.h      init, push, pull on one slice
-//   StepUpdate        pserver/step_update.h        a complete step's result: sum, or mean + optimizer
-//   SliceCheckpoints  pserver/slice_checkpoints.h  SAVE and LOAD of the slices (update mode)
-//   SliceRebuild      pserver/slice_rebuild.h      a restarted server rebuilt from the workers' replays
-//   RejoinState       pserver/slice.h              a restarted worker's stash and no-op pushes
+//   SliceTable        slice_table.h        the shard map installed, the slices held here
+//   StepProtocol      step_protocol.h      init, push, pull on one slice
+//   StepUpdate        step_update.h        a complete step's result: sum, or mean + optimizer
+//   SliceCheckpoints  slice_checkpoints.h  SAVE and LOAD of the slices (update mode)
+//   SliceRebuild      slice_rebuild.h      a restarted server, rebuilt from the workers' replays
+//   RejoinState       slice.h              a restarted worker's stash and no-op pushes
 //
 // Thread-safe: one lock per slice, so requests on different slices run in parallel.
 #pragma once
@@ -55,8 +55,8 @@ class SliceStore {
   // contribution the store may swap it with the slice's spare accumulator of the same size
   // instead of copying the values (a 4 MiB memcpy per slice): the caller then finds another
   // buffer of the same size in `payload` and reads its next request into that.
-  void Handle(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame, Reply reply,
-              std::vector<float>* payload = nullptr);
+  void Handle(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame,
+              StoreReply reply, std::vector<float>* payload = nullptr);
 
   // Fails every waiting pull with `status` (shutdown).
   void FailWaiters(const Status& status);
@@ -80,8 +80,8 @@ class SliceStore {
   Status MarkRejoined(int32_t worker);
   // kStash and kFetch: a donor's values for a rejoiner, apart from the step protocol.
   void Stash(Slice* s, const wire::RequestHeader& h, const wire::Chunks& frame) REQUIRES(s->mu);
-  void Fetch(Slice* s, const wire::RequestHeader& h, Reply reply, std::vector<Deferred>* out)
-      REQUIRES(s->mu);
+  void Fetch(Slice* s, const wire::RequestHeader& h, StoreReply reply,
+             std::vector<DeferredReply>* out) REQUIRES(s->mu);
 
   const StoreConfig config_;
   const std::shared_ptr<MetricsRegistry> registry_;  // config_.metrics or the store's own

@@ -29,7 +29,7 @@ Status StepProtocol::CheckPayload(const Slice& s, const wire::RequestHeader& h,
   return Status::Ok();
 }
 
-Status StepProtocol::Init(Slice* s, const wire::Chunks& frame, std::vector<Deferred>* out) {
+Status StepProtocol::Init(Slice* s, const wire::Chunks& frame, std::vector<DeferredReply>* out) {
   if (s->complete != 0 || s->pushes != 0) {
     return FailedPreconditionError(s->name + ": init after step 1 started (complete step " +
                                    std::to_string(s->complete) + "); broadcast before training");
@@ -54,7 +54,7 @@ Status StepProtocol::Init(Slice* s, const wire::Chunks& frame, std::vector<Defer
 }
 
 Status StepProtocol::Push(int32_t worker, Slice* s, const wire::RequestHeader& h,
-                          const Gradient& grad, std::vector<Deferred>* out) {
+                          const Gradient& grad, std::vector<DeferredReply>* out) {
   if (s->rejoin.PushIsNoOp(worker, h.step, s->complete, s->pushed[worker])) return Status::Ok();
   const int64_t expected = s->complete + 1;
   if (h.step != expected) {
@@ -130,8 +130,8 @@ Status StepProtocol::Push(int32_t worker, Slice* s, const wire::RequestHeader& h
   return Status::Ok();
 }
 
-void StepProtocol::Pull(Slice* s, int64_t step, bool packed, Reply reply,
-                        std::vector<Deferred>* out) {
+void StepProtocol::Pull(Slice* s, int64_t step, bool packed, StoreReply reply,
+                        std::vector<DeferredReply>* out) {
   if (step < 0 || step < s->complete - 1 || step > s->complete + 1) {
     out->push_back({std::move(reply),
                     OutOfRangeError(s->name + ": pull of step " + std::to_string(step) +

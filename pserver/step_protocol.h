@@ -44,12 +44,12 @@ class StepProtocol {
                       std::vector<uint8_t>* scratch, CodedFrame* coded) const;
 
   // INIT: the step-0 value (a broadcast from the root); wakes the pulls of step 0.
-  Status Init(Slice* s, const wire::Chunks& frame, std::vector<Deferred>* out) REQUIRES(s->mu);
+  Status Init(Slice* s, const wire::Chunks& frame, std::vector<DeferredReply>* out) REQUIRES(s->mu);
   // A push of step h.step by `worker`; the one that completes the step wakes its pulls.
   Status Push(int32_t worker, Slice* s, const wire::RequestHeader& h, const Gradient& grad,
-              std::vector<Deferred>* out) REQUIRES(s->mu);
+              std::vector<DeferredReply>* out) REQUIRES(s->mu);
   // `packed`: the request accepts a packed answer. Answered now or when the step completes.
-  void Pull(Slice* s, int64_t step, bool packed, Reply reply, std::vector<Deferred>* out)
+  void Pull(Slice* s, int64_t step, bool packed, StoreReply reply, std::vector<DeferredReply>* out)
       REQUIRES(s->mu);
   // Whether a pull of `step` waits (for step complete+1, or for step 0 before its broadcast).
   static bool Waits(const Slice& s, int64_t step) REQUIRES(s.mu) {

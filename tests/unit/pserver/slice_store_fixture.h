@@ -36,7 +36,7 @@ struct Got {
   Status status;
   std::vector<float> values;
   std::vector<uint8_t> packed;  // the packed answer, when the answer went packed
-  Reply reply() {
+  StoreReply reply() {
     return [this](const Status& s, Answer a) {
       called = true;
       status = s;
