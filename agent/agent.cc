@@ -20,6 +20,17 @@ bool Retryable(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
 }
 
+// What every registration of this pod says: the job, its role, the pod and where it runs.
+v1::RegisterRequest RegisterRequestOf(const AgentConfig& config) {
+  v1::RegisterRequest req;
+  req.set_job(config.job);
+  req.set_role(config.role);
+  req.set_pod_name(config.pod_name);
+  req.set_host(config.host);
+  req.set_gpus(config.gpus);
+  return req;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
@@ -190,12 +201,7 @@ bool Agent::NoProgramRunning() const {
 }
 
 StatusOr<v1::RegisterResponse> Agent::RegisterWithRetry(int attempt) {
-  v1::RegisterRequest req;
-  req.set_job(config_.job);
-  req.set_role(config_.role);
-  req.set_pod_name(config_.pod_name);
-  req.set_host(config_.host);
-  req.set_gpus(config_.gpus);
+  v1::RegisterRequest req = RegisterRequestOf(config_);
   {
     // A restart: a scheduler that restarted meanwhile gives the rank back from this.
     MutexLock lock(&mu_);
@@ -373,12 +379,7 @@ void Agent::SendExitReport(const v1::ReportExitRequest& req) {
 }
 
 void Agent::Reregister(int32_t rank, int64_t incarnation) {
-  v1::RegisterRequest req;
-  req.set_job(config_.job);
-  req.set_role(config_.role);
-  req.set_pod_name(config_.pod_name);
-  req.set_host(config_.host);
-  req.set_gpus(config_.gpus);
+  v1::RegisterRequest req = RegisterRequestOf(config_);
   req.set_previous_rank(rank);
   req.set_previous_incarnation(incarnation);
   {
