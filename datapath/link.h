@@ -3,7 +3,7 @@
 // implements them in its own folder (raw TCP and the local socket: datapath/tcp/; a gRPC stream:
 // datapath/grpc/), and the worker opens a link through datapath/connect.h. A link knows how bytes
 // travel and nothing of what they mean: the worker's connection above it
-// (worker-lib/src/link_connection.cc) numbers requests, routes answers and fails what is pending.
+// (worker-lib/src/server_connection.cc) numbers requests, routes answers and fails what is pending.
 //
 // The worker's side:
 //  * Write(frame) queues one request frame (a request, or a bulk and its entries) and never blocks

@@ -12,7 +12,7 @@
 #include "common/base/status.h"
 #include "pserver/parameter_server.h"
 #include "scheduler/shard_map.h"
-#include "worker-lib/src/transport.h"
+#include "worker-lib/src/server_connection.h"
 
 namespace trellis::testing {
 
@@ -72,8 +72,8 @@ inline ConnectionOptions ConnectionTo(const ParameterServer& ps, ConnectionOptio
 inline StatusOr<std::unique_ptr<ServerConnection>> ConnectTestPserver(const ParameterServer& ps,
                                                                       const std::string& transport,
                                                                       ConnectionOptions o) {
-  TRELLIS_ASSIGN_OR_RETURN(auto connect, TransportByName(transport));
-  return connect(ConnectionTo(ps, std::move(o)));
+  TRELLIS_ASSIGN_OR_RETURN(LinkOpener open, TransportByName(transport));
+  return ServerConnection::Open(ConnectionTo(ps, std::move(o)), std::move(open), std::nullopt);
 }
 
 }  // namespace trellis::testing

@@ -1,5 +1,5 @@
 // The requests a server connection sent and the server has not answered yet, by request id:
-// the bookkeeping of the worker's connection over either link (link_connection.cc; the links,
+// the bookkeeping of one link of the worker's connection (server_connection.cc; the links,
 // datapath/tcp/ and datapath/grpc/, only move bytes). It numbers requests, remembers where
 // each answer's payload goes, routes an answer to its request, fails a bulk's entries when the
 // server refuses the bulk as a whole, and hands everything over when the connection breaks.

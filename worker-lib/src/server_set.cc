@@ -1,7 +1,6 @@
 #include "worker-lib/src/server_set.h"
 
 #include "datapath/address.h"
-#include "worker-lib/src/recovering_connection.h"
 
 namespace trellis {
 
@@ -33,20 +32,18 @@ StatusOr<std::unique_ptr<ServerConnection>> ServerSet::Connect(int32_t s,
   o.tls = setup_.tls;
   o.worker_rank = setup_.rank;
   o.slice_bytes = slice_bytes;
-  TRELLIS_ASSIGN_OR_RETURN(auto conn, setup_.connect(o));
+  std::optional<RecoveryOptions> r;
   if (setup_.retain_pushes) {
-    RecoveryOptions r;
-    r.server_rank = s;
-    r.connect = setup_.connect;
-    r.resolve = setup_.resolve_server;
+    r.emplace();
+    r->server_rank = s;
+    r->resolve = setup_.resolve_server;
     if (setup_.peers_restarting) {
-      r.restarting_seen_at = [f = setup_.peers_restarting] { return f().first; };
+      r->restarting_seen_at = [f = setup_.peers_restarting] { return f().first; };
     }
-    r.reconnects = series_.reconnects();
-    r.replayed = series_.replayed();
-    conn = MakeRecoveringConnection(o, std::move(r), std::move(conn));
+    r->reconnects = series_.reconnects();
+    r->replayed = series_.replayed();
   }
-  return conn;
+  return ServerConnection::Open(o, setup_.connect, std::move(r));
 }
 
 }  // namespace trellis

@@ -11,7 +11,7 @@
 
 #include "common/base/status.h"
 #include "trellis/v1/scheduler.pb.h"
-#include "worker-lib/src/transport.h"
+#include "worker-lib/src/server_connection.h"
 #include "worker-lib/src/worker_metrics.h"
 #include "worker-lib/src/worker_setup.h"
 
@@ -39,8 +39,8 @@ class ServerSet {
   void Close() { connections_.clear(); }
 
  private:
-  // A connection to `server` for a map of `slice_bytes` slices: the job's transport, wrapped to
-  // retain pushes and reconnect when the job asks for it (recovering_connection.h).
+  // A connection to `server` for a map of `slice_bytes` slices over the job's transport,
+  // retaining pushes and reconnecting when the job asks for it (server_connection.h).
   StatusOr<std::unique_ptr<ServerConnection>> Connect(int32_t server, int64_t slice_bytes) const;
 
   const WorkerSetup& setup_;

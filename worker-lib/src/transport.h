@@ -1,8 +1,7 @@
-// The worker's side of the data path: a ServerConnection per parameter server, over a link that
-// moves the frames (datapath/link.h), opened through datapath/connect.h over the job's
-// spec.transport (raw TCP framed and authenticated with the job token, or a gRPC stream). The
-// worker knows no transport and no address format: the server's DataAddress is parsed once
-// (datapath/address.h) and handed down.
+// What the worker's data path carries: a slice request, its reply and the options of a server
+// connection (server_connection.h: one per parameter server, over a link that moves the frames,
+// datapath/link.h, of the job's spec.transport). The worker knows no transport and no address
+// format: the server's DataAddress is parsed once (datapath/address.h) and handed down.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +15,6 @@
 #include "common/base/status.h"
 #include "common/tls/tls.h"
 #include "datapath/address.h"
-#include "datapath/connect.h"
 #include "datapath/frame.h"
 #include "trellis/v1/scheduler.pb.h"
 
@@ -77,26 +75,6 @@ using SliceReply = std::function<void(const Status&, const Payload&)>;
 // water mark counts what is on its way to the server, not answers that wait for other workers.
 using SliceSent = std::function<void()>;
 
-class ServerConnection {
- public:
-  // Closing fails the requests still pending with CANCELLED.
-  virtual ~ServerConnection() = default;
-  virtual const std::string& address() const = 0;
-  // Hands the slice's shard map to the server (control call, bounded by `timeout_ms`).
-  virtual Status InstallShardMap(const v1::ShardMap& map, int32_t server_rank,
-                                 int64_t timeout_ms) = 0;
-  // Queues one request; never blocks on the network.
-  virtual void Send(const SliceRequest& request, SliceReply reply, SliceSent sent) = 0;
-  void Send(const SliceRequest& request, SliceReply reply) {
-    Send(request, std::move(reply), nullptr);
-  }
-  // Several small requests in one bulk frame (wire::ParseBulk): `replies[i]` answers
-  // `requests[i]` exactly as Send's reply would; `sent` runs once for the whole frame.
-  // REQUIRES: requests.size() == replies.size() >= 1; no kInit request.
-  virtual void SendBulk(const std::vector<SliceRequest>& requests,
-                        std::vector<SliceReply> replies, SliceSent sent) = 0;
-};
-
 struct ConnectionOptions {
   DataAddress address;  // the server's (its service, "host:port", names it in messages)
   bool use_local_socket = true;  // TRELLIS_LOCAL_SOCKET: try its local socket before TCP
@@ -106,14 +84,5 @@ struct ConnectionOptions {
   int64_t timeout_ms = 120000;  // bounds connecting and the handshake
   TlsPtr tls;  // mutual TLS on the link (both transports) and its control calls; nullptr: off
 };
-
-// A connection over a link of `transport` (datapath/connect.h). TCP: fails without a TCP port in
-// the address (INVALID_ARGUMENT: the server advertised none) and when the hello is refused.
-StatusOr<std::unique_ptr<ServerConnection>> Connect(link::Transport transport,
-                                                    const ConnectionOptions& options);
-// "grpc" or "tcp" -> Connect over it; anything else is INVALID_ARGUMENT naming the choices.
-using ConnectFn =
-    std::function<StatusOr<std::unique_ptr<ServerConnection>>(const ConnectionOptions&)>;
-StatusOr<ConnectFn> TransportByName(const std::string& name);
 
 }  // namespace trellis

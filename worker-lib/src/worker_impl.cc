@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "datapath/codec/twobit.h"
-#include "worker-lib/src/transport.h"
+#include "worker-lib/src/server_connection.h"
 
 namespace trellis {
 

@@ -31,7 +31,7 @@ class WorkerMetrics {
     in_flight_.Set(in_flight);
   }
   void BarrierWaited(double seconds) { barrier_wait_.Observe(seconds); }
-  // Counted by the recovering connections (recovering_connection.h).
+  // Counted by the recovering connections (server_connection.h).
   prometheus::Counter* reconnects() { return &reconnects_; }
   prometheus::Counter* replayed() { return &replayed_; }
 

@@ -17,7 +17,7 @@
 #include "scheduler/scheduler_client.h"
 #include "trellis/trellis.h"
 #include "trellis/v1/scheduler.pb.h"
-#include "worker-lib/src/transport.h"
+#include "worker-lib/src/server_connection.h"
 
 namespace trellis {
 
@@ -54,10 +54,10 @@ struct WorkerSetup {
   // "grpc" or "tcp" (the job's spec.transport, WorkerOptions.transport); picks `connect`.
   std::string transport = "grpc";
   bool local_socket = true;  // TRELLIS_LOCAL_SOCKET (common/config/env.h)
-  // Opens a server connection (default: by `transport`).
-  std::function<StatusOr<std::unique_ptr<ServerConnection>>(const ConnectionOptions&)> connect;
+  // Opens a link to a server (default: by `transport`); tests hand in links of their own.
+  LinkOpener connect;
   // The job's spec.recovery.retainPushes: keep the last two pushes per slice and, when a
-  // server's connection ends, reconnect and replay them (recovering_connection.h).
+  // server's connection ends, reconnect and replay them (server_connection.h).
   bool retain_pushes = true;
   // The current data address of server `server` (the scheduler's cluster view, waiting at most
   // `wait_ms` for it to be complete); null: addresses do not change.

@@ -1,9 +1,9 @@
-// RecoveringConnection's retained pushes against a caller that reuses its memory the moment an
+// A recovering ServerConnection's retained pushes against a caller that reuses its memory the moment an
 // answer comes back, and a server that answers at once (a 16 MiB copy takes milliseconds, the
 // answer microseconds): whenever the retention copy is made, it must be made before the answer
 // is passed on, so the replay after a reconnect carries the values that were pushed, never what
 // the caller wrote afterwards.
-#include "worker-lib/src/recovering_connection.h"
+#include "worker-lib/src/server_connection.h"
 
 #include <gtest/gtest.h>
 
@@ -20,49 +20,72 @@
 namespace trellis {
 namespace {
 
-// A connection that answers every request at once on a thread of its own (as a transport's
-// reader would): OK, or UNAVAILABLE (a lost server) once `Break()` was called. It keeps what it
-// was sent.
-class InstantServer final : public ServerConnection {
+// An answer without payload.
+class NoPayload final : public link::AnswerPayload {
  public:
-  ~InstantServer() override {
+  uint64_t bytes() const override { return 0; }
+  Status ReadInto(void*, link::WriteGuard*) override { return Status::Ok(); }
+  StatusOr<wire::Chunks> View() override { return wire::Chunks{}; }
+};
+
+// A link to a server that answers every request at once on a thread of its own (as a
+// transport's reader would); once `Break()` was called, the next request ends the link
+// (UNAVAILABLE: a lost server) and is dropped. It keeps what it was sent.
+class InstantLink final : public link::WorkerLink {
+ public:
+  struct Sent {
+    wire::RequestHeader header;
+    const void* payload = nullptr;
+    std::shared_ptr<const std::vector<uint8_t>> encoded;
+  };
+  ~InstantLink() override {
     std::vector<std::thread> threads;
     {
       std::lock_guard lock(mu_);
       threads.swap(threads_);
     }
     for (auto& t : threads) t.join();
-  }
-  const std::string& address() const override { return address_; }
-  Status InstallShardMap(const v1::ShardMap&, int32_t, int64_t) override { return Status::Ok(); }
-  void Send(const SliceRequest& r, SliceReply reply, SliceSent sent) override {
     std::lock_guard lock(mu_);
-    requests_.push_back(r);
-    const Status st = broken_ ? UnavailableError("connection reset by peer") : Status::Ok();
-    threads_.emplace_back([reply = std::move(reply), sent = std::move(sent), st] {
-      if (sent && st.ok()) sent();
-      reply(st, Payload{});
-    });
+    if (!closed_) receiver_->OnClosed(CancelledError("link closed"));
   }
-  void SendBulk(const std::vector<SliceRequest>& requests, std::vector<SliceReply> replies,
-                SliceSent) override {
-    for (size_t i = 0; i < requests.size(); ++i) Send(requests[i], std::move(replies[i]), nullptr);
+  void Start(link::LinkReceiver* receiver) override { receiver_ = receiver; }
+  void Write(link::OutFrame f) override {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    wire::RequestHeader h;
+    EXPECT_TRUE(wire::ParseRequestHeader(f.first.head, &h).ok());
+    sent_.push_back({h, f.first.payload, f.first.encoded});
+    if (broken_) {
+      closed_ = true;
+      threads_.emplace_back(
+          [r = receiver_] { r->OnClosed(UnavailableError("connection reset by peer")); });
+      return;
+    }
+    threads_.emplace_back([r = receiver_, h, sent = std::move(f.sent)] {
+      if (sent) sent();
+      wire::ResponseHeader answer;
+      answer.op = h.op;
+      answer.request_id = h.request_id;
+      NoPayload payload;
+      r->OnAnswer(answer, "", payload);
+    });
   }
   void Break() {
     std::lock_guard lock(mu_);
     broken_ = true;
   }
-  std::vector<SliceRequest> Requests() {
+  std::vector<Sent> Requests() {
     std::lock_guard lock(mu_);
-    return requests_;
+    return sent_;
   }
 
  private:
-  const std::string address_ = "127.0.0.1:1";
+  link::LinkReceiver* receiver_ = nullptr;
   std::mutex mu_;
-  bool broken_ = false;                 // GUARDED_BY(mu_)
-  std::vector<SliceRequest> requests_;  // GUARDED_BY(mu_)
-  std::vector<std::thread> threads_;    // GUARDED_BY(mu_)
+  bool broken_ = false;               // GUARDED_BY(mu_)
+  bool closed_ = false;               // GUARDED_BY(mu_): OnClosed ran or is on its way
+  std::vector<Sent> sent_;            // GUARDED_BY(mu_)
+  std::vector<std::thread> threads_;  // GUARDED_BY(mu_)
 };
 
 // Sends `r` and waits for its answer; `on_answer` runs first, on the answering thread.
@@ -81,20 +104,24 @@ TEST(RecoveringConnection, ReplayCarriesThePushedValuesWhenTheCallerReusesItsMem
   constexpr int64_t kElements = 4 << 20;
   std::vector<float> grad(kElements, 1.0f);
 
-  auto first = std::make_unique<InstantServer>();
-  InstantServer* first_raw = first.get();
-  auto second = std::make_unique<InstantServer>();
-  InstantServer* second_raw = second.get();
+  auto first = std::make_unique<InstantLink>();
+  InstantLink* first_raw = first.get();
+  auto second = std::make_unique<InstantLink>();
+  InstantLink* second_raw = second.get();
   std::atomic<int> connects{0};
   ConnectionOptions options;
   options.address.service = "127.0.0.1:1";
   options.timeout_ms = 10000;
-  RecoveryOptions recovery;
-  recovery.connect = [&](const ConnectionOptions&) -> StatusOr<std::unique_ptr<ServerConnection>> {
-    if (connects.fetch_add(1) > 0 || !second) return UnavailableError("no more servers");
-    return std::unique_ptr<ServerConnection>(std::move(second));
+  auto install = [](const v1::ShardMap&, int32_t, int64_t) { return Status::Ok(); };
+  LinkOpener open = [&](const ConnectionOptions&) -> StatusOr<ServerLink> {
+    const int n = connects.fetch_add(1);
+    if (n == 0) return ServerLink{std::move(first), install};
+    if (n > 1 || !second) return UnavailableError("no more servers");
+    return ServerLink{std::move(second), install};
   };
-  auto conn = MakeRecoveringConnection(options, std::move(recovery), std::move(first));
+  auto opened = ServerConnection::Open(options, open, RecoveryOptions{});
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<ServerConnection> conn = std::move(*opened);
 
   for (int round = 0; round < 3; ++round) {
     std::fill(grad.begin(), grad.end(), 1.0f + static_cast<float>(round));
@@ -124,24 +151,24 @@ TEST(RecoveringConnection, ReplayCarriesThePushedValuesWhenTheCallerReusesItsMem
 
   std::vector<int64_t> replayed_steps;
   bool step4_resent = false;
-  for (const SliceRequest& r : second_raw->Requests()) {
-    if (r.op == wire::Op::kPush && r.step == 4) {
+  for (const InstantLink::Sent& r : second_raw->Requests()) {
+    if (r.header.op == wire::Op::kPush && r.header.step == 4) {
       step4_resent = true;
       EXPECT_EQ(r.payload, grad.data());
       continue;
     }
-    if (r.op != wire::Op::kReplay || !r.encoded) continue;
+    if (r.header.op != wire::Op::kReplay || !r.encoded) continue;
     const std::vector<uint8_t>& bytes = *r.encoded;
     ASSERT_EQ(bytes.size(), wire::kRequestHeaderBytes + kElements * sizeof(float));
     std::vector<float> values(kElements);
     std::memcpy(values.data(), bytes.data() + wire::kRequestHeaderBytes, kElements * sizeof(float));
     // Step s pushed s everywhere (step 4: 9); never the -1 written after an answer.
-    const float want = r.step == 4 ? 9.0f : static_cast<float>(r.step);
+    const float want = r.header.step == 4 ? 9.0f : static_cast<float>(r.header.step);
     const auto wrong = std::count_if(values.begin(), values.end(),
                                      [want](float v) { return v != want; });
-    EXPECT_EQ(wrong, 0) << "replay of step " << r.step << " carries " << wrong
+    EXPECT_EQ(wrong, 0) << "replay of step " << r.header.step << " carries " << wrong
                         << " values the caller wrote after the answer";
-    replayed_steps.push_back(r.step);
+    replayed_steps.push_back(r.header.step);
   }
   std::sort(replayed_steps.begin(), replayed_steps.end());
   // Step 3, the newest complete push, is always replayed. Step 4 is replayed when the reconnect
@@ -150,7 +177,7 @@ TEST(RecoveringConnection, ReplayCarriesThePushedValuesWhenTheCallerReusesItsMem
       std::find(replayed_steps.begin(), replayed_steps.end(), 4) != replayed_steps.end();
   EXPECT_NE(std::find(replayed_steps.begin(), replayed_steps.end(), 3), replayed_steps.end());
   EXPECT_NE(step4_replayed, step4_resent);
-  EXPECT_EQ(connects.load(), 1);
+  EXPECT_EQ(connects.load(), 2);  // the first link and one reconnect
   conn.reset();
 }
 

@@ -8,7 +8,7 @@
 #include "tests/testing/slice_reply.h"
 #include "tests/testing/test_pserver.h"
 #include "tests/unit/common/tls/tls_fixture.h"
-#include "worker-lib/src/transport.h"
+#include "worker-lib/src/server_connection.h"
 
 namespace trellis {
 namespace {

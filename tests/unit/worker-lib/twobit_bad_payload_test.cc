@@ -13,7 +13,7 @@
 #include "tests/testing/test_pserver.h"
 #include "datapath/codec/packed_sum.h"
 #include "datapath/codec/twobit.h"
-#include "worker-lib/src/transport.h"
+#include "worker-lib/src/server_connection.h"
 
 namespace trellis {
 namespace {
