@@ -106,6 +106,7 @@ Operation OpBuilder::ServerCommand(wire::Op op, int64_t step, uint64_t key,
     t.request.step = step;
     t.request.priority = kBroadcastPriority;
     t.out = nullptr;
+    t.enqueued = SliceClock::now();  // its queue wait is measured like any slice's
     out.tasks.push_back(std::move(t));
   }
   return out;
