@@ -40,6 +40,8 @@ sed 's/void Add() EXCLUDES(mu_) { trellis::MutexLock lock(&mu_); AddLocked();/vo
 expect 1 "writing variable 'n_' requires holding mutex 'mu_'" "$tmp/unguarded.cc"
 sed 's/trellis::MutexLock lock(&mu_); AddLocked();/AddLocked();/' "$tmp/good.cc" > "$tmp/no_lock_call.cc"
 expect 1 "calling function 'AddLocked' requires holding mutex 'mu_'" "$tmp/no_lock_call.cc"
-sed 's/    trellis::MutexLock lock(&mu_);\n    while/    while/' "$tmp/good.cc" | awk '/int WaitNonZero/ {print; getline; next} {print}' > "$tmp/wait_unlocked.cc"
-expect 1 "requires holding mutex 'mu_'" "$tmp/wait_unlocked.cc"
+# WaitNonZero without its MutexLock: the CondVar's Wait itself must be refused (its reads of n_
+# are refused too, which alone would not prove that Wait is checked).
+awk '/int WaitNonZero/ {print; getline; next} {print}' "$tmp/good.cc" > "$tmp/wait_unlocked.cc"
+expect 1 "calling function 'Wait' requires holding mutex 'mu_'" "$tmp/wait_unlocked.cc"
 exit $fail
