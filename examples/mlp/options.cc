@@ -196,7 +196,7 @@ StatusOr<TrainOptions> ParseTrainOptions(const std::vector<std::string>& args) {
 std::string TrainUsage() {
   return R"(trellis-mlp: data-parallel MLP on a synthetic teacher task (see docs/user-guide.md)
 
-  --epochs N            passes over the training set (default 6)
+  --epochs N            passes over the training set (default 3)
   --batch N             samples per worker per step (default 64)
   --lr X                SGD learning rate (default 0.03)
   --momentum X          SGD momentum in [0, 0.999] (default 0.9)

@@ -12,7 +12,7 @@ namespace trellis::mlp {
 
 struct TrainOptions {
   std::vector<int64_t> sizes = {64, 1024, 768, 256, 10};  // input, hidden..., classes
-  int32_t epochs = 6;
+  int32_t epochs = 3;
   int64_t batch = 64;              // per worker per step
   double lr = 0.03;
   double momentum = 0.9;

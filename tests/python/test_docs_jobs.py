@@ -60,4 +60,4 @@ def test_doc_job_runs_as_copied(tmp_path, doc, index, block):
     job.write_text(block)
     os.chdir(ROOT)  # a user runs the docs' commands from the repository root
     run_launcher("%s#%d" % (doc, index), [launcher, "--quiet", "--log-dir", str(tmp_path / "logs"),
-                                         str(job)], 240)
+                                         str(job)], 480)
