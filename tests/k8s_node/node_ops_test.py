@@ -113,8 +113,12 @@ class Ops(node.TrellisCase):
                         "after that" % (at, back, moved))
         # Every member found the replacement within seconds of its start (finding 3: 11-31 s before
         # the client replaced a failing channel; the scheduler's own window is 30 s).
+        # The step can advance before the scheduler has every member back (training needs no
+        # scheduler between barriers), so its log line is awaited, not read once.
+        back_re = r"all 2 servers and 2 workers are back after ([0-9.]+) s"
+        wait_for(lambda: re.search(back_re, self.logs(job + "-scheduler")), 60, 1)
         sched_log = self.logs(job + "-scheduler")
-        m = re.search(r"all 2 servers and 2 workers are back after ([0-9.]+) s", sched_log)
+        m = re.search(back_re, sched_log)
         self.assertTrue(m, "the new scheduler did not recover the job:\n" + sched_log[-3000:])
         self.assertLess(float(m.group(1)), 10.0, sched_log[-3000:])
         timeline.append("the new scheduler had every member back %.1f s after it started" % float(m.group(1)))
