@@ -177,7 +177,15 @@ void Agent::FinishReport(const SupervisorResult& r, int32_t rank) {
   if (r.stopped || r.last.exit_code == 0 || rank < 0) return;
   // The exit was reported; a worker's failure has failed the job at the scheduler by now. Then
   // no replacement of this pod can join the job: say so, so the operator does not make one.
+  // A busy scheduler may miss one short deadline; a missing answer would make the operator
+  // recreate a pod that cannot join, so a question that timed out is asked again (10 s at most).
+  // One that was refused (no scheduler any more) is not.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   auto view = client_->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(2000));
+  while (!view.ok() && view.status().code() == StatusCode::kDeadlineExceeded &&
+         std::chrono::steady_clock::now() + std::chrono::milliseconds(2000) <= give_up) {
+    view = client_->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(2000));
+  }
   if (view.ok() && view->failed()) report_.job_failed = view->failure_message();
 }
 
