@@ -44,4 +44,21 @@ expect 1 "calling function 'AddLocked' requires holding mutex 'mu_'" "$tmp/no_lo
 # are refused too, which alone would not prove that Wait is checked).
 awk '/int WaitNonZero/ {print; getline; next} {print}' "$tmp/good.cc" > "$tmp/wait_unlocked.cc"
 expect 1 "calling function 'Wait' requires holding mutex 'mu_'" "$tmp/wait_unlocked.cc"
+# Which files the build-wide run reads: every product file; a test only when it has locks.
+sel=$(python3 - "$check" <<'PY'
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("tsc", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+root = m.ROOT
+print(m.worth_checking(os.path.join(root, "worker-lib/src/server_connection.cc")),
+      m.worth_checking(os.path.join(root, "tests/unit/worker-lib/progress_reporter_test.cc")),
+      m.worth_checking(os.path.join(root, "tests/unit/common/job/job_spec_test.cc")))
+PY
+)
+if [[ "$sel" != "True True False" ]]; then
+  echo "FAIL selection: product, locking test, lock-free test -> '$sel' (want 'True True False')"; fail=1
+else
+  echo "ok   selection: product and locking tests checked, lock-free tests skipped"
+fi
 exit $fail
