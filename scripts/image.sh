@@ -41,7 +41,10 @@ base_info=$("$root/scripts/image-base.sh" "$out")
 read -r base base_epoch <<<"$base_info"
 
 ib=$out/cmake
-if ! { cmake -S "$root" -B "$ib" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRELLIS_CUDA=OFF \
+# Release at -O2 (the main build's optimisation) without -g: the install strips debug info anyway,
+# and not making it saves a fifth of the image's compile time, the longest step of CI.
+if ! { cmake -S "$root" -B "$ib" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
+         -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" -DTRELLIS_CUDA=OFF \
          -DTRELLIS_BUILD_TESTS=OFF -DTRELLIS_BUILD_BENCH=OFF && cmake --build "$ib" -j "$(nproc)"; } >"$out/build.log" 2>&1; then
   tail -30 "$out/build.log" >&2
   fail "the image's build failed (log: $out/build.log)"
