@@ -316,13 +316,16 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
 
   MapReader run(spec.Get("runPolicy"), spec.Path("runPolicy"), errors,
                 {"restartPolicy", "backoffLimit", "activeDeadlineSeconds",
-                 "ttlSecondsAfterFinished", "cleanPodPolicy", "suspend", "schedulingPolicy"});
+                 "ttlSecondsAfterFinished", "terminationGracePeriodSeconds", "cleanPodPolicy",
+                 "suspend", "schedulingPolicy"});
   RunPolicySpec& r = out->runPolicy;
   run.GetEnum("restartPolicy", RestartPolicyNames(), &r.restartPolicy);
   IntField(run, "backoffLimit", 0, kInt32Max, &r.backoffLimit);
   int64_t v = 0;
   if (IntField(run, "activeDeadlineSeconds", 1, kInt64Max, &v)) r.activeDeadlineSeconds = v;
   if (IntField(run, "ttlSecondsAfterFinished", 0, kInt64Max, &v)) r.ttlSecondsAfterFinished = v;
+  // An hour at most: a stop that takes longer is a hang, and Kubernetes would hold the pods.
+  if (IntField(run, "terminationGracePeriodSeconds", 1, 3600, &v)) r.terminationGracePeriodSeconds = v;
   run.GetEnum("cleanPodPolicy", CleanPodPolicyNames(), &r.cleanPodPolicy);
   run.GetBool("suspend", &r.suspend);
   ParseSchedulingPolicy(run, &r.schedulingPolicy);

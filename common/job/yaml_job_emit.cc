@@ -164,6 +164,9 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   Int(out, "backoffLimit", r.backoffLimit);
   if (r.activeDeadlineSeconds) Int(out, "activeDeadlineSeconds", *r.activeDeadlineSeconds);
   if (r.ttlSecondsAfterFinished) Int(out, "ttlSecondsAfterFinished", *r.ttlSecondsAfterFinished);
+  if (r.terminationGracePeriodSeconds) {
+    Int(out, "terminationGracePeriodSeconds", *r.terminationGracePeriodSeconds);
+  }
   Plain(out, "cleanPodPolicy", ToString(r.cleanPodPolicy));
   Bool(out, "suspend", r.suspend);
   // Written only when set: jobs without it keep the document they had.

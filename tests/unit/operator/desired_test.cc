@@ -221,5 +221,24 @@ TEST(DesiredTest, PodsGetNoTokenAndARestrictiveSecurityContextUnlessTheTemplateS
   EXPECT_EQ(pod.at("spec").at("containers").at(0).at("securityContext").serialize(), R"({"privileged":true})");
 }
 
+// A stopped job's pods get the job's grace for the exit checkpoint (docs/checkpoints.md);
+// without runPolicy.terminationGracePeriodSeconds they keep Kubernetes' default (30 s).
+TEST(DesiredTest, PodsGetTheJobsTerminationGraceWhenItSetsOne) {
+  Json job = ApiJob(kSpec);
+  const JobMeta meta = *JobMetaOf(job);
+  JobSpec spec = Spec(job);
+  const OperatorSettings s;
+  for (const Json& pod : DesiredPods(meta, spec, s)) {
+    EXPECT_EQ(At(pod, {"spec", "terminationGracePeriodSeconds"}), nullptr) << Str(pod, {"metadata", "name"});
+  }
+  spec.runPolicy.terminationGracePeriodSeconds = 120;
+  const auto pods = DesiredPods(meta, spec, s);
+  ASSERT_FALSE(pods.empty());
+  for (const Json& pod : pods) {
+    EXPECT_EQ(pod.at("spec").at("terminationGracePeriodSeconds"), Json::number(120))
+        << Str(pod, {"metadata", "name"});
+  }
+}
+
 }  // namespace
 }  // namespace trellis::op

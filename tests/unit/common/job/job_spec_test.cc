@@ -79,6 +79,8 @@ TEST(JobSpecTest, MinimalTakesEveryDefault) {
   EXPECT_EQ(job.runPolicy.backoffLimit, 3);
   EXPECT_FALSE(job.runPolicy.activeDeadlineSeconds.has_value());
   EXPECT_FALSE(job.runPolicy.ttlSecondsAfterFinished.has_value());
+  EXPECT_FALSE(job.runPolicy.terminationGracePeriodSeconds.has_value());
+  EXPECT_EQ(job.runPolicy.TerminationGraceSeconds(), 30);
   EXPECT_EQ(job.runPolicy.cleanPodPolicy, CleanPodPolicy::kRunning);
   EXPECT_FALSE(job.runPolicy.suspend);
   EXPECT_DOUBLE_EQ(job.scheduler.heartbeatIntervalSeconds, 1.0);
@@ -124,7 +126,8 @@ spec:
   checkpoint: {path: /ckpt, intervalSteps: 100, keep: 5}
   recovery: {retainPushes: false}
   runPolicy: {restartPolicy: Never, backoffLimit: 0, activeDeadlineSeconds: 3600,
-              ttlSecondsAfterFinished: 0, cleanPodPolicy: All, suspend: true}
+              ttlSecondsAfterFinished: 0, terminationGracePeriodSeconds: 90, cleanPodPolicy: All,
+              suspend: true}
   scheduler: {heartbeatIntervalSeconds: 0.5, heartbeatTimeoutSeconds: 3,
               registrationTimeoutSeconds: 60, livenessTimeoutSeconds: 2,
               progressTimeoutSeconds: 0}
@@ -179,6 +182,8 @@ spec:
   EXPECT_EQ(job.runPolicy.backoffLimit, 0);
   EXPECT_EQ(job.runPolicy.activeDeadlineSeconds, 3600);
   EXPECT_EQ(job.runPolicy.ttlSecondsAfterFinished, 0);
+  EXPECT_EQ(job.runPolicy.terminationGracePeriodSeconds, 90);
+  EXPECT_EQ(job.runPolicy.TerminationGraceSeconds(), 90);
   EXPECT_EQ(job.runPolicy.cleanPodPolicy, CleanPodPolicy::kAll);
   EXPECT_TRUE(job.runPolicy.suspend);
   EXPECT_DOUBLE_EQ(job.scheduler.heartbeatIntervalSeconds, 0.5);
