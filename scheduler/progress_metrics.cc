@@ -12,6 +12,8 @@ void RegisterProgressMetrics(MetricsRegistry& r, const ProgressTracker& progress
     prometheus::Gauge* skew;
     prometheus::Gauge* slowest;
     prometheus::Gauge* straggler;
+    prometheus::Gauge* checkpoint_step;
+    prometheus::Gauge* checkpoint_time;
   } s{};
   s.step = &r.Gauge("trellis_job_step", "Lowest training step reported by the workers");
   s.total_steps = &r.Gauge("trellis_job_total_steps", "Steps the job will run (0: not known)");
@@ -22,6 +24,11 @@ void RegisterProgressMetrics(MetricsRegistry& r, const ProgressTracker& progress
   s.slowest = &r.Gauge("trellis_job_slowest_rank", "Worker with the highest compute time per step (-1: none)");
   s.straggler = &r.Gauge("trellis_job_straggler_rank",
                          "Worker above spec.monitoring.straggler.factor x the median for windowSeconds (-1: none)");
+  s.checkpoint_step = &r.Gauge("trellis_job_checkpoint_step",
+                               "Step of the newest checkpoint rank 0 wrote (0: none since the scheduler started)");
+  s.checkpoint_time = &r.Gauge("trellis_job_checkpoint_timestamp_seconds",
+                               "Unix time the newest checkpoint was reported (0: none); its age is "
+                               "time() - this");
   r.OnCollect([s, &progress, &state] {
     const v1::JobProgress p = progress.Snapshot(state.GetCluster());
     s.step->Set(static_cast<double>(p.step()));
@@ -31,6 +38,8 @@ void RegisterProgressMetrics(MetricsRegistry& r, const ProgressTracker& progress
     s.skew->Set(p.skew());
     s.slowest->Set(p.slowest_rank());
     s.straggler->Set(p.straggler_rank());
+    s.checkpoint_step->Set(static_cast<double>(p.checkpoint().step()));
+    s.checkpoint_time->Set(static_cast<double>(p.checkpoint().unix_ms()) / 1000.0);
   });
 }
 

@@ -100,6 +100,20 @@ void ProgressTracker::JudgeLocked(TimePoint now) {
   }
 }
 
+Status ProgressTracker::NoteCheckpoint(const v1::ReportCheckpointRequest& req, int64_t unix_ms) {
+  if (req.step() < 1 || req.path().empty() || req.path().size() > kMaxCheckpointPath) {
+    return InvalidArgumentError("ReportCheckpoint: step must be >= 1 and path 1 to " +
+                                std::to_string(kMaxCheckpointPath) + " bytes");
+  }
+  MutexLock lock(&mu_);
+  if (req.step() < checkpoint_.step()) return Status::Ok();  // an older one, reported late
+  checkpoint_.set_step(req.step());
+  checkpoint_.set_path(req.path());
+  checkpoint_.set_unix_ms(unix_ms);
+  checkpoint_.set_on_exit(req.on_exit());
+  return Status::Ok();
+}
+
 v1::JobProgress ProgressTracker::Snapshot(const v1::ClusterView& view) const {
   const TimePoint now = clock_->Now();
   v1::JobProgress p;
@@ -109,6 +123,7 @@ v1::JobProgress ProgressTracker::Snapshot(const v1::ClusterView& view) const {
   p.set_straggler_rank(-1);
   p.set_eta_seconds(-1);
   MutexLock lock(&mu_);
+  if (checkpoint_.step() > 0) *p.mutable_checkpoint() = checkpoint_;
   std::vector<bool> live(ranks_.size());
   for (size_t i = 0; i < ranks_.size(); ++i) {
     live[i] = RecentLocked(ranks_[i], now);

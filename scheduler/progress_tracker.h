@@ -39,6 +39,11 @@ class ProgressTracker {
   // INVALID_ARGUMENT for a rank outside [0, num_workers), steps < 1, negative or non-finite
   // figures. A report of an older incarnation than the rank's last is ignored.
   Status Report(const v1::ReportProgressRequest& req) EXCLUDES(mu_);
+  // Rank 0 wrote a checkpoint (ReportCheckpoint) at `unix_ms`: the newest by step is the job's
+  // (Snapshot's `checkpoint`). INVALID_ARGUMENT for a step < 1 or a path that is empty or over
+  // kMaxCheckpointPath bytes (nothing a peer sends grows the state).
+  static constexpr size_t kMaxCheckpointPath = 4096;
+  Status NoteCheckpoint(const v1::ReportCheckpointRequest& req, int64_t unix_ms) EXCLUDES(mu_);
   // The job's progress now; `view` (the scheduler's cluster view) gives pod names and which
   // workers exited or are dead (those are not live).
   v1::JobProgress Snapshot(const v1::ClusterView& view) const EXCLUDES(mu_);
@@ -74,6 +79,7 @@ class ProgressTracker {
   bool has_loss_ GUARDED_BY(mu_) = false;
   double loss_ GUARDED_BY(mu_) = 0;
   TimePoint last_judged_ GUARDED_BY(mu_){};
+  v1::CheckpointInfo checkpoint_ GUARDED_BY(mu_);  // step 0: none reported
 };
 
 }  // namespace trellis

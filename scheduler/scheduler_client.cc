@@ -204,6 +204,22 @@ StatusOr<v1::JobProgress> SchedulerClient::GetProgress() {
   return resp;
 }
 
+Status SchedulerClient::StopJob(const std::string& reason) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::StopJobRequest req;
+  req.set_reason(reason);
+  v1::StopJobResponse resp;
+  return Finish(Stub()->StopJob(&ctx, req, &resp), "StopJob");
+}
+
+Status SchedulerClient::ReportCheckpoint(const v1::ReportCheckpointRequest& request) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::ReportCheckpointResponse resp;
+  return Finish(Stub()->ReportCheckpoint(&ctx, request, &resp), "ReportCheckpoint");
+}
+
 Status SchedulerClient::ReportExit(const v1::ReportExitRequest& request) {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);

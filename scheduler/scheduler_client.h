@@ -77,6 +77,9 @@ class SchedulerClient {
   // Training progress: a worker's batched report; the job's aggregate (operator, launcher).
   Status ReportProgress(const v1::ReportProgressRequest& request);
   StatusOr<v1::JobProgress> GetProgress();
+  // The whole job is being stopped from outside (the launcher); rank 0's checkpoints.
+  Status StopJob(const std::string& reason);
+  Status ReportCheckpoint(const v1::ReportCheckpointRequest& request);
 
   // How many channels this client has made (1 + those made after the scheduler went away).
   int channels_made() const EXCLUDES(mu_);

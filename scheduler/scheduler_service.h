@@ -94,6 +94,13 @@ class SchedulerService final : public SchedulerServiceBase {
   grpc::ServerUnaryReactor* GetProgress(grpc::CallbackServerContext* ctx,
                                         const v1::GetProgressRequest* req,
                                         v1::JobProgress* resp) override;
+  // Stopping the whole job with an exit checkpoint, and rank 0's checkpoints
+  // (scheduler_service_progress.cc; docs/checkpoints.md#stopping-a-job-the-exit-checkpoint).
+  grpc::ServerUnaryReactor* StopJob(grpc::CallbackServerContext* ctx, const v1::StopJobRequest* req,
+                                    v1::StopJobResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportCheckpoint(grpc::CallbackServerContext* ctx,
+                                             const v1::ReportCheckpointRequest* req,
+                                             v1::ReportCheckpointResponse* resp) override;
 
  private:
   // UNAUTHENTICATED unless the call carries the job token.

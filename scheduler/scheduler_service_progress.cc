@@ -1,4 +1,7 @@
-// The progress calls of the scheduler's service: answered at once from the ProgressTracker.
+// The progress calls of the scheduler's service, answered at once from the ProgressTracker, and
+// what the job's end from outside needs: StopJob and rank 0's ReportCheckpoint.
+#include <chrono>
+
 #include "common/base/grpc_status.h"
 #include "scheduler/scheduler_service.h"
 
@@ -24,6 +27,9 @@ grpc::ServerUnaryReactor* SchedulerService::GetProgress(grpc::CallbackServerCont
   if (st.ok()) {
     const v1::ClusterView view = state_->GetCluster();
     *resp = progress_->Snapshot(view);
+    const std::string stop = state_->stop_reason();
+    resp->set_stopping(!stop.empty());
+    resp->set_stop_reason(stop);
     // Stalled members, stalled or restarting after a stall (the operator's Stalled condition).
     for (const auto* nodes : {&view.servers(), &view.workers()}) {
       for (const auto& n : *nodes) {
@@ -33,6 +39,31 @@ grpc::ServerUnaryReactor* SchedulerService::GetProgress(grpc::CallbackServerCont
                           n.stall_reason() + (n.stalled() ? "" : "; being restarted"));
       }
     }
+  }
+  reactor->Finish(st);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SchedulerService::StopJob(grpc::CallbackServerContext* ctx,
+                                                    const v1::StopJobRequest* req,
+                                                    v1::StopJobResponse* /*resp*/) {
+  auto* reactor = ctx->DefaultReactor();
+  grpc::Status st = CheckToken(ctx);
+  if (st.ok()) state_->StopJob(req->reason().substr(0, 256));  // a log line, not a document
+  reactor->Finish(st);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SchedulerService::ReportCheckpoint(grpc::CallbackServerContext* ctx,
+                                                             const v1::ReportCheckpointRequest* req,
+                                                             v1::ReportCheckpointResponse* /*resp*/) {
+  auto* reactor = ctx->DefaultReactor();
+  grpc::Status st = CheckToken(ctx);
+  if (st.ok()) {
+    const int64_t unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+    st = ToGrpc(progress_->NoteCheckpoint(*req, unix_ms));
   }
   reactor->Finish(st);
   return reactor;

@@ -162,9 +162,23 @@ v1::PingResponse SchedulerState::Ping(const v1::PingRequest& req) {
       ChangedLocked(&deferred);
     }
     members_.FillRestarting(&resp);
+    resp.set_stopping(!stop_reason_.empty());
   }
   RunDeferred(deferred);
   return resp;
+}
+
+void SchedulerState::StopJob(const std::string& reason) {
+  MutexLock lock(&mu_);
+  if (!stop_reason_.empty()) return;
+  stop_reason_ = reason.empty() ? std::string("stopped from outside") : reason;
+  TLOG_INFO << "the job is being stopped (" << stop_reason_
+            << "): workers stop at their next step boundary, rank 0 writes an exit checkpoint";
+}
+
+std::string SchedulerState::stop_reason() const {
+  MutexLock lock(&mu_);
+  return stop_reason_;
 }
 
 void SchedulerState::ProgramProgress(int32_t rank, int64_t incarnation, int64_t step) {

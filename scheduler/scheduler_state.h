@@ -103,6 +103,11 @@ class SchedulerState {
   void ProgramProgress(int32_t rank, int64_t incarnation, int64_t step) EXCLUDES(mu_);
   StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req) EXCLUDES(mu_);
   Status ReportExit(const v1::ReportExitRequest& req) EXCLUDES(mu_);
+  // The whole job is being stopped from outside (StopJob): from now on every Ping answers
+  // `stopping`, so the workers stop at their next step boundary after rank 0's exit checkpoint
+  // (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint). The first reason stays; empty: not stopping.
+  void StopJob(const std::string& reason) EXCLUDES(mu_);
+  std::string stop_reason() const EXCLUDES(mu_);
   Status Leave(const v1::LeaveRequest& req) EXCLUDES(mu_);
 
   // Marks nodes silent for longer than the heartbeat timeout dead (not while recovering after a
@@ -161,6 +166,7 @@ class SchedulerState {
   bool failed_ GUARDED_BY(mu_) = false;
   std::string failure_message_ GUARDED_BY(mu_);
   bool shutdown_ GUARDED_BY(mu_) = false;
+  std::string stop_reason_ GUARDED_BY(mu_);  // StopJob's; empty: not stopping
   std::vector<ClusterWaiter> cluster_waiters_ GUARDED_BY(mu_);
 };
 

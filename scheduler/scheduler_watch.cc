@@ -141,6 +141,7 @@ void SchedulerWatch::Loop() {
     backoff = milliseconds(100);
     scheduler_id_ = ping->scheduler_id();
     NoteRestartingLocked(*ping);
+    if (ping->stopping()) job_stopping_.store(true, std::memory_order_relaxed);
     if (restarted) ++restarts_seen_;
     if (lost_logged || restarted) {
       const double secs = lost_logged ? std::chrono::duration<double>(

@@ -9,6 +9,7 @@
 // members are being restarted, so this process's operations wait for them.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -42,6 +43,8 @@ class SchedulerWatch {
   // the epoch when none ever did), and which ("server 1", "worker 0, worker 1").
   std::chrono::steady_clock::time_point restarting_seen_at() const EXCLUDES(mu_);
   std::string restarting_seen() const EXCLUDES(mu_);
+  // Whether an answer said the whole job is being stopped from outside (StopJob); stays true.
+  bool job_stopping() const { return job_stopping_.load(std::memory_order_relaxed); }
 
  private:
   void Loop() EXCLUDES(mu_);
@@ -62,6 +65,7 @@ class SchedulerWatch {
   int64_t restarts_seen_ GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point restarting_at_ GUARDED_BY(mu_){};
   std::string restarting_ GUARDED_BY(mu_);  // as restarting_seen() says
+  std::atomic<bool> job_stopping_{false};    // read at every step boundary: no lock
   std::thread thread_;
 };
 

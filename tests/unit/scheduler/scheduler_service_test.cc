@@ -236,6 +236,56 @@ TEST_F(SchedulerServiceTest, ShutdownReleasesWaitingCalls) {
   EXPECT_EQ(result.code(), StatusCode::kUnavailable);
 }
 
+// Stopping the whole job from outside (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint): StopJob turns every
+// ping's `stopping` on and shows in GetProgress; rank 0's checkpoint reports make the job's
+// newest checkpoint (an older one reported late does not replace it); bad reports and callers
+// without the token change nothing.
+TEST_F(SchedulerServiceTest, StopJobReachesThePingsAndCheckpointReportsReachTheProgress) {
+  Boot();
+  EXPECT_FALSE(client_->Ping()->stopping());
+  EXPECT_FALSE(client_->GetProgress()->has_checkpoint());
+
+  v1::ReportCheckpointRequest ck;
+  ck.set_step(64);
+  ck.set_path("/ckpt/model-000000000064.ckpt");
+  ASSERT_TRUE(client_->ReportCheckpoint(ck).ok());
+  ck.set_step(32);  // late
+  ck.set_path("/ckpt/model-000000000032.ckpt");
+  ASSERT_TRUE(client_->ReportCheckpoint(ck).ok());
+  auto p = client_->GetProgress();
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->checkpoint().step(), 64);
+  EXPECT_EQ(p->checkpoint().path(), "/ckpt/model-000000000064.ckpt");
+  EXPECT_FALSE(p->checkpoint().on_exit());
+  EXPECT_GT(p->checkpoint().unix_ms(), 1'700'000'000'000);  // wall-clock milliseconds
+
+  for (auto [step, path] : {std::pair<int64_t, std::string>{0, "/a"}, {-5, "/a"}, {70, ""},
+                            {70, std::string(5000, 'p')}}) {
+    v1::ReportCheckpointRequest bad;
+    bad.set_step(step);
+    bad.set_path(path);
+    EXPECT_EQ(client_->ReportCheckpoint(bad).code(), StatusCode::kInvalidArgument) << step;
+  }
+  auto wrong = Client("nope");
+  EXPECT_EQ(wrong->StopJob("x").code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(wrong->ReportCheckpoint(ck).code(), StatusCode::kUnauthenticated);
+  EXPECT_FALSE(client_->Ping()->stopping());
+  EXPECT_EQ(client_->GetProgress()->checkpoint().step(), 64);
+
+  ASSERT_TRUE(client_->StopJob("trellis-launch got SIGTERM").ok());
+  ASSERT_TRUE(client_->StopJob("a second reason").ok());  // idempotent, the first reason stays
+  EXPECT_TRUE(client_->Ping()->stopping());
+  p = client_->GetProgress();
+  EXPECT_TRUE(p->stopping());
+  EXPECT_EQ(p->stop_reason(), "trellis-launch got SIGTERM");
+  ck.set_step(71);
+  ck.set_path("/ckpt/model-000000000071.ckpt");
+  ck.set_on_exit(true);
+  ASSERT_TRUE(client_->ReportCheckpoint(ck).ok());
+  EXPECT_EQ(client_->GetProgress()->checkpoint().step(), 71);
+  EXPECT_TRUE(client_->GetProgress()->checkpoint().on_exit());
+}
+
 TEST(SchedulerServer, RejectsBadConfig) {
   SchedulerConfig config;
   config.num_workers = 0;

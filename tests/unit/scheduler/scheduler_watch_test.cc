@@ -186,6 +186,28 @@ TEST(SchedulerWatchTest, TheFirstPingGoesOutAtOnce) {
       << "the new program's watch had not pinged within 10 s";
 }
 
+// A worker's watch learns from its pings that the whole job is being stopped (StopJob), which
+// rank 0's checkpointer reads at every step boundary (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint).
+TEST(SchedulerWatchTest, ThePingsSayWhenTheJobIsBeingStopped) {
+  auto server = StartOn(0);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  SchedulerClientOptions o;
+  o.address = (*server)->address();
+  o.token = "tok";
+  auto c = SchedulerClient::Connect(o);
+  ASSERT_TRUE(c.ok());
+  SchedulerWatch watch(c->get(), 0, 20ms, nullptr, "worker 0");
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(watch.job_stopping());
+  ASSERT_TRUE((*c)->StopJob("test").ok());
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!watch.job_stopping() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(watch.job_stopping()) << "no ping within 10 s said the job is stopping";
+  (*server)->Shutdown();
+}
+
 TEST(SchedulerWatchTest, GoneOrRestartedMeansUnavailableOrNotFound) {
   EXPECT_TRUE(SchedulerGoneOrRestarted(UnavailableError("x")));
   EXPECT_TRUE(SchedulerGoneOrRestarted(NotFoundError("worker 1 has not registered")));
