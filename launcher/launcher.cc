@@ -329,6 +329,24 @@ void Launcher::StopAll() {
   if (watch_thread_.joinable()) watch_thread_.join();
 }
 
+void Launcher::PollAndPump(milliseconds wait, bool wake_on_exit) {
+  std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+  std::vector<Child*> readers;
+  for (auto& a : agents_) {
+    if (a->pipe_open) {
+      fds.push_back({a->process->stdout_pipe(), POLLIN, 0});
+      readers.push_back(a.get());
+    }
+  }
+  for (auto& a : agents_) {  // wake at once when an agent exits
+    if (wake_on_exit && !a->exit && a->process->exit_fd() >= 0) fds.push_back({a->process->exit_fd(), POLLIN, 0});
+  }
+  ::poll(fds.data(), fds.size(), static_cast<int>(wait.count()));
+  for (size_t i = 0; i < readers.size(); ++i) {
+    if (fds[i + 1].revents != 0) PumpOutput(*readers[i], false);
+  }
+}
+
 int Launcher::Fail(const std::string& message, const Child* culprit) {
   console_.ClearStatus();
   console_.Line(message);
@@ -452,26 +470,13 @@ int Launcher::Supervise() {
   while (true) {
     if (auto code = CheckSignal()) {
       console_.ClearStatus();
+      (void)AwaitExitCheckpoint(*code - 128);
       console_.Line("trellis-launch: got " + SignalName(*code - 128) + "; stopping every process");
       StopAll();
       console_.Line("logs kept in " + paths_.run_dir);
       return *code;
     }
-    std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
-    std::vector<Child*> readers;
-    for (auto& a : agents_) {
-      if (a->pipe_open) {
-        fds.push_back({a->process->stdout_pipe(), POLLIN, 0});
-        readers.push_back(a.get());
-      }
-    }
-    for (auto& a : agents_) {  // wake at once when an agent exits
-      if (!a->exit && a->process->exit_fd() >= 0) fds.push_back({a->process->exit_fd(), POLLIN, 0});
-    }
-    ::poll(fds.data(), fds.size(), 200);
-    for (size_t i = 0; i < readers.size(); ++i) {
-      if (fds[i + 1].revents != 0) PumpOutput(*readers[i], false);
-    }
+    PollAndPump(milliseconds(200), /*wake_on_exit=*/true);
 
     int workers_ok = 0;
     std::vector<Child*> failed;  // agents that exited non-zero (or servers at all) in this round

@@ -51,11 +51,16 @@ class Launcher {
   Status StartAgents();
   int Supervise();                        // the event loop
   void PumpOutput(Child& c, bool drain);  // worker stdout -> console + log
+  // Waits up to `wait` for a signal, agent output (pumped) or, with `wake_on_exit`, an agent's exit.
+  void PollAndPump(std::chrono::milliseconds wait, bool wake_on_exit);
   void StopAll() EXCLUDES(mu_);           // agents first, then the scheduler
   int Fail(const std::string& message, const Child* culprit);
   int FailAgent(const std::vector<Child*>& failed) EXCLUDES(mu_);  // the job failed because agents did
   void WatchCluster() EXCLUDES(mu_);      // the cluster-watch thread
   std::optional<int> CheckSignal();       // 130/143 once SIGINT/SIGTERM arrived
+  // After SIGINT/SIGTERM, with checkpoints on: asks for an exit checkpoint and waits for it, at
+  // most terminationGracePeriodSeconds (exit_checkpoint.cc). True when it was written.
+  bool AwaitExitCheckpoint(int signo);
   std::chrono::milliseconds Elapsed() const;
   std::string Progress() EXCLUDES(mu_);
   std::string Training() EXCLUDES(mu_);  // FormatTraining of the latest progress

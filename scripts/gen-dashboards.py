@@ -124,6 +124,11 @@ def job_overview():
             ('histogram_quantile(0.99, sum by (le) (rate(trellis_worker_checkpoint_save_seconds_bucket{job=~"$job"}[1h])))',
              "save p99 (s)"),
             ('max(trellis_worker_checkpoint_size_bytes{job=~"$job"})', "newest file (bytes)")], "short"),
+        panel("Newest checkpoint: age and step", [
+            ('time() - max(trellis_job_checkpoint_timestamp_seconds{job=~"$job"} > 0)', "age (s)"),
+            ('max(trellis_job_checkpoint_step{job=~"$job"})', "step")], "short", w=24,
+              desc="How old the job's newest checkpoint is (what a preemption would lose at most without an "
+                   "exit checkpoint) and its step, as rank 0 reported it to the scheduler (docs/checkpoints.md)."),
         panel("Scrape targets up", [('sum by (role) (up{job=~"$job"})', "{{role}}")], "short", w=24, h=6),
     ], "trellis_worker_steps_total")
 

@@ -2,11 +2,14 @@
 // rank 0 and broadcasts parameters on their keys and (step, state) on one extra key. In update
 // mode rank 0 also runs the servers' round: SAVE to every server before its own file (which so
 // marks a complete round), LOAD of the same step before anyone pulls the weights. Crash recovery
-// (per-step commits, a restarted worker rejoining) lives in rejoin_keeper.{h,cc}.
+// (per-step commits, a restarted worker rejoining) lives in rejoin_keeper.{h,cc}. When the whole
+// job is stopped from outside, rank 0 writes an exit checkpoint at the next step boundary and
+// waits there to be stopped (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint).
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/base/logging.h"
@@ -50,6 +53,7 @@ class CheckpointerImpl final : public Checkpointer {
                    int64_t state_elements, bool rejoin)
       : worker_(worker),
         impl_(config.servers_save ? impl : nullptr),
+        any_impl_(impl),
         metrics_(impl != nullptr ? std::make_unique<CheckpointMetrics>(impl->registry()) : nullptr),
         params_(std::move(params)),
         state_(std::move(state)),
@@ -65,7 +69,10 @@ class CheckpointerImpl final : public Checkpointer {
   }
 
   StatusOr<int64_t> Restore() override;
-  Status Commit(int64_t step) override;
+  Status Commit(int64_t step) override {
+    TRELLIS_RETURN_IF_ERROR(Keep(step));
+    return StopsHere() ? StopForTheJob(step) : Status::Ok();
+  }
   Status EndStep(int64_t step) override {
     TRELLIS_RETURN_IF_ERROR(Commit(step));
     return Due(step) ? Save(step) : Status::Ok();
@@ -74,7 +81,10 @@ class CheckpointerImpl final : public Checkpointer {
     return worker_.rank() == 0 && !config_.path.empty() && config_.interval_steps > 0 &&
            step > 0 && step % config_.interval_steps == 0;
   }
-  Status Save(int64_t step) override;
+  Status Save(int64_t step) override {
+    TRELLIS_RETURN_IF_ERROR(Write(step, /*on_exit=*/false));
+    return StopsHere() ? StopForTheJob(step) : Status::Ok();
+  }
   const std::string& path() const override { return config_.path; }
   const std::string& last_file() const override { return last_file_; }
   uint64_t saves() const override { return saves_; }
@@ -101,9 +111,22 @@ class CheckpointerImpl final : public Checkpointer {
   }
   // Copies checkpoint `c` (read from `file`) into the tracked buffers.
   Status Fill(const Checkpoint& c, const std::string& file);
+  // The commit a restarted worker rejoins from (Commit without the stop check).
+  Status Keep(int64_t step);
+  // Rank 0 writes the checkpoint of `step` and tells the scheduler (no-op elsewhere).
+  Status Write(int64_t step, bool on_exit);
+  // Rank 0, checkpoints on, and the whole job is being stopped from outside.
+  bool StopsHere() const {
+    return worker_.rank() == 0 && !config_.path.empty() && any_impl_ != nullptr &&
+           any_impl_->setup().job_stopping && any_impl_->setup().job_stopping();
+  }
+  // The job is being stopped and the tracked tensors hold the values after `step`: the exit
+  // checkpoint (unless `step` is saved already), then wait here to be stopped.
+  Status StopForTheJob(int64_t step);
 
   Worker& worker_;
   WorkerImpl* const impl_;  // the same worker; null when servers keep no state
+  WorkerImpl* const any_impl_;  // the same worker whatever the mode; null: another kind
   const std::unique_ptr<CheckpointMetrics> metrics_;  // null: a worker of another kind
   const std::vector<TensorRef> params_;
   const std::vector<TensorRef> state_;
@@ -111,6 +134,7 @@ class CheckpointerImpl final : public Checkpointer {
   const KeyId state_key_;
   std::vector<float> state_buf_;
   std::string last_file_;
+  int64_t last_step_ = -1;  // of last_file_: saved or restored
   uint64_t saves_ = 0;
   uint64_t bytes_written_ = 0;
   int64_t incarnation_ = 1;
@@ -133,7 +157,7 @@ void CheckpointerImpl::UnpackState() {
   }
 }
 
-Status CheckpointerImpl::Commit(int64_t step) {
+Status CheckpointerImpl::Keep(int64_t step) {
   if (!keeper_) return Status::Ok();
   if (step < 0) return InvalidArgumentError("Commit of step " + std::to_string(step));
   PackStep(step);
@@ -152,17 +176,17 @@ StatusOr<int64_t> CheckpointerImpl::Restore() {
                              std::to_string(*rejoined));
       }
       UnpackState();
-      TRELLIS_RETURN_IF_ERROR(Commit(*rejoined));
+      TRELLIS_RETURN_IF_ERROR(Keep(*rejoined));
       return *rejoined;
     }
     // Nobody committed yet: a first start, but the dead incarnation may have pushed step 1.
     TRELLIS_ASSIGN_OR_RETURN(int64_t step, RestoreFromRoot());
     TRELLIS_RETURN_IF_ERROR(keeper_->MarkServersRejoined());
-    TRELLIS_RETURN_IF_ERROR(Commit(step));
+    TRELLIS_RETURN_IF_ERROR(Keep(step));
     return step;
   }
   TRELLIS_ASSIGN_OR_RETURN(int64_t step, RestoreFromRoot());
-  TRELLIS_RETURN_IF_ERROR(Commit(step));
+  TRELLIS_RETURN_IF_ERROR(Keep(step));
   return step;
 }
 
@@ -215,6 +239,7 @@ StatusOr<int64_t> CheckpointerImpl::LoadOnRoot() {
     }
     if (metrics_) metrics_->restores.Increment();
     last_file_ = file;
+    last_step_ = step;
     TLOG_INFO << "restored step " << step << " from " << file;
     return step;
   }
@@ -262,7 +287,7 @@ StatusOr<int64_t> CheckpointerImpl::RestoreFromRoot() {
   return step;
 }
 
-Status CheckpointerImpl::Save(int64_t step) {
+Status CheckpointerImpl::Write(int64_t step, bool on_exit) {
   if (worker_.rank() != 0 || config_.path.empty()) return Status::Ok();
   const auto start = std::chrono::steady_clock::now();
   Checkpoint c;
@@ -284,6 +309,7 @@ Status CheckpointerImpl::Save(int64_t step) {
   auto file = dir.Save(c, &bytes);
   if (!file.ok()) return file.status().Annotate("saving the checkpoint of step " + std::to_string(step));
   last_file_ = *file;
+  last_step_ = step;
   ++saves_;
   bytes_written_ += bytes;
   const double secs =
@@ -294,8 +320,41 @@ Status CheckpointerImpl::Save(int64_t step) {
     metrics_->size_bytes.Set(static_cast<double>(bytes));
   }
   TLOG_INFO << "saved step " << step << " to " << *file << " (" << bytes << " bytes, " << secs
-            << " s)";
+            << " s)" << (on_exit ? ": the exit checkpoint" : "");
+  // The job's status shows its newest checkpoint; a scheduler that does not hear of it only
+  // shows an older one, so a failed report is logged, not returned.
+  if (any_impl_ != nullptr && any_impl_->setup().report_checkpoint) {
+    v1::ReportCheckpointRequest req;
+    req.set_step(step);
+    req.set_path(*file);
+    req.set_on_exit(on_exit);
+    Status told = any_impl_->setup().report_checkpoint(req);
+    if (!told.ok()) TLOG_WARN << "telling the scheduler of checkpoint " << *file << ": " << told.ToString();
+  }
   return Status::Ok();
+}
+
+Status CheckpointerImpl::StopForTheJob(int64_t step) {
+  if (step > last_step_ && step > 0) {
+    TRELLIS_RETURN_IF_ERROR(Write(step, /*on_exit=*/true).Annotate("the exit checkpoint"));
+  } else if (last_step_ > 0 && any_impl_->setup().report_checkpoint) {
+    // Saved (or restored) at this very step already: that file is the exit checkpoint.
+    v1::ReportCheckpointRequest req;
+    req.set_step(last_step_);
+    req.set_path(last_file_);
+    req.set_on_exit(true);
+    (void)any_impl_->setup().report_checkpoint(req);
+  }
+  // Rank 0 pushes no more, so no worker completes another step: the job stops here, and its
+  // launcher or agents stop the processes. One that is never stopped ends after its timeout.
+  const auto wait = std::chrono::milliseconds(std::max<int64_t>(any_impl_->setup().timeout_ms, 1000));
+  TLOG_WARN << "the job is being stopped from outside: stopped after step " << step
+            << (last_step_ > 0 ? " (exit checkpoint " + last_file_ + ")" : std::string(" (nothing to save)"))
+            << "; waiting to be stopped";
+  std::this_thread::sleep_for(wait);
+  return AbortedError("the job is being stopped from outside: rank 0 stopped after step " +
+                      std::to_string(step) + " and was not stopped within " +
+                      std::to_string(wait.count()) + " ms");
 }
 
 Status CheckTensors(const std::vector<TensorRef>& tensors, const char* what,

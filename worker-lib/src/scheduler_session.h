@@ -39,6 +39,9 @@ class SchedulerSession {
     return {watch_->restarting_seen_at(), watch_->restarting_seen()};
   }
 
+  // Whether the scheduler said the whole job is being stopped from outside (StopJob).
+  bool JobStopping() const { return watch_->job_stopping(); }
+
   // What this worker holds, for a restarted scheduler.
   void HoldShardMap(const v1::ShardMap& map) EXCLUDES(mu_);
   void HoldServerAddresses(const std::vector<std::string>& addresses) EXCLUDES(mu_);

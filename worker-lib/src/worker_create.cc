@@ -147,6 +147,9 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   setup.rejoin_served = [c](const v1::RejoinServedRequest& r) { return c->RejoinServed(r); };
   // Dropped when it fails (a restarting scheduler): the next interval's report carries on.
   setup.report_progress = [c](const v1::ReportProgressRequest& r) { return c->ReportProgress(r); };
+  // The job's end from outside: the pings carry it; rank 0 reports its checkpoints.
+  setup.job_stopping = [ss] { return ss->JobStopping(); };
+  setup.report_checkpoint = [c](const v1::ReportCheckpointRequest& r) { return c->ReportCheckpoint(r); };
   // Operations wait for a member the scheduler is restarting (docs/scheduler.md#stalls).
   setup.peers_restarting = [ss] { return ss->PeersRestarting(); };
   setup.keep_alive = session;

@@ -78,6 +78,12 @@ struct WorkerSetup {
   std::function<std::pair<std::chrono::steady_clock::time_point, std::string>()> peers_restarting;
   // Sends a batched progress report (the scheduler's ReportProgress); null: reports are dropped.
   std::function<Status(const v1::ReportProgressRequest&)> report_progress;
+  // Whether the whole job is being stopped from outside (the scheduler's pings say so after
+  // StopJob): rank 0's checkpointer writes an exit checkpoint at the next step boundary and
+  // waits there to be stopped (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint). Null: never.
+  std::function<bool()> job_stopping;
+  // Tells the scheduler of a checkpoint rank 0 wrote (its ReportCheckpoint); null: not told.
+  std::function<Status(const v1::ReportCheckpointRequest&)> report_checkpoint;
   // Kept alive as long as the worker (e.g. the scheduler client the hooks use).
   std::shared_ptr<void> keep_alive;
   // The process's metrics (job, role worker, rank); null: the worker makes its own.

@@ -44,6 +44,11 @@ spec:
     args: [--layers, "16,128,64,10", --latent-dim, "8", --teacher-hidden, "16", --epochs, "100000",
            --batch, "32", --lr, "0.02", --train-samples, "4096", --test-samples, "500"]
   sliceBytes: 16384
+  # Checkpoints (CHECKPOINT_DIR: the test's directory), so the checkpoint panels have data.
+  checkpoint:
+    path: CHECKPOINT_DIR
+    intervalSteps: 20
+    keep: 1
   runPolicy:
     restartPolicy: Never
     activeDeadlineSeconds: 600
@@ -213,7 +218,7 @@ scrape_configs:
         self.start_operator()
         job_file = os.path.join(self.dir, "job.yaml")
         with open(job_file, "w") as f:
-            f.write(JOB_YAML)
+            f.write(JOB_YAML.replace("CHECKPOINT_DIR", os.path.join(self.dir, "ckpt")))
         targets_file = os.path.join(self.sd, "job.json")
         env = dict(os.environ, PATH=BIN + ":" + os.environ.get("PATH", ""))
         launch = self.spawn("launch", [os.path.join(BIN, "trellis-launch"), "--quiet", "--log-dir",

@@ -5,11 +5,14 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 
 #include <gtest/gtest.h>
 
+#include "common/checkpoint/checkpoint_dir.h"
 #include "tests/unit/worker-lib/local_cluster.h"
 #include "worker-lib/src/worker_impl.h"
 
@@ -36,7 +39,8 @@ class CheckpointerTest : public ::testing::Test {
     cluster_ = std::make_unique<testing::LocalCluster>();
     testing::ClusterOptions o;
     o.workers = 2;
-    o.timeout_ms = 5000;
+    o.timeout_ms = timeout_ms_;
+    o.customize = customize_;
     EXPECT_TRUE(cluster_->Start(o).ok());
     w->assign(2, {});
     v->assign(2, {});
@@ -64,6 +68,8 @@ class CheckpointerTest : public ::testing::Test {
   }
 
   std::string dir_;
+  int64_t timeout_ms_ = 5000;
+  std::function<void(int, WorkerSetup*)> customize_;
   std::unique_ptr<testing::LocalCluster> cluster_;
   std::vector<std::unique_ptr<Checkpointer>> checkpointers_;
 };
@@ -131,6 +137,59 @@ TEST_F(CheckpointerTest, ACheckpointThatDoesNotFitFailsEveryWorkerClearly) {
   EXPECT_NE(r[1].status().message().find("rank 0 could not restore the checkpoint from " + dir_),
             std::string::npos)
       << r[1].status().ToString();
+}
+
+// The whole job stopped from outside (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint):
+// every checkpoint rank 0 writes is reported to the scheduler; once the job is stopping, rank 0's
+// next step boundary writes the exit checkpoint of the step it completed and waits there to be
+// stopped (here: until the job's operation timeout, then ABORTED); the other ranks go on.
+TEST_F(CheckpointerTest, AStoppingJobGetsAnExitCheckpointAtRankZerosNextStepBoundary) {
+  std::atomic<bool> stopping{false};
+  std::vector<v1::ReportCheckpointRequest> told;
+  std::mutex told_mu;
+  timeout_ms_ = 1000;
+  customize_ = [&](int, WorkerSetup* s) {
+    s->job_stopping = [&] { return stopping.load(); };
+    s->report_checkpoint = [&](const v1::ReportCheckpointRequest& r) {
+      std::lock_guard<std::mutex> lock(told_mu);
+      told.push_back(r);
+      return Status::Ok();
+    };
+  };
+  std::vector<std::vector<float>> w, v;
+  auto r = Job(&w, &v);
+  ASSERT_TRUE(r[0].ok() && r[1].ok());
+  ASSERT_TRUE(checkpointers_[0]->EndStep(5).ok());  // periodic
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].step(), 5);
+  EXPECT_EQ(told[0].path(), dir_ + "/model-000000000005.ckpt");
+  EXPECT_FALSE(told[0].on_exit());
+  ASSERT_TRUE(checkpointers_[0]->Commit(6).ok());  // not stopping: nothing written
+  EXPECT_EQ(told.size(), 1u);
+
+  stopping = true;
+  EXPECT_TRUE(checkpointers_[1]->Commit(7).ok()) << "only rank 0 stops at the boundary";
+  w[0].assign(w[0].size(), 7.0f);
+  const auto start = std::chrono::steady_clock::now();
+  Status st = checkpointers_[0]->Commit(7);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(900)) << "it waited";
+  EXPECT_EQ(st.code(), StatusCode::kAborted) << st.ToString();
+  EXPECT_NE(st.message().find("rank 0 stopped after step 7"), std::string::npos) << st.ToString();
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_EQ(told[1].step(), 7);
+  EXPECT_TRUE(told[1].on_exit());
+  auto saved = CheckpointDir(dir_, "model", 2).Load(7);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_EQ(saved->entries[0].values, w[0]) << "the exit checkpoint holds the values after step 7";
+
+  // Stopped at a step it saved already (a due Save): no second file, the same one reported.
+  st = checkpointers_[0]->Save(10);
+  EXPECT_EQ(st.code(), StatusCode::kAborted);
+  EXPECT_EQ(CheckpointDir(dir_, "model", 2).Steps().value(), (std::vector<int64_t>{10, 7}));
+  ASSERT_EQ(told.size(), 4u);  // the save, then the same file as the exit checkpoint
+  EXPECT_FALSE(told[2].on_exit());
+  EXPECT_EQ(told[3].step(), 10);
+  EXPECT_TRUE(told[3].on_exit());
 }
 
 TEST_F(CheckpointerTest, BadTensorsAreRefusedAtCreate) {
