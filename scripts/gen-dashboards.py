@@ -125,7 +125,8 @@ def job_overview():
              "save p99 (s)"),
             ('max(trellis_worker_checkpoint_size_bytes{job=~"$job"})', "newest file (bytes)")], "short"),
         panel("Newest checkpoint: age and step", [
-            ('time() - max(trellis_job_checkpoint_timestamp_seconds{job=~"$job"} > 0)', "age (s)"),
+            ('(time() - max(trellis_job_checkpoint_timestamp_seconds{job=~"$job"} > 0)) or '
+             '(max(trellis_job_checkpoint_timestamp_seconds{job=~"$job"}) - 1)', "age (s; -1: none yet)"),
             ('max(trellis_job_checkpoint_step{job=~"$job"})', "step")], "short", w=24,
               desc="How old the job's newest checkpoint is (what a preemption would lose at most without an "
                    "exit checkpoint) and its step, as rank 0 reported it to the scheduler (docs/checkpoints.md)."),
