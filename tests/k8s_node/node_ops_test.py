@@ -120,7 +120,9 @@ class Ops(node.TrellisCase):
         sched_log = self.logs(job + "-scheduler")
         m = re.search(back_re, sched_log)
         self.assertTrue(m, "the new scheduler did not recover the job:\n" + sched_log[-3000:])
-        self.assertLess(float(m.group(1)), 10.0, sched_log[-3000:])
+        # Within the scheduler's recovery window (30 s). Seen: 1-3 s, and once 20.4 s, when the
+        # one member whose pod was not touched (server 1) took 20 s to find the new scheduler.
+        self.assertLess(float(m.group(1)), 30.0, sched_log[-3000:])
         timeline.append("the new scheduler had every member back %.1f s after it started" % float(m.group(1)))
 
         # The operator evicted: the Deployment's new pod takes the lease and the status goes on.
