@@ -129,7 +129,8 @@ Json PodShell(const JobMeta& job, const JobSpec& spec, PodRole role, int index, 
   // operator under the job's run policy, so the kubelet never restarts it on its own.
   podspec["restartPolicy"] = JStr("Never");
   podspec["hostname"] = JStr(name);
-  // The time a stopped job's pods get (the exit checkpoint, docs/checkpoints.md#stopping-a-job-the-exit-checkpoint).
+  // The time a stopped job's pods get, its exit checkpoint included
+  // (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint).
   if (spec.runPolicy.terminationGracePeriodSeconds) {
     podspec["terminationGracePeriodSeconds"] = Json::number(*spec.runPolicy.terminationGracePeriodSeconds);
   }

@@ -12,14 +12,13 @@ namespace {
 
 constexpr int kMaxMessageBytes = 256 << 20;  // a 10^5-key shard map fits comfortably
 
-// Answers at once with the Status `st` (OK or not).
+}  // namespace
+
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx, const grpc::Status& st) {
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(st);
   return reactor;
 }
-
-}  // namespace
 
 SchedulerService::SchedulerService(SchedulerState* state, ProgressTracker* progress,
                                    SchedulerServiceOptions options)

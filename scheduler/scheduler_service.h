@@ -34,6 +34,9 @@ struct SchedulerServiceOptions {
 using SchedulerServiceBase = v1::Scheduler::WithRawCallbackMethod_GetCluster<
     v1::Scheduler::WithRawCallbackMethod_DeclareKeys<v1::Scheduler::CallbackService>>;
 
+// Answers a unary call at once with `st` (OK or not): every call that does not wait.
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx, const grpc::Status& st);
+
 class SchedulerService final : public SchedulerServiceBase {
  public:
   // `state` and `progress` outlive the service.

@@ -47,26 +47,19 @@ grpc::ServerUnaryReactor* SchedulerService::GetProgress(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* SchedulerService::StopJob(grpc::CallbackServerContext* ctx,
                                                     const v1::StopJobRequest* req,
                                                     v1::StopJobResponse* /*resp*/) {
-  auto* reactor = ctx->DefaultReactor();
-  grpc::Status st = CheckToken(ctx);
-  if (st.ok()) state_->StopJob(req->reason().substr(0, 256));  // a log line, not a document
-  reactor->Finish(st);
-  return reactor;
+  if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  state_->StopJob(req->reason().substr(0, 256));  // a log line, not a document
+  return FinishNow(ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ReportCheckpoint(grpc::CallbackServerContext* ctx,
                                                              const v1::ReportCheckpointRequest* req,
                                                              v1::ReportCheckpointResponse* /*resp*/) {
-  auto* reactor = ctx->DefaultReactor();
-  grpc::Status st = CheckToken(ctx);
-  if (st.ok()) {
-    const int64_t unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                std::chrono::system_clock::now().time_since_epoch())
-                                .count();
-    st = ToGrpc(progress_->NoteCheckpoint(*req, unix_ms));
-  }
-  reactor->Finish(st);
-  return reactor;
+  if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  const int64_t unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  return FinishNow(ctx, ToGrpc(progress_->NoteCheckpoint(*req, unix_ms)));
 }
 
 }  // namespace trellis

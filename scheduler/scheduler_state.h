@@ -105,7 +105,8 @@ class SchedulerState {
   Status ReportExit(const v1::ReportExitRequest& req) EXCLUDES(mu_);
   // The whole job is being stopped from outside (StopJob): from now on every Ping answers
   // `stopping`, so the workers stop at their next step boundary after rank 0's exit checkpoint
-  // (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint). The first reason stays; empty: not stopping.
+  // (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint). The first reason stays; empty: not
+  // stopping.
   void StopJob(const std::string& reason) EXCLUDES(mu_);
   std::string stop_reason() const EXCLUDES(mu_);
   Status Leave(const v1::LeaveRequest& req) EXCLUDES(mu_);

@@ -143,8 +143,8 @@ struct RunPolicySpec {
   std::optional<int64_t> activeDeadlineSeconds;
   std::optional<int64_t> ttlSecondsAfterFinished;
   // How long a job stopped from outside may take to stop: the workers' exit checkpoint
-  // (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint) and the processes' own exit; on Kubernetes also the
-  // pods' terminationGracePeriodSeconds. Unset: kDefaultTerminationGraceSeconds.
+  // (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint) and the processes' own exit; on
+  // Kubernetes also the pods' terminationGracePeriodSeconds. Unset: kDefaultTerminationGraceSeconds.
   static constexpr int64_t kDefaultTerminationGraceSeconds = 30;
   std::optional<int64_t> terminationGracePeriodSeconds;
   int64_t TerminationGraceSeconds() const {

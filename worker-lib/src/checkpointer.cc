@@ -52,8 +52,7 @@ class CheckpointerImpl final : public Checkpointer {
                    std::vector<TensorRef> state, CheckpointConfig config, KeyId state_key,
                    int64_t state_elements, bool rejoin)
       : worker_(worker),
-        impl_(config.servers_save ? impl : nullptr),
-        any_impl_(impl),
+        impl_(impl),
         metrics_(impl != nullptr ? std::make_unique<CheckpointMetrics>(impl->registry()) : nullptr),
         params_(std::move(params)),
         state_(std::move(state)),
@@ -109,24 +108,28 @@ class CheckpointerImpl final : public Checkpointer {
   Status ServersDo(wire::Op op, int64_t step) {
     return impl_->ServerCommand(op, step, state_key_).Wait();
   }
+  // Update mode: the servers keep state, so every round has their half (Create refuses update
+  // mode with checkpoints on a worker of another kind).
+  bool ServersSave() const { return impl_ != nullptr && config_.servers_save; }
   // Copies checkpoint `c` (read from `file`) into the tracked buffers.
   Status Fill(const Checkpoint& c, const std::string& file);
   // The commit a restarted worker rejoins from (Commit without the stop check).
   Status Keep(int64_t step);
   // Rank 0 writes the checkpoint of `step` and tells the scheduler (no-op elsewhere).
   Status Write(int64_t step, bool on_exit);
+  // Tells the scheduler of checkpoint `file` of `step`; the job's status shows its newest one.
+  void Tell(int64_t step, const std::string& file, bool on_exit);
   // Rank 0, checkpoints on, and the whole job is being stopped from outside.
   bool StopsHere() const {
-    return worker_.rank() == 0 && !config_.path.empty() && any_impl_ != nullptr &&
-           any_impl_->setup().job_stopping && any_impl_->setup().job_stopping();
+    return worker_.rank() == 0 && !config_.path.empty() && impl_ != nullptr &&
+           impl_->setup().job_stopping && impl_->setup().job_stopping();
   }
   // The job is being stopped and the tracked tensors hold the values after `step`: the exit
   // checkpoint (unless `step` is saved already), then wait here to be stopped.
   Status StopForTheJob(int64_t step);
 
   Worker& worker_;
-  WorkerImpl* const impl_;  // the same worker; null when servers keep no state
-  WorkerImpl* const any_impl_;  // the same worker whatever the mode; null: another kind
+  WorkerImpl* const impl_;  // the same worker; null: a worker of another kind
   const std::unique_ptr<CheckpointMetrics> metrics_;  // null: a worker of another kind
   const std::vector<TensorRef> params_;
   const std::vector<TensorRef> state_;
@@ -227,7 +230,7 @@ StatusOr<int64_t> CheckpointerImpl::LoadOnRoot() {
     const std::string file = dir.FileFor(step);
     auto c = dir.Load(step);
     Status st = c.ok() ? Fill(*c, file) : c.status();
-    if (st.ok() && impl_ != nullptr) {
+    if (st.ok() && ServersSave()) {
       st = ServersDo(wire::Op::kLoad, step).Annotate("servers restoring step " +
                                                       std::to_string(step) + " of " + file);
     }
@@ -299,7 +302,7 @@ Status CheckpointerImpl::Write(int64_t step, bool on_exit) {
   };
   for (const auto& p : params_) add(p, p.key);
   for (const auto& s : state_) add(s, state_key_);
-  if (impl_ != nullptr) {
+  if (ServersSave()) {
     // The servers' files first: the model file then marks a complete round.
     TRELLIS_RETURN_IF_ERROR(ServersDo(wire::Op::kSave, step)
                                 .Annotate("servers saving step " + std::to_string(step)));
@@ -321,33 +324,30 @@ Status CheckpointerImpl::Write(int64_t step, bool on_exit) {
   }
   TLOG_INFO << "saved step " << step << " to " << *file << " (" << bytes << " bytes, " << secs
             << " s)" << (on_exit ? ": the exit checkpoint" : "");
-  // The job's status shows its newest checkpoint; a scheduler that does not hear of it only
-  // shows an older one, so a failed report is logged, not returned.
-  if (any_impl_ != nullptr && any_impl_->setup().report_checkpoint) {
-    v1::ReportCheckpointRequest req;
-    req.set_step(step);
-    req.set_path(*file);
-    req.set_on_exit(on_exit);
-    Status told = any_impl_->setup().report_checkpoint(req);
-    if (!told.ok()) TLOG_WARN << "telling the scheduler of checkpoint " << *file << ": " << told.ToString();
-  }
+  Tell(step, *file, on_exit);
   return Status::Ok();
+}
+
+void CheckpointerImpl::Tell(int64_t step, const std::string& file, bool on_exit) {
+  if (impl_ == nullptr || !impl_->setup().report_checkpoint) return;
+  v1::ReportCheckpointRequest req;
+  req.set_step(step);
+  req.set_path(file);
+  req.set_on_exit(on_exit);
+  // A scheduler that does not hear of it only shows an older one: logged, not returned.
+  Status told = impl_->setup().report_checkpoint(req);
+  if (!told.ok()) TLOG_WARN << "telling the scheduler of checkpoint " << file << ": " << told.ToString();
 }
 
 Status CheckpointerImpl::StopForTheJob(int64_t step) {
   if (step > last_step_ && step > 0) {
     TRELLIS_RETURN_IF_ERROR(Write(step, /*on_exit=*/true).Annotate("the exit checkpoint"));
-  } else if (last_step_ > 0 && any_impl_->setup().report_checkpoint) {
-    // Saved (or restored) at this very step already: that file is the exit checkpoint.
-    v1::ReportCheckpointRequest req;
-    req.set_step(last_step_);
-    req.set_path(last_file_);
-    req.set_on_exit(true);
-    (void)any_impl_->setup().report_checkpoint(req);
+  } else if (last_step_ > 0) {
+    Tell(last_step_, last_file_, /*on_exit=*/true);  // saved or restored at this very step already
   }
   // Rank 0 pushes no more, so no worker completes another step: the job stops here, and its
   // launcher or agents stop the processes. One that is never stopped ends after its timeout.
-  const auto wait = std::chrono::milliseconds(std::max<int64_t>(any_impl_->setup().timeout_ms, 1000));
+  const auto wait = std::chrono::milliseconds(std::max<int64_t>(impl_->setup().timeout_ms, 1000));
   TLOG_WARN << "the job is being stopped from outside: stopped after step " << step
             << (last_step_ > 0 ? " (exit checkpoint " + last_file_ + ")" : std::string(" (nothing to save)"))
             << "; waiting to be stopped";
