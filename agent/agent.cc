@@ -1,10 +1,12 @@
 #include "agent/agent.h"
 
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
+#include <thread>
 
 #include "common/tls/tls.h"
 #include "common/tls/auth.h"
@@ -138,6 +140,17 @@ int Agent::Run() {
   }
   cv_.SignalAll();
   heartbeat_thread_.join();
+  int32_t finished_rank;
+  {
+    MutexLock lock(&mu_);
+    finished_rank = finished_rank_;
+  }
+  if (finished_rank >= 0) {
+    TLOG_INFO << "worker " << finished_rank << " (pod " << config_.pod_name
+              << ") finished before this pod was made (its program exited 0): nothing to run, exiting 0";
+    report_.exit = "worker " + std::to_string(finished_rank) + " had finished already: nothing to run";
+    return 0;
+  }
   if (!r.error.ok()) {
     TLOG_ERROR << "cannot run the " << RoleName(config_.role) << " program: " << r.error.ToString();
     report_.error = "cannot run the " + std::string(RoleName(config_.role)) + " program: " + r.error.ToString();
@@ -194,6 +207,7 @@ void Agent::OnStarted(const Process& /*process*/, int /*attempt*/) { last_start_
 void Agent::OnStartFailed(const Status& error, int /*attempt*/) { last_start_error_ = error; }
 
 void Agent::RequestStop(int signo) {
+  if (signo == SIGTERM) AwaitTheJobsStop();
   {
     MutexLock lock(&mu_);
     stopping_ = true;
@@ -201,6 +215,36 @@ void Agent::RequestStop(int signo) {
   }
   cv_.SignalAll();
   supervisor_->RequestStop(signo);
+}
+
+void Agent::AwaitTheJobsStop() {
+  int32_t rank;
+  int64_t incarnation;
+  {
+    MutexLock lock(&mu_);
+    if (stopping_ || rank_ < 0) return;  // stopping already, or registering: nothing to keep
+    rank = rank_;
+    incarnation = incarnation_;
+  }
+  // The scheduler bounds the wait by the job's grace; this bound only guards against one that
+  // keeps saying "wait" (the kubelet's SIGKILL ends it anyway).
+  const auto start = std::chrono::steady_clock::now();
+  std::string said;
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(3600)) {
+    if (supervisor_->state() != Supervisor::State::kRunning) return;  // the program ended meanwhile
+    auto r = client_->PodStopping(config_.role, rank, incarnation);
+    if (!r.ok()) {
+      TLOG_INFO << "the pod is being stopped; the scheduler does not answer (" << r.status().message()
+                << "): stopping the program";
+      return;
+    }
+    if (r->reason() != said) {
+      said = r->reason();
+      TLOG_INFO << "the pod is being stopped: " << said << (r->wait() ? "; the program runs on" : "; stopping the program");
+    }
+    if (!r->wait()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
 }
 
 bool Agent::NoProgramRunning() const {
@@ -247,6 +291,11 @@ StatusOr<std::vector<std::string>> Agent::ProgramArgv() const {
 
 StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
   TRELLIS_ASSIGN_OR_RETURN(v1::RegisterResponse reg, RegisterWithRetry(attempt));
+  if (reg.finished()) {
+    MutexLock lock(&mu_);
+    finished_rank_ = reg.rank();
+    return CancelledError("worker " + std::to_string(reg.rank()) + " finished already");
+  }
   {
     MutexLock lock(&mu_);
     rank_ = reg.rank();

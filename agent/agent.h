@@ -31,7 +31,9 @@ class Agent : public SupervisorHooks {
   // 1 when registration failed). Call from the main thread.
   int Run() EXCLUDES(mu_);
 
-  // Any thread (the signal thread): forward `signo` and stop.
+  // Any thread (the signal thread): forward `signo` and stop. SIGTERM (the pod is being
+  // deleted, evicted, drained) first asks the scheduler whether the whole job is being stopped
+  // (AwaitTheJobsStop).
   void RequestStop(int signo) EXCLUDES(mu_);
   // True while no program runs (registering): a stop can then end the agent at once.
   bool NoProgramRunning() const;
@@ -50,6 +52,11 @@ class Agent : public SupervisorHooks {
  private:
   Agent(AgentConfig config, std::unique_ptr<SchedulerClient> client);
   StatusOr<v1::RegisterResponse> RegisterWithRetry(int attempt) EXCLUDES(mu_);
+  // Its pod is being stopped from outside: while the scheduler says the whole job is being
+  // stopped and rank 0's exit checkpoint is not written yet, the program runs on (asked every
+  // 200 ms; scheduler/pod_stops.h). Returns at once when only this pod is stopped (within the
+  // job's short window), or when the scheduler does not answer.
+  void AwaitTheJobsStop() EXCLUDES(mu_);
   // The scheduler does not know this pod although it registered (the scheduler restarted):
   // register again under the rank and incarnation held, the program running on.
   void Reregister(int32_t rank, int64_t incarnation) EXCLUDES(mu_);
@@ -105,6 +112,9 @@ class Agent : public SupervisorHooks {
   int32_t rank_ GUARDED_BY(mu_) = -1;                 // -1 until registered
   int64_t incarnation_ GUARDED_BY(mu_) = 0;
   int attempt_ GUARDED_BY(mu_) = 0;  // restarts of the program so far
+  // The scheduler said this pod's worker rank finished already (RegisterResponse.finished): the
+  // agent runs nothing and exits 0. -1: not so.
+  int32_t finished_rank_ GUARDED_BY(mu_) = -1;
   // The scheduler found the program stalled (HeartbeatResponse.restart_program) and the agent
   // killed it: the incarnation killed and why, for the exit report. 0: none.
   int64_t stall_killed_incarnation_ GUARDED_BY(mu_) = 0;

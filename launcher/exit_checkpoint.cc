@@ -49,6 +49,14 @@ bool Launcher::AwaitExitCheckpoint(int signo) {
                     " after the signal); run the job again to resume from it");
       return true;
     }
+    if (!p->exit_ready()) {
+      // A program without a trellis::Checkpointer on rank 0 (trellis.torch's save_checkpoint is
+      // the program's own call) writes none: waiting out the grace would only delay the stop.
+      console_.Line("trellis-launch: rank 0 writes no exit checkpoint (it runs no trellis::Checkpointer)" +
+                    (newest > 0 ? "; the newest checkpoint is of step " + std::to_string(newest)
+                                : std::string("; no checkpoint was written")));
+      return false;
+    }
     bool workers_running = false;
     for (auto& a : agents_) {
       if (a->plan.kind == ProcessPlan::Kind::kWorker && !a->exit && !a->process->Poll()) workers_running = true;

@@ -97,6 +97,10 @@ StatusOr<Settings> BuildSettings(const ParsedArgs& args, const EnvSource& env) {
         static_cast<int64_t>(spec->scheduler.livenessTimeoutSeconds * 1000.0));
     c.progress_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(spec->scheduler.progressTimeoutSeconds * 1000.0));
+    // Pods stopped from outside wait for the exit checkpoint within their grace, leaving them
+    // a few seconds (a third of a short grace) to exit in.
+    const int64_t grace_ms = spec->runPolicy.TerminationGraceSeconds() * 1000;
+    c.stop_limit = std::chrono::milliseconds(std::max<int64_t>(grace_ms - std::min<int64_t>(3000, grace_ms / 3), 500));
     s.server.progress.straggler_factor = spec->monitoring.straggler.factor;
     s.server.progress.straggler_window = std::chrono::milliseconds(
         static_cast<int64_t>(spec->monitoring.straggler.windowSeconds * 1000.0));
@@ -212,6 +216,9 @@ int Main(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   TLOG_INFO << "signal " << sig << ": shutting down";
+  // Its pod is being deleted: when the whole job is (every worker's pod too), the agents wait
+  // for rank 0's exit checkpoint, which needs this scheduler until then.
+  (*server)->OutliveTheJobsStop();
   metrics_server.reset();
   (*server)->Shutdown();
   return kExitOk;

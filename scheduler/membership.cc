@@ -292,6 +292,17 @@ Status Membership::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRespo
   return Status::Ok();
 }
 
+int32_t Membership::FinishedWorker(const std::string& pod_name) const {
+  auto it = pods_.find(pod_name);
+  if (it == pods_.end() || it->second.first != v1::ROLE_WORKER) return -1;
+  const Member& w = at(v1::ROLE_WORKER, it->second.second);
+  return w.exited && w.last_exit_code == 0 ? it->second.second : -1;
+}
+
+bool Membership::AnyWorkerExited() const {
+  return std::any_of(workers_.begin(), workers_.end(), [](const Member& w) { return w.registered && w.exited; });
+}
+
 Status Membership::ReportExit(const v1::ReportExitRequest& req, std::string* failure) {
   TRELLIS_RETURN_IF_ERROR(Check(req.role(), req.rank(), true));
   Member& n = mutable_at(req.role(), req.rank());

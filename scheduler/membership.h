@@ -81,6 +81,10 @@ class Membership {
   // Every rank registered and every server ready: the cluster view is complete.
   bool Complete() const;
   bool AllRegistered() const;
+  // Some worker's program exited for good (finished, or failed): the job is ending.
+  bool AnyWorkerExited() const;
+  // `pod_name` holds a worker rank whose program exited 0 (finished): its rank, else -1.
+  int32_t FinishedWorker(const std::string& pod_name) const;
   void FillView(v1::ClusterView* view) const;  // the members' part of the view
 
   // The request's own fields (role, pod name, gpus, job name), before any state is looked at.

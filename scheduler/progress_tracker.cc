@@ -101,17 +101,36 @@ void ProgressTracker::JudgeLocked(TimePoint now) {
 }
 
 Status ProgressTracker::NoteCheckpoint(const v1::ReportCheckpointRequest& req, int64_t unix_ms) {
+  if (req.exit_ready() && req.step() == 0 && req.path().empty() && !req.on_exit() && !req.restored()) {
+    MutexLock lock(&mu_);
+    exit_ready_ = true;
+    return Status::Ok();
+  }
   if (req.step() < 1 || req.path().empty() || req.path().size() > kMaxCheckpointPath) {
     return InvalidArgumentError("ReportCheckpoint: step must be >= 1 and path 1 to " +
                                 std::to_string(kMaxCheckpointPath) + " bytes");
   }
+  if (req.restored() && req.on_exit()) {
+    return InvalidArgumentError("ReportCheckpoint: a checkpoint is either restored or written on exit");
+  }
   MutexLock lock(&mu_);
+  exit_ready_ |= req.exit_ready();
+  if (req.restored()) {
+    resumed_from_.set_step(req.step());
+    resumed_from_.set_path(req.path());
+    resumed_from_.set_unix_ms(unix_ms);
+  }
   if (req.step() < checkpoint_.step()) return Status::Ok();  // an older one, reported late
   checkpoint_.set_step(req.step());
   checkpoint_.set_path(req.path());
   checkpoint_.set_unix_ms(unix_ms);
   checkpoint_.set_on_exit(req.on_exit());
   return Status::Ok();
+}
+
+ProgressTracker::ExitState ProgressTracker::exit_state() const {
+  MutexLock lock(&mu_);
+  return {exit_ready_, checkpoint_.on_exit()};
 }
 
 v1::JobProgress ProgressTracker::Snapshot(const v1::ClusterView& view) const {
@@ -124,6 +143,8 @@ v1::JobProgress ProgressTracker::Snapshot(const v1::ClusterView& view) const {
   p.set_eta_seconds(-1);
   MutexLock lock(&mu_);
   if (checkpoint_.step() > 0) *p.mutable_checkpoint() = checkpoint_;
+  if (resumed_from_.step() > 0) *p.mutable_resumed_from() = resumed_from_;
+  p.set_exit_ready(exit_ready_);
   std::vector<bool> live(ranks_.size());
   for (size_t i = 0; i < ranks_.size(); ++i) {
     live[i] = RecentLocked(ranks_[i], now);

@@ -40,10 +40,18 @@ class ProgressTracker {
   // figures. A report of an older incarnation than the rank's last is ignored.
   Status Report(const v1::ReportProgressRequest& req) EXCLUDES(mu_);
   // Rank 0 wrote a checkpoint (ReportCheckpoint) at `unix_ms`: the newest by step is the job's
-  // (Snapshot's `checkpoint`). INVALID_ARGUMENT for a step < 1 or a path that is empty or over
-  // kMaxCheckpointPath bytes (nothing a peer sends grows the state).
+  // (Snapshot's `checkpoint`); a `restored` one is also where the job resumed (`resumed_from`);
+  // `exit_ready` alone (step 0, no path) says rank 0 runs a Checkpointer. INVALID_ARGUMENT for
+  // a step < 1 or a path that is empty or over kMaxCheckpointPath bytes otherwise (nothing a
+  // peer sends grows the state).
   static constexpr size_t kMaxCheckpointPath = 4096;
   Status NoteCheckpoint(const v1::ReportCheckpointRequest& req, int64_t unix_ms) EXCLUDES(mu_);
+  // What rank 0 said of exit checkpoints: it writes them (ready); it wrote one (written).
+  struct ExitState {
+    bool ready = false;
+    bool written = false;
+  };
+  ExitState exit_state() const EXCLUDES(mu_);
   // The job's progress now; `view` (the scheduler's cluster view) gives pod names and which
   // workers exited or are dead (those are not live).
   v1::JobProgress Snapshot(const v1::ClusterView& view) const EXCLUDES(mu_);
@@ -80,6 +88,8 @@ class ProgressTracker {
   double loss_ GUARDED_BY(mu_) = 0;
   TimePoint last_judged_ GUARDED_BY(mu_){};
   v1::CheckpointInfo checkpoint_ GUARDED_BY(mu_);  // step 0: none reported
+  v1::CheckpointInfo resumed_from_ GUARDED_BY(mu_);  // step 0: started afresh
+  bool exit_ready_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace trellis

@@ -220,6 +220,18 @@ Status SchedulerClient::ReportCheckpoint(const v1::ReportCheckpointRequest& requ
   return Finish(Stub()->ReportCheckpoint(&ctx, request, &resp), "ReportCheckpoint");
 }
 
+StatusOr<v1::PodStoppingResponse> SchedulerClient::PodStopping(v1::Role role, int32_t rank, int64_t incarnation) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::PodStoppingRequest req;
+  req.set_role(role);
+  req.set_rank(rank);
+  req.set_incarnation(incarnation);
+  v1::PodStoppingResponse resp;
+  TRELLIS_RETURN_IF_ERROR(Finish(Stub()->PodStopping(&ctx, req, &resp), "PodStopping"));
+  return resp;
+}
+
 Status SchedulerClient::ReportExit(const v1::ReportExitRequest& request) {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);

@@ -80,6 +80,8 @@ class SchedulerClient {
   // The whole job is being stopped from outside (the launcher); rank 0's checkpoints.
   Status StopJob(const std::string& reason);
   Status ReportCheckpoint(const v1::ReportCheckpointRequest& request);
+  // An agent whose pod is being stopped from outside: keep the program running? (pod_stops.h)
+  StatusOr<v1::PodStoppingResponse> PodStopping(v1::Role role, int32_t rank, int64_t incarnation);
 
   // How many channels this client has made (1 + those made after the scheduler went away).
   int channels_made() const EXCLUDES(mu_);

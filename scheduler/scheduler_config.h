@@ -31,6 +31,11 @@ struct SchedulerConfig {
   // be back within `replacement_timeout`, or the job fails.
   std::chrono::milliseconds liveness_timeout{30000};
   std::chrono::milliseconds progress_timeout{300000};
+  // Pods stopped from outside (pod_stops.h): a pod waits `pod_stop_window` for the others to
+  // follow; everyone waits for the exit checkpoint at most `stop_limit` (the job's
+  // terminationGracePeriodSeconds less a margin to exit in).
+  std::chrono::milliseconds pod_stop_window{2000};
+  std::chrono::milliseconds stop_limit{27000};
 };
 
 Status ValidateSchedulerConfig(const SchedulerConfig& config);

@@ -1,6 +1,7 @@
 #include "scheduler/scheduler_service.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "common/tls/auth.h"
 #include "common/base/grpc_status.h"
@@ -384,6 +385,34 @@ void SchedulerServer::SweepLoop() {
     lock.Unlock();
     state_->Sweep();
     lock.Lock();
+  }
+}
+
+void SchedulerServer::OutliveTheJobsStop() {
+  const SchedulerConfig& c = state_->config();
+  const auto start = steady_clock_.Now();
+  bool waited = false;
+  while (true) {
+    const auto now = steady_clock_.Now();
+    const ProgressTracker::ExitState exit = progress_->exit_state();
+    if (exit.written || !exit.ready || !state_->Training()) break;  // nothing to wait for
+    // The workers' agents decide within their window; a little longer here.
+    const bool involved = !state_->stop_reason().empty();
+    if (!involved && now - start >= c.pod_stop_window + std::chrono::seconds(1)) break;
+    if (now - start >= c.stop_limit) {
+      TLOG_WARN << "no exit checkpoint within " << Seconds(c.stop_limit) << " s: stopping anyway";
+      break;
+    }
+    if (involved && !waited) {
+      TLOG_INFO << "pods of the job are being stopped: serving until rank 0's exit checkpoint (at most "
+                << Seconds(c.stop_limit) << " s)";
+      waited = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (waited && progress_->exit_state().written) {
+    // The agents ask every 200 ms: let each hear that it is written before the scheduler goes.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
 }
 

@@ -104,6 +104,8 @@ class SchedulerService final : public SchedulerServiceBase {
   grpc::ServerUnaryReactor* ReportCheckpoint(grpc::CallbackServerContext* ctx,
                                              const v1::ReportCheckpointRequest* req,
                                              v1::ReportCheckpointResponse* resp) override;
+  grpc::ServerUnaryReactor* PodStopping(grpc::CallbackServerContext* ctx, const v1::PodStoppingRequest* req,
+                                        v1::PodStoppingResponse* resp) override;
 
  private:
   // UNAUTHENTICATED unless the call carries the job token.
@@ -161,6 +163,12 @@ class SchedulerServer {
   SchedulerState& state() { return *state_; }
   ProgressTracker& progress() { return *progress_; }
 
+  // Its pod is being stopped (SIGTERM): while the whole job is being stopped (StopJob, or every
+  // worker's pod too: pod_stops.h), keeps serving until rank 0's exit checkpoint is reported,
+  // at most the job's stop_limit; returns when rank 0 writes none, or when the job is not
+  // stopping within the job's pod_stop_window and a second (only this pod is deleted: its
+  // replacement takes over the running job).
+  void OutliveTheJobsStop();
   // Answers every waiting call (UNAVAILABLE), stops the server and the sweeper. Idempotent.
   void Shutdown() EXCLUDES(mu_);
 

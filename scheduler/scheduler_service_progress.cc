@@ -1,5 +1,6 @@
 // The progress calls of the scheduler's service, answered at once from the ProgressTracker, and
-// what the job's end from outside needs: StopJob and rank 0's ReportCheckpoint.
+// what the job's end from outside needs: StopJob, rank 0's ReportCheckpoint and the agents'
+// PodStopping.
 #include <chrono>
 
 #include "common/base/grpc_status.h"
@@ -60,6 +61,16 @@ grpc::ServerUnaryReactor* SchedulerService::ReportCheckpoint(grpc::CallbackServe
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
   return FinishNow(ctx, ToGrpc(progress_->NoteCheckpoint(*req, unix_ms)));
+}
+
+grpc::ServerUnaryReactor* SchedulerService::PodStopping(grpc::CallbackServerContext* ctx,
+                                                        const v1::PodStoppingRequest* req,
+                                                        v1::PodStoppingResponse* resp) {
+  if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  const ProgressTracker::ExitState exit = progress_->exit_state();
+  auto r = state_->PodStopping(*req, exit.ready, exit.written);
+  if (r.ok()) *resp = *r;
+  return FinishNow(ctx, r.ok() ? grpc::Status::OK : ToGrpc(r.status()));
 }
 
 }  // namespace trellis

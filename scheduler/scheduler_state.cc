@@ -18,7 +18,8 @@ SchedulerState::SchedulerState(SchedulerConfig config, const Clock* clock)
       members_(config_, clock_),
       shards_(config_),
       rejoins_(config_.num_workers),
-      recovery_(config_) {}
+      recovery_(config_),
+      pod_stops_(config_.num_servers, config_.num_workers, config_.pod_stop_window, config_.stop_limit) {}
 
 SchedulerState::~SchedulerState() { Shutdown(); }
 
@@ -172,8 +173,44 @@ void SchedulerState::StopJob(const std::string& reason) {
   MutexLock lock(&mu_);
   if (!stop_reason_.empty()) return;
   stop_reason_ = reason.empty() ? std::string("stopped from outside") : reason;
+  stop_since_ = clock_->Now();
   TLOG_INFO << "the job is being stopped (" << stop_reason_
             << "): workers stop at their next step boundary, rank 0 writes an exit checkpoint";
+}
+
+StatusOr<v1::PodStoppingResponse> SchedulerState::PodStopping(const v1::PodStoppingRequest& req, bool exit_ready,
+                                                             bool exit_written) {
+  MutexLock lock(&mu_);
+  TRELLIS_RETURN_IF_ERROR(OpenLocked(/*failed_counts=*/false));
+  TRELLIS_RETURN_IF_ERROR(members_.Check(req.role(), req.rank(), /*must_be_registered=*/true));
+  const Membership::Member& m = members_.at(req.role(), req.rank());
+  if (req.incarnation() != 0 && req.incarnation() < m.incarnation) {
+    return FailedPreconditionError("incarnation " + std::to_string(req.incarnation()) + " is not the current one (" +
+                                   std::to_string(m.incarnation) + ")");
+  }
+  const TimePoint now = clock_->Now();
+  PodStops::JobState job;
+  job.training = !members_.AnyWorkerExited();
+  job.stopping = !stop_reason_.empty();
+  job.stopping_since = stop_since_;
+  job.exit_ready = exit_ready;
+  job.exit_written = exit_written;
+  const PodStops::Verdict v = pod_stops_.Ask(req.role(), req.rank(), job, now);
+  if (v.stop_job && stop_reason_.empty()) {
+    stop_reason_ = "every worker's pod is being stopped from outside (deleted, evicted or drained)";
+    stop_since_ = now;
+    TLOG_INFO << "the job is being stopped (" << stop_reason_
+              << "): workers stop at their next step boundary, rank 0 writes an exit checkpoint";
+  }
+  v1::PodStoppingResponse resp;
+  resp.set_wait(v.wait);
+  resp.set_reason(v.reason);
+  return resp;
+}
+
+bool SchedulerState::Training() const {
+  MutexLock lock(&mu_);
+  return !members_.AnyWorkerExited();
 }
 
 std::string SchedulerState::stop_reason() const {

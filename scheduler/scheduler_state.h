@@ -6,6 +6,7 @@
 //   GroupKeys        (group_keys.h)       local groups' bootstrap keys
 //   Rejoins          (rejoins.h)          restarted workers matched with donors
 //   RestartRecovery  (restart_recovery.h) the grace period after a scheduler restart
+//   PodStops         (pod_stops.h)        pods stopped from outside: is the whole job?
 // -- and what spans them: the cluster view and its waiters, the job's failure, shutdown.
 //
 // Thread-safe, under ONE lock (mu_): the parts are plain classes, not thread-safe on their own,
@@ -32,6 +33,7 @@
 #include "scheduler/deferred.h"
 #include "scheduler/group_keys.h"
 #include "scheduler/membership.h"
+#include "scheduler/pod_stops.h"
 #include "scheduler/rejoins.h"
 #include "scheduler/restart_recovery.h"
 #include "scheduler/scheduler_config.h"
@@ -109,6 +111,14 @@ class SchedulerState {
   // stopping.
   void StopJob(const std::string& reason) EXCLUDES(mu_);
   std::string stop_reason() const EXCLUDES(mu_);
+  // A member's pod is being stopped from outside (PodStopping; pod_stops.h): whether its agent
+  // keeps the program running for the whole job's exit checkpoint. Once every worker's pod is,
+  // the job is stopped as by StopJob. `exit` says what rank 0 did (the ProgressTracker's).
+  // Errors: an unknown role, rank or member; a stale incarnation.
+  StatusOr<v1::PodStoppingResponse> PodStopping(const v1::PodStoppingRequest& req, bool exit_ready,
+                                                bool exit_written) EXCLUDES(mu_);
+  // No worker's program has exited for good: the job is not ending by itself.
+  bool Training() const EXCLUDES(mu_);
   Status Leave(const v1::LeaveRequest& req) EXCLUDES(mu_);
 
   // Marks nodes silent for longer than the heartbeat timeout dead (not while recovering after a
@@ -168,6 +178,8 @@ class SchedulerState {
   std::string failure_message_ GUARDED_BY(mu_);
   bool shutdown_ GUARDED_BY(mu_) = false;
   std::string stop_reason_ GUARDED_BY(mu_);  // StopJob's; empty: not stopping
+  TimePoint stop_since_ GUARDED_BY(mu_){};
+  PodStops pod_stops_ GUARDED_BY(mu_);
   std::vector<ClusterWaiter> cluster_waiters_ GUARDED_BY(mu_);
 };
 

@@ -7,7 +7,10 @@ into a local folder and rewrites their mount paths in the command and environmen
 fieldRef env (metadata.name, status.podIP = 127.0.0.1); runs the scheduler pod on a free local
 port and points `<service>:<port>` in the other pods' environment at it; finds programs in
 --bin-dir; reports phase Running, then Succeeded/Failed with the container's exit code through
-the status subresource; stops the process of a pod that is deleted.
+the status subresource; stops the process of a pod that is deleted as a kubelet does: SIGTERM
+to every deleted pod at once, SIGKILL after its terminationGracePeriodSeconds, and a recreated
+pod of the same name only once the old one's process has exited (its previous log kept as
+<name>.previous.log).
 
 With --rootfs ROOTFS (an unpacked image: `make image` leaves build/image/bundle/rootfs) each pod's
 command runs inside that image instead of from --bin-dir, through tests/image/run_in_image.py:
@@ -97,6 +100,7 @@ class Kubelet:
         self.procs = {}      # (ns, name, uid) -> Popen
         self.services = {}   # (ns, "<service>:<port>") -> "127.0.0.1:<local port>", kept for our lifetime
         self.done = set()    # uids that ran to the end
+        self.terminating = {}  # (ns, name, uid) -> (Popen, SIGKILL deadline): deleted, not exited yet
 
     def materialize(self, ns, pod, pod_dir):
         """Volumes -> local folders; returns {mountPath: local path}."""
@@ -182,11 +186,15 @@ class Kubelet:
             prog = os.path.join(self.bin_dir, argv[0])
             if os.path.exists(prog):
                 argv[0] = prog
-        log = open(os.path.join(self.work_dir, name + ".log"), "wb")
+        log_path = os.path.join(self.work_dir, name + ".log")
+        if os.path.exists(log_path):  # the previous pod of this name: `kubectl logs --previous`
+            os.replace(log_path, os.path.join(self.work_dir, name + ".previous.log"))
+        log = open(log_path, "wb")
         p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                              preexec_fn=_die_with_parent)
         log.close()
         p.termination_log = term
+        p.grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
         self.procs[(ns, name, pod["metadata"]["uid"])] = p
         self.api.patch_status(ns, name, pod["metadata"]["uid"], {"phase": "Running", "podIP": "127.0.0.1",
                                          "containerStatuses": [{"name": c["name"], "ready": True,
@@ -221,11 +229,32 @@ class Kubelet:
             os.killpg(p.pid, signal.SIGTERM)
             p.wait(timeout=5)
         except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+            self.kill(p)
+
+    @staticmethod
+    def kill(p):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+    def terminate(self, key, p):
+        """A deleted pod, as a kubelet stops it: SIGTERM now, SIGKILL once its
+        terminationGracePeriodSeconds are over; every deleted pod at once (`reap` waits)."""
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        self.terminating[key] = (p, time.monotonic() + p.grace)
+
+    def reap(self):
+        for key, (p, deadline) in list(self.terminating.items()):
+            if p.poll() is None and time.monotonic() < deadline:
+                continue
+            if p.poll() is None:
+                self.kill(p)
+            del self.terminating[key]
 
     def step(self):
         where = "/api/v1/namespaces/%s/pods" % self.namespace if self.namespace else "/api/v1/pods"
@@ -236,14 +265,18 @@ class Kubelet:
         for pod in lst["items"]:
             m = pod["metadata"]
             pods[(m.get("namespace", "default"), m["name"], m["uid"])] = pod
-        # Deleted pods first: a recreated scheduler pod reuses its predecessor's port.
+        # Deleted pods first: a recreated scheduler pod reuses its predecessor's port, so a pod
+        # starts only once its same-named predecessor has exited (on a node, the old Pod object
+        # stays until then, so nobody can create the new one earlier).
         for key, p in list(self.procs.items()):
             if key not in pods or pods[key]["metadata"].get("deletionTimestamp"):
-                self.stop(p)
+                self.terminate(key, p)
                 del self.procs[key]
                 self.done.add(key[2])
+        self.reap()
+        ending = {(ns, name) for (ns, name, _) in self.terminating}
         for (ns, name, uid), pod in pods.items():
-            if (ns, name, uid) not in self.procs and uid not in self.done and \
+            if (ns, name, uid) not in self.procs and uid not in self.done and (ns, name) not in ending and \
                     not pod["metadata"].get("deletionTimestamp") and \
                     pod.get("status", {}).get("phase", "Pending") == "Pending":
                 self.start(ns, pod)
@@ -269,6 +302,8 @@ class Kubelet:
     def shutdown(self, *_):
         for p in self.procs.values():
             self.stop(p)
+        for p, _ in self.terminating.values():
+            self.kill(p)
         sys.exit(0)
 
 

@@ -48,6 +48,8 @@ class KubeletDouble(unittest.TestCase):
     def tearDown(self):
         for p in self.kubelet.procs.values():
             self.kubelet.stop(p)
+        for p, _ in self.kubelet.terminating.values():
+            self.kubelet.kill(p)
         os.killpg(self.double.pid, signal.SIGTERM)
         self.double.wait(timeout=10)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -94,6 +96,43 @@ class KubeletDouble(unittest.TestCase):
         self.assertEqual(self.kubelet.procs, {})
         self.kubelet.step()  # the new pod starts and runs
         self.assertEqual(self.get("w")["status"]["phase"], "Running")
+
+    def test_deleted_pods_stop_together_and_a_successor_waits_for_its_predecessor(self):
+        """As a kubelet: every deleted pod gets SIGTERM at once (a pod waiting for the others, e.g.
+        for the job's exit checkpoint, is not stopped alone), one that ignores it is killed after
+        its terminationGracePeriodSeconds, and a recreated pod of the same name starts only once
+        its predecessor has exited, the old log kept."""
+        slow = "trap 'echo got-term; sleep 2; exit 0' TERM; echo up; while :; do sleep 0.1; done"
+        for name in ("a", "b"):
+            self.assertEqual(self.api.call("POST", PODS, pod(name, ["/bin/sh", "-c", slow]))[0], 201)
+        stubborn = pod("c", ["/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"])
+        stubborn["spec"]["terminationGracePeriodSeconds"] = 1
+        self.assertEqual(self.api.call("POST", PODS, stubborn)[0], 201)
+        self.kubelet.step()
+        self.assertEqual(len(self.kubelet.procs), 3)
+        time.sleep(0.5)  # the shells set their traps
+        for name in ("a", "b", "c"):
+            self.assertEqual(self.api.call("DELETE", PODS + "/" + name)[0], 200)
+        self.assertEqual(self.api.call("POST", PODS, pod("a", ["/bin/sh", "-c", "echo second; sleep 30"]))[0], 201)
+        t0 = time.monotonic()
+        self.kubelet.step()
+        self.assertLess(time.monotonic() - t0, 1.0, "a step does not wait for pods to exit")
+        self.assertEqual(self.kubelet.procs, {}, "the new a waits for the old one to exit")
+        self.assertEqual(len(self.kubelet.terminating), 3)
+        deadline = time.monotonic() + 20
+        while self.kubelet.terminating and time.monotonic() < deadline:
+            self.kubelet.step()
+            time.sleep(0.1)
+        self.assertEqual(self.kubelet.terminating, {})
+        self.assertLess(time.monotonic() - t0, 5, "a and b were stopped together, c killed after 1 s")
+        logs = os.path.join(self.dir, "pods")
+        for name in ("a", "b"):
+            path = os.path.join(logs, name + (".previous.log" if name == "a" else ".log"))
+            with open(path) as f:
+                self.assertIn("got-term", f.read(), name)
+        self.kubelet.step()  # the new a starts now
+        self.assertEqual(len(self.kubelet.procs), 1)
+        self.assertEqual(self.get("a")["status"]["phase"], "Running")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,8 @@ class CheckpointerImpl final : public Checkpointer {
       keeper_ = std::make_unique<RejoinKeeper>(*impl, params_, state_key_, state_buf_.data(),
                                                static_cast<int64_t>(state_buf_.size()));
     }
+    // Whoever stops the job waits for an exit checkpoint only from a rank 0 that writes one.
+    if (worker_.rank() == 0 && !config_.path.empty()) Tell(0, "", Told::kExitReady);
   }
 
   StatusOr<int64_t> Restore() override;
@@ -117,8 +119,10 @@ class CheckpointerImpl final : public Checkpointer {
   Status Keep(int64_t step);
   // Rank 0 writes the checkpoint of `step` and tells the scheduler (no-op elsewhere).
   Status Write(int64_t step, bool on_exit);
-  // Tells the scheduler of checkpoint `file` of `step`; the job's status shows its newest one.
-  void Tell(int64_t step, const std::string& file, bool on_exit);
+  // Tells the scheduler of checkpoint `file` of `step` (the job's status shows its newest one and
+  // the one it resumed from), or (kExitReady) only that rank 0 writes exit checkpoints.
+  enum class Told { kWritten, kOnExit, kRestored, kExitReady };
+  void Tell(int64_t step, const std::string& file, Told what);
   // Rank 0, checkpoints on, and the whole job is being stopped from outside.
   bool StopsHere() const {
     return worker_.rank() == 0 && !config_.path.empty() && impl_ != nullptr &&
@@ -244,6 +248,7 @@ StatusOr<int64_t> CheckpointerImpl::LoadOnRoot() {
     last_file_ = file;
     last_step_ = step;
     TLOG_INFO << "restored step " << step << " from " << file;
+    Tell(step, file, Told::kRestored);
     return step;
   }
   // Files exist but none is usable: starting over silently would lose the training.
@@ -324,16 +329,18 @@ Status CheckpointerImpl::Write(int64_t step, bool on_exit) {
   }
   TLOG_INFO << "saved step " << step << " to " << *file << " (" << bytes << " bytes, " << secs
             << " s)" << (on_exit ? ": the exit checkpoint" : "");
-  Tell(step, *file, on_exit);
+  Tell(step, *file, on_exit ? Told::kOnExit : Told::kWritten);
   return Status::Ok();
 }
 
-void CheckpointerImpl::Tell(int64_t step, const std::string& file, bool on_exit) {
+void CheckpointerImpl::Tell(int64_t step, const std::string& file, Told what) {
   if (impl_ == nullptr || !impl_->setup().report_checkpoint) return;
   v1::ReportCheckpointRequest req;
   req.set_step(step);
   req.set_path(file);
-  req.set_on_exit(on_exit);
+  req.set_on_exit(what == Told::kOnExit);
+  req.set_restored(what == Told::kRestored);
+  req.set_exit_ready(true);
   // A scheduler that does not hear of it only shows an older one: logged, not returned.
   Status told = impl_->setup().report_checkpoint(req);
   if (!told.ok()) TLOG_WARN << "telling the scheduler of checkpoint " << file << ": " << told.ToString();
@@ -343,7 +350,7 @@ Status CheckpointerImpl::StopForTheJob(int64_t step) {
   if (step > last_step_ && step > 0) {
     TRELLIS_RETURN_IF_ERROR(Write(step, /*on_exit=*/true).Annotate("the exit checkpoint"));
   } else if (last_step_ > 0) {
-    Tell(last_step_, last_file_, /*on_exit=*/true);  // saved or restored at this very step already
+    Tell(last_step_, last_file_, Told::kOnExit);  // saved or restored at this very step already
   }
   // Rank 0 pushes no more, so no worker completes another step: the job stops here, and its
   // launcher or agents stop the processes. One that is never stopped ends after its timeout.

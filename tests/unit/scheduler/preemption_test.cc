@@ -28,6 +28,17 @@ class PreemptionTest : public testing::RunningJobTest {
     r.set_message("program exited with code " + std::to_string(code));
     return state_->ReportExit(r);
   }
+  // Member (role, rank)'s agent asks whether its program runs on; rank 0 writes exit
+  // checkpoints (`ready`), and has written one (`written`).
+  v1::PodStoppingResponse Stopping(v1::Role role, int32_t rank, bool ready = true, bool written = false) {
+    v1::PodStoppingRequest r;
+    r.set_role(role);
+    r.set_rank(rank);
+    r.set_incarnation(1);
+    auto got = state_->PodStopping(r, ready, written);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    return got.ok() ? *got : v1::PodStoppingResponse();
+  }
   void Watch(int32_t rank, int64_t incarnation) {
     v1::WatchRejoinsRequest w;
     w.set_rank(rank);
@@ -37,6 +48,80 @@ class PreemptionTest : public testing::RunningJobTest {
     ASSERT_TRUE(got.has_value() && got->ok());
   }
 };
+
+// Pods stopped from outside (scheduler/pod_stops.h): one pod alone waits a moment for the others
+// and then stops (its replacement rejoins); once every worker's pod is going, the whole job
+// stops and everyone waits for rank 0's exit checkpoint, within the job's stop limit.
+TEST_F(PreemptionTest, EveryWorkersPodStoppingStopsTheWholeJobAndEveryoneWaitsForTheExitCheckpoint) {
+  // One worker's pod: it waits the window (2 s) for the others, then stops; the job goes on.
+  EXPECT_TRUE(Stopping(v1::ROLE_WORKER, 1).wait());
+  clock_.Advance(1s);
+  EXPECT_TRUE(Stopping(v1::ROLE_SERVER, 0).wait());
+  clock_.Advance(1500ms);
+  auto alone = Stopping(v1::ROLE_WORKER, 1);
+  EXPECT_FALSE(alone.wait());
+  EXPECT_THAT(alone.reason(), HasSubstr("only some of the job's pods"));
+  EXPECT_EQ(state_->stop_reason(), "");
+  // Worker 0's pod too: every worker's is going, so the whole job stops.
+  auto all = Stopping(v1::ROLE_WORKER, 0);
+  EXPECT_TRUE(all.wait());
+  EXPECT_THAT(all.reason(), HasSubstr("every worker's pod is being stopped"));
+  EXPECT_THAT(state_->stop_reason(), HasSubstr("every worker's pod is being stopped from outside"));
+  EXPECT_TRUE(Stopping(v1::ROLE_WORKER, 1).wait()) << "everyone waits now";
+  // Replacement pods that start meanwhile wait for the next scheduler.
+  EXPECT_EQ(Reg(v1::ROLE_WORKER, "mlp-worker-1").status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Stopping(v1::ROLE_SERVER, 0).wait());
+  // Rank 0 wrote it: everyone stops.
+  auto done = Stopping(v1::ROLE_SERVER, 1, true, /*written=*/true);
+  EXPECT_FALSE(done.wait());
+  EXPECT_THAT(done.reason(), HasSubstr("exit checkpoint is written"));
+}
+
+TEST_F(PreemptionTest, NobodyWaitsLongerThanTheStopLimitOrForARankZeroWithoutACheckpointer) {
+  auto none = Stopping(v1::ROLE_WORKER, 0, /*ready=*/false);
+  EXPECT_FALSE(none.wait());
+  EXPECT_THAT(none.reason(), HasSubstr("writes no exit checkpoint"));
+  state_->StopJob("suspended");
+  EXPECT_TRUE(Stopping(v1::ROLE_WORKER, 1).wait());
+  clock_.Advance(26s);
+  EXPECT_TRUE(Stopping(v1::ROLE_WORKER, 1).wait());
+  clock_.Advance(1s);  // the default stop limit: 27 s
+  auto late = Stopping(v1::ROLE_WORKER, 1);
+  EXPECT_FALSE(late.wait());
+  EXPECT_THAT(late.reason(), HasSubstr("no exit checkpoint within 27 s"));
+}
+
+TEST_F(PreemptionTest, PodsStoppedAfterAWorkerFinishedDoNotWaitAndUnknownMembersAreRefused) {
+  ASSERT_TRUE(Exit(v1::ROLE_WORKER, 0, 0, /*preempted=*/false).ok());
+  auto end = Stopping(v1::ROLE_SERVER, 0);
+  EXPECT_FALSE(end.wait()) << "the job is ending: servers stopped at the end wait for nothing";
+  EXPECT_THAT(end.reason(), HasSubstr("workers have finished"));
+  v1::PodStoppingRequest bad;
+  bad.set_role(v1::ROLE_WORKER);
+  bad.set_rank(7);
+  EXPECT_EQ(state_->PodStopping(bad, true, false).status().code(), StatusCode::kInvalidArgument);
+  bad.set_role(v1::ROLE_UNSPECIFIED);
+  bad.set_rank(0);
+  EXPECT_EQ(state_->PodStopping(bad, true, false).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A worker pod deleted in the job's last moments, whose program finished meanwhile, is
+// recreated by the operator: its new agent learns there is nothing left to run.
+TEST_F(PreemptionTest, APodRecreatedAfterItsWorkerFinishedIsToldItHasNothingToRun) {
+  ASSERT_TRUE(Exit(v1::ROLE_WORKER, 1, 0, /*preempted=*/false).ok());
+  auto again = Reg(v1::ROLE_WORKER, "mlp-worker-1");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->finished());
+  EXPECT_EQ(again->rank(), 1);
+  EXPECT_EQ(again->incarnation(), 1) << "nothing restarts";
+  EXPECT_TRUE(state_->GetCluster().workers(1).exited());
+  // A worker that failed is no such case: it registers as a restart.
+  ASSERT_TRUE(Exit(v1::ROLE_WORKER, 0, 3, /*preempted=*/true).ok());
+  auto restarted = Reg(v1::ROLE_WORKER, "mlp-worker-0");
+  ASSERT_TRUE(restarted.ok());
+  EXPECT_FALSE(restarted->finished());
+  EXPECT_EQ(restarted->incarnation(), 2);
+}
 
 TEST_F(PreemptionTest, APreemptedWorkerDoesNotFailTheJobAndItsReplacementGetsTheRank) {
   ASSERT_TRUE(Exit(v1::ROLE_WORKER, 1, 143, /*preempted=*/true).ok());

@@ -244,6 +244,26 @@ TEST_F(SchedulerServiceTest, StopJobReachesThePingsAndCheckpointReportsReachTheP
   Boot();
   EXPECT_FALSE(client_->Ping()->stopping());
   EXPECT_FALSE(client_->GetProgress()->has_checkpoint());
+  EXPECT_FALSE(client_->GetProgress()->exit_ready());
+  EXPECT_FALSE(client_->GetProgress()->has_resumed_from());
+
+  // Rank 0's checkpointer starts: it will write an exit checkpoint, and it resumed from step 16.
+  v1::ReportCheckpointRequest ready;
+  ready.set_exit_ready(true);
+  ASSERT_TRUE(client_->ReportCheckpoint(ready).ok());
+  EXPECT_TRUE(client_->GetProgress()->exit_ready());
+  EXPECT_FALSE(client_->GetProgress()->has_checkpoint()) << "no checkpoint in a readiness report";
+  v1::ReportCheckpointRequest restored;
+  restored.set_step(16);
+  restored.set_path("/ckpt/model-000000000016.ckpt");
+  restored.set_restored(true);
+  restored.set_exit_ready(true);
+  ASSERT_TRUE(client_->ReportCheckpoint(restored).ok());
+  EXPECT_EQ(client_->GetProgress()->resumed_from().step(), 16);
+  EXPECT_EQ(client_->GetProgress()->resumed_from().path(), "/ckpt/model-000000000016.ckpt");
+  EXPECT_EQ(client_->GetProgress()->checkpoint().step(), 16) << "the newest checkpoint, too";
+  restored.set_on_exit(true);  // both at once: refused
+  EXPECT_EQ(client_->ReportCheckpoint(restored).code(), StatusCode::kInvalidArgument);
 
   v1::ReportCheckpointRequest ck;
   ck.set_step(64);
@@ -284,6 +304,7 @@ TEST_F(SchedulerServiceTest, StopJobReachesThePingsAndCheckpointReportsReachTheP
   ASSERT_TRUE(client_->ReportCheckpoint(ck).ok());
   EXPECT_EQ(client_->GetProgress()->checkpoint().step(), 71);
   EXPECT_TRUE(client_->GetProgress()->checkpoint().on_exit());
+  EXPECT_EQ(client_->GetProgress()->resumed_from().step(), 16) << "where it resumed stays";
 }
 
 TEST(SchedulerServer, RejectsBadConfig) {

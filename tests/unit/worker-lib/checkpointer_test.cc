@@ -159,6 +159,13 @@ TEST_F(CheckpointerTest, AStoppingJobGetsAnExitCheckpointAtRankZerosNextStepBoun
   std::vector<std::vector<float>> w, v;
   auto r = Job(&w, &v);
   ASSERT_TRUE(r[0].ok() && r[1].ok());
+  // Rank 0's checkpointer says at once that it writes exit checkpoints (who stops the job
+  // waits for one only then); nothing to resume from in a fresh directory.
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_TRUE(told[0].exit_ready());
+  EXPECT_EQ(told[0].step(), 0);
+  EXPECT_EQ(told[0].path(), "");
+  told.clear();
   ASSERT_TRUE(checkpointers_[0]->EndStep(5).ok());  // periodic
   ASSERT_EQ(told.size(), 1u);
   EXPECT_EQ(told[0].step(), 5);
@@ -190,6 +197,19 @@ TEST_F(CheckpointerTest, AStoppingJobGetsAnExitCheckpointAtRankZerosNextStepBoun
   EXPECT_FALSE(told[2].on_exit());
   EXPECT_EQ(told[3].step(), 10);
   EXPECT_TRUE(told[3].on_exit());
+
+  // The job started again: rank 0 resumes from the exit checkpoint and says so.
+  stopping = false;
+  told.clear();
+  r = Job(&w, &v);
+  ASSERT_TRUE(r[0].ok() && r[1].ok());
+  EXPECT_EQ(*r[0], 10);
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_TRUE(told[0].exit_ready());
+  EXPECT_EQ(told[1].step(), 10);
+  EXPECT_EQ(told[1].path(), dir_ + "/model-000000000010.ckpt");
+  EXPECT_TRUE(told[1].restored());
+  EXPECT_FALSE(told[1].on_exit());
 }
 
 TEST_F(CheckpointerTest, BadTensorsAreRefusedAtCreate) {
