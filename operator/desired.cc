@@ -112,6 +112,20 @@ Json PodShell(const JobMeta& job, const JobSpec& spec, PodRole role, int index, 
     mounts[n] = Mount("tls", std::string(kTlsMountDir));
     volumes[n] = Volume("tls", "secret", "secretName", spec.tls.secretName);
   }
+  if (NeedsCheckpointVolume(spec, role)) {
+    // ParseJobSpec has checked it is a mapping; were it not to convert, the pod runs without it
+    // (and the job's CheckpointsNotPersistent warning says why its checkpoints do not last).
+    if (auto source = YamlToJson(spec.checkpoint.volumeYaml); source.ok() && source->is_object()) {
+      const size_t n = mounts.size();
+      Json m = Json::object();
+      m["name"] = JStr(kCheckpointVolume);
+      m["mountPath"] = JStr(spec.checkpoint.path);
+      mounts[n] = m;
+      Json v = *source;
+      v["name"] = JStr(kCheckpointVolume);
+      volumes[n] = v;
+    }
+  }
   if (spec.tls.enabled()) {
     Json env = container.has_field("env") ? container["env"] : Json::array();
     size_t n = env.size();
@@ -149,6 +163,32 @@ bool OwnImage(const JobSpec& spec, const OperatorSettings& s) {
 }
 
 }  // namespace
+
+bool NeedsCheckpointVolume(const JobSpec& spec, PodRole role) {
+  if (spec.checkpoint.volumeYaml.empty()) return false;
+  // Any worker may be rank 0 (ranks go by arrival); servers read and write files in update mode.
+  return role == PodRole::kWorker || (role == PodRole::kServer && spec.serverMode == ServerMode::kUpdate);
+}
+
+bool CheckpointsOnAVolume(const JobSpec& spec) {
+  if (spec.checkpoint.path.empty() || !spec.checkpoint.volumeYaml.empty()) return true;
+  // A volume the user mounted at the path (or above it) in the workers' template.
+  auto t = YamlToJson(spec.workers.templateYaml.empty() ? "{}" : spec.workers.templateYaml);
+  const Json* containers = t.ok() ? At(*t, {"spec", "containers"}) : nullptr;
+  if (!containers || !containers->is_array()) return false;
+  for (size_t i = 0; i < containers->size(); ++i) {
+    const Json& c = containers->at(i);
+    if (!(Str(c, {"name"}) == "trellis" || (Str(c, {"name"}).empty() && i == 0))) continue;
+    const Json* mounts = At(c, {"volumeMounts"});
+    for (size_t j = 0; mounts && mounts->is_array() && j < mounts->size(); ++j) {
+      std::string at = Str(mounts->at(j), {"mountPath"});
+      while (at.size() > 1 && at.back() == '/') at.pop_back();
+      const std::string& path = spec.checkpoint.path;
+      if (!at.empty() && (path == at || (path.rfind(at, 0) == 0 && (at == "/" || path[at.size()] == '/')))) return true;
+    }
+  }
+  return false;
+}
 
 void ApplyPodSecurityDefaults(Json& pod, bool non_root_image) {
   if (!At(pod, {"spec", "automountServiceAccountToken"})) {

@@ -68,6 +68,14 @@ Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, c
 // securityContext).
 void ApplyPodSecurityDefaults(Json& pod, bool non_root_image);
 
+// spec.checkpoint.volume (docs/checkpoints.md#on-kubernetes): mounted as kCheckpointVolume at
+// spec.checkpoint.path in every worker pod and, in update mode, every server pod.
+inline constexpr char kCheckpointVolume[] = "checkpoints";
+bool NeedsCheckpointVolume(const JobSpec& spec, PodRole role);
+// The job's checkpoints outlive its pods: no checkpoints, spec.checkpoint.volume, or a volume the
+// workers' template mounts at (or above) spec.checkpoint.path. False: they die with the pods.
+bool CheckpointsOnAVolume(const JobSpec& spec);
+
 // One pod the job should have, by its identity; BuildPod makes its object. The plan (PlanJob)
 // and the pod creation (the reconciler) read the same list, DesiredPodList.
 struct DesiredPod {

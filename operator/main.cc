@@ -173,7 +173,10 @@ int main(int argc, char** argv) {
   // The watches fill it, the reconciler and the progress poller read it: an idle operator makes
   // no request but its watches.
   ObjectCache cache;
-  Reconciler reconciler(client, settings, [] { return Clock::now(); }, observer, &cache);
+  // One client per job's scheduler, shared: the poller asks for progress, the reconciler asks a
+  // suspended job for its exit checkpoint.
+  SchedulerClients schedulers(client, settings, flags->scheduler_addresses);
+  Reconciler reconciler(client, settings, [] { return Clock::now(); }, observer, &cache, &schedulers);
   ControllerOptions opts;
   opts.watch_namespace = flags->ns;
   opts.resync = std::chrono::seconds(flags->resync_seconds);
@@ -182,8 +185,7 @@ int main(int argc, char** argv) {
   ProgressPollerOptions progress_opts;
   progress_opts.watch_namespace = flags->ns;
   progress_opts.interval = std::chrono::seconds(flags->progress_seconds);
-  progress_opts.scheduler_addresses_file = flags->scheduler_addresses;
-  ProgressPoller progress(client, settings, progress_opts, &cache.jobs);
+  ProgressPoller progress(client, schedulers, progress_opts, &cache.jobs);
 
   // Standby replicas (waiting for the Lease) are healthy; the leader once it has listed.
   std::atomic<bool> leading{false};

@@ -74,9 +74,38 @@ void FinishProgress(Json& status, bool succeeded, Clock::time_point now) {
   }
 }
 
+namespace {
+
+Json CheckpointJson(const v1::CheckpointInfo& c) {
+  Json j = Json::object();
+  j["step"] = Json::number(c.step());
+  j["path"] = JStr(c.path());
+  j["time"] = JStr(FormatTime(Clock::time_point(std::chrono::milliseconds(c.unix_ms()))));
+  return j;
+}
+
+}  // namespace
+
+bool ApplyCheckpoint(Json& status, const v1::JobProgress& p) {
+  if (p.has_checkpoint() && p.checkpoint().step() > 0) {
+    Json c = CheckpointJson(p.checkpoint());
+    c["onExit"] = Json::boolean(p.checkpoint().on_exit());
+    status["checkpoint"] = c;
+  }
+  if (!p.has_resumed_from() || p.resumed_from().step() <= 0) return false;
+  const Json r = CheckpointJson(p.resumed_from());
+  const Json* old = At(status, {"resumedFrom"});
+  if (old && Int(*old, {"step"}) == Int(r, {"step"}) && Str(*old, {"path"}) == Str(r, {"path"})) {
+    return false;  // the same resume, heard again (the time is the scheduler's, of this report)
+  }
+  status["resumedFrom"] = r;
+  return true;
+}
+
 bool ApplyProgress(Json& status, const v1::JobProgress& p, Clock::time_point now) {
   const Json before = status;
   if (p.reported()) status["progress"] = ProgressJson(p);
+  ApplyCheckpoint(status, p);
   bool had = false, had_stalled = false;
   if (const Json* conds = At(status, {"conditions"}); conds && conds->is_array()) {
     for (size_t i = 0; i < conds->size(); ++i) {

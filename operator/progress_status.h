@@ -26,8 +26,15 @@ Json ProgressJson(const v1::JobProgress& p);
 // the job succeeded and knows it. A Straggler or Stalled condition still True turns False.
 void FinishProgress(Json& status, bool succeeded, Clock::time_point now);
 
-// Writes status.progress and the Straggler condition (True naming the rank and pod; False once
-// none is, if the condition was ever set) into `status`. Returns whether anything changed.
+// The checkpoints rank 0 reported (docs/checkpoints.md#on-kubernetes): status.checkpoint
+// {step, path, time, onExit} (the newest) and status.resumedFrom {step, path, time} (the one this
+// run of the job started from). Kept as they are while the scheduler reports none (a replaced
+// scheduler, a job between runs). Returns whether resumedFrom changed (worth an Event).
+bool ApplyCheckpoint(Json& status, const v1::JobProgress& p);
+
+// Writes status.progress, the checkpoints (ApplyCheckpoint) and the Straggler condition (True
+// naming the rank and pod; False once none is, if the condition was ever set) into `status`.
+// Returns whether anything changed.
 bool ApplyProgress(Json& status, const v1::JobProgress& p, Clock::time_point now);
 
 // Restarts of the programs inside their pods (the agents' restarts: the pod lives on, so

@@ -3,6 +3,7 @@
 #include "common/base/logging.h"
 #include "common/base/random_token.h"
 #include "operator/events.h"
+#include "operator/exit_checkpoint.h"
 
 namespace trellis::op {
 namespace {
@@ -43,12 +44,13 @@ Resource PodGroups(GangScheduler g) { return {"apis/" + PodGroupApiOf(g).group_v
 bool PermanentRefusal(const Status& s) { return s.code() == StatusCode::kInvalidArgument; }
 
 Reconciler::Reconciler(KubeClient& client, OperatorSettings settings, Now now, ReconcileObserver observer,
-                       ObjectCache* cache)
+                       ObjectCache* cache, JobStopper* stopper)
     : client_(client),
       settings_(std::move(settings)),
       now_(std::move(now)),
       observer_(std::move(observer)),
-      cache_(cache) {}
+      cache_(cache),
+      stopper_(stopper) {}
 
 StatusOr<Json> Reconciler::Read(const Resource& r, ObjectStore* store, const std::string& ns,
                                 const std::string& name) {
@@ -166,6 +168,22 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
     return std::optional<Clock::duration>();
   }
 
+  if (stopper_ && spec.ok() && !spec->checkpoint.path.empty()) {
+    if (spec->runPolicy.suspend && !plan.remove.empty() && !ExitCheckpointSettled(plan.status)) {
+      AwaitExitCheckpoint(*job, *spec, pods, &plan, now);
+    } else if (!spec->runPolicy.suspend && ExitCheckpointUnderWay(plan.status)) {
+      // Resumed while the exit checkpoint was being written: the job's scheduler stops it all
+      // the same, so the pods still go once it is written, and new ones resume from it.
+      plan.create.clear();
+      const bool held = AwaitExitCheckpoint(*job, *spec, pods, &plan, now);
+      if (!held) {
+        for (const auto& p : pods) {
+          if (!p.deleting) plan.remove.push_back(p.name);
+        }
+      }
+    }
+  }
+
   // Status first: a restart is counted before its pod is deleted, so a crash in between can
   // only over-count, never restart without limit.
   Json current = *job;
@@ -191,7 +209,16 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
   }
 
   if (spec.ok()) {
-    Status made = CreateObjects(meta, *spec, plan);
+    bool first = false;  // the job's objects were created just now
+    Status made = CreateObjects(meta, *spec, plan, &first);
+    if (made.ok() && first && !CheckpointsOnAVolume(*spec)) {
+      const std::string m = "spec.checkpoint.path " + spec->checkpoint.path +
+                            " is on no volume: the checkpoints die with the pods. Set spec.checkpoint.volume (a "
+                            "persistentVolumeClaim or any volume source) or mount one there in the pod templates";
+      TLOG_WARN << "job " << ns << "/" << name << ": " << m;
+      Status e = RecordEvent(current, "Warning", "CheckpointsNotPersistent", m);
+      if (!e.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << e.message();
+    }
     // A lost race on the ConfigMap (409) is the next reconcile's; anything else is the job's news.
     if (!made.ok() && made.code() != StatusCode::kAborted) return ReportRefusal(current, plan.status, made);
     if (!made.ok()) return made;
@@ -214,6 +241,29 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
   }
   if (gang_job && !may_run) TRELLIS_RETURN_IF_ERROR(RemovePodGroup(meta, *spec));
   return plan.requeue_after;
+}
+
+bool Reconciler::AwaitExitCheckpoint(const Json& job, const JobSpec& spec, const std::vector<ObservedPod>& pods,
+                                     JobPlan* plan, Clock::time_point now) {
+  bool workers_running = false;
+  for (const auto& p : pods) workers_running |= p.role == PodRole::kWorker && p.phase == "Running" && !p.deleting;
+  const StatusOr<v1::JobProgress> progress =
+      workers_running ? stopper_->StopJob(job, "the job was suspended (spec.runPolicy.suspend)")
+                      : StatusOr<v1::JobProgress>(UnavailableError("no worker runs"));
+  const ExitCheckpointStep step = StepExitCheckpoint(
+      plan->status, progress, workers_running, std::chrono::seconds(spec.runPolicy.TerminationGraceSeconds()), now);
+  if (step.hold_pods) {
+    plan->remove.clear();
+    // The checkpoint takes a step and a file write: look again soon, not at the next resync.
+    const Clock::duration soon = std::chrono::milliseconds(500);
+    plan->requeue_after = plan->requeue_after ? std::min(*plan->requeue_after, soon) : soon;
+  }
+  if (!step.event_reason.empty()) {
+    TLOG_INFO << "job " << Str(job, {"metadata", "namespace"}, "default") << "/" << Str(job, {"metadata", "name"})
+              << ": " << step.event_message;
+    plan->events.push_back({step.event_type, step.event_reason, step.event_message});
+  }
+  return step.hold_pods;
 }
 
 StatusOr<GangObservation> Reconciler::EnsurePodGroup(const JobMeta& meta, const JobSpec& spec) {
@@ -258,8 +308,8 @@ Status Reconciler::RemovePodGroup(const JobMeta& meta, const JobSpec& spec) {
   return s.ok() || s.code() == StatusCode::kNotFound ? Status::Ok() : s;
 }
 
-Status Reconciler::CreateObjects(const JobMeta& meta, const JobSpec& spec, const JobPlan& plan) {
-  if (plan.ensure_support) TRELLIS_RETURN_IF_ERROR(EnsureSupport(meta, spec));
+Status Reconciler::CreateObjects(const JobMeta& meta, const JobSpec& spec, const JobPlan& plan, bool* first) {
+  if (plan.ensure_support) TRELLIS_RETURN_IF_ERROR(EnsureSupport(meta, spec, first));
   ObjectStore* pods = cache_ ? &cache_->pods : nullptr;
   for (const DesiredPod& pod : plan.create) {
     TRELLIS_RETURN_IF_ERROR(Ensure(kPods, pods, meta.ns, BuildPod(meta, spec, pod, settings_)));
@@ -350,7 +400,7 @@ StatusOr<Json> Reconciler::WriteStatus(const Json& job, const Json& status) {
   return w;
 }
 
-Status Reconciler::EnsureSupport(const JobMeta& meta, const JobSpec& spec) {
+Status Reconciler::EnsureSupport(const JobMeta& meta, const JobSpec& spec, bool* first) {
   ObjectStore* secrets = cache_ ? &cache_->secrets : nullptr;
   ObjectStore* configmaps = cache_ ? &cache_->configmaps : nullptr;
   auto secret = Read(kSecrets, secrets, meta.ns, TokenSecretName(meta.name));
@@ -358,6 +408,7 @@ Status Reconciler::EnsureSupport(const JobMeta& meta, const JobSpec& spec) {
   if (!secret.ok()) {
     TRELLIS_ASSIGN_OR_RETURN(std::string token, RandomToken());
     TRELLIS_RETURN_IF_ERROR(Ensure(kSecrets, secrets, meta.ns, TokenSecret(meta, token)));
+    *first = true;
   }
   // The job file follows the spec (a suspended job may be resized before it resumes); the
   // scheduler reads it when it starts.

@@ -15,6 +15,8 @@
 #include "operator/job_status.h"
 #include "operator/kube_client.h"
 #include "operator/object_cache.h"
+#include "operator/observed_pod.h"
+#include "operator/scheduler_clients.h"
 
 namespace trellis::op {
 
@@ -30,8 +32,11 @@ class Reconciler {
   // `cache` (optional, owned by the caller, filled by the Controller's watches): reads come from
   // it and writes go into it, so a reconcile that finds nothing to change makes no API request.
   // Without it every reconcile reads the job, its pods and its objects from the API server.
+  // `stopper` (optional, outlives the reconciler): a suspended job with checkpoints keeps its
+  // pods until rank 0's exit checkpoint is written (operator/exit_checkpoint.h); without it the
+  // pods are deleted at once.
   Reconciler(KubeClient& client, OperatorSettings settings, Now now, ReconcileObserver observer = {},
-             ObjectCache* cache = nullptr);
+             ObjectCache* cache = nullptr, JobStopper* stopper = nullptr);
 
   // Returns when to look at the job again without an event (deadline, TTL); nullopt: on the
   // next event. Errors are API errors (the caller retries with back-off). A status write that
@@ -49,9 +54,15 @@ class Reconciler {
   StatusOr<std::optional<Clock::duration>> Attempt(const std::string& ns, const std::string& name);
   // Attempt, with any exception turned into FailJob.
   StatusOr<std::optional<Clock::duration>> Guarded(const std::string& ns, const std::string& name);
-  // Creates what the plan asks for; the first refusal as an error naming the object.
-  Status CreateObjects(const JobMeta& meta, const JobSpec& spec, const JobPlan& plan);
-  Status EnsureSupport(const JobMeta& meta, const JobSpec& spec);
+  // A suspended job with checkpoints whose pods still run: asks its scheduler for the exit
+  // checkpoint and keeps the pods (clears plan->remove) until it is settled. Returns whether
+  // it keeps them.
+  bool AwaitExitCheckpoint(const Json& job, const JobSpec& spec, const std::vector<ObservedPod>& pods,
+                           JobPlan* plan, Clock::time_point now);
+  // Creates what the plan asks for; the first refusal as an error naming the object. `*first`:
+  // set when the job's objects were created now (its token Secret did not exist).
+  Status CreateObjects(const JobMeta& meta, const JobSpec& spec, const JobPlan& plan, bool* first);
+  Status EnsureSupport(const JobMeta& meta, const JobSpec& spec, bool* first);
   // Gang-scheduled jobs (operator/gang.h): the PodGroup exists before the pods while the job
   // may run; it is deleted while the job is suspended or over, so it holds no place in the gang
   // scheduler's queue. A PodGroup the server refuses is reported, not retried in a loop.
@@ -81,6 +92,7 @@ class Reconciler {
   Now now_;
   ReconcileObserver observer_;
   ObjectCache* cache_;  // may be null
+  JobStopper* const stopper_;  // may be null
   std::optional<std::string> phase_;  // of the last attempt, for the observer (reconcile thread only)
 };
 

@@ -302,7 +302,7 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
               &o.weightDecay);
 
   MapReader ckpt(spec.Get("checkpoint"), spec.Path("checkpoint"), errors,
-                 {"path", "intervalSteps", "keep"});
+                 {"path", "intervalSteps", "keep", "volume"});
   ckpt.GetString("path", &out->checkpoint.path);
   if (IntField(ckpt, "intervalSteps", 0, kInt64Max, &out->checkpoint.intervalSteps) &&
       out->checkpoint.intervalSteps > 0 && out->checkpoint.path.empty()) {
@@ -310,6 +310,18 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
                    ckpt.Get("path"));
   }
   IntField(ckpt, "keep", 1, kInt32Max, &out->checkpoint.keep);
+  if (YAML::Node v = ckpt.Get("volume"); v.IsDefined()) {
+    if (!v.IsMap() || v.size() == 0) {
+      errors->AddGot(ckpt.Path("volume"), "must be a Kubernetes volume source (persistentVolumeClaim, hostPath, ...)", v);
+    } else if (v["name"].IsDefined()) {
+      errors->AddGot(ckpt.Path("volume.name"), "not allowed: the operator names the volume", v["name"]);
+    } else if (out->checkpoint.path.empty()) {
+      errors->AddGot(ckpt.Path("path"), "must be set when spec.checkpoint.volume is (where it is mounted)",
+                     ckpt.Get("path"));
+    } else {
+      out->checkpoint.volumeYaml = yaml::NodeToYaml(v);
+    }
+  }
 
   MapReader rec(spec.Get("recovery"), spec.Path("recovery"), errors, {"retainPushes"});
   rec.GetBool("retainPushes", &out->recovery.retainPushes);

@@ -111,6 +111,10 @@ struct CheckpointSpec {
   std::string path;            // directory; empty: checkpoints off
   int64_t intervalSteps = 0;   // 0: only on request
   int32_t keep = 3;            // last K checkpoints kept
+  // On Kubernetes, the volume that holds `path` (a Kubernetes volume source: persistentVolumeClaim,
+  // hostPath, nfs, ...), mounted at `path` in every server and worker pod; uninterpreted YAML
+  // text, empty: none (trellis-launch ignores it).
+  std::string volumeYaml;
 
   bool operator==(const CheckpointSpec&) const = default;
 };

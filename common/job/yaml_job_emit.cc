@@ -152,6 +152,14 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   Str(out, "path", spec.checkpoint.path);
   Int(out, "intervalSteps", spec.checkpoint.intervalSteps);
   Int(out, "keep", spec.checkpoint.keep);
+  if (!spec.checkpoint.volumeYaml.empty()) {
+    out << YAML::Key << "volume" << YAML::Value;
+    try {
+      yaml::EmitNode(out, YAML::Load(spec.checkpoint.volumeYaml));
+    } catch (const YAML::Exception&) {
+      out << YAML::DoubleQuoted << spec.checkpoint.volumeYaml;  // set by code, not parsed
+    }
+  }
   out << YAML::EndMap;
 
   out << YAML::Key << "recovery" << YAML::Value << YAML::BeginMap;

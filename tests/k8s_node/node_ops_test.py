@@ -6,7 +6,9 @@ builds and the chart `helm install`ed as a user installs it (default values, ima
   through the Eviction API (policy/v1, what `kubectl drain` uses), the scheduler pod deleted, the
   operator pod evicted; every member back, the job Succeeded with its target reached, no restart
   counted against it;
-- suspend -> every pod gone, `Suspended`; resume -> pods back, the job Succeeded;
+- suspend (what Kueue does to preempt) -> rank 0's exit checkpoint written onto a hostPath
+  volume (spec.checkpoint.volume), then every pod gone, `Suspended`; resume -> pods back, the
+  job resumed from exactly that checkpoint (status.resumedFrom) and Succeeded;
 - ttlSecondsAfterFinished -> the finished job and all it owns deleted;
 - what keeps a job from running or makes it fail, in its status and events in words a user can
   act on: a job that does not fit the node (`Unschedulable`), an image that cannot be pulled, a
@@ -147,8 +149,16 @@ class Ops(node.TrellisCase):
 
     def test_3_suspend_resume_then_ttl_deletes_everything(self):
         job = "susp"
+        # The checkpoints on a real volume: a hostPath directory of the node, writable by the
+        # image's user (1000).
+        host_ckpt = os.path.join(self.cp.dir, "ckpt-" + self.ns)
+        os.makedirs(host_ckpt, exist_ok=True)
+        os.chmod(host_ckpt, 0o777)
         y = mlp_job(job, epochs=1, samples=16384).replace("ttlSecondsAfterFinished: 3600", "ttlSecondsAfterFinished: 5")
         self.assertIn("ttlSecondsAfterFinished: 5", y)
+        y = y.replace("  sliceBytes: 1Mi\n", "  sliceBytes: 1Mi\n  checkpoint:\n    path: /ckpt\n    intervalSteps: 32\n"
+                      "    volume:\n      hostPath: {path: %s, type: Directory}\n" % host_ckpt)
+        self.assertIn("hostPath", y)
         self.apply(y)
         self.wait_phase(job, "Running", 240)
         self.assertTrue(wait_for(lambda: self.step(job) > 0, 240, 0.3), "no progress in the job's status")
@@ -158,6 +168,14 @@ class Ops(node.TrellisCase):
         self.assertTrue(wait_for(lambda: not self.pods(), 120, 0.5), "pods left while suspended: %s" % [
             p["metadata"]["name"] for p in self.pods()])
         t_gone = time.time() - t
+        # The exit checkpoint came first, onto the volume.
+        st = self.job(job)["status"]
+        stopping = [c for c in st["conditions"] if c["type"] == "Stopping"][0]
+        self.assertEqual((stopping["status"], stopping["reason"]), ("False", "ExitCheckpointWritten"), json.dumps(st))
+        exit_step = st["checkpoint"]["step"]
+        self.assertTrue(st["checkpoint"]["onExit"], st)
+        self.assertEqual(st["checkpoint"]["path"], "/ckpt/model-%012d.ckpt" % exit_step)
+        self.assertIn("model-%012d.ckpt" % exit_step, os.listdir(host_ckpt))
         time.sleep(2)
         self.assertEqual(self.pods(), [], "a suspended job's pods came back")
         self.suspend(job, False)
@@ -170,6 +188,9 @@ class Ops(node.TrellisCase):
         self.assertIn("Suspended", seen)
         self.assertEqual(seen[seen.index("Suspended"):], ["Suspended", "Pending", "Running", "Succeeded"], seen)
         self.assertRegex(self.logs(job + "-worker-0"), r"RESULT: test accuracy .* -- reached")
+        self.assertEqual(st["resumedFrom"]["step"], exit_step, json.dumps(st))
+        self.assertTrue(any("restored step %d from /ckpt/model-%012d.ckpt" % (exit_step, exit_step) in
+                            self.logs(job + "-worker-%d" % i) for i in (0, 1)), "no worker restored the exit checkpoint")
         # A finished job's progress is its end, not a running job's last sample (finding 5).
         progress = st.get("progress") or {}
         self.assertEqual(progress.get("step"), progress.get("totalSteps"), progress)
@@ -182,8 +203,9 @@ class Ops(node.TrellisCase):
         self.assertTrue(wait_for(lambda: self.job(job) is None and not self.pods() and not self.owned_left(job), 120,
                                  0.5), "left %ds after the end with a 5 s TTL: %s" % (
             time.time() - t, self.cp.kubectl("get", "tj,pods,svc,cm,secret", "-n", self.ns, check=False).stdout))
-        print("ops: suspend -> no pod %.1f s later; resume -> Running %.1f s later -> Succeeded; ttl 5 s -> "
-              "job and all it owns gone %.1f s after the end" % (t_gone, t_back, time.time() - t), flush=True)
+        print("ops: suspend -> exit checkpoint of step %d on the hostPath volume, no pod %.1f s later; resume -> "
+              "Running %.1f s later, resumed from step %d -> Succeeded; ttl 5 s -> job and all it owns gone %.1f s "
+              "after the end" % (exit_step, t_gone, t_back, exit_step, time.time() - t), flush=True)
 
     # ---- Prometheus -------------------------------------------------------------------------------
     def prom_query(self, address, expr):

@@ -5,11 +5,14 @@ SIGTERM; the agent tells the scheduler its pod was stopped from outside; the ope
 the pod under the same name; its agent registers under the same rank and rejoins the running job.
 The job must still reach Succeeded, with no restart counted toward backoffLimit. Under
 restartPolicy Never the job fails instead, saying that the pod was deleted
-(docs/kubernetes.md "What survives a pod deletion, an eviction, a drain").
+(docs/kubernetes.md "What survives a pod deletion, an eviction, a drain"). A suspended job
+(the whole job stopped from outside) gets an exit checkpoint before its pods go, and resumes
+from it (docs/checkpoints.md "Stopping a job: the exit checkpoint").
 
 Usage: pod_delete_test.py REPO BIN_DIR   (exit 77 without KUBEBUILDER_ASSETS)
 """
 import os
+import re
 import sys
 import time
 
@@ -29,8 +32,14 @@ class PodDelete(envtest.EnvtestCase):
         ckpt = os.path.join(self.cp.dir, self.ns + "-" + name + "-ckpt")
         job = envtest.mlp_job(name, epochs=EPOCHS, restartPolicy=policy, backoffLimit=backoff_limit, activeDeadlineSeconds=240)
         job["spec"]["checkpoint"] = {"path": ckpt, "intervalSteps": 32, "keep": 2}
-        self.start_operator()
-        self.kubelet = self.start_kubelet()
+        # Rank 0 sleeps 5 ms a step (about 8 s in all on an idle machine): a deleted pod's agent
+        # waits up to 2 s for the rest of the job to follow, and the stops must land mid-training.
+        job["spec"]["workers"]["args"] += ["--slow-rank", "0", "--step-sleep-ms", "5"]
+        # The operator reaches each job's scheduler (progress, the exit checkpoint of a suspend)
+        # where the test kubelet runs it.
+        services = os.path.join(self.cp.dir, self.ns + "-services.json")
+        self.start_operator(args=["--progress-seconds", "1", "--scheduler-addresses", services])
+        self.kubelet = self.start_kubelet(args=["--services-file", services])
         self.create_job(job)
         return ckpt
 
@@ -50,6 +59,17 @@ class PodDelete(envtest.EnvtestCase):
         self.t_delete = time.time()
         self.cp.kubectl("delete", "pod", pod, "-n", self.ns, "--wait=false")
         return uid
+
+    @staticmethod
+    def log_time(log, pattern, after):
+        """Wall time of the first line of `log` matching `pattern` (its "I HH:MM:SS.mmm" local time
+        of day, on the day of `after`, a time.time())."""
+        m = re.search(r"^[DIWE] (\d\d):(\d\d):(\d\d\.\d\d\d) .*" + pattern, log, re.M)
+        if not m:
+            return None
+        day = time.localtime(after)
+        midnight = time.mktime((day.tm_year, day.tm_mon, day.tm_mday, 0, 0, 0, 0, 0, -1))
+        return midnight + int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
 
     def pod_log(self, pod):
         with open(os.path.join(self.kubelet.work_dir, pod + ".log"), errors="replace") as f:
@@ -93,6 +113,80 @@ class PodDelete(envtest.EnvtestCase):
         failed = [c for c in st["conditions"] if c["type"] == "Failed"][0]
         self.assertEqual(failed["reason"], "PodDeleted", st)
         self.assertIn("worker 1 (pod mlpn-worker-1) was deleted or evicted while the job ran", failed["message"])
+
+    def test_suspended_job_writes_an_exit_checkpoint_and_resumes_from_it(self):
+        """Suspend mid-training (what a queue such as Kueue does): the operator asks the scheduler
+        to stop the job; rank 0 writes the exit checkpoint of the step it completed; only then
+        are the pods deleted. Resumed, the job starts after that very step and succeeds."""
+        ckpt = self.start_job("mlpx", "OnFailure")
+        self.wait_phase("mlpx", "Running", 90)
+        self.assertTrue(envtest.wait_for(lambda: self.newest_step(ckpt) >= DELETE_AFTER, 120),
+                        "no progress to suspend at (newest checkpoint step %d)" % self.newest_step(ckpt))
+        t_suspend = time.time()
+        code, _ = self.cp.api("PATCH", self.job_url("mlpx"), {"spec": {"runPolicy": {"suspend": True}}},
+                              content_type="application/merge-patch+json")
+        self.assertEqual(code, 200)
+        self.wait_phase("mlpx", "Suspended", 30)
+        self.assertTrue(envtest.wait_for(lambda: not self.pods("trellis.io/job-name=mlpx"), 60), "pods left after suspend")
+        t_gone = time.time()
+        st = self.job("mlpx")["status"]
+        stopping = [c for c in st["conditions"] if c["type"] == "Stopping"][0]
+        self.assertEqual((stopping["status"], stopping["reason"]), ("False", "ExitCheckpointWritten"), st)
+        exit_step = st["checkpoint"]["step"]
+        self.assertTrue(st["checkpoint"]["onExit"], st)
+        self.assertLess(exit_step, STEPS, "suspended after the end")
+        self.assertEqual(self.newest_step(ckpt), exit_step, "the exit checkpoint is the newest file")
+        self.assertTrue(st["checkpoint"]["path"].endswith("model-%012d.ckpt" % exit_step), st)
+        log = self.pod_log("mlpx-worker-0")
+        self.assertRegex(log, r"saved step %d to .*: the exit checkpoint" % exit_step)
+        t_written = self.log_time(log, r"saved step %d to .*: the exit checkpoint" % exit_step, t_suspend)
+        self.assertIn("ExitCheckpointWritten", self.events("mlpx"))
+
+        code, _ = self.cp.api("PATCH", self.job_url("mlpx"), {"spec": {"runPolicy": {"suspend": False}}},
+                              content_type="application/merge-patch+json")
+        self.assertEqual(code, 200)
+        t_resume = time.time()
+        self.wait_phase("mlpx", "Running", 90)
+        st = self.wait_phase("mlpx", ("Succeeded", "Failed"), 240)
+        self.assertEqual(st["phase"], "Succeeded", st)
+        self.assertEqual(st["resumedFrom"]["step"], exit_step, st)
+        log = self.pod_log("mlpx-worker-0")
+        self.assertRegex(log, r"restored step %d from " % exit_step)
+        self.assertRegex(log, r"RESULT: test accuracy .* -- reached")
+        self.assertIn("Resumed", self.events("mlpx"))
+        t_restored = self.log_time(log, r"restored step %d from " % exit_step, t_resume)
+        print("suspend with an exit checkpoint (real API server, test kubelet): suspend -> exit checkpoint of step "
+              "%d written %.1f s, every pod gone %.1f s; resume -> rank 0 restored it (training again) %.1f s, "
+              "Succeeded %.1f s" % (exit_step, (t_written or 0) - t_suspend, t_gone - t_suspend,
+                                     (t_restored or 0) - t_resume, time.time() - t_resume), flush=True)
+
+    def test_every_pod_deleted_at_once_gets_an_exit_checkpoint_and_the_job_resumes_from_it(self):
+        """`kubectl delete pods` of the whole job (what a queue, an admin or a drained node pool
+        does): every agent tells the scheduler, which finds every worker's pod going and stops the
+        job as a suspend would; rank 0 writes the exit checkpoint while every program runs on; the
+        operator's replacement pods resume from it."""
+        ckpt = self.start_job("mlpd", "OnFailure")
+        self.wait_phase("mlpd", "Running", 90)
+        self.assertTrue(envtest.wait_for(lambda: self.newest_step(ckpt) >= DELETE_AFTER, 120),
+                        "no progress to delete at (newest checkpoint step %d)" % self.newest_step(ckpt))
+        t_delete = time.time()
+        self.cp.kubectl("delete", "pods", "-l", "trellis.io/job-name=mlpd", "-n", self.ns, "--wait=false")
+        st = self.wait_phase("mlpd", ("Succeeded", "Failed"), 300)
+        self.assertEqual(st["phase"], "Succeeded", st)
+        with open(os.path.join(self.kubelet.work_dir, "mlpd-worker-0.previous.log"), errors="replace") as f:
+            before = f.read()
+        m = re.search(r"saved step (\d+) to \S+ \(\d+ bytes, [0-9.e-]+ s\): the exit checkpoint", before)
+        self.assertIsNotNone(m, "no exit checkpoint in the deleted rank 0's log:\n" + before[-3000:])
+        exit_step = int(m.group(1))
+        with open(os.path.join(self.kubelet.work_dir, "mlpd-scheduler.previous.log"), errors="replace") as f:
+            self.assertIn("every worker's pod is being stopped from outside", f.read())
+        self.assertEqual(st["resumedFrom"]["step"], exit_step, st)
+        log = self.pod_log("mlpd-worker-0")
+        self.assertRegex(log, r"restored step %d from " % exit_step)
+        self.assertRegex(log, r"RESULT: test accuracy .* -- reached")
+        self.assertEqual(st["restarts"], 0, "deleted pods are not failures")
+        print("every pod deleted at once (real API server, test kubelet): exit checkpoint of step %d, resumed from "
+              "it, Succeeded %.1f s after the deletion" % (exit_step, time.time() - t_delete), flush=True)
 
 
 if __name__ == "__main__":

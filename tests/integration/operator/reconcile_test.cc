@@ -146,6 +146,175 @@ TEST_F(ReconcileTest, SuspendDeletesPodsResumeRecreatesThem) {
   EXPECT_EQ(PodNames("mlp").size(), 5u);
 }
 
+// The scheduler as the reconciler sees it while a suspended job writes its exit checkpoint.
+class FakeStopper : public JobStopper {
+ public:
+  StatusOr<v1::JobProgress> StopJob(const Json& job, const std::string& reason) override {
+    ++calls;
+    last_job = Str(job, {"metadata", "name"});
+    last_reason = reason;
+    return answer;
+  }
+  StatusOr<v1::JobProgress> answer = v1::JobProgress();
+  int calls = 0;
+  std::string last_job, last_reason;
+};
+
+// spec.runPolicy.suspend set to `on`, five seconds later on the fake clock.
+void SetSuspend(KubeClient& client, Clock::time_point* now, bool on) {
+  ASSERT_TRUE(client.MergePatch(kTrainingJobs, "default", "mlp",
+                                *ParseJson(std::string(R"({"spec":{"runPolicy":{"suspend":)") + (on ? "true" : "false") + "}}}"))
+                  .ok());
+  *now += std::chrono::seconds(5);
+}
+
+// A suspended job with checkpoints keeps its pods until rank 0's exit checkpoint is written
+// (docs/checkpoints.md#on-kubernetes): the scheduler is asked to stop the job, the status says
+// Stopping, and the pods go once the checkpoint is reported (or the grace passes).
+TEST_F(ReconcileTest, SuspendWaitsForTheExitCheckpointBeforeDeletingThePods) {
+  FakeStopper stopper;
+  reconciler_ = std::make_unique<Reconciler>(*client_, OperatorSettings{}, [this] { return now_; },
+                                             ReconcileObserver{}, nullptr, &stopper);
+  constexpr char kWithCheckpoints[] = R"({"image":"img:1","servers":{"replicas":2},"workers":{"replicas":2,"command":["w"]},
+      "checkpoint":{"path":"/ckpt","intervalSteps":100},"runPolicy":{"terminationGracePeriodSeconds":20}})";
+  CreateJob("mlp", kWithCheckpoints);
+  Reconcile("mlp");
+  SetAllPodsPhase("mlp", "Running");
+  Reconcile("mlp");
+  EXPECT_EQ(stopper.calls, 0) << "a running job is not stopped";
+  ASSERT_TRUE(client_->MergePatch(kTrainingJobs, "default", "mlp",
+                                  *ParseJson(R"({"spec":{"runPolicy":{"suspend":true}}})")).ok());
+  // Rank 0 runs a Checkpointer and has not written the exit checkpoint yet: the pods stay.
+  v1::JobProgress writing;
+  writing.set_exit_ready(true);
+  writing.set_stopping(true);
+  writing.mutable_checkpoint()->set_step(200);
+  writing.mutable_checkpoint()->set_path("/ckpt/model-000000000200.ckpt");
+  stopper.answer = writing;
+  auto again = Reconcile("mlp");
+  EXPECT_EQ(stopper.calls, 1);
+  EXPECT_EQ(stopper.last_reason, "the job was suspended (spec.runPolicy.suspend)");
+  EXPECT_EQ(Phase("mlp"), "Suspended");
+  EXPECT_EQ(Condition(GetJob("mlp"), "Stopping"), "True");
+  EXPECT_EQ(PodNames("mlp").size(), 5u) << "rank 0 is writing the exit checkpoint";
+  ASSERT_TRUE(again.has_value());
+  EXPECT_LE(*again, std::chrono::seconds(1)) << "looked at again soon";
+  EXPECT_EQ(Int(GetJob("mlp"), {"status", "checkpoint", "step"}), 200);
+
+  // The exit checkpoint is reported: the pods go, the status and an Event say which it is.
+  now_ += seconds(3);
+  writing.mutable_checkpoint()->set_step(233);
+  writing.mutable_checkpoint()->set_path("/ckpt/model-000000000233.ckpt");
+  writing.mutable_checkpoint()->set_on_exit(true);
+  stopper.answer = writing;
+  Reconcile("mlp");
+  EXPECT_EQ(PodNames("mlp"), Names{});
+  Json job = GetJob("mlp");
+  EXPECT_EQ(Condition(job, "Stopping"), "False");
+  EXPECT_EQ(Int(job, {"status", "checkpoint", "step"}), 233);
+  EXPECT_TRUE(Bool(job, {"status", "checkpoint", "onExit"}));
+  bool evented = false;
+  for (const Json& e : Events()) {
+    if (Str(e, {"reason"}) != "ExitCheckpointWritten") continue;
+    evented = true;
+    EXPECT_NE(Str(e, {"message"}).find("exit checkpoint of step 233 written (/ckpt/model-000000000233.ckpt, 3 s"),
+              std::string::npos)
+        << Str(e, {"message"});
+  }
+  EXPECT_TRUE(evented);
+  const int calls = stopper.calls;
+  Reconcile("mlp");
+  EXPECT_EQ(stopper.calls, calls) << "settled: the scheduler is not asked again";
+
+  // Resumed, then suspended again: a rank 0 that never answers gets the grace, no more.
+  SetSuspend(*client_, &now_, false);
+  Reconcile("mlp");
+  SetAllPodsPhase("mlp", "Running");
+  Reconcile("mlp");
+  SetSuspend(*client_, &now_, true);
+  stopper.answer = UnavailableError("connection refused");
+  Reconcile("mlp");
+  EXPECT_EQ(PodNames("mlp").size(), 5u);
+  EXPECT_EQ(Condition(GetJob("mlp"), "Stopping"), "True");
+  now_ += seconds(19);
+  Reconcile("mlp");
+  EXPECT_EQ(PodNames("mlp").size(), 5u);
+  now_ += seconds(1);
+  Reconcile("mlp");
+  EXPECT_EQ(PodNames("mlp"), Names{}) << "the grace (20 s) has passed";
+  job = GetJob("mlp");
+  EXPECT_EQ(Condition(job, "Stopping"), "False");
+  EXPECT_EQ(Int(job, {"status", "checkpoint", "step"}), 233) << "the newest checkpoint stays";
+
+  // A program whose rank 0 writes no exit checkpoint (trellis.torch) is not waited for.
+  SetSuspend(*client_, &now_, false);
+  Reconcile("mlp");
+  SetAllPodsPhase("mlp", "Running");
+  Reconcile("mlp");
+  SetSuspend(*client_, &now_, true);
+  stopper.answer = v1::JobProgress();
+  Reconcile("mlp");
+  EXPECT_EQ(PodNames("mlp"), Names{});
+}
+
+// Resumed while rank 0 writes the exit checkpoint: the scheduler stops the job all the same, so
+// the pods still go once it is written, and their replacements resume from it.
+TEST_F(ReconcileTest, ResumedWhileTheExitCheckpointIsWrittenRestartsThePodsAfterIt) {
+  FakeStopper stopper;
+  reconciler_ = std::make_unique<Reconciler>(*client_, OperatorSettings{}, [this] { return now_; },
+                                             ReconcileObserver{}, nullptr, &stopper);
+  CreateJob("mlp", R"({"image":"img:1","workers":{"replicas":1,"command":["w"]},"checkpoint":{"path":"/ckpt"}})");
+  Reconcile("mlp");
+  SetAllPodsPhase("mlp", "Running");
+  Reconcile("mlp");
+  const Names running = PodNames("mlp");
+  ASSERT_EQ(running.size(), 3u);
+  ASSERT_TRUE(client_->MergePatch(kTrainingJobs, "default", "mlp",
+                                  *ParseJson(R"({"spec":{"runPolicy":{"suspend":true}}})")).ok());
+  v1::JobProgress writing;
+  writing.set_exit_ready(true);
+  stopper.answer = writing;
+  Reconcile("mlp");
+  ASSERT_EQ(Condition(GetJob("mlp"), "Stopping"), "True");
+  ASSERT_TRUE(client_->MergePatch(kTrainingJobs, "default", "mlp",
+                                  *ParseJson(R"({"spec":{"runPolicy":{"suspend":false}}})")).ok());
+  now_ += seconds(1);
+  Reconcile("mlp");
+  EXPECT_EQ(PodNames("mlp"), running) << "held: rank 0 is still writing";
+  writing.mutable_checkpoint()->set_step(40);
+  writing.mutable_checkpoint()->set_path("/ckpt/model-000000000040.ckpt");
+  writing.mutable_checkpoint()->set_on_exit(true);
+  stopper.answer = writing;
+  Reconcile("mlp");
+  EXPECT_EQ(PodNames("mlp"), Names{}) << "the stopped job's pods go";
+  EXPECT_EQ(Condition(GetJob("mlp"), "Stopping"), "False");
+  Reconcile("mlp");
+  EXPECT_EQ(PodNames("mlp").size(), 3u) << "and come back to resume from the exit checkpoint";
+}
+
+// Checkpoints on no volume die with the pods: said once, when the job's objects are created.
+TEST_F(ReconcileTest, CheckpointsOnNoVolumeGetAWarningOnceAndAVolumeIsMounted) {
+  CreateJob("bare", R"({"image":"img:1","workers":{"replicas":1,"command":["w"]},"checkpoint":{"path":"/ckpt"}})");
+  CreateJob("kept", R"({"image":"img:1","workers":{"replicas":1,"command":["w"]},
+      "checkpoint":{"path":"/ckpt","volume":{"persistentVolumeClaim":{"claimName":"c"}}}})");
+  for (int i = 0; i < 2; ++i) {
+    Reconcile("bare");
+    Reconcile("kept");
+  }
+  int warned = 0;
+  for (const Json& e : Events()) {
+    if (Str(e, {"reason"}) != "CheckpointsNotPersistent") continue;
+    ++warned;
+    EXPECT_EQ(Str(e, {"involvedObject", "name"}), "bare");
+    EXPECT_EQ(Str(e, {"type"}), "Warning");
+    EXPECT_NE(Str(e, {"message"}).find("spec.checkpoint.path /ckpt is on no volume"), std::string::npos);
+  }
+  EXPECT_EQ(warned, 1);
+  auto pod = client_->Get(kPods, "default", "kept-worker-0");
+  ASSERT_TRUE(pod.ok());
+  EXPECT_NE(pod->serialize().find(R"("claimName":"c")"), std::string::npos) << pod->serialize();
+}
+
 TEST_F(ReconcileTest, JobResizedWhileSuspendedResumesWithTheNewSizeAndJobFile) {
   CreateJob("mlp", kTwoByTwo);
   Reconcile("mlp");

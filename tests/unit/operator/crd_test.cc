@@ -70,6 +70,10 @@ std::string LeafJob(const std::vector<std::string>& path, const std::string& val
     }
     return JobWith({"tls"}, files + "}");
   }
+  // The checkpoint volume is mounted at the checkpoint path: only valid with one.
+  if (path.size() == 2 && path[0] == "checkpoint" && path[1] == "volume") {
+    return JobWith({"checkpoint"}, "{path: /ckpt, volume: " + value + "}");
+  }
   return JobWith(path, value);
 }
 
@@ -148,6 +152,7 @@ TEST(CrdTest, NamesScopeSubresourceAndPrinterColumns) {
   }
   EXPECT_EQ(columns, (std::set<std::string>{"Phase=.status.phase", "Workers=.status.workers",
                                             "Servers=.status.servers", "Restarts=.status.restarts",
+                                            "Checkpoint=.status.checkpoint.step",
                                             "Step=.status.progress.step",
                                             "Samples/s=.status.progress.samplesPerSecond",
                                             "ETA=.status.progress.eta",

@@ -242,3 +242,49 @@ TEST(DesiredTest, PodsGetTheJobsTerminationGraceWhenItSetsOne) {
 
 }  // namespace
 }  // namespace trellis::op
+
+namespace trellis::op {
+namespace {
+
+// spec.checkpoint.volume (docs/checkpoints.md#on-kubernetes): mounted, writable, at the
+// checkpoint path in every worker pod and, in update mode, every server pod; the scheduler never.
+TEST(DesiredTest, TheCheckpointVolumeIsMountedAtThePathInThePodsThatReadOrWriteCheckpoints) {
+  Json job = ApiJob(kSpec);
+  const JobMeta meta = *JobMetaOf(job);
+  JobSpec spec = Spec(job);
+  spec.checkpoint.path = "/ckpt/mlp";
+  EXPECT_FALSE(CheckpointsOnAVolume(spec)) << "a path on no volume dies with the pods";
+  spec.checkpoint.volumeYaml = "persistentVolumeClaim:\n  claimName: mlp-ckpt\n";
+  EXPECT_TRUE(CheckpointsOnAVolume(spec));
+  auto mounted = [](const Json& pod) -> std::string {
+    const Json& volumes = pod.at("spec").at("volumes");
+    const Json& mounts = pod.at("spec").at("containers").at(0).at("volumeMounts");
+    std::string claim;
+    for (size_t i = 0; i < volumes.size(); ++i) {
+      if (Str(volumes.at(i), {"name"}) == kCheckpointVolume) claim = Str(volumes.at(i), {"persistentVolumeClaim", "claimName"});
+    }
+    for (size_t m = 0; m < mounts.size(); ++m) {
+      if (Str(mounts.at(m), {"name"}) != kCheckpointVolume) continue;
+      EXPECT_FALSE(Bool(mounts.at(m), {"readOnly"}));
+      return claim + "@" + Str(mounts.at(m), {"mountPath"});
+    }
+    return claim.empty() ? "" : claim + "@<not mounted>";
+  };
+  const OperatorSettings s;
+  EXPECT_EQ(mounted(RolePod(meta, spec, PodRole::kWorker, 0, s)), "mlp-ckpt@/ckpt/mlp");
+  EXPECT_EQ(mounted(RolePod(meta, spec, PodRole::kWorker, 2, s)), "mlp-ckpt@/ckpt/mlp") << "any worker may be rank 0";
+  EXPECT_EQ(mounted(RolePod(meta, spec, PodRole::kServer, 0, s)), "") << "aggregate-mode servers read no checkpoint";
+  EXPECT_EQ(mounted(SchedulerPod(meta, spec, s)), "");
+  spec.serverMode = ServerMode::kUpdate;
+  EXPECT_EQ(mounted(RolePod(meta, spec, PodRole::kServer, 1, s)), "mlp-ckpt@/ckpt/mlp");
+
+  // A volume the workers' template mounts at the path, or above it, is as good.
+  spec.checkpoint.volumeYaml.clear();
+  spec.workers.templateYaml = "spec:\n  containers:\n  - name: trellis\n    volumeMounts:\n    - {name: data, mountPath: /ckpt/}\n";
+  EXPECT_TRUE(CheckpointsOnAVolume(spec));
+  spec.workers.templateYaml = "spec:\n  containers:\n  - name: trellis\n    volumeMounts:\n    - {name: data, mountPath: /ck}\n";
+  EXPECT_FALSE(CheckpointsOnAVolume(spec)) << "/ck is not above /ckpt/mlp";
+}
+
+}  // namespace
+}  // namespace trellis::op

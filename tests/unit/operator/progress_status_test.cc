@@ -128,5 +128,32 @@ TEST(ProgressStatusTest, NothingReportedWritesNothing) {
   EXPECT_EQ(At(status, {"progress"}), nullptr);
 }
 
+// status.checkpoint (the newest) and status.resumedFrom (where this run started) come from the
+// scheduler; a scheduler that knows of none (replaced, or the job between runs) leaves them.
+TEST(ProgressStatusTest, CheckpointsReachTheStatusAndStayWhileTheSchedulerKnowsNone) {
+  Json status = Json::object();
+  v1::JobProgress p;
+  EXPECT_FALSE(ApplyCheckpoint(status, p));
+  EXPECT_EQ(At(status, {"checkpoint"}), nullptr);
+  p.mutable_checkpoint()->set_step(64);
+  p.mutable_checkpoint()->set_path("/ckpt/model-000000000064.ckpt");
+  p.mutable_checkpoint()->set_unix_ms(1'800'000'000'500);
+  EXPECT_FALSE(ApplyCheckpoint(status, p)) << "no resume to tell of";
+  EXPECT_EQ(Int(status, {"checkpoint", "step"}), 64);
+  EXPECT_EQ(Str(status, {"checkpoint", "path"}), "/ckpt/model-000000000064.ckpt");
+  EXPECT_EQ(Str(status, {"checkpoint", "time"}), FormatTime(Clock::from_time_t(1'800'000'000)));
+  EXPECT_FALSE(Bool(status, {"checkpoint", "onExit"}, true));
+  p.mutable_resumed_from()->set_step(32);
+  p.mutable_resumed_from()->set_path("/ckpt/model-000000000032.ckpt");
+  p.mutable_resumed_from()->set_unix_ms(1'800'000'000'000);
+  EXPECT_TRUE(ApplyCheckpoint(status, p)) << "a resume: worth an Event";
+  EXPECT_EQ(Int(status, {"resumedFrom", "step"}), 32);
+  p.mutable_resumed_from()->set_unix_ms(1'800'000'060'000);  // the same resume, heard again
+  EXPECT_FALSE(ApplyCheckpoint(status, p));
+  const Json before = status;
+  EXPECT_FALSE(ApplyCheckpoint(status, v1::JobProgress()));
+  EXPECT_EQ(status, before);
+}
+
 }  // namespace
 }  // namespace trellis::op

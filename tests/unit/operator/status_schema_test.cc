@@ -33,6 +33,8 @@ void CheckAgainst(const Json& v, const YAML::Node& schema, const std::string& wh
     EXPECT_TRUE(type == "integer" || type == "number") << where;
   } else if (v.is_double()) {
     EXPECT_EQ(type, "number") << where;
+  } else if (v.is_boolean()) {
+    EXPECT_EQ(type, "boolean") << where;
   } else {
     ADD_FAILURE() << where << ": unexpected JSON type";
   }
@@ -72,9 +74,17 @@ TEST(StatusSchemaTest, EveryStatusFieldTheOperatorWritesIsDeclared) {
   progress.set_straggler_pod("mlp-worker-1");
   progress.add_ranks()->set_rank(0);
   progress.add_ranks()->set_rank(1);
+  progress.mutable_checkpoint()->set_step(96);
+  progress.mutable_checkpoint()->set_path("/ckpt/model-000000000096.ckpt");
+  progress.mutable_checkpoint()->set_unix_ms(1'790'000'000'000);
+  progress.mutable_checkpoint()->set_on_exit(true);
+  progress.mutable_resumed_from()->set_step(64);
+  progress.mutable_resumed_from()->set_path("/ckpt/model-000000000064.ckpt");
   Json running = job;
   ASSERT_TRUE(ApplyProgress(running["status"], progress, t0));
   ASSERT_TRUE(At(running, {"status", "progress", "samplesPerSecond"})->is_double());
+  ASSERT_TRUE(At(running, {"status", "checkpoint", "onExit"}));
+  ASSERT_TRUE(At(running, {"status", "resumedFrom", "step"}));
   CheckAgainst(running["status"], status_schema, "status");
   // Restarts of the programs inside their pods (the scheduler's view) and the first failure.
   v1::ClusterView view;

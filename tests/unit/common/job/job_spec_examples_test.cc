@@ -52,6 +52,7 @@ TEST(JobSpecExamplesTest, FullSetsNonDefaults) {
   EXPECT_EQ(job->RestartPolicyFor(job->workers), RestartPolicy::kExitCode);
   EXPECT_EQ(job->runPolicy.activeDeadlineSeconds, 7200);
   EXPECT_NE(job->workers.templateYaml.find("nodeSelector"), std::string::npos);
+  EXPECT_NE(job->checkpoint.volumeYaml.find("claimName: mlp-full-checkpoints"), std::string::npos);
   EXPECT_EQ(job->runPolicy.schedulingPolicy.gangScheduler, GangScheduler::kVolcano);
   EXPECT_EQ(job->runPolicy.schedulingPolicy.queue, "research");
   EXPECT_EQ(job->runPolicy.schedulingPolicy.priorityClass, "high");

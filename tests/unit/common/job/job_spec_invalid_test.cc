@@ -143,6 +143,12 @@ std::vector<InvalidCase> Cases() {
        "spec.workers.template: must be a mapping (a pod template), got \"pod.yaml\""},
       {"CheckpointIntervalWithoutPath", WithWorkers("  checkpoint: {intervalSteps: 100}\n"),
        "spec.checkpoint.path: must be set when spec.checkpoint.intervalSteps > 0, got null"},
+      {"CheckpointVolumeNotAVolumeSource", WithWorkers("  checkpoint: {path: /ckpt, volume: pvc}\n"),
+       "spec.checkpoint.volume: must be a Kubernetes volume source (persistentVolumeClaim, hostPath, ...), got \"pvc\""},
+      {"CheckpointVolumeNamed", WithWorkers("  checkpoint: {path: /ckpt, volume: {name: x, emptyDir: {}}}\n"),
+       "spec.checkpoint.volume.name: not allowed: the operator names the volume, got \"x\""},
+      {"CheckpointVolumeWithoutPath", WithWorkers("  checkpoint: {volume: {emptyDir: {}}}\n"),
+       "spec.checkpoint.path: must be set when spec.checkpoint.volume is (where it is mounted), got null"},
       {"HeartbeatTimeoutNotAboveInterval",
        WithWorkers("  scheduler: {heartbeatIntervalSeconds: 5, heartbeatTimeoutSeconds: 5}\n"),
        "spec.scheduler.heartbeatTimeoutSeconds: must be > "
