@@ -23,6 +23,7 @@ struct MlpJob {
   int train_samples = 8192;
   int test_samples = 1000;
   std::string worker_env;    // YAML lines under the workers' `env:`, "" for none
+  int rank0_step_sleep_ms = 0;  // rank 0 sleeps this long each step (the results do not change)
   std::string checkpoint;    // the checkpoint path, "" for none
   int interval_steps = 32;
   const char* server_mode = nullptr;
@@ -43,7 +44,11 @@ inline std::string MlpJobYaml(const std::string& name, const MlpJob& j) {
                   "           --epochs, \"" + std::to_string(j.epochs) + "\", --batch, \"" + std::to_string(j.batch) +
                   "\", --lr, \"0.02\", --train-samples, \"" + std::to_string(j.train_samples) + "\",\n"
                   "           --test-samples, \"" + std::to_string(j.test_samples) +
-                  "\", --target-accuracy, \"0.85\"]\n";
+                  "\", --target-accuracy, \"0.85\"" +
+                  (j.rank0_step_sleep_ms > 0
+                       ? ", --slow-rank, \"0\", --step-sleep-ms, \"" + std::to_string(j.rank0_step_sleep_ms) + "\""
+                       : std::string()) +
+                  "]\n";
   if (!j.worker_env.empty()) y += "    env:\n" + j.worker_env;
   y += "  sliceBytes: 16384\n";
   if (!j.checkpoint.empty()) {

@@ -28,7 +28,11 @@ constexpr int kSteps = 3 * 128;
 constexpr int kDeleteAfter = 160;  // mid-epoch 2: the first checkpoint at or after this step
 
 std::string JobYaml(const std::string& name, const std::string& ckpt_dir) {
-  return MlpJobYaml(name, {.checkpoint = ckpt_dir, .run_policy = "    restartPolicy: OnFailure\n    backoffLimit: 2\n"});
+  // Rank 0 sleeps 15 ms a step: a deleted pod's agent waits up to 2 s for the rest of the job
+  // to follow (docs/scheduler.md), and the job must still be training when it stops.
+  return MlpJobYaml(name, {.rank0_step_sleep_ms = 15,
+                           .checkpoint = ckpt_dir,
+                           .run_policy = "    restartPolicy: OnFailure\n    backoffLimit: 2\n"});
 }
 
 // One job as Kubernetes would run it: a scheduler, an agent per pod, pods replaced by name.
