@@ -1,9 +1,7 @@
 #include "operator/exit_checkpoint.h"
 
 #include <cstdio>
-#include <optional>
 
-#include "operator/job_status.h"
 #include "operator/progress_status.h"
 
 namespace trellis::op {
@@ -62,9 +60,7 @@ ExitCheckpointStep StepExitCheckpoint(Json& status, const StatusOr<v1::JobProgre
                  : std::string("no checkpoint was written");
   auto settle = [&](const char* type, const char* reason, const std::string& message) {
     SetCondition(status, kStoppingCondition, false, reason, message, now);
-    step.event_type = type;
-    step.event_reason = reason;
-    step.event_message = message;
+    step.event = JobPlan::Event{type, reason, message};
   };
   const auto waited = now - *began;
   if (progress.ok() && progress->has_checkpoint() && progress->checkpoint().on_exit()) {

@@ -8,9 +8,11 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "common/base/status.h"
+#include "operator/job_status.h"
 #include "operator/json_util.h"
 #include "trellis/v1/scheduler.pb.h"
 
@@ -27,7 +29,7 @@ bool ExitCheckpointUnderWay(const Json& status);
 struct ExitCheckpointStep {
   bool hold_pods = false;  // keep the pods: rank 0 is writing the checkpoint
   // Set when the wait ends: an Event (reason ExitCheckpointWritten or NoExitCheckpoint).
-  std::string event_type, event_reason, event_message;
+  std::optional<JobPlan::Event> event;
 };
 
 // One look at a suspended job with checkpoints whose pods still run. `progress`: the scheduler's

@@ -7,6 +7,7 @@
 
 #include "common/base/logging.h"
 #include "operator/events.h"
+#include "operator/exit_checkpoint.h"
 #include "operator/job_status.h"
 #include "operator/progress_status.h"
 
@@ -66,13 +67,15 @@ int ProgressPoller::PollOnce() {
     }
   }
   int writes = 0;
-  std::set<Key> running;
+  std::set<Key> keep;  // the jobs whose scheduler clients are kept
   std::set<std::string> uids;
   for (const Json& job : items) {
     uids.insert(Str(job, {"metadata", "uid"}));
-    if (Str(job, {"status", "phase"}) != kRunning) continue;
     const Key key{Str(job, {"metadata", "namespace"}, "default"), Str(job, {"metadata", "name"})};
-    running.insert(key);
+    // A suspended job writing its exit checkpoint: the reconciler asks its scheduler meanwhile.
+    if (const Json* st = At(job, {"status"}); st && ExitCheckpointUnderWay(*st)) keep.insert(key);
+    if (Str(job, {"status", "phase"}) != kRunning) continue;
+    keep.insert(key);
     auto r = PollJob(job);
     if (!r.ok()) {
       TLOG_DEBUG << "progress of " << key.first << "/" << key.second << ": " << r.status().message();
@@ -81,7 +84,7 @@ int ProgressPoller::PollOnce() {
     }
   }
   // Connections of jobs that ended or went away.
-  schedulers_.KeepOnly(running);
+  schedulers_.KeepOnly(keep);
   for (auto it = restarts_seen_.begin(); it != restarts_seen_.end();) {
     it = uids.count(it->first) ? std::next(it) : restarts_seen_.erase(it);
   }

@@ -258,10 +258,10 @@ bool Reconciler::AwaitExitCheckpoint(const Json& job, const JobSpec& spec, const
     const Clock::duration soon = std::chrono::milliseconds(500);
     plan->requeue_after = plan->requeue_after ? std::min(*plan->requeue_after, soon) : soon;
   }
-  if (!step.event_reason.empty()) {
+  if (step.event) {
     TLOG_INFO << "job " << Str(job, {"metadata", "namespace"}, "default") << "/" << Str(job, {"metadata", "name"})
-              << ": " << step.event_message;
-    plan->events.push_back({step.event_type, step.event_reason, step.event_message});
+              << ": " << step.event->message;
+    plan->events.push_back(*step.event);
   }
   return step.hold_pods;
 }

@@ -103,10 +103,11 @@ void SchedulerClients::KeepOnly(const std::set<std::pair<std::string, std::strin
 
 StatusOr<v1::JobProgress> SchedulerClients::StopJob(const Json& job, const std::string& reason) {
   TRELLIS_ASSIGN_OR_RETURN(std::shared_ptr<SchedulerClient> c, For(job));
+  // Asked again every half second while the pods are held: a failure keeps the client (its
+  // channel reconnects; For() makes a new one for a new job or address), so no Secret is read
+  // again for it.
   Status s = c->StopJob(reason);
-  StatusOr<v1::JobProgress> p = s.ok() ? c->GetProgress() : StatusOr<v1::JobProgress>(s);
-  if (!p.ok()) Forget(Str(job, {"metadata", "namespace"}, "default"), Str(job, {"metadata", "name"}));
-  return p;
+  return s.ok() ? c->GetProgress() : StatusOr<v1::JobProgress>(s);
 }
 
 }  // namespace trellis::op

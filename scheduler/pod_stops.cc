@@ -1,12 +1,16 @@
 #include "scheduler/pod_stops.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace trellis {
 namespace {
 
+// "2 s", "2.5 s", "27 s".
 std::string Secs(std::chrono::milliseconds d) {
-  return std::to_string(d.count() / 1000) + (d.count() % 1000 ? "." + std::to_string(d.count() % 1000 / 100) : "") + " s";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", Seconds(d));
+  return buf;
 }
 
 }  // namespace

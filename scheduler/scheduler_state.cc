@@ -171,6 +171,10 @@ v1::PingResponse SchedulerState::Ping(const v1::PingRequest& req) {
 
 void SchedulerState::StopJob(const std::string& reason) {
   MutexLock lock(&mu_);
+  StopJobLocked(reason);
+}
+
+void SchedulerState::StopJobLocked(const std::string& reason) {
   if (!stop_reason_.empty()) return;
   stop_reason_ = reason.empty() ? std::string("stopped from outside") : reason;
   stop_since_ = clock_->Now();
@@ -196,12 +200,7 @@ StatusOr<v1::PodStoppingResponse> SchedulerState::PodStopping(const v1::PodStopp
   job.exit_ready = exit_ready;
   job.exit_written = exit_written;
   const PodStops::Verdict v = pod_stops_.Ask(req.role(), req.rank(), job, now);
-  if (v.stop_job && stop_reason_.empty()) {
-    stop_reason_ = "every worker's pod is being stopped from outside (deleted, evicted or drained)";
-    stop_since_ = now;
-    TLOG_INFO << "the job is being stopped (" << stop_reason_
-              << "): workers stop at their next step boundary, rank 0 writes an exit checkpoint";
-  }
+  if (v.stop_job) StopJobLocked("every worker's pod is being stopped from outside (deleted, evicted or drained)");
   v1::PodStoppingResponse resp;
   resp.set_wait(v.wait);
   resp.set_reason(v.reason);

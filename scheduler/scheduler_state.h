@@ -148,6 +148,8 @@ class SchedulerState {
   void ChangedLocked(Deferred* deferred) REQUIRES(mu_);
   // The job failed (the first message stays): every waiting declaration and barrier fails.
   void FailJobLocked(std::string message, Deferred* deferred) REQUIRES(mu_);
+  // StopJob with mu_ held (also PodStopping's, once every worker's pod is going).
+  void StopJobLocked(const std::string& reason) REQUIRES(mu_);
   bool DeclareLocked(int32_t rank, const ShardAssignment::KeyPtrs* keys, TimePoint deadline,
                      Callback<std::shared_ptr<const v1::ShardMap>> done, Deferred* deferred)
       REQUIRES(mu_);

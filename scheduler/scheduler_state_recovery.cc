@@ -14,34 +14,33 @@ StatusOr<v1::RegisterResponse> SchedulerState::Register(const v1::RegisterReques
   v1::RegisterResponse resp;
   {
     MutexLock lock(&mu_);
-    if (const int32_t done = members_.FinishedWorker(req.pod_name()); done >= 0 && req.role() == v1::ROLE_WORKER) {
-      // Recreated after its program had finished (deleted in the job's last moments): there is
-      // nothing left for it to do, and a new program could not join a job that has ended.
-      TLOG_INFO << "worker " << done << " (pod " << req.pod_name()
-                << ") registered again after its program finished: it has nothing to run";
-      resp.set_rank(done);
-      resp.set_incarnation(members_.at(req.role(), done).incarnation);
-      resp.set_num_servers(config_.num_servers);
-      resp.set_num_workers(config_.num_workers);
-      resp.set_scheduler_id(instance_id_);
-      resp.set_finished(true);
-      return resp;
-    }
-    if (!stop_reason_.empty()) {
+    // Recreated after its program had finished (deleted in the job's last moments): there is
+    // nothing left for it to do, and a new program could not join a job that has ended.
+    const int32_t done = req.role() == v1::ROLE_WORKER ? members_.FinishedWorker(req.pod_name()) : -1;
+    if (done < 0 && !stop_reason_.empty()) {
       // Replacement pods of a job stopped as a whole (every pod deleted) start while this
       // scheduler still waits for the exit checkpoint: they belong to the job's next run, with
       // the next scheduler, not to this one (the agent retries UNAVAILABLE).
       return UnavailableError("the job is being stopped (" + stop_reason_ +
                               "): this scheduler ends with it; register with the next one");
     }
-    TRELLIS_ASSIGN_OR_RETURN(const int32_t rank, RegisterLocked(req));
+    int32_t rank = done;
+    if (done >= 0) {
+      TLOG_INFO << "worker " << done << " (pod " << req.pod_name()
+                << ") registered again after its program finished: it has nothing to run";
+    } else {
+      TRELLIS_ASSIGN_OR_RETURN(rank, RegisterLocked(req));
+    }
+    resp.set_finished(done >= 0);
     resp.set_rank(rank);
     resp.set_incarnation(members_.at(req.role(), rank).incarnation);
     resp.set_num_servers(config_.num_servers);
     resp.set_num_workers(config_.num_workers);
     resp.set_scheduler_id(instance_id_);
-    ChangedLocked(&deferred);
-    MaybeFinishRecoveryLocked(clock_->Now(), &deferred);
+    if (done < 0) {  // a finished worker's registration changes nothing
+      ChangedLocked(&deferred);
+      MaybeFinishRecoveryLocked(clock_->Now(), &deferred);
+    }
   }
   RunDeferred(deferred);
   return resp;
