@@ -138,8 +138,11 @@ class PodDelete(envtest.EnvtestCase):
         self.assertEqual(self.newest_step(ckpt), exit_step, "the exit checkpoint is the newest file")
         self.assertTrue(st["checkpoint"]["path"].endswith("model-%012d.ckpt" % exit_step), st)
         log = self.pod_log("mlpx-worker-0")
-        self.assertRegex(log, r"saved step %d to .*: the exit checkpoint" % exit_step)
-        t_written = self.log_time(log, r"saved step %d to .*: the exit checkpoint" % exit_step, t_suspend)
+        # Rank 0 says so whether it wrote the file at the stop or its periodic save of that very
+        # step already was the exit checkpoint (one stop in `every` steps lands there).
+        said = r"stopped after step %d \(exit checkpoint \S+model-%012d\.ckpt\)" % (exit_step, exit_step)
+        self.assertRegex(log, said)
+        t_written = self.log_time(log, said, t_suspend)
         self.assertIn("ExitCheckpointWritten", self.events("mlpx"))
 
         code, _ = self.cp.api("PATCH", self.job_url("mlpx"), {"spec": {"runPolicy": {"suspend": False}}},
@@ -175,7 +178,7 @@ class PodDelete(envtest.EnvtestCase):
         self.assertEqual(st["phase"], "Succeeded", st)
         with open(os.path.join(self.kubelet.work_dir, "mlpd-worker-0.previous.log"), errors="replace") as f:
             before = f.read()
-        m = re.search(r"saved step (\d+) to \S+ \(\d+ bytes, [0-9.e-]+ s\): the exit checkpoint", before)
+        m = re.search(r"stopped after step (\d+) \(exit checkpoint \S+\.ckpt\)", before)
         self.assertIsNotNone(m, "no exit checkpoint in the deleted rank 0's log:\n" + before[-3000:])
         exit_step = int(m.group(1))
         with open(os.path.join(self.kubelet.work_dir, "mlpd-scheduler.previous.log"), errors="replace") as f:
