@@ -372,6 +372,15 @@ Status Agent::StartMetrics(int32_t rank) {
   return Status::Ok();
 }
 
+bool Agent::MayRestart() {
+  // A program that failed because the job did (a rejoin with no donor left, a barrier the
+  // scheduler aborted) would only fail again: the job restarts as a whole or not at all.
+  auto view = client_->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(1000));
+  if (!view.ok() || !view->failed()) return true;
+  TLOG_WARN << "not restarting the program: the scheduler has failed the job (" << view->failure_message() << ")";
+  return false;
+}
+
 void Agent::OnExit(const ExitStatus& status, bool will_restart, int restarts) {
   // The program is gone, however it ended: what it moved becomes its successors' starting point.
   if (ledger_) {

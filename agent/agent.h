@@ -47,6 +47,7 @@ class Agent : public SupervisorHooks {
   StatusOr<SpawnOptions> PrepareStart(int attempt) override EXCLUDES(mu_);
   void OnStarted(const Process& process, int attempt) override;
   void OnStartFailed(const Status& error, int attempt) override;
+  bool MayRestart() override;
   void OnExit(const ExitStatus& status, bool will_restart, int restarts) override EXCLUDES(mu_);
 
  private:

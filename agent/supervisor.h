@@ -47,6 +47,9 @@ class SupervisorHooks {
   // The program could not be started (`error`: not found, not executable, bad working dir); the
   // attempt then counts as an exit with code 127 ("command not found") for the policy.
   virtual void OnStartFailed(const Status& error, int attempt) {}
+  // After an exit the policy would restart: false when a restart is pointless (the job has
+  // failed at its scheduler: a new program could not join it).
+  virtual bool MayRestart() { return true; }
   // After every exit. `restarts` counts the restarts done so far.
   virtual void OnExit(const ExitStatus& status, bool will_restart, int restarts) = 0;
 };

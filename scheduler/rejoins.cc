@@ -46,7 +46,8 @@ void Rejoins::HandToDonor(uint64_t id, Deferred* deferred) {
 
 void Rejoins::Request(const v1::RequestRejoinRequest& req, TimePoint deadline,
                         Reply<v1::RequestRejoinResponse> done, const Membership& members,
-                        bool recovering, TimePoint now, Deferred* deferred) {
+                        bool recovering, TimePoint now, Deferred* deferred,
+                        std::string* job_failure) {
   const int64_t current = members.at(v1::ROLE_WORKER, req.rank()).incarnation;
   if (req.incarnation() != current) {
     deferred->push_back([done = std::move(done),
@@ -76,6 +77,17 @@ void Rejoins::Request(const v1::RequestRejoinRequest& req, TimePoint deadline,
                          st = UnavailableError("rejoin of worker " + std::to_string(req.rank()) +
                                                ": the scheduler restarted and no donor is back "
                                                "yet; ask again")] { done(st); });
+    return;
+  }
+  if (donor < 0 && began_) {
+    // The servers are past the steps a fresh start would begin with (its broadcast of step 0
+    // would be refused), and no live worker holds the model to hand over.
+    *job_failure = "worker " + std::to_string(req.rank()) + " (incarnation " +
+                   std::to_string(req.incarnation()) +
+                   ") asks to rejoin, but every worker that held the model is gone (all lost at "
+                   "once): in-job recovery cannot heal this, only a restart of the whole job from "
+                   "its newest checkpoint can (runPolicy.failurePolicy: RestartJob)";
+    deferred->push_back([done = std::move(done), st = AbortedError(*job_failure)] { done(st); });
     return;
   }
   if (donor < 0) {
@@ -109,6 +121,7 @@ void Rejoins::Watch(const v1::WatchRejoinsRequest& req, TimePoint deadline,
   }
   Watcher& w = watchers_[static_cast<size_t>(req.rank())];
   w.incarnation = req.stop() ? 0 : req.incarnation();
+  began_ = began_ || !req.stop();
   if (w.waiting) {  // a poll its client gave up on, or the one a stop call ends
     w.waiting = false;
     deferred->push_back([d = std::move(w.done)] { d(v1::WatchRejoinsResponse()); });

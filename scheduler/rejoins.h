@@ -2,7 +2,9 @@
 // proto: RequestRejoin, WatchRejoins, RejoinServed). The scheduler only matches a rejoiner with
 // a donor and relays the donor's answer; the data travels through the parameter servers
 // (kStash / kFetch). The donor is the lowest-rank live worker watching under its current
-// incarnation, other than the rejoiner; none: answered `fresh` at once. A request waits for its
+// incarnation, other than the rejoiner; none: answered `fresh` at once while no worker has ever
+// watched (the job's training has not begun), else the job has lost its model with every worker
+// and the request fails the job (runPolicy.failurePolicy says what follows). A request waits for its
 // donor's RejoinServed until its deadline (then DEADLINE_EXCEEDED naming the donor); one
 // request per rank is kept (a newer one fails the older with ABORTED), so the state is bounded
 // by the number of workers.
@@ -30,11 +32,13 @@ class Rejoins {
   explicit Rejoins(int32_t num_workers) : watchers_(static_cast<size_t>(num_workers)) {}
 
   // A rejoin request. `recovering`: the scheduler restarted and the donors may not be back yet
-  // (UNAVAILABLE instead of `fresh`, which would lose the job's state).
+  // (UNAVAILABLE instead of `fresh`, which would lose the job's state). No donor once training
+  // has begun: every worker that held the model is gone, so in-job recovery cannot heal the
+  // job: `*job_failure` says why (the caller fails the job) and the request gets ABORTED.
   // REQUIRES: the caller checked the worker (registered), the job (not failed) and shutdown.
   void Request(const v1::RequestRejoinRequest& req, TimePoint deadline,
                  Reply<v1::RequestRejoinResponse> done, const Membership& members,
-                 bool recovering, TimePoint now, Deferred* deferred);
+                 bool recovering, TimePoint now, Deferred* deferred, std::string* job_failure);
   // A donor's long poll; `stop` ends its watch (its queued requests go to the next donor).
   // REQUIRES: the caller checked the worker (registered) and shutdown.
   void Watch(const v1::WatchRejoinsRequest& req, TimePoint deadline,
@@ -79,6 +83,7 @@ class Rejoins {
   std::vector<Watcher> watchers_;  // index = worker rank
   std::map<uint64_t, Rejoin> rejoins_;  // at most one per rank
   uint64_t next_id_ = 1;
+  bool began_ = false;  // some worker has watched: its first step is committed, training began
   int64_t served_ = 0;  // rejoin requests served by a donor
   int64_t fresh_ = 0;   // rejoin requests answered "start fresh"
 };

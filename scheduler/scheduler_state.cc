@@ -194,7 +194,7 @@ StatusOr<v1::PodStoppingResponse> SchedulerState::PodStopping(const v1::PodStopp
   }
   const TimePoint now = clock_->Now();
   PodStops::JobState job;
-  job.training = !members_.AnyWorkerExited();
+  job.training = !members_.AnyWorkerExited() && !failed_;  // a failed job has nothing to save
   job.stopping = !stop_reason_.empty();
   job.stopping_since = stop_since_;
   job.exit_ready = exit_ready;
@@ -209,7 +209,7 @@ StatusOr<v1::PodStoppingResponse> SchedulerState::PodStopping(const v1::PodStopp
 
 bool SchedulerState::Training() const {
   MutexLock lock(&mu_);
-  return !members_.AnyWorkerExited();
+  return !members_.AnyWorkerExited() && !failed_;
 }
 
 std::string SchedulerState::stop_reason() const {

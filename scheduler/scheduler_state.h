@@ -117,7 +117,7 @@ class SchedulerState {
   // Errors: an unknown role, rank or member; a stale incarnation.
   StatusOr<v1::PodStoppingResponse> PodStopping(const v1::PodStoppingRequest& req, bool exit_ready,
                                                 bool exit_written) EXCLUDES(mu_);
-  // No worker's program has exited for good: the job is not ending by itself.
+  // No worker's program has exited for good and the job has not failed: it is not ending by itself.
   bool Training() const EXCLUDES(mu_);
   Status Leave(const v1::LeaveRequest& req) EXCLUDES(mu_);
 

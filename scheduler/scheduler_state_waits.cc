@@ -107,8 +107,10 @@ void SchedulerState::RequestRejoin(const v1::RequestRejoinRequest& req, TimePoin
     Status st = members_.Check(v1::ROLE_WORKER, req.rank(), /*must_be_registered=*/true);
     if (st.ok()) st = OpenLocked(/*failed_counts=*/true);
     if (st.ok()) {
+      std::string failure;
       rejoins_.Request(req, deadline, std::move(done), members_, recovery_.recovering(),
-                       clock_->Now(), &deferred);
+                       clock_->Now(), &deferred, &failure);
+      if (!failure.empty()) FailJobLocked(std::move(failure), &deferred);
     } else {
       deferred.push_back([done = std::move(done), st] { done(st); });
     }

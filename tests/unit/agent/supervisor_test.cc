@@ -88,9 +88,11 @@ class FakeHooks : public SupervisorHooks {
     o.argv = {"train", std::to_string(attempt)};
     return o;
   }
+  bool MayRestart() override { return exits.size() < may_restart_exits; }
   void OnExit(const ExitStatus& status, bool will_restart, int restarts) override {
     exits.push_back({status, will_restart, restarts});
   }
+  size_t may_restart_exits = 1000;  // MayRestart is true before this many exits were reported
   std::vector<int> attempts;
   std::vector<ExitReport> exits;
   Status prepare_error;
@@ -212,6 +214,20 @@ TEST(SupervisorTest, OnFailureGivesUpAtTheBackoffLimit) {
   ASSERT_EQ(h.hooks.exits.size(), 3u);
   EXPECT_FALSE(h.hooks.exits[2].will_restart);
   EXPECT_EQ(h.hooks.exits[2].restarts, 2);
+}
+
+// The job failed at its scheduler (the agent's MayRestart asks it): a restarted program could not
+// join it, so the budget is not spent on restarts that fail at once.
+TEST(SupervisorTest, NoRestartOnceTheHooksSayTheJobCannotTakeOne) {
+  Harness h(Options(RestartPolicy::kOnFailure, 3), {Script::Exit(1), Script::Exit(4), Script::Exit(1)});
+  h.hooks.may_restart_exits = 1;  // the first exit is restarted, the second is not
+  SupervisorResult r = h.supervisor.Run();
+  EXPECT_EQ(r.AgentExitCode(), 4);
+  EXPECT_EQ(r.restarts, 1);
+  EXPECT_EQ(h.spawner.spawned.size(), 2u);
+  ASSERT_EQ(h.hooks.exits.size(), 2u);
+  EXPECT_TRUE(h.hooks.exits[0].will_restart);
+  EXPECT_FALSE(h.hooks.exits[1].will_restart);
 }
 
 TEST(SupervisorTest, BackoffLimitZeroMeansNoRestart) {

@@ -203,7 +203,8 @@ TEST_F(PreemptionTest, AStopUnderNeverIsAFailureWithTheAgentsMessage) {
 
 TEST_F(PreemptionTest, APreemptedWorkerIsNoRejoinDonor) {
   // Both workers committed and watch; worker 0, the usual donor, is deleted. Worker 1's own
-  // restart must get a live donor, not the pod that is gone: none here, so it starts fresh...
+  // restart must get a live donor, not the pod that is gone: none here, and training began, so
+  // nobody holds the model: the job fails at once...
   Watch(0, 1);
   Watch(1, 1);
   ASSERT_TRUE(Exit(v1::ROLE_WORKER, 0, 143, /*preempted=*/true).ok());
@@ -213,8 +214,10 @@ TEST_F(PreemptionTest, APreemptedWorkerIsNoRejoinDonor) {
   rq.set_incarnation(2);
   std::optional<StatusOr<v1::RequestRejoinResponse>> got;
   state_->RequestRejoin(rq, clock_.Now() + 10s, [&](StatusOr<v1::RequestRejoinResponse> r) { got = r; });
-  ASSERT_TRUE(got.has_value() && got->ok()) << (got ? got->status().ToString() : "no answer");
-  EXPECT_TRUE((*got)->fresh());  // ...instead of waiting on the deleted pod until the deadline
+  ASSERT_TRUE(got.has_value()) << "no answer";
+  EXPECT_EQ(got->status().code(), StatusCode::kAborted);  // ...instead of waiting on the deleted pod
+  EXPECT_THAT(got->status().message(), HasSubstr("every worker that held the model is gone"));
+  EXPECT_TRUE(state_->GetCluster().failed());
 }
 
 }  // namespace

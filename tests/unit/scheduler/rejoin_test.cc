@@ -96,6 +96,25 @@ TEST_F(RejoinStateTest, NobodyCommittedYetAnswersFresh) {
   EXPECT_EQ(state_->stats().fresh_rejoins, 1);
 }
 
+// Every worker restarted at once after training began: the servers are past step 0, so a fresh
+// start's broadcast would be refused, and nobody holds the model. The job fails at once, saying
+// why (runPolicy.failurePolicy RestartJob then restarts it as a whole), rather than letting each
+// restarted program fail on the servers until backoffLimit.
+TEST_F(RejoinStateTest, EveryWorkerLostAfterTrainingBeganFailsTheJob) {
+  AllWatch();
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(Register("mlp-worker-" + std::to_string(r)), 2);
+  Slot<v1::RequestRejoinResponse> got;
+  Request(1, 2, &got);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->status().code(), StatusCode::kAborted);
+  EXPECT_THAT(got->status().message(), HasSubstr("every worker that held the model is gone"));
+  EXPECT_EQ(state_->stats().fresh_rejoins, 0);
+  const v1::ClusterView view = state_->GetCluster();
+  EXPECT_TRUE(view.failed());
+  EXPECT_THAT(view.failure_message(), HasSubstr("worker 1 (incarnation 2) asks to rejoin"));
+  EXPECT_THAT(view.failure_message(), HasSubstr("failurePolicy: RestartJob"));
+}
+
 TEST_F(RejoinStateTest, LowestRankLiveWatcherServesAndTheAnswerCarriesItsCommit) {
   AllWatch();
   ASSERT_EQ(Register("mlp-worker-0"), 2);  // rank 0 restarted: no longer a donor
