@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/process/exit_codes.h"
 #include "common/tls/auth.h"
 #include "common/config/env.h"
 #include "common/base/file_util.h"
@@ -380,14 +381,57 @@ int Launcher::Run() {
     }
     return Fail("job " + job_.name + " failed: " + s.message(), scheduler_.get());
   }
-  auto token = ReadTokenFile(paths_.token_file);
-  if (!token.ok()) return Fail("job " + job_.name + " failed: " + token.status().message(), nullptr);
-  auto client = SchedulerClient::Connect({paths_.scheduler_address, *token, milliseconds(5000), tls_});
-  if (!client.ok()) return Fail("job " + job_.name + " failed: " + client.status().message(), nullptr);
-  client_ = std::move(client).value();
-  watch_thread_ = std::thread([this] { WatchCluster(); });
-  if (Status s = StartAgents(); !s.ok()) return Fail("job " + job_.name + " failed: " + s.message(), nullptr);
+  if (Status s = StartRun(); !s.ok()) return Fail("job " + job_.name + " failed: " + s.message(), nullptr);
   return Supervise();
+}
+
+Status Launcher::StartRun() {
+  TRELLIS_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(paths_.token_file));
+  TRELLIS_ASSIGN_OR_RETURN(client_, SchedulerClient::Connect({paths_.scheduler_address, token, milliseconds(5000), tls_}));
+  {
+    MutexLock lock(&mu_);
+    stop_watch_ = false;
+  }
+  watch_thread_ = std::thread([this] { WatchCluster(); });
+  return StartAgents();
+}
+
+int Launcher::RestartJobOrFail(const std::vector<Child*>& failed) {
+  if (job_.runPolicy.failurePolicy != FailurePolicy::kRestartJob) return FailAgent(failed);
+  auto view = client_->GetCluster(0, false, milliseconds(1000));
+  if (!view.ok() || !view->failed()) return FailAgent(failed);  // a failure the job itself handles
+  for (const Child* c : failed) {
+    // A configuration the program refuses is refused again after a restart.
+    if (c->exit && c->exit->exit_code == kExitConfigurationError) return FailAgent(failed);
+  }
+  const int limit = job_.runPolicy.backoffLimit;
+  if (job_restarts_ >= limit) {
+    return Fail("job " + job_.name + " failed: " + view->failure_message() + " after " + std::to_string(job_restarts_) +
+                    " whole-job restarts (runPolicy.failurePolicy RestartJob, backoffLimit " + std::to_string(limit) + ")",
+                failed.front());
+  }
+  ++job_restarts_;
+  console_.ClearStatus();
+  console_.Line("trellis-launch: the job's scheduler failed the job (" + Seconds(Elapsed()) + "): " +
+                view->failure_message());
+  console_.Line("trellis-launch: restarting every process, from the newest checkpoint (runPolicy.failurePolicy "
+                "RestartJob; restart " + std::to_string(job_restarts_) + " of at most " + std::to_string(limit) + ")");
+  StopAll();
+  for (auto& a : agents_) {
+    if (a->log_fd >= 0) ::close(a->log_fd);
+  }
+  agents_.clear();
+  client_.reset();
+  {
+    MutexLock lock(&mu_);
+    view_.reset();
+    training_ = v1::JobProgress();
+  }
+  Status s = StartScheduler();  // on the same port, a new job state
+  if (s.ok()) s = StartRun();
+  if (!s.ok()) return Fail("job " + job_.name + " failed: restarting the job: " + s.message(), scheduler_.get());
+  console_.Line("trellis-launch: job restarted (" + Seconds(Elapsed()) + ")");
+  return -1;
 }
 
 int Launcher::FailAgent(const std::vector<Child*>& failed) {
@@ -493,7 +537,10 @@ int Launcher::Supervise() {
       }
       if (a->plan.kind == ProcessPlan::Kind::kWorker && a->exit->exit_code == 0) ++workers_ok;
     }
-    if (!failed.empty()) return FailAgent(failed);
+    if (!failed.empty()) {
+      if (int code = RestartJobOrFail(failed); code >= 0) return code;
+      continue;
+    }
     if (auto s = scheduler_->process->Poll()) {
       scheduler_->exit = s;
       if (int code = RestartScheduler(); code >= 0) return code;

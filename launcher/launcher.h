@@ -48,7 +48,13 @@ class Launcher {
   // members hand its state back (docs/scheduler.md#scheduler-restart). -1: restarted, else the
   // launcher's exit code.
   int RestartScheduler();
+  // Connects to the scheduler just started, starts the cluster-watch thread and the agents.
+  Status StartRun();
   Status StartAgents();
+  // Agents failed. Under runPolicy.failurePolicy RestartJob, when the job's scheduler failed the
+  // job (in-job recovery cannot heal it), every process is stopped and started again, resuming
+  // from the newest checkpoint, at most backoffLimit times (-1: restarted); else FailAgent.
+  int RestartJobOrFail(const std::vector<Child*>& failed);
   int Supervise();                        // the event loop
   void PumpOutput(Child& c, bool drain);  // worker stdout -> console + log
   // Waits up to `wait` for a signal, agent output (pumped) or, with `wake_on_exit`, an agent's exit.
@@ -81,6 +87,7 @@ class Launcher {
 
   std::unique_ptr<Child> scheduler_;
   int scheduler_restarts_ = 0;
+  int job_restarts_ = 0;  // whole-job restarts (runPolicy.failurePolicy RestartJob)
   std::vector<std::unique_ptr<Child>> agents_;
   std::unique_ptr<SchedulerClient> client_;
 

@@ -1,5 +1,6 @@
 #include "operator/job_status.h"
 
+#include "operator/job_restart.h"
 #include "operator/plan_phases.h"
 #include "operator/plan_status.h"
 
@@ -35,6 +36,7 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
   FailLostPods(r);
   DecideFailures(r);
   DecideSuccess(r);
+  RestartStoppedJob(r);
   if (Terminal(r.phase)) {  // ends now
     EndJob(r);
     return std::move(r.plan);

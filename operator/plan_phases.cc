@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "common/process/exit_codes.h"
+#include "operator/job_restart.h"
 #include "operator/progress_status.h"
 
 namespace trellis::op {
@@ -52,21 +53,39 @@ struct Failures {
 
 // A pod's agent told that the scheduler failed the job: no replacement pod could join the job,
 // so where a pod would be recreated the job fails instead, naming the first failure and how it
-// failed (an OOM kill, a missing command), not the exits that followed from it.
+// failed (an OOM kill, a missing command), not the exits that followed from it; under
+// runPolicy.failurePolicy RestartJob the whole job restarts instead, until backoffLimit.
 void FailTold(PlanRound& r, const Failures& f) {
   const ObservedPod& first = *f.failed.front();
   const std::string what = Describe(first) + " " + HowItFailed(first);
   const std::string earlier = FirstFailureIfOther(r.plan.status, what);
   NoteFailure(r.plan.status, what);
+  const std::string told = "the job's scheduler failed the job (" + Truncate(f.told->report.job_failed, 1024) + ")";
+  if (r.spec.runPolicy.failurePolicy == FailurePolicy::kRestartJob) {
+    const int limit = r.spec.runPolicy.backoffLimit;
+    if (r.restarts.BackoffTotal() >= limit) {
+      r.Finish(kFailed, "BackoffLimitExceeded",
+               "job " + r.name + ": " + what + earlier + "; " + told + " after " +
+                   std::to_string(r.restarts.BackoffTotal()) + " restarts (backoffLimit " + std::to_string(limit) + ")");
+      return;
+    }
+    RestartWholeJob(r, "JobRestarted",
+                    "job " + r.name + ": " + what + earlier + "; " + told +
+                        "; restarting every pod, from the newest checkpoint (runPolicy.failurePolicy RestartJob; "
+                        "restart " + std::to_string(r.restarts.BackoffTotal() + 1) + " of at most " +
+                        std::to_string(limit) + ")",
+                    /*counted=*/true);
+    return;
+  }
   r.Finish(kFailed, FailureReason(first, "PodFailed"),
-           "job " + r.name + ": " + what + earlier + "; the job's scheduler failed the job (" +
-               Truncate(f.told->report.job_failed, 1024) + "), so no pod is recreated: none could join it");
+           "job " + r.name + ": " + what + earlier + "; " + told + ", so no pod is recreated: none could join it");
 }
 
 // `p` is deleted this round to be recreated: the phase is Restarting, with a Warning event of
 // its own.
 void Replace(PlanRound& r, const ObservedPod& p, const std::string& reason, const std::string& message) {
   r.plan.remove.push_back(p.name);
+  NoteLastRestart(r, reason, message, /*whole_job=*/false);
   r.restarted = true;
   r.reason = reason;
   r.message = message;
@@ -80,17 +99,17 @@ void ReplaceCounted(PlanRound& r, const ObservedPod& p, const Failures& f, const
                     const std::string& earlier, const char* limit_reason, const char* event_reason,
                     const std::string& recreating) {
   const int limit = r.spec.runPolicy.backoffLimit;
-  if (r.restarts.PodTotal() >= limit) {
+  if (r.restarts.BackoffTotal() >= limit) {
     r.Finish(kFailed, limit_reason,
-             "job " + r.name + ": " + what + " after " + std::to_string(r.restarts.PodTotal()) +
+             "job " + r.name + ": " + what + " after " + std::to_string(r.restarts.BackoffTotal()) +
                  " restarts (backoffLimit " + std::to_string(limit) + ")" + earlier);
     return;
   }
   if (f.told) return FailTold(r, f);
   ++r.restarts.pods[p.role];
   Replace(r, p, event_reason,
-          "job " + r.name + ": " + what + "; " + recreating + " (restart " + std::to_string(r.restarts.PodTotal()) +
-              " of at most " + std::to_string(limit) + ")");
+          "job " + r.name + ": " + what + "; " + recreating + " (restart " +
+              std::to_string(r.restarts.BackoffTotal()) + " of at most " + std::to_string(limit) + ")");
 }
 
 // A new scheduler pod (same Service) recovers the running job from its members
@@ -215,6 +234,11 @@ void Suspend(PlanRound& r) {
               /*keep_finished=*/false);
   // The deadline counts running time: a resumed job starts its clock again.
   if (st.has_field("startTime")) st.erase("startTime");
+  // Every pod goes anyway; a resumed job creates the new set at once, and is not being stopped.
+  if (OldPodsGoing(r)) st["lastRestart"]["oldPodsGoing"] = Json::boolean(false);
+  if (StoppedFromOutside(r)) {
+    SetCondition(st, kStoppedFromOutsideCondition, false, "JobSuspended", "job " + r.name + " is suspended", r.now);
+  }
   r.phase = kSuspended;
   r.reason = "JobSuspended";
   r.message = "job " + r.name + " is suspended: its pods are deleted until spec.runPolicy.suspend is false";
@@ -256,6 +280,7 @@ void FailLostPods(PlanRound& r) {
 }
 
 void DecideFailures(PlanRound& r) {
+  if (OldPodsGoing(r)) return;  // every old pod is going already: their failures are the old run's
   Failures f;
   f.failed = FailedFirst(r.pods);
   for (const ObservedPod* p : f.failed) {
@@ -265,7 +290,7 @@ void DecideFailures(PlanRound& r) {
     }
   }
   for (const ObservedPod* failed : f.failed) {
-    if (!r.phase.empty()) break;
+    if (!r.phase.empty() || OldPodsGoing(r)) break;  // the job ended, or restarts as a whole
     const ObservedPod& p = *failed;
     if (p.role == PodRole::kScheduler) {
       OnSchedulerFailed(r, p, f);
@@ -294,6 +319,7 @@ void WriteRunningCounts(PlanRound& r) {
 PodsState PlanPods(PlanRound& r) {
   PodsState state;
   r.plan.ensure_support = true;
+  if (HoldForOldPods(r, state)) return state;
   std::set<std::string> removing(r.plan.remove.begin(), r.plan.remove.end());
   std::set<std::string> wanted;
   for (const DesiredPod& d : r.desired) wanted.insert(d.name);

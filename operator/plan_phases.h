@@ -5,7 +5,8 @@
 //
 //   the job ended earlier     -> EndJob
 //   spec.runPolicy.suspend    -> Suspend
-//   otherwise                 StartClock, FailLostPods, DecideFailures, DecideSuccess; then
+//   otherwise                 StartClock, FailLostPods, DecideFailures, DecideSuccess,
+//                             RestartStoppedJob (operator/job_restart.h); then
 //     the job ends now        -> EndJob
 //     otherwise               WriteRunningCounts, PlanPods, HoldWithoutPodGroup, WhyPodsWait,
 //                             DecidePhase, Conclude, WriteWaitConditions

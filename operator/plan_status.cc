@@ -51,6 +51,7 @@ RestartCounts ReadRestarts(const Json& status) {
   r.pods[PodRole::kScheduler] = std::max(0, CountIn(status, "scheduler", "restarts") - r.program[PodRole::kScheduler]);
   r.pods[PodRole::kServer] = std::max(0, CountIn(status, "server", "restarts") - r.program[PodRole::kServer]);
   r.pods[PodRole::kWorker] = std::max(0, CountIn(status, "worker", "restarts") - r.program[PodRole::kWorker]);
+  r.job = static_cast<int>(std::clamp<int64_t>(Int(status, {"jobRestarts"}).value_or(0), 0, 1 << 24));
   return r;
 }
 
@@ -76,7 +77,8 @@ void WriteCounts(Json& st, const std::map<PodRole, RoleCounts>& counts_in, const
     if (in_pods > 0) rs[key]["programRestarts"] = Json::number(in_pods);
   }
   st["replicaStatuses"] = rs;
-  st["restarts"] = Json::number(total_restarts);
+  if (restarts.job > 0) st["jobRestarts"] = Json::number(restarts.job);
+  st["restarts"] = Json::number(total_restarts + restarts.job);
   st["workers"] = JStr(std::to_string(counts[PodRole::kWorker].running + counts[PodRole::kWorker].succeeded) +
                        "/" + std::to_string(js.workers.replicas));
   st["servers"] = JStr(std::to_string(counts[PodRole::kServer].running) + "/" +

@@ -31,7 +31,9 @@ std::map<PodRole, RoleCounts> CountPods(const std::vector<ObservedPod>& pods, co
 struct RestartCounts {
   std::map<PodRole, int> pods = {{PodRole::kScheduler, 0}, {PodRole::kServer, 0}, {PodRole::kWorker, 0}};
   std::map<PodRole, int> program = {{PodRole::kScheduler, 0}, {PodRole::kServer, 0}, {PodRole::kWorker, 0}};
-  int PodTotal() const;  // every role's replacements: what backoffLimit is compared with
+  int job = 0;           // whole-job restarts (status.jobRestarts; runPolicy.failurePolicy RestartJob)
+  int PodTotal() const;  // every role's replacements
+  int BackoffTotal() const { return PodTotal() + job; }  // what backoffLimit is compared with
 };
 // The restarts an earlier round wrote into `status` (its restarts less programRestarts are the
 // pods'). Clamped: anyone allowed to write the status can, and sums must not overflow.

@@ -103,6 +103,7 @@ StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
   const Json before = *At(job, {"status"});
   Json status = before;
   ApplyProgress(status, *progress, Clock::now());
+  ApplyStoppedFromOutside(status, *progress, Bool(job, {"spec", "runPolicy", "suspend"}), Clock::now());
   // The programs' restarts inside their pods: the scheduler counts what the agents report.
   const std::string uid = Str(job, {"metadata", "uid"});
   ProgramRestartsSeen seen = restarts_seen_[uid];  // kept once the status carries them

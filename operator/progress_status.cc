@@ -102,6 +102,21 @@ bool ApplyCheckpoint(Json& status, const v1::JobProgress& p) {
   return true;
 }
 
+bool ApplyStoppedFromOutside(Json& status, const v1::JobProgress& p, bool suspended, Clock::time_point now) {
+  if (suspended || !p.stopping()) return false;
+  if (const Json* conds = At(status, {"conditions"}); conds && conds->is_array()) {
+    for (size_t i = 0; i < conds->size(); ++i) {
+      const Json& c = conds->at(i);
+      if (Str(c, {"type"}) == kStoppedFromOutsideCondition && Str(c, {"status"}) == "True") return false;
+    }
+  }
+  SetCondition(status, kStoppedFromOutsideCondition, true, "PodsStopped",
+               "the job's scheduler stops the job as a whole (" + Truncate(p.stop_reason(), 1024) +
+                   "): it restarts as a whole, from the exit checkpoint",
+               now);
+  return true;
+}
+
 bool ApplyProgress(Json& status, const v1::JobProgress& p, Clock::time_point now) {
   const Json before = status;
   if (p.reported()) status["progress"] = ProgressJson(p);

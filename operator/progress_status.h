@@ -16,6 +16,9 @@ namespace trellis::op {
 inline constexpr char kStragglerCondition[] = "Straggler";
 // A server or worker program found stalled and being restarted (docs/scheduler.md#stalls).
 inline constexpr char kStalledCondition[] = "Stalled";
+// The job's scheduler stops the running job as a whole because every worker's pod is being
+// stopped from outside (operator/job_restart.h restarts the whole job on it).
+inline constexpr char kStoppedFromOutsideCondition[] = "StoppedFromOutside";
 
 // The status.progress object: step, totalSteps, samplesPerSecond, loss, eta, etaSeconds,
 // stepSeconds, slowestRank, slowestPod, skew (figures rounded so noise alone changes nothing).
@@ -36,6 +39,13 @@ bool ApplyCheckpoint(Json& status, const v1::JobProgress& p);
 // naming the rank and pod; False once none is, if the condition was ever set) into `status`.
 // Returns whether anything changed.
 bool ApplyProgress(Json& status, const v1::JobProgress& p, Clock::time_point now);
+
+// A running job (not suspended: a suspend's stop is the reconciler's) whose scheduler says it is
+// stopping the job as a whole: the StoppedFromOutside condition turns True with the scheduler's
+// reason. The pods that replace the stopped ones may already exist, where the pods' objects went
+// before their processes (what the operator alone cannot tell apart from a lone deletion).
+// Returns whether it changed.
+bool ApplyStoppedFromOutside(Json& status, const v1::JobProgress& p, bool suspended, Clock::time_point now);
 
 // Restarts of the programs inside their pods (the agents' restarts: the pod lives on, so
 // Kubernetes counts none) from the scheduler's view (NodeInfo.program_restarts) into

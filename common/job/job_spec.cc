@@ -69,6 +69,11 @@ const Names<CleanPodPolicy>& CleanPodPolicyNames() {
                                           {"All", CleanPodPolicy::kAll}};
   return n;
 }
+const Names<FailurePolicy>& FailurePolicyNames() {
+  static const Names<FailurePolicy> n = {{"FailJob", FailurePolicy::kFailJob},
+                                         {"RestartJob", FailurePolicy::kRestartJob}};
+  return n;
+}
 
 template <typename E>
 std::string_view NameOf(const Names<E>& names, E v) {
@@ -329,7 +334,7 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
   MapReader run(spec.Get("runPolicy"), spec.Path("runPolicy"), errors,
                 {"restartPolicy", "backoffLimit", "activeDeadlineSeconds",
                  "ttlSecondsAfterFinished", "terminationGracePeriodSeconds", "cleanPodPolicy",
-                 "suspend", "schedulingPolicy"});
+                 "failurePolicy", "suspend", "schedulingPolicy"});
   RunPolicySpec& r = out->runPolicy;
   run.GetEnum("restartPolicy", RestartPolicyNames(), &r.restartPolicy);
   IntField(run, "backoffLimit", 0, kInt32Max, &r.backoffLimit);
@@ -339,6 +344,7 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
   // An hour at most: a stop that takes longer is a hang, and Kubernetes would hold the pods.
   if (IntField(run, "terminationGracePeriodSeconds", 1, 3600, &v)) r.terminationGracePeriodSeconds = v;
   run.GetEnum("cleanPodPolicy", CleanPodPolicyNames(), &r.cleanPodPolicy);
+  run.GetEnum("failurePolicy", FailurePolicyNames(), &r.failurePolicy);
   run.GetBool("suspend", &r.suspend);
   ParseSchedulingPolicy(run, &r.schedulingPolicy);
 
@@ -484,6 +490,7 @@ std::string_view ToString(CompressionType v) { return NameOf(CompressionTypeName
 std::string_view ToString(ServerMode v) { return NameOf(ServerModeNames(), v); }
 std::string_view ToString(OptimizerType v) { return NameOf(OptimizerTypeNames(), v); }
 std::string_view ToString(CleanPodPolicy v) { return NameOf(CleanPodPolicyNames(), v); }
+std::string_view ToString(FailurePolicy v) { return NameOf(FailurePolicyNames(), v); }
 std::string_view ToString(Transport v) { return NameOf(TransportNames(), v); }
 
 std::optional<RestartPolicy> ParseRestartPolicy(std::string_view s) {
@@ -505,6 +512,9 @@ std::optional<CleanPodPolicy> ParseCleanPodPolicy(std::string_view s) {
   return ValueOf(CleanPodPolicyNames(), s);
 }
 std::optional<Transport> ParseTransport(std::string_view s) { return ValueOf(TransportNames(), s); }
+std::optional<FailurePolicy> ParseFailurePolicy(std::string_view s) {
+  return ValueOf(FailurePolicyNames(), s);
+}
 
 StatusOr<int64_t> ParseByteQuantity(std::string_view text) {
   size_t digits_end = 0;

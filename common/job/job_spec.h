@@ -22,6 +22,8 @@ enum class CompressionType { kNone, kTwoBit, kFloat16, kBFloat16 };
 enum class ServerMode { kAggregate, kUpdate };
 enum class OptimizerType { kSgd, kAdam };
 enum class CleanPodPolicy { kNone, kRunning, kAll };
+// What a failure that in-job recovery cannot heal does to the job (runPolicy.failurePolicy).
+enum class FailurePolicy { kFailJob, kRestartJob };
 // The workers' data path to the servers: raw TCP (default; measured at or above 0.75 of a raw
 // TCP echo for >= 16 MiB tensors, docs/performance.md) or gRPC streams.
 enum class Transport { kTcp, kGrpc };
@@ -36,6 +38,7 @@ std::string_view ToString(CompressionType v);   // "none", "2bit", "fp16", "bf16
 std::string_view ToString(ServerMode v);        // "aggregate", "update"
 std::string_view ToString(OptimizerType v);     // "sgd", "adam"
 std::string_view ToString(CleanPodPolicy v);    // "None", "Running", "All"
+std::string_view ToString(FailurePolicy v);     // "FailJob", "RestartJob"
 std::string_view ToString(Transport v);         // "tcp", "grpc"
 std::string_view ToString(GangScheduler v);     // "volcano", "scheduler-plugins"
 
@@ -155,6 +158,11 @@ struct RunPolicySpec {
     return terminationGracePeriodSeconds.value_or(kDefaultTerminationGraceSeconds);
   }
   CleanPodPolicy cleanPodPolicy = CleanPodPolicy::kRunning;
+  // A failure in-job recovery cannot heal (the job's scheduler failed the job: every worker
+  // lost at once, a server lost without retained pushes, a worker out of restarts): FailJob
+  // ends the job Failed; RestartJob stops every process and starts the whole job again, from
+  // its newest checkpoint, counted toward backoffLimit (docs/job-spec.md#runpolicy).
+  FailurePolicy failurePolicy = FailurePolicy::kFailJob;
   bool suspend = false;
   SchedulingPolicySpec schedulingPolicy;
 
@@ -271,6 +279,7 @@ std::optional<CompressionType> ParseCompressionType(std::string_view s);
 std::optional<ServerMode> ParseServerMode(std::string_view s);
 std::optional<OptimizerType> ParseOptimizerType(std::string_view s);
 std::optional<CleanPodPolicy> ParseCleanPodPolicy(std::string_view s);
+std::optional<FailurePolicy> ParseFailurePolicy(std::string_view s);
 std::optional<Transport> ParseTransport(std::string_view s);
 std::optional<GangScheduler> ParseGangScheduler(std::string_view s);
 

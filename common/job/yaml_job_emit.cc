@@ -176,6 +176,8 @@ std::string JobSpecToYaml(const JobSpec& spec) {
     Int(out, "terminationGracePeriodSeconds", *r.terminationGracePeriodSeconds);
   }
   Plain(out, "cleanPodPolicy", ToString(r.cleanPodPolicy));
+  // Written only when set: jobs without it keep the document they had.
+  if (r.failurePolicy != FailurePolicy::kFailJob) Plain(out, "failurePolicy", ToString(r.failurePolicy));
   Bool(out, "suspend", r.suspend);
   // Written only when set: jobs without it keep the document they had.
   const SchedulingPolicySpec& sp = r.schedulingPolicy;

@@ -10,7 +10,7 @@ port and points `<service>:<port>` in the other pods' environment at it; finds p
 the status subresource; stops the process of a pod that is deleted as a kubelet does: SIGTERM
 to every deleted pod at once, SIGKILL after its terminationGracePeriodSeconds, and a recreated
 pod of the same name only once the old one's process has exited (its previous log kept as
-<name>.previous.log).
+<name>.previous.log, and every earlier pod's log of that name, oldest first, in <name>.earlier.log).
 
 With --rootfs ROOTFS (an unpacked image: `make image` leaves build/image/bundle/rootfs) each pod's
 command runs inside that image instead of from --bin-dir, through tests/image/run_in_image.py:
@@ -188,6 +188,8 @@ class Kubelet:
                 argv[0] = prog
         log_path = os.path.join(self.work_dir, name + ".log")
         if os.path.exists(log_path):  # the previous pod of this name: `kubectl logs --previous`
+            with open(log_path, "rb") as old, open(os.path.join(self.work_dir, name + ".earlier.log"), "ab") as all_:
+                all_.write(old.read())
             os.replace(log_path, os.path.join(self.work_dir, name + ".previous.log"))
         log = open(log_path, "wb")
         p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -6,8 +6,8 @@ builds and the chart `helm install`ed as a user installs it (default values, ima
   through the Eviction API (policy/v1, what `kubectl drain` uses), the scheduler pod deleted, the
   operator pod evicted; every member back, the job Succeeded with its target reached, no restart
   counted against it;
-- suspend (what Kueue does to preempt) -> rank 0's exit checkpoint written onto a hostPath
-  volume (spec.checkpoint.volume), then every pod gone, `Suspended`; resume -> pods back, the
+- suspend (what Kueue does to preempt) -> rank 0's exit checkpoint written onto a
+  PersistentVolumeClaim (spec.checkpoint.volume; a local PersistentVolume), then every pod gone, `Suspended`; resume -> pods back, the
   job resumed from exactly that checkpoint (status.resumedFrom) and Succeeded;
 - ttlSecondsAfterFinished -> the finished job and all it owns deleted;
 - what keeps a job from running or makes it fail, in its status and events in words a user can
@@ -156,9 +156,25 @@ class Ops(node.TrellisCase):
         os.chmod(host_ckpt, 0o777)
         y = mlp_job(job, epochs=1, samples=16384).replace("ttlSecondsAfterFinished: 3600", "ttlSecondsAfterFinished: 5")
         self.assertIn("ttlSecondsAfterFinished: 5", y)
+        # What a platform team hands a job: a PersistentVolumeClaim, bound here to a local
+        # PersistentVolume on that directory (pre-bound both ways: no provisioner on this node;
+        # the controller manager's binder marks them Bound).
+        pv = "ckpt-" + self.ns
+        self.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+                    "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                             "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "trellis-test",
+                             "hostPath": {"path": host_ckpt, "type": "Directory"},
+                             "claimRef": {"namespace": self.ns, "name": "ckpt"}}})
+        self.addCleanup(self.cp.kubectl, "delete", "pv", pv, "--wait=false", check=False)
+        self.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "ckpt"},
+                    "spec": {"storageClassName": "trellis-test", "accessModes": ["ReadWriteOnce"],
+                             "volumeName": pv, "resources": {"requests": {"storage": "1Gi"}}}})
+        self.assertTrue(wait_for(lambda: (self.cp.api("GET", "/api/v1/namespaces/%s/persistentvolumeclaims/ckpt" %
+                                                      self.ns)[1].get("status") or {}).get("phase") == "Bound", 60, 0.5),
+                        "the claim was not bound")
         y = y.replace("  sliceBytes: 1Mi\n", "  sliceBytes: 1Mi\n  checkpoint:\n    path: /ckpt\n    intervalSteps: 32\n"
-                      "    volume:\n      hostPath: {path: %s, type: Directory}\n" % host_ckpt)
-        self.assertIn("hostPath", y)
+                      "    volume:\n      persistentVolumeClaim: {claimName: ckpt}\n")
+        self.assertIn("persistentVolumeClaim", y)
         self.apply(y)
         self.wait_phase(job, "Running", 240)
         self.assertTrue(wait_for(lambda: self.step(job) > 0, 240, 0.3), "no progress in the job's status")
@@ -203,7 +219,7 @@ class Ops(node.TrellisCase):
         self.assertTrue(wait_for(lambda: self.job(job) is None and not self.pods() and not self.owned_left(job), 120,
                                  0.5), "left %ds after the end with a 5 s TTL: %s" % (
             time.time() - t, self.cp.kubectl("get", "tj,pods,svc,cm,secret", "-n", self.ns, check=False).stdout))
-        print("ops: suspend -> exit checkpoint of step %d on the hostPath volume, no pod %.1f s later; resume -> "
+        print("ops: suspend -> exit checkpoint of step %d on the PersistentVolumeClaim, no pod %.1f s later; resume -> "
               "Running %.1f s later, resumed from step %d -> Succeeded; ttl 5 s -> job and all it owns gone %.1f s "
               "after the end" % (exit_step, t_gone, t_back, exit_step, time.time() - t), flush=True)
 

@@ -27,10 +27,11 @@ DELETE_AFTER = 160  # in epoch 2
 class PodDelete(envtest.EnvtestCase):
     prefix = "pd"
 
-    def start_job(self, name, policy, backoff_limit=1):
+    def start_job(self, name, policy, backoff_limit=1, **run_policy):
         """The MLP job with checkpoints (its progress record); returns the checkpoint folder."""
         ckpt = os.path.join(self.cp.dir, self.ns + "-" + name + "-ckpt")
-        job = envtest.mlp_job(name, epochs=EPOCHS, restartPolicy=policy, backoffLimit=backoff_limit, activeDeadlineSeconds=240)
+        job = envtest.mlp_job(name, epochs=EPOCHS, restartPolicy=policy, backoffLimit=backoff_limit,
+                              activeDeadlineSeconds=240, **run_policy)
         job["spec"]["checkpoint"] = {"path": ckpt, "intervalSteps": 32, "keep": 2}
         # Rank 0 sleeps 5 ms a step (about 8 s in all on an idle machine): a deleted pod's agent
         # waits up to 2 s for the rest of the job to follow, and the stops must land mid-training.
@@ -190,6 +191,86 @@ class PodDelete(envtest.EnvtestCase):
         self.assertEqual(st["restarts"], 0, "deleted pods are not failures")
         print("every pod deleted at once (real API server, test kubelet): exit checkpoint of step %d, resumed from "
               "it, Succeeded %.1f s after the deletion" % (exit_step, time.time() - t_delete), flush=True)
+
+    @staticmethod
+    def worker_programs(job):
+        """Pids of the trellis-mlp processes of `job`'s workers (the test kubelet runs pods as
+        processes here; TRELLIS_JOB and TRELLIS_ROLE are in every pod's environment)."""
+        pids = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    argv0 = f.read().split(b"\0")[0]
+                with open("/proc/%s/environ" % d, "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if (os.path.basename(argv0) == b"trellis-mlp" and ("TRELLIS_JOB=" + job).encode() in env
+                    and b"TRELLIS_ROLE=worker" in env):
+                pids.append(int(d))
+        return pids
+
+    def test_every_worker_program_killed_restarts_the_whole_job_under_restartjob(self):
+        """Both workers' programs SIGKILLed at once (an OOM of their node, a crash in both): no
+        worker holds the model, so in-job recovery cannot heal it; the scheduler fails the job at
+        the first rejoin and, under runPolicy.failurePolicy RestartJob, the operator deletes every
+        pod and, once all are gone, creates the job again, which resumes from the newest
+        checkpoint, counted as one restart (docs/checkpoints.md "Whole-job restart")."""
+        ckpt = self.start_job("mlpk", "OnFailure", backoff_limit=2, failurePolicy="RestartJob")
+        self.wait_phase("mlpk", "Running", 90)
+        self.assertTrue(envtest.wait_for(lambda: self.newest_step(ckpt) >= DELETE_AFTER, 120),
+                        "no progress to kill at (newest checkpoint step %d)" % self.newest_step(ckpt))
+        self.assertTrue(envtest.wait_for(lambda: len(self.worker_programs("mlpk")) == 2, 10), "no worker programs")
+        killed_after = self.newest_step(ckpt)
+        t_kill = time.time()
+        for pid in self.worker_programs("mlpk"):
+            os.kill(pid, 9)
+        st = self.wait_phase("mlpk", ("Succeeded", "Failed"), 240)
+        self.assertEqual(st["phase"], "Succeeded", st)
+        self.assertIn("Restarting", self.phases["mlpk"])
+        self.assertEqual(st.get("jobRestarts"), 1, st)
+        last = st["lastRestart"]
+        self.assertEqual((last["reason"], last["wholeJob"], last["oldPodsGoing"]), ("JobRestarted", True, False), st)
+        self.assertIn("every worker that held the model is gone", last["message"])
+        self.assertIn("JobRestarted", self.events("mlpk"))
+        self.assertGreaterEqual(st["resumedFrom"]["step"], killed_after, st)
+        log = self.pod_log("mlpk-worker-0") + self.pod_log("mlpk-worker-1")  # ranks go by arrival
+        self.assertRegex(log, r"restored step %d from " % st["resumedFrom"]["step"])
+        self.assertRegex(log, r"RESULT: test accuracy .* -- reached")
+        print("whole-job restart (real API server, test kubelet): both worker programs killed after checkpoint %d, "
+              "the job resumed from step %d, Succeeded %.1f s after the kill"
+              % (killed_after, st["resumedFrom"]["step"], time.time() - t_kill), flush=True)
+
+    def test_every_worker_pod_deleted_restarts_the_whole_job_uncounted(self):
+        """Every worker pod deleted, the scheduler and servers kept (a drained worker node pool):
+        the scheduler stops the job as a whole (exit checkpoint) and takes no replacement into
+        it; the operator deletes the rest and creates the whole job again once every old pod is
+        gone, under the default failurePolicy, not counted."""
+        ckpt = self.start_job("mlpw", "OnFailure")
+        self.wait_phase("mlpw", "Running", 90)
+        self.assertTrue(envtest.wait_for(lambda: self.newest_step(ckpt) >= DELETE_AFTER, 120),
+                        "no progress to delete at (newest checkpoint step %d)" % self.newest_step(ckpt))
+        t_delete = time.time()
+        self.cp.kubectl("delete", "pods", "-l", "trellis.io/job-name=mlpw,trellis.io/role=worker", "-n", self.ns,
+                        "--wait=false")
+        st = self.wait_phase("mlpw", ("Succeeded", "Failed"), 240)
+        self.assertEqual(st["phase"], "Succeeded", st)
+        self.assertEqual(st["restarts"], 0, "a deletion is not a failure")
+        self.assertEqual((st["lastRestart"]["reason"], st["lastRestart"]["wholeJob"]), ("JobPreempted", True), st)
+        before = ""
+        for i in (0, 1):  # rank 0 is whichever worker registered first; its replacement was deleted too
+            with open(os.path.join(self.kubelet.work_dir, "mlpw-worker-%d.earlier.log" % i), errors="replace") as f:
+                before += f.read()
+        m = re.search(r"stopped after step (\d+) \(exit checkpoint \S+\.ckpt\)", before)
+        self.assertIsNotNone(m, "no exit checkpoint in the deleted rank 0's log")
+        self.assertEqual(st["resumedFrom"]["step"], int(m.group(1)), st)
+        self.assertRegex(self.pod_log("mlpw-worker-0") + self.pod_log("mlpw-worker-1"),
+                         r"RESULT: test accuracy .* -- reached")
+        print("every worker pod deleted (real API server, test kubelet): exit checkpoint of step %s, the whole job "
+              "recreated and resumed from it, Succeeded %.1f s after the deletion"
+              % (m.group(1), time.time() - t_delete), flush=True)
 
 
 if __name__ == "__main__":

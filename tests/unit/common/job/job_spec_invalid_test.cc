@@ -185,7 +185,7 @@ std::vector<InvalidCase> Cases() {
                 "epsilon: 0, weightDecay: -1}\n"
                 "  checkpoint: {keep: 0, intervalSteps: -1}\n"
                 "  runPolicy: {backoffLimit: -1, ttlSecondsAfterFinished: -5, "
-                "terminationGracePeriodSeconds: 3601, cleanPodPolicy: Some}\n"
+                "terminationGracePeriodSeconds: 3601, cleanPodPolicy: Some, failurePolicy: Restart}\n"
                 "  scheduler: {heartbeatIntervalSeconds: 0, registrationTimeoutSeconds: -1}\n"),
        "spec.servers.replicas: must be >= 1, got 0\n"
        "spec.workers.replicas: must be >= 1, got -2\n"
@@ -203,6 +203,7 @@ std::vector<InvalidCase> Cases() {
        "spec.runPolicy.ttlSecondsAfterFinished: must be >= 0, got -5\n"
        "spec.runPolicy.terminationGracePeriodSeconds: must be <= 3600, got 3601\n"
        "spec.runPolicy.cleanPodPolicy: must be one of None, Running, All, got \"Some\"\n"
+       "spec.runPolicy.failurePolicy: must be one of FailJob, RestartJob, got \"Restart\"\n"
        "spec.scheduler.heartbeatIntervalSeconds: must be > 0, got 0\n"
        "spec.scheduler.registrationTimeoutSeconds: must be > 0, got -1"},
       {"TooManyReplicas", WithSpec("  workers: {replicas: 10001, command: [a]}\n"),

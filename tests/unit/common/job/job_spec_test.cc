@@ -82,6 +82,7 @@ TEST(JobSpecTest, MinimalTakesEveryDefault) {
   EXPECT_FALSE(job.runPolicy.terminationGracePeriodSeconds.has_value());
   EXPECT_EQ(job.runPolicy.TerminationGraceSeconds(), 30);
   EXPECT_EQ(job.runPolicy.cleanPodPolicy, CleanPodPolicy::kRunning);
+  EXPECT_EQ(job.runPolicy.failurePolicy, FailurePolicy::kFailJob);
   EXPECT_FALSE(job.runPolicy.suspend);
   EXPECT_DOUBLE_EQ(job.scheduler.heartbeatIntervalSeconds, 1.0);
   EXPECT_DOUBLE_EQ(job.scheduler.heartbeatTimeoutSeconds, 10.0);
@@ -127,7 +128,7 @@ spec:
   recovery: {retainPushes: false}
   runPolicy: {restartPolicy: Never, backoffLimit: 0, activeDeadlineSeconds: 3600,
               ttlSecondsAfterFinished: 0, terminationGracePeriodSeconds: 90, cleanPodPolicy: All,
-              suspend: true}
+              failurePolicy: RestartJob, suspend: true}
   scheduler: {heartbeatIntervalSeconds: 0.5, heartbeatTimeoutSeconds: 3,
               registrationTimeoutSeconds: 60, livenessTimeoutSeconds: 2,
               progressTimeoutSeconds: 0}
@@ -185,6 +186,7 @@ spec:
   EXPECT_EQ(job.runPolicy.terminationGracePeriodSeconds, 90);
   EXPECT_EQ(job.runPolicy.TerminationGraceSeconds(), 90);
   EXPECT_EQ(job.runPolicy.cleanPodPolicy, CleanPodPolicy::kAll);
+  EXPECT_EQ(job.runPolicy.failurePolicy, FailurePolicy::kRestartJob);
   EXPECT_TRUE(job.runPolicy.suspend);
   EXPECT_DOUBLE_EQ(job.scheduler.heartbeatIntervalSeconds, 0.5);
   EXPECT_DOUBLE_EQ(job.scheduler.heartbeatTimeoutSeconds, 3);
@@ -385,6 +387,9 @@ TEST(JobSpecTest, EnumNamesMatchTheYaml) {
   EXPECT_EQ(ParseOptimizerType("adam"), OptimizerType::kAdam);
   EXPECT_EQ(ParseCleanPodPolicy("All"), CleanPodPolicy::kAll);
   EXPECT_EQ(ParseCleanPodPolicy(""), std::nullopt);
+  EXPECT_EQ(ToString(FailurePolicy::kRestartJob), "RestartJob");
+  EXPECT_EQ(ParseFailurePolicy("FailJob"), FailurePolicy::kFailJob);
+  EXPECT_EQ(ParseFailurePolicy("restartjob"), std::nullopt);
 }
 
 class LoadJobSpecFileTest : public ::testing::Test {
