@@ -73,6 +73,11 @@ ExitCheckpointStep StepExitCheckpoint(Json& status, const StatusOr<v1::JobProgre
            "rank 0 writes no exit checkpoint (it runs no trellis::Checkpointer); " + newest_words);
   } else if (!workers_running) {
     settle("Normal", "NoExitCheckpoint", "no worker runs to write an exit checkpoint; " + newest_words);
+  } else if (!progress.ok() && waited >= kSchedulerUnreachableWait && waited < grace) {
+    settle("Warning", "SchedulerUnreachable",
+           "the operator cannot reach the job's scheduler (" + progress.status().message() +
+               "); the pods are deleted now: their agents ask the scheduler themselves and, when they reach "
+               "it, the job still stops with rank 0's exit checkpoint; " + newest_words);
   } else if (waited >= grace) {
     settle("Warning", "NoExitCheckpoint",
            "no exit checkpoint within terminationGracePeriodSeconds (" + std::to_string(grace.count()) + " s)" +

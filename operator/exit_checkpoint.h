@@ -2,9 +2,13 @@
 // before its pods are deleted, the reconciler asks the job's scheduler to stop the job at a step
 // boundary (JobStopper::StopJob); rank 0 writes the checkpoint of the step it completed and the
 // pods are deleted once the scheduler has heard of it, or once the job's
-// terminationGracePeriodSeconds have passed, or at once when rank 0 writes none. The condition
-// Stopping says which: True while it waits, False with reason ExitCheckpointWritten or
-// NoExitCheckpoint. Pure: the reconciler calls the scheduler and deletes the pods.
+// terminationGracePeriodSeconds have passed, or at once when rank 0 writes none. A scheduler the
+// operator cannot reach (an operator outside the cluster network, a scheduler pod restarting)
+// is waited for kSchedulerUnreachableWait only: the pods' own agents ask the scheduler when they
+// are stopped (PodStopping), and the whole job still stops with the exit checkpoint when they
+// reach it. The condition Stopping says which: True while it waits, False with reason
+// ExitCheckpointWritten, NoExitCheckpoint or SchedulerUnreachable. Pure: the reconciler calls
+// the scheduler and deletes the pods.
 #pragma once
 
 #include <chrono>
@@ -19,6 +23,7 @@
 namespace trellis::op {
 
 inline constexpr char kStoppingCondition[] = "Stopping";
+inline constexpr std::chrono::seconds kSchedulerUnreachableWait{3};
 
 // Whether this suspension's exit checkpoint is settled already: the Stopping condition turned
 // False no earlier than the Suspended condition turned True.

@@ -226,13 +226,14 @@ TEST_F(ReconcileTest, SuspendWaitsForTheExitCheckpointBeforeDeletingThePods) {
   Reconcile("mlp");
   EXPECT_EQ(stopper.calls, calls) << "settled: the scheduler is not asked again";
 
-  // Resumed, then suspended again: a rank 0 that never answers gets the grace, no more.
+  // Resumed, then suspended again: a rank 0 that never writes it gets the grace, no more.
   SetSuspend(*client_, &now_, false);
   Reconcile("mlp");
   SetAllPodsPhase("mlp", "Running");
   Reconcile("mlp");
   SetSuspend(*client_, &now_, true);
-  stopper.answer = UnavailableError("connection refused");
+  writing.mutable_checkpoint()->set_on_exit(false);
+  stopper.answer = writing;
   Reconcile("mlp");
   EXPECT_EQ(PodNames("mlp").size(), 5u);
   EXPECT_EQ(Condition(GetJob("mlp"), "Stopping"), "True");
@@ -245,6 +246,33 @@ TEST_F(ReconcileTest, SuspendWaitsForTheExitCheckpointBeforeDeletingThePods) {
   job = GetJob("mlp");
   EXPECT_EQ(Condition(job, "Stopping"), "False");
   EXPECT_EQ(Int(job, {"status", "checkpoint", "step"}), 233) << "the newest checkpoint stays";
+
+  // A scheduler the operator cannot reach is not waited for the whole grace: the pods' agents ask
+  // it themselves when they are stopped.
+  SetSuspend(*client_, &now_, false);
+  Reconcile("mlp");
+  SetAllPodsPhase("mlp", "Running");
+  Reconcile("mlp");
+  SetSuspend(*client_, &now_, true);
+  stopper.answer = UnavailableError("connection refused");
+  Reconcile("mlp");
+  EXPECT_EQ(PodNames("mlp").size(), 5u);
+  now_ += seconds(2);
+  Reconcile("mlp");
+  EXPECT_EQ(PodNames("mlp").size(), 5u) << "a scheduler pod restarting may answer in a moment";
+  now_ += seconds(1);
+  Reconcile("mlp");
+  EXPECT_EQ(PodNames("mlp"), Names{});
+  job = GetJob("mlp");
+  EXPECT_EQ(Condition(job, "Stopping"), "False");
+  bool unreachable = false;
+  for (const Json& e : Events()) {
+    if (Str(e, {"reason"}) != "SchedulerUnreachable") continue;
+    unreachable = true;
+    EXPECT_NE(Str(e, {"message"}).find("the operator cannot reach the job's scheduler (connection refused)"),
+              std::string::npos) << Str(e, {"message"});
+  }
+  EXPECT_TRUE(unreachable);
 
   // A program whose rank 0 writes no exit checkpoint (trellis.torch) is not waited for.
   SetSuspend(*client_, &now_, false);
