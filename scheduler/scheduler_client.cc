@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstring>
+
 #include "common/tls/auth.h"
 #include "common/base/grpc_status.h"
 
@@ -70,12 +72,12 @@ Status SchedulerClient::Finish(const grpc::Status& st, const char* method) {
   const bool answered = st.error_code() != grpc::StatusCode::UNAVAILABLE &&
                         st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
   if (answered) reached_.store(true, std::memory_order_relaxed);
-  NoteOutcome(answered);
+  NoteOutcome(answered, std::strcmp(method, "Ping") == 0 || std::strcmp(method, "Heartbeat") == 0);
   if (st.ok()) return Status::Ok();
   return FromGrpc(st).Annotate("scheduler " + options_.address + " " + method);
 }
 
-void SchedulerClient::NoteOutcome(bool answered) {
+void SchedulerClient::NoteOutcome(bool answered, bool beat) {
   const auto now = std::chrono::steady_clock::now();
   MutexLock lock(&mu_);
   if (answered) {
@@ -83,8 +85,9 @@ void SchedulerClient::NoteOutcome(bool answered) {
     return;
   }
   // A long poll ends DEADLINE_EXCEEDED on a healthy channel: only a channel that is not
-  // connected counts as failing.
-  if (channel_->GetState(false) == GRPC_CHANNEL_READY) return;
+  // connected counts as failing, or a beat that got no answer (the connection may be dead
+  // without gRPC knowing: an untouched member took 20 s to find a replaced scheduler pod).
+  if (!beat && channel_->GetState(false) == GRPC_CHANNEL_READY) return;
   if (!failing_since_) failing_since_ = now;
   const auto fresh_after = std::chrono::milliseconds(kSchedulerFreshChannelAfterMs);
   if (now - *failing_since_ < fresh_after || now - channel_made_ < fresh_after) return;
@@ -176,7 +179,7 @@ StatusOr<v1::HeartbeatResponse> SchedulerClient::Heartbeat(v1::Role role, int32_
                                                            int64_t incarnation,
                                                            const std::string& state) {
   grpc::ClientContext ctx;
-  Prepare(&ctx, options_.rpc_timeout);
+  Prepare(&ctx, BeatTimeout());
   v1::HeartbeatRequest req;
   req.set_role(role);
   req.set_rank(rank);
@@ -308,7 +311,7 @@ Status SchedulerClient::RejoinServed(const v1::RejoinServedRequest& request) {
 
 StatusOr<v1::PingResponse> SchedulerClient::Ping(const v1::PingRequest& request) {
   grpc::ClientContext ctx;
-  Prepare(&ctx, options_.rpc_timeout);
+  Prepare(&ctx, BeatTimeout());
   v1::PingResponse resp;
   TRELLIS_RETURN_IF_ERROR(Finish(Stub()->Ping(&ctx, request, &resp), "Ping"));
   return resp;

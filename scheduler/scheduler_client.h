@@ -3,6 +3,7 @@
 // DEADLINE_EXCEEDED or UNAVAILABLE, never a hang.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -26,6 +27,10 @@ inline constexpr int kSchedulerDnsMinIntervalMs = 1000;
 inline constexpr int kSchedulerFreshChannelAfterMs = 1000;
 // The least time one connection attempt gets (TCP connect, then the TLS handshake).
 inline constexpr int kSchedulerConnectTimeoutMs = 1000;
+// The deadline of the periodic calls (Ping, Heartbeat; at most rpc_timeout): a few beats. A
+// scheduler pod replaced under its name leaves the old connection without a reset (its address
+// is simply gone), so gRPC still calls the channel READY; only the beats' own deadlines tell.
+inline constexpr int kSchedulerBeatTimeoutMs = 3000;
 
 struct SchedulerClientOptions {
   std::string address;  // host:port
@@ -91,8 +96,12 @@ class SchedulerClient {
   static std::shared_ptr<grpc::Channel> MakeChannel(const SchedulerClientOptions& options);
   // The current channel's stub; a call holds its copy, so a channel replaced meanwhile lives on.
   std::shared_ptr<v1::Scheduler::Stub> Stub() const EXCLUDES(mu_);
-  // After an unanswered call: replaces a channel that has failed for a while (the scheduler moved).
-  void NoteOutcome(bool answered) EXCLUDES(mu_);
+  // After a call: replaces a channel that has failed for a while (the scheduler moved). `beat`:
+  // a periodic call (Ping, Heartbeat), whose deadline counts even on a channel that is READY.
+  void NoteOutcome(bool answered, bool beat) EXCLUDES(mu_);
+  std::chrono::milliseconds BeatTimeout() const {
+    return std::min(options_.rpc_timeout, std::chrono::milliseconds(kSchedulerBeatTimeoutMs));
+  }
   // Sets the deadline, token and wait-for-ready on a call.
   void Prepare(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) const;
   // Wraps the status with the method's name; notes that the scheduler answered.

@@ -13,10 +13,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -112,6 +114,78 @@ class FakeDns {
   std::mutex mu_;
   in_addr addr_{};  // GUARDED_BY(mu_)
   bool gone_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+// A TCP relay on 127.0.0.3 to a scheduler, which can go silent: it stops passing bytes but keeps
+// every connection open, as a pod whose address is gone does (no reset: the packets just go
+// nowhere).
+class SilentableRelay {
+ public:
+  SilentableRelay(int target_port) : target_port_(target_port) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.3", &a.sin_addr);
+    ok_ = listen_fd_ >= 0 && ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+          ::listen(listen_fd_, 8) == 0;
+    socklen_t len = sizeof a;
+    ok_ = ok_ && ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+    port_ = ntohs(a.sin_port);
+    if (ok_) thread_ = std::thread([this] { Serve(); });
+  }
+  ~SilentableRelay() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    for (int fd : fds_) ::close(fd);
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+  }
+  bool ok() const { return ok_; }
+  int port() const { return port_; }
+  void GoSilent() { silent_ = true; }
+
+ private:
+  void Serve() {
+    std::vector<std::pair<int, int>> pairs;  // (from, to), both ways; from -1: ended
+    while (!stop_) {
+      std::vector<pollfd> p{{listen_fd_, POLLIN, 0}};
+      // Silent: nothing is read any more (nor passed on), and every socket stays open.
+      for (auto [from, to] : pairs) p.push_back({silent_ ? -1 : from, POLLIN, 0});
+      if (::poll(p.data(), p.size(), 20) <= 0) continue;
+      if (p[0].revents & POLLIN) {
+        const int in = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        const int out = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(target_port_));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (in >= 0 && out >= 0 && ::connect(out, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+          pairs.push_back({in, out});
+          pairs.push_back({out, in});
+        }
+        for (int fd : {in, out}) {
+          if (fd >= 0) fds_.push_back(fd);
+        }
+      }
+      char buf[16384];
+      for (size_t i = 1; i < p.size(); ++i) {
+        if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        const ssize_t n = ::read(p[i].fd, buf, sizeof buf);
+        if (n > 0) {
+          (void)!::write(pairs[i - 1].second, buf, static_cast<size_t>(n));
+        } else {
+          pairs[i - 1].first = -1;  // that side closed: poll it no more
+        }
+      }
+    }
+  }
+
+  const int target_port_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  bool ok_ = false;
+  std::atomic<bool> stop_{false}, silent_{false};
+  std::vector<int> fds_;  // the relay thread's, closed at the end
   std::thread thread_;
 };
 
@@ -225,6 +299,44 @@ TEST_F(SchedulerDnsTest, AReplacedSchedulerIsFoundSoonAfterItsNameWasGoneForAWhi
   // channel replacement above; k8s_node.ops shows the figure on a real node.
   EXPECT_LT(took, 4s) << "found after "
                       << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+}
+
+// The old scheduler's address goes silent instead of refusing (its pod's address is simply gone):
+// the connection stays READY for gRPC, and before the fix only TCP's own timeout ended it (an
+// untouched server on a real node took 20 s to find a replaced scheduler). The beats' short
+// deadlines count as failures even on a READY channel, so the client moves on within a few of them.
+TEST_F(SchedulerDnsTest, AConnectionThatGoesSilentIsGivenUpWithinAFewBeats) {
+  ::setenv("GRPC_DNS_RESOLVER", "ares", 1);
+  ASSERT_TRUE(dns.ok());
+  auto old_one = StartOn("127.0.0.1", 0);
+  ASSERT_TRUE(old_one.ok()) << old_one.status().ToString();
+  SilentableRelay relay((*old_one)->port());
+  ASSERT_TRUE(relay.ok()) << "127.0.0.3 on loopback";
+  dns.Point("127.0.0.3");
+  SchedulerClientOptions options;
+  options.address = "dns://127.0.0.1:" + std::to_string(dns.port()) + "/mlp-scheduler.team.svc:" +
+                    std::to_string(relay.port());
+  options.token = "tok";  // rpc_timeout: the default 10 s
+  auto c = SchedulerClient::Connect(options);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  client = std::move(*c);
+  for (int i = 0; i < 3; ++i) {
+    auto r = client->Ping();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->scheduler_id(), (*old_one)->state().instance_id());
+  }
+  relay.GoSilent();
+  auto new_scheduler = StartOn("127.0.0.2", relay.port());
+  ASSERT_TRUE(new_scheduler.ok()) << new_scheduler.status().ToString();
+  dns.Point("127.0.0.2");
+  uint64_t seen = 0;
+  const auto took = UntilServedBy(**new_scheduler, 30s, 100ms, &seen);
+  ASSERT_EQ(seen, (*new_scheduler)->state().instance_id()) << "the new scheduler was not found in 30 s";
+  // Two beats' deadlines (kSchedulerBeatTimeoutMs) and a fresh channel's lookup and connect.
+  EXPECT_LT(took, 12s) << "found after " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                       << " ms";
+  std::printf("a silent scheduler connection given up, the new scheduler found after %lld ms\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
 }
 
 }  // namespace
