@@ -480,8 +480,16 @@ int Launcher::FailAgent(const std::vector<Child*>& failed) {
     return Fail(AgentDiedMessage(job_.name, KindName(plan.kind), plan.index, culprit->exit->signal), culprit);
   }
   const RoleSpec& role = plan.kind == ProcessPlan::Kind::kServer ? job_.servers : job_.workers;
+  std::string why;  // the scheduler's reason, when it failed the job for another than this exit
+  {
+    MutexLock lock(&mu_);
+    const std::string pod = "(pod " + job_.name + "-" + plan.name + ")";
+    if (view_ && view_->failed() && view_->failure_message().find(pod) == std::string::npos) {
+      why = "; the job's scheduler failed the job: " + view_->failure_message();
+    }
+  }
   return Fail(FailureMessage(job_.name, KindName(plan.kind), plan.index, culprit->exit->exit_code, restarts,
-                             job_.RestartPolicyFor(role)),
+                             job_.RestartPolicyFor(role)) + why,
               culprit);
 }
 
