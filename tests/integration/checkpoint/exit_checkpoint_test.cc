@@ -81,7 +81,10 @@ TEST_P(ExitCheckpointTest, SigtermWritesAnExitCheckpointAndTheRerunEndsAsUndistu
   ASSERT_TRUE(std::regex_search(out, m, std::regex("exit checkpoint of step ([0-9]+) written")))
       << "no exit checkpoint:\n" << out;
   const int64_t exit_step = std::stoll(m[1]);
-  EXPECT_GT(exit_step, kInterval) << out;  // later than the periodic checkpoint before the signal
+  // Not before the periodic checkpoint the signal waited for. Usually later; equal when the stop
+  // reached rank 0 between writing that file and its stop check at the same boundary (then that
+  // periodic save is the exit checkpoint: one in a few dozen runs on a loaded machine).
+  EXPECT_GE(exit_step, kInterval) << out;
   EXPECT_LT(exit_step, kSteps) << out;
   CheckpointDir dir(split, "model", 2);
   ASSERT_EQ(dir.Steps().value().front(), exit_step) << "the exit checkpoint is the newest file";
