@@ -35,10 +35,7 @@ bool ExitCheckpointSettled(const Json& status) {
   return settled && began && *settled >= *began;
 }
 
-bool ExitCheckpointUnderWay(const Json& status) {
-  const Json* stopping = Condition(status, kStoppingCondition);
-  return stopping && Str(*stopping, {"status"}) == "True";
-}
+bool ExitCheckpointUnderWay(const Json& status) { return ConditionTrue(status, kStoppingCondition); }
 
 ExitCheckpointStep StepExitCheckpoint(Json& status, const StatusOr<v1::JobProgress>& progress,
                                       bool workers_running, std::chrono::seconds grace, Clock::time_point now) {

@@ -5,17 +5,21 @@
 #include "operator/progress_status.h"
 
 namespace trellis::op {
+namespace {
+
+// Every pod of the job not already being deleted, nor by this round, is deleted this round.
+void RemoveEveryPod(PlanRound& r) {
+  std::set<std::string> removing(r.plan.remove.begin(), r.plan.remove.end());
+  for (const auto& p : r.pods) {
+    if (!p.deleting && !removing.count(p.name)) r.plan.remove.push_back(p.name);
+  }
+}
+
+}  // namespace
 
 bool OldPodsGoing(const PlanRound& r) { return Bool(r.plan.status, {"lastRestart", "oldPodsGoing"}); }
 
-bool StoppedFromOutside(const PlanRound& r) {
-  const Json* conds = At(r.plan.status, {"conditions"});
-  for (size_t i = 0; conds && conds->is_array() && i < conds->size(); ++i) {
-    const Json& c = conds->at(i);
-    if (Str(c, {"type"}) == kStoppedFromOutsideCondition) return Str(c, {"status"}) == "True";
-  }
-  return false;
-}
+bool StoppedFromOutside(const PlanRound& r) { return ConditionTrue(r.plan.status, kStoppedFromOutsideCondition); }
 
 void NoteLastRestart(PlanRound& r, const std::string& reason, const std::string& message, bool whole_job) {
   Json last = Json::object();
@@ -27,10 +31,7 @@ void NoteLastRestart(PlanRound& r, const std::string& reason, const std::string&
 }
 
 void RestartWholeJob(PlanRound& r, const std::string& reason, const std::string& message, bool counted) {
-  std::set<std::string> removing(r.plan.remove.begin(), r.plan.remove.end());
-  for (const auto& p : r.pods) {
-    if (!p.deleting && !removing.count(p.name)) r.plan.remove.push_back(p.name);
-  }
+  RemoveEveryPod(r);
   if (counted) ++r.restarts.job;
   NoteLastRestart(r, reason, message, /*whole_job=*/true);
   r.plan.status["lastRestart"]["oldPodsGoing"] = Json::boolean(true);
@@ -76,10 +77,7 @@ void RestartStoppedJob(PlanRound& r) {
 
 bool HoldForOldPods(PlanRound& r, PodsState& state) {
   if (!OldPodsGoing(r)) return false;
-  std::set<std::string> removing(r.plan.remove.begin(), r.plan.remove.end());
-  for (const auto& p : r.pods) {
-    if (!p.deleting && !removing.count(p.name)) r.plan.remove.push_back(p.name);
-  }
+  RemoveEveryPod(r);
   if (!r.pods.empty()) {
     state.all_up = false;
     return true;

@@ -52,6 +52,8 @@ struct JobPlan {
 JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vector<ObservedPod>& pods,
                 Clock::time_point now, const GangObservation* gang = nullptr);
 
+// Whether status.conditions holds the condition `type` with status "True".
+bool ConditionTrue(const Json& status, const std::string& type);
 // Sets (or updates) the condition of `type` in status.conditions; lastTransitionTime changes only
 // when the condition's status does. Messages are cut to kMaxConditionMessage bytes: a job with
 // thousands of errors still gets a status the API server accepts and `kubectl describe` can show.

@@ -142,6 +142,15 @@ void UpdateWaitCondition(JobPlan& plan, const char* type, const Wait& wait, cons
   }
 }
 
+bool ConditionTrue(const Json& status, const std::string& type) {
+  const Json* conds = At(status, {"conditions"});
+  for (size_t i = 0; conds && conds->is_array() && i < conds->size(); ++i) {
+    const Json& c = conds->at(i);
+    if (Str(c, {"type"}) == type) return Str(c, {"status"}) == "True";
+  }
+  return false;
+}
+
 void SetCondition(Json& status, const std::string& type, bool value, const std::string& reason,
                   const std::string& message, Clock::time_point now) {
   if (!status.has_array_field("conditions")) status["conditions"] = Json::array();

@@ -103,13 +103,7 @@ bool ApplyCheckpoint(Json& status, const v1::JobProgress& p) {
 }
 
 bool ApplyStoppedFromOutside(Json& status, const v1::JobProgress& p, bool suspended, Clock::time_point now) {
-  if (suspended || !p.stopping()) return false;
-  if (const Json* conds = At(status, {"conditions"}); conds && conds->is_array()) {
-    for (size_t i = 0; i < conds->size(); ++i) {
-      const Json& c = conds->at(i);
-      if (Str(c, {"type"}) == kStoppedFromOutsideCondition && Str(c, {"status"}) == "True") return false;
-    }
-  }
+  if (suspended || !p.stopping() || ConditionTrue(status, kStoppedFromOutsideCondition)) return false;
   SetCondition(status, kStoppedFromOutsideCondition, true, "PodsStopped",
                "the job's scheduler stops the job as a whole (" + Truncate(p.stop_reason(), 1024) +
                    "): it restarts as a whole, from the exit checkpoint",
