@@ -50,9 +50,9 @@ bool Launcher::AwaitExitCheckpoint(int signo) {
       return true;
     }
     if (!p->exit_ready()) {
-      // A program without a trellis::Checkpointer on rank 0 (trellis.torch's save_checkpoint is
-      // the program's own call) writes none: waiting out the grace would only delay the stop.
-      console_.Line("trellis-launch: rank 0 writes no exit checkpoint (it runs no trellis::Checkpointer)" +
+      // Rank 0 never said it writes exit checkpoints (no Checkpointer; a trellis.torch program
+      // before it named its file, or without a TrainingState): waiting would only delay the stop.
+      console_.Line("trellis-launch: rank 0 writes no exit checkpoint (no trellis::Checkpointer, nor a trellis.torch TrainingState with a checkpoint file)" +
                     (newest > 0 ? "; the newest checkpoint is of step " + std::to_string(newest)
                                 : std::string("; no checkpoint was written")));
       return false;

@@ -67,7 +67,7 @@ ExitCheckpointStep StepExitCheckpoint(Json& status, const StatusOr<v1::JobProgre
                " after the stop); the job resumes from it when it is resumed");
   } else if (progress.ok() && !progress->exit_ready()) {
     settle("Normal", "NoExitCheckpoint",
-           "rank 0 writes no exit checkpoint (it runs no trellis::Checkpointer); " + newest_words);
+           "rank 0 writes no exit checkpoint (no trellis::Checkpointer, nor a trellis.torch TrainingState with a checkpoint file); " + newest_words);
   } else if (!workers_running) {
     settle("Normal", "NoExitCheckpoint", "no worker runs to write an exit checkpoint; " + newest_words);
   } else if (!progress.ok() && waited >= kSchedulerUnreachableWait && waited < grace) {

@@ -36,7 +36,7 @@ PodStops::Verdict PodStops::Ask(v1::Role role, int32_t rank, const JobState& job
     return v;
   }
   if (!job.exit_ready) {
-    v.reason = "rank 0 writes no exit checkpoint (it runs no trellis::Checkpointer)";
+    v.reason = "rank 0 writes no exit checkpoint (no trellis::Checkpointer, nor a trellis.torch TrainingState with a checkpoint file)";
     return v;
   }
   const TimePoint since = job.stopping ? std::min(*first_, job.stopping_since) : *first_;

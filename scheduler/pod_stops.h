@@ -30,7 +30,7 @@ class PodStops {
     bool training = true;       // no worker has exited for good (the job is not ending anyway)
     bool stopping = false;      // StopJob was called (or this decided it)
     TimePoint stopping_since{};  // when, if stopping
-    bool exit_ready = false;    // rank 0 runs a Checkpointer
+    bool exit_ready = false;    // rank 0 writes exit checkpoints (C++ Checkpointer, trellis.torch)
     bool exit_written = false;  // rank 0 reported the exit checkpoint
   };
   struct Verdict {

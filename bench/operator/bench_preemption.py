@@ -7,16 +7,17 @@ For each workload, one job:
   mlp      trellis-mlp (C++, a trellis::Checkpointer: it writes exit checkpoints), 2 x 2,
            checkpoints every 32 steps, rank 0 sleeping 5 ms a step (training lasts ~8 s);
   pytorch  examples/pytorch/train_cnn.py through trellis.torch, 2 x 2, --checkpoint at every
-           epoch end (the docs' periodic checkpoint; trellis.torch writes no exit checkpoint).
+           epoch end (the docs' periodic checkpoint) in spec.checkpoint.path: rank 0 writes the
+           exit checkpoint to that file at its next step (it has a TrainingState).
 Measured, mid-training (the mlp after its checkpoint of step 160, the pytorch job 1 s into epoch 2):
   cold start   job created -> rank 0 has trained a first stretch (mlp: 32 steps, its first
                periodic checkpoint; pytorch: one epoch, its first epoch line): the baseline;
   suspend      spec.runPolicy.suspend: true -> every pod gone, and the exit checkpoint's step
                when one was written first (mlp);
-  resume       suspend: false -> the same stretch trained after the step the job resumed at,
-               and its ratio to the cold start;
-  trained again  the steps between the stop and the resumed step (mlp: 0 with the exit
-               checkpoint; pytorch: what it had trained of the epoch in progress).
+  resume       suspend: false -> the same stretch trained after the step the job resumed at
+               (mlp: 32 steps; pytorch: the rest of the epoch it was stopped in, its steps
+               printed), and its ratio to the cold start;
+  trained again  the steps between the stop and the resumed step (0 with an exit checkpoint).
 Prints each figure with the load average. Exit 0 unless the bench could not run (77: no API
 server binaries, as the k8s tests skip).
 
@@ -51,7 +52,7 @@ def job_for(workload, name, ckpt):
                                  "args": [os.path.join(REPO, "examples/pytorch/train_cnn.py"), "--epochs", "6",
                                           "--batch", "32", "--lr", "0.05", "--target-accuracy", "0.5",
                                           "--checkpoint", os.path.join(ckpt, "cnn.pt")]},
-                     "sliceBytes": 65536,
+                     "sliceBytes": 65536, "checkpoint": {"path": ckpt},
                      "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 1, "activeDeadlineSeconds": 600}}}
 
 
@@ -59,9 +60,10 @@ def job_for(workload, name, ckpt):
 # pytorch job's first epoch line of a run (128 steps). The same stretch after a cold start and
 # after a resume makes the two times comparable.
 STRETCH = {"mlp": r"saved step (\d+) to ", "pytorch": r"epoch (\d+): train loss"}
-# Where the resumed run starts: mlp "restored step N" (the exit checkpoint), pytorch "resumed
-# from <file> at epoch E" (its last epoch-end file).
-RESUMED = {"mlp": r"restored step (\d+) from ", "pytorch": r"resumed from \S+ at epoch (\d+)"}
+# Where the resumed run starts: mlp "restored step N" (the exit checkpoint), pytorch "resuming
+# inside epoch E after step N" (trellis.torch read an exit checkpoint).
+RESUMED = {"mlp": r"restored step (\d+) from ", "pytorch": r"resuming inside epoch \d+ after step (\d+)"}
+STEPS_PER_EPOCH = {"pytorch": 128}
 
 
 class Bench(envtest.EnvtestCase):
@@ -109,8 +111,8 @@ class Bench(envtest.EnvtestCase):
             print("%-8s %10.1fs %12s %9.1fs %10.1fs %6.2fx  %s" % (
                 r["w"], r["cold"], r["exit"], r["gone"], r["resume"], r["resume"] / r["cold"], r["lost"]))
         print("cold start: created -> the first stretch trained (mlp 32 steps, pytorch 1 epoch); resume: "
-              "suspend false -> the same stretch trained after the resumed step; exit ckpt: written before "
-              "the pods went (none: the program writes none)")
+              "suspend false -> the same stretch trained after the resumed step (pytorch: the rest of its "
+              "epoch); exit ckpt: written before the pods went (none: the program writes none)")
         sys.stdout.flush()
 
     def measure(self, w):
@@ -143,13 +145,11 @@ class Bench(envtest.EnvtestCase):
         t_again, _ = self.until(name, STRETCH[w], 240)
         _, m = self.until(name, RESUMED[w], 10)
         resumed = int(m.group(1))
-        if w == "mlp":
-            stops = re.findall(r"stopped after step (\d+)", before)
-            lost = "%d steps" % (int(stops[-1]) - resumed) if stops else "?"
-        else:
-            done = max([int(x) for x in re.findall(STRETCH[w], before)] or [0])
-            lost = ("the steps of epoch %d before the stop" % (done + 1) if resumed == done
-                    else "? (resumed at epoch %d, %d done)" % (resumed, done))
+        stops = re.findall(r"stopped after step (\d+)", before)
+        lost = "%d steps" % (int(stops[-1]) - resumed) if stops else "?"
+        if w in STEPS_PER_EPOCH:
+            lost += " (resume: the last %d steps of the epoch)" % (
+                STEPS_PER_EPOCH[w] - resumed % STEPS_PER_EPOCH[w])
         st = self.wait_phase(name, ("Succeeded", "Failed"), 600)
         self.assertEqual(st["phase"], "Succeeded", st)
         self.results.append({"w": w, "cold": t_cold - t0, "gone": t_gone - t_s, "resume": t_again - t_r,

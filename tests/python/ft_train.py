@@ -2,19 +2,23 @@
 BatchNorm, dropout, SGD with momentum and weight decay, StepLR, a DistributedSampler, a
 TrainingState. Run by test_torch_rejoin.py under trellis-launch (the command form).
 
-    ft_train.py OUT_DIR [kill] [bf16] [cuda] [shuffle] [nostate]
+    ft_train.py OUT_DIR [kill] [bf16] [cuda] [shuffle] [nostate] [ckpt=FILE] [slow]
 
 kill: worker 1's first incarnation SIGKILLs itself in epoch 1, between backward() (its pushes
 in flight) and step(); its agent restarts it and it rejoins. bf16: the model and its inputs in
 bfloat16 (parameters the keeper stages through float32 host copies). cuda: the model on the
 GPU (staged through pinned host copies). shuffle: DataLoader(shuffle=True) over each rank's shard
 instead of a DistributedSampler. nostate: no TrainingState (the rejoined worker must stop, saying
-why). Every rank writes
+why). ckpt=FILE: checkpoints as docs/pytorch.md shows them (load_checkpoint when FILE exists,
+save_checkpoint at each epoch end). slow: rank 0 sleeps 30 ms a step (the same values; a stop
+from outside lands mid-epoch). killexit: rank 0 SIGKILLs itself halfway through writing its exit
+checkpoint (what a grace that runs out does). Every rank writes
 OUT_DIR/rank<r>.pt (its final state_dict), OUT_DIR/result<r>.txt (test accuracy and loss)
 and OUT_DIR/incarnation<r>.txt."""
 import os
 import signal
 import sys
+import time
 import types
 
 import torch
@@ -57,10 +61,33 @@ def main():
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     tt.broadcast_parameters(model.state_dict(), root_rank=0)
     tt.broadcast_optimizer_state(opt, root_rank=0)
+    ckpt = next((m[len("ckpt="):] for m in modes if m.startswith("ckpt=")), "")
+    if "killexit" in modes and rank == 0:
+        from trellis import _checkpoint
+        write = _checkpoint._write_checkpoint_file
+
+        def killed_halfway(path, state):
+            if "exit" not in state.get("trellis", {}):
+                return write(path, state)
+            import io
+            buf = io.BytesIO()
+            torch.save(state, buf)
+            tmp = os.path.join(os.path.dirname(path), ".%s.tmp.%d" % (os.path.basename(path), os.getpid()))
+            with open(tmp, "wb") as f:  # as _write_checkpoint_file does, cut short
+                f.write(buf.getvalue()[:len(buf.getvalue()) // 2])
+                f.flush()
+                os.fsync(f.fileno())
+            os.kill(os.getpid(), signal.SIGKILL)
+        _checkpoint._write_checkpoint_file = killed_halfway
+    first_epoch = 0
+    if ckpt and os.path.exists(ckpt):
+        first_epoch = (tt.load_checkpoint(ckpt, model, opt) or {}).get("epoch", 0)
     if "nostate" in modes:  # a script written without crash recovery in mind
-        state = types.SimpleNamespace(epoch=0, batch=0, commit=lambda: None, rejoined_step=None)
+        state = types.SimpleNamespace(epoch=0, batch=0, commit=lambda: None, rejoined_step=None,
+                                      resumed_step=None)
     else:
-        state = tt.TrainingState(model, opt, sched, epoch=0, batch=0)
+        state = tt.TrainingState(model, opt, sched, epoch=first_epoch, batch=0)
+    steps = 0
 
     x, y = data(512, 1)
     if "shuffle" in modes:
@@ -86,10 +113,15 @@ def main():
             if "kill" in modes and rank == 1 and incarnation == "1" and (epoch, i) == KILL_AT:
                 os.kill(os.getpid(), signal.SIGKILL)
             state.batch = i + 1
+            if "slow" in modes and rank == 0:
+                time.sleep(0.03)
             opt.step()
+            steps += 1
         sched.step()
         state.epoch, state.batch = epoch + 1, 0
         state.commit()
+        if ckpt:
+            tt.save_checkpoint(ckpt, model, opt, epoch=epoch + 1)
 
     model.eval()
     tx, ty = data(256, 2)
@@ -99,7 +131,8 @@ def main():
     loss = F.cross_entropy(logits, ty).item()
     torch.save(model.state_dict(), os.path.join(out, "rank%d.pt" % rank))
     with open(os.path.join(out, "result%d.txt" % rank), "w") as f:
-        f.write("accuracy %.6f loss %.9f rejoined %s\n" % (acc, loss, state.rejoined_step))
+        f.write("accuracy %.6f loss %.9f rejoined %s steps %d resumed %s\n"
+                % (acc, loss, state.rejoined_step, steps, state.resumed_step))
     print("rank %d: accuracy %.4f loss %.6f (incarnation %s)" % (rank, acc, loss, incarnation))
 
 

@@ -421,3 +421,64 @@ def test_internal_channels_have_distinct_key_ids():
     assert sorted(used) == sorted(_keys.ALL)
     assert len(set(used)) == len(used)
     assert all(k >= 1 << 62 for k in used)
+
+
+def test_save_checkpoint_records_the_jobs_step_and_a_load_continues_its_count(tmp_path):
+    # status.checkpoint and the exit checkpoint number steps across runs: a file says after how
+    # many optimizer steps of the job it was saved, and a run that loads it counts on from there.
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    dc.train_steps(model, opt, 0, 3)
+    path = str(tmp_path / "c.pt")
+    tt.save_checkpoint(path, model, opt, epoch=1)
+    assert torch.load(path)["trellis"] == {"step": 3}  # plain torch.load reads it
+    trellis.shutdown()
+    trellis.init()
+    other = dc.Net()
+    opt2 = tt.DistributedOptimizer(dc.make_optimizer(other), other.named_parameters())
+    assert tt.load_checkpoint(path, other, opt2) == {"epoch": 1}
+    dc.train_steps(other, opt2, 3, 5)
+    tt.save_checkpoint(path, other, opt2, epoch=2)
+    assert torch.load(path)["trellis"] == {"step": 5}
+
+
+def test_an_exit_checkpoint_restores_where_the_loop_stood_in_the_training_state(tmp_path):
+    # What rank 0 writes when the job is stopped mid-epoch (_exit_checkpoint), read back by the
+    # documented resume: load_checkpoint, then TrainingState(..., epoch=<from extra>, batch=0).
+    from trellis import _exit_checkpoint
+    model = dc.Net()
+    opt = tt.DistributedOptimizer(dc.make_optimizer(model), model.named_parameters())
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    state = tt.TrainingState(model, opt, sched, epoch=0, batch=0, seen=[])
+    dc.train_steps(model, opt, 0, 2)
+    sched.step()
+    state.epoch, state.batch, state.seen = 1, 2, ["a", "b"]
+    saved = {"model": model.state_dict(), "optimizer": opt.state_dict(), "extra": {"epoch": 1},
+             "trellis": {"step": 9, "exit": _exit_checkpoint._exit_state(state)}}
+    path = str(tmp_path / "c.pt")
+    _checkpoint._write_checkpoint_file(path, saved)
+    after_stop = torch.rand(4)  # the RNG draws of the stopped run from here on
+    trellis.shutdown()
+    trellis.init()
+    torch.manual_seed(123)  # another state: the resumed run must not keep it
+    other = dc.Net()
+    opt2 = tt.DistributedOptimizer(dc.make_optimizer(other), other.named_parameters())
+    sched2 = torch.optim.lr_scheduler.StepLR(opt2, step_size=1, gamma=0.5)
+    first_epoch = tt.load_checkpoint(path, other, opt2)["epoch"]
+    resumed = tt.TrainingState(other, opt2, sched2, epoch=first_epoch, batch=0, seen=[])
+    assert resumed.resumed_step == 9 and resumed.rejoined_step is None
+    assert (resumed.epoch, resumed.batch, resumed.seen) == (1, 2, ["a", "b"])
+    assert sched2.state_dict()["last_epoch"] == 1
+    # The scheduler's constructor set the base rate; the optimizer's decayed one is back.
+    assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"] == 0.05
+    other(torch.zeros(1, 1, 8, 8))
+    assert torch.equal(torch.rand(4), after_stop), "mid-epoch: the RNG is the stopped run's at the next forward"
+    # A file without an exit part (a periodic save) resumes nothing.
+    tt.save_checkpoint(path, other, opt2, epoch=2)
+    trellis.shutdown()
+    trellis.init()
+    third = dc.Net()
+    opt3 = tt.DistributedOptimizer(dc.make_optimizer(third), third.named_parameters())
+    tt.load_checkpoint(path, third, opt3)
+    plain = tt.TrainingState(third, opt3, epoch=2, batch=0)
+    assert plain.resumed_step is None and (plain.epoch, plain.batch) == (2, 0)

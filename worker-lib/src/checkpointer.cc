@@ -14,6 +14,7 @@
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/base/logging.h"
 #include "trellis/checkpoint.h"
+#include "worker-lib/src/local_group_worker.h"
 #include "worker-lib/src/rejoin_keeper.h"
 #include "worker-lib/src/worker_impl.h"
 
@@ -53,6 +54,7 @@ class CheckpointerImpl final : public Checkpointer {
                    int64_t state_elements, bool rejoin)
       : worker_(worker),
         impl_(impl),
+        hooks_(SchedulerWorkerOf(worker)),
         metrics_(impl != nullptr ? std::make_unique<CheckpointMetrics>(impl->registry()) : nullptr),
         params_(std::move(params)),
         state_(std::move(state)),
@@ -125,8 +127,8 @@ class CheckpointerImpl final : public Checkpointer {
   void Tell(int64_t step, const std::string& file, Told what);
   // Rank 0, checkpoints on, and the whole job is being stopped from outside.
   bool StopsHere() const {
-    return worker_.rank() == 0 && !config_.path.empty() && impl_ != nullptr &&
-           impl_->setup().job_stopping && impl_->setup().job_stopping();
+    return worker_.rank() == 0 && !config_.path.empty() && hooks_ != nullptr &&
+           hooks_->setup().job_stopping && hooks_->setup().job_stopping();
   }
   // The job is being stopped and the tracked tensors hold the values after `step`: the exit
   // checkpoint (unless `step` is saved already), then wait here to be stopped.
@@ -134,6 +136,8 @@ class CheckpointerImpl final : public Checkpointer {
 
   Worker& worker_;
   WorkerImpl* const impl_;  // the same worker; null: a worker of another kind
+  // The scheduler's hooks (stopping, reports): impl_, or a multi-GPU pod's inner worker.
+  WorkerImpl* const hooks_;
   const std::unique_ptr<CheckpointMetrics> metrics_;  // null: a worker of another kind
   const std::vector<TensorRef> params_;
   const std::vector<TensorRef> state_;
@@ -334,7 +338,7 @@ Status CheckpointerImpl::Write(int64_t step, bool on_exit) {
 }
 
 void CheckpointerImpl::Tell(int64_t step, const std::string& file, Told what) {
-  if (impl_ == nullptr || !impl_->setup().report_checkpoint) return;
+  if (hooks_ == nullptr || !hooks_->setup().report_checkpoint) return;
   v1::ReportCheckpointRequest req;
   req.set_step(step);
   req.set_path(file);
@@ -342,7 +346,7 @@ void CheckpointerImpl::Tell(int64_t step, const std::string& file, Told what) {
   req.set_restored(what == Told::kRestored);
   req.set_exit_ready(true);
   // A scheduler that does not hear of it only shows an older one: logged, not returned.
-  Status told = impl_->setup().report_checkpoint(req);
+  Status told = hooks_->setup().report_checkpoint(req);
   if (!told.ok()) TLOG_WARN << "telling the scheduler of checkpoint " << file << ": " << told.ToString();
 }
 
@@ -354,7 +358,7 @@ Status CheckpointerImpl::StopForTheJob(int64_t step) {
   }
   // Rank 0 pushes no more, so no worker completes another step: the job stops here, and its
   // launcher or agents stop the processes. One that is never stopped ends after its timeout.
-  const auto wait = std::chrono::milliseconds(std::max<int64_t>(impl_->setup().timeout_ms, 1000));
+  const auto wait = std::chrono::milliseconds(std::max<int64_t>(hooks_->setup().timeout_ms, 1000));
   TLOG_WARN << "the job is being stopped from outside: stopped after step " << step
             << (last_step_ > 0 ? " (exit checkpoint " + last_file_ + ")" : std::string(" (nothing to save)"))
             << "; waiting to be stopped";

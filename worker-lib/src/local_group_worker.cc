@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "worker-lib/src/op_state.h"
+#include "worker-lib/src/worker_impl.h"
 
 namespace trellis {
 namespace {
@@ -59,6 +60,12 @@ struct LocalGroupWorker::Op {
     return h.Wait();
   }
 };
+
+WorkerImpl* SchedulerWorkerOf(Worker& w) {
+  if (auto* impl = dynamic_cast<WorkerImpl*>(&w)) return impl;
+  if (auto* group = dynamic_cast<LocalGroupWorker*>(&w)) return dynamic_cast<WorkerImpl*>(&group->inner());
+  return nullptr;
+}
 
 StatusOr<std::unique_ptr<Worker>> CreateLocalGroupWorker(LocalGroupSetup setup) {
   if (!setup.inner || !setup.reduce || !setup.gather) {

@@ -45,6 +45,12 @@ struct LocalGroupSetup {
 
 StatusOr<std::unique_ptr<Worker>> CreateLocalGroupWorker(LocalGroupSetup setup);
 
+class WorkerImpl;
+// The worker made by Worker::Create behind `w` (itself, or a multi-GPU pod's local rank's inner
+// worker), whose setup holds the scheduler's hooks (job stopping, checkpoint reports); null for
+// workers of another kind (built by hand in tests).
+WorkerImpl* SchedulerWorkerOf(Worker& w);
+
 class LocalGroupWorker final : public Worker {
  public:
   explicit LocalGroupWorker(LocalGroupSetup setup);
@@ -76,6 +82,8 @@ class LocalGroupWorker final : public Worker {
     return local_ == 0 ? inner_->SetTotalSteps(total_steps) : Status::Ok();
   }
 
+  // The pod's worker towards the servers and the scheduler (rank pod_rank of num_pods).
+  Worker& inner() { return *inner_; }
   const char* group_kind() const { return reduce_->kind(); }
   MetricsRegistry& metrics() { return *metrics_; }
 

@@ -2,7 +2,7 @@
 // trellis-launch mid-training makes rank 0 write an exit checkpoint at its next step boundary
 // before any process is stopped, and the same job file run again resumes from that step and ends
 // bit for bit where an undisturbed run ends (aggregate mode: weights and momentum; update mode:
-// the servers' files are part of the exit checkpoint too).
+// the servers' files are part of the exit checkpoint too; multigpu: pods of 2 local ranks).
 #include <signal.h>
 #include <unistd.h>
 
@@ -33,6 +33,12 @@ class ExitCheckpointTest : public LaunchedJobsTest, public ::testing::WithParamI
     MlpJob j{.checkpoint = ckpt, .interval_steps = kInterval,
              .scheduler = "    heartbeatIntervalSeconds: 0.2\n"};
     if (std::string(GetParam()) == "update") j.server_mode = "update";
+    if (std::string(GetParam()) == "multigpu") {
+      // 2 pods x 2 local ranks: rank 0 is pod 0's local rank 0, which sees the stop through its
+      // pod's worker; twice the samples keep 128 steps an epoch.
+      j.gpus_per_worker = 2;
+      j.train_samples = 2 * 8192;
+    }
     std::string y = MlpJobYaml(job, j);
     if (slow) {
       const std::string last = "--target-accuracy, \"0.85\"]";
@@ -108,7 +114,7 @@ TEST_P(ExitCheckpointTest, SigtermWritesAnExitCheckpointAndTheRerunEndsAsUndistu
   ExpectSameFinalModel(whole, split, kSteps, "a SIGTERM and a rerun");
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ExitCheckpointTest, ::testing::Values("aggregate", "update"),
+INSTANTIATE_TEST_SUITE_P(Modes, ExitCheckpointTest, ::testing::Values("aggregate", "update", "multigpu"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

@@ -16,6 +16,7 @@ namespace trellis {
 struct MlpJob {
   int servers = 2;
   int workers = 2;
+  int gpus_per_worker = 0;   // > 1: multi-GPU pods (local groups; over shared memory without GPUs)
   const char* server_restart = nullptr;  // the role's restartPolicy; nullptr: the job's
   const char* worker_restart = nullptr;
   int epochs = 3;
@@ -39,6 +40,8 @@ inline std::string MlpJobYaml(const std::string& name, const MlpJob& j) {
   };
   std::string y = "apiVersion: trellis.io/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: " + name + "\nspec:\n" +
                   role("servers", j.servers, j.server_restart) + role("workers", j.workers, j.worker_restart) +
+                  (j.gpus_per_worker > 1 ? "    gpusPerWorker: " + std::to_string(j.gpus_per_worker) + "\n"
+                                         : std::string()) +
                   "    command: [trellis-mlp]\n"
                   "    args: [--layers, \"16,128,64,10\", --latent-dim, \"8\", --teacher-hidden, \"16\",\n"
                   "           --epochs, \"" + std::to_string(j.epochs) + "\", --batch, \"" + std::to_string(j.batch) +

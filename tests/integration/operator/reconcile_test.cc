@@ -274,7 +274,8 @@ TEST_F(ReconcileTest, SuspendWaitsForTheExitCheckpointBeforeDeletingThePods) {
   }
   EXPECT_TRUE(unreachable);
 
-  // A program whose rank 0 writes no exit checkpoint (trellis.torch) is not waited for.
+  // A program whose rank 0 writes no exit checkpoint (no Checkpointer, no TrainingState) is not
+  // waited for.
   SetSuspend(*client_, &now_, false);
   Reconcile("mlp");
   SetAllPodsPhase("mlp", "Running");

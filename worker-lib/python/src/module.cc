@@ -15,6 +15,7 @@
 
 #include "common/checkpoint/crc32c.h"
 #include "trellis/trellis.h"
+#include "worker-lib/src/local_group_worker.h"
 #include "worker-lib/src/rejoin_keeper.h"
 #include "worker-lib/src/worker_impl.h"
 
@@ -160,6 +161,41 @@ class PyWorker {
     rejoin_ = std::make_unique<RejoinKeeper>(*impl, refs, static_cast<KeyId>(state_key),
                                              static_cast<float*>(rejoin_bufs_.back()->ptr),
                                              static_cast<int64_t>(rejoin_bufs_.back()->size));
+  }
+
+  // The whole job is being stopped from outside (the scheduler's pings carry StopJob):
+  // trellis.torch's rank 0 writes its exit checkpoint at the next step (trellis/_exit_checkpoint.py).
+  bool JobStopping() {
+    auto* impl = SchedulerWorkerOf(w());
+    return impl != nullptr && impl->setup().job_stopping && impl->setup().job_stopping();
+  }
+
+  // Tells the scheduler of a checkpoint file rank 0 wrote or restored; step 0 and no path: that
+  // rank 0 writes exit checkpoints. Returns the error's words ("" when told): a scheduler that
+  // does not hear of it only shows an older checkpoint, so the caller logs it, nothing more.
+  std::string ReportCheckpoint(int64_t step, const std::string& path, bool on_exit, bool restored,
+                               bool exit_ready) {
+    auto* impl = SchedulerWorkerOf(w());
+    if (impl == nullptr || !impl->setup().report_checkpoint) return "";
+    v1::ReportCheckpointRequest req;
+    req.set_step(step);
+    req.set_path(path);
+    req.set_on_exit(on_exit);
+    req.set_restored(restored);
+    req.set_exit_ready(exit_ready);
+    Status told;
+    {
+      py::gil_scoped_release nogil;  // one RPC to the scheduler
+      told = impl->setup().report_checkpoint(req);
+    }
+    return told.ok() ? std::string() : told.ToString();
+  }
+
+  // The job's per-operation timeout (TRELLIS_TIMEOUT_MS; what a rank 0 that is never stopped
+  // waits after its exit checkpoint).
+  int64_t TimeoutMs() {
+    auto* impl = SchedulerWorkerOf(w());
+    return impl == nullptr ? 120000 : impl->setup().timeout_ms;
   }
 
   // TRELLIS_INCARNATION as the worker read it: > 1 after its agent restarted it.
@@ -402,6 +438,12 @@ class TrellisError(RuntimeError):
           "set_total_steps",
           [](PyWorker& w, int64_t total) { Check(w.w().SetTotalSteps(total)); },
           py::arg("total_steps"))
+      .def_property_readonly("job_stopping", &PyWorker::JobStopping)
+      .def_property_readonly("timeout_ms", &PyWorker::TimeoutMs)
+      .def_property_readonly("checkpoint_dir",
+                             [](PyWorker& w) { return w.w().checkpoint_config().path; })
+      .def("report_checkpoint", &PyWorker::ReportCheckpoint, py::arg("step"), py::arg("path"),
+           py::arg("on_exit") = false, py::arg("restored") = false, py::arg("exit_ready") = false)
       .def_property_readonly("incarnation", &PyWorker::Incarnation)
       .def("rejoin_start", &PyWorker::RejoinStart, py::arg("params"), py::arg("state_key"),
            py::arg("state"))

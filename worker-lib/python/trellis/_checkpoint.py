@@ -6,6 +6,7 @@ format of its own beside the C++ TRLSCKPT files).
 import io
 import os
 import struct
+import sys
 
 import torch
 
@@ -146,12 +147,35 @@ def save_checkpoint(path, model, optimizer=None, **extra):
     once, so both `if trellis.rank() == 0: save_checkpoint(...)` and calling it everywhere work).
     The file is a plain torch.save zip archive (torch.load reads it) whose zip comment carries a
     checksum trailer; written to a temporary file, fsynced, renamed, directory fsynced."""
+    st = _state.current()
+    st.checkpoint_path, st.checkpoint_extra = path, dict(extra)  # the exit checkpoint's file
     if _trellis.rank() != 0:
         return
-    state = {"model": model.state_dict(), "extra": extra}
+    step = st.global_step()
+    state = {"model": model.state_dict(), "extra": extra, "trellis": {"step": step}}
     if optimizer is not None:
         state["optimizer"] = optimizer.state_dict()
     _write_checkpoint_file(path, state)
+    _tell(step, path)
+
+
+def _tell(step, path, restored=False):
+    """The job's status shows the newest checkpoint and the one it resumed from."""
+    s = _trellis._get()
+    if s.local or step < 1:
+        return
+    told = s.worker.report_checkpoint(step, os.path.abspath(path), restored=restored)
+    if told:
+        print("trellis.torch: telling the scheduler of checkpoint %s: %s" % (path, told),
+              file=sys.stderr, flush=True)
+
+
+def _note_loaded(st, extra, meta, optimizer_state):
+    """What the exit checkpoint and the step count need of a loaded file (every rank)."""
+    st.checkpoint_extra = dict(extra or {})
+    st.set_base_step(int(meta.get("step", 0)))
+    if meta.get("exit") is not None:
+        st.resume_exit = {"step": st.base_step, "exit": meta["exit"], "optimizer": optimizer_state}
 
 
 def load_checkpoint(path, model, optimizer=None, root_rank=0):
@@ -163,6 +187,7 @@ def load_checkpoint(path, model, optimizer=None, root_rank=0):
     problem = None
     state = None
     st = _state.current()
+    st.checkpoint_path = path  # the exit checkpoint's file
     if st.rejoined():
         return None  # the donor's state is here already; the others are training
     if _trellis.rank() == root_rank:
@@ -179,16 +204,23 @@ def load_checkpoint(path, model, optimizer=None, root_rank=0):
         if _trellis.rank() == root_rank:
             raise CheckpointError(problem)
         raise CheckpointError("rank %d could not load the checkpoint: %s" % (root_rank, problem))
+    meta = None
+    sd = None
     if _trellis.rank() == root_rank:
         model.load_state_dict(state["model"])
-        if optimizer is not None and "optimizer" in state:
-            optimizer.load_state_dict(state["optimizer"])
-        extra = state.get("extra", {})
-    if _trellis.size() == 1:
-        return extra
-    _broadcast.broadcast_tensors_now(_broadcast.tensors_of(model.state_dict()), root_rank)
-    if optimizer is not None:
-        sd = _broadcast.broadcast_object(optimizer.state_dict(), root_rank)
-        if _trellis.rank() != root_rank:
+        sd = state.get("optimizer")
+        if optimizer is not None and sd is not None:
             optimizer.load_state_dict(sd)
-    return _broadcast.broadcast_object(extra, root_rank)
+        extra = state.get("extra", {})
+        meta = state.get("trellis") or {}
+    if _trellis.size() > 1:
+        _broadcast.broadcast_tensors_now(_broadcast.tensors_of(model.state_dict()), root_rank)
+        if optimizer is not None:
+            sd = _broadcast.broadcast_object(optimizer.state_dict(), root_rank)
+            if _trellis.rank() != root_rank:
+                optimizer.load_state_dict(sd)
+        extra, meta = _broadcast.broadcast_object((extra, meta), root_rank)
+    _note_loaded(st, extra, meta, sd if optimizer is not None else None)
+    if _trellis.rank() == root_rank:
+        _tell(st.base_step, path, restored=True)
+    return extra

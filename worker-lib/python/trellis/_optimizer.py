@@ -13,7 +13,7 @@ import time
 import torch
 
 import trellis as _trellis
-from . import _grad_sync, _loader_watch, _state, _torch_tensors
+from . import _exit_checkpoint, _grad_sync, _loader_watch, _state, _torch_tensors
 
 
 class _DistributedMixin:
@@ -83,6 +83,7 @@ class _DistributedMixin:
         k = _state.current().keeper
         if k is not None:
             k.after_step()
+        _exit_checkpoint.after_step()  # rank 0, the job stopping: the exit checkpoint, then waits
         return loss
 
     def _trellis_report(self, loss):

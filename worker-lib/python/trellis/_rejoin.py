@@ -171,6 +171,7 @@ class Keeper:
         self.rejoined = None            # the donor's step on a worker that rejoined
         self.meta = None                # the donor's metadata (rejoined worker)
         self.committed = False
+        self.base_step = 0              # the loaded checkpoint's step (_state.global_step)
         # (parameter, its Stage) for parameters the keeper cannot read in place (16-bit, on a
         # GPU, not contiguous): a float32 host buffer as a staged gradient has (pinned for a GPU
         # parameter), refreshed before each commit and copied back after a rejoin.
@@ -207,7 +208,7 @@ class Keeper:
         try:
             meta = {"optimizers": [packer.tree(o.state_dict()) for o in self.optimizers],
                     "rng": _rng.state(), "iter_rng": _LOADERS.iter_rng,
-                    "training_state": None}
+                    "training_state": None, "base_step": self.base_step}
             if self.training_state is not None:
                 meta["training_state"] = self.training_state._trellis_pack(packer)
             blob = pickle.dumps(meta, protocol=4)
@@ -241,6 +242,7 @@ class Keeper:
                                "commit of step %d (header: magic 0x%x, step %d, %d bytes at %d)"
                                % (step, magic, got_step, n, off))
         self.meta = pickle.loads(self.pool[off:off + n].numpy().tobytes())
+        self.base_step = self.meta.get("base_step", 0)
         with torch.no_grad():
             for p, stage in self.staged:
                 stage.store(p, 1)

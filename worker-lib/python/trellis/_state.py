@@ -43,6 +43,26 @@ class _State:
         self.channel = None
         self.keeper = None  # crash recovery (_rejoin.Keeper), when on
         self.buffer_sync = _buffers.BufferSync()
+        # The exit checkpoint (_exit_checkpoint): the program's checkpoint file (the path it last
+        # gave save_checkpoint or load_checkpoint) and that call's extra values; the steps of
+        # the run the loaded file ended (its "trellis" step); an exit checkpoint load_checkpoint
+        # read, for the TrainingState made next; whether rank 0 told the scheduler it writes them.
+        self.checkpoint_path = None
+        self.checkpoint_extra = None
+        self.base_step = 0
+        self.resume_exit = None
+        self.exit_ready_told = False
+
+    def global_step(self):
+        """The job's optimizer steps: those of the run the loaded checkpoint ended, plus this
+        process's (a rejoined worker counts from the donor's)."""
+        base = self.keeper.base_step if self.keeper is not None else self.base_step
+        return base + max([o._trellis_steps for o, _ in self.params_by_optimizer()] or [0])
+
+    def set_base_step(self, step):
+        self.base_step = step
+        if self.keeper is not None:
+            self.keeper.base_step = step
 
     def param_ptrs(self):
         return [p.data_ptr() for _, p, _, _, _ in self.params if not is_lazy(p)]

@@ -5,7 +5,7 @@ donor, the keeper) is _rejoin's; this is the program's side of it.
 
 import torch
 
-from . import _rng, _state
+from . import _exit_checkpoint, _rng, _state
 from ._loader_watch import WATCH as _LOADERS
 
 
@@ -32,8 +32,10 @@ class TrainingState:
     scheduler, optimizer and values, and its RNG states: at once when `batch` is 0, else in two
     parts: the states the donor's current DataLoader iterator was made from, just before this
     worker makes its first iterator (a shuffled order comes out the same), and the donor's
-    current states just before the model's next forward pass. Everywhere else it only records
-    what to commit."""
+    current states just before the model's next forward pass. After load_checkpoint read an
+    exit checkpoint (the job was stopped from outside mid-epoch), creating the state restores
+    the stopped rank 0's values, scheduler, optimizer and RNG states from it the same way
+    (`resumed_step`: its step). Everywhere else it only records what to commit."""
 
     def __init__(self, model=None, optimizer=None, scheduler=None, **values):
         d = self.__dict__
@@ -41,30 +43,37 @@ class TrainingState:
         d["_values"] = dict(values)
         d["_keeper"] = None
         d["rejoined_step"] = None
+        d["resumed_step"] = None
         _LOADERS.training_state = self  # progress reads its `epochs` value
         keeper = _state.current().keeper  # the process's keeper lives with the keys
-        if keeper is None:
-            return
-        if keeper.training_state is not None:
-            raise RuntimeError("trellis.torch: one TrainingState per process")
-        d["_keeper"] = keeper
-        keeper.training_state = self
-        if keeper.rejoined is not None:
-            rng, iter_rng = keeper.restore_training_state(self)
-            d["rejoined_step"] = keeper.rejoined
-            if self._values.get("batch", 0) == 0 or model is None:
-                _rng.set_state(rng)
-            else:
-                # Mid-epoch: the resumed epoch's DataLoader iterator is made from the states the
-                # donor made its own from (a shuffled order is drawn there), then the skipped
-                # batches are fetched, then the donor's current states apply.
-                _LOADERS.pending_rng = iter_rng
-                holder = {}
+        if keeper is not None:
+            if keeper.training_state is not None:
+                raise RuntimeError("trellis.torch: one TrainingState per process")
+            d["_keeper"] = keeper
+            keeper.training_state = self
+            if keeper.rejoined is not None:
+                rng, iter_rng = keeper.restore_training_state(self)
+                d["rejoined_step"] = keeper.rejoined
+                self._restore_rng(rng, iter_rng)
+                return
+        # A run resumed from an exit checkpoint (load_checkpoint read one): inside its epoch.
+        d["resumed_step"] = _exit_checkpoint.resumed(self)
 
-                def restore(*_):
-                    _rng.set_state(rng)
-                    holder["h"].remove()
-                holder["h"] = model.register_forward_pre_hook(restore)
+    def _restore_rng(self, rng, iter_rng):
+        """The RNG states where the loop stood: at once when `batch` is 0, else in two parts.
+        Mid-epoch, the resumed epoch's DataLoader iterator is made from the states the stopped
+        worker made its own from (a shuffled order is drawn there), then the skipped batches
+        are fetched, then its current states apply, just before the model's next forward."""
+        if self._values.get("batch", 0) == 0 or self._model is None:
+            _rng.set_state(rng)
+            return
+        _LOADERS.pending_rng = iter_rng
+        holder = {}
+
+        def restore(*_):
+            _rng.set_state(rng)
+            holder["h"].remove()
+        holder["h"] = self._model.register_forward_pre_hook(restore)
 
     def __getattr__(self, name):
         try:

@@ -13,6 +13,7 @@ This module is the public surface only; each idea lives in a private module of i
     _grad_sync        when the summed gradients are there (backward / step, no_sync, join)
     _broadcast        broadcast_parameters, broadcast_optimizer_state, broadcast_object, seal
     _checkpoint       save_checkpoint / load_checkpoint and their file format
+    _exit_checkpoint  rank 0's checkpoint when the whole job is stopped from outside
     _training_state   TrainingState: what a restarted worker resumes from
     _rejoin           crash recovery: the arena a restarted worker takes from a live one
     _torch_tensors    allreduce, allgather, broadcast of tensors (over _collectives)
