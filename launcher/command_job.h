@@ -42,7 +42,7 @@ inline constexpr Option kJobFlagOptions[] = {
      "every role's restart policy (default OnFailure)"},
     {"backoff-limit", nullptr, OptionType::kInt, 0, 1000000, "N", "restarts per process before the job fails (default 3)"},
     {"slice-bytes", nullptr, OptionType::kInt, kMinSliceBytes, kMaxSliceBytes, "N",
-     "the largest slice of a key, in bytes (default 4194304)"},
+     "the largest slice of a key, in bytes (default 1048576)"},
 };
 
 // The job flags from `r`, whose table holds the rows of kJobFlagOptions; an error names the flag

@@ -15,7 +15,7 @@ struct SchedulerConfig {
   int32_t num_servers = 1;
   int32_t num_workers = 1;
   std::string dispatch = "roundRobin";  // see shard_map.h
-  int64_t slice_bytes = 4 << 20;
+  int64_t slice_bytes = 1 << 20;  // JobSpec::sliceBytes's default
   std::chrono::milliseconds heartbeat_timeout{10000};
   // After a restart: how long the scheduler waits for the old members to register again before
   // those still missing are marked dead (docs/scheduler.md#scheduler-restart).

@@ -21,7 +21,7 @@ const char kUsage[] =
     "                    processes (default one per CPU), each figure next to the TCP echo\n"
     "                    measured under the same load\n"
     "  --baselines-only  only the TCP and gRPC baselines\n"
-    "  --slice-bytes     the job's sliceBytes (default: the job default, 4 MiB)\n"
+    "  --slice-bytes     the job's sliceBytes (default: the job default, 1 MiB)\n"
     "  --transport       the workers' data paths to measure, in this run (default grpc,tcp);\n"
     "                    local: the raw protocol over the servers' local sockets (tcp: over\n"
     "                    TCP, as the echo)\n"

@@ -229,7 +229,9 @@ struct JobSpec {
   RoleSpec servers;
   RoleSpec workers;
   KeyDispatch keyDispatch = KeyDispatch::kRoundRobin;
-  int64_t sliceBytes = 4 << 20;
+  // 1 MiB: within 90% of the best slice size of a sweep on 1 Gbit/s and on CPU-bound fast links
+  // alike (bench_p3; docs/performance.md, "Choosing the slice size"); 4 MiB missed both.
+  int64_t sliceBytes = 1 << 20;
   PrioritySpec priority;
   BulkingSpec bulking;
   CompressionSpec compression;

@@ -51,7 +51,7 @@ TEST(SchedulerShardMap, RoundRobinFollowsTheP3RuleAcrossKeys) {
 TEST(SchedulerShardMap, KeysOfOneOrTwoSlicesFromOneMiBAreCutInHalves) {
   constexpr int64_t kMiB = 1 << 20;
   constexpr int64_t kF = kMiB / 4;  // floats per MiB
-  // Default 4 MiB slices: under 1 MiB one slice; 1 MiB two halves on two servers; 6 MiB two
+  // 4 MiB slices: under 1 MiB one slice; 1 MiB two halves on two servers; 6 MiB two
   // equal halves (not 4 + 2); 8 MiB and up plain 4 MiB slices.
   auto m = BuildShardMap({Key(1, kF - 1), Key(2, kF), Key(3, 6 * kF + 1), Key(4, 8 * kF)}, 2,
                          "roundRobin", 4 * kMiB);

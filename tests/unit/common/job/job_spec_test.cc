@@ -60,7 +60,7 @@ TEST(JobSpecTest, MinimalTakesEveryDefault) {
   EXPECT_EQ(job.workers.gpusPerWorker, 0);
   EXPECT_FALSE(job.workers.restartPolicy.has_value());
   EXPECT_EQ(job.keyDispatch, KeyDispatch::kRoundRobin);
-  EXPECT_EQ(job.sliceBytes, 4 << 20);
+  EXPECT_EQ(job.sliceBytes, 1 << 20);
   EXPECT_TRUE(job.priority.enabled);
   EXPECT_EQ(job.priority.waterMark, 8);
   EXPECT_EQ(job.bulking, BulkingSpec{});
@@ -254,7 +254,7 @@ TEST(JobSpecTest, ToYamlWritesDefaultsAndFriendlyUnits) {
   JobSpec job = MustParse(kMinimal);
   const std::string yaml = JobSpecToYaml(job);
   EXPECT_THAT(yaml, StartsWith("apiVersion: trellis.io/v1alpha1\nkind: TrainingJob\n"));
-  EXPECT_THAT(yaml, HasSubstr("sliceBytes: 4Mi\n"));
+  EXPECT_THAT(yaml, HasSubstr("sliceBytes: 1Mi\n"));
   EXPECT_THAT(yaml, HasSubstr("keyDispatch: roundRobin\n"));
   EXPECT_THAT(yaml, HasSubstr("epsilon: 1e-08\n"));
   EXPECT_THAT(yaml, HasSubstr("heartbeatTimeoutSeconds: 10\n"));
