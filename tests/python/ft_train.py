@@ -10,7 +10,7 @@ bfloat16 (parameters the keeper stages through float32 host copies). cuda: the m
 GPU (staged through pinned host copies). shuffle: DataLoader(shuffle=True) over each rank's shard
 instead of a DistributedSampler. nostate: no TrainingState (the rejoined worker must stop, saying
 why). ckpt=FILE: checkpoints as docs/pytorch.md shows them (load_checkpoint when FILE exists,
-save_checkpoint at each epoch end). slow: rank 0 sleeps 30 ms a step (the same values; a stop
+save_checkpoint at each epoch end). slow: rank 0 sleeps 80 ms a step (the same values; a stop
 from outside lands mid-epoch). killexit: rank 0 SIGKILLs itself halfway through writing its exit
 checkpoint (what a grace that runs out does). Every rank writes
 OUT_DIR/rank<r>.pt (its final state_dict), OUT_DIR/result<r>.txt (test accuracy and loss)
@@ -114,7 +114,7 @@ def main():
                 os.kill(os.getpid(), signal.SIGKILL)
             state.batch = i + 1
             if "slow" in modes and rank == 0:
-                time.sleep(0.03)
+                time.sleep(0.08)
             opt.step()
             steps += 1
         sched.step()
