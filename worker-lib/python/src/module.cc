@@ -440,8 +440,6 @@ class TrellisError(RuntimeError):
           py::arg("total_steps"))
       .def_property_readonly("job_stopping", &PyWorker::JobStopping)
       .def_property_readonly("timeout_ms", &PyWorker::TimeoutMs)
-      .def_property_readonly("checkpoint_dir",
-                             [](PyWorker& w) { return w.w().checkpoint_config().path; })
       .def("report_checkpoint", &PyWorker::ReportCheckpoint, py::arg("step"), py::arg("path"),
            py::arg("on_exit") = false, py::arg("restored") = false, py::arg("exit_ready") = false)
       .def_property_readonly("incarnation", &PyWorker::Incarnation)

@@ -173,7 +173,7 @@ def _tell(step, path, restored=False):
 def _note_loaded(st, extra, meta, optimizer_state):
     """What the exit checkpoint and the step count need of a loaded file (every rank)."""
     st.checkpoint_extra = dict(extra or {})
-    st.set_base_step(int(meta.get("step", 0)))
+    st.base_step = int(meta.get("step", 0))
     if meta.get("exit") is not None:
         st.resume_exit = {"step": st.base_step, "exit": meta["exit"], "optimizer": optimizer_state}
 

@@ -61,11 +61,24 @@ def after_step():
         _stop_here(w, st)
 
 
+class _AsIs:
+    """TrainingState._trellis_pack's packer for a file: torch.save writes the tensors as they are
+    (crash recovery's packer copies them into its arena instead)."""
+
+    @staticmethod
+    def put(t):
+        return t.detach()
+
+    @staticmethod
+    def tree(x):
+        return x
+
+
 def _exit_state(ts):
-    """Where the loop stands, as the TrainingState restores it on the resumed run."""
-    return {"values": dict(ts._values),
-            "scheduler": ts._scheduler.state_dict() if ts._scheduler is not None else None,
-            "rng": _rng.state(), "iter_rng": _LOADERS.iter_rng}
+    """Where the loop stands: what the TrainingState commits for a rejoin (its values, model
+    buffers, LR scheduler) and the RNG states, as the resumed run restores them."""
+    return {"training_state": ts._trellis_pack(_AsIs()), "rng": _rng.state(),
+            "iter_rng": _LOADERS.iter_rng}
 
 
 def _stop_here(w, st):
@@ -102,9 +115,7 @@ def resumed(ts):
     if resume is None:
         return None
     ex = resume["exit"]
-    ts._values.update(ex["values"])
-    if ts._scheduler is not None and ex["scheduler"] is not None:
-        ts._scheduler.load_state_dict(ex["scheduler"])
+    ts._trellis_unpack(None, ex["training_state"], lambda _pool, x: x)
     if ts._optimizer is not None and resume["optimizer"] is not None:
         ts._optimizer.load_state_dict(resume["optimizer"])
     ts._restore_rng(ex["rng"], ex["iter_rng"])

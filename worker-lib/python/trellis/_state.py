@@ -49,20 +49,27 @@ class _State:
         # read, for the TrainingState made next; whether rank 0 told the scheduler it writes them.
         self.checkpoint_path = None
         self.checkpoint_extra = None
-        self.base_step = 0
+        self._base_step = 0
         self.resume_exit = None
         self.exit_ready_told = False
+
+    @property
+    def base_step(self):
+        """The steps of the run the loaded checkpoint ended. With crash recovery the keeper holds
+        it (its commits carry it to a worker that rejoins)."""
+        return self.keeper.base_step if self.keeper is not None else self._base_step
+
+    @base_step.setter
+    def base_step(self, step):
+        if self.keeper is not None:
+            self.keeper.base_step = step
+        else:
+            self._base_step = step
 
     def global_step(self):
         """The job's optimizer steps: those of the run the loaded checkpoint ended, plus this
         process's (a rejoined worker counts from the donor's)."""
-        base = self.keeper.base_step if self.keeper is not None else self.base_step
-        return base + max([o._trellis_steps for o, _ in self.params_by_optimizer()] or [0])
-
-    def set_base_step(self, step):
-        self.base_step = step
-        if self.keeper is not None:
-            self.keeper.base_step = step
+        return self.base_step + max([o._trellis_steps for o, _ in self.params_by_optimizer()] or [0])
 
     def param_ptrs(self):
         return [p.data_ptr() for _, p, _, _, _ in self.params if not is_lazy(p)]
