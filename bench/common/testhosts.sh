@@ -2,7 +2,7 @@
 # The project's own test hosts for rate-limited benchmarks: N network namespaces, each with one
 # shaped link to a switch (a Linux bridge in a hub namespace), like N machines with one NIC each.
 #
-#   bench/common/testhosts.sh up   --prefix p3 --hosts 4 --rate 1gbit [--delay 50us]
+#   bench/common/testhosts.sh up   --prefix p3 --hosts 4 --rate 1gbit [--delay 50us] [--cpu 0.5]
 #   ip netns exec p3-h0 <command>          # runs on host 0, address 198.18.0.1
 #   bench/common/testhosts.sh down --prefix p3
 #   bench/common/testhosts.sh check        # exit 0 if namespaces + tc work here (needs root)
@@ -12,6 +12,13 @@
 # sends and receives at most --rate, whatever the others do. 198.18.0.0/15 is the range reserved
 # for benchmarking (RFC 2544); traffic never leaves these namespaces. Idempotent: `up` first
 # removes what an earlier run with the same prefix left.
+#
+# --cpu F also gives each host its own CPU budget: a cgroup (v1 cpu controller)
+# /sys/fs/cgroup/cpu/<prefix>-h<i> with F cores (CFS quota), so that processes of different
+# hosts do not take each other's CPU, as on separate machines. Whoever starts a process on a host
+# puts it there (bench/p3/netns_job.cc and bench/pytorch/bench_models.py do when the cgroup
+# exists), before entering the namespace (ip netns exec mounts its own /sys):
+#   sh -c 'echo $$ > /sys/fs/cgroup/cpu/<prefix>-h<i>/tasks && exec "$@"' sh ip netns exec <prefix>-h<i> <command>
 set -euo pipefail
 
 cmd=${1:-}
@@ -20,12 +27,14 @@ prefix=trellis
 hosts=2
 rate=1gbit
 delay=""
+cpu=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) prefix=$2; shift 2 ;;
     --hosts) hosts=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
+    --cpu) cpu=$2; shift 2 ;;
     *) echo "testhosts: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -57,6 +66,11 @@ down() {
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
   done
+  for cg in /sys/fs/cgroup/cpu/"${prefix}"-h*; do
+    [ -d "$cg" ] || continue
+    xargs -r kill -9 < "$cg/tasks" 2>/dev/null || true
+    for _ in 1 2 3 4 5 6 7 8 9 10; do rmdir "$cg" 2>/dev/null && break; sleep 0.1; done
+  done
 }
 
 up() {
@@ -79,6 +93,12 @@ up() {
     ip -n "$hub" link set "${prefix}p${i}" up
     shape "$ns" eth0
     shape "$hub" "${prefix}p${i}"
+    if [ -n "$cpu" ]; then
+      local cg="/sys/fs/cgroup/cpu/${ns}"
+      mkdir -p "$cg"
+      echo 100000 > "$cg/cpu.cfs_period_us"
+      awk -v c="$cpu" 'BEGIN { printf "%d\n", c * 100000 }' > "$cg/cpu.cfs_quota_us"
+    fi
   done
 }
 
@@ -98,5 +118,5 @@ case "$cmd" in
   up) up ;;
   down) down ;;
   check) check ;;
-  *) echo "usage: testhosts.sh up|down|check [--prefix P] [--hosts N] [--rate R] [--delay D]" >&2; exit 2 ;;
+  *) echo "usage: testhosts.sh up|down|check [--prefix P] [--hosts N] [--rate R] [--delay D] [--cpu F]" >&2; exit 2 ;;
 esac

@@ -18,9 +18,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Runs the command on test host `host`: in its network namespace, and in its CPU cgroup when
+// testhosts.sh made one (--cpu), entered first because ip netns exec mounts its own /sys.
 void InHost(SpawnOptions& spawn, const std::string& prefix, int host) {
-  spawn.argv.insert(spawn.argv.begin(),
-                    {"ip", "netns", "exec", prefix + "-h" + std::to_string(host)});
+  const std::string name = prefix + "-h" + std::to_string(host);
+  spawn.argv.insert(spawn.argv.begin(), {"ip", "netns", "exec", name});
+  const std::string cgroup = "/sys/fs/cgroup/cpu/" + name;
+  struct stat st;
+  if (::stat(cgroup.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    spawn.argv.insert(spawn.argv.begin(),
+                      {"sh", "-c", "echo $$ > " + cgroup + "/tasks && exec \"$@\"", "sh"});
+  }
 }
 
 struct Running {
