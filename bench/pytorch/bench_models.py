@@ -49,6 +49,8 @@ import sys
 import tempfile
 import time
 
+from bench_common import fmt, run_ranks
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
 TESTHOSTS = os.path.join(SOURCE, "bench", "common", "testhosts.sh")
@@ -237,25 +239,11 @@ def run_once(a, model, row, steps):
         python = os.path.join(a.bin_dir, "trellis-python")
         if row == "ddp":
             port = 29500 + int(time.time()) % 1000
-            procs = []
-            for r in range(WORKERS):
-                cmd = in_host(a, SERVERS + r) + [python, __file__, "--role", "ddp", "--rank", str(r), "--master",
-                       host_address(SERVERS), "--port", str(port)] + \
-                    worker_args(a, model, out, steps)
-                env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0")
-                procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True, env=env))
-            logs = []
-            for p in procs:
-                try:
-                    logs.append(p.communicate(timeout=a.timeout)[0])
-                except subprocess.TimeoutExpired:
-                    for q in procs:
-                        q.kill()
-                        q.wait()
-                    raise RuntimeError("no result within %d s" % a.timeout)
-            if any(p.returncode for p in procs):
-                raise RuntimeError("failed:\n" + "\n".join(logs)[-3000:])
+            run_ranks([in_host(a, SERVERS + r) +
+                       [python, __file__, "--role", "ddp", "--rank", str(r), "--master",
+                        host_address(SERVERS), "--port", str(port)] +
+                       worker_args(a, model, out, steps) for r in range(WORKERS)],
+                      a.timeout, env=dict(os.environ, GLOO_SOCKET_IFNAME="eth0"))
         else:
             job = os.path.join(out, "job.yaml")
             with open(job, "w") as f:
@@ -285,13 +273,6 @@ def run_once(a, model, row, steps):
                 return json.load(f)
         except (OSError, ValueError):
             raise RuntimeError("rank 0 wrote no result")
-
-
-def fmt(values, digits=1):
-    m = statistics.median(values)
-    if len(values) == 1:
-        return "%.*f" % (digits, m)
-    return "%.*f (%.*f-%.*f)" % (digits, m, digits, min(values), digits, max(values))
 
 
 def bench_speed(a, model):

@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 
+from bench_common import fmt, run_ranks
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # name -> (servers, compression, restart policy, local socket); "ddp" is the baseline and always
@@ -287,23 +289,12 @@ def run_once(model, config, a):
             # trellis-python: the interpreter (and so the torch) the trellis rows use, whatever
             # python3 started this bench (pyenv's, without torch, comes first on some PATHs).
             python = os.path.join(a.bin_dir, "trellis-python")
-            procs = [subprocess.Popen([python, __file__, "--role", "ddp", "--rank",
-                                       str(r), "--world", "2", "--port", str(port)] +
-                                      common_args(model, a, out),
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                     for r in range(2)]
-            logs = []
-            for p in procs:
-                try:
-                    logs.append(p.communicate(timeout=a.timeout)[0])
-                except subprocess.TimeoutExpired:
-                    for q in procs:
-                        q.kill()
-                        q.wait()
-                    raise RuntimeError("DDP %s: no result within %d s" % (model, a.timeout))
-            log = "\n".join(logs)
-            if any(p.returncode != 0 for p in procs):
-                raise RuntimeError("DDP %s failed:\n%s" % (model, log[-4000:]))
+            try:
+                log = run_ranks([[python, __file__, "--role", "ddp", "--rank", str(r), "--world",
+                                  "2", "--port", str(port)] + common_args(model, a, out)
+                                 for r in range(2)], a.timeout)
+            except RuntimeError as e:
+                raise RuntimeError("DDP %s: %s" % (model, e))
         else:
             servers, compression, policy, local = CONFIGS[config]
             env = dict(os.environ)
@@ -343,13 +334,6 @@ def summarize(runs):
                 threads.setdefault((who, name), []).append(1000.0 * secs / r[0]["steps"])
     s["threads"] = {k: statistics.median(v) for k, v in threads.items()}
     return s
-
-
-def fmt(values, digits=1):
-    m = statistics.median(values)
-    if len(values) == 1:
-        return "%.*f" % (digits, m)
-    return "%.*f (%.*f-%.*f)" % (digits, m, digits, min(values), digits, max(values))
 
 
 def bench_model(model, configs, a):
