@@ -2,13 +2,14 @@
 BatchNorm, dropout, SGD with momentum and weight decay, StepLR, a DistributedSampler, a
 TrainingState. Run by test_torch_rejoin.py under trellis-launch (the command form).
 
-    ft_train.py OUT_DIR [kill] [bf16] [cuda] [shuffle] [nostate] [ckpt=FILE] [slow]
+    ft_train.py OUT_DIR [kill] [bf16] [cuda] [shuffle] [closure] [nostate] [ckpt=FILE] [slow]
 
 kill: worker 1's first incarnation SIGKILLs itself in epoch 1, between backward() (its pushes
 in flight) and step(); its agent restarts it and it rejoins. bf16: the model and its inputs in
 bfloat16 (parameters the keeper stages through float32 host copies). cuda: the model on the
 GPU (staged through pinned host copies). shuffle: DataLoader(shuffle=True) over each rank's shard
-instead of a DistributedSampler. nostate: no TrainingState (the rejoined worker must stop, saying
+instead of a DistributedSampler. closure: opt.step(closure), the closure doing the forward and
+backward (the update then changes the model while it waits for gradients). nostate: no TrainingState (the rejoined worker must stop, saying
 why). ckpt=FILE: checkpoints as docs/pytorch.md shows them (load_checkpoint when FILE exists,
 save_checkpoint at each epoch end). slow: rank 0 sleeps 80 ms a step (the same values; a stop
 from outside lands mid-epoch). killexit: rank 0 SIGKILLs itself halfway through writing its exit
@@ -107,15 +108,23 @@ def main():
         for i, (xb, yb) in enumerate(loader):
             if i < state.batch:
                 continue
-            opt.zero_grad()
-            F.cross_entropy(model(xb.to(device=device, dtype=dtype)).float(),
-                            yb.to(device)).backward()
-            if "kill" in modes and rank == 1 and incarnation == "1" and (epoch, i) == KILL_AT:
-                os.kill(os.getpid(), signal.SIGKILL)
-            state.batch = i + 1
-            if "slow" in modes and rank == 0:
-                time.sleep(0.08)
-            opt.step()
+            def closure():
+                opt.zero_grad()
+                loss = F.cross_entropy(model(xb.to(device=device, dtype=dtype)).float(),
+                                       yb.to(device))
+                loss.backward()
+                if "kill" in modes and rank == 1 and incarnation == "1" and (epoch, i) == KILL_AT:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return loss
+            if "closure" in modes:
+                state.batch = i + 1
+                opt.step(closure)
+            else:
+                closure()
+                state.batch = i + 1
+                if "slow" in modes and rank == 0:
+                    time.sleep(0.08)
+                opt.step()
             steps += 1
         sched.step()
         state.epoch, state.batch = epoch + 1, 0

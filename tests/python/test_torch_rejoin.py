@@ -24,15 +24,17 @@ def run_job(tmp_path, name, *args, ok=True):
 
 @pytest.mark.parametrize("dtype,device,loading", [
     ("float32", "cpu", "sampler"), ("bfloat16", "cpu", "sampler"), ("float32", "cuda", "sampler"),
-    ("float32", "cpu", "shuffle")])
+    ("float32", "cpu", "shuffle"), ("float32", "cpu", "closure")])
 def test_killed_worker_rejoins_and_job_ends_as_undisturbed(tmp_path, dtype, device, loading):
     # bfloat16 and cuda: parameters the keeper cannot read in place, staged through float32
     # host copies (pinned on a GPU). The CUDA case runs where a GPU is. shuffle: a plain
     # DataLoader(shuffle=True), whose order of the resumed epoch the rejoiner must draw alike.
+    # closure: opt.step(closure), whose backward waits for the gradients inside step(): the
+    # donor serves a copy of its last commit then, not its live tensors.
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     extra = (["bf16"] if dtype == "bfloat16" else []) + (["cuda"] if device == "cuda" else []) + \
-        (["shuffle"] if loading == "shuffle" else [])
+        ([loading] if loading != "sampler" else [])
     calm, calm_log = run_job(tmp_path, "ft-calm", *extra)
     hit, hit_log = run_job(tmp_path, "ft-kill", "kill", *extra)
     # The command form printed the job it ran.

@@ -19,12 +19,14 @@ using WatchMode = SchedulerClient::WatchMode;
 }  // namespace
 
 RejoinKeeper::RejoinKeeper(WorkerImpl& impl, const std::vector<TensorRef>& params,
-                           KeyId state_key, float* state, int64_t state_elements)
+                           KeyId state_key, float* state, int64_t state_elements,
+                           Prepare prepare)
     : impl_(impl),
       params_(params),
       state_key_(state_key),
       state_(state),
-      state_elements_(state_elements) {
+      state_elements_(state_elements),
+      prepare_(std::move(prepare)) {
   MetricsRegistry& r = impl.registry();
   series_.rejoins = &r.Counter("trellis_worker_rejoins_total",
                                "Times this worker rank rejoined a running job after a restart");
@@ -38,6 +40,11 @@ RejoinKeeper::~RejoinKeeper() {
     stopping_ = true;
   }
   stop_cv_.SignalAll();
+  {
+    MutexLock lock(&commit_mu_);
+    closing_ = true;  // a serve waiting for an update window that will not close gives up
+  }
+  window_cv_.SignalAll();
   if (!watcher_.joinable()) return;
   // No longer a donor; this also answers the watcher's parked poll, so the join is quick.
   if (auto st = impl_.setup().watch_rejoins(WatchMode::kStop, kStopWait); !st.ok()) {
@@ -46,21 +53,33 @@ RejoinKeeper::~RejoinKeeper() {
   watcher_.join();
 }
 
-Status RejoinKeeper::Commit(int64_t step, bool again) {
+Status RejoinKeeper::Commit(int64_t step, bool again, bool copy) {
+  copy = copy || prepare_ == nullptr;
   bool first;
   {
     MutexLock lock(&commit_mu_);
-    if (committed_ && step == step_ && !again) return Status::Ok();  // the same boundary again
-    first = !committed_;
-    params_copy_.resize(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) {
-      params_copy_[i].assign(params_[i].data, params_[i].data + params_[i].num_elements);
+    while (serving_) window_cv_.Wait(&commit_mu_);  // a live commit without BeginUpdate
+    updating_ = false;
+    const bool same = committed_ && step == step_;
+    if (same && !again) {
+      window_cv_.SignalAll();
+      return Status::Ok();  // the same boundary again
     }
-    state_copy_.assign(state_, state_ + state_elements_);
-    key_steps_ = impl_.PushSteps();
+    first = !committed_;
+    if (copy) {
+      params_copy_.resize(params_.size());
+      for (size_t i = 0; i < params_.size(); ++i) {
+        params_copy_[i].assign(params_[i].data, params_[i].data + params_[i].num_elements);
+      }
+      state_copy_.assign(state_, state_ + state_elements_);
+    }
+    copied_ = copy;
+    // The same step again: its pushes were counted then (the next step's may have begun since).
+    if (!same) key_steps_ = impl_.PushSteps();
     step_ = step;
     committed_ = true;
   }
+  window_cv_.SignalAll();
   if (!first) return Status::Ok();
   // Registered before Restore returns: a rejoin asked for from now on finds this donor. Answered
   // at once; the worker's deadline only guards against a scheduler that does not answer.
@@ -72,6 +91,13 @@ Status RejoinKeeper::Commit(int64_t step, bool again) {
     WatchLoop();
   });
   return Status::Ok();
+}
+
+void RejoinKeeper::BeginUpdate() {
+  if (prepare_ == nullptr) return;
+  MutexLock lock(&commit_mu_);
+  while (serving_) window_cv_.Wait(&commit_mu_);
+  updating_ = true;
 }
 
 void RejoinKeeper::WatchLoop() {
@@ -99,24 +125,12 @@ void RejoinKeeper::Serve(uint64_t id, int32_t rejoiner) {
   done.set_rejoin_id(id);
   done.set_donor(impl_.rank());
   Status st;
-  {
+  if (prepare_ == nullptr) {
     // The training thread's next Commit waits until the servers hold this one.
     MutexLock lock(&commit_mu_);
-    std::vector<Handle> handles;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      handles.push_back(impl_.Transfer(wire::Op::kStash, params_[i].key, id, params_copy_[i].data()));
-    }
-    handles.push_back(impl_.Transfer(wire::Op::kStash, state_key_, id, state_copy_.data()));
-    for (auto& h : handles) {
-      Status s = h.Wait();
-      if (st.ok() && !s.ok()) st = s;
-    }
-    done.set_step(step_);
-    for (const auto& [key, steps] : key_steps_) {
-      auto* ks = done.add_key_steps();
-      ks->set_key(key);
-      ks->set_steps(steps);
-    }
+    st = StashCopy(id, done);
+  } else {
+    st = StashLive(id, done);
   }
   if (!st.ok()) {
     done.set_error(st.ToString());
@@ -129,6 +143,64 @@ void RejoinKeeper::Serve(uint64_t id, int32_t rejoiner) {
   } else if (st.ok()) {
     series_.served->Increment();
   }
+}
+
+Status RejoinKeeper::StashCopy(uint64_t id, v1::RejoinServedRequest& done) {
+  std::vector<float*> bufs;
+  for (auto& copy : params_copy_) bufs.push_back(copy.data());
+  bufs.push_back(state_copy_.data());
+  done.set_step(step_);
+  for (const auto& [key, steps] : key_steps_) {
+    auto* ks = done.add_key_steps();
+    ks->set_key(key);
+    ks->set_steps(steps);
+  }
+  return Stash(id, bufs);
+}
+
+Status RejoinKeeper::StashLive(uint64_t id, v1::RejoinServedRequest& done) {
+  {
+    // The tensors hold the last commit outside an update window; keep the next one shut.
+    MutexLock lock(&commit_mu_);
+    while (updating_ && !closing_) window_cv_.Wait(&commit_mu_);
+    if (closing_) return UnavailableError("the worker is shutting down");
+    if (copied_) return StashCopy(id, done);  // the caller changes them outside a window
+    serving_ = true;
+    done.set_step(step_);
+    for (const auto& [key, steps] : key_steps_) {
+      auto* ks = done.add_key_steps();
+      ks->set_key(key);
+      ks->set_steps(steps);
+    }
+  }
+  Status st = prepare_(done.step()).Annotate("packing the state of step " +
+                                             std::to_string(done.step()));
+  if (st.ok()) {
+    std::vector<float*> bufs;
+    for (const auto& p : params_) bufs.push_back(p.data);
+    bufs.push_back(state_);
+    st = Stash(id, bufs);
+  }
+  {
+    MutexLock lock(&commit_mu_);
+    serving_ = false;
+  }
+  window_cv_.SignalAll();
+  return st;
+}
+
+Status RejoinKeeper::Stash(uint64_t id, const std::vector<float*>& bufs) {
+  std::vector<Handle> handles;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    handles.push_back(impl_.Transfer(wire::Op::kStash, params_[i].key, id, bufs[i]));
+  }
+  handles.push_back(impl_.Transfer(wire::Op::kStash, state_key_, id, bufs.back()));
+  Status st;
+  for (auto& h : handles) {
+    Status s = h.Wait();
+    if (st.ok() && !s.ok()) st = s;
+  }
+  return st;
 }
 
 StatusOr<std::optional<int64_t>> RejoinKeeper::Rejoin() {

@@ -102,6 +102,14 @@ struct KeyInfo {
 class PyWorker {
  public:
   explicit PyWorker(std::unique_ptr<Worker> w) : worker_(std::move(w)) {}
+  // Called with the GIL held; the keeper's watcher may need the GIL (its prepare) to finish.
+  ~PyWorker() {
+    py::gil_scoped_release nogil;
+    rejoin_.reset();
+    worker_.reset();
+  }
+  PyWorker(const PyWorker&) = delete;
+  PyWorker& operator=(const PyWorker&) = delete;
 
   static std::shared_ptr<PyWorker> Create(const std::string& scheduler_address,
                                           const std::string& token_file, int rank,
@@ -138,7 +146,9 @@ class PyWorker {
   // Crash recovery for trellis.torch (trellis/_rejoin.py; worker-lib/src/rejoin_keeper.h):
   // `params` is a list of (name, key, float32 buffer) on their declared keys, `state` one float32
   // buffer on `state_key`. The buffers stay exported (and alive) until rejoin_stop or close.
-  void RejoinStart(py::list params, int64_t state_key, py::buffer state) {
+  // `prepare` (a callable taking the step, or None): the keeper's live mode (rejoin_keeper.h),
+  // called on the keeper's thread with the GIL to fill `state` just before a serve.
+  void RejoinStart(py::list params, int64_t state_key, py::buffer state, py::object prepare) {
     auto* impl = dynamic_cast<WorkerImpl*>(&w());
     if (impl == nullptr || !impl->setup().request_rejoin) {
       Raise(FailedPreconditionError("rejoin: this worker has no scheduler rejoin calls"));
@@ -158,9 +168,27 @@ class PyWorker {
     }
     rejoin_bufs_.push_back(Export(state, true, "rejoin state", state_key));
     rejoin_owners_.push_back(state);
+    RejoinKeeper::Prepare fill;
+    if (!prepare.is_none()) {
+      // rejoin_owners_ keeps the callable alive while the keeper lives; the keeper is destroyed
+      // without the GIL, so its function must not own a Python reference.
+      rejoin_owners_.push_back(prepare);
+      fill = [fn = prepare.ptr()](int64_t step) -> Status {
+        if (_Py_IsFinalizing()) return UnavailableError("the Python interpreter is exiting");
+        py::gil_scoped_acquire gil;
+        try {
+          py::handle callable(fn);
+          callable(step);
+          return Status::Ok();
+        } catch (py::error_already_set& e) {
+          return InternalError(e.what());
+        }
+      };
+    }
     rejoin_ = std::make_unique<RejoinKeeper>(*impl, refs, static_cast<KeyId>(state_key),
                                              static_cast<float*>(rejoin_bufs_.back()->ptr),
-                                             static_cast<int64_t>(rejoin_bufs_.back()->size));
+                                             static_cast<int64_t>(rejoin_bufs_.back()->size),
+                                             std::move(fill));
   }
 
   // The whole job is being stopped from outside (the scheduler's pings carry StopJob):
@@ -209,10 +237,18 @@ class PyWorker {
     return *rejoin_;
   }
 
-  // A copy of every tracked tensor: without the GIL.
-  void RejoinCommit(int64_t step, bool again) {
+  // The step boundary (copy mode: a copy of every tracked tensor): without the GIL.
+  void RejoinCommit(int64_t step, bool again, bool copy) {
     RejoinKeeper& k = keeper();
-    CheckWithoutGil([&] { return k.Commit(step, again); });
+    CheckWithoutGil([&] { return k.Commit(step, again, copy); });
+  }
+
+  // Live mode: the tracked tensors change until the next commit (waits while a serve runs,
+  // whose prepare needs the GIL).
+  void RejoinBeginUpdate() {
+    RejoinKeeper& k = keeper();
+    py::gil_scoped_release nogil;
+    k.BeginUpdate();
   }
 
   // The donor's step (the tracked buffers now hold its commit), or None: nobody has committed
@@ -444,8 +480,10 @@ class TrellisError(RuntimeError):
            py::arg("on_exit") = false, py::arg("restored") = false, py::arg("exit_ready") = false)
       .def_property_readonly("incarnation", &PyWorker::Incarnation)
       .def("rejoin_start", &PyWorker::RejoinStart, py::arg("params"), py::arg("state_key"),
-           py::arg("state"))
-      .def("rejoin_commit", &PyWorker::RejoinCommit, py::arg("step"), py::arg("again") = false)
+           py::arg("state"), py::arg("prepare") = py::none())
+      .def("rejoin_commit", &PyWorker::RejoinCommit, py::arg("step"), py::arg("again") = false,
+           py::arg("copy") = false)
+      .def("rejoin_begin_update", &PyWorker::RejoinBeginUpdate)
       .def("rejoin_fetch", &PyWorker::RejoinFetch)
       .def("rejoin_mark_servers", &PyWorker::RejoinMarkServers)
       .def("rejoin_stop", &PyWorker::RejoinStop)

@@ -142,6 +142,9 @@ class GradSync:
         if self.last_active is None:
             return
         root = int(torch.nonzero(self.last_active)[0])
+        keeper = self.state.keeper
+        if keeper is not None:
+            keeper.keep_copy()  # the broadcasts change the model and wait for every worker
         params = [p for p in self.opt._trellis_params] + list(self.state.buffer_sync.buffers)
         _broadcast.broadcast_tensors_now([p.data for p in params], root)
         sd = _broadcast.broadcast_object(self.opt.state_dict(), root)

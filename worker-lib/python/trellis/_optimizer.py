@@ -73,14 +73,20 @@ class _DistributedMixin:
         return self._trellis_sync.join()
 
     def step(self, closure=None):
+        k = _state.current().keeper
         if closure is not None and self._trellis_sync.mode == "backward":
+            if k is not None:
+                k.keep_copy()  # the closure waits for gradients amid the update
             loss = super().step(closure)  # each backward inside the closure synchronizes
         else:
             self.synchronize()
+            if k is not None and closure is None:
+                k.begin_update()  # crash recovery: a rejoin is served outside this window
+            elif k is not None:
+                k.keep_copy()
             loss = super().step(closure)
         self._trellis_sync.synced = False
         self._trellis_report(loss)
-        k = _state.current().keeper
         if k is not None:
             k.after_step()
         _exit_checkpoint.after_step()  # rank 0, the job stopping: the exit checkpoint, then waits

@@ -1,12 +1,20 @@
 """Crash recovery for trellis.torch: a restarted worker rejoins from a live worker's last step.
 
 The C++ RejoinKeeper (worker-lib/src/rejoin_keeper.h; docs/checkpoints.md#crash-recovery-workers)
-keeps, at each step boundary, a host copy of the parameters (on their gradient keys) and of one
-"arena" buffer on its own key, and hands the newest copy of a live worker (the donor) to a
-restarted one. This module fills the arena with everything else a PyTorch program needs to
-continue bit for bit: the optimizer's state tensors and hyper-parameters, model buffers
-(BatchNorm statistics), the LR scheduler, the RNG states and the program's own values (epoch,
-batch) of a TrainingState.
+hands the parameters (on their gradient keys) and one "arena" buffer on its own key, as they
+were at a live worker's (the donor's) last step boundary, to a restarted one. This module fills
+the arena with everything else a PyTorch program needs to continue bit for bit: the optimizer's
+state tensors and hyper-parameters, model buffers (BatchNorm statistics), the LR scheduler, the
+RNG states and the program's own values (epoch, batch) of a TrainingState.
+
+The keeper runs live: nothing the size of the model is copied at a step boundary. The
+parameters and the optimizer's state change only inside DistributedOptimizer.step(), which the
+keeper brackets (begin_update ... commit), so between two steps they are the last commit's; a
+serve waits outside that window and the next step's update waits for the serve. A commit lays
+the arena out (sizes, offsets, the pickled metadata: the "outgrew" error comes here, at the
+step, not at a rejoin) and copies only what the next forward changes: model buffers, the
+TrainingState's tensors, the RNG states. The tensors are written into the arena when a rejoin
+is served (_prepare, on the keeper's thread).
 
 Arena layout (bytes): a 32-byte header (magic, step, metadata offset, metadata length, as
 int64), then the raw bytes of every tensor (8-byte aligned), then the pickled metadata that
@@ -114,19 +122,23 @@ class _Ref:
 
 
 class _Packer:
-    def __init__(self, pool):
+    """Lays tensors out in the arena: tree() and put() give each its _Ref (offset, type, shape)
+    and remember it; write() copies them in. With clone=True put() keeps a copy of the tensor as
+    it is now (for what changes before a later write()); else the tensor itself."""
+
+    def __init__(self, pool, clone=False):
         self.pool = pool  # uint8 torch tensor over the arena
         self.off = _HEADER.size
+        self.clone = clone
+        self.puts = []    # (tensor, offset)
 
     def put(self, t):
         t = t.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
         n = t.numel() * t.element_size()
         if self.off + n > self.pool.numel():
             raise _Full()
         if n:
-            self.pool[self.off:self.off + n].copy_(t.reshape(-1).view(torch.uint8))
+            self.puts.append((t.clone() if self.clone else t, self.off))
         ref = _Ref(self.off, t.dtype, tuple(t.shape))
         self.off = _align(self.off + n)
         return ref
@@ -140,6 +152,14 @@ class _Packer:
         if isinstance(x, (list, tuple)):
             return type(x)(self.tree(v) for v in x)
         return x
+
+    def write(self):
+        """Copies every tensor laid out so far to its offset."""
+        for t, off in self.puts:
+            if t.device.type != "cpu":
+                t = t.cpu()
+            n = t.numel() * t.element_size()
+            self.pool[off:off + n].copy_(t.reshape(-1).view(torch.uint8))
 
 
 class _Full(Exception):
@@ -171,6 +191,8 @@ class Keeper:
         self.rejoined = None            # the donor's step on a worker that rejoined
         self.meta = None                # the donor's metadata (rejoined worker)
         self.committed = False
+        self.layout = None              # (step, packers, blob) of the last commit (_prepare)
+        self.closure_step = False       # inside a step whose update cannot open a window
         self.base_step = 0              # the loaded checkpoint's step (_state.global_step)
         # (parameter, its Stage) for parameters the keeper cannot read in place (16-bit, on a
         # GPU, not contiguous): a float32 host buffer as a staged gradient has (pinned for a GPU
@@ -182,12 +204,31 @@ class Keeper:
             arrays.append((n, k, stage.load(p.detach()).numpy()))
             if stage.buf is not None:
                 self.staged.append((p, stage))
-        worker.rejoin_start(arrays, ARENA_KEY, self.arena)
+        worker.rejoin_start(arrays, ARENA_KEY, self.arena, self._prepare)
 
     def first_commit(self):
         """Before the first push of a step with nothing committed yet: what the worker holds
         now (step 0 after the start-up broadcasts, or the step a rejoined worker took over)."""
-        self.commit()
+        self.commit(copy=self.closure_step)  # in a closure the update follows outside a window
+
+    def begin_update(self):
+        """DistributedOptimizer.step() is about to update the parameters and the optimizer's
+        state (after the gradients are in: waiting for them inside the window would keep a
+        serve, and with it the rejoiner those gradients wait for, out)."""
+        self.worker.rejoin_begin_update()
+
+    def keep_copy(self):
+        """The program is about to change the parameters or the optimizer's state while it may
+        wait for the other workers (step(closure): the closure's backward waits for gradients;
+        join()'s last broadcast), where no window can be open: the last commit is copied, and a
+        serve hands out the copy until the next commit."""
+        self.closure_step = True
+        if self.layout is None:
+            return
+        self.worker.rejoin_begin_update()
+        step = self.layout[0]
+        self._prepare(step)
+        self.worker.rejoin_commit(step, again=True, copy=True)
 
     def after_step(self):
         """DistributedOptimizer.step() is done: every update of this step is applied."""
@@ -200,19 +241,24 @@ class Keeper:
                 "(docs/pytorch.md#fault-tolerance), or turn crash recovery off with "
                 "TRELLIS_TORCH_REJOIN=0" % self.rejoined)
         self.step += 1
+        self.closure_step = False
         self.commit()
 
-    def commit(self, again=False):
-        """The current state as the commit of self.step (no push of the next step started)."""
-        packer = _Packer(self.pool)
+    def commit(self, again=False, copy=False):
+        """The current state as the commit of self.step (no push of the next step started).
+        copy: the program changes the state next without a window (keep_copy)."""
+        self.worker.rejoin_begin_update()  # a serve of the previous commit ends first
+        live = _Packer(self.pool)           # the optimizers' tensors: unchanged until the next update
         try:
-            meta = {"optimizers": [packer.tree(o.state_dict()) for o in self.optimizers],
+            meta = {"optimizers": [live.tree(o.state_dict()) for o in self.optimizers],
                     "rng": _rng.state(), "iter_rng": _LOADERS.iter_rng,
                     "training_state": None, "base_step": self.base_step}
+            copied = _Packer(self.pool, clone=True)  # buffers, values: the next forward changes
+            copied.off = live.off
             if self.training_state is not None:
-                meta["training_state"] = self.training_state._trellis_pack(packer)
+                meta["training_state"] = self.training_state._trellis_pack(copied)
             blob = pickle.dumps(meta, protocol=4)
-            if packer.off + len(blob) > self.pool.numel():
+            if copied.off + len(blob) > self.pool.numel():
                 raise _Full()
         except _Full:
             raise RuntimeError(
@@ -220,14 +266,27 @@ class Keeper:
                 "%d-byte buffer; set %s to more bytes (every worker alike), or turn crash "
                 "recovery off with TRELLIS_TORCH_REJOIN=0" % (self.pool.numel(), _EXTRA_ENV)) \
                 from None
-        self.pool[packer.off:packer.off + len(blob)].copy_(
-            torch.frombuffer(bytearray(blob), dtype=torch.uint8))
+        self.layout = (self.step, (live, copied), blob)
+        if copy:
+            self._prepare(self.step)
+        self.worker.rejoin_commit(self.step, again, copy)
+        self.committed = True
+
+    def _prepare(self, step):
+        """The keeper's thread, serving a rejoin: the arena (and the staged parameters) as the
+        commit of `step` laid them out."""
+        got, packers, blob = self.layout
+        if got != step:
+            raise RuntimeError("trellis.torch: rejoin: the last commit is step %d, the keeper "
+                               "serves step %d" % (got, step))
+        for packer in packers:
+            packer.write()
+        off = packers[-1].off
+        self.pool[off:off + len(blob)].copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
         self.pool[:_HEADER.size].copy_(torch.frombuffer(
-            bytearray(_HEADER.pack(_MAGIC, self.step, packer.off, len(blob))), dtype=torch.uint8))
+            bytearray(_HEADER.pack(_MAGIC, step, off, len(blob))), dtype=torch.uint8))
         for p, stage in self.staged:
             stage.load(p.detach())
-        self.worker.rejoin_commit(self.step, again)
-        self.committed = True
 
     def fetch(self):
         """Restarted worker: the donor's commit into the parameters and the arena. Returns the
