@@ -18,7 +18,7 @@ Rows (each round runs every row once, in this order, so a drifting load hits all
   ddp        torch.nn.parallel.DistributedDataParallel, gloo, its default 25 MiB buckets
   fifo       trellis, whole tensors (sliceBytes 1Gi), priority and bulking off: FIFO order
   p3         trellis, the job's defaults: 1 MiB slices, priority, bulking (P3)
-  p3-2bit    p3 with compression: 2bit (--threshold)
+  p3-2bit    p3 with compression: 2bit (--threshold, --warmup-steps)
   p3-never   p3 with restartPolicy Never: no crash recovery, so no per-step commits (what they
              cost; DDP has no crash recovery at all)
 Every row is the same training script, written as docs/pytorch.md tells a user: trellis.init(),
@@ -59,7 +59,8 @@ SERVERS, WORKERS = 2, 2
 ROWS = {  # name -> job-file lines besides the defaults
     "fifo": "  sliceBytes: 1Gi\n  priority:\n    enabled: false\n  bulking:\n    enabled: false\n",
     "p3": "",
-    "p3-2bit": "  compression:\n    type: 2bit\n    threshold: {threshold}\n",
+    "p3-2bit": "  compression:\n    type: 2bit\n    threshold: {threshold}\n"
+               "    warmupSteps: {warmup_steps}\n",
     # P3 without crash recovery's per-step commits (what they cost).
     "p3-never": "  runPolicy:\n    restartPolicy: Never\n",
 }
@@ -253,7 +254,7 @@ def run_once(a, model, row, steps):
                         "    command: [%s, %s, --role, trellis, %s]\n" % (
                             SERVERS, WORKERS, python, __file__,
                             ", ".join(worker_args(a, model, out, steps))))
-                f.write(ROWS[row].format(threshold=a.threshold))
+                f.write(ROWS[row].format(threshold=a.threshold, warmup_steps=a.warmup_steps))
             r = sh([os.path.join(a.bin_dir, "netns_job_run"), "--prefix", a.prefix, "--job",
                     job, "--run-dir", os.path.join(out, "run"), "--deadline", str(a.timeout)])
             if r.returncode != 0:
@@ -332,8 +333,9 @@ def bench_speed(a, model):
 def bench_accuracy(a):
     steps = ACCURACY_QUICK_STEPS if a.quick else a.accuracy_steps
     print("accuracy: ResNet-18, synthetic 10-class task (3x16x16 noisy templates), batch %d per "
-          "worker, SGD lr %.2f momentum 0.9, %d steps, held-out 2000 samples" % (
-              SIZES["resnet18"][0], a.lr_of("resnet18"), steps), flush=True)
+          "worker, SGD lr %.2f momentum 0.9, %d steps, held-out 2000 samples; 2-bit threshold "
+          "%g, warmupSteps %d" % (SIZES["resnet18"][0], a.lr_of("resnet18"), steps, a.threshold,
+                                  a.warmup_steps), flush=True)
     acc, ok = {}, True
     for row in [r for r in ["ddp", "p3", "p3-2bit"] if r == "ddp" or r in a.rows]:
         t = time.monotonic()
@@ -376,6 +378,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=2, help="rounds over the rows")
     ap.add_argument("--threshold", type=float, default=0.001,
                     help="2-bit threshold (the workers' advice for these models: about 0.001)")
+    ap.add_argument("--warmup-steps", type=int, default=0,
+                    help="p3-2bit: spec.compression.warmupSteps (float32 steps first)")
     ap.add_argument("--accuracy", action="store_true",
                     help="only the accuracy check (ddp, and p3, p3-2bit when in --rows)")
     ap.add_argument("--accuracy-steps", type=int, default=ACCURACY_STEPS)
