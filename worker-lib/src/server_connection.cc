@@ -82,14 +82,14 @@ bool IsPush(wire::Op op) {
 // The push request as it went out (header + payload), replayed as the payload of a kReplay.
 // Written into `reuse` when it is the right size (a retained buffer nobody else holds: no fresh
 // multi-MiB allocation and page faults per push), else into a new buffer.
-std::shared_ptr<RetainedBytes> CopyForReplay(const SliceRequest& r,
-                                             std::shared_ptr<RetainedBytes> reuse) {
+std::shared_ptr<std::vector<uint8_t>> RetainedBytes(const SliceRequest& r,
+                                                    std::shared_ptr<std::vector<uint8_t>> reuse) {
   wire::RequestHeader h = HeaderOf(r);
   h.op = wire::IsTwoBit(r.op) ? wire::Op::kPushTwoBit : wire::Op::kPush;
   const size_t bytes = wire::kRequestHeaderBytes + h.payload_bytes;
   auto out = reuse && reuse.use_count() == 1 && reuse->size() == bytes
                  ? std::move(reuse)
-                 : RetainedBytes::Make(bytes);
+                 : std::make_shared<std::vector<uint8_t>>(bytes);
   wire::EncodeRequestHeader(h, out->data());
   if (h.payload_bytes > 0) {
     std::memcpy(out->data() + wire::kRequestHeaderBytes, PayloadData(r), h.payload_bytes);
@@ -383,7 +383,7 @@ void ServerConnection::SendBulk(const std::vector<SliceRequest>& requests,
 // Keeps the push as the slice's newest; the oldest of three goes (its buffer is reused).
 void ServerConnection::Retain(const SliceRequest& r) {
   if (!IsPush(r.op)) return;
-  std::shared_ptr<RetainedBytes> reuse;
+  std::shared_ptr<std::vector<uint8_t>> reuse;
   {
     MutexLock lock(&mu_);
     auto& kept = retained_[{r.key, r.slice}];
@@ -393,7 +393,7 @@ void ServerConnection::Retain(const SliceRequest& r) {
       kept.erase(kept.begin());
     }
   }
-  auto bytes = CopyForReplay(r, std::move(reuse));  // the copy, outside the lock
+  auto bytes = RetainedBytes(r, std::move(reuse));  // the copy, outside the lock
   MutexLock lock(&mu_);
   auto& kept = retained_[{r.key, r.slice}];
   kept.push_back({r.step, std::move(bytes)});
@@ -642,9 +642,7 @@ std::shared_ptr<ServerConnection::LinkSession> ServerConnection::Attempt(
     q.slice = slice.second;
     q.step = k.step;
     q.priority = INT32_MAX;
-    // Copied: a replay is rare, and the retained bytes stay out of malloc (retained_bytes.h).
-    q.encoded = std::make_shared<const std::vector<uint8_t>>(k.bytes->data(),
-                                                             k.bytes->data() + k.bytes->size());
+    q.encoded = k.bytes;
     session->Send(q, [latch](const Status& st, const Payload&) { latch->Done(st); }, nullptr);
     ids.insert({slice.first, slice.second, k.step});
   }

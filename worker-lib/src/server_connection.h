@@ -38,7 +38,6 @@
 #include "datapath/connect.h"
 #include "datapath/link.h"
 #include "trellis/v1/scheduler.pb.h"
-#include "worker-lib/src/retained_bytes.h"
 #include "worker-lib/src/transport.h"
 
 namespace trellis {
@@ -113,7 +112,7 @@ class ServerConnection {
   using PushId = std::tuple<uint64_t, uint32_t, int64_t>;  // key, slice, step
   struct Retained {
     int64_t step;
-    std::shared_ptr<RetainedBytes> bytes;  // shared with a replay while it copies them
+    std::shared_ptr<std::vector<uint8_t>> bytes;  // a replay's `encoded` while it is sent
   };
 
   ServerConnection(const ConnectionOptions& options, LinkOpener open,

@@ -9,10 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "scheduler/scheduler_client.h"
-#include "scheduler/scheduler_service.h"
-#include "tests/testing/test_scheduler.h"
 #include "tests/unit/worker-lib/local_cluster.h"
+#include "tests/unit/worker-lib/rejoin_scheduler.h"
 
 namespace trellis {
 namespace {
@@ -28,47 +26,19 @@ constexpr auto kHeld = 300ms;
 class LiveKeeperTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    SchedulerConfig sc;
-    sc.job_name = "lk";
-    sc.num_workers = 2;
-    auto s = testing::StartTestScheduler(sc, "");
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    scheduler_ = std::move(s).value();
-    auto c = testing::ConnectTestClient(*scheduler_, "");
-    ASSERT_TRUE(c.ok());
-    client_ = std::move(c).value();
-    for (int r = 0; r < 2; ++r) incarnation_[r] = Register(r);
+    ASSERT_TRUE(rejoins_.Start("lk", 2).ok());
     testing::ClusterOptions o;
     o.servers = 2;
     o.workers = 2;
     o.slice_bytes = 8;
     o.timeout_ms = 10000;
     o.transport = "tcp";
-    o.customize = [this](int rank, WorkerSetup* s) { Hook(rank, s); };
+    o.customize = [this](int rank, WorkerSetup* s) { rejoins_.Hook(rank, s); };
     ASSERT_TRUE(cluster_.Start(o).ok());
     for (auto& w : cluster_.workers) Declare(*w);
   }
   void TearDown() override { donor_.reset(); }
 
-  int64_t Register(int rank) {
-    v1::RegisterRequest r;
-    r.set_job("lk");
-    r.set_role(v1::ROLE_WORKER);
-    r.set_pod_name("lk-worker-" + std::to_string(rank));
-    auto got = client_->Register(r);
-    EXPECT_TRUE(got.ok()) << got.status().ToString();
-    return got.ok() ? got->incarnation() : 0;
-  }
-  void Hook(int rank, WorkerSetup* s) {
-    SchedulerClient* c = client_.get();
-    const int64_t inc = incarnation_[rank];
-    s->incarnation = inc;
-    s->request_rejoin = [c, rank, inc] { return c->RequestRejoin(rank, inc, 10s); };
-    s->watch_rejoins = [c, rank, inc](SchedulerClient::WatchMode m, std::chrono::milliseconds w) {
-      return c->WatchRejoins(rank, inc, m, w);
-    };
-    s->rejoin_served = [c](const v1::RejoinServedRequest& r) { return c->RejoinServed(r); };
-  }
   static void Declare(Worker& w) {
     ASSERT_TRUE(w.DeclareKey({.id = 1, .name = "w", .num_elements = kN}).ok());
     ASSERT_TRUE(w.DeclareKey({.id = kStateKey, .name = "state", .num_elements = kS}).ok());
@@ -77,8 +47,7 @@ class LiveKeeperTest : public ::testing::Test {
   // Worker 1 dies and its replacement (incarnation 2) asks to rejoin, on a thread.
   std::future<StatusOr<std::optional<int64_t>>> RestartWorkerOne() {
     cluster_.workers[1].reset();
-    incarnation_[1] = Register(1);
-    EXPECT_EQ(incarnation_[1], 2);
+    EXPECT_EQ(rejoins_.Register(1), 2);
     auto made = CreateWorker(cluster_.SetupFor(1));
     EXPECT_TRUE(made.ok()) << made.status().ToString();
     cluster_.workers[1] = std::move(*made);
@@ -90,9 +59,7 @@ class LiveKeeperTest : public ::testing::Test {
     return std::async(std::launch::async, [this] { return rejoiner_->Rejoin(); });
   }
 
-  std::unique_ptr<SchedulerServer> scheduler_;
-  std::unique_ptr<SchedulerClient> client_;
-  int64_t incarnation_[2] = {0, 0};
+  testing::RejoinScheduler rejoins_;
   testing::LocalCluster cluster_;
   std::vector<float> w0_ = std::vector<float>(kN), s0_ = std::vector<float>(kS);
   std::vector<float> w1_ = std::vector<float>(kN), s1_ = std::vector<float>(kS);

@@ -9,10 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "scheduler/scheduler_client.h"
-#include "scheduler/scheduler_service.h"
-#include "tests/testing/test_scheduler.h"
 #include "tests/unit/worker-lib/local_cluster.h"
+#include "tests/unit/worker-lib/rejoin_scheduler.h"
 #include "trellis/checkpoint.h"
 #include "worker-lib/src/worker_impl.h"
 
@@ -58,19 +56,9 @@ void PrintTo(const Variant& v, std::ostream* os) {
 class RejoinTest : public ::testing::TestWithParam<Variant> {
  protected:
   void SetUp() override {
-    SchedulerConfig sc;
-    sc.job_name = "rj";
-    sc.num_workers = 2;
-    auto s = testing::StartTestScheduler(sc, "");
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    scheduler_ = std::move(s).value();
-    auto c = testing::ConnectTestClient(*scheduler_, "");
-    ASSERT_TRUE(c.ok());
-    client_ = std::move(c).value();
-    for (int r = 0; r < 2; ++r) incarnation_[r] = Register(r);
-
+    ASSERT_TRUE(rejoins_.Start("rj", 2).ok());
     testing::ClusterOptions o = Options();
-    o.customize = [this](int rank, WorkerSetup* s) { Hook(rank, s); };
+    o.customize = [this](int rank, WorkerSetup* s) { rejoins_.Hook(rank, s); };
     ASSERT_TRUE(cluster_.Start(o).ok());
   }
   static testing::ClusterOptions Options() {
@@ -89,25 +77,6 @@ class RejoinTest : public ::testing::TestWithParam<Variant> {
   }
   void TearDown() override {
     for (auto& t : trainers_) t.ckpt.reset();  // before the workers they use
-  }
-  int64_t Register(int rank) {
-    v1::RegisterRequest r;
-    r.set_job("rj");
-    r.set_role(v1::ROLE_WORKER);
-    r.set_pod_name("rj-worker-" + std::to_string(rank));
-    auto got = client_->Register(r);
-    EXPECT_TRUE(got.ok()) << got.status().ToString();
-    return got.ok() ? got->incarnation() : 0;
-  }
-  void Hook(int rank, WorkerSetup* s) {
-    SchedulerClient* c = client_.get();
-    const int64_t inc = incarnation_[rank];
-    s->incarnation = inc;
-    s->request_rejoin = [c, rank, inc] { return c->RequestRejoin(rank, inc, 10s); };
-    s->watch_rejoins = [c, rank, inc](SchedulerClient::WatchMode m, std::chrono::milliseconds w) {
-      return c->WatchRejoins(rank, inc, m, w);
-    };
-    s->rejoin_served = [c](const v1::RejoinServedRequest& r) { return c->RejoinServed(r); };
   }
   // Declares, creates the checkpointer (rank r starts from its own values).
   void Prepare(Worker& worker, int r, Trainer* t) {
@@ -158,9 +127,7 @@ class RejoinTest : public ::testing::TestWithParam<Variant> {
   }
   std::string Metrics(Worker& w) { return dynamic_cast<WorkerImpl&>(w).registry().Serialize(); }
 
-  std::unique_ptr<SchedulerServer> scheduler_;
-  std::unique_ptr<SchedulerClient> client_;
-  int64_t incarnation_[2] = {0, 0};
+  testing::RejoinScheduler rejoins_;
   testing::LocalCluster cluster_;
   Trainer trainers_[2];
 };
@@ -211,8 +178,7 @@ TEST_P(RejoinTest, KilledWorkerRejoinsFromTheDonorsCommitAndTrainingEndsAsUndist
   rank0_at_five.wait();
 
   // Its agent restarts it: incarnation 2, a new process with its own initial values.
-  incarnation_[1] = Register(1);
-  ASSERT_EQ(incarnation_[1], 2);
+  ASSERT_EQ(rejoins_.Register(1), 2);
   auto made = CreateWorker(cluster_.SetupFor(1));
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   cluster_.workers[1] = std::move(*made);
@@ -251,7 +217,7 @@ TEST_P(RejoinTest, KilledWorkerRejoinsFromTheDonorsCommitAndTrainingEndsAsUndist
 
 TEST_P(RejoinTest, RestartBeforeAnyCommitStartsFreshFromRankZero) {
   // Worker 1 died before its Restore; its replacement asks before worker 0 committed anything.
-  incarnation_[1] = Register(1);
+  rejoins_.Register(1);
   auto made = CreateWorker(cluster_.SetupFor(1));
   ASSERT_TRUE(made.ok());
   cluster_.workers[1] = std::move(*made);
@@ -260,10 +226,10 @@ TEST_P(RejoinTest, RestartBeforeAnyCommitStartsFreshFromRankZero) {
   StatusOr<int64_t> r1 = InternalError("not run");
   std::thread rank1([&] { r1 = trainers_[1].ckpt->Restore(); });
   // Rank 1 got "start fresh" and waits for rank 0's broadcast (bounded wait for the answer).
-  for (int i = 0; i < 1000 && scheduler_->state().stats().fresh_rejoins == 0; ++i) {
+  for (int i = 0; i < 1000 && rejoins_.server().state().stats().fresh_rejoins == 0; ++i) {
     std::this_thread::sleep_for(5ms);
   }
-  EXPECT_EQ(scheduler_->state().stats().fresh_rejoins, 1);
+  EXPECT_EQ(rejoins_.server().state().stats().fresh_rejoins, 1);
   EXPECT_EQ(trainers_[0].ckpt->Restore().value(), 0);  // EXPECT: rank1 is joined below
   rank1.join();
   ASSERT_TRUE(r1.ok()) << r1.status().ToString();
