@@ -19,11 +19,11 @@ Rows (each round runs every row once, in this order, so a drifting load hits all
   fifo       trellis, whole tensors (sliceBytes 1Gi), priority and bulking off: FIFO order
   p3         trellis, the job's defaults: 1 MiB slices, priority, bulking (P3)
   p3-2bit    p3 with compression: 2bit (--threshold, --warmup-steps)
-  p3-never   p3 with restartPolicy Never: no crash recovery, so no per-step commits (what they
-             cost; DDP has no crash recovery at all)
+  p3-never   p3 with restartPolicy Never: no crash recovery, so no per-step commits and no
+             retained pushes (what they cost; DDP has no crash recovery at all)
 Every row is the same training script, written as docs/pytorch.md tells a user: trellis.init(),
 DistributedOptimizer(optimizer, model.named_parameters()), broadcast_parameters; the job's other
-settings are the defaults (restartPolicy OnFailure: per-step commits for crash recovery).
+settings are the defaults (restartPolicy OnFailure: crash recovery of workers and servers).
 
 Models (torchvision 0.14, random init, synthetic inputs; sized so that a step's compute on half
 a core (the 2-core VM's budget per host) and its communication at 1 Gbit/s are of the same order):
@@ -61,7 +61,7 @@ ROWS = {  # name -> job-file lines besides the defaults
     "p3": "",
     "p3-2bit": "  compression:\n    type: 2bit\n    threshold: {threshold}\n"
                "    warmupSteps: {warmup_steps}\n",
-    # P3 without crash recovery's per-step commits (what they cost).
+    # P3 without crash recovery (workers' commits, servers' retained pushes): what it costs.
     "p3-never": "  runPolicy:\n    restartPolicy: Never\n",
 }
 LABELS = {"ddp": "DDP gloo", "fifo": "trellis FIFO whole tensors",
