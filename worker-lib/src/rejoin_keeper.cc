@@ -124,14 +124,7 @@ void RejoinKeeper::Serve(uint64_t id, int32_t rejoiner) {
   v1::RejoinServedRequest done;
   done.set_rejoin_id(id);
   done.set_donor(impl_.rank());
-  Status st;
-  if (prepare_ == nullptr) {
-    // The training thread's next Commit waits until the servers hold this one.
-    MutexLock lock(&commit_mu_);
-    st = StashCopy(id, done);
-  } else {
-    st = StashLive(id, done);
-  }
+  Status st = StashLastCommit(id, done);
   if (!st.ok()) {
     done.set_error(st.ToString());
     done.clear_key_steps();
@@ -145,33 +138,27 @@ void RejoinKeeper::Serve(uint64_t id, int32_t rejoiner) {
   }
 }
 
-Status RejoinKeeper::StashCopy(uint64_t id, v1::RejoinServedRequest& done) {
-  std::vector<float*> bufs;
-  for (auto& copy : params_copy_) bufs.push_back(copy.data());
-  bufs.push_back(state_copy_.data());
-  done.set_step(step_);
-  for (const auto& [key, steps] : key_steps_) {
-    auto* ks = done.add_key_steps();
-    ks->set_key(key);
-    ks->set_steps(steps);
-  }
-  return Stash(id, bufs);
-}
-
-Status RejoinKeeper::StashLive(uint64_t id, v1::RejoinServedRequest& done) {
+Status RejoinKeeper::StashLastCommit(uint64_t id, v1::RejoinServedRequest& done) {
   {
-    // The tensors hold the last commit outside an update window; keep the next one shut.
     MutexLock lock(&commit_mu_);
+    // Live: the tensors hold the last commit outside an update window; keep the next one shut.
     while (updating_ && !closing_) window_cv_.Wait(&commit_mu_);
-    if (closing_) return UnavailableError("the worker is shutting down");
-    if (copied_) return StashCopy(id, done);  // the caller changes them outside a window
-    serving_ = true;
+    if (updating_) return UnavailableError("the worker is shutting down");
     done.set_step(step_);
     for (const auto& [key, steps] : key_steps_) {
       auto* ks = done.add_key_steps();
       ks->set_key(key);
       ks->set_steps(steps);
     }
+    if (copied_) {
+      // Every commit in copy mode, keep_copy's in live mode: the training thread's next Commit
+      // waits until the servers hold this one.
+      std::vector<float*> bufs;
+      for (auto& copy : params_copy_) bufs.push_back(copy.data());
+      bufs.push_back(state_copy_.data());
+      return Stash(id, bufs);
+    }
+    serving_ = true;
   }
   Status st = prepare_(done.step()).Annotate("packing the state of step " +
                                              std::to_string(done.step()));

@@ -70,10 +70,9 @@ class RejoinKeeper {
   void WatchLoop() EXCLUDES(stop_mu_);
   // Stashes the last commit under `id` and reports it; errors go to the scheduler.
   void Serve(uint64_t id, int32_t rejoiner) EXCLUDES(commit_mu_);
-  // The stash of Serve: the copy's (copy mode, commit_mu_ held) or the live tensors' (after
-  // prepare). Fills `done`'s step and push counts.
-  Status StashCopy(uint64_t id, v1::RejoinServedRequest& done) REQUIRES(commit_mu_);
-  Status StashLive(uint64_t id, v1::RejoinServedRequest& done) EXCLUDES(commit_mu_);
+  // Stashes the last commit and fills `done`'s step and push counts: its copy when it was
+  // copied (every commit in copy mode), else the live tensors after prepare.
+  Status StashLastCommit(uint64_t id, v1::RejoinServedRequest& done) EXCLUDES(commit_mu_);
   // Stashes `bufs` (one per tracked tensor, then the state) under `id`.
   Status Stash(uint64_t id, const std::vector<float*>& bufs);
 
@@ -96,7 +95,7 @@ class RejoinKeeper {
   int64_t step_ GUARDED_BY(commit_mu_) = -1;
   std::vector<std::vector<float>> params_copy_ GUARDED_BY(commit_mu_);  // copy mode
   std::vector<float> state_copy_ GUARDED_BY(commit_mu_);                // copy mode
-  bool copied_ GUARDED_BY(commit_mu_) = false;  // the last commit is in the copies
+  bool copied_ GUARDED_BY(commit_mu_) = false;  // the last commit is in the copies (always in copy mode)
   std::vector<std::pair<KeyId, int64_t>> key_steps_ GUARDED_BY(commit_mu_);
   bool updating_ GUARDED_BY(commit_mu_) = false;  // live: between BeginUpdate and Commit
   bool serving_ GUARDED_BY(commit_mu_) = false;   // live: a serve reads the tensors

@@ -74,17 +74,13 @@ class _DistributedMixin:
 
     def step(self, closure=None):
         k = _state.current().keeper
-        if closure is not None and self._trellis_sync.mode == "backward":
-            if k is not None:
-                k.keep_copy()  # the closure waits for gradients amid the update
-            loss = super().step(closure)  # each backward inside the closure synchronizes
-        else:
-            self.synchronize()
-            if k is not None and closure is None:
-                k.begin_update()  # crash recovery: a rejoin is served outside this window
-            elif k is not None:
-                k.keep_copy()
-            loss = super().step(closure)
+        if closure is None or self._trellis_sync.mode != "backward":
+            self.synchronize()  # (sync="backward": each backward inside the closure synchronizes)
+        if k is not None and closure is None:
+            k.begin_update()  # crash recovery: a rejoin is served outside this window
+        elif k is not None:
+            k.keep_copy()  # the closure's backward waits for gradients amid the update
+        loss = super().step(closure)
         self._trellis_sync.synced = False
         self._trellis_report(loss)
         if k is not None:

@@ -126,9 +126,9 @@ class _Packer:
     and remember it; write() copies them in. With clone=True put() keeps a copy of the tensor as
     it is now (for what changes before a later write()); else the tensor itself."""
 
-    def __init__(self, pool, clone=False):
+    def __init__(self, pool, clone=False, start=_HEADER.size):
         self.pool = pool  # uint8 torch tensor over the arena
-        self.off = _HEADER.size
+        self.off = start
         self.clone = clone
         self.puts = []    # (tensor, offset)
 
@@ -192,7 +192,7 @@ class Keeper:
         self.meta = None                # the donor's metadata (rejoined worker)
         self.committed = False
         self.layout = None              # (step, packers, blob) of the last commit (_prepare)
-        self.closure_step = False       # inside a step whose update cannot open a window
+        self.no_window = False          # this step changes the model outside a window
         self.base_step = 0              # the loaded checkpoint's step (_state.global_step)
         # (parameter, its Stage) for parameters the keeper cannot read in place (16-bit, on a
         # GPU, not contiguous): a float32 host buffer as a staged gradient has (pinned for a GPU
@@ -209,7 +209,7 @@ class Keeper:
     def first_commit(self):
         """Before the first push of a step with nothing committed yet: what the worker holds
         now (step 0 after the start-up broadcasts, or the step a rejoined worker took over)."""
-        self.commit(copy=self.closure_step)  # in a closure the update follows outside a window
+        self.commit(copy=self.no_window)  # in a closure the update follows outside a window
 
     def begin_update(self):
         """DistributedOptimizer.step() is about to update the parameters and the optimizer's
@@ -222,10 +222,10 @@ class Keeper:
         wait for the other workers (step(closure): the closure's backward waits for gradients;
         join()'s last broadcast), where no window can be open: the last commit is copied, and a
         serve hands out the copy until the next commit."""
-        self.closure_step = True
+        self.no_window = True
         if self.layout is None:
             return
-        self.worker.rejoin_begin_update()
+        self.begin_update()
         step = self.layout[0]
         self._prepare(step)
         self.worker.rejoin_commit(step, again=True, copy=True)
@@ -241,20 +241,20 @@ class Keeper:
                 "(docs/pytorch.md#fault-tolerance), or turn crash recovery off with "
                 "TRELLIS_TORCH_REJOIN=0" % self.rejoined)
         self.step += 1
-        self.closure_step = False
+        self.no_window = False
         self.commit()
 
     def commit(self, again=False, copy=False):
         """The current state as the commit of self.step (no push of the next step started).
         copy: the program changes the state next without a window (keep_copy)."""
-        self.worker.rejoin_begin_update()  # a serve of the previous commit ends first
+        self.begin_update()  # a serve of the previous commit ends first
         live = _Packer(self.pool)           # the optimizers' tensors: unchanged until the next update
         try:
             meta = {"optimizers": [live.tree(o.state_dict()) for o in self.optimizers],
                     "rng": _rng.state(), "iter_rng": _LOADERS.iter_rng,
                     "training_state": None, "base_step": self.base_step}
-            copied = _Packer(self.pool, clone=True)  # buffers, values: the next forward changes
-            copied.off = live.off
+            # Buffers, values: the next forward changes them.
+            copied = _Packer(self.pool, clone=True, start=live.off)
             if self.training_state is not None:
                 meta["training_state"] = self.training_state._trellis_pack(copied)
             blob = pickle.dumps(meta, protocol=4)
