@@ -125,9 +125,7 @@ StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
   if (jobs_) jobs_->Written(*w);
   restarts_seen_[uid] = seen;
   if (const Json* r = At(status, {"resumedFrom"}); r && (!At(before, {"resumedFrom"}) || *At(before, {"resumedFrom"}) != *r)) {
-    const std::string m = "job " + name + " resumed from the checkpoint of step " +
-                          std::to_string(Int(*r, {"step"}).value_or(0)) + " (" + Str(*r, {"path"}) + ")";
-    Status e = RecordJobEvent(client_, *w, "Normal", "Resumed", m, Clock::now());
+    Status e = RecordJobEvent(client_, *w, "Normal", "Resumed", ResumedMessage(name, *r), Clock::now());
     if (!e.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << e.message();
   }
   for (const auto& m : restarted) {

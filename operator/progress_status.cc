@@ -102,6 +102,18 @@ bool ApplyCheckpoint(Json& status, const v1::JobProgress& p) {
   return true;
 }
 
+std::string ResumedMessage(const std::string& job, const Json& resumed_from) {
+  return "job " + job + " resumed from the checkpoint of step " +
+         std::to_string(Int(resumed_from, {"step"}).value_or(0)) + " (" + Str(resumed_from, {"path"}) + ")";
+}
+
+bool ApplyLastProgress(Json& status, const v1::JobProgress& p, bool succeeded, Clock::time_point now) {
+  if (p.reported()) status["progress"] = ProgressJson(p);
+  const bool resumed = ApplyCheckpoint(status, p);
+  FinishProgress(status, succeeded, now);
+  return resumed;
+}
+
 bool ApplyStoppedFromOutside(Json& status, const v1::JobProgress& p, bool suspended, Clock::time_point now) {
   if (suspended || !p.stopping() || ConditionTrue(status, kStoppedFromOutsideCondition)) return false;
   SetCondition(status, kStoppedFromOutsideCondition, true, "PodsStopped",

@@ -35,6 +35,16 @@ void FinishProgress(Json& status, bool succeeded, Clock::time_point now);
 // scheduler, a job between runs). Returns whether resumedFrom changed (worth an Event).
 bool ApplyCheckpoint(Json& status, const v1::JobProgress& p);
 
+// The message of the Resumed Event for `job`'s status.resumedFrom `resumed_from`.
+std::string ResumedMessage(const std::string& job, const Json& resumed_from);
+
+// A job that has just ended (Succeeded: `succeeded`), with its scheduler's last progress `p`:
+// status.progress (when the workers reported any) and the checkpoints as the scheduler ends
+// them, then FinishProgress. A short job, or a short resumed run, can end between two polls;
+// its status still says where it resumed from and its last checkpoint. Returns whether
+// resumedFrom changed (worth an Event).
+bool ApplyLastProgress(Json& status, const v1::JobProgress& p, bool succeeded, Clock::time_point now);
+
 // Writes status.progress, the checkpoints (ApplyCheckpoint) and the Straggler condition (True
 // naming the rank and pod; False once none is, if the condition was ever set) into `status`.
 // Returns whether anything changed.

@@ -4,6 +4,8 @@
 #include "common/base/random_token.h"
 #include "operator/events.h"
 #include "operator/exit_checkpoint.h"
+#include "operator/plan_phases.h"
+#include "operator/progress_status.h"
 
 namespace trellis::op {
 namespace {
@@ -184,6 +186,19 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
     }
   }
 
+  // The job ends this round: its scheduler's last progress goes into the final status (the
+  // poller polls every few seconds; a short resumed run ends between two polls).
+  std::optional<Json> resumed;
+  const std::string end_phase = Str(plan.status, {"phase"});
+  if (stopper_ && Terminal(end_phase) && !old_phase.empty() && !Terminal(old_phase)) {
+    const StatusOr<v1::JobProgress> last = stopper_->Progress(*job);
+    if (!last.ok()) {
+      TLOG_DEBUG << "job " << ns << "/" << name << ": no last progress: " << last.status().message();
+    } else if (ApplyLastProgress(plan.status, *last, end_phase == kSucceeded, now)) {
+      resumed = *At(plan.status, {"resumedFrom"});
+    }
+  }
+
   // Status first: a restart is counted before its pod is deleted, so a crash in between can
   // only over-count, never restart without limit.
   Json current = *job;
@@ -200,6 +215,10 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
   phase_ = Str(plan.status, {"phase"});
   if (!plan.event_type.empty()) {
     Status s = RecordEvent(*job, plan.event_type, plan.event_reason, plan.event_message);
+    if (!s.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << s.message();
+  }
+  if (resumed) {
+    Status s = RecordEvent(*job, "Normal", "Resumed", ResumedMessage(name, *resumed));
     if (!s.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << s.message();
   }
   for (const auto& e : plan.events) {  // one per restart; the phase's own is there already

@@ -34,7 +34,7 @@ class Reconciler {
   // Without it every reconcile reads the job, its pods and its objects from the API server.
   // `stopper` (optional, outlives the reconciler): a suspended job with checkpoints keeps its
   // pods until rank 0's exit checkpoint is written (operator/exit_checkpoint.h); without it the
-  // pods are deleted at once.
+  // pods are deleted at once. A job that ends gets its scheduler's last progress through it.
   Reconciler(KubeClient& client, OperatorSettings settings, Now now, ReconcileObserver observer = {},
              ObjectCache* cache = nullptr, JobStopper* stopper = nullptr);
 

@@ -110,4 +110,9 @@ StatusOr<v1::JobProgress> SchedulerClients::StopJob(const Json& job, const std::
   return s.ok() ? c->GetProgress() : StatusOr<v1::JobProgress>(s);
 }
 
+StatusOr<v1::JobProgress> SchedulerClients::Progress(const Json& job) {
+  TRELLIS_ASSIGN_OR_RETURN(std::shared_ptr<SchedulerClient> c, For(job));
+  return c->GetProgress();
+}
+
 }  // namespace trellis::op

@@ -20,7 +20,7 @@
 
 namespace trellis::op {
 
-// Stops a running job from outside (a seam for tests: the reconciler needs only this).
+// What the reconciler asks of a job's scheduler (a seam for tests: it needs only this).
 class JobStopper {
  public:
   virtual ~JobStopper() = default;
@@ -28,6 +28,9 @@ class JobStopper {
   // idempotent), then returns its progress: whether rank 0 writes an exit checkpoint
   // (exit_ready) and whether it has (checkpoint.on_exit).
   virtual StatusOr<v1::JobProgress> StopJob(const Json& job, const std::string& reason) = 0;
+  // `job`'s progress as its scheduler has it now: the last word on a job that has just ended,
+  // whose end may come between two of the progress poller's rounds.
+  virtual StatusOr<v1::JobProgress> Progress(const Json& job) = 0;
 };
 
 class SchedulerClients : public JobStopper {
@@ -47,6 +50,7 @@ class SchedulerClients : public JobStopper {
   void KeepOnly(const std::set<std::pair<std::string, std::string>>& keep) EXCLUDES(mu_);
 
   StatusOr<v1::JobProgress> StopJob(const Json& job, const std::string& reason) override;
+  StatusOr<v1::JobProgress> Progress(const Json& job) override;
 
  private:
   struct Kept {

@@ -90,12 +90,16 @@ class Demo(node.TrellisCase):
             time.time() - t, crds), flush=True)
 
     def test_3b_pytorch_example_as_shipped_survives_a_pod_deletion(self):
-        # manifests/examples/pytorch.yaml exactly as shipped (2-bit, restartPolicy OnFailure, the
-        # script in the image): a worker pod deleted mid-training is recreated, its worker rejoins
+        # manifests/examples/pytorch.yaml as shipped (2-bit, restartPolicy OnFailure, the script
+        # in the image): a worker pod deleted mid-training is recreated, its worker rejoins
         # where the others are (the script keeps a TrainingState), and the job reaches its target.
         # Progress shows for the plain script: SAMPLES/S and an ETA while it runs.
+        # Only longer (15 epochs, not 3): as shipped it trains in ~6 s, about the operator's 5 s
+        # progress poll plus a pod deletion, so the deletion could land after the end.
         with open(os.path.join(envtest.REPO, "manifests/examples/pytorch.yaml")) as f:
-            self.apply(f.read())
+            y = f.read()
+        self.assertIn('args: [--epochs, "3",', y)
+        self.apply(y.replace('args: [--epochs, "3",', 'args: [--epochs, "15",'))
         job = "pytorch-cnn"
         self.wait_phase(job, "Running", 240)
         seen = {}

@@ -155,8 +155,13 @@ class FakeStopper : public JobStopper {
     last_reason = reason;
     return answer;
   }
+  StatusOr<v1::JobProgress> Progress(const Json& job) override {
+    ++progress_calls;
+    last_job = Str(job, {"metadata", "name"});
+    return answer;
+  }
   StatusOr<v1::JobProgress> answer = v1::JobProgress();
-  int calls = 0;
+  int calls = 0, progress_calls = 0;
   std::string last_job, last_reason;
 };
 
@@ -322,6 +327,73 @@ TEST_F(ReconcileTest, ResumedWhileTheExitCheckpointIsWrittenRestartsThePodsAfter
 }
 
 // Checkpoints on no volume die with the pods: said once, when the job's objects are created.
+// A short resumed run can end between two of the progress poller's rounds: the job's final
+// status still says where it resumed from and its last checkpoint, asked of its scheduler once
+// as it ends.
+TEST_F(ReconcileTest, AnEndingJobTakesItsSchedulersLastProgressIntoItsStatus) {
+  FakeStopper stopper;
+  reconciler_ = std::make_unique<Reconciler>(*client_, OperatorSettings{}, [this] { return now_; },
+                                             ReconcileObserver{}, nullptr, &stopper);
+  CreateJob("mlp", kTwoByTwo);
+  Reconcile("mlp");
+  SetAllPodsPhase("mlp", "Running");
+  now_ += seconds(5);
+  Reconcile("mlp");
+  EXPECT_EQ(stopper.progress_calls, 0) << "a running job's progress is the poller's";
+  EXPECT_EQ(At(GetJob("mlp"), {"status", "resumedFrom"}), nullptr);
+
+  v1::JobProgress last;
+  last.set_reported(true);
+  last.set_step(250);
+  last.set_total_steps(256);
+  last.set_samples_per_second(3000);
+  last.set_eta_seconds(1);
+  last.mutable_resumed_from()->set_step(96);
+  last.mutable_resumed_from()->set_path("/ckpt/model-000000000096.ckpt");
+  last.mutable_checkpoint()->set_step(224);
+  last.mutable_checkpoint()->set_path("/ckpt/model-000000000224.ckpt");
+  stopper.answer = last;
+  SetPodPhase("mlp-worker-0", "Succeeded", 0);
+  SetPodPhase("mlp-worker-1", "Succeeded", 0);
+  now_ += seconds(2);
+  Reconcile("mlp");
+  Json job = GetJob("mlp");
+  EXPECT_EQ(Str(job, {"status", "phase"}), "Succeeded");
+  EXPECT_EQ(stopper.progress_calls, 1);
+  EXPECT_EQ(stopper.last_job, "mlp");
+  EXPECT_EQ(Int(job, {"status", "resumedFrom", "step"}), 96);
+  EXPECT_EQ(Str(job, {"status", "resumedFrom", "path"}), "/ckpt/model-000000000096.ckpt");
+  EXPECT_EQ(Int(job, {"status", "checkpoint", "step"}), 224);
+  // The end's progress, not the running figures.
+  EXPECT_EQ(Int(job, {"status", "progress", "step"}), 256);
+  EXPECT_EQ(At(job, {"status", "progress", "samplesPerSecond"}), nullptr);
+  EXPECT_EQ(At(job, {"status", "progress", "etaSeconds"}), nullptr);
+  int resumed = 0;
+  for (const Json& e : Events()) {
+    if (Str(e, {"reason"}) != "Resumed") continue;
+    ++resumed;
+    EXPECT_EQ(Str(e, {"message"}), "job mlp resumed from the checkpoint of step 96 (/ckpt/model-000000000096.ckpt)");
+  }
+  EXPECT_EQ(resumed, 1);
+  // Asked once: an ended job's scheduler is not asked again.
+  now_ += seconds(5);
+  Reconcile("mlp");
+  EXPECT_EQ(stopper.progress_calls, 1);
+
+  // A scheduler that does not answer: the job ends all the same.
+  CreateJob("mlp2", kTwoByTwo);
+  Reconcile("mlp2");
+  SetAllPodsPhase("mlp2", "Running");
+  Reconcile("mlp2");
+  stopper.answer = UnavailableError("connection refused");
+  SetPodPhase("mlp2-worker-0", "Succeeded", 0);
+  SetPodPhase("mlp2-worker-1", "Succeeded", 0);
+  Reconcile("mlp2");
+  EXPECT_EQ(Phase("mlp2"), "Succeeded");
+  EXPECT_EQ(stopper.progress_calls, 2);
+  EXPECT_EQ(At(GetJob("mlp2"), {"status", "resumedFrom"}), nullptr);
+}
+
 TEST_F(ReconcileTest, CheckpointsOnNoVolumeGetAWarningOnceAndAVolumeIsMounted) {
   CreateJob("bare", R"({"image":"img:1","workers":{"replicas":1,"command":["w"]},"checkpoint":{"path":"/ckpt"}})");
   CreateJob("kept", R"({"image":"img:1","workers":{"replicas":1,"command":["w"]},
