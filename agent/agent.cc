@@ -10,6 +10,7 @@
 
 #include "common/tls/tls.h"
 #include "common/tls/auth.h"
+#include "agent/malloc_env.h"
 #include "common/config/env_names.h"
 #include "common/config/env.h"
 #include "common/base/logging.h"
@@ -330,6 +331,7 @@ StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
                                       std::to_string(reg.incarnation()) + "-" +
                                       std::to_string(attempt);
   }
+  if (config_.role == v1::ROLE_WORKER) AddMallocDefaults(opts.env);
   opts.env.erase(kEnvAgentMetricsPort);  // the agent's own, not the program's
   opts.env.erase(kEnvLedgerFd);                  // only ours, never an outer agent's
   opts.env.erase(kEnvLedgerSince);

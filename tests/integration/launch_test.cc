@@ -140,6 +140,35 @@ TEST_F(LaunchTest, TwoServersThreeWorkersSucceed) {
   EXPECT_NE(ReadFile(dir_ + "/logs/server-0.log").find("ready at 127.0.0.1:"), std::string::npos);
 }
 
+// A worker program runs with fixed malloc thresholds (docs/performance.md#malloc-settings)
+// unless its job tuned malloc itself or turned them off.
+TEST_F(LaunchTest, WorkersGetMallocThresholdsUnlessTheJobSetsItsOwn) {
+  const std::string print_env =
+      "command: [sh, -c, 'echo \"malloc mmap=$MALLOC_MMAP_THRESHOLD_ trim=$MALLOC_TRIM_THRESHOLD_\"']";
+  auto run = [&](const JobOptions& o) {
+    std::string y = JobYaml(job_, o);
+    const std::string worker = "command: [trellis-test-worker]";
+    y.replace(y.find(worker), worker.size(), print_env);
+    Start(WriteJob(y));
+    return Wait();
+  };
+  Result r = run({});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[worker-2] malloc mmap=33554432 trim=1073741824"), std::string::npos) << r.output;
+
+  JobOptions own;
+  own.worker_env["MALLOC_TRIM_THRESHOLD_"] = "4096";
+  r = run(own);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[worker-0] malloc mmap= trim=4096"), std::string::npos) << r.output;
+
+  JobOptions off;
+  off.worker_env["TRELLIS_MALLOC_DEFAULTS"] = "0";
+  r = run(off);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[worker-1] malloc mmap= trim=\n"), std::string::npos) << r.output;
+}
+
 TEST_F(LaunchTest, KilledWorkerIsRestartedWithItsRankUnderOnFailure) {
   JobOptions o;
   o.worker_env["TEST_CRASH_WORKER_RANK"] = "1";
