@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "agent/malloc_env.h"
 #include "common/tls/tls.h"
 #include "common/tls/auth.h"
-#include "agent/malloc_env.h"
 #include "common/config/env_names.h"
 #include "common/config/env.h"
 #include "common/base/logging.h"

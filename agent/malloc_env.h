@@ -12,19 +12,11 @@
 
 namespace trellis {
 
-inline constexpr char kEnvMallocMmapThreshold[] = "MALLOC_MMAP_THRESHOLD_";
-inline constexpr char kEnvMallocTrimThreshold[] = "MALLOC_TRIM_THRESHOLD_";
-// "0": leave a worker's malloc settings to glibc.
-inline constexpr char kEnvMallocDefaults[] = "TRELLIS_MALLOC_DEFAULTS";
-
-// Allocations of 32 MiB and more come from mmap (glibc's largest dynamic threshold); up to
-// 1 GiB of freed memory at the heap's top is kept for reuse instead of returned to the system.
-inline constexpr char kMallocMmapThresholdBytes[] = "33554432";
-inline constexpr char kMallocTrimThresholdBytes[] = "1073741824";
-
-// Adds MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ to a worker program's environment
-// `env`, unless its job tuned malloc itself (any MALLOC_*_ threshold, top pad or mmap maximum,
-// or glibc.malloc tunables in GLIBC_TUNABLES) or set TRELLIS_MALLOC_DEFAULTS=0.
+// Adds MALLOC_MMAP_THRESHOLD_=33554432 (allocations of 32 MiB and more come from mmap: glibc's
+// largest dynamic threshold) and MALLOC_TRIM_THRESHOLD_=1073741824 (up to 1 GiB of freed memory
+// at the heap's top is kept for reuse) to a worker program's environment `env`, unless its job
+// tuned malloc itself (any MALLOC_*_ threshold, top pad or mmap maximum, or glibc.malloc
+// tunables in GLIBC_TUNABLES) or set TRELLIS_MALLOC_DEFAULTS=0 (kEnvMallocDefaults).
 void AddMallocDefaults(std::map<std::string, std::string>& env);
 
 }  // namespace trellis

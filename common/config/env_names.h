@@ -92,5 +92,7 @@ inline constexpr char kEnvTimeoutMs[] = "TRELLIS_TIMEOUT_MS";
 inline constexpr char kEnvLocalBackend[] = "TRELLIS_LOCAL_BACKEND";
 // "1": the 2-bit codec's scalar kernels even where AVX2 runs. User, benchmarks -> worker, pserver.
 inline constexpr char kEnvCodecForceScalar[] = "TRELLIS_CODEC_FORCE_SCALAR";
+// "0": the agent leaves a worker's malloc settings to glibc (agent/malloc_env.h). User -> agent.
+inline constexpr char kEnvMallocDefaults[] = "TRELLIS_MALLOC_DEFAULTS";
 
 }  // namespace trellis
