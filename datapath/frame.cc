@@ -79,6 +79,7 @@ const char* OpName(Op op) {
     case Op::kPullPacked: return "pullpacked";
     case Op::kPushPullTwoBitPacked: return "pushpull2bitpacked";
     case Op::kReplay: return "replay";
+    case Op::kWorld: return "world";
   }
   return "op(?)";
 }
@@ -181,6 +182,34 @@ Status ParseResponseHeader(const uint8_t* h, ResponseHeader* out) {
   out->message_bytes = GetLe<uint32_t>(h, 20);
   out->payload_bytes = GetLe<uint64_t>(h, 24);
   return Status::Ok();
+}
+
+std::vector<uint8_t> EncodeWorldMembers(const std::vector<int32_t>& members) {
+  std::vector<uint8_t> out(members.size() * sizeof(int32_t));
+  for (size_t i = 0; i < members.size(); ++i) {
+    PutLe<int32_t>(out.data(), i * sizeof(int32_t), members[i]);
+  }
+  return out;
+}
+
+StatusOr<std::vector<int32_t>> ParseWorldMembers(const Chunks& frame, size_t offset,
+                                                 uint64_t bytes, int32_t slots) {
+  if (bytes % sizeof(int32_t) != 0) {
+    return InvalidArgumentError("world: payload of " + std::to_string(bytes) +
+                                " bytes is not a whole number of int32 worker ranks");
+  }
+  if (bytes / sizeof(int32_t) > static_cast<uint64_t>(slots)) {
+    return InvalidArgumentError("world: " + std::to_string(bytes / sizeof(int32_t)) +
+                                " workers named, the job has " + std::to_string(slots) +
+                                " worker ranks");
+  }
+  std::vector<uint8_t> raw(bytes);
+  CopyOut(frame, offset, bytes, raw.data());
+  std::vector<int32_t> members(bytes / sizeof(int32_t));
+  for (size_t i = 0; i < members.size(); ++i) {
+    members[i] = GetLe<int32_t>(raw.data(), i * sizeof(int32_t));
+  }
+  return members;
 }
 
 void EncodeRequestHeader(const RequestHeader& h, uint8_t out[kRequestHeaderBytes]) {
@@ -292,7 +321,7 @@ Status ParseBulk(const Chunks& frame, size_t offset, uint64_t bytes, std::vector
       return InvalidArgumentError(where + ": " + st.message());
     }
     const RequestHeader& eh = e.header;
-    if (eh.op == Op::kBulk || eh.op == Op::kInit || IsReplay(eh.op) ||
+    if (eh.op == Op::kBulk || eh.op == Op::kInit || IsReplay(eh.op) || eh.op == Op::kWorld ||
         IsRejoinOp(static_cast<uint8_t>(eh.op))) {
       return InvalidArgumentError(where + ": op " + OpName(eh.op) + " cannot travel in a bulk");
     }

@@ -58,13 +58,18 @@ enum class Op : uint8_t {
   kStash = 19,
   kFetch = 20,
   kReplay = 21,  // a server rebuilt from the workers' pushes; see IsReplay below
+  // Elastic jobs: server-wide, the world of workers (its epoch in the header's step field) on
+  // every slice from its next step (every member sends it, and waits for the answer, before its
+  // first push in that world; pserver/world_schedule.h). The payload is the members' ranks
+  // (slots), little-endian int32 (EncodeWorldMembers).
+  kWorld = 22,
 };
 inline bool IsRejoinOp(uint8_t op) { return op >= 18 && op <= 20; }
 inline constexpr uint8_t kMaxDataOp = 9;  // ops 1..9 are data ops; 16 and 17 the checkpoint round
 inline bool IsKnownOp(uint8_t op) {
   return (op >= 1 && op <= kMaxDataOp) || op == static_cast<uint8_t>(Op::kSave) ||
          op == static_cast<uint8_t>(Op::kLoad) || IsRejoinOp(op) ||
-         op == static_cast<uint8_t>(Op::kReplay);
+         op == static_cast<uint8_t>(Op::kReplay) || op == static_cast<uint8_t>(Op::kWorld);
 }
 // kReplay: after reconnecting to a restarted server, a worker re-sends the pushes it retained.
 // Key, slice and step name the push; the payload is the whole push request as it was sent (a
@@ -72,7 +77,7 @@ inline bool IsKnownOp(uint8_t op) {
 // the worker's replays on that server; its step is how many replays it sent before.
 inline bool IsReplay(Op op) { return op == Op::kReplay; }
 // "push", "pull", "pushpull", "init", "bulk", "push2bit", "pushpull2bit", "pullpacked",
-// "pushpull2bitpacked", "save", "load", "rejoin", "stash", "fetch", "replay", "op(N)"
+// "pushpull2bitpacked", "save", "load", "rejoin", "stash", "fetch", "replay", "world", "op(N)"
 const char* OpName(Op op);
 // The payload is a 2-bit frame (any byte length; the frame's own checks apply).
 inline bool IsTwoBit(Op op) {
@@ -85,7 +90,7 @@ inline bool AcceptsPacked(Op op) {
 // Whether requests of `op` carry a payload (floats, a 2-bit frame, or a bulk's sub-requests).
 inline bool OpHasPayload(Op op) {
   return op == Op::kPush || op == Op::kPushPull || op == Op::kInit || op == Op::kBulk ||
-         op == Op::kStash || IsTwoBit(op) || IsReplay(op);
+         op == Op::kStash || IsTwoBit(op) || IsReplay(op) || op == Op::kWorld;
 }
 // The payload is float32 values (a whole number of them); a bulk's and a 2-bit frame's lengths
 // are checked by their own parsers.
@@ -134,6 +139,13 @@ const uint8_t* Contiguous(const Chunks& chunks, size_t offset, size_t n,
 void CopyFloats(const Chunks& chunks, size_t offset, size_t count, float* dst);
 // dst[i] += value i.
 void AddFloats(const Chunks& chunks, size_t offset, size_t count, float* dst);
+
+// kWorld's payload: the members' slots as little-endian int32.
+std::vector<uint8_t> EncodeWorldMembers(const std::vector<int32_t>& members);
+// The members in a kWorld's payload (`bytes` from byte `offset` of `frame`): INVALID_ARGUMENT when
+// it is not a whole number of int32 or names more than `slots` of them.
+StatusOr<std::vector<int32_t>> ParseWorldMembers(const Chunks& frame, size_t offset,
+                                                 uint64_t bytes, int32_t slots);
 
 void EncodeRequestHeader(const RequestHeader& h, uint8_t out[kRequestHeaderBytes]);
 void EncodeResponseHeader(const ResponseHeader& h, uint8_t out[kResponseHeaderBytes]);

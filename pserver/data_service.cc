@@ -46,7 +46,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DataService::Stream
   // The job token and the worker's rank, from the stream's metadata; the stream's front door.
   auto admit = [this](const link::StreamHello& hello, std::shared_ptr<AnswerSink> sink)
       -> StatusOr<std::shared_ptr<link::RequestReceiver>> {
-    const int32_t w = store_->config().num_workers;
+    const int32_t w = store_->config().slots();
     Status st = CheckWorker(options_.token, hello.token, hello.rank, w);
     if (st.code() == StatusCode::kInvalidArgument) {  // the rank: say where it is read from
       st = InvalidArgumentError(std::string("data stream needs metadata ") +

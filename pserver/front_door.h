@@ -34,10 +34,10 @@ namespace trellis {
 // Checks a caller's job token against the job's (`expected` empty: no check): UNAUTHENTICATED
 // "missing job token" or "wrong job token".
 Status CheckToken(const std::string& expected, const std::string& token);
-// Checks a connecting worker: its token (CheckToken), then `rank` in [0, num_workers)
-// (INVALID_ARGUMENT "worker rank 5 outside [0, 2)").
+// Checks a connecting worker: its token (CheckToken), then `rank` in [0, slots), the job's
+// worker ranks (INVALID_ARGUMENT "worker rank 5 outside [0, 2)").
 Status CheckWorker(const std::string& expected, const std::string& token, int32_t rank,
-                   int32_t num_workers);
+                   int32_t slots);
 
 using link::AnswerFrame;
 using link::AnswerSink;

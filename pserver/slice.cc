@@ -4,11 +4,11 @@
 
 namespace trellis {
 
-Packed KeptResults::PackedFor(int64_t step, int32_t num_workers) {
+Packed KeptResults::PackedFor(int64_t step) {
   const int i = static_cast<int>(step % 2);
   if (step_[i] != step || packable_[i] == 0) return nullptr;
   if (!packed_[i]) {
-    const int bits = PackedSumBits(num_workers);
+    const int bits = PackedSumBits(pushers_[i]);
     const std::vector<float>& sum = *results_[i];
     auto bytes =
         std::make_shared<std::vector<uint8_t>>(bits == 0 ? 0 : PackedSumBytes(sum.size(), bits));

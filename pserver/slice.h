@@ -13,6 +13,7 @@
 #include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "pserver/optimizer.h"
+#include "pserver/world_schedule.h"
 
 namespace trellis {
 
@@ -54,14 +55,15 @@ class KeptResults {
     return step_[i] == step ? results_[i] : nullptr;
   }
   // Keeps `values` as the result of `step` in place of step-2's, which it returns. `packable`:
-  // the threshold t when the result is a sum of 2-bit pushes of that one threshold (aggregate
-  // mode), so that it can be packed; else 0.
-  Values Keep(int64_t step, Values values, float packable) {
+  // the threshold t when the result is a sum of `pushers` 2-bit pushes of that one threshold
+  // (aggregate mode), so that it can be packed; else 0.
+  Values Keep(int64_t step, Values values, float packable, int32_t pushers = 0) {
     const int i = static_cast<int>(step % 2);
     Values old = std::move(results_[i]);
     results_[i] = std::move(values);
     step_[i] = step;
-    packable_[i] = packable;
+    packable_[i] = pushers > 0 ? packable : 0;
+    pushers_[i] = pushers;
     packed_[i] = nullptr;
     return old;
   }
@@ -81,12 +83,13 @@ class KeptResults {
   }
   // The packed form of the kept result of `step` (made once, here), or null when that result is
   // not a sum of 2-bit pushes of one threshold or cannot be packed (the answer is float32).
-  Packed PackedFor(int64_t step, int32_t num_workers);
+  Packed PackedFor(int64_t step);
 
  private:
   Values results_[2];
   int64_t step_[2] = {-1, -1};
   float packable_[2] = {0, 0};
+  int32_t pushers_[2] = {0, 0};
   Packed packed_[2];  // made at the first request that accepts one
 };
 
@@ -128,9 +131,11 @@ struct RejoinState {
 };
 
 struct Slice {
-  Slice(uint64_t key, uint32_t index, std::string name, int64_t num_elements, int32_t num_workers)
+  // `world`: the workers its steps count from now on (world_schedule.h); `slots` of them at most.
+  Slice(uint64_t key, uint32_t index, std::string name, int64_t num_elements, int32_t slots,
+        std::shared_ptr<const World> world)
       : key(key), index(index), name(std::move(name)), num_elements(num_elements),
-        pushed(num_workers, false) {}
+        world(std::move(world)), pushed(slots, false) {}
 
   const uint64_t key;
   const uint32_t index;
@@ -138,6 +143,9 @@ struct Slice {
   const int64_t num_elements;
 
   Mutex mu;
+  // The workers whose pushes make step complete+1 and the next ones (the store gives it a new
+  // world before any push of its next step: world_schedule.h).
+  std::shared_ptr<const World> world GUARDED_BY(mu);
   int64_t complete GUARDED_BY(mu) = 0;  // the latest step whose result is final
   bool initialized GUARDED_BY(mu) = false;  // step 0's value present
   KeptResults results GUARDED_BY(mu);

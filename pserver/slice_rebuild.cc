@@ -14,7 +14,7 @@ bool SliceRebuild::Rebuilding() const {
 }
 
 void SliceRebuild::StartLocked() {
-  const int32_t w = config_.num_workers;
+  const int32_t w = config_.slots();
   replays_seen_.assign(w, 0);
   replays_announced_.assign(w, -1);
   bool fresh = true;
@@ -129,7 +129,9 @@ void SliceRebuild::HandleReplay(int32_t worker, const wire::RequestHeader& h,
     }
     if (st.ok() && phase_ == Phase::kRebuilding) {
       bool all = true;
-      for (int32_t w = 0; w < config_.num_workers; ++w) {
+      const std::shared_ptr<const World> world = worlds_->Current();
+      for (int32_t w = 0; w < config_.slots(); ++w) {
+        if (!world->Has(w)) continue;
         all = all && replays_announced_[w] >= 0 && replays_seen_[w] >= replays_announced_[w];
       }
       if (all) FinishLocked(&deferred);
@@ -148,8 +150,10 @@ void SliceRebuild::Request(int32_t worker, Slice* s, const wire::RequestHeader& 
                            std::vector<DeferredReply>* out) {
   if (wire::OpHasPayload(h.op)) {  // a push or pushpull, float32 or 2-bit
     auto& per_worker = s->rebuild->steps[h.step];
-    per_worker.resize(config_.num_workers);
-    if (!per_worker[worker]) {  // a worker's duplicate (replayed and sent again) counts once
+    per_worker.resize(config_.slots());
+    // A worker's duplicate (replayed and sent again) counts once; one outside the slice's world
+    // not at all.
+    if (!per_worker[worker] && s->world->Has(worker)) {
       auto g = std::make_unique<std::vector<float>>(s->num_elements);
       if (grad.coded != nullptr) {
         DecodeCodedFrame(*grad.coded, g->data());
@@ -189,12 +193,13 @@ void SliceRebuild::FinalizeSlice(Slice* s, std::vector<DeferredReply>* out) {
   auto steps = std::move(s->rebuild->steps);
   const int64_t restored_step = s->rebuild->restored_step;
   s->rebuild.reset();
-  const int32_t w = config_.num_workers;
   const int64_t n = s->num_elements;
-  auto full = [&](const std::vector<std::unique_ptr<std::vector<float>>>& c) {
+  // Every member of the slice's world contributed (Request keeps members' contributions only).
+  const int32_t members = s->world->size;
+  auto full = [members](int64_t, const std::vector<std::unique_ptr<std::vector<float>>>& c) {
     return static_cast<int32_t>(std::count_if(c.begin(), c.end(), [](const auto& g) {
              return g != nullptr;
-           })) == w;
+           })) == members;
   };
   auto sum_of = [n](const std::vector<std::unique_ptr<std::vector<float>>>& c) {
     auto sum = std::make_unique<std::vector<float>>(n, 0.0f);
@@ -219,7 +224,7 @@ void SliceRebuild::FinalizeSlice(Slice* s, std::vector<DeferredReply>* out) {
   if (!steps.empty()) {
     int64_t complete = steps.begin()->first - 1;  // no full step: the first one is in progress
     for (const auto& [step, c] : steps) {
-      if (full(c)) complete = step;
+      if (full(step, c)) complete = step;
     }
     complete = std::max<int64_t>(complete, 0);
     // Else keep step 0 (a broadcast that came during the rebuild). Rebuilt results are answered
@@ -227,10 +232,10 @@ void SliceRebuild::FinalizeSlice(Slice* s, std::vector<DeferredReply>* out) {
     if (complete > 0) s->results.Forget();
     for (int64_t step : {complete - 1, complete}) {
       auto it = steps.find(step);
-      if (step < 1 || it == steps.end() || !full(it->second)) continue;
+      if (step < 1 || it == steps.end() || !full(step, it->second)) continue;
       if (update && step <= restored_step) continue;  // already in the reloaded weights
       auto sum = sum_of(it->second);
-      s->results.Keep(step, update_->Apply(step, &sum, &s->weights), 0);
+      s->results.Keep(step, update_->Apply(step, members, &sum, &s->weights), 0);
     }
     if (update && complete > 0 && !s->results.Get(complete)) {
       // Nothing of that step survived: its weights are the newest ones this server has.
@@ -243,7 +248,7 @@ void SliceRebuild::FinalizeSlice(Slice* s, std::vector<DeferredReply>* out) {
     s->accum.reset();
     if (auto it = steps.find(complete + 1); it != steps.end()) {
       s->accum = sum_of(it->second);
-      for (int32_t i = 0; i < w; ++i) {
+      for (size_t i = 0; i < it->second.size(); ++i) {
         if (it->second[i]) {
           s->pushed[i] = true;
           ++s->pushes;

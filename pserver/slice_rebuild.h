@@ -7,7 +7,9 @@
 // workers' last two pushes holds every contribution of the newest complete step and of the one
 // in progress. Per slice the rebuild keeps the contributions per step and worker (a worker's
 // duplicate is ignored); once all W workers ended their replays, the highest step with all W
-// contributions becomes `complete` (its result made as any step's, pserver/step_update.h; in
+// contributions (W: the members of the slice's world, pserver/world_schedule.h; a restarted
+// server starts from the job's first world: docs/elastic.md says what that means) becomes
+// `complete` (its result made as any step's, pserver/step_update.h; in
 // update mode on top of the newest checkpoint), the contributions of the step after it the
 // accumulator, and older steps are dropped. Pulls wait for that; pushes that come meanwhile are
 // contributions too.
@@ -31,9 +33,10 @@ namespace trellis {
 
 class SliceRebuild {
  public:
-  SliceRebuild(const StoreConfig& config, SliceTable* table, StepProtocol* protocol,
-               const StepUpdate* update, SliceCheckpoints* checkpoints, PserverMetrics* series)
-      : config_(config), table_(table), protocol_(protocol), update_(update),
+  SliceRebuild(const StoreConfig& config, const WorldSchedule* worlds, SliceTable* table,
+               StepProtocol* protocol, const StepUpdate* update, SliceCheckpoints* checkpoints,
+               PserverMetrics* series)
+      : config_(config), worlds_(worlds), table_(table), protocol_(protocol), update_(update),
         checkpoints_(checkpoints), series_(series) {}
 
   // A kReplay from `worker`: one replayed push, or (no payload) the end of its replays with
@@ -60,6 +63,7 @@ class SliceRebuild {
   void FinalizeSlice(Slice* s, std::vector<DeferredReply>* out) REQUIRES(s->mu);
 
   const StoreConfig& config_;
+  const WorldSchedule* const worlds_;
   SliceTable* const table_;
   StepProtocol* const protocol_;
   const StepUpdate* const update_;

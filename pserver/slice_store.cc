@@ -1,6 +1,9 @@
 #include "pserver/slice_store.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "common/base/logging.h"
 
 namespace trellis {
 
@@ -9,11 +12,12 @@ SliceStore::SliceStore(StoreConfig config)
       registry_(config_.metrics ? config_.metrics
                                 : std::make_shared<MetricsRegistry>(MetricLabels{"", "server", config_.server_rank})),
       series_(*registry_),
-      table_(config_.server_rank, config_.num_workers),
+      worlds_(config_.slots(), config_.num_workers),
+      table_(config_.server_rank, config_.slots(), &worlds_),
       update_(config_),
       protocol_(config_, &update_, &series_),
       checkpoints_(config_, &table_, &series_),
-      rebuild_(config_, &table_, &protocol_, &update_, &checkpoints_, &series_) {}
+      rebuild_(config_, &worlds_, &table_, &protocol_, &update_, &checkpoints_, &series_) {}
 SliceStore::~SliceStore() { FailWaiters(CancelledError("parameter server shutting down")); }
 
 Status SliceStore::Install(const v1::ShardMap& map, int64_t* slices, int64_t* bytes) {
@@ -34,6 +38,12 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
   }
   if (h.op == wire::Op::kRejoin) {
     reply(MarkRejoined(worker), Answer{});
+    return;
+  }
+  if (h.op == wire::Op::kWorld) {
+    Status st = AddWorld(worker, h, frame);
+    if (!st.ok()) series_.RequestFailed();
+    reply(st, Answer{});
     return;
   }
   std::vector<DeferredReply> deferred;
@@ -90,6 +100,7 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
           case wire::Op::kLoad:
           case wire::Op::kReplay:
           case wire::Op::kRejoin:
+          case wire::Op::kWorld:
             break;  // handled above
         }
       }
@@ -120,8 +131,47 @@ Status SliceStore::MarkRejoined(int32_t worker) {
   }
   for (Slice* s : table_.All()) {
     MutexLock lock(&s->mu);
-    s->rejoin.Mark(worker, config_.num_workers);
+    s->rejoin.Mark(worker, config_.slots());
   }
+  return Status::Ok();
+}
+
+Status SliceStore::AddWorld(int32_t worker, const wire::RequestHeader& h,
+                           const wire::Chunks& frame) {
+  auto members = wire::ParseWorldMembers(frame, wire::kRequestHeaderBytes, h.payload_bytes,
+                                         worlds_.slots());
+  if (!members.ok()) return members.status();
+  if (std::find(members->begin(), members->end(), worker) == members->end()) {
+    return InvalidArgumentError("world: worker " + std::to_string(worker) +
+                                " announced a world it is not in");
+  }
+  auto world = worlds_.Make(h.step, *members);
+  if (!world.ok()) return world.status().Annotate("world");
+  // One installation at a time, and a repeat is answered only once the world is in force on
+  // every slice (its sender pushes right after).
+  MutexLock install(&world_install_mu_);
+  if (worlds_.IsCurrent(**world)) return Status::Ok();  // every member announces it
+  ReaderMutexLock map_lock(table_.mu());  // no slice is added meanwhile
+  const std::vector<Slice*> slices = table_.All();
+  for (Slice* s : slices) {
+    // Too late once a slice counted a push of its next step: that push was counted against
+    // the old world. Every member announces before its first push in the new world, so this
+    // catches only a peer that did not.
+    MutexLock lock(&s->mu);
+    if (s->pushes > 0) {
+      return FailedPreconditionError((*world)->Describe() + " announced too late: " + s->name +
+                                     " already counted " + std::to_string(s->pushes) +
+                                     " pushes of step " + std::to_string(s->complete + 1) +
+                                     " in " + s->world->Describe());
+    }
+  }
+  TRELLIS_RETURN_IF_ERROR(worlds_.Advance(*world).Annotate("world"));
+  for (Slice* s : slices) {
+    MutexLock lock(&s->mu);
+    s->world = *world;
+  }
+  TLOG_INFO << "server " << config_.server_rank << ": " << (*world)->Describe()
+            << " from each slice's next step";
   return Status::Ok();
 }
 

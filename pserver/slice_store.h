@@ -8,6 +8,7 @@
 //   SliceCheckpoints  slice_checkpoints.h  SAVE and LOAD of the slices (update mode)
 //   SliceRebuild      slice_rebuild.h      a restarted server, rebuilt from the workers' replays
 //   RejoinState       slice.h              a restarted worker's stash and no-op pushes
+//   WorldSchedule     world_schedule.h     which workers take part in each step (kWorld)
 //
 // Thread-safe: one lock per slice, so requests on different slices run in parallel.
 #pragma once
@@ -29,6 +30,7 @@
 #include "pserver/step_protocol.h"
 #include "pserver/step_update.h"
 #include "pserver/store_config.h"
+#include "pserver/world_schedule.h"
 #include "trellis/v1/scheduler.pb.h"
 
 namespace trellis {
@@ -48,7 +50,7 @@ class SliceStore {
   // Handles one decoded request from `worker`; the payload is `frame` from byte
   // wire::kRequestHeaderBytes on. `reply` runs exactly once, never under a store lock: inline
   // when the answer is known, or later from the call that completes the step.
-  // REQUIRES: 0 <= worker < num_workers; h passed wire::DecodeRequest.
+  // REQUIRES: 0 <= worker < config().slots(); h passed wire::DecodeRequest.
   //
   // `payload` (optional): the buffer that holds exactly this request's float32 payload, owned by
   // the caller (the TCP reader's reused buffer). For a push that is the step's first
@@ -75,9 +77,14 @@ class SliceStore {
   // Whether a rebuild from replays is under way (tests).
   bool Rebuilding() const { return rebuild_.Rebuilding(); }
 
+  const WorldSchedule& worlds() const { return worlds_; }
+
  private:
   // kRejoin: marks `worker` rejoined on every slice (crash recovery of a worker).
   Status MarkRejoined(int32_t worker);
+  // kWorld from `worker`: the world of epoch h.step its payload names, on every slice from its
+  // next step (world_schedule.h), announced by one of its members before it pushes again.
+  Status AddWorld(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame);
   // kStash and kFetch: a donor's values for a rejoiner, apart from the step protocol.
   void Stash(Slice* s, const wire::RequestHeader& h, const wire::Chunks& frame) REQUIRES(s->mu);
   void Fetch(Slice* s, const wire::RequestHeader& h, StoreReply reply,
@@ -86,6 +93,8 @@ class SliceStore {
   const StoreConfig config_;
   const std::shared_ptr<MetricsRegistry> registry_;  // config_.metrics or the store's own
   PserverMetrics series_;
+  WorldSchedule worlds_;
+  Mutex world_install_mu_;  // one kWorld installation at a time (AddWorld)
   SliceTable table_;
   const StepUpdate update_;
   StepProtocol protocol_;

@@ -50,7 +50,7 @@ Status SliceTable::Install(const v1::ShardMap& map, int64_t* slices, int64_t* by
         if (sa.server() != server_rank_ || keys_[k.id()].count(sa.index()) != 0) continue;
         keys_[k.id()][sa.index()] = std::make_unique<Slice>(
             k.id(), sa.index(), SliceName(k.id(), k.name(), sa.index()), sa.num_elements(),
-            num_workers_);
+            slots_, worlds_->Current());
         ++num_slices_;
       }
     }

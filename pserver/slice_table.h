@@ -19,8 +19,9 @@ namespace trellis {
 
 class SliceTable {
  public:
-  SliceTable(int32_t server_rank, int32_t num_workers)
-      : server_rank_(server_rank), num_workers_(num_workers) {}
+  // Slices are made for `slots` worker ranks, counting the steps of the world current then.
+  SliceTable(int32_t server_rank, int32_t slots, const WorldSchedule* worlds)
+      : server_rank_(server_rank), slots_(slots), worlds_(worlds) {}
   SliceTable(const SliceTable&) = delete;
   SliceTable& operator=(const SliceTable&) = delete;
 
@@ -47,7 +48,8 @@ class SliceTable {
   Status CheckExtension(const v1::ShardMap& map) const REQUIRES_SHARED(mu_);
 
   const int32_t server_rank_;
-  const int32_t num_workers_;
+  const int32_t slots_;
+  const WorldSchedule* const worlds_;
   mutable SharedMutex mu_;
   std::string installed_ GUARDED_BY(mu_);  // the serialized map, for the equality check
   // key -> slice index -> the slices held here.

@@ -67,6 +67,12 @@ Status StepProtocol::Push(int32_t worker, Slice* s, const wire::RequestHeader& h
     return FailedPreconditionError(s->name + ": gradient pushed before the key was initialized "
                                    "(update mode needs Broadcast from the root before step 1)");
   }
+  const World& world = *s->world;
+  if (!world.Has(worker)) {
+    return FailedPreconditionError(s->name + ": worker " + std::to_string(worker) +
+                                   " pushed step " + std::to_string(h.step) + ", but it is not in " +
+                                   world.Describe() + " (docs/elastic.md)");
+  }
   if (s->pushed[worker]) {
     return AlreadyExistsError(s->name + ": worker " + std::to_string(worker) +
                               " pushed step " + std::to_string(h.step) + " twice");
@@ -99,15 +105,16 @@ Status StepProtocol::Push(int32_t worker, Slice* s, const wire::RequestHeader& h
   s->pushed[worker] = true;
   const auto add_end = Clock::now();
   series_->Aggregated(std::chrono::duration<double>(add_end - add_start).count());
-  if (++s->pushes < num_workers_) return Status::Ok();
+  if (++s->pushes < world.size) return Status::Ok();
 
   // Step complete.
   const int64_t step = expected;
   const float packable = mode_ == ServerMode::kAggregate ? s->step_threshold : 0.0f;
-  Values result = update_->Apply(step, &s->accum, &s->weights);
+  Values result = update_->Apply(step, world.size, &s->accum, &s->weights);
   // Recycle the buffer of step-2 as the next accumulator when no answer still references it
   // (saves a multi-MiB allocation and zero-fill per step).
-  auto old = std::const_pointer_cast<std::vector<float>>(s->results.Keep(step, result, packable));
+  auto old = std::const_pointer_cast<std::vector<float>>(
+      s->results.Keep(step, result, packable, world.size));
   if (!s->accum && old && old.use_count() == 1 && old->size() == n) {
     s->accum = std::make_unique<std::vector<float>>(std::move(*old));
   }

@@ -1,9 +1,9 @@
 // The synchronous step protocol on one slice (docs/architecture.md, "Parameter server").
 //
 // `complete` is the latest step whose result is final (0 = the initial value, set by an INIT
-// from the root worker). A push is accepted only for step complete+1, once per worker; when all
-// W workers have pushed, the step completes and its result (pserver/step_update.h) is kept with
-// the previous one's. A pull of step complete+1 waits; a pull of a kept step is answered at
+// from the root worker). A push is accepted only for step complete+1, once per worker and only
+// from a member of the slice's world (pserver/world_schedule.h); when all members have pushed,
+// the step completes and its result (pserver/step_update.h) is kept with the previous one's. A pull of step complete+1 waits; a pull of a kept step is answered at
 // once; anything else is OUT_OF_RANGE. A worker that restarted and rejoined (kRejoin;
 // docs/checkpoints.md, Crash recovery) may push steps its dead incarnation already pushed: those
 // are no-ops.
@@ -35,7 +35,7 @@ struct Gradient {
 class StepProtocol {
  public:
   StepProtocol(const StoreConfig& config, const StepUpdate* update, PserverMetrics* series)
-      : num_workers_(config.num_workers), mode_(config.mode), update_(update), series_(series) {}
+      : mode_(config.mode), update_(update), series_(series) {}
 
   // Checks a request's payload against the slice before any lock is taken: the float count, or
   // the whole 2-bit or 16-bit frame (count = the slice's elements). *coded then points into
@@ -57,11 +57,10 @@ class StepProtocol {
   }
   // The packed answer of a kept step for a request that accepts one, else null.
   Packed PackedAnswer(Slice* s, int64_t step, bool packed) REQUIRES(s->mu) {
-    return packed ? s->results.PackedFor(step, num_workers_) : nullptr;
+    return packed ? s->results.PackedFor(step) : nullptr;
   }
 
  private:
-  const int32_t num_workers_;
   const ServerMode mode_;
   const StepUpdate* const update_;
   PserverMetrics* const series_;

@@ -1,8 +1,8 @@
 // The one place where a complete step of a slice becomes its result, for a step the workers'
 // pushes completed (StepProtocol::Push) and for one rebuilt from their replays (SliceRebuild):
-// `aggregate` mode publishes the sum of the W pushes as it is; `update` mode applies the
+// `aggregate` mode publishes the sum of the step's W pushes as it is; `update` mode applies the
 // optimizer (pserver/optimizer.h) to their mean, sum / W, on the slice's weights and publishes
-// the new weights.
+// the new weights. W is the size of the step's world (pserver/world_schedule.h).
 #pragma once
 
 #include <cstdint>
@@ -18,17 +18,16 @@ namespace trellis {
 class StepUpdate {
  public:
   explicit StepUpdate(const StoreConfig& config)
-      : mode_(config.mode), num_workers_(config.num_workers), optimizer_(config.optimizer) {}
+      : mode_(config.mode), optimizer_(config.optimizer) {}
 
-  // The result of `step` from `sum`, its sum over all W workers. Aggregate mode: the sum itself
-  // (*sum is taken, left null); update mode: *sum is scaled to the mean in place and applied to
-  // *weights, and stays the caller's (a spare buffer for the next step).
-  Values Apply(int64_t step, std::unique_ptr<std::vector<float>>* sum,
+  // The result of `step` from `sum`, its sum over the step's `pushers` workers. Aggregate mode:
+  // the sum itself (*sum is taken, left null); update mode: *sum is scaled to the mean in place
+  // and applied to *weights, and stays the caller's (a spare buffer for the next step).
+  Values Apply(int64_t step, int32_t pushers, std::unique_ptr<std::vector<float>>* sum,
                SliceWeights* weights) const;
 
  private:
   const ServerMode mode_;
-  const int32_t num_workers_;
   const OptimizerSpec optimizer_;
 };
 

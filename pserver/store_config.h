@@ -13,7 +13,11 @@ namespace trellis {
 
 struct StoreConfig {
   int32_t server_rank = 0;
-  int32_t num_workers = 1;
+  int32_t num_workers = 1;  // the workers it starts with: ranks 0..num_workers-1
+  // The worker ranks (slots) there may ever be: an elastic job's most workers; 0: num_workers.
+  // Which of them take part in a step is the store's WorldSchedule (pserver/world_schedule.h).
+  int32_t worker_slots = 0;
+  int32_t slots() const { return worker_slots > num_workers ? worker_slots : num_workers; }
   ServerMode mode = ServerMode::kAggregate;
   OptimizerSpec optimizer;
   // The process's metrics (role server); null: the store keeps its own.

@@ -19,7 +19,7 @@ StatusOr<std::unique_ptr<TcpDataServer>> TcpDataServer::Start(
   o.read_ahead = options.read_ahead;
   link::TcpWorkerAdmission admission;
   admission.check = [store, token = options.token](const tcpwire::Hello& hello) {
-    return CheckWorker(token, hello.token, hello.rank, store->config().num_workers);
+    return CheckWorker(token, hello.token, hello.rank, store->config().slots());
   };
   admission.open = [store, serving](int32_t rank, std::shared_ptr<AnswerSink> sink) {
     return std::shared_ptr<link::RequestReceiver>(

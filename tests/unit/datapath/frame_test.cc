@@ -111,8 +111,9 @@ TEST(WireTest, GarbageIsRejectedWithReasons) {
   EXPECT_TRUE(wire::DecodeRequest(Split(odd, 100), &h, &id).ok());
   EXPECT_EQ(h.op, wire::Op::kPushTwoBit);
   EXPECT_EQ(h.payload_bytes, 9u);
-  // After the packed ones, before save (16), and past the crash-recovery ops (18-21).
-  for (uint8_t op : {10, 15, 22}) {
+  // After the packed ones, before save (16), and past the crash-recovery ops (18-21) and
+  // elastic jobs' world (22).
+  for (uint8_t op : {10, 15, 23, 255}) {
     bad_op[4] = op;
     st = wire::DecodeRequest(Split(bad_op, 100), &h, &id);
     EXPECT_NE(st.message().find("unknown op " + std::to_string(op)), std::string::npos)
@@ -256,6 +257,8 @@ TEST(WireTest, MalformedBulksAreRejectedWithReasons) {
       {{RequestBytes(wire::Op::kInit, 1, 0, 0, {1}, 8)},
        "malformed bulk: entry 0: op init cannot travel in a bulk"},
       {{BulkBytes({good})}, "malformed bulk: entry 0: op bulk cannot travel in a bulk"},
+      {{RequestBytes(wire::Op::kWorld, 0, 0, 2, {}, 9)},
+       "malformed bulk: entry 0: op world cannot travel in a bulk"},
       {{good, std::vector<uint8_t>(20, 0)},
        "malformed bulk: entry 1: 20 bytes left, shorter than a request header"},
       {{odd}, "malformed bulk: entry 0: payload of 3 bytes is not a whole number of float32"},

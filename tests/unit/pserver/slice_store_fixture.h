@@ -48,9 +48,12 @@ struct Got {
 
 class SliceStoreTest : public ::testing::Test {
  protected:
-  void Make(int32_t workers, ServerMode mode = ServerMode::kAggregate, OptimizerSpec opt = {}) {
+  // `slots`: the worker ranks there may be (an elastic job's maxWorkers); 0: `workers`.
+  void Make(int32_t workers, ServerMode mode = ServerMode::kAggregate, OptimizerSpec opt = {},
+            int32_t slots = 0) {
     StoreConfig c;
     c.num_workers = workers;
+    c.worker_slots = slots;
     c.mode = mode;
     c.optimizer = opt;
     store_ = std::make_unique<SliceStore>(c);
@@ -86,6 +89,23 @@ class SliceStoreTest : public ::testing::Test {
     wire::EncodeRequestHeader(h, bytes.data());
     bytes.insert(bytes.end(), frame.begin(), frame.end());
     auto chunks = Split(bytes, 3);
+    uint64_t id;
+    ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
+    store_->Handle(worker, h, chunks, got->reply());
+  }
+  // A kWorld from `worker`: world `epoch` of `members`; `payload` replaces the encoded members
+  // when set (a bad one).
+  void SendWorld(int32_t worker, int64_t epoch, const std::vector<int32_t>& members, Got* got,
+                 const std::vector<uint8_t>* payload = nullptr) {
+    std::vector<uint8_t> body = payload ? *payload : wire::EncodeWorldMembers(members);
+    wire::RequestHeader h;
+    h.op = wire::Op::kWorld;
+    h.step = epoch;
+    h.payload_bytes = body.size();
+    std::vector<uint8_t> bytes(wire::kRequestHeaderBytes);
+    wire::EncodeRequestHeader(h, bytes.data());
+    bytes.insert(bytes.end(), body.begin(), body.end());
+    auto chunks = Split(bytes, 3);  // members straddle chunks
     uint64_t id;
     ASSERT_TRUE(wire::DecodeRequest(chunks, &h, &id).ok());
     store_->Handle(worker, h, chunks, got->reply());

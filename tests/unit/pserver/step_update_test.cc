@@ -24,7 +24,7 @@ TEST(StepUpdateTest, AggregateTakesTheSumAsTheResult) {
   auto sum = std::make_unique<std::vector<float>>(std::vector<float>{1, 2, 3});
   const std::vector<float>* buffer = sum.get();
   SliceWeights w;
-  Values r = update.Apply(4, &sum, &w);
+  Values r = update.Apply(4, 2, &sum, &w);
   EXPECT_EQ(r.get(), buffer);
   EXPECT_EQ(*r, (std::vector<float>{1, 2, 3}));
   EXPECT_EQ(sum, nullptr);
@@ -48,7 +48,7 @@ TEST(StepUpdateTest, UpdateAppliesTheOptimizerToTheMeanAtBasePlusStep) {
   ApplyOptimizer(adam, 13, mean.data(), want.values.data(), 3, &want.opt);
 
   auto sum = std::make_unique<std::vector<float>>(s);
-  Values r = update.Apply(3, &sum, &w);
+  Values r = update.Apply(3, 4, &sum, &w);
   EXPECT_EQ(*r, want.values);  // bit for bit
   EXPECT_EQ(w.values, want.values);
   EXPECT_EQ(w.opt.m, want.opt.m);
@@ -56,7 +56,7 @@ TEST(StepUpdateTest, UpdateAppliesTheOptimizerToTheMeanAtBasePlusStep) {
   ASSERT_NE(sum, nullptr);
   EXPECT_EQ(*sum, mean);
   // The published result is a copy: the next step moves the weights on, not an answer in flight.
-  update.Apply(4, &sum, &w);
+  update.Apply(4, 2, &sum, &w);
   EXPECT_EQ(*r, want.values);
   EXPECT_NE(w.values, want.values);
 }
@@ -75,7 +75,7 @@ TEST(KeptResultsTest, KeepsTheLastTwoStepsAndHandsBackTheOneItReplaces) {
   EXPECT_EQ((*kept.Get(1))[0], 1);
   EXPECT_EQ(kept.Get(2), two);
   EXPECT_EQ(kept.Get(3), nullptr);
-  EXPECT_EQ(kept.PackedFor(2, 2), nullptr);  // not a sum of 2-bit pushes
+  EXPECT_EQ(kept.PackedFor(2), nullptr);  // not a sum of 2-bit pushes
   kept.Restart(v(5));
   EXPECT_EQ(kept.Get(1), nullptr);
   EXPECT_EQ((*kept.Get(0))[0], 5);
