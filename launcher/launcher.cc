@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "common/base/random_token.h"
 #include "common/tls/tls_gen.h"
 #include "common/base/net.h"
+#include "launcher/resize_command.h"
 
 namespace trellis {
 namespace {
@@ -166,7 +168,8 @@ Status Launcher::StartScheduler() {
     int port = 0;
     if (in >> port && port > 0) {
       paths_.scheduler_address = paths_.connect_host + ":" + std::to_string(port);
-      return Status::Ok();
+      // Where `trellis-launch resize` finds it (resize_command.h).
+      return WriteSchedulerClientFile(paths_.run_dir, paths_.scheduler_address, paths_.tls);
     }
     if (auto s = scheduler_->process->Poll()) {
       scheduler_->exit = s;
@@ -272,6 +275,16 @@ void Launcher::WatchCluster() {
   }
 }
 
+bool Launcher::LeftTheWorld(const Child& agent) {
+  if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kWorker || !client_) {
+    return false;
+  }
+  auto view = client_->GetCluster(0, /*wait_complete=*/false, milliseconds(1000));
+  if (!view.ok() || view->world().epoch() == 0) return false;
+  const auto& m = view->world().members();
+  return std::find(m.begin(), m.end(), agent.plan.index) == m.end();
+}
+
 std::string Launcher::Progress() {
   MutexLock lock(&mu_);
   return FormatProgress(view_ ? &*view_ : nullptr);
@@ -374,6 +387,11 @@ int Launcher::Run() {
   }
   console_.Line("trellis-launch: job " + job_.name + ": " + std::to_string(job_.servers.replicas) + " servers x " +
                 std::to_string(job_.workers.replicas) + " workers; logs in " + paths_.run_dir);
+  if (job_.elastic.enabled) {
+    console_.Line("trellis-launch: elastic (" + std::to_string(job_.elastic.minWorkers) + " to " +
+                  std::to_string(job_.elastic.maxWorkers) + " workers): resize with trellis-launch resize " +
+                  paths_.run_dir + " WORKERS");
+  }
   if (Status s = StartScheduler(); !s.ok()) {
     if (s.code() == StatusCode::kCancelled) {
       StopAll();
@@ -541,7 +559,9 @@ int Launcher::Supervise() {
           failed.push_back(a.get());
           continue;
         }
-        console_.Line("trellis-launch: " + a->plan.name + " finished (" + Seconds(Elapsed()) + ")");
+        console_.Line("trellis-launch: " + a->plan.name +
+                      (LeftTheWorld(*a) ? " left the job: resized away (" : " finished (") +
+                      Seconds(Elapsed()) + ")");
       }
       if (a->plan.kind == ProcessPlan::Kind::kWorker && a->exit->exit_code == 0) ++workers_ok;
     }

@@ -69,6 +69,9 @@ class Launcher {
   bool AwaitExitCheckpoint(int signo);
   std::chrono::milliseconds Elapsed() const;
   std::string Progress() EXCLUDES(mu_);
+  // Elastic jobs: a worker agent that exited 0 because its rank was resized away (the
+  // scheduler's current world leaves it out), not because training ended.
+  bool LeftTheWorld(const Child& agent);
   std::string Training() EXCLUDES(mu_);  // FormatTraining of the latest progress
 
   const LaunchOptions options_;

@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <iostream>
+#include <string>
 
 #include "common/process/exit_codes.h"
 #include "common/base/logging.h"
 #include "launcher/launcher.h"
+#include "launcher/resize_command.h"
 
 int main(int argc, char** argv) {
   using namespace trellis;
@@ -22,6 +25,10 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher before it cleans up
 
+  // trellis-launch resize RUN_DIR WORKERS: a running elastic job (docs/elastic.md).
+  if (argc >= 2 && std::string(argv[1]) == "resize") {
+    return RunResizeCommand(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
+  }
   auto options = ParseLaunchArgs(std::vector<std::string>(argv + 1, argv + argc));
   if (!options.ok()) {
     std::fprintf(stderr, "trellis-launch: %s\n%s", options.status().message().c_str(), LaunchHelp().c_str());

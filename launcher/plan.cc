@@ -74,9 +74,12 @@ std::span<const Option> LaunchOptionTable() { return kLaunchOptions; }
 std::string LaunchHelp() {
   return HelpText("usage: trellis-launch [OPTIONS] [JOB FLAGS] JOB.yaml\n"
                   "       trellis-launch [OPTIONS] [JOB FLAGS] -- COMMAND [ARGS...]\n"
+                  "       trellis-launch resize RUN_DIR WORKERS\n"
                   "  Runs a whole TrainingJob on this machine: scheduler, one agent per server and worker.\n"
                   "  The second form builds the job from the flags, with COMMAND as the workers' program\n"
                   "  (torchrun's habit), and prints the job YAML it runs.\n"
+                  "  The third resizes a running elastic job (spec.elastic) whose logs are in RUN_DIR\n"
+                  "  (docs/elastic.md).\n"
                   "job flags (a flag wins over the file):\n",
                   kJobFlagOptions) +
          HelpText("options:\n", kLauncherOptions,

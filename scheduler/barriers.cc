@@ -19,7 +19,7 @@ Status Barriers::CheckRequest(const v1::BarrierRequest& req) {
 }
 
 size_t Barriers::Members(const Group& g, const Membership& members) {
-  return static_cast<size_t>(members.size(v1::ROLE_WORKER)) +
+  return static_cast<size_t>(members.WorldWorkers()) +
          (g.all_nodes ? static_cast<size_t>(members.size(v1::ROLE_SERVER)) : 0);
 }
 

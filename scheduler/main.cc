@@ -101,6 +101,7 @@ StatusOr<Settings> BuildSettings(const ParsedArgs& args, const EnvSource& env) {
     // a few seconds (a third of a short grace) to exit in.
     const int64_t grace_ms = spec->runPolicy.TerminationGraceSeconds() * 1000;
     c.stop_limit = std::chrono::milliseconds(std::max<int64_t>(grace_ms - std::min<int64_t>(3000, grace_ms / 3), 500));
+    c.elastic = {spec->elastic.enabled, spec->elastic.minWorkers, spec->elastic.maxWorkers};
     s.server.progress.straggler_factor = spec->monitoring.straggler.factor;
     s.server.progress.straggler_window = std::chrono::milliseconds(
         static_cast<int64_t>(spec->monitoring.straggler.windowSeconds * 1000.0));

@@ -300,7 +300,8 @@ int32_t Membership::FinishedWorker(const std::string& pod_name) const {
 }
 
 bool Membership::AnyWorkerExited() const {
-  return std::any_of(workers_.begin(), workers_.end(), [](const Member& w) { return w.registered && w.exited; });
+  return std::any_of(workers_.begin(), workers_.end(),
+                     [](const Member& w) { return w.registered && w.exited && !w.departed; });
 }
 
 Status Membership::ReportExit(const v1::ReportExitRequest& req, std::string* failure) {

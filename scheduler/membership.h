@@ -8,6 +8,7 @@
 // version, a failure of the job).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -62,6 +63,9 @@ class Membership {
     std::string stall_reason;
     bool restarting = false;  // stalled, or exited and restarting; until its program pings again
     TimePoint restarting_since{};
+    // Elastic jobs: the rank left the job's world (scaled down; world_plan.h). Its program's
+    // exit is a departure, not the job's end.
+    bool departed = false;
   };
 
   // REQUIRES: ValidateSchedulerConfig(config).ok(); `config` and `clock` outlive the membership.
@@ -81,8 +85,16 @@ class Membership {
   // Every rank registered and every server ready: the cluster view is complete.
   bool Complete() const;
   bool AllRegistered() const;
-  // Some worker's program exited for good (finished, or failed): the job is ending.
+  // Some worker's program exited for good (finished, or failed) other than one that left the
+  // world: the job is ending.
   bool AnyWorkerExited() const;
+  // The worker rank left the job's world (elastic jobs). REQUIRES: a worker rank in range.
+  void SetDeparted(int32_t rank) { workers_[rank].departed = true; }
+  // The worker ranks that have not left the world: who a barrier waits for.
+  int32_t WorldWorkers() const {
+    return static_cast<int32_t>(std::count_if(workers_.begin(), workers_.end(),
+                                              [](const Member& w) { return !w.departed; }));
+  }
   // `pod_name` holds a worker rank whose program exited 0 (finished): its rank, else -1.
   int32_t FinishedWorker(const std::string& pod_name) const;
   void FillView(v1::ClusterView* view) const;  // the members' part of the view

@@ -216,6 +216,27 @@ Status SchedulerClient::StopJob(const std::string& reason) {
   return Finish(Stub()->StopJob(&ctx, req, &resp), "StopJob");
 }
 
+StatusOr<v1::ResizeResponse> SchedulerClient::Resize(int32_t workers, const std::string& reason) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.rpc_timeout);
+  v1::ResizeRequest req;
+  req.set_workers(workers);
+  req.set_reason(reason);
+  v1::ResizeResponse resp;
+  TRELLIS_RETURN_IF_ERROR(Finish(Stub()->Resize(&ctx, req, &resp), "Resize"));
+  return resp;
+}
+
+StatusOr<v1::ReachStepResponse> SchedulerClient::ReachStep(const v1::ReachStepRequest& request,
+                                                           std::chrono::milliseconds wait_for) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, request.wait() ? std::max(wait_for, std::chrono::milliseconds(1))
+                               : options_.rpc_timeout);
+  v1::ReachStepResponse resp;
+  TRELLIS_RETURN_IF_ERROR(Finish(Stub()->ReachStep(&ctx, request, &resp), "ReachStep"));
+  return resp;
+}
+
 Status SchedulerClient::ReportCheckpoint(const v1::ReportCheckpointRequest& request) {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);

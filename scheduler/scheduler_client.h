@@ -87,6 +87,12 @@ class SchedulerClient {
   Status ReportCheckpoint(const v1::ReportCheckpointRequest& request);
   // An agent whose pod is being stopped from outside: keep the program running? (pod_stops.h)
   StatusOr<v1::PodStoppingResponse> PodStopping(v1::Role role, int32_t rank, int64_t incarnation);
+  // Elastic jobs (docs/elastic.md): resize the workers (trellis-launch resize, the operator); a
+  // worker's report of the step it reached during a resize (with `wait`, a long poll bounded by
+  // `wait_for`).
+  StatusOr<v1::ResizeResponse> Resize(int32_t workers, const std::string& reason);
+  StatusOr<v1::ReachStepResponse> ReachStep(const v1::ReachStepRequest& request,
+                                            std::chrono::milliseconds wait_for);
 
   // How many channels this client has made (1 + those made after the scheduler went away).
   int channels_made() const EXCLUDES(mu_);

@@ -21,6 +21,14 @@ Status ValidateSchedulerConfig(const SchedulerConfig& config) {
     return InvalidArgumentError("heartbeat timeout must be > 0, got " +
                                 std::to_string(config.heartbeat_timeout.count()) + " ms");
   }
+  const ElasticBounds& e = config.elastic;
+  if (e.enabled && !(1 <= e.min_workers && e.min_workers <= config.num_workers &&
+                     config.num_workers <= e.max_workers)) {
+    return InvalidArgumentError("elastic bounds must hold 1 <= minWorkers (" +
+                                std::to_string(e.min_workers) + ") <= workers (" +
+                                std::to_string(config.num_workers) + ") <= maxWorkers (" +
+                                std::to_string(e.max_workers) + ")");
+  }
   return ValidateShardSettings(config.dispatch, config.num_servers, config.slice_bytes);
 }
 

@@ -10,6 +10,13 @@
 
 namespace trellis {
 
+// spec.elastic (docs/elastic.md): the bounds a running job's workers may be resized within.
+struct ElasticBounds {
+  bool enabled = false;  // off: Resize is refused, the world never changes
+  int32_t min_workers = 1;
+  int32_t max_workers = 1;
+};
+
 struct SchedulerConfig {
   std::string job_name;  // checked against RegisterRequest.job when both are set
   int32_t num_servers = 1;
@@ -36,6 +43,7 @@ struct SchedulerConfig {
   // terminationGracePeriodSeconds less a margin to exit in).
   std::chrono::milliseconds pod_stop_window{2000};
   std::chrono::milliseconds stop_limit{27000};
+  ElasticBounds elastic;
 };
 
 Status ValidateSchedulerConfig(const SchedulerConfig& config);
@@ -58,6 +66,8 @@ struct SchedulerStats {
   int64_t fresh_rejoins = 0;           // rejoin requests answered "start fresh"
   int64_t recoveries = 0;              // times this scheduler rebuilt a running job's state
   int64_t stalls = 0;                  // programs found stalled (liveness.cc)
+  int64_t resizes = 0;                 // elastic jobs: resizes decided (world_plan.h)
+  int64_t world_workers = 0;           // the workers taking part now
   bool recovering = false;             // waiting for the old members now
 };
 

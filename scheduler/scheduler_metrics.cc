@@ -23,6 +23,8 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
     prometheus::Counter* barrier_wait;
     prometheus::Counter* rejoins;
     prometheus::Counter* fresh_rejoins;
+    prometheus::Counter* resizes;
+    prometheus::Gauge* world_workers;
     prometheus::Gauge* waiters;
     prometheus::Gauge* version;
   } s{};
@@ -44,6 +46,10 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
                          "Restarted workers that rejoined the running job from a donor's commit");
   s.fresh_rejoins = &r.Counter("trellis_scheduler_fresh_rejoins_total",
                                "Rejoin requests answered 'start fresh' (no live worker had committed a step)");
+  s.resizes = &r.Counter("trellis_scheduler_resizes_total",
+                         "Elastic jobs: resizes of the workers decided (docs/elastic.md)");
+  s.world_workers = &r.Gauge("trellis_scheduler_world_workers",
+                             "Workers taking part in the job's steps now (its world)");
   s.waiters = &r.Gauge("trellis_scheduler_waiting_calls", "Calls waiting now (cluster view, key declaration, barriers)");
   s.version = &r.Gauge("trellis_scheduler_cluster_version", "Version of the cluster view (bumped on every change)");
   r.OnCollect([s, &state] {
@@ -60,6 +66,8 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
     Advance(*s.barrier_wait, st.barrier_wait_seconds);
     Advance(*s.rejoins, static_cast<double>(st.rejoins));
     Advance(*s.fresh_rejoins, static_cast<double>(st.fresh_rejoins));
+    Advance(*s.resizes, static_cast<double>(st.resizes));
+    s.world_workers->Set(static_cast<double>(st.world_workers));
     s.waiters->Set(static_cast<double>(st.waiters));
     s.version->Set(static_cast<double>(st.version));
   });

@@ -106,6 +106,12 @@ class SchedulerService final : public SchedulerServiceBase {
                                              v1::ReportCheckpointResponse* resp) override;
   grpc::ServerUnaryReactor* PodStopping(grpc::CallbackServerContext* ctx, const v1::PodStoppingRequest* req,
                                         v1::PodStoppingResponse* resp) override;
+  // Elastic jobs (scheduler_service_progress.cc; docs/elastic.md).
+  grpc::ServerUnaryReactor* Resize(grpc::CallbackServerContext* ctx, const v1::ResizeRequest* req,
+                                   v1::ResizeResponse* resp) override;
+  grpc::ServerUnaryReactor* ReachStep(grpc::CallbackServerContext* ctx,
+                                      const v1::ReachStepRequest* req,
+                                      v1::ReachStepResponse* resp) override;
 
  private:
   // UNAUTHENTICATED unless the call carries the job token.

@@ -28,6 +28,11 @@ grpc::ServerUnaryReactor* SchedulerService::GetProgress(grpc::CallbackServerCont
   if (st.ok()) {
     const v1::ClusterView view = state_->GetCluster();
     *resp = progress_->Snapshot(view);
+    int64_t pending = 0;
+    std::vector<v1::ResizeInfo> resizes;
+    *resp->mutable_world() = state_->World(&pending, &resizes);
+    resp->set_resize_pending_epoch(pending);
+    if (!resizes.empty()) *resp->mutable_last_resize() = resizes.back();
     const std::string stop = state_->stop_reason();
     resp->set_stopping(!stop.empty());
     resp->set_stop_reason(stop);
@@ -42,6 +47,27 @@ grpc::ServerUnaryReactor* SchedulerService::GetProgress(grpc::CallbackServerCont
     }
   }
   reactor->Finish(st);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Resize(grpc::CallbackServerContext* ctx,
+                                                   const v1::ResizeRequest* req,
+                                                   v1::ResizeResponse* resp) {
+  if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  auto r = state_->Resize(*req);
+  if (r.ok()) *resp = std::move(r).value();
+  return FinishNow(ctx, ToGrpc(r.status()));
+}
+
+grpc::ServerUnaryReactor* SchedulerService::ReachStep(grpc::CallbackServerContext* ctx,
+                                                      const v1::ReachStepRequest* req,
+                                                      v1::ReachStepResponse* resp) {
+  if (auto st = CheckToken(ctx); !st.ok()) return FinishNow(ctx, st);
+  auto* reactor = ctx->DefaultReactor();
+  state_->ReachStep(*req, WaitDeadline(ctx), [reactor, resp](StatusOr<v1::ReachStepResponse> r) {
+    if (r.ok()) *resp = std::move(r).value();
+    reactor->Finish(ToGrpc(r.status()));
+  });
   return reactor;
 }
 

@@ -19,6 +19,7 @@ SchedulerState::SchedulerState(SchedulerConfig config, const Clock* clock)
       shards_(config_),
       rejoins_(config_.num_workers),
       recovery_(config_),
+      world_(config_.num_workers, config_.elastic),
       pod_stops_(config_.num_servers, config_.num_workers, config_.pod_stop_window, config_.stop_limit) {}
 
 SchedulerState::~SchedulerState() { Shutdown(); }
@@ -38,6 +39,7 @@ v1::ClusterView SchedulerState::ViewLocked() const {
   v.set_failure_message(failure_message_);
   v.set_scheduler_id(instance_id_);
   v.set_recovering(recovery_.recovering());
+  *v.mutable_world() = world_.current();
   return v;
 }
 
@@ -74,6 +76,7 @@ void SchedulerState::FailJobLocked(std::string message, Deferred* deferred) {
   const Status st = AbortedError("job failed: " + failure_message_);
   shards_.FailAll(st, deferred);
   barriers_.FailAll(st, deferred);
+  FailReachWaitersLocked(st, deferred);
 }
 
 Status SchedulerState::ReportReady(const v1::ReportReadyRequest& req) {
@@ -164,6 +167,7 @@ v1::PingResponse SchedulerState::Ping(const v1::PingRequest& req) {
     }
     members_.FillRestarting(&resp);
     resp.set_stopping(!stop_reason_.empty());
+    resp.set_resize_epoch(world_.pending_epoch());
   }
   RunDeferred(deferred);
   return resp;
@@ -261,6 +265,11 @@ void SchedulerState::Sweep() {
     barriers_.Sweep(now, members_, &deferred);
     group_keys_.Sweep(now, &deferred);
     rejoins_.Sweep(now, &deferred);
+    SweepReachWaitersLocked(now, &deferred);
+    if (std::string why = world_.AbandonUnreported(UnixMillisNow(), WorldPlan::kUnreportedLimitMs);
+        !why.empty()) {
+      TLOG_WARN << why;
+    }
   }
   RunDeferred(deferred);
 }
@@ -272,6 +281,7 @@ SchedulerState::TimePoint SchedulerState::NextDeadline() const {
   next = std::min(next, shards_.NextDeadline());
   next = std::min(next, barriers_.NextDeadline());
   next = std::min(next, group_keys_.NextDeadline());
+  for (const auto& w : reach_waiters_) next = std::min(next, w.deadline);
   return std::min(next, rejoins_.NextDeadline());
 }
 
@@ -288,6 +298,7 @@ void SchedulerState::Shutdown() {
     barriers_.FailAll(st, &deferred);
     group_keys_.FailAll(st, &deferred);
     rejoins_.FailAll(st, &deferred);
+    FailReachWaitersLocked(st, &deferred);
   }
   RunDeferred(deferred);
 }
@@ -298,8 +309,10 @@ SchedulerStats SchedulerState::stats() const {
   s.version = version_;
   s.waiters = static_cast<int64_t>(cluster_waiters_.size() + shards_.waiters() +
                                    barriers_.waiters() + group_keys_.waiters() +
-                                   rejoins_.waiters());
+                                   rejoins_.waiters() + reach_waiters_.size());
   members_.AddTo(&s);
+  s.resizes = resizes_answered_;
+  s.world_workers = world_.size();
   barriers_.AddTo(&s);
   rejoins_.AddTo(&s);
   recovery_.AddTo(&s);

@@ -7,6 +7,7 @@
 //   Rejoins          (rejoins.h)          restarted workers matched with donors
 //   RestartRecovery  (restart_recovery.h) the grace period after a scheduler restart
 //   PodStops         (pod_stops.h)        pods stopped from outside: is the whole job?
+//   WorldPlan        (world_plan.h)       elastic jobs: the workers taking part, a resize
 // -- and what spans them: the cluster view and its waiters, the job's failure, shutdown.
 //
 // Thread-safe, under ONE lock (mu_): the parts are plain classes, not thread-safe on their own,
@@ -38,6 +39,7 @@
 #include "scheduler/restart_recovery.h"
 #include "scheduler/scheduler_config.h"
 #include "scheduler/shard_assignment.h"
+#include "scheduler/world_plan.h"
 #include "trellis/v1/scheduler.pb.h"
 
 namespace trellis {
@@ -121,6 +123,17 @@ class SchedulerState {
   bool Training() const EXCLUDES(mu_);
   Status Leave(const v1::LeaveRequest& req) EXCLUDES(mu_);
 
+  // Elastic jobs (scheduler_state_world.cc, world_plan.h). Resize: answered at once; refused
+  // while the job stops or ends. ReachStep: a worker's report of the step it reached while a
+  // resize is under way; with `wait`, answered once the resize is decided (or, undecided, at the
+  // deadline).
+  StatusOr<v1::ResizeResponse> Resize(const v1::ResizeRequest& req) EXCLUDES(mu_);
+  void ReachStep(const v1::ReachStepRequest& req, TimePoint deadline,
+                 Callback<v1::ReachStepResponse> done) EXCLUDES(mu_);
+  // The world now, the resize under way (0: none), the resizes decided (newest last).
+  v1::WorldInfo World(int64_t* pending_epoch, std::vector<v1::ResizeInfo>* resizes) const
+      EXCLUDES(mu_);
+
   // Marks nodes silent for longer than the heartbeat timeout dead (not while recovering after a
   // restart; at the end of the recovery grace, the members still missing), and answers the
   // waiters whose deadline passed. Called periodically (the service's sweeper thread; tests by hand).
@@ -138,6 +151,12 @@ class SchedulerState {
     bool wait_complete;
     TimePoint deadline;
     Callback<std::shared_ptr<const v1::ClusterView>> done;
+  };
+  struct ReachWaiter {
+    int32_t rank;
+    int64_t epoch;
+    TimePoint deadline;
+    Callback<v1::ReachStepResponse> done;
   };
 
   // OK, or why no call may wait or change the job now: UNAVAILABLE after Shutdown, ABORTED
@@ -161,6 +180,12 @@ class SchedulerState {
   StatusOr<int32_t> RegisterLocked(const v1::RegisterRequest& req) REQUIRES(mu_);
   // Answers the cluster waiters past their deadline with the view as it is.
   void SweepClusterWaitersLocked(TimePoint now, Deferred* deferred) REQUIRES(mu_);
+  // Elastic jobs (scheduler_state_world.cc): a resize just decided (departed workers, waiters,
+  // the view); the ReachStep waiters past their deadline (answered undecided); all of them
+  // failed with `st`.
+  void WorldDecidedLocked(const v1::WorldInfo& world, Deferred* deferred) REQUIRES(mu_);
+  void SweepReachWaitersLocked(TimePoint now, Deferred* deferred) REQUIRES(mu_);
+  void FailReachWaitersLocked(const Status& st, Deferred* deferred) REQUIRES(mu_);
 
   const SchedulerConfig config_;
   const Clock* const clock_;
@@ -173,6 +198,9 @@ class SchedulerState {
   GroupKeys group_keys_ GUARDED_BY(mu_);
   Rejoins rejoins_ GUARDED_BY(mu_);
   RestartRecovery recovery_ GUARDED_BY(mu_);
+  WorldPlan world_ GUARDED_BY(mu_);
+  std::vector<ReachWaiter> reach_waiters_ GUARDED_BY(mu_);
+  int64_t resizes_answered_ GUARDED_BY(mu_) = 0;  // the newest epoch WorldDecidedLocked saw
 
   int64_t version_ GUARDED_BY(mu_) = 1;
   bool was_complete_ GUARDED_BY(mu_) = false;  // for logging the transition once

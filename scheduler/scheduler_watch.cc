@@ -142,6 +142,7 @@ void SchedulerWatch::Loop() {
     scheduler_id_ = ping->scheduler_id();
     NoteRestartingLocked(*ping);
     if (ping->stopping()) job_stopping_.store(true, std::memory_order_relaxed);
+    resize_epoch_.store(ping->resize_epoch(), std::memory_order_relaxed);
     if (restarted) ++restarts_seen_;
     if (lost_logged || restarted) {
       const double secs = lost_logged ? std::chrono::duration<double>(
@@ -156,7 +157,20 @@ void SchedulerWatch::Loop() {
     handback_logged = false;
     up_ = true;
     cv_.SignalAll();
+    if (ping->resize_epoch() > 0 && on_resize_) {
+      // Called without the lock: it may call the scheduler (a worker's report of its step).
+      auto listener = on_resize_;
+      const int64_t epoch = ping->resize_epoch();
+      lock.Unlock();
+      listener(epoch);
+      lock.Lock();
+    }
   }
+}
+
+void SchedulerWatch::SetResizeListener(std::function<void(int64_t)> listener) {
+  MutexLock lock(&mu_);
+  on_resize_ = std::move(listener);
 }
 
 }  // namespace trellis

@@ -45,6 +45,10 @@ class SchedulerWatch {
   std::string restarting_seen() const EXCLUDES(mu_);
   // Whether an answer said the whole job is being stopped from outside (StopJob); stays true.
   bool job_stopping() const { return job_stopping_.load(std::memory_order_relaxed); }
+  // Elastic jobs: the resize the last answer said is under way (0: none; docs/elastic.md).
+  int64_t resize_epoch() const { return resize_epoch_.load(std::memory_order_relaxed); }
+  // Called on the watch's thread after each answer that says a resize is under way (its epoch).
+  void SetResizeListener(std::function<void(int64_t)> listener) EXCLUDES(mu_);
 
  private:
   void Loop() EXCLUDES(mu_);
@@ -66,6 +70,8 @@ class SchedulerWatch {
   std::chrono::steady_clock::time_point restarting_at_ GUARDED_BY(mu_){};
   std::string restarting_ GUARDED_BY(mu_);  // as restarting_seen() says
   std::atomic<bool> job_stopping_{false};    // read at every step boundary: no lock
+  std::atomic<int64_t> resize_epoch_{0};     // likewise
+  std::function<void(int64_t)> on_resize_ GUARDED_BY(mu_);
   std::thread thread_;
 };
 

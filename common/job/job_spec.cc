@@ -257,6 +257,56 @@ void ParseSliceBytes(const MapReader& spec, JobSpec* out) {
   }
 }
 
+// spec.elastic: minWorkers <= workers.replicas <= maxWorkers, both required.
+void ParseElastic(const MapReader& spec, JobSpec* out) {
+  if (!spec.Has("elastic")) return;
+  MapReader el(spec.Get("elastic"), spec.Path("elastic"), spec.errors(),
+               {"minWorkers", "maxWorkers"});
+  if (!el.is_mapping()) return;
+  ElasticSpec& e = out->elastic;
+  const int32_t replicas = out->workers.replicas;
+  bool ok = true;
+  for (const char* key : {"minWorkers", "maxWorkers"}) {
+    if (!el.Has(key)) {
+      spec.errors()->Add(el.Path(key), "required field is missing");
+      ok = false;
+    }
+  }
+  const std::string r = "spec.workers.replicas (" + std::to_string(replicas) + ")";
+  int64_t v = 0;
+  if (el.GetInt("minWorkers", &v)) {
+    if (v < 1 || v > replicas) {
+      spec.errors()->AddGot(el.Path("minWorkers"), v < 1 ? "must be >= 1" : "must be <= " + r,
+                            el.Get("minWorkers"));
+      ok = false;
+    } else {
+      e.minWorkers = static_cast<int32_t>(v);
+    }
+  } else {
+    ok = false;
+  }
+  if (el.GetInt("maxWorkers", &v)) {
+    if (v < replicas || v > kMaxReplicas) {
+      spec.errors()->AddGot(el.Path("maxWorkers"),
+                            v < replicas ? "must be >= " + r
+                                         : "must be <= " + std::to_string(kMaxReplicas),
+                            el.Get("maxWorkers"));
+      ok = false;
+    } else {
+      e.maxWorkers = static_cast<int32_t>(v);
+    }
+  } else {
+    ok = false;
+  }
+  if (out->workers.gpusPerWorker > 1) {
+    spec.errors()->Add(spec.Path("elastic"), "multi-GPU workers (spec.workers.gpusPerWorker " +
+                                        std::to_string(out->workers.gpusPerWorker) +
+                                        ") cannot be resized yet; remove spec.elastic");
+    ok = false;
+  }
+  e.enabled = ok;
+}
+
 void ParseSpec(const MapReader& spec, JobSpec* out) {
   Errors* errors = spec.errors();
   spec.GetString("image", &out->image);
@@ -394,6 +444,8 @@ void ParseSpec(const MapReader& spec, JobSpec* out) {
   DoubleField(sched, "progressTimeoutSeconds", "must be in [0, 86400] (0: off)",
               [](double v) { return v >= 0 && v <= 86400; }, &s.progressTimeoutSeconds);
 
+  ParseElastic(spec, out);
+
   MapReader mon(spec.Get("monitoring"), spec.Path("monitoring"), errors, {"straggler"});
   MapReader strag(mon.Get("straggler"), mon.Path("straggler"), errors,
                   {"factor", "windowSeconds"});
@@ -472,7 +524,7 @@ StatusOr<JobSpec> ParseDocument(const YAML::Node& root) {
     MapReader spec(top.Get("spec"), "spec", &errors,
                    {"image", "servers", "workers", "keyDispatch", "sliceBytes", "priority",
                     "bulking", "compression", "serverMode", "transport", "optimizer", "checkpoint",
-                    "recovery", "runPolicy", "scheduler", "monitoring", "tls"});
+                    "recovery", "runPolicy", "scheduler", "monitoring", "tls", "elastic"});
     if (spec.is_mapping()) {
       ParseSpec(spec, &job);
       ParseTlsSpec(spec, &job.tls);

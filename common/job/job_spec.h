@@ -184,6 +184,16 @@ struct SchedulerSpec {
   bool operator==(const SchedulerSpec&) const = default;
 };
 
+// spec.elastic (docs/elastic.md): the bounds a running job's workers may be resized within.
+// Absent: the job's size is fixed (enabled false).
+struct ElasticSpec {
+  bool enabled = false;
+  int32_t minWorkers = 1;
+  int32_t maxWorkers = 1;
+
+  bool operator==(const ElasticSpec&) const = default;
+};
+
 // spec.monitoring (docs/job-spec.md#monitoring): how the scheduler judges training progress.
 struct StragglerSpec {
   // A worker whose compute time per step stays above `factor` x the median of the workers for
@@ -244,6 +254,7 @@ struct JobSpec {
   SchedulerSpec scheduler;
   MonitoringSpec monitoring;
   TlsSpec tls;
+  ElasticSpec elastic;
 
   // The effective restart policy of a role (its own, else the run policy's).
   RestartPolicy RestartPolicyFor(const RoleSpec& role) const {

@@ -201,6 +201,13 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   Double(out, "progressTimeoutSeconds", s.progressTimeoutSeconds);
   out << YAML::EndMap;
 
+  if (spec.elastic.enabled) {
+    out << YAML::Key << "elastic" << YAML::Value << YAML::BeginMap;
+    Int(out, "minWorkers", spec.elastic.minWorkers);
+    Int(out, "maxWorkers", spec.elastic.maxWorkers);
+    out << YAML::EndMap;
+  }
+
   const StragglerSpec& st = spec.monitoring.straggler;
   out << YAML::Key << "monitoring" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "straggler" << YAML::Value << YAML::BeginMap;

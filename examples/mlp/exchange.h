@@ -13,8 +13,11 @@ namespace trellis::mlp {
 class Exchange {
  public:
   virtual ~Exchange() = default;
+  // This worker's rank and the number of workers now. In an elastic job both change inside
+  // Commit (docs/elastic.md); left(): this worker was resized away and stops there.
   virtual int rank() const = 0;
   virtual int world() const = 0;
+  virtual bool left() const { return false; }
   // Once, after every worker initialized its own model: declares one key per layer and makes
   // every worker's parameters and `velocity` (the optimizer's momentum, one vector per layer)
   // equal to rank 0's, restored from the newest checkpoint when the job has one. Returns the

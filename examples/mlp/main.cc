@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
               << "\n";
     return 4;
   }
+  if (report->left) return 0;  // an elastic job resized without this worker (docs/elastic.md)
   if (exchange->rank() == 0 && !report->stopped && !report->reached_target) return 1;
   return 0;
 }

@@ -58,11 +58,14 @@ void ApplyUpdate(float* params, float* velocity, const float* sum, int64_t n, fl
 StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp& model,
                             const TrainOutput& output) {
   const Clock::time_point wall_start = Clock::now();
-  const int rank = exchange.rank();
-  const int world = exchange.world();
-  const bool talk = rank == 0 && output.out != nullptr;
+  // An elastic job's resize changes rank and world at a commit point (docs/elastic.md): the
+  // trainer re-shards its data then, and only rank 0 of the moment talks.
+  int rank = exchange.rank();
+  int world = exchange.world();
+  bool talk = rank == 0 && output.out != nullptr;
   std::ostream discard(nullptr);  // no buffer: swallows output on silent ranks
-  std::ostream& out = talk ? *output.out : discard;
+  std::ostream* out_stream = talk ? output.out : &discard;
+  auto out = [&]() -> std::ostream& { return *out_stream; };
   if (model.sizes() != options.sizes) {
     return InvalidArgumentError("model shape does not match --layers");
   }
@@ -71,10 +74,12 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
                                 std::to_string(world) + ")");
   }
 
-  const Dataset train = Shard(MakeTrainSet(options.task, options.train_samples), rank, world);
-  const Dataset test = rank == 0 ? MakeTestSet(options.task, options.test_samples) : Dataset{};
+  const Dataset full_train = MakeTrainSet(options.task, options.train_samples);
+  Dataset train = Shard(full_train, rank, world);
+  // Every worker may become rank 0 after a resize, and rank 0 evaluates.
+  const Dataset test = MakeTestSet(options.task, options.test_samples);
   const int64_t batch = options.batch;
-  const int64_t steps_per_epoch = train.size / batch;
+  int64_t steps_per_epoch = train.size / batch;
   if (steps_per_epoch < 1) {
     return InvalidArgumentError("--train-samples " + std::to_string(options.train_samples) +
                                 " gives " + std::to_string(train.size) + " samples per worker (" +
@@ -82,7 +87,7 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
                                 std::to_string(batch));
   }
 
-  const int64_t total_steps =
+  int64_t total_steps =
       options.stop_at_step > 0 ? std::min(options.stop_at_step, steps_per_epoch * options.epochs)
                                : steps_per_epoch * options.epochs;
   const int layers = model.num_layers();
@@ -97,7 +102,7 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
   std::vector<bool> pending(layers, false);
   const float lr = static_cast<float>(options.lr);
   const float momentum = static_cast<float>(options.momentum);
-  const float inv_world = 1.0f / static_cast<float>(world);
+  float inv_world = 1.0f / static_cast<float>(world);
 
   Status comm_error;  // first communication failure, checked after each forward/backward
   auto finish_layer = [&](int l) {
@@ -132,22 +137,22 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
   report.world = world;
   double train_seconds = 0;
   if (talk) {
-    out << "trellis-mlp: " << report.num_params << " parameters, " << world << " worker(s), "
+    out() << "trellis-mlp: " << report.num_params << " parameters, " << world << " worker(s), "
         << train.size << " training samples per worker, batch " << batch << ", "
         << steps_per_epoch << " steps per epoch\n"
         << std::flush;
     if (exchange.ReturnsWeights()) {
-      out << "trellis-mlp: serverMode update: the servers run the job's optimizer (--lr and "
+      out() << "trellis-mlp: serverMode update: the servers run the job's optimizer (--lr and "
              "--momentum unused)\n";
     }
-    if (resume_after > 0) out << "trellis-mlp: resuming after step " << resume_after << "\n";
+    if (resume_after > 0) out() << "trellis-mlp: resuming after step " << resume_after << "\n";
   }
   // A finished job started again (its newest checkpoint is its last step): nothing to train. The
   // restored model is the job's result; rank 0 evaluates it instead of reporting nothing.
   report.already_finished = resume_after > 0 && resume_after >= total_steps;
   if (report.already_finished) {
     if (talk) {
-      out << "trellis-mlp: the checkpoint is of step " << resume_after << ", the job's last ("
+      out() << "trellis-mlp: the checkpoint is of step " << resume_after << ", the job's last ("
           << total_steps << "): nothing left to train; evaluating the restored model\n";
     }
     if (rank == 0) {
@@ -162,7 +167,15 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
     return comm_error;
   };
 
-  for (int epoch = 1; epoch <= options.epochs && !report.stopped && !report.already_finished; ++epoch) {
+  // Global steps done before the next epoch starts.
+  int64_t next_epoch_first = 0;
+  // An elastic job's resize (docs/elastic.md) took effect at the last commit: after this step
+  // the trainer re-shards the training set for its new rank and world and carries on at the same
+  // fraction of the epoch. (The step in flight keeps the batch it was given.)
+  bool resized = false;
+  for (int epoch = 1; epoch <= options.epochs && !report.stopped && !report.already_finished &&
+                      !report.left;
+       ++epoch) {
     const Clock::time_point epoch_start = Clock::now();
     // Each epoch shuffles the previous epoch's order, so a resumed run replays the shuffles of
     // the epochs it skips.
@@ -170,11 +183,13 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
     for (int64_t i = train.size - 1; i > 0; --i) {
       std::swap(order[i], order[shuffle.Below(static_cast<uint64_t>(i) + 1)]);
     }
-    const int64_t epoch_first = static_cast<int64_t>(epoch - 1) * steps_per_epoch;
-    if (epoch_first + steps_per_epoch <= resume_after) continue;  // trained before the restore
+    int64_t epoch_first = next_epoch_first;
+    next_epoch_first += steps_per_epoch;
+    if (next_epoch_first <= resume_after) continue;  // trained before the restore
     const int64_t first_step = std::max<int64_t>(0, resume_after - epoch_first);
     double loss_sum = 0;
-    const int64_t bar_every = std::max<int64_t>(1, steps_per_epoch / 50);
+    int64_t epoch_steps = 0;
+    int64_t bar_every = std::max<int64_t>(1, steps_per_epoch / 50);
     for (int64_t step = first_step; step < steps_per_epoch; ++step) {
       for (int64_t r = 0; r < batch; ++r) {
         const int64_t idx = order[step * batch + r];
@@ -187,8 +202,25 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
       // are not pushed yet: the commit point of the previous step (a restarted worker resumes
       // from it; it replays the shuffles above like a restore).
       TRELLIS_RETURN_IF_ERROR(exchange.Commit(epoch_first + step));
+      if (exchange.left()) {
+        // Resized away: every update up to the commit is applied and nothing is in flight.
+        report.left = true;
+        report.left_after = epoch_first + step;
+        break;
+      }
+      if (exchange.world() != world || exchange.rank() != rank) {
+        // The step in flight is summed over the new world: scale its sum accordingly.
+        rank = exchange.rank();
+        world = exchange.world();
+        inv_world = 1.0f / static_cast<float>(world);
+        talk = rank == 0 && output.out != nullptr;
+        out_stream = talk ? output.out : &discard;
+        resized = true;
+        report.resizes += 1;
+      }
       const double loss = model.LossAndGradient(yb.data(), batch);
       loss_sum += loss;
+      ++epoch_steps;
       if (rank == options.slow_rank && options.step_sleep_ms > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(options.step_sleep_ms));
       }
@@ -214,13 +246,52 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
                       epoch, options.epochs, Bar(step + 1, steps_per_epoch).c_str(),
                       static_cast<int>(100 * (step + 1) / steps_per_epoch),
                       loss_sum / static_cast<double>(step + 1), rate);
-        out << line << std::flush;
+        out() << line << std::flush;
       }
+      if (resized) {
+        resized = false;
+        const double done = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch);
+        train = Shard(full_train, rank, world);
+        steps_per_epoch = train.size / batch;
+        if (steps_per_epoch < 1) {
+          return InvalidArgumentError("after a resize to " + std::to_string(world) +
+                                      " workers, " + std::to_string(train.size) +
+                                      " samples per worker are fewer than --batch " +
+                                      std::to_string(batch));
+        }
+        order.resize(train.size);
+        std::iota(order.begin(), order.end(), 0);
+        Rng reshuffle(MixSeed(options.seed, 100000 + 1000 * static_cast<uint64_t>(epoch) + rank));
+        for (int64_t i = train.size - 1; i > 0; --i) {
+          std::swap(order[i], order[reshuffle.Below(static_cast<uint64_t>(i) + 1)]);
+        }
+        const int64_t next = std::min<int64_t>(
+            steps_per_epoch, static_cast<int64_t>(done * static_cast<double>(steps_per_epoch) + 0.5));
+        const int64_t global_done = epoch_first + step + 1;
+        epoch_first = global_done - next;
+        next_epoch_first = epoch_first + steps_per_epoch;
+        const int64_t planned = next_epoch_first + (options.epochs - epoch) * steps_per_epoch;
+        total_steps = options.stop_at_step > 0 ? std::min(options.stop_at_step, planned) : planned;
+        bar_every = std::max<int64_t>(1, steps_per_epoch / 50);
+        xb.assign(batch * train.dim, 0.0f);
+        if (talk) {
+          out() << (output.tty ? "\n" : "") << "trellis-mlp: resized to " << world
+              << " worker(s) from step " << global_done << ": " << train.size
+              << " training samples per worker, " << steps_per_epoch << " steps per epoch\n"
+              << std::flush;
+        }
+        step = next - 1;
+      }
+    }
+    if (report.left) {
+      TRELLIS_RETURN_IF_ERROR(finish_all());
+      train_seconds += SecondsSince(epoch_start);
+      break;
     }
     if (report.stopped) {
       // The partial epoch's time counts too: without it, throughput divided by ~0 s.
       train_seconds += SecondsSince(epoch_start);
-      if (talk) out << "\ntrellis-mlp: stopped after step " << options.stop_at_step << " as asked\n";
+      if (talk) out() << "\ntrellis-mlp: stopped after step " << options.stop_at_step << " as asked\n";
       break;
     }
     // Apply the last step's updates so every worker holds the same weights at the epoch end.
@@ -230,8 +301,7 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
     stats.epoch = epoch;
     stats.train_seconds = SecondsSince(epoch_start);
     train_seconds += stats.train_seconds;
-    const int64_t epoch_steps = steps_per_epoch - first_step;
-    stats.train_loss = loss_sum / static_cast<double>(epoch_steps);
+    stats.train_loss = loss_sum / static_cast<double>(std::max<int64_t>(1, epoch_steps));
     stats.samples_per_second =
         static_cast<double>(world * batch * epoch_steps) / std::max(stats.train_seconds, 1e-9);
     if (rank == 0) {
@@ -249,10 +319,22 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
                     Bar(steps_per_epoch, steps_per_epoch).c_str(), stats.train_loss,
                     stats.test_loss, Percent(stats.test_accuracy).c_str(),
                     stats.samples_per_second, stats.train_seconds);
-      out << line << std::flush;
+      out() << line << std::flush;
     }
   }
 
+  if (report.left) {
+    // Not in the job any more: the statistics are the remaining workers' business.
+    report.train_seconds = train_seconds;
+    report.wall_seconds = SecondsSince(wall_start);
+    if (output.out != nullptr) {
+      *output.out << "trellis-mlp: worker left the job after step " << report.left_after
+                  << " (resized away; docs/elastic.md)\n"
+                  << std::flush;
+    }
+    return report;
+  }
+  report.world = world;
   // Exact totals over all workers (each worker only knows its own counters).
   TRELLIS_ASSIGN_OR_RETURN(
       std::vector<double> totals,
@@ -279,7 +361,7 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
   const bool evaluated = !report.epochs.empty() || report.already_finished;
   report.reached_target = evaluated && report.test_accuracy >= options.target_accuracy;
   report.wall_seconds = SecondsSince(wall_start);
-  if (talk) out << FormatResult(options, report) << std::flush;
+  if (talk) out() << FormatResult(options, report) << std::flush;
   return report;
 }
 

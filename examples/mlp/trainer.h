@@ -49,6 +49,11 @@ struct TrainReport {
   double wall_seconds = 0;
   double train_seconds = 0;
   std::vector<EpochStats> epochs;
+  // Elastic jobs (docs/elastic.md): resizes this worker went through, and whether it was resized
+  // away (then after which global step; no statistics or result of its own).
+  int resizes = 0;
+  bool left = false;
+  int64_t left_after = 0;
 };
 
 struct TrainOutput {

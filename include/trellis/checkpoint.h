@@ -76,6 +76,8 @@ class Checkpointer {
   // the previous step's updates are all applied (examples/mlp does, after the forward pass).
   // A rejoiner takes over the push counts of every key, tracked or not; the values of keys the
   // checkpointer does not track (e.g. statistics summed now and then) are not carried.
+  // Elastic jobs (docs/elastic.md): a resize takes effect here, so worker.world() (rank, size)
+  // may differ afterwards; when world().left, this worker stops training and exits 0.
   virtual Status Commit(int64_t step) = 0;
   // Commit(step), then Save(step) when Due(step): the one per-step call of a simple loop.
   virtual Status EndStep(int64_t step) = 0;

@@ -47,6 +47,16 @@ struct KeyDecl {
   WireType wire = WireType::kJob;
 };
 
+// Elastic jobs (docs/elastic.md): the workers taking part in the job's steps from `from_step`
+// on, and this worker's place among them (rank() and size() say the same).
+struct WorldView {
+  int64_t epoch = 0;      // 0: the world the job started with; +1 per resize
+  int64_t from_step = 1;  // its first step (a key's step n is its n-th push)
+  int rank = 0;           // this worker's index among the members: 0..size-1
+  int size = 1;
+  bool left = false;      // this worker is not in it: stop training and exit 0
+};
+
 // The job's gradient compression as seen by one worker (all zero without compression).
 struct CompressionStats {
   uint64_t bytes_in = 0;     // gradient bytes of the compressed pushes (float32)
@@ -106,8 +116,14 @@ class Worker {
   static StatusOr<std::unique_ptr<Worker>> Create(const WorkerOptions& options = {});
   virtual ~Worker();
 
+  // This worker's rank among the workers taking part now, and how many they are. In an elastic
+  // job both change at a step boundary (Checkpointer::EndStep or Commit): see world().
   virtual int rank() const = 0;
   virtual int size() const = 0;         // number of workers
+  // Elastic jobs (docs/elastic.md): the world this worker is in; it changes only inside the
+  // Checkpointer's EndStep/Commit. A program compares `epoch` after each of them to re-shard its
+  // data (and rescale its learning rate); `left`: stop and exit 0. Fixed-size jobs: epoch 0.
+  virtual WorldView world() const = 0;
   virtual int num_servers() const = 0;
   virtual const CheckpointConfig& checkpoint_config() const = 0;
 

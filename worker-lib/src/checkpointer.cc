@@ -74,11 +74,14 @@ class CheckpointerImpl final : public Checkpointer {
   StatusOr<int64_t> Restore() override;
   Status Commit(int64_t step) override {
     TRELLIS_RETURN_IF_ERROR(Keep(step));
+    // Elastic jobs: a resize is reported, or takes effect, at this boundary (world_switch.h).
+    if (hooks_ != nullptr) TRELLIS_RETURN_IF_ERROR(hooks_->AtStepBoundary(step));
+    if (worker_.world().left) return Status::Ok();  // resized away: the program stops here
     return StopsHere() ? StopForTheJob(step) : Status::Ok();
   }
   Status EndStep(int64_t step) override {
     TRELLIS_RETURN_IF_ERROR(Commit(step));
-    return Due(step) ? Save(step) : Status::Ok();
+    return Due(step) && !worker_.world().left ? Save(step) : Status::Ok();
   }
   bool Due(int64_t step) const override {
     return worker_.rank() == 0 && !config_.path.empty() && config_.interval_steps > 0 &&

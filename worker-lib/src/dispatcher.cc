@@ -53,7 +53,8 @@ bool Dispatcher::Bulkable(const SliceTask& t) const {
   const BulkingOptions& b = bulking_;
   // Server-wide commands (a checkpoint's save or load, a rejoin) are never bulked: they travel alone.
   return b.enabled && t.request.op != wire::Op::kInit && t.request.op != wire::Op::kSave &&
-         t.request.op != wire::Op::kLoad && !wire::IsRejoinOp(static_cast<uint8_t>(t.request.op)) &&
+         t.request.op != wire::Op::kLoad && t.request.op != wire::Op::kWorld &&
+         !wire::IsRejoinOp(static_cast<uint8_t>(t.request.op)) &&
          t.slice_bytes <= b.threshold_bytes;
 }
 

@@ -58,6 +58,8 @@ class LocalGroupWorker final : public Worker {
 
   int rank() const override { return pod_ * g_ + local_; }
   int size() const override { return pods_ * g_; }
+  // Elastic jobs do not take multi-GPU pods (the job spec refuses them): the world is fixed.
+  WorldView world() const override { return WorldView{0, 1, rank(), size(), false}; }
   int num_servers() const override { return inner_->num_servers(); }
   const CheckpointConfig& checkpoint_config() const override {
     return inner_->checkpoint_config();

@@ -85,13 +85,15 @@ Operation OpBuilder::Slices(const KeyState& k, const OpRequest& r, const OpPlan&
   return out;
 }
 
-Operation OpBuilder::ServerCommand(wire::Op op, int64_t step, uint64_t key,
-                                   size_t num_servers) const {
+Operation OpBuilder::ServerCommand(wire::Op op, int64_t step, uint64_t key, size_t num_servers,
+                                   std::shared_ptr<const std::vector<uint8_t>> payload) const {
   Operation out;
   out.priority = kBroadcastPriority;
   out.state = std::make_shared<Handle::State>();
   Handle::State& st = *out.state;
-  st.what = std::string("checkpoint ") + wire::OpName(op) + " of step " + std::to_string(step);
+  st.what = op == wire::Op::kWorld
+                ? "announcing world " + std::to_string(step) + " to the servers"
+                : std::string("checkpoint ") + wire::OpName(op) + " of step " + std::to_string(step);
   st.deadline = Handle::State::Clock::now() + std::chrono::milliseconds(timeout_ms_);
   st.ExpectParts(num_servers);
   for (size_t i = 0; i < num_servers; ++i) {
@@ -105,6 +107,7 @@ Operation OpBuilder::ServerCommand(wire::Op op, int64_t step, uint64_t key,
     t.request.key = key;
     t.request.step = step;
     t.request.priority = kBroadcastPriority;
+    t.request.encoded = payload;
     t.out = nullptr;
     t.enqueued = SliceClock::now();  // its queue wait is measured like any slice's
     out.tasks.push_back(std::move(t));

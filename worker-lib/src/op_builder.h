@@ -52,9 +52,10 @@ class OpBuilder {
   Operation Slices(const KeyState& k, const OpRequest& r, const OpPlan& plan, int64_t step,
                    std::shared_ptr<Handle::State> state,
                    std::vector<WorkerCompression::Frame> frames) const;
-  // One request to each of `num_servers` servers (wire::Op::kSave, kLoad, kRejoin); `key` goes
-  // in the header's key field.
-  Operation ServerCommand(wire::Op op, int64_t step, uint64_t key, size_t num_servers) const;
+  // One request to each of `num_servers` servers (wire::Op::kSave, kLoad, kRejoin, kWorld);
+  // `key` goes in the header's key field, `payload` (optional) after the header.
+  Operation ServerCommand(wire::Op op, int64_t step, uint64_t key, size_t num_servers,
+                          std::shared_ptr<const std::vector<uint8_t>> payload = nullptr) const;
 
  private:
   const int64_t timeout_ms_;

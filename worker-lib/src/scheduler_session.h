@@ -41,6 +41,12 @@ class SchedulerSession {
 
   // Whether the scheduler said the whole job is being stopped from outside (StopJob).
   bool JobStopping() const { return watch_->job_stopping(); }
+  // The resize the scheduler says is under way (0: none; docs/elastic.md).
+  int64_t ResizeEpoch() const { return watch_->resize_epoch(); }
+  // Called on the watch's thread while the pings say a resize is under way (world_switch.h).
+  void SetResizeListener(std::function<void(int64_t)> listener) {
+    watch_->SetResizeListener(std::move(listener));
+  }
 
   // What this worker holds, for a restarted scheduler.
   void HoldShardMap(const v1::ShardMap& map) EXCLUDES(mu_);

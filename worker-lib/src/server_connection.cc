@@ -632,6 +632,29 @@ std::shared_ptr<ServerConnection::LinkSession> ServerConnection::Attempt(
       return nullptr;
     }
   }
+  if (recovery_.world) {
+    // After a resize the server must count in the workers' world before it rebuilds: a
+    // restarted one starts from the job's first (docs/elastic.md#what-survives-what).
+    auto [epoch, members] = recovery_.world();
+    if (epoch > 0) {
+      auto world_latch = std::make_shared<Latch>(1);
+      SliceRequest q;
+      q.op = wire::Op::kWorld;
+      q.step = epoch;
+      q.priority = INT32_MAX;
+      q.encoded = std::make_shared<const std::vector<uint8_t>>(wire::EncodeWorldMembers(members));
+      session->Send(q, [world_latch](const Status& s, const Payload&) { world_latch->Done(s); },
+                    nullptr);
+      Status st = world_latch->Wait(end, "world " + std::to_string(epoch) + " to " +
+                                             o.address.service);
+      // A newer world there (announced by another worker meanwhile) is not this link's concern.
+      if (!st.ok() && st.code() != StatusCode::kFailedPrecondition) {
+        *last = st;
+        Retire(std::move(session));
+        return nullptr;
+      }
+    }
+  }
   // The replays, all answered before the end is sent (the server may serve them in any order).
   auto latch = std::make_shared<Latch>(static_cast<int64_t>(pushes.size()) + 1);
   std::set<PushId> ids;

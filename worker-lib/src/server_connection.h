@@ -69,6 +69,10 @@ struct RecoveryOptions {
   std::function<std::chrono::steady_clock::time_point()> restarting_seen_at;
   prometheus::Counter* reconnects = nullptr;  // trellis_worker_server_reconnects_total
   prometheus::Counter* replayed = nullptr;    // trellis_worker_replayed_slices_total
+  // Elastic jobs: the world this worker is in (epoch, members). A world after the first is
+  // announced (wire::Op::kWorld) before the replays, so a restarted server, which starts from
+  // the job's first world, rebuilds and counts in the world the workers are in. Null: never.
+  std::function<std::pair<int64_t, std::vector<int32_t>>()> world;
 };
 
 class ServerConnection {

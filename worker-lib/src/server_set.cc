@@ -42,6 +42,7 @@ StatusOr<std::unique_ptr<ServerConnection>> ServerSet::Connect(int32_t s,
     }
     r->reconnects = series_.reconnects();
     r->replayed = series_.replayed();
+    r->world = world_;
   }
   return ServerConnection::Open(o, setup_.connect, std::move(r));
 }

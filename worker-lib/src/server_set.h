@@ -19,8 +19,11 @@ namespace trellis {
 
 class ServerSet {
  public:
-  // `setup` and `series` outlive the set.
-  ServerSet(const WorkerSetup& setup, WorkerMetrics& series) : setup_(setup), series_(series) {}
+  // `setup` and `series` outlive the set. `world`: the worker's world (RecoveryOptions::world);
+  // null: none.
+  ServerSet(const WorkerSetup& setup, WorkerMetrics& series,
+            std::function<std::pair<int64_t, std::vector<int32_t>>()> world = nullptr)
+      : setup_(setup), series_(series), world_(std::move(world)) {}
   ServerSet(const ServerSet&) = delete;
   ServerSet& operator=(const ServerSet&) = delete;
 
@@ -45,6 +48,7 @@ class ServerSet {
 
   const WorkerSetup& setup_;
   WorkerMetrics& series_;
+  const std::function<std::pair<int64_t, std::vector<int32_t>>()> world_;
   // Written by Open (under the key table's round lock, before any operation may start) and by
   // Close (the worker's destructor, once nothing is dispatched any more); read without a lock in
   // between.

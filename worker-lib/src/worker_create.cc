@@ -150,6 +150,19 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   // The job's end from outside: the pings carry it; rank 0 reports its checkpoints.
   setup.job_stopping = [ss] { return ss->JobStopping(); };
   setup.report_checkpoint = [c](const v1::ReportCheckpointRequest& r) { return c->ReportCheckpoint(r); };
+  // Elastic jobs (docs/elastic.md): the world now (after a resize, a restarted worker's is not
+  // the first one), and the resize protocol at step boundaries.
+  if (job->elastic.enabled) {
+    setup.world = view.world();
+    setup.resize_epoch = [ss] { return ss->ResizeEpoch(); };
+    setup.listen_resizes = [ss](std::function<void(int64_t)> f) {
+      ss->SetResizeListener(std::move(f));
+    };
+    setup.reach_step = [ss, c](const v1::ReachStepRequest& r, milliseconds w) {
+      return ss->Call<StatusOr<v1::ReachStepResponse>>(
+          [&](milliseconds left) { return c->ReachStep(r, left); }, w);
+    };
+  }
   // Operations wait for a member the scheduler is restarting (docs/scheduler.md#stalls).
   setup.peers_restarting = [ss] { return ss->PeersRestarting(); };
   setup.keep_alive = session;

@@ -45,11 +45,29 @@ WorkerImpl::WorkerImpl(WorkerSetup setup)
             [this](KeyState* k) { return compression_.ChooseEncoding(k); }),
       gate_(keys_, series_),
       builder_(setup_.timeout_ms, setup_.priority_enabled, compression_, series_),
-      servers_(setup_, series_),
+      servers_(setup_, series_,
+               [this] { return world_->Current(); }),
       dispatch_(setup_.bulking, setup_.water_mark, servers_, compression_, series_,
                 slice_metrics_, ledger_),
       deadlines_(setup_.timeout_ms, setup_.peers_restarting, servers_),
-      progress_(setup_.rank, setup_.incarnation, setup_.report_progress, wait_ns_.get()) {}
+      world_(std::make_shared<WorldSwitch>(
+          setup_.rank, setup_.incarnation, setup_.num_workers, setup_.world,
+          WorldSwitch::Hooks{setup_.resize_epoch, setup_.reach_step,
+                             [this](int64_t epoch, const std::vector<int32_t>& members) {
+                               auto payload = std::make_shared<const std::vector<uint8_t>>(
+                                   wire::EncodeWorldMembers(members));
+                               return ServerCommand(wire::Op::kWorld, epoch, 0, payload).Wait();
+                             }},
+          std::chrono::milliseconds(setup_.timeout_ms))),
+      progress_(setup_.rank, setup_.incarnation, setup_.report_progress, wait_ns_.get()) {
+  if (setup_.listen_resizes) {
+    // A worker stuck in a step (waiting for a peer that waits for the resize's decision) still
+    // reports the step it last finished: the pings carry the report (world_switch.h).
+    setup_.listen_resizes([w = std::weak_ptr<WorldSwitch>(world_)](int64_t epoch) {
+      if (auto s = w.lock()) s->OnAnnounced(epoch);
+    });
+  }
+}
 
 WorkerImpl::~WorkerImpl() {
   gate_.Close();
@@ -100,6 +118,9 @@ Handle WorkerImpl::Transfer(wire::Op op, KeyId key, uint64_t id, float* data) {
 }
 
 Handle WorkerImpl::Start(OpRequest r) {
+  if (world_->left()) {  // an elastic job resized without this worker
+    return FailedHandle(FailedPreconditionError(world_->LeftMessage()), std::move(r.done));
+  }
   // May it start, and which step is it?
   StatusOr<KeyState*> admitted = gate_.Admit(r);
   if (!admitted.ok()) return FailedHandle(admitted.status(), std::move(r.done));
@@ -124,9 +145,11 @@ Handle WorkerImpl::Start(OpRequest r) {
   return Launch(builder_.Slices(k, r, plan, *step, std::move(state), std::move(frames)));
 }
 
-Handle WorkerImpl::ServerCommand(wire::Op op, int64_t step, uint64_t key) {
+Handle WorkerImpl::ServerCommand(wire::Op op, int64_t step, uint64_t key,
+                                 std::shared_ptr<const std::vector<uint8_t>> payload) {
   if (Status st = gate_.AdmitCommand(op); !st.ok()) return FailedHandle(st, nullptr);
-  return Launch(builder_.ServerCommand(op, step, key, static_cast<size_t>(servers_.size())));
+  return Launch(builder_.ServerCommand(op, step, key, static_cast<size_t>(servers_.size()),
+                                       std::move(payload)));
 }
 
 Handle WorkerImpl::Launch(Operation op) {

@@ -7,6 +7,7 @@
 //   ServerSet         the servers: their addresses, connections and the shard map's install
 //   Dispatcher        the priority queue and the sending of slices, answers, traffic figures
 //   DeadlineWatch     the operations' deadlines
+//   WorldSwitch       elastic jobs: the world this worker is in, switched at a step boundary
 // and holds what is left: the barrier generations, the progress reports, the metrics registry.
 #pragma once
 
@@ -36,6 +37,7 @@
 #include "worker-lib/src/worker_compression.h"
 #include "worker-lib/src/worker_metrics.h"
 #include "worker-lib/src/worker_setup.h"
+#include "worker-lib/src/world_switch.h"
 
 namespace trellis {
 
@@ -46,8 +48,12 @@ class WorkerImpl final : public Worker {
   explicit WorkerImpl(WorkerSetup setup);
   ~WorkerImpl() override;
 
-  int rank() const override { return setup_.rank; }
-  int size() const override { return setup_.num_workers; }
+  int rank() const override { return world_->rank(); }
+  int size() const override { return world_->size(); }
+  WorldView world() const override { return world_->view(); }
+  // Elastic jobs: the step boundary after `step` (the checkpointer's Commit): a resize under way
+  // is reported, and takes effect here when this is its boundary (world_switch.h).
+  Status AtStepBoundary(int64_t step) { return world_->AtBoundary(step); }
   int num_servers() const override { return servers_.size(); }
   const CheckpointConfig& checkpoint_config() const override { return setup_.checkpoint; }
 
@@ -76,9 +82,11 @@ class WorkerImpl final : public Worker {
   int slices_in_flight() const { return dispatch_.in_flight(); }
   uint64_t bulks_sent() const { return dispatch_.bulks_sent(); }
   const MetricsRegistry& metrics() const { return *metrics_; }
-  // Sends one server-wide request (wire::Op::kSave / kLoad) to every server; the handle
-  // completes when all answered (checkpointer.cc). `key` goes in the header's key field.
-  Handle ServerCommand(wire::Op op, int64_t step, uint64_t key);
+  // Sends one server-wide request (wire::Op::kSave / kLoad / kRejoin / kWorld) to every server;
+  // the handle completes when all answered (checkpointer.cc). `key` goes in the header's key
+  // field; `payload` (kWorld's members) after the header.
+  Handle ServerCommand(wire::Op op, int64_t step, uint64_t key,
+                       std::shared_ptr<const std::vector<uint8_t>> payload = nullptr);
   // The process's registry (checkpointer.cc registers its series in it).
   MetricsRegistry& registry() const { return *metrics_; }
 
@@ -117,6 +125,8 @@ class WorkerImpl final : public Worker {
   ServerSet servers_;
   Dispatcher dispatch_;
   DeadlineWatch deadlines_;
+  // Shared with the scheduler watch's resize listener (a weak reference: it may outlive us).
+  const std::shared_ptr<WorldSwitch> world_;
 
   Mutex barrier_mu_;
   std::map<std::string, int64_t> barrier_generation_ GUARDED_BY(barrier_mu_);

@@ -82,6 +82,17 @@ struct WorkerSetup {
   // StopJob): rank 0's checkpointer writes an exit checkpoint at the next step boundary and
   // waits there to be stopped (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint). Null: never.
   std::function<bool()> job_stopping;
+  // Elastic jobs (docs/elastic.md; world_switch.h): the world the worker starts in (no members:
+  // ranks 0..num_workers-1 from step 1; `rank` is then its slot, its rank for life), the resize
+  // the scheduler's pings say is under way (0: none) and its ReachStep. Null hooks: the world
+  // never changes.
+  v1::WorldInfo world;
+  std::function<int64_t()> resize_epoch;
+  // Registers a listener the scheduler's pings call while a resize is under way (its epoch).
+  std::function<void(std::function<void(int64_t)>)> listen_resizes;
+  std::function<StatusOr<v1::ReachStepResponse>(const v1::ReachStepRequest&,
+                                                std::chrono::milliseconds)>
+      reach_step;
   // Tells the scheduler of a checkpoint rank 0 wrote (its ReportCheckpoint); null: not told.
   std::function<Status(const v1::ReportCheckpointRequest&)> report_checkpoint;
   // Kept alive as long as the worker (e.g. the scheduler client the hooks use).

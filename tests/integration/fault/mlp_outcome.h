@@ -30,6 +30,7 @@ struct MlpJob {
   const char* server_mode = nullptr;
   std::string scheduler;     // YAML lines under `scheduler:`, "" for none
   std::string run_policy = "    backoffLimit: 2\n    activeDeadlineSeconds: 200\n";  // under `runPolicy:`
+  std::string elastic;       // the flow map of `elastic:` ("{minWorkers: 1, maxWorkers: 2}"), "" for none
 };
 
 inline std::string MlpJobYaml(const std::string& name, const MlpJob& j) {
@@ -60,6 +61,7 @@ inline std::string MlpJobYaml(const std::string& name, const MlpJob& j) {
   }
   if (j.server_mode != nullptr) y += "  serverMode: " + std::string(j.server_mode) + "\n";
   if (!j.scheduler.empty()) y += "  scheduler:\n" + j.scheduler;
+  if (!j.elastic.empty()) y += "  elastic: " + j.elastic + "\n";
   return y + "  runPolicy:\n" + j.run_policy;
 }
 

@@ -70,6 +70,11 @@ std::string LeafJob(const std::vector<std::string>& path, const std::string& val
     }
     return JobWith({"tls"}, files + "}");
   }
+  // The elastic bounds come as a pair (replicas is 1 here).
+  if (path.size() == 2 && path[0] == "elastic") {
+    return JobWith({"elastic"}, path[1] == "minWorkers" ? "{minWorkers: " + value + ", maxWorkers: 1}"
+                                                        : "{minWorkers: 1, maxWorkers: " + value + "}");
+  }
   // The checkpoint volume is mounted at the checkpoint path: only valid with one.
   if (path.size() == 2 && path[0] == "checkpoint" && path[1] == "volume") {
     return JobWith({"checkpoint"}, "{path: /ckpt, volume: " + value + "}");

@@ -327,6 +327,44 @@ TEST(JobSpecTest, TransportDefaultValuesRoundTripAndErrors) {
               HasSubstr("spec.transport: must be one of tcp, grpc, got \"tpc\""));
 }
 
+// spec.elastic (docs/elastic.md): off by default and then not written; the bounds round-trip and
+// must hold minWorkers <= replicas <= maxWorkers, each named in its error.
+TEST(JobSpecTest, ElasticBoundsDefaultRoundTripAndErrors) {
+  EXPECT_FALSE(MustParse(kMinimal).elastic.enabled);
+  EXPECT_THAT(JobSpecToYaml(MustParse(kMinimal)), Not(HasSubstr("elastic")));
+  const std::string three = std::string(kMinimal) + "    replicas: 3\n";
+  JobSpec job = MustParse(three + "  elastic: {minWorkers: 1, maxWorkers: 8}\n");
+  EXPECT_TRUE(job.elastic.enabled);
+  EXPECT_EQ(job.elastic.minWorkers, 1);
+  EXPECT_EQ(job.elastic.maxWorkers, 8);
+  auto again = ParseJobSpec(JobSpecToYaml(job));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->elastic, job.elastic);
+  const std::pair<std::string, std::string> bad[] = {
+      {"{minWorkers: 4, maxWorkers: 8}",
+       "spec.elastic.minWorkers: must be <= spec.workers.replicas (3), got 4"},
+      {"{minWorkers: 0, maxWorkers: 8}", "spec.elastic.minWorkers: must be >= 1, got 0"},
+      {"{minWorkers: 1, maxWorkers: 2}",
+       "spec.elastic.maxWorkers: must be >= spec.workers.replicas (3), got 2"},
+      {"{minWorkers: 1, maxWorkers: 10001}", "spec.elastic.maxWorkers: must be <= 10000, got 10001"},
+      {"{minWorkers: 1}", "spec.elastic.maxWorkers: required field is missing"},
+      {"{maxWorkers: 3}", "spec.elastic.minWorkers: required field is missing"},
+      {"{minWorkers: 1, maxWorkers: 3, minServers: 1}", "spec.elastic.minServers"},
+      {"true", "spec.elastic"},
+  };
+  for (const auto& [value, message] : bad) {
+    auto b = ParseJobSpec(three + "  elastic: " + value + "\n");
+    ASSERT_FALSE(b.ok()) << value;
+    EXPECT_THAT(b.status().message(), HasSubstr(message)) << value;
+  }
+  auto gpus = ParseJobSpec(std::string(kMinimal) +
+                           "    gpusPerWorker: 2\n  elastic: {minWorkers: 1, maxWorkers: 2}\n");
+  ASSERT_FALSE(gpus.ok());
+  EXPECT_THAT(gpus.status().message(),
+              HasSubstr("spec.elastic: multi-GPU workers (spec.workers.gpusPerWorker 2) cannot "
+                        "be resized yet"));
+}
+
 // spec.runPolicy.schedulingPolicy: unset by default and then not written; each field round-trips.
 TEST(JobSpecTest, SchedulingPolicyDefaultsFieldsAndRoundTrip) {
   EXPECT_EQ(MustParse(kMinimal).runPolicy.schedulingPolicy, SchedulingPolicySpec{});

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Elastic resize on loopback (docs/elastic.md): how long from `trellis-launch resize` to the
+first step of the new world, and the job's throughput before and after.
+
+Runs the MLP demo (examples/mlp's trellis-mlp) as an elastic job of WORKERS workers under
+trellis-launch, waits until it trains, shrinks it to --to workers with `trellis-launch resize`,
+and lets it finish. Figures, per round:
+  decided   the resize command's own figure: request -> the step boundary agreed on
+  switch    request -> the first step of the new world (rank 0's log line "world N from step
+            S", written as it switches; the step starts right after)
+  before    samples/s of the whole job in its first epoch, before the request (trellis-mlp's
+            own epoch line: all workers' samples over the epoch's time)
+  after     samples/s over the epochs wholly in the new world (the same lines), and the ratio
+            after/before (the baseline is the same run's old world)
+--load N runs N busy loops beside the job (a busy training host).
+
+usage: bench/elastic/resize_bench.py [--bin build/bin] [--workers 2] [--to 1] [--rounds 3]
+                                     [--load 0]
+"""
+import argparse
+import datetime
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+JOB = """apiVersion: trellis.io/v1alpha1
+kind: TrainingJob
+metadata:
+  name: {name}
+spec:
+  servers:
+    replicas: 2
+  workers:
+    replicas: {workers}
+    command: [trellis-mlp]
+    args: [--layers, "16,256,256,10", --epochs, "6", --batch, "32", --lr, "0.02",
+           --train-samples, "32768", --test-samples, "1000", --target-accuracy, "0.5"]
+  elastic: {{minWorkers: 1, maxWorkers: {workers}}}
+  sliceBytes: 65536
+  runPolicy:
+    restartPolicy: Never
+    activeDeadlineSeconds: 600
+"""
+
+
+def epoch_rates(text):
+    """epoch number -> samples/s, from trellis-mlp's epoch lines."""
+    out = {}
+    for m in re.finditer(r"epoch (\d+)/\d+ .*\| ([0-9]+) samples/s \|", text):
+        out[int(m.group(1))] = float(m.group(2))
+    return out
+
+
+def log_time(line, day):
+    """The wall time of a log line "[... HH:MM:SS.mmm ...]" on `day` (seconds since the epoch)."""
+    m = re.search(r"(\d\d):(\d\d):(\d\d)\.(\d\d\d)", line)
+    if not m:
+        return None
+    t = datetime.datetime.combine(day, datetime.time(int(m.group(1)), int(m.group(2)),
+                                                     int(m.group(3)), int(m.group(4)) * 1000))
+    return t.timestamp()
+
+
+def one_round(args, n):
+    work = tempfile.mkdtemp(prefix="trellis-resize-bench-")
+    name = "rsz-%d-%d" % (os.getpid(), n)
+    logs = os.path.join(work, "logs")
+    job = os.path.join(work, "job.yaml")
+    with open(job, "w") as f:
+        f.write(JOB.format(name=name, workers=args.workers))
+    out = open(os.path.join(work, "launch.out"), "w")
+    launch = subprocess.Popen([os.path.join(args.bin, "trellis-launch"), "--log-dir", logs, job],
+                              stdout=out, stderr=subprocess.STDOUT)
+    try:
+        # Resize once the first epoch ended: it lands in the second, and its rate is the baseline.
+        deadline = time.time() + 120
+        while time.time() < deadline and launch.poll() is None:
+            out.flush()
+            with open(os.path.join(work, "launch.out")) as f:
+                if 1 in epoch_rates(f.read()):
+                    break
+            time.sleep(0.02)
+        asked = time.time()
+        r = subprocess.run([os.path.join(args.bin, "trellis-launch"), "resize", logs, str(args.to)],
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            sys.exit("resize failed: " + r.stdout + r.stderr)
+        m = re.search(r"from step ([0-9]+) \(decided ([0-9.]+) s", r.stdout)
+        from_step, decided = int(m.group(1)), float(m.group(2))
+        launch.wait(timeout=600)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+        out.close()
+    with open(os.path.join(work, "launch.out")) as f:
+        text = f.read()
+    if launch.returncode != 0:
+        sys.exit("the job failed:\n" + text)
+    switch = None
+    day = datetime.date.today()
+    with open(os.path.join(logs, "worker-0.log")) as f:
+        for line in f:
+            if re.search(r"worker 0: world [0-9]+ from step %d" % from_step, line):
+                switch = log_time(line, day)
+    rates = epoch_rates(text)
+    m = re.search(r"resized to \d+ worker\(s\) from step \d+.*\n(?:.*\n)*?.*epoch (\d+)/", text)
+    first_new = int(m.group(1)) + 1 if m else 3  # the epoch the resize landed in is mixed
+    after_epochs = [rates[e] for e in rates if e >= first_new]
+    before = rates.get(1, 0.0)
+    after = sum(after_epochs) / len(after_epochs) if after_epochs else 0.0
+    return decided, (switch - asked) if switch else float("nan"), before, after
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bin", default="build/bin")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--to", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--load", type=int, default=0)
+    args = p.parse_args()
+    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.load)]
+    try:
+        print("resize %d -> %d workers, MLP 16-256-256-10 on loopback, %d busy loop(s) beside it"
+              % (args.workers, args.to, args.load))
+        print("%-6s %10s %10s %14s %14s %8s" % ("round", "decided s", "switch s", "before smp/s",
+                                                "after smp/s", "ratio"))
+        for n in range(args.rounds):
+            decided, switch, before, after = one_round(args, n)
+            print("%-6d %10.2f %10.2f %14.0f %14.0f %8.2f" % (n + 1, decided, switch, before, after,
+                                                            after / before if before else 0))
+            sys.stdout.flush()
+    finally:
+        for h in hogs:
+            h.kill()
+
+
+if __name__ == "__main__":
+    main()

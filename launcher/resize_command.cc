@@ -1,0 +1,150 @@
+#include "launcher/resize_command.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "common/process/exit_codes.h"
+#include "common/tls/auth.h"
+#include "scheduler/scheduler_client.h"
+
+namespace trellis {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+constexpr char kClientFile[] = "scheduler.client";
+constexpr size_t kMaxClientFileBytes = 16 << 10;  // five short lines; anything bigger is not ours
+
+StatusOr<std::map<std::string, std::string>> ReadClientFile(const std::string& run_dir) {
+  const std::string path = run_dir + "/" + kClientFile;
+  std::ifstream in(path);
+  if (!in) {
+    return NotFoundError(path + " not found: RUN_DIR is the directory a running trellis-launch " +
+                         "printed (its --log-dir), and the job must be running");
+  }
+  std::string text(kMaxClientFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxClientFileBytes) return InvalidArgumentError(path + ": too large");
+  std::map<std::string, std::string> fields;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    fields[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  if (fields["address"].empty()) return InvalidArgumentError(path + ": no address line");
+  return fields;
+}
+
+}  // namespace
+
+Status WriteSchedulerClientFile(const std::string& run_dir, const std::string& address,
+                                const TlsFiles& tls) {
+  const std::string path = run_dir + "/" + kClientFile;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "address=" << address << "\n";
+    if (tls.enabled()) {
+      out << "ca=" << tls.ca_file << "\ncert=" << tls.cert_file << "\nkey=" << tls.key_file
+          << "\nserver_name=" << tls.server_name << "\n";
+    }
+    if (!out.flush()) return InternalError("cannot write " + tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return InternalError("cannot rename " + tmp + ": " + ec.message());
+  return Status::Ok();
+}
+
+int RunResizeCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                     milliseconds wait) {
+  if (args.size() != 2) {
+    err << "usage: trellis-launch resize RUN_DIR WORKERS\n"
+           "  Resizes a running elastic job (spec.elastic) to WORKERS workers; RUN_DIR is the\n"
+           "  directory its trellis-launch keeps the logs in (--log-dir). docs/elastic.md\n";
+    return kExitUsage;
+  }
+  const std::string& run_dir = args[0];
+  int workers = 0;
+  {
+    size_t used = 0;
+    try {
+      workers = std::stoi(args[1], &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != args[1].size() || workers < 1) {
+      err << "trellis-launch resize: WORKERS must be a number >= 1, got '" << args[1] << "'\n";
+      return kExitUsage;
+    }
+  }
+  auto fields = ReadClientFile(run_dir);
+  if (!fields.ok()) {
+    err << "trellis-launch resize: " << fields.status().message() << "\n";
+    return kExitUsage;
+  }
+  SchedulerClientOptions o;
+  o.address = (*fields)["address"];
+  o.rpc_timeout = milliseconds(5000);
+  if (auto token = ReadTokenFile(run_dir + "/token"); token.ok()) o.token = *token;
+  if (!(*fields)["ca"].empty()) {
+    TlsFiles files;
+    files.ca_file = (*fields)["ca"];
+    files.cert_file = (*fields)["cert"];
+    files.key_file = (*fields)["key"];
+    if (!(*fields)["server_name"].empty()) files.server_name = (*fields)["server_name"];
+    auto tls = LoadTls(files);
+    if (!tls.ok()) {
+      err << "trellis-launch resize: " << tls.status().message() << "\n";
+      return kExitFailure;
+    }
+    o.tls = *tls;
+  }
+  auto client = SchedulerClient::Connect(o);
+  if (!client.ok()) {
+    err << "trellis-launch resize: " << client.status().message() << "\n";
+    return kExitFailure;
+  }
+  const auto asked = std::chrono::steady_clock::now();
+  auto resized = (*client)->Resize(workers, "trellis-launch resize");
+  if (!resized.ok()) {
+    err << "trellis-launch resize: " << resized.status().message() << "\n";
+    return kExitFailure;
+  }
+  if (resized->epoch() == resized->current().epoch()) {
+    out << "trellis-launch resize: the job already has " << workers << " workers\n";
+    return kExitOk;
+  }
+  out << "trellis-launch resize: " << resized->current().members_size() << " -> " << workers
+      << " workers asked for; waiting for the workers' next step boundary\n"
+      << std::flush;
+  const auto deadline = asked + wait;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto progress = (*client)->GetProgress();
+    if (progress.ok() && progress->world().epoch() >= resized->epoch()) {
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+      char line[200];
+      std::snprintf(line, sizeof line,
+                    "trellis-launch resize: %d workers from step %lld (decided %.2f s after it "
+                    "was asked for)\n",
+                    progress->world().members_size(),
+                    static_cast<long long>(progress->world().from_step()), secs);
+      out << line;
+      return kExitOk;
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  err << "trellis-launch resize: not decided within " << wait.count() / 1000
+      << " s: the workers reach a step boundary only in Checkpointer::EndStep or Commit "
+         "(docs/elastic.md)\n";
+  return kExitFailure;
+}
+
+}  // namespace trellis

@@ -1,0 +1,113 @@
+// SchedulerState: elastic jobs -- a resize asked for, and the workers' reports of the steps they
+// reached until it is decided (world_plan.h, docs/elastic.md).
+#include <chrono>
+
+#include "common/base/logging.h"
+#include "scheduler/scheduler_state.h"
+
+namespace trellis {
+StatusOr<v1::ResizeResponse> SchedulerState::Resize(const v1::ResizeRequest& req) {
+  MutexLock lock(&mu_);
+  TRELLIS_RETURN_IF_ERROR(OpenLocked(/*failed_counts=*/true));
+  if (!stop_reason_.empty()) {
+    return FailedPreconditionError("the job is being stopped (" + stop_reason_ +
+                                   "): no resize now");
+  }
+  if (members_.AnyWorkerExited()) {
+    return FailedPreconditionError("the job is ending (a worker finished): no resize now");
+  }
+  auto r = world_.Resize(req.workers(), req.reason(), UnixMillisNow());
+  if (r.ok() && world_.pending_epoch() != 0) {
+    TLOG_INFO << "resize to " << req.workers() << " workers asked for (" << req.reason()
+              << "): world " << world_.pending_epoch() << " starts after the step every worker "
+              << "reaches next";
+  }
+  return r;
+}
+
+void SchedulerState::ReachStep(const v1::ReachStepRequest& req, TimePoint deadline,
+                               Callback<v1::ReachStepResponse> done) {
+  Deferred deferred;
+  {
+    MutexLock lock(&mu_);
+    Status st = members_.Check(v1::ROLE_WORKER, req.rank(), true);
+    if (st.ok()) st = OpenLocked(/*failed_counts=*/true);
+    v1::WorldInfo world;
+    StatusOr<bool> decided = st;
+    if (st.ok()) decided = world_.Reach(req.rank(), req.epoch(), req.step(), UnixMillisNow(), &world);
+    if (!decided.ok()) {
+      deferred.push_back([done = std::move(done), st = decided.status()] { done(st); });
+    } else if (*decided) {
+      v1::ReachStepResponse resp;
+      resp.set_decided(true);
+      *resp.mutable_world() = world;
+      deferred.push_back([done = std::move(done), resp] { done(resp); });
+      if (world.epoch() > resizes_answered_) WorldDecidedLocked(world, &deferred);
+    } else if (req.wait()) {
+      // One waiting report per worker: a newer one answers the older (undecided), so the
+      // waiters are bounded by the workers whatever a peer sends.
+      for (auto it = reach_waiters_.begin(); it != reach_waiters_.end();) {
+        if (it->rank == req.rank()) {
+          deferred.push_back([done = std::move(it->done)] { done(v1::ReachStepResponse()); });
+          it = reach_waiters_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      reach_waiters_.push_back({req.rank(), req.epoch(), deadline, std::move(done)});
+    } else {
+      deferred.push_back([done = std::move(done)] { done(v1::ReachStepResponse()); });
+    }
+  }
+  RunDeferred(deferred);
+}
+
+void SchedulerState::WorldDecidedLocked(const v1::WorldInfo& world, Deferred* deferred) {
+  resizes_answered_ = world.epoch();
+  for (int32_t r = 0; r < members_.size(v1::ROLE_WORKER); ++r) {
+    if (world_.Departed(r)) members_.SetDeparted(r);
+  }
+  const v1::ResizeInfo& info = world_.resizes().back();
+  TLOG_INFO << "resize decided: " << info.from_workers() << " -> " << info.to_workers()
+            << " workers from step " << world.from_step() << " ("
+            << info.decided_unix_ms() - info.asked_unix_ms() << " ms after it was asked for)";
+  v1::ReachStepResponse resp;
+  resp.set_decided(true);
+  *resp.mutable_world() = world;
+  for (auto it = reach_waiters_.begin(); it != reach_waiters_.end();) {
+    if (it->epoch == world.epoch()) {
+      deferred->push_back([done = std::move(it->done), resp] { done(resp); });
+      it = reach_waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  ChangedLocked(deferred);  // the view's world changed
+}
+
+void SchedulerState::SweepReachWaitersLocked(TimePoint now, Deferred* deferred) {
+  for (auto it = reach_waiters_.begin(); it != reach_waiters_.end();) {
+    if (it->deadline <= now) {
+      // Undecided at the deadline: the worker asks again (its own deadline decides).
+      deferred->push_back([done = std::move(it->done)] { done(v1::ReachStepResponse()); });
+      it = reach_waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void SchedulerState::FailReachWaitersLocked(const Status& st, Deferred* deferred) {
+  for (auto& w : reach_waiters_) deferred->push_back([done = std::move(w.done), st] { done(st); });
+  reach_waiters_.clear();
+}
+
+v1::WorldInfo SchedulerState::World(int64_t* pending_epoch,
+                                    std::vector<v1::ResizeInfo>* resizes) const {
+  MutexLock lock(&mu_);
+  if (pending_epoch != nullptr) *pending_epoch = world_.pending_epoch();
+  if (resizes != nullptr) *resizes = world_.resizes();
+  return world_.current();
+}
+
+}  // namespace trellis

@@ -1,0 +1,126 @@
+#include "scheduler/world_plan.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace trellis {
+
+WorldPlan::WorldPlan(int32_t workers, ElasticBounds bounds)
+    : bounds_(bounds), departed_(workers, false) {
+  current_.set_epoch(0);
+  current_.set_from_step(1);
+  for (int32_t i = 0; i < workers; ++i) current_.add_members(i);
+}
+
+bool WorldPlan::IsMember(int32_t slot) const {
+  return std::find(current_.members().begin(), current_.members().end(), slot) !=
+         current_.members().end();
+}
+
+bool WorldPlan::Departed(int32_t slot) const {
+  return slot >= 0 && static_cast<size_t>(slot) < departed_.size() && departed_[slot];
+}
+
+StatusOr<v1::ResizeResponse> WorldPlan::Resize(int32_t workers, const std::string& reason,
+                                               int64_t now_unix_ms) {
+  if (!bounds_.enabled) {
+    return FailedPreconditionError(
+        "the job is not elastic: its size is fixed (set spec.elastic.minWorkers and maxWorkers "
+        "to resize a running job; docs/elastic.md)");
+  }
+  if (workers < bounds_.min_workers || workers > bounds_.max_workers) {
+    return InvalidArgumentError("resize to " + std::to_string(workers) +
+                                " workers: outside spec.elastic [" +
+                                std::to_string(bounds_.min_workers) + ", " +
+                                std::to_string(bounds_.max_workers) + "]");
+  }
+  if (pending_) {
+    return FailedPreconditionError("a resize to " + std::to_string(pending_->members.size()) +
+                                   " workers is under way; ask again once it took effect");
+  }
+  v1::ResizeResponse out;
+  *out.mutable_current() = current_;
+  out.set_epoch(current_.epoch());
+  if (workers == size()) return out;
+  if (workers > size()) {
+    return UnimplementedError("resize to " + std::to_string(workers) + " workers: the job has " +
+                              std::to_string(size()) +
+                              " and growing a running job's workers is not built yet "
+                              "(docs/elastic.md#what-is-not-built-yet)");
+  }
+  // Shrinking keeps the lowest slots, as scaling a set of pods down removes the highest ordinals.
+  auto p = std::make_unique<Pending>();
+  p->epoch = current_.epoch() + 1;
+  p->members.assign(current_.members().begin(), current_.members().begin() + workers);
+  p->info.set_epoch(p->epoch);
+  p->info.set_from_workers(size());
+  p->info.set_to_workers(workers);
+  p->info.set_reason(reason.substr(0, 200));
+  p->info.set_asked_unix_ms(now_unix_ms);
+  out.set_epoch(p->epoch);
+  pending_ = std::move(p);
+  return out;
+}
+
+std::string WorldPlan::AbandonUnreported(int64_t now_unix_ms, int64_t limit_ms) {
+  if (!pending_ || !pending_->reached.empty() ||
+      now_unix_ms - pending_->info.asked_unix_ms() < limit_ms) {
+    return "";
+  }
+  const std::string why = "resize to " + std::to_string(pending_->members.size()) +
+                          " workers given up: no worker reached a step boundary within " +
+                          std::to_string(limit_ms / 1000) +
+                          " s (an elastic program calls Checkpointer::EndStep or Commit every "
+                          "step; docs/elastic.md)";
+  pending_.reset();
+  return why;
+}
+
+StatusOr<bool> WorldPlan::Reach(int32_t slot, int64_t epoch, int64_t step, int64_t now_unix_ms,
+                                v1::WorldInfo* world) {
+  for (const v1::WorldInfo& w : decided_) {
+    if (w.epoch() == epoch) {  // decided already: a member learning it, or a repeated report
+      *world = w;
+      return true;
+    }
+  }
+  if (!pending_ || pending_->epoch != epoch) {
+    return FailedPreconditionError("no resize to world " + std::to_string(epoch) +
+                                   " is under way (the world is " +
+                                   std::to_string(current_.epoch()) + ")");
+  }
+  if (step < 0) return InvalidArgumentError("a negative step: " + std::to_string(step));
+  if (!IsMember(slot)) {
+    return InvalidArgumentError("worker " + std::to_string(slot) +
+                                " is not in the job's world " + std::to_string(current_.epoch()));
+  }
+  pending_->reached[slot] = std::max(pending_->reached[slot], step);
+  if (static_cast<int32_t>(pending_->reached.size()) < size()) return false;
+
+  int64_t furthest = 0;
+  for (const auto& [member, reached] : pending_->reached) furthest = std::max(furthest, reached);
+  v1::WorldInfo next;
+  next.set_epoch(pending_->epoch);
+  // Two after the furthest: a member that reported it did not wait there, so it may push the
+  // next step in the old world; it waits at the boundary after that one (world_plan.h).
+  next.set_from_step(furthest + 2);
+  for (int32_t m : pending_->members) next.add_members(m);
+  for (int32_t m : current_.members()) {
+    if (std::find(pending_->members.begin(), pending_->members.end(), m) ==
+        pending_->members.end()) {
+      departed_[m] = true;
+    }
+  }
+  pending_->info.set_from_step(next.from_step());
+  pending_->info.set_decided_unix_ms(now_unix_ms);
+  resizes_.push_back(pending_->info);
+  if (resizes_.size() > kKeptResizes) resizes_.erase(resizes_.begin());
+  decided_.push_back(next);
+  if (decided_.size() > kKeptResizes) decided_.erase(decided_.begin());
+  current_ = next;
+  pending_.reset();
+  *world = std::move(next);
+  return true;
+}
+
+}  // namespace trellis

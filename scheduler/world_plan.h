@@ -1,0 +1,95 @@
+// Elastic jobs (docs/elastic.md): which workers take part in the job's steps, and the resize
+// under way.
+//
+// A resize is asked for (Resize) and announced in every Ping (resize_epoch). Each member of the
+// current world then reports the step s it reached at its next step boundary (Reach; the
+// boundary is Checkpointer::Commit, after step s and before any push of s+1), without waiting,
+// and goes on with step s+1. At its next boundary (after s+1) it waits for the decision. Once
+// every member has reported, the resize is decided: the new world starts at the furthest step
+// reported + 2, so every member learns it no later than the boundary where it must switch, and
+// none has pushed a step of the new world in the old one. That cannot deadlock: a member that
+// waits has pushed every step up to the one after its report, so every other member can finish
+// the step it is in and reach a boundary too. Members are at most a step apart, so the new world
+// starts two or three steps after the first report.
+//
+// Members are worker slots (their rank for their life in the job); a program's rank is its index
+// among the members.
+//
+// Not thread-safe: SchedulerState calls it with its one lock held.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "scheduler/scheduler_config.h"
+#include "trellis/v1/scheduler.pb.h"
+
+namespace trellis {
+
+// Wall-clock milliseconds since the epoch: when a resize was asked for and decided.
+inline int64_t UnixMillisNow() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class WorldPlan {
+ public:
+  // Workers 0..workers-1 from step 1.
+  WorldPlan(int32_t workers, ElasticBounds bounds);
+
+  const ElasticBounds& bounds() const { return bounds_; }
+  const v1::WorldInfo& current() const { return current_; }
+  int32_t size() const { return current_.members_size(); }
+  bool IsMember(int32_t slot) const;
+  // A slot the world left (scaled down): its program's exit is a departure, not the job's end.
+  bool Departed(int32_t slot) const;
+  // The resize under way (0: none).
+  int64_t pending_epoch() const { return pending_ ? pending_->epoch : 0; }
+  // Every resize decided so far (the newest last): at most the last kKeptResizes.
+  const std::vector<v1::ResizeInfo>& resizes() const { return resizes_; }
+  static constexpr size_t kKeptResizes = 16;
+
+  // Resize to `workers` at `now_unix_ms`. FAILED_PRECONDITION: the job is not elastic, or another
+  // resize is under way; INVALID_ARGUMENT: outside [minWorkers, maxWorkers]; UNIMPLEMENTED:
+  // more workers than the job has now (growing is not built yet). The same size: nothing to do
+  // (answered with the current epoch).
+  StatusOr<v1::ResizeResponse> Resize(int32_t workers, const std::string& reason,
+                                      int64_t now_unix_ms);
+
+  // A member's report of the step it reached (ReachStepRequest). Returns whether the resize of
+  // `epoch` is decided (then *world is the new world and `now_unix_ms` its decision time).
+  // An epoch already decided answers that world (a repeated report). INVALID_ARGUMENT: not a
+  // member, a negative step; FAILED_PRECONDITION: no such resize.
+  StatusOr<bool> Reach(int32_t slot, int64_t epoch, int64_t step, int64_t now_unix_ms,
+                       v1::WorldInfo* world);
+
+  // A resize no member has reported a step for within `limit_ms` of being asked for is given
+  // up: the workers' program never reaches a step boundary the scheduler hears of (it does not
+  // use the Checkpointer's EndStep or Commit). Returns why, once (empty: nothing given up); the
+  // job goes on in its world and may be asked again.
+  std::string AbandonUnreported(int64_t now_unix_ms, int64_t limit_ms);
+  static constexpr int64_t kUnreportedLimitMs = 60000;
+
+ private:
+  struct Pending {
+    int64_t epoch = 0;
+    std::vector<int32_t> members;       // ascending
+    std::map<int32_t, int64_t> reached;  // member -> the step it reported
+    v1::ResizeInfo info;
+  };
+
+  const ElasticBounds bounds_;
+  v1::WorldInfo current_;
+  std::vector<bool> departed_;  // per slot
+  std::unique_ptr<Pending> pending_;
+  std::vector<v1::ResizeInfo> resizes_;
+  std::vector<v1::WorldInfo> decided_;  // the last few decided worlds, for repeated reports
+};
+
+}  // namespace trellis

@@ -1,0 +1,143 @@
+// Elastic jobs (docs/elastic.md): trellis-mlp under trellis-launch, its workers resized by
+// `trellis-launch resize RUN_DIR N` while it trains, as a user does. The resize takes effect at a
+// step boundary the workers agree on; the worker resized away exits 0; the others re-shard their
+// data and the job reaches its target accuracy.
+#include <unistd.h>
+
+#include <chrono>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/process/subprocess.h"
+#include "tests/integration/fault/mlp_outcome.h"
+#include "tests/integration/job_processes.h"
+
+namespace trellis {
+namespace {
+
+using namespace std::chrono_literals;
+
+class ElasticTest : public LaunchedJobsTest {
+ protected:
+  // `trellis-launch resize <run dir of job> <workers>`: its exit code; its output in *out.
+  int Resize(const std::string& job, int workers, std::string* out) {
+    SpawnOptions o;
+    o.argv = {std::string(TRELLIS_BIN_DIR) + "/trellis-launch", "resize", dir_ + "/logs-" + job,
+              std::to_string(workers)};
+    o.env = CurrentEnvironment();
+    o.stdout_mode = SpawnOptions::Output::kFile;
+    o.stdout_path = dir_ + "/" + job + ".resize.out";
+    o.stderr_mode = SpawnOptions::Output::kStdout;
+    auto p = Subprocess::Start(o);
+    if (!p.ok()) {
+      *out = p.status().ToString();
+      return -1;
+    }
+    auto st = (*p)->WaitFor(90s);
+    *out = ReadFile(o.stdout_path);
+    return st ? st->exit_code : -1;
+  }
+
+  // Starts the job and waits until its newest checkpoint is at `step` or later (it trains).
+  std::unique_ptr<Subprocess> StartAndWaitForStep(const std::string& job, const MlpJob& spec,
+                                                  int64_t step) {
+    auto p = StartLaunch(TRELLIS_BIN_DIR, dir_, job, MlpJobYaml(job, spec));
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    if (!p.ok()) return nullptr;
+    CheckpointDir dir(spec.checkpoint, "model", 2);
+    const auto deadline = std::chrono::steady_clock::now() + 120s;
+    while (std::chrono::steady_clock::now() < deadline && !(*p)->Poll().has_value()) {
+      auto steps = dir.Steps();
+      if (steps.ok() && !steps->empty() && steps->front() >= step) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return std::move(p).value();
+  }
+
+  // 2 workers x 2 servers, elastic 1..2; rank 0 sleeps a little each step so the resize lands
+  // mid-training. Checkpoints every 16 steps (how the test sees the job's progress).
+  MlpJob Spec(const std::string& job, const char* server_mode) {
+    MlpJob j;
+    j.elastic = "{minWorkers: 1, maxWorkers: 2}";
+    j.rank0_step_sleep_ms = 8;
+    j.checkpoint = dir_ + "/ckpt-" + job;
+    j.interval_steps = 16;
+    j.server_mode = server_mode;
+    return j;
+  }
+
+  void ShrinksMidTrainingAndReachesTheTarget(const char* server_mode) {
+    const std::string job = NewJob(std::string("el-") + server_mode);
+    auto launch = StartAndWaitForStep(job, Spec(job, server_mode), 48);
+    ASSERT_NE(launch, nullptr);
+    std::string resize_out;
+    ASSERT_EQ(Resize(job, 1, &resize_out), 0) << resize_out << ReadFile(dir_ + "/" + job + ".out");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(resize_out, m,
+                                  std::regex("trellis-launch resize: 1 workers from step ([0-9]+) "
+                                             "\\(decided ([0-9.]+) s after")))
+        << resize_out;
+    const int from_step = std::stoi(m[1]);
+    EXPECT_GT(from_step, 48) << resize_out;
+    std::printf("resize 2 -> 1 (%s mode): decided %s s after the request, from step %d\n",
+                server_mode, m[2].str().c_str(), from_step);
+
+    auto st = launch->WaitFor(200s);
+    const std::string out = ReadFile(dir_ + "/" + job + ".out");
+    ASSERT_TRUE(st.has_value()) << out;
+    EXPECT_EQ(st->exit_code, 0) << out;
+    EXPECT_NE(out.find("trellis-mlp: resized to 1 worker(s) from step " +
+                       std::to_string(from_step)),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("RESULT: test accuracy"), std::string::npos) << out;
+    EXPECT_NE(out.find("-- reached"), std::string::npos) << out;
+    EXPECT_NE(out.find(", 1 worker(s), "), std::string::npos) << "the result names the world at the end\n" << out;
+    EXPECT_NE(out.find("trellis-launch: worker-1 left the job: resized away"), std::string::npos)
+        << out;
+    const std::string left = ReadFile(dir_ + "/logs-" + job + "/worker-1.log");
+    EXPECT_NE(left.find("trellis-mlp: worker left the job after step " +
+                        std::to_string(from_step - 1)),
+              std::string::npos)
+        << left;
+    // The last checkpoint is the job's last step with one worker's step count.
+    auto newest = CheckpointDir(dir_ + "/ckpt-" + job, "model", 2).LoadNewest();
+    ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+    EXPECT_GT(newest->checkpoint.step, 3 * 128) << "one worker takes more steps per epoch";
+  }
+};
+
+TEST_F(ElasticTest, AggregateModeShrinksTwoToOneMidTrainingAndReachesTheTarget) {
+  ShrinksMidTrainingAndReachesTheTarget("aggregate");
+}
+
+TEST_F(ElasticTest, UpdateModeShrinksTwoToOneMidTrainingAndReachesTheTarget) {
+  ShrinksMidTrainingAndReachesTheTarget("update");
+}
+
+// What a user is told when a resize cannot be done: a job that is not elastic, a size outside
+// its bounds. The job runs on undisturbed.
+TEST_F(ElasticTest, ResizesThatCannotBeDoneAreRefusedSayingWhy) {
+  const std::string job = NewJob("el-refused");
+  MlpJob spec = Spec(job, "aggregate");
+  spec.elastic = "";
+  auto launch = StartAndWaitForStep(job, spec, 16);
+  ASSERT_NE(launch, nullptr);
+  std::string out;
+  EXPECT_EQ(Resize(job, 1, &out), 1) << out;
+  EXPECT_NE(out.find("the job is not elastic"), std::string::npos) << out;
+  EXPECT_EQ(Resize(job, 0, &out), 2) << out;
+  EXPECT_NE(out.find("WORKERS must be a number >= 1, got '0'"), std::string::npos) << out;
+  EXPECT_EQ(Resize(job + "-none", 1, &out), 2) << out;
+  EXPECT_NE(out.find("scheduler.client not found"), std::string::npos) << out;
+  auto st = launch->WaitFor(200s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << ReadFile(dir_ + "/" + job + ".out");
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,232 @@
+// Elastic jobs on the scheduler (scheduler/world_plan.h): a resize asked for, the workers'
+// reports of the steps they reached, the decision, and what a job that is not elastic gets.
+#include "scheduler/world_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "scheduler/scheduler_state.h"
+
+namespace trellis {
+namespace {
+
+ElasticBounds Bounds(int32_t lo, int32_t hi) { return ElasticBounds{true, lo, hi}; }
+
+std::vector<int32_t> Members(const v1::WorldInfo& w) {
+  return std::vector<int32_t>(w.members().begin(), w.members().end());
+}
+
+TEST(WorldPlanTest, AJobThatIsNotElasticRefusesToResizeSayingHow) {
+  WorldPlan plan(2, ElasticBounds{});
+  auto r = plan.Resize(1, "test", 0);
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("not elastic"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("spec.elastic"), std::string::npos) << r.status().message();
+  EXPECT_EQ(plan.pending_epoch(), 0);
+}
+
+TEST(WorldPlanTest, ResizesOutsideTheBoundsAreRefusedAndGrowingIsNotBuiltYet) {
+  WorldPlan plan(3, Bounds(2, 4));
+  EXPECT_EQ(plan.Resize(1, "", 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.Resize(5, "", 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.Resize(1, "", 0).status().message().find("outside spec.elastic [2, 4]"),
+            std::string::npos);
+  EXPECT_EQ(plan.Resize(4, "", 0).status().code(), StatusCode::kUnimplemented);
+  auto same = plan.Resize(3, "", 0);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ(same->epoch(), 0) << "nothing to do";
+  EXPECT_EQ(plan.pending_epoch(), 0);
+}
+
+// The new world starts after the furthest step any member reported: no member pushed it yet,
+// since each waits for the decision at its boundary after its report.
+TEST(WorldPlanTest, TheNewWorldStartsAfterTheFurthestStepReported) {
+  WorldPlan plan(3, Bounds(1, 3));
+  auto r = plan.Resize(2, "kubectl scale", 1000);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->epoch(), 1);
+  EXPECT_EQ(plan.pending_epoch(), 1);
+  EXPECT_EQ(plan.Resize(1, "", 0).status().code(), StatusCode::kFailedPrecondition)
+      << "one resize at a time";
+
+  v1::WorldInfo w;
+  auto d = plan.Reach(0, 1, 40, 1100, &w);
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(*d);
+  d = plan.Reach(2, 1, 41, 1200, &w);  // the leaving worker reports too
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(*d);
+  d = plan.Reach(0, 1, 41, 1300, &w);  // a member's next report, still undecided
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(*d);
+  EXPECT_FALSE(plan.Departed(2));
+  d = plan.Reach(1, 1, 40, 1400, &w);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(*d);
+  EXPECT_EQ(w.epoch(), 1);
+  EXPECT_EQ(w.from_step(), 43);  // 41 reported by worker 0 and worker 2, + 2
+  EXPECT_EQ(Members(w), (std::vector<int32_t>{0, 1}));  // the highest slots leave
+  EXPECT_TRUE(plan.Departed(2));
+  EXPECT_FALSE(plan.Departed(1));
+  EXPECT_EQ(plan.pending_epoch(), 0);
+  EXPECT_EQ(plan.size(), 2);
+  ASSERT_EQ(plan.resizes().size(), 1u);
+  EXPECT_EQ(plan.resizes()[0].from_workers(), 3);
+  EXPECT_EQ(plan.resizes()[0].to_workers(), 2);
+  EXPECT_EQ(plan.resizes()[0].from_step(), 43);
+  EXPECT_EQ(plan.resizes()[0].reason(), "kubectl scale");
+  EXPECT_EQ(plan.resizes()[0].decided_unix_ms() - plan.resizes()[0].asked_unix_ms(), 400);
+
+  // The leaving worker learns the decision at its next boundary, though it is no member now.
+  v1::WorldInfo again;
+  d = plan.Reach(2, 1, 41, 1500, &again);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(*d);
+  EXPECT_EQ(again.SerializeAsString(), w.SerializeAsString());
+
+  // Shrinking again: only the members of world 1 report.
+  ASSERT_TRUE(plan.Resize(1, "", 2000).ok());
+  EXPECT_EQ(plan.Reach(2, 2, 50, 0, &w).status().code(), StatusCode::kInvalidArgument)
+      << "a departed worker is no member";
+  ASSERT_TRUE(plan.Reach(1, 2, 50, 0, &w).ok());
+  d = plan.Reach(0, 2, 49, 0, &w);
+  ASSERT_TRUE(d.ok() && *d);
+  EXPECT_EQ(w.from_step(), 52);
+  EXPECT_EQ(Members(w), (std::vector<int32_t>{0}));
+}
+
+// A program that never reaches a boundary the scheduler hears of (no Checkpointer) cannot be
+// resized: the resize is given up, saying why, and the job may be asked again.
+TEST(WorldPlanTest, AResizeNoWorkerReportsIsGivenUpAfterTheLimit) {
+  WorldPlan plan(2, Bounds(1, 2));
+  ASSERT_TRUE(plan.Resize(1, "", 1000).ok());
+  EXPECT_EQ(plan.AbandonUnreported(1000 + 59999, 60000), "");
+  const std::string why = plan.AbandonUnreported(1000 + 60000, 60000);
+  EXPECT_NE(why.find("no worker reached a step boundary within 60 s"), std::string::npos) << why;
+  EXPECT_EQ(plan.pending_epoch(), 0);
+  EXPECT_EQ(plan.AbandonUnreported(1000 + 70000, 60000), "") << "said once";
+  auto again = plan.Resize(1, "", 80000);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->epoch(), 1) << "the epoch given up is used again";
+  // Once a member reported, the resize is not given up (the others will report).
+  v1::WorldInfo w;
+  ASSERT_TRUE(plan.Reach(0, 1, 5, 80001, &w).ok());
+  EXPECT_EQ(plan.AbandonUnreported(80000 + 600000, 60000), "");
+}
+
+TEST(WorldPlanTest, ReportsOfAnUnknownResizeOrANegativeStepAreRefused) {
+  WorldPlan plan(2, Bounds(1, 2));
+  v1::WorldInfo w;
+  EXPECT_EQ(plan.Reach(0, 1, 5, 0, &w).status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(plan.Resize(1, "", 0).ok());
+  EXPECT_EQ(plan.Reach(0, 2, 5, 0, &w).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(plan.Reach(0, 1, -1, 0, &w).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.Reach(7, 1, 5, 0, &w).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Through the scheduler's state: the ping announces the resize, a waiting report is answered by
+// the report that decides it, the departed worker's exit does not end the job, barriers wait
+// for the world's members only, and the job's progress carries the world and the last resize.
+class WorldStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SchedulerConfig c;
+    c.num_servers = 1;
+    c.num_workers = 2;
+    c.elastic = Bounds(1, 2);
+    state_ = std::make_unique<SchedulerState>(c, &clock_);
+    for (int i = 0; i < 2; ++i) {
+      v1::RegisterRequest req;
+      req.set_role(v1::ROLE_WORKER);
+      req.set_pod_name("job-worker-" + std::to_string(i));
+      ASSERT_TRUE(state_->Register(req).ok());
+    }
+    v1::RegisterRequest s;
+    s.set_role(v1::ROLE_SERVER);
+    s.set_pod_name("job-server-0");
+    ASSERT_TRUE(state_->Register(s).ok());
+  }
+  v1::ReachStepRequest Reach(int32_t rank, int64_t step, bool wait) {
+    v1::ReachStepRequest r;
+    r.set_rank(rank);
+    r.set_incarnation(1);
+    r.set_epoch(1);
+    r.set_step(step);
+    r.set_wait(wait);
+    return r;
+  }
+  SteadyClock clock_;
+  std::unique_ptr<SchedulerState> state_;
+};
+
+TEST_F(WorldStateTest, AResizeIsAnnouncedDecidedAndTheDepartedWorkersExitIsNotTheJobsEnd) {
+  EXPECT_EQ(state_->Ping().resize_epoch(), 0);
+  v1::ResizeRequest req;
+  req.set_workers(1);
+  req.set_reason("test");
+  auto r = state_->Resize(req);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(state_->Ping().resize_epoch(), 1);
+
+  std::optional<StatusOr<v1::ReachStepResponse>> first, waiting, last;
+  state_->ReachStep(Reach(1, 10, false), Clock::TimePoint::max(), [&](auto a) { first = a; });
+  ASSERT_TRUE(first.has_value() && first->ok());
+  EXPECT_FALSE((*first)->decided());
+  state_->ReachStep(Reach(1, 11, true), Clock::TimePoint::max(), [&](auto a) { waiting = a; });
+  EXPECT_FALSE(waiting.has_value()) << "a waiting report waits for the decision";
+  state_->ReachStep(Reach(0, 10, false), Clock::TimePoint::max(), [&](auto a) { last = a; });
+  ASSERT_TRUE(last.has_value() && last->ok());
+  ASSERT_TRUE(waiting.has_value() && waiting->ok());
+  EXPECT_TRUE((*last)->decided());
+  EXPECT_TRUE((*waiting)->decided());
+  EXPECT_EQ((*waiting)->world().from_step(), 13);
+  EXPECT_EQ(state_->Ping().resize_epoch(), 0);
+  EXPECT_EQ(state_->GetCluster().world().members_size(), 1);
+  EXPECT_EQ(state_->stats().resizes, 1);
+  EXPECT_EQ(state_->stats().world_workers, 1);
+
+  // Worker 1 leaves and exits 0: the job goes on (Training), unlike a finished worker's exit.
+  v1::ReportExitRequest exit;
+  exit.set_role(v1::ROLE_WORKER);
+  exit.set_rank(1);
+  exit.set_exit_code(0);
+  ASSERT_TRUE(state_->ReportExit(exit).ok());
+  EXPECT_TRUE(state_->Training());
+
+  // A barrier is the world's: worker 0 alone passes it.
+  std::optional<StatusOr<v1::BarrierResponse>> passed;
+  v1::BarrierRequest b;
+  b.set_name("end");
+  b.set_role(v1::ROLE_WORKER);
+  b.set_rank(0);
+  state_->Barrier(b, Clock::TimePoint::max(), [&](auto a) { passed = a; });
+  ASSERT_TRUE(passed.has_value());
+  EXPECT_TRUE(passed->ok()) << passed->status().ToString();
+
+  int64_t pending = -1;
+  std::vector<v1::ResizeInfo> resizes;
+  const v1::WorldInfo world = state_->World(&pending, &resizes);
+  EXPECT_EQ(pending, 0);
+  ASSERT_EQ(resizes.size(), 1u);
+  EXPECT_EQ(resizes[0].from_workers(), 2);
+  EXPECT_EQ(resizes[0].to_workers(), 1);
+  EXPECT_EQ(world.from_step(), 13);
+}
+
+TEST_F(WorldStateTest, AWaitingReportIsAnsweredUndecidedAtItsDeadlineAndFailedAtShutdown) {
+  v1::ResizeRequest req;
+  req.set_workers(1);
+  ASSERT_TRUE(state_->Resize(req).ok());
+  std::optional<StatusOr<v1::ReachStepResponse>> a, b;
+  state_->ReachStep(Reach(0, 3, true), clock_.Now(), [&](auto r) { a = r; });
+  EXPECT_FALSE(a.has_value());
+  state_->Sweep();
+  ASSERT_TRUE(a.has_value() && a->ok());
+  EXPECT_FALSE((*a)->decided());
+  state_->ReachStep(Reach(0, 4, true), Clock::TimePoint::max(), [&](auto r) { b = r; });
+  state_->Shutdown();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,167 @@
+#include "worker-lib/src/world_switch.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/base/logging.h"
+
+namespace trellis {
+
+WorldSwitch::WorldSwitch(int32_t slot, int64_t incarnation, int32_t num_workers,
+                         const v1::WorldInfo& initial, Hooks hooks,
+                         std::chrono::milliseconds wait)
+    : slot_(slot), incarnation_(incarnation), hooks_(std::move(hooks)), wait_(wait) {
+  MutexLock lock(&mu_);
+  v1::WorldInfo w = initial;
+  if (w.members().empty()) {
+    w.set_epoch(0);
+    w.set_from_step(1);
+    for (int32_t i = 0; i < num_workers; ++i) w.add_members(i);
+  }
+  Adopt(w);
+}
+
+void WorldSwitch::Adopt(const v1::WorldInfo& world) {
+  world_ = world;
+  const auto& m = world_.members();
+  const auto it = std::find(m.begin(), m.end(), slot_);
+  size_.store(m.size(), std::memory_order_relaxed);
+  if (it == m.end()) {
+    left_message_ = "worker " + std::to_string(slot_) + " left the job at step " +
+                    std::to_string(world_.from_step() - 1) + ": the job was resized to " +
+                    std::to_string(m.size()) + " workers (docs/elastic.md); stop and exit 0";
+    left_.store(true, std::memory_order_relaxed);
+  } else {
+    rank_.store(static_cast<int>(it - m.begin()), std::memory_order_relaxed);
+  }
+}
+
+WorldView WorldSwitch::view() const {
+  MutexLock lock(&mu_);
+  return WorldView{world_.epoch(), world_.from_step(), rank(), size(), left()};
+}
+
+std::pair<int64_t, std::vector<int32_t>> WorldSwitch::Current() const {
+  MutexLock lock(&mu_);
+  return {world_.epoch(), std::vector<int32_t>(world_.members().begin(), world_.members().end())};
+}
+
+std::string WorldSwitch::LeftMessage() const {
+  MutexLock lock(&mu_);
+  return left_message_;
+}
+
+void WorldSwitch::FollowLocked(int64_t epoch) {
+  if (pending_epoch_ == 0 && epoch > world_.epoch()) {
+    pending_epoch_ = epoch;
+    reported_at_ = -1;
+    decided_.reset();
+  }
+}
+
+Status WorldSwitch::Report(int64_t epoch, int64_t step, bool wait) {
+  v1::ReachStepRequest req;
+  req.set_rank(slot_);
+  req.set_incarnation(incarnation_);
+  req.set_epoch(epoch);
+  req.set_step(step);
+  req.set_wait(wait);
+  const auto deadline = std::chrono::steady_clock::now() + wait_;
+  while (true) {
+    auto r = hooks_.reach_step(req, wait_);
+    if (!r.ok()) {
+      return r.status().Annotate("resize to world " + std::to_string(epoch) +
+                                 ": reporting step " + std::to_string(step));
+    }
+    if (r->decided()) {
+      MutexLock lock(&mu_);
+      if (pending_epoch_ == epoch && !decided_) decided_ = r->world();
+      return Status::Ok();
+    }
+    {
+      MutexLock lock(&mu_);
+      if (decided_ || pending_epoch_ != epoch) return Status::Ok();  // learnt meanwhile
+    }
+    if (!wait) return Status::Ok();
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return DeadlineExceededError(
+          "resize to world " + std::to_string(epoch) + ": the other workers did not reach a " +
+          "step boundary within " + std::to_string(wait_.count()) + " ms");
+    }
+  }
+}
+
+void WorldSwitch::OnAnnounced(int64_t epoch) {
+  if (!hooks_.reach_step || left()) return;
+  int64_t step;
+  {
+    MutexLock lock(&mu_);
+    FollowLocked(epoch);
+    // Reported already (or decided), or no boundary passed yet: the next boundary reports.
+    if (pending_epoch_ != epoch || reported_at_ >= 0 || decided_ || last_boundary_ < 0) return;
+    step = last_boundary_;
+    reported_at_ = step;  // the training thread waits at the next boundary from now on
+  }
+  Status st = Report(epoch, step, /*wait=*/false);
+  if (!st.ok()) TLOG_WARN << "worker " << slot_ << ": " << st.ToString();
+}
+
+Status WorldSwitch::AtBoundary(int64_t step) {
+  if (!hooks_.resize_epoch || left()) return Status::Ok();
+  int64_t epoch = 0;
+  bool report = false, wait = false;
+  {
+    MutexLock lock(&mu_);
+    last_boundary_ = step;
+    FollowLocked(hooks_.resize_epoch());
+    if (pending_epoch_ == 0) return Status::Ok();
+    epoch = pending_epoch_;
+    if (!decided_) {
+      report = true;
+      // The first report does not wait; the boundary after it does (world_plan.h says why that
+      // cannot deadlock).
+      wait = reported_at_ >= 0 && step > reported_at_;
+      if (reported_at_ < 0) reported_at_ = step;
+    }
+  }
+  if (report) TRELLIS_RETURN_IF_ERROR(Report(epoch, step, wait));
+  std::optional<v1::WorldInfo> world;
+  {
+    MutexLock lock(&mu_);
+    if (!decided_) return Status::Ok();
+    const int64_t last_old = decided_->from_step() - 1;
+    if (step < last_old) return Status::Ok();  // a step or two more in the old world
+    if (step > last_old) {
+      return InternalError("resize to world " + std::to_string(decided_->epoch()) +
+                           ": it starts at step " + std::to_string(decided_->from_step()) +
+                           " but this worker already finished step " + std::to_string(step));
+    }
+    world = decided_;
+  }
+  return Switch(*world);
+}
+
+Status WorldSwitch::Switch(const v1::WorldInfo& world) {
+  const auto& m = world.members();
+  const bool member = std::find(m.begin(), m.end(), slot_) != m.end();
+  if (member) {
+    const std::vector<int32_t> members(m.begin(), m.end());
+    TRELLIS_RETURN_IF_ERROR(hooks_.announce(world.epoch(), members)
+                                .Annotate("resize to world " + std::to_string(world.epoch()) +
+                                          ": telling the servers"));
+  }
+  MutexLock lock(&mu_);
+  Adopt(world);
+  pending_epoch_ = 0;
+  reported_at_ = -1;
+  decided_.reset();
+  if (member) {
+    TLOG_INFO << "worker " << slot_ << ": world " << world.epoch() << " from step "
+              << world.from_step() << ": rank " << rank() << " of " << size();
+  } else {
+    TLOG_INFO << left_message_;
+  }
+  return Status::Ok();
+}
+
+}  // namespace trellis
