@@ -1,12 +1,11 @@
 #include "launcher/resize_command.h"
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <thread>
 
+#include "common/base/file_util.h"
 #include "common/process/exit_codes.h"
 #include "common/tls/auth.h"
 #include "scheduler/scheduler_client.h"
@@ -14,7 +13,6 @@
 namespace trellis {
 namespace {
 
-namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
 constexpr char kClientFile[] = "scheduler.client";
@@ -22,17 +20,14 @@ constexpr size_t kMaxClientFileBytes = 16 << 10;  // five short lines; anything 
 
 StatusOr<std::map<std::string, std::string>> ReadClientFile(const std::string& run_dir) {
   const std::string path = run_dir + "/" + kClientFile;
-  std::ifstream in(path);
-  if (!in) {
+  auto text = ReadFileLimited(path, kMaxClientFileBytes);
+  if (text.status().code() == StatusCode::kNotFound) {
     return NotFoundError(path + " not found: RUN_DIR is the directory a running trellis-launch " +
                          "printed (its --log-dir), and the job must be running");
   }
-  std::string text(kMaxClientFileBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (text.size() > kMaxClientFileBytes) return InvalidArgumentError(path + ": too large");
+  if (!text.ok()) return text.status();
   std::map<std::string, std::string> fields;
-  std::istringstream lines(text);
+  std::istringstream lines(*text);
   for (std::string line; std::getline(lines, line);) {
     const size_t eq = line.find('=');
     if (eq == std::string::npos) continue;
@@ -46,21 +41,12 @@ StatusOr<std::map<std::string, std::string>> ReadClientFile(const std::string& r
 
 Status WriteSchedulerClientFile(const std::string& run_dir, const std::string& address,
                                 const TlsFiles& tls) {
-  const std::string path = run_dir + "/" + kClientFile;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << "address=" << address << "\n";
-    if (tls.enabled()) {
-      out << "ca=" << tls.ca_file << "\ncert=" << tls.cert_file << "\nkey=" << tls.key_file
-          << "\nserver_name=" << tls.server_name << "\n";
-    }
-    if (!out.flush()) return InternalError("cannot write " + tmp);
+  std::string text = "address=" + address + "\n";
+  if (tls.enabled()) {
+    text += "ca=" + tls.ca_file + "\ncert=" + tls.cert_file + "\nkey=" + tls.key_file +
+            "\nserver_name=" + tls.server_name + "\n";
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return InternalError("cannot rename " + tmp + ": " + ec.message());
-  return Status::Ok();
+  return WriteFileAtomic(run_dir + "/" + kClientFile, text);
 }
 
 int RunResizeCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,

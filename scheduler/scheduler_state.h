@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -186,6 +187,10 @@ class SchedulerState {
   void WorldDecidedLocked(const v1::WorldInfo& world, Deferred* deferred) REQUIRES(mu_);
   void SweepReachWaitersLocked(TimePoint now, Deferred* deferred) REQUIRES(mu_);
   void FailReachWaitersLocked(const Status& st, Deferred* deferred) REQUIRES(mu_);
+  // Answers (and drops) the ReachStep waiters `which` picks with `answer`.
+  void AnswerReachWaitersLocked(const std::function<bool(const ReachWaiter&)>& which,
+                                const v1::ReachStepResponse& answer, Deferred* deferred)
+      REQUIRES(mu_);
 
   const SchedulerConfig config_;
   const Clock* const clock_;

@@ -1,7 +1,5 @@
 // SchedulerState: elastic jobs -- a resize asked for, and the workers' reports of the steps they
 // reached until it is decided (world_plan.h, docs/elastic.md).
-#include <chrono>
-
 #include "common/base/logging.h"
 #include "scheduler/scheduler_state.h"
 
@@ -46,14 +44,8 @@ void SchedulerState::ReachStep(const v1::ReachStepRequest& req, TimePoint deadli
     } else if (req.wait()) {
       // One waiting report per worker: a newer one answers the older (undecided), so the
       // waiters are bounded by the workers whatever a peer sends.
-      for (auto it = reach_waiters_.begin(); it != reach_waiters_.end();) {
-        if (it->rank == req.rank()) {
-          deferred.push_back([done = std::move(it->done)] { done(v1::ReachStepResponse()); });
-          it = reach_waiters_.erase(it);
-        } else {
-          ++it;
-        }
-      }
+      AnswerReachWaitersLocked([&](const ReachWaiter& w) { return w.rank == req.rank(); },
+                               v1::ReachStepResponse(), &deferred);
       reach_waiters_.push_back({req.rank(), req.epoch(), deadline, std::move(done)});
     } else {
       deferred.push_back([done = std::move(done)] { done(v1::ReachStepResponse()); });
@@ -74,22 +66,23 @@ void SchedulerState::WorldDecidedLocked(const v1::WorldInfo& world, Deferred* de
   v1::ReachStepResponse resp;
   resp.set_decided(true);
   *resp.mutable_world() = world;
-  for (auto it = reach_waiters_.begin(); it != reach_waiters_.end();) {
-    if (it->epoch == world.epoch()) {
-      deferred->push_back([done = std::move(it->done), resp] { done(resp); });
-      it = reach_waiters_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  AnswerReachWaitersLocked([&](const ReachWaiter& w) { return w.epoch == world.epoch(); }, resp,
+                           deferred);
   ChangedLocked(deferred);  // the view's world changed
 }
 
 void SchedulerState::SweepReachWaitersLocked(TimePoint now, Deferred* deferred) {
+  // Undecided at the deadline: the worker asks again (its own deadline decides).
+  AnswerReachWaitersLocked([now](const ReachWaiter& w) { return w.deadline <= now; },
+                           v1::ReachStepResponse(), deferred);
+}
+
+void SchedulerState::AnswerReachWaitersLocked(const std::function<bool(const ReachWaiter&)>& which,
+                                              const v1::ReachStepResponse& answer,
+                                              Deferred* deferred) {
   for (auto it = reach_waiters_.begin(); it != reach_waiters_.end();) {
-    if (it->deadline <= now) {
-      // Undecided at the deadline: the worker asks again (its own deadline decides).
-      deferred->push_back([done = std::move(it->done)] { done(v1::ReachStepResponse()); });
+    if (which(*it)) {
+      deferred->push_back([done = std::move(it->done), answer] { done(answer); });
       it = reach_waiters_.erase(it);
     } else {
       ++it;

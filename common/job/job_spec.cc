@@ -273,31 +273,22 @@ void ParseElastic(const MapReader& spec, JobSpec* out) {
     }
   }
   const std::string r = "spec.workers.replicas (" + std::to_string(replicas) + ")";
-  int64_t v = 0;
-  if (el.GetInt("minWorkers", &v)) {
-    if (v < 1 || v > replicas) {
-      spec.errors()->AddGot(el.Path("minWorkers"), v < 1 ? "must be >= 1" : "must be <= " + r,
-                            el.Get("minWorkers"));
-      ok = false;
-    } else {
-      e.minWorkers = static_cast<int32_t>(v);
+  // A bound in [lo, hi], each end named as the rule says it (a number or the replicas).
+  auto bound = [&](const char* key, int64_t lo, const std::string& lo_text, int64_t hi,
+                   const std::string& hi_text, int32_t* field) {
+    int64_t v = 0;
+    if (!el.GetInt(key, &v)) return false;
+    if (v < lo || v > hi) {
+      spec.errors()->AddGot(el.Path(key), v < lo ? "must be >= " + lo_text : "must be <= " + hi_text,
+                            el.Get(key));
+      return false;
     }
-  } else {
-    ok = false;
-  }
-  if (el.GetInt("maxWorkers", &v)) {
-    if (v < replicas || v > kMaxReplicas) {
-      spec.errors()->AddGot(el.Path("maxWorkers"),
-                            v < replicas ? "must be >= " + r
-                                         : "must be <= " + std::to_string(kMaxReplicas),
-                            el.Get("maxWorkers"));
-      ok = false;
-    } else {
-      e.maxWorkers = static_cast<int32_t>(v);
-    }
-  } else {
-    ok = false;
-  }
+    *field = static_cast<int32_t>(v);
+    return true;
+  };
+  ok = bound("minWorkers", 1, "1", replicas, r, &e.minWorkers) && ok;
+  ok = bound("maxWorkers", replicas, r, kMaxReplicas, std::to_string(kMaxReplicas),
+             &e.maxWorkers) && ok;
   if (out->workers.gpusPerWorker > 1) {
     spec.errors()->Add(spec.Path("elastic"), "multi-GPU workers (spec.workers.gpusPerWorker " +
                                         std::to_string(out->workers.gpusPerWorker) +
