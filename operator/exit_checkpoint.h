@@ -1,6 +1,6 @@
 // A suspended job's exit checkpoint (docs/checkpoints.md#stopping-a-job-the-exit-checkpoint):
 // before its pods are deleted, the reconciler asks the job's scheduler to stop the job at a step
-// boundary (JobStopper::StopJob); rank 0 writes the checkpoint of the step it completed and the
+// boundary (SchedulerCalls::StopJob); rank 0 writes the checkpoint of the step it completed and the
 // pods are deleted once the scheduler has heard of it, or once the job's
 // terminationGracePeriodSeconds have passed, or at once when rank 0 writes none. A scheduler the
 // operator cannot reach (an operator outside the cluster network, a scheduler pod restarting)

@@ -1,5 +1,6 @@
 #include "operator/job_status.h"
 
+#include "operator/elastic_resize.h"
 #include "operator/job_restart.h"
 #include "operator/plan_phases.h"
 #include "operator/plan_status.h"
@@ -22,7 +23,9 @@ JobPlan PlanInvalidSpec(const Json& job, const Status& error, Clock::time_point 
 JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vector<ObservedPod>& pods,
                 Clock::time_point now, const GangObservation* gang) {
   if (!spec.ok()) return PlanInvalidSpec(job, spec.status(), now);
-  PlanRound r(job, *spec, pods, now, gang);
+  const Json* status = At(job, {"status"});
+  const JobSpec world = WorldSpec(*spec, status ? *status : Json::object());
+  PlanRound r(job, world, pods, now, gang);
   if (Terminal(r.old_phase)) {  // ended in an earlier round
     r.phase = r.old_phase;
     EndJob(r);
@@ -48,6 +51,7 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
   DecidePhase(r, state);
   Conclude(r);
   WriteWaitConditions(r, waits);
+  PlanResize(r, static_cast<int>(Int(job, {"spec", "workers", "replicas"}).value_or(world.workers.replicas)));
   return std::move(r.plan);
 }
 

@@ -25,6 +25,12 @@ inline constexpr char kSucceeded[] = "Succeeded";
 inline constexpr char kFailed[] = "Failed";
 inline constexpr char kSuspended[] = "Suspended";
 
+// An elastic job's resize for the scheduler (operator/elastic_resize.h).
+struct ResizeAsk {
+  int from = 0, to = 0;  // workers
+  std::string reason;
+};
+
 struct JobPlan {
   Json status;                          // the whole new status object
   std::vector<DesiredPod> create;       // pods to create, in DesiredPodList's order
@@ -42,6 +48,9 @@ struct JobPlan {
     std::string type, reason, message;
   };
   std::vector<Event> events;
+  // Elastic jobs: ask the job's scheduler for this resize; follow one under way (its progress).
+  std::optional<ResizeAsk> resize;
+  bool follow_resize = false;
 };
 
 // `spec` is ParseJobSpec of the job object (an error makes the job Failed with reason InvalidSpec

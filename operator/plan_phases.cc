@@ -178,6 +178,14 @@ std::pair<const ObservedPod*, int> FirstWith(const std::vector<ObservedPod>& pod
   return {first, n};
 }
 
+// A worker of an elastic job outside its world (operator/elastic_resize.h): resized away, it
+// finishes its last step and exits; its end is not the job's.
+bool Departed(const PlanRound& r, const ObservedPod& p) {
+  return r.spec.elastic.enabled && p.role == PodRole::kWorker && p.index >= r.spec.workers.replicas;
+}
+
+bool Ended(const ObservedPod& p) { return p.phase == "Succeeded" || p.phase == "Failed"; }
+
 }  // namespace
 
 bool Terminal(const std::string& phase) { return phase == kSucceeded || phase == kFailed; }
@@ -292,6 +300,7 @@ void DecideFailures(PlanRound& r) {
   for (const ObservedPod* failed : f.failed) {
     if (!r.phase.empty() || OldPodsGoing(r)) break;  // the job ended, or restarts as a whole
     const ObservedPod& p = *failed;
+    if (Departed(r, p)) continue;  // PlanPods deletes it; nothing to replace
     if (p.role == PodRole::kScheduler) {
       OnSchedulerFailed(r, p, f);
       continue;
@@ -307,7 +316,12 @@ void DecideFailures(PlanRound& r) {
 
 void DecideSuccess(PlanRound& r) {
   const int replicas = r.spec.workers.replicas;
-  if (r.phase.empty() && CountPods(r.pods, {})[PodRole::kWorker].succeeded >= replicas) {
+  int succeeded = 0;  // of the desired workers: a worker resized away succeeds early
+  for (const DesiredPod& d : r.desired) {
+    auto it = r.observed.find(d.name);
+    succeeded += d.role == PodRole::kWorker && it != r.observed.end() && it->second->phase == "Succeeded";
+  }
+  if (r.phase.empty() && succeeded >= replicas) {
     r.Finish(kSucceeded, "JobSucceeded", "job " + r.name + ": all " + std::to_string(replicas) + " workers succeeded");
   }
 }
@@ -324,6 +338,7 @@ PodsState PlanPods(PlanRound& r) {
   std::set<std::string> wanted;
   for (const DesiredPod& d : r.desired) wanted.insert(d.name);
   for (const auto& p : r.pods) {
+    if (Departed(r, p) && !Ended(p)) continue;  // finishing its last step
     if (!wanted.count(p.name) && !p.deleting && !removing.count(p.name)) {
       r.plan.remove.push_back(p.name);
       removing.insert(p.name);

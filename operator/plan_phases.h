@@ -9,10 +9,12 @@
 //                             RestartStoppedJob (operator/job_restart.h); then
 //     the job ends now        -> EndJob
 //     otherwise               WriteRunningCounts, PlanPods, HoldWithoutPodGroup, WhyPodsWait,
-//                             DecidePhase, Conclude, WriteWaitConditions
+//                             DecidePhase, Conclude, WriteWaitConditions, PlanResize
+//                             (operator/elastic_resize.h)
 //
 // A phase that ends the job sets `phase` (Finish); the later ones then decide nothing more.
-// Features that change the policy (resizing a running job, preemption) are phases here.
+// Features that change the policy (resizing a running job, preemption) are phases here. An
+// elastic job's round works with its world's replicas (WorldSpec), not the ones asked for.
 #pragma once
 
 #include <map>
@@ -81,7 +83,8 @@ void FailLostPods(PlanRound& r);
 // failed at its scheduler: none could join it.
 void DecideFailures(PlanRound& r);
 
-// Every worker succeeded: the job succeeded.
+// Every desired worker succeeded: the job succeeded (an elastic job's workers resized away do
+// not count).
 void DecideSuccess(PlanRound& r);
 
 // The counts of a job that runs (a failed pod being replaced this round still counts as failed).
@@ -94,7 +97,8 @@ struct PodsState {
 };
 // Compares the desired list with the observed pods: creates what is missing (a pod still being
 // deleted is recreated once it is gone, as its name is the same), deletes the pods beyond the
-// replicas (the spec was scaled down), and says where the rest stand.
+// replicas (the spec was scaled down; an elastic job's workers resized away once they ended),
+// and says where the rest stand.
 PodsState PlanPods(PlanRound& r);
 
 // A gang-scheduled job whose PodGroup could not be made creates no pod: the gang scheduler

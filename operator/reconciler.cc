@@ -2,6 +2,7 @@
 
 #include "common/base/logging.h"
 #include "common/base/random_token.h"
+#include "operator/elastic_resize.h"
 #include "operator/events.h"
 #include "operator/exit_checkpoint.h"
 #include "operator/plan_phases.h"
@@ -46,13 +47,13 @@ Resource PodGroups(GangScheduler g) { return {"apis/" + PodGroupApiOf(g).group_v
 bool PermanentRefusal(const Status& s) { return s.code() == StatusCode::kInvalidArgument; }
 
 Reconciler::Reconciler(KubeClient& client, OperatorSettings settings, Now now, ReconcileObserver observer,
-                       ObjectCache* cache, JobStopper* stopper)
+                       ObjectCache* cache, SchedulerCalls* schedulers)
     : client_(client),
       settings_(std::move(settings)),
       now_(std::move(now)),
       observer_(std::move(observer)),
       cache_(cache),
-      stopper_(stopper) {}
+      schedulers_(schedulers) {}
 
 StatusOr<Json> Reconciler::Read(const Resource& r, ObjectStore* store, const std::string& ns,
                                 const std::string& name) {
@@ -135,11 +136,17 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
 
   // The job model judges the object exactly as the API server sent it, unless it held parts
   // nested too deep to read (json_util.h), which it never sees.
+  // An elastic job's spec is the world's (operator/elastic_resize.h): its pods and job file
+  // follow the workers that train now; a replicas outside spec.elastic is a refused resize.
   const StatusOr<JobSpec> spec = [&]() -> StatusOr<JobSpec> {
     if (auto deep = FindTooDeep(*job)) {
       return InvalidArgumentError(*deep + ": nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     }
-    return ParseJobSpec(job->serialize());
+    StatusOr<JobSpec> parsed = ParseJobSpec(job->serialize());
+    if (!parsed.ok()) parsed = ParseAtWorldReplicas(*job, parsed.status());
+    if (!parsed.ok()) return parsed;
+    const Json* status = At(*job, {"status"});
+    return WorldSpec(*parsed, status ? *status : Json::object());
   }();
 
   TRELLIS_ASSIGN_OR_RETURN(std::vector<Json> pod_objects, ReadPods(ns, name));
@@ -170,7 +177,7 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
     return std::optional<Clock::duration>();
   }
 
-  if (stopper_ && spec.ok() && !spec->checkpoint.path.empty()) {
+  if (schedulers_ && spec.ok() && !spec->checkpoint.path.empty()) {
     if (spec->runPolicy.suspend && !plan.remove.empty() && !ExitCheckpointSettled(plan.status)) {
       AwaitExitCheckpoint(*job, *spec, pods, &plan, now);
     } else if (!spec->runPolicy.suspend && ExitCheckpointUnderWay(plan.status)) {
@@ -186,12 +193,14 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
     }
   }
 
+  if (schedulers_ && (plan.resize || plan.follow_resize)) FollowResize(*job, &plan, now);
+
   // The job ends this round: its scheduler's last progress goes into the final status (the
   // poller polls every few seconds; a short resumed run ends between two polls).
   std::optional<Json> resumed;
   const std::string end_phase = Str(plan.status, {"phase"});
-  if (stopper_ && Terminal(end_phase) && !old_phase.empty() && !Terminal(old_phase)) {
-    const StatusOr<v1::JobProgress> last = stopper_->Progress(*job);
+  if (schedulers_ && Terminal(end_phase) && !old_phase.empty() && !Terminal(old_phase)) {
+    const StatusOr<v1::JobProgress> last = schedulers_->Progress(*job);
     if (!last.ok()) {
       TLOG_DEBUG << "job " << ns << "/" << name << ": no last progress: " << last.status().message();
     } else if (ApplyLastProgress(plan.status, *last, end_phase == kSucceeded, now)) {
@@ -267,7 +276,7 @@ bool Reconciler::AwaitExitCheckpoint(const Json& job, const JobSpec& spec, const
   bool workers_running = false;
   for (const auto& p : pods) workers_running |= p.role == PodRole::kWorker && p.phase == "Running" && !p.deleting;
   const StatusOr<v1::JobProgress> progress =
-      workers_running ? stopper_->StopJob(job, "the job was suspended (spec.runPolicy.suspend)")
+      workers_running ? schedulers_->StopJob(job, "the job was suspended (spec.runPolicy.suspend)")
                       : StatusOr<v1::JobProgress>(UnavailableError("no worker runs"));
   const ExitCheckpointStep step = StepExitCheckpoint(
       plan->status, progress, workers_running, std::chrono::seconds(spec.runPolicy.TerminationGraceSeconds()), now);
@@ -283,6 +292,36 @@ bool Reconciler::AwaitExitCheckpoint(const Json& job, const JobSpec& spec, const
     plan->events.push_back(*step.event);
   }
   return step.hold_pods;
+}
+
+void Reconciler::FollowResize(const Json& job, JobPlan* plan, Clock::time_point now) {
+  const std::string ns = Str(job, {"metadata", "namespace"}, "default");
+  const std::string name = Str(job, {"metadata", "name"});
+  // A resize takes a step or two and the next ping (about a second): look again soon.
+  auto again = [&](Clock::duration after) {
+    plan->requeue_after = plan->requeue_after ? std::min(*plan->requeue_after, after) : after;
+  };
+  bool pending = plan->follow_resize;
+  if (plan->resize) {
+    const ResizeAsk& ask = *plan->resize;
+    const StatusOr<v1::ResizeResponse> answer = schedulers_->Resize(job, ask.to, ask.reason);
+    int64_t pending_epoch = 0;
+    if (!answer.ok() && answer.status().code() == StatusCode::kFailedPrecondition) {
+      if (auto p = schedulers_->Progress(job); p.ok()) pending_epoch = p->resize_pending_epoch();
+    }
+    if (!ApplyResizeAnswer(plan->status, name, ask, answer, pending_epoch, now, &plan->events)) {
+      TLOG_INFO << "job " << ns << "/" << name << ": cannot ask its scheduler for the resize yet: "
+                << answer.status().message();
+      again(std::chrono::seconds(2));
+      return;
+    }
+    pending = Str(plan->status, {"lastResize", "outcome"}) == kResizePending;
+  }
+  if (!pending) return;
+  if (auto p = schedulers_->Progress(job); p.ok()) {
+    pending = ApplyResizeProgress(plan->status, name, *p, now, &plan->events);
+  }
+  if (pending) again(std::chrono::milliseconds(500));
 }
 
 StatusOr<GangObservation> Reconciler::EnsurePodGroup(const JobMeta& meta, const JobSpec& spec) {

@@ -32,11 +32,11 @@ class Reconciler {
   // `cache` (optional, owned by the caller, filled by the Controller's watches): reads come from
   // it and writes go into it, so a reconcile that finds nothing to change makes no API request.
   // Without it every reconcile reads the job, its pods and its objects from the API server.
-  // `stopper` (optional, outlives the reconciler): a suspended job with checkpoints keeps its
+  // `schedulers` (optional, outlives the reconciler): a suspended job with checkpoints keeps its
   // pods until rank 0's exit checkpoint is written (operator/exit_checkpoint.h); without it the
   // pods are deleted at once. A job that ends gets its scheduler's last progress through it.
   Reconciler(KubeClient& client, OperatorSettings settings, Now now, ReconcileObserver observer = {},
-             ObjectCache* cache = nullptr, JobStopper* stopper = nullptr);
+             ObjectCache* cache = nullptr, SchedulerCalls* schedulers = nullptr);
 
   // Returns when to look at the job again without an event (deadline, TTL); nullopt: on the
   // next event. Errors are API errors (the caller retries with back-off). A status write that
@@ -59,6 +59,9 @@ class Reconciler {
   // it keeps them.
   bool AwaitExitCheckpoint(const Json& job, const JobSpec& spec, const std::vector<ObservedPod>& pods,
                            JobPlan* plan, Clock::time_point now);
+  // An elastic job's resize (operator/elastic_resize.h): asks the scheduler for plan->resize,
+  // follows one under way through its progress, and writes what came of it into plan->status.
+  void FollowResize(const Json& job, JobPlan* plan, Clock::time_point now);
   // Creates what the plan asks for; the first refusal as an error naming the object. `*first`:
   // set when the job's objects were created now (its token Secret did not exist).
   Status CreateObjects(const JobMeta& meta, const JobSpec& spec, const JobPlan& plan, bool* first);
@@ -92,7 +95,7 @@ class Reconciler {
   Now now_;
   ReconcileObserver observer_;
   ObjectCache* cache_;  // may be null
-  JobStopper* const stopper_;  // may be null
+  SchedulerCalls* const schedulers_;  // may be null
   std::optional<std::string> phase_;  // of the last attempt, for the observer (reconcile thread only)
 };
 

@@ -115,4 +115,9 @@ StatusOr<v1::JobProgress> SchedulerClients::Progress(const Json& job) {
   return c->GetProgress();
 }
 
+StatusOr<v1::ResizeResponse> SchedulerClients::Resize(const Json& job, int workers, const std::string& reason) {
+  TRELLIS_ASSIGN_OR_RETURN(std::shared_ptr<SchedulerClient> c, For(job));
+  return c->Resize(workers, reason);
+}
+
 }  // namespace trellis::op

@@ -21,9 +21,9 @@
 namespace trellis::op {
 
 // What the reconciler asks of a job's scheduler (a seam for tests: it needs only this).
-class JobStopper {
+class SchedulerCalls {
  public:
-  virtual ~JobStopper() = default;
+  virtual ~SchedulerCalls() = default;
   // Asks `job`'s scheduler to stop the job at a step boundary (StopJob with `reason`;
   // idempotent), then returns its progress: whether rank 0 writes an exit checkpoint
   // (exit_ready) and whether it has (checkpoint.on_exit).
@@ -31,9 +31,12 @@ class JobStopper {
   // `job`'s progress as its scheduler has it now: the last word on a job that has just ended,
   // whose end may come between two of the progress poller's rounds.
   virtual StatusOr<v1::JobProgress> Progress(const Json& job) = 0;
+  // Asks `job`'s scheduler to resize its workers to `workers` (an elastic job;
+  // operator/elastic_resize.h); the scheduler's answer, or why it could not be asked.
+  virtual StatusOr<v1::ResizeResponse> Resize(const Json& job, int workers, const std::string& reason) = 0;
 };
 
-class SchedulerClients : public JobStopper {
+class SchedulerClients : public SchedulerCalls {
  public:
   // `addresses_file`: a JSON file {"<namespace>/<service>:<port>": "host:port"} for clusters
   // whose Services the operator cannot reach by DNS (the test kubelet writes one); empty:
@@ -51,6 +54,7 @@ class SchedulerClients : public JobStopper {
 
   StatusOr<v1::JobProgress> StopJob(const Json& job, const std::string& reason) override;
   StatusOr<v1::JobProgress> Progress(const Json& job) override;
+  StatusOr<v1::ResizeResponse> Resize(const Json& job, int workers, const std::string& reason) override;
 
  private:
   struct Kept {

@@ -147,7 +147,7 @@ TEST_F(ReconcileTest, SuspendDeletesPodsResumeRecreatesThem) {
 }
 
 // The scheduler as the reconciler sees it while a suspended job writes its exit checkpoint.
-class FakeStopper : public JobStopper {
+class FakeStopper : public SchedulerCalls {
  public:
   StatusOr<v1::JobProgress> StopJob(const Json& job, const std::string& reason) override {
     ++calls;
@@ -160,8 +160,16 @@ class FakeStopper : public JobStopper {
     last_job = Str(job, {"metadata", "name"});
     return answer;
   }
+  StatusOr<v1::ResizeResponse> Resize(const Json& job, int workers, const std::string& reason) override {
+    ++resize_calls;
+    last_job = Str(job, {"metadata", "name"});
+    last_reason = reason;
+    resized_to = workers;
+    return resize_answer;
+  }
   StatusOr<v1::JobProgress> answer = v1::JobProgress();
-  int calls = 0, progress_calls = 0;
+  StatusOr<v1::ResizeResponse> resize_answer = v1::ResizeResponse();
+  int calls = 0, progress_calls = 0, resize_calls = 0, resized_to = 0;
   std::string last_job, last_reason;
 };
 

@@ -151,6 +151,9 @@ TEST(CrdTest, NamesScopeSubresourceAndPrinterColumns) {
   EXPECT_TRUE(v["served"].as<bool>());
   EXPECT_TRUE(v["storage"].as<bool>());
   EXPECT_TRUE(v["subresources"]["status"].IsMap());
+  // `kubectl scale` resizes the workers; its status replicas are the elastic world's.
+  EXPECT_EQ(v["subresources"]["scale"]["specReplicasPath"].as<std::string>(""), ".spec.workers.replicas");
+  EXPECT_EQ(v["subresources"]["scale"]["statusReplicasPath"].as<std::string>(""), ".status.world.workers");
   std::set<std::string> columns;
   for (const auto& c : v["additionalPrinterColumns"]) {
     columns.insert(c["name"].as<std::string>() + "=" + c["jsonPath"].as<std::string>());

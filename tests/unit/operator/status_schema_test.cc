@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include "operator/elastic_resize.h"
 #include "operator/job_status.h"
 #include "operator/progress_status.h"
 #include "tests/unit/operator/test_jobs.h"
@@ -93,6 +94,32 @@ TEST(StatusSchemaTest, EveryStatusFieldTheOperatorWritesIsDeclared) {
   ASSERT_EQ(ApplyProgramRestarts(running["status"], view, seen).size(), 2u);
   ASSERT_TRUE(At(running, {"status", "firstFailure"}));
   CheckAgainst(running["status"], status_schema, "status");
+  // An elastic job's world and its resizes, in each outcome.
+  Json elastic = testing::ApiJob(
+      R"({"servers":{"replicas":1},"workers":{"replicas":2,"command":["trellis-mlp"]},)"
+      R"("elastic":{"minWorkers":1,"maxWorkers":2}})");
+  elastic["status"] = PlanJob(elastic, ParseJobSpec(elastic.serialize()), {}, t0).status;
+  ASSERT_TRUE(At(elastic, {"status", "world", "workers"}));
+  std::vector<JobPlan::Event> events;
+  const ResizeAsk ask{2, 1, "spec.workers.replicas is 1"};
+  v1::ResizeResponse answer;
+  answer.set_epoch(1);
+  ASSERT_TRUE(ApplyResizeAnswer(elastic["status"], "mlp", ask, answer, 0, t0, &events));
+  CheckAgainst(elastic["status"], status_schema, "status");
+  v1::JobProgress resized;
+  resized.mutable_world()->set_epoch(1);
+  resized.mutable_world()->set_from_step(40);
+  resized.mutable_world()->add_members(0);
+  ASSERT_FALSE(ApplyResizeProgress(elastic["status"], "mlp", resized, t0, &events));
+  ASSERT_TRUE(At(elastic, {"status", "lastResize", "doneTime"}));
+  CheckAgainst(elastic["status"], status_schema, "status");
+  ASSERT_TRUE(ApplyResizeAnswer(elastic["status"], "mlp", ask, UnimplementedError("no"), 0, t0, &events));
+  CheckAgainst(elastic["status"], status_schema, "status");
+  answer.set_epoch(2);
+  ASSERT_TRUE(ApplyResizeAnswer(elastic["status"], "mlp", ask, answer, 0, t0, &events));
+  ASSERT_FALSE(ApplyResizeProgress(elastic["status"], "mlp", resized, t0, &events));
+  ASSERT_EQ(Str(elastic, {"status", "lastResize", "outcome"}), kResizeAbandoned);
+  CheckAgainst(elastic["status"], status_schema, "status");
   Json bad = testing::ApiJob(R"({"workers":{}})");
   CheckAgainst(PlanJob(bad, ParseJobSpec(bad.serialize()), {}, t0).status, status_schema, "status");
 }

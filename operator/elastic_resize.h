@@ -1,0 +1,67 @@
+// Elastic jobs on Kubernetes (docs/elastic.md#on-kubernetes). spec.workers.replicas (what
+// `kubectl scale` sets through the CRD's scale subresource) is what the user asks for;
+// status.world is what the job's scheduler runs with. The pods follow the world, not the ask:
+// when the two differ on a running job the operator asks the scheduler to resize (Resize RPC),
+// follows it (GetProgress) until the workers switched at the step boundary they agreed on, and
+// only then writes the new world. A worker resized away finishes its last step and exits 0; its
+// pod is deleted once it has ended.
+//
+// status.lastResize {from, to, reason, outcome, requestTime, epoch, fromStep, doneTime, message}
+// says where the latest resize stands; outcome is one of kResize*. The Resizing condition is
+// True while one is under way.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/job/job_spec.h"
+#include "operator/job_status.h"
+#include "trellis/v1/scheduler.pb.h"
+
+namespace trellis::op {
+
+struct PlanRound;
+
+inline constexpr char kResizingCondition[] = "Resizing";
+inline constexpr char kResizePending[] = "Pending";    // asked; the workers have not switched yet
+inline constexpr char kResizeDone[] = "Done";          // the workers run in the new world
+inline constexpr char kResizeRefused[] = "Refused";    // outside spec.elastic, or not built (growing)
+inline constexpr char kResizeAbandoned[] = "Abandoned";  // the scheduler gave it up
+
+// status.world.workers: the workers the job runs with now; nullopt before the operator wrote it.
+std::optional<int> WorldWorkers(const Json& status);
+
+// The spec the plan works with: an elastic job that has a world gets the world's replicas, so
+// the desired pods are the ones that train now. Other jobs: `spec` itself.
+JobSpec WorldSpec(const JobSpec& spec, const Json& status);
+
+// A job whose spec ParseJobSpec refused with `error`: when it is an elastic job that runs in a
+// world and only its spec.workers.replicas is outside spec.elastic's bounds (a `kubectl scale`
+// too far), the spec with the world's replicas (the job keeps running; PlanResize refuses the
+// ask on the job). Otherwise `error`.
+StatusOr<JobSpec> ParseAtWorldReplicas(const Json& job, const Status& error);
+
+// The phase of an elastic job (PlanJob runs it last): the first round writes status.world from
+// the spec; a running job whose `asked` replicas differ from its world gets plan.resize (or a
+// refusal on the job when outside spec.elastic); a resize under way sets plan.follow_resize.
+// A refusal or an abandoned resize is not asked again until the replicas change.
+void PlanResize(PlanRound& r, int asked);
+
+// The scheduler's answer to plan.resize for `job` (its name; `pending_epoch`: the epoch of a resize the scheduler
+// already has under way, from its progress, when it answered FAILED_PRECONDITION; 0: none):
+// status.lastResize Pending with the Resizing condition True, or Refused with the scheduler's
+// reason. Returns false when the answer says nothing yet (the scheduler could not be reached):
+// ask again later. Events go to `events`.
+bool ApplyResizeAnswer(Json& status, const std::string& job, const ResizeAsk& ask,
+                       const StatusOr<v1::ResizeResponse>& answer, int64_t pending_epoch, Clock::time_point now, std::vector<JobPlan::Event>* events);
+
+// The scheduler's progress while a resize is Pending: once its world reached the resize's epoch,
+// status.world is the new world and the resize Done (the Resizing condition False, a Resized
+// event); if the scheduler no longer has it under way, Abandoned. Returns whether it is still
+// Pending.
+bool ApplyResizeProgress(Json& status, const std::string& job, const v1::JobProgress& p, Clock::time_point now,
+                         std::vector<JobPlan::Event>* events);
+
+}  // namespace trellis::op

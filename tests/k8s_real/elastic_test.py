@@ -1,0 +1,99 @@
+#!/usr/bin/python3
+"""On a real API server (envtest.py): an elastic TrainingJob resized while it trains, the way a
+user does it (docs/elastic.md#on-kubernetes): `kubectl scale trainingjob/NAME --replicas=N`
+through the CRD's scale subresource. A size outside spec.elastic is refused on the job (an Event,
+the Resizing condition) and the job trains on; a shrink from 2 workers to 1 is asked of the job's
+scheduler, the workers switch at a step they agree on, status.world and the scale subresource
+say 1, the pod of the worker resized away exits 0 and is deleted, and the job succeeds with the
+MLP's target accuracy reached. Growing a running job is refused, naming why, with no pod made.
+
+Usage: elastic_test.py REPO BIN_DIR   (exit 77 without KUBEBUILDER_ASSETS)
+"""
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import envtest  # noqa: E402
+
+EPOCHS = 16  # of 128 steps per worker with 2 workers: a few seconds of training before the resize
+
+
+class Elastic(envtest.EnvtestCase):
+    prefix = "el"
+
+    def scale(self, name, n):
+        self.cp.kubectl("scale", "trainingjob/" + name, "--replicas=%d" % n, "-n", self.ns)
+
+    def last_resize(self, name):
+        return ((self.job(name) or {}).get("status") or {}).get("lastResize") or {}
+
+    def test_kubectl_scale_shrinks_a_running_job_and_refuses_what_it_cannot_do(self):
+        services = os.path.join(self.cp.dir, self.ns + "-services.json")
+        self.start_operator(args=["--progress-seconds", "1", "--scheduler-addresses", services])
+        kubelet = self.start_kubelet(args=["--services-file", services])
+        job = envtest.mlp_job("el", epochs=EPOCHS, activeDeadlineSeconds=300)
+        job["spec"]["elastic"] = {"minWorkers": 1, "maxWorkers": 2}
+        # Rank 0 sleeps 10 ms a step: the resizes land mid-training on an idle machine too.
+        job["spec"]["workers"]["args"] += ["--slow-rank", "0", "--step-sleep-ms", "10"]
+        self.create_job(job)
+        st = self.wait_phase("el", "Running", 90)
+        self.assertEqual(st.get("world", {}).get("workers"), 2, st)
+        self.assertTrue(envtest.wait_for(
+            lambda: ((self.job("el").get("status") or {}).get("progress") or {}).get("step", 0) >= 20, 90),
+            "no progress before the resize: %s" % self.job("el").get("status"))
+
+        # Outside spec.elastic: refused on the job, which trains on with its 2 workers.
+        self.scale("el", 3)
+        self.assertTrue(envtest.wait_for(lambda: self.last_resize("el").get("outcome") == "Refused", 30),
+                        "no refusal: %s" % self.job("el").get("status"))
+        msgs = self.event_messages("el", "ResizeRefused")
+        self.assertTrue(any("outside spec.elastic [1, 2]" in m for m in msgs), msgs)
+        self.assertEqual(self.condition("el", "Resizing")["reason"], "ResizeRefused")
+        self.assertIn(self.job("el")["status"]["phase"], ("Running",))
+
+        # 2 -> 1: asked of the scheduler, done at a step boundary.
+        self.scale("el", 1)
+        self.assertTrue(envtest.wait_for(lambda: self.last_resize("el").get("outcome") == "Done", 60),
+                        "the resize did not take effect: %s" % self.job("el").get("status"))
+        st = self.job("el")["status"]
+        self.assertEqual(st["world"]["workers"], 1, st)
+        self.assertGreater(st["world"]["fromStep"], 0, st)
+        self.assertEqual(st["lastResize"]["from"], 2, st)
+        self.assertEqual(st["lastResize"]["to"], 1, st)
+        self.assertEqual(self.condition("el", "Resizing")["reason"], "Resized")
+        scale = self.cp.get(self.job_url("el") + "/scale")
+        self.assertEqual((scale["spec"]["replicas"], scale["status"]["replicas"]), (1, 1), scale)
+        resized = self.event_messages("el", "Resized")
+        self.assertTrue(any(re.search(r"from 2 workers to 1; the new world trains from step \d+", m)
+                            for m in resized), resized)
+
+        # The worker resized away exits 0 and its pod goes.
+        self.assertTrue(envtest.wait_for(lambda: not self.pods("trellis.io/job-name=el,trellis.io/role=worker,"
+                                                               "trellis.io/rank=1"), 60),
+                        "worker 1's pod is still there: %s" % [
+                            (p["metadata"]["name"], p["status"].get("phase")) for p in self.pods()])
+        with open(os.path.join(kubelet.work_dir, "el-worker-1.log"), errors="replace") as f:
+            self.assertIn("left the job", f.read())
+
+        # Growing a running job is not built: refused naming why; no pod is made for it.
+        self.scale("el", 2)
+        self.assertTrue(envtest.wait_for(lambda: self.last_resize("el").get("to") == 2 and
+                                         self.last_resize("el").get("outcome") == "Refused", 30),
+                        "no refusal of the grow: %s" % self.job("el").get("status"))
+        self.assertIn("not built yet", self.last_resize("el")["message"])
+
+        st = self.wait_phase("el", ("Succeeded", "Failed"), 240)
+        self.assertEqual(st["phase"], "Succeeded", st)
+        self.assertEqual(st["world"]["workers"], 1, st)
+        with open(os.path.join(kubelet.work_dir, "el-worker-0.log"), errors="replace") as f:
+            log = f.read()
+        self.assertRegex(log, r"RESULT: test accuracy \S+ \(target \S+\) -- reached", log[-2000:])
+        names = [p["metadata"]["name"] for p in self.pods("trellis.io/job-name=el,trellis.io/role=worker")]
+        self.assertNotIn("el-worker-1", names)
+        print("resized 2 -> 1 on the real API server: %s; events %s" % (st["lastResize"], self.events("el")),
+              flush=True)
+
+
+if __name__ == "__main__":
+    envtest.main(Elastic)

@@ -1,0 +1,245 @@
+// An elastic job resized on Kubernetes (operator/elastic_resize.h): the plan follows the world
+// the scheduler runs with, asks for a resize when spec.workers.replicas differs from it, keeps a
+// worker resized away until it has ended, and the status says where each resize stands.
+#include "operator/elastic_resize.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/plan_phases.h"
+#include "tests/unit/operator/test_jobs.h"
+
+namespace trellis::op {
+namespace {
+
+using namespace testing;  // NOLINT: the job documents and pods shared by the plan's tests
+
+// kSpec's shape (2 servers, 3 workers) with spec.elastic [1, 3] and restartPolicy Never.
+std::string ElasticSpec(int replicas) {
+  return R"({"servers":{"replicas":2},
+             "workers":{"replicas":)" + std::to_string(replicas) + R"(,"command":["trellis-mlp"]},
+             "elastic":{"minWorkers":1,"maxWorkers":3},
+             "runPolicy":{"restartPolicy":"Never"}})";
+}
+
+// Parses the job as the reconciler does (a replicas outside spec.elastic falls back to the
+// world's), plans one round and feeds the status back.
+JobPlan Round(Json& job, const std::vector<ObservedPod>& pods, Clock::time_point now) {
+  StatusOr<JobSpec> spec = ParseJobSpec(job.serialize());
+  if (!spec.ok()) spec = ParseAtWorldReplicas(job, spec.status());
+  JobPlan plan = PlanJob(job, spec, pods, now);
+  job["status"] = plan.status;
+  return plan;
+}
+
+void SetReplicas(Json& job, int n) { job["spec"]["workers"]["replicas"] = Json::number(n); }
+
+v1::WorldInfo World(int64_t epoch, int64_t from_step, int workers) {
+  v1::WorldInfo w;
+  w.set_epoch(epoch);
+  w.set_from_step(from_step);
+  for (int i = 0; i < workers; ++i) w.add_members(i);
+  return w;
+}
+
+v1::ResizeResponse Answer(int64_t current_epoch, int current_workers, int64_t epoch) {
+  v1::ResizeResponse r;
+  *r.mutable_current() = World(current_epoch, 0, current_workers);
+  r.set_epoch(epoch);
+  return r;
+}
+
+std::vector<std::string> Reasons(const std::vector<JobPlan::Event>& events) {
+  std::vector<std::string> out;
+  for (const auto& e : events) out.push_back(e.reason);
+  return out;
+}
+
+TEST(ElasticResizeTest, TheFirstRoundWritesTheWorldAndAJobWithoutElasticGetsNone) {
+  Json job = ApiJob(ElasticSpec(3));
+  Round(job, {}, kT0);
+  EXPECT_EQ(Int(job, {"status", "world", "workers"}), 3);
+  EXPECT_EQ(Int(job, {"status", "world", "epoch"}), 0);
+
+  Json fixed = ApiJob(kSpec);
+  const JobPlan plan = Round(fixed, {}, kT0);
+  EXPECT_FALSE(At(fixed, {"status", "world"}));
+  EXPECT_FALSE(plan.resize);
+}
+
+// `kubectl scale --replicas=2` on a running 3-worker job, through to its end.
+TEST(ElasticResizeTest, AScaleDownIsAskedOnceFollowedAndTheWorkerResizedAwayIsDeletedOnceItExited) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  ASSERT_EQ(Str(job, {"status", "phase"}), kRunning);
+
+  SetReplicas(job, 2);
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  ASSERT_TRUE(plan.resize);
+  EXPECT_EQ(plan.resize->from, 3);
+  EXPECT_EQ(plan.resize->to, 2);
+  EXPECT_TRUE(plan.remove.empty()) << "no pod goes before the workers agreed on a step";
+  EXPECT_TRUE(plan.create.empty());
+
+  // The scheduler takes it (epoch 1): Pending, the Resizing condition True.
+  std::vector<JobPlan::Event> events;
+  ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(0, 3, 1), 0, kT0, &events));
+  EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizePending);
+  EXPECT_EQ(Int(job, {"status", "lastResize", "epoch"}), 1);
+  EXPECT_EQ(Condition(job["status"], kResizingCondition), "True");
+  EXPECT_EQ(Reasons(events), (std::vector<std::string>{"ResizeRequested"}));
+
+  // Next rounds follow it and ask nothing again; the world is still 3 workers.
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_FALSE(plan.resize);
+  EXPECT_TRUE(plan.follow_resize);
+  EXPECT_EQ(Int(job, {"status", "world", "workers"}), 3);
+  v1::JobProgress p;
+  p.set_resize_pending_epoch(1);
+  *p.mutable_world() = World(0, 0, 3);
+  events.clear();
+  EXPECT_TRUE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_TRUE(events.empty());
+
+  // The workers switched at step 40: the world is 2, Resized.
+  p.set_resize_pending_epoch(0);
+  *p.mutable_world() = World(1, 40, 2);
+  EXPECT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_EQ(Int(job, {"status", "world", "workers"}), 2);
+  EXPECT_EQ(Int(job, {"status", "world", "fromStep"}), 40);
+  EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizeDone);
+  EXPECT_EQ(Condition(job["status"], kResizingCondition), "False");
+  EXPECT_EQ(Condition(job["status"], kResizingCondition, "reason"), "Resized");
+  ASSERT_EQ(Reasons(events), (std::vector<std::string>{"Resized"}));
+  EXPECT_NE(events[0].message.find("from 3 workers to 2; the new world trains from step 40"), std::string::npos)
+      << events[0].message;
+
+  // Worker 2 finishes its last step: kept while it runs, the job Running with 2 workers.
+  plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_FALSE(plan.resize);
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  EXPECT_EQ(Str(job, {"status", "workers"}).substr(2), "2");  // "<up>/2"
+
+  // It exited 0: its pod is deleted, the job is not done (its own 2 workers still train).
+  pods.back().phase = "Succeeded";
+  pods.back().exit_code = 0;
+  plan = Round(job, pods, kT0 + std::chrono::seconds(4));
+  EXPECT_EQ(plan.remove, (std::vector<std::string>{"mlp-worker-2"}));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  pods.pop_back();
+
+  for (auto& w : pods) {
+    if (w.role == PodRole::kWorker) w.phase = "Succeeded";
+  }
+  Round(job, pods, kT0 + std::chrono::seconds(5));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kSucceeded);
+}
+
+// A worker resized away that fails on its way out is deleted, not replaced, and the job
+// (restartPolicy Never) does not fail for it.
+TEST(ElasticResizeTest, AWorkerResizedAwayThatFailsIsNotTheJobsFailure) {
+  Json job = ApiJob(ElasticSpec(2), R"({"phase":"Running","world":{"workers":2,"epoch":1}})");
+  std::vector<ObservedPod> pods = AllPods("Running");
+  pods.back().phase = "Failed";  // worker 2, outside the world of 2
+  pods.back().exit_code = 1;
+  const JobPlan plan = Round(job, pods, kT0);
+  EXPECT_EQ(plan.remove, (std::vector<std::string>{"mlp-worker-2"}));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  EXPECT_TRUE(plan.create.empty());
+}
+
+TEST(ElasticResizeTest, OutsideTheBoundsIsRefusedOnceOnTheJobWhichRunsOn) {
+  Json job = ApiJob(ElasticSpec(2));
+  std::vector<ObservedPod> pods = AllPods("Running");
+  pods.pop_back();  // 2 workers
+  Round(job, pods, kT0);
+  ASSERT_EQ(Str(job, {"status", "phase"}), kRunning);
+
+  SetReplicas(job, 5);  // maxWorkers is 3: ParseJobSpec refuses the job as it stands
+  ASSERT_FALSE(ParseJobSpec(job.serialize()).ok());
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_FALSE(plan.resize);
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_EQ(Reasons(plan.events), (std::vector<std::string>{"ResizeRefused"}));
+  EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizeRefused);
+  EXPECT_NE(Str(job, {"status", "lastResize", "message"}).find("outside spec.elastic [1, 3]"), std::string::npos);
+  EXPECT_EQ(Condition(job["status"], kResizingCondition, "reason"), "ResizeRefused");
+
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_TRUE(plan.events.empty()) << "said once";
+
+  // Another replicas that fits is asked.
+  SetReplicas(job, 1);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+  ASSERT_TRUE(plan.resize);
+  EXPECT_EQ(plan.resize->to, 1);
+
+  // A job whose spec is wrong elsewhere still fails as before.
+  Json bad = job;
+  SetReplicas(bad, 5);
+  bad["spec"]["sliceBytes"] = Json::number(1);
+  EXPECT_FALSE(ParseAtWorldReplicas(bad, InvalidArgumentError("x")).ok());
+}
+
+TEST(ElasticResizeTest, TheSchedulersAnswersRefusalUnderWayAndUnreachable) {
+  const ResizeAsk grow{2, 3, "spec.workers.replicas is 3"};
+  Json st = *ParseJson(R"({"phase":"Running","world":{"workers":2,"epoch":0}})");
+  std::vector<JobPlan::Event> events;
+
+  // Not reached: nothing written, asked again later.
+  const Json before = st;
+  EXPECT_FALSE(ApplyResizeAnswer(st, "mlp", grow, UnavailableError("connection refused"), 0, kT0, &events));
+  EXPECT_EQ(st, before);
+  EXPECT_TRUE(events.empty());
+
+  // Growing is not built: Refused with the scheduler's words.
+  EXPECT_TRUE(ApplyResizeAnswer(st, "mlp", grow, UnimplementedError("growing ... is not built yet"), 0, kT0, &events));
+  EXPECT_EQ(Str(st, {"lastResize", "outcome"}), kResizeRefused);
+  EXPECT_NE(Str(st, {"lastResize", "message"}).find("growing ... is not built yet"), std::string::npos);
+  EXPECT_EQ(Reasons(events), (std::vector<std::string>{"ResizeRefused"}));
+
+  // One under way already (an operator restarted mid-resize): followed.
+  const ResizeAsk shrink{2, 1, "spec.workers.replicas is 1"};
+  EXPECT_TRUE(ApplyResizeAnswer(st, "mlp", shrink, FailedPreconditionError("a resize ... is under way"), 4, kT0,
+                                &events));
+  EXPECT_EQ(Str(st, {"lastResize", "outcome"}), kResizePending);
+  EXPECT_EQ(Int(st, {"lastResize", "epoch"}), 4);
+
+  // The scheduler has that size already: the world says so, no resize.
+  Json same = *ParseJson(R"({"world":{"workers":2,"epoch":0}})");
+  EXPECT_TRUE(ApplyResizeAnswer(same, "mlp", shrink, Answer(3, 1, 3), 0, kT0, &events));
+  EXPECT_EQ(Int(same, {"world", "workers"}), 1);
+  EXPECT_FALSE(At(same, {"lastResize"}));
+}
+
+TEST(ElasticResizeTest, AResizeTheSchedulerGaveUpIsAbandonedAndNotAskedAgainUntilTheReplicasChange) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  SetReplicas(job, 2);
+  JobPlan plan = Round(job, pods, kT0);
+  ASSERT_TRUE(plan.resize);
+  std::vector<JobPlan::Event> events;
+  ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(0, 3, 1), 0, kT0, &events));
+
+  v1::JobProgress p;  // nothing under way, still epoch 0: given up
+  *p.mutable_world() = World(0, 0, 3);
+  EXPECT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizeAbandoned);
+  EXPECT_EQ(Condition(job["status"], kResizingCondition, "reason"), "ResizeAbandoned");
+  EXPECT_EQ(Int(job, {"status", "world", "workers"}), 3);
+
+  plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_FALSE(plan.resize);
+  EXPECT_FALSE(plan.follow_resize);
+  SetReplicas(job, 1);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  ASSERT_TRUE(plan.resize);
+  EXPECT_EQ(plan.resize->to, 1);
+}
+
+}  // namespace
+}  // namespace trellis::op
