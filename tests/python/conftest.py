@@ -54,14 +54,20 @@ def launch(tmp_path):
     return run
 
 
+def launcher_env():
+    """The environment trellis-launch runs in: no outer job's scheduler, this folder importable."""
+    env = dict(os.environ)
+    env.pop("TRELLIS_SCHEDULER", None)
+    env["PYTHONPATH"] = HERE  # dp_common; trellis-python adds the package
+    return env
+
+
 def run_launcher(name, argv, timeout, ok=True):
     """Runs trellis-launch (argv) without an outer job's environment; returns its output; fails
     the test unless the job succeeded within `timeout` seconds (then stops it: no leftovers).
     ok=False: returns (exit code, output) whatever the job's outcome."""
-    env = dict(os.environ)
-    env.pop("TRELLIS_SCHEDULER", None)
-    env["PYTHONPATH"] = HERE  # dp_common; trellis-python adds the package
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=launcher_env(),
+                         text=True)
     try:
         out, _ = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -226,6 +226,21 @@ class PyWorker {
     return impl == nullptr ? 120000 : impl->setup().timeout_ms;
   }
 
+  // Elastic jobs (docs/elastic.md): the step boundary after `step`, where a resize is reported
+  // or takes effect; trellis.torch calls it after each optimizer step. Without the GIL: it may
+  // wait for the scheduler's decision and tell the servers the new world.
+  void StepBoundary(int64_t step) {
+    auto* impl = dynamic_cast<WorkerImpl*>(&w());
+    if (impl == nullptr) return;
+    CheckWithoutGil([&] { return impl->AtStepBoundary(step); });
+  }
+
+  // The world in force: (epoch, from_step, rank, size, left).
+  py::tuple World() {
+    const WorldView v = w().world();
+    return py::make_tuple(v.epoch, v.from_step, v.rank, v.size, v.left);
+  }
+
   // TRELLIS_INCARNATION as the worker read it: > 1 after its agent restarted it.
   int64_t Incarnation() {
     auto* impl = dynamic_cast<WorkerImpl*>(&w());
@@ -479,6 +494,8 @@ class TrellisError(RuntimeError):
       .def("report_checkpoint", &PyWorker::ReportCheckpoint, py::arg("step"), py::arg("path"),
            py::arg("on_exit") = false, py::arg("restored") = false, py::arg("exit_ready") = false)
       .def_property_readonly("incarnation", &PyWorker::Incarnation)
+      .def("step_boundary", &PyWorker::StepBoundary, py::arg("step"))
+      .def_property_readonly("world", &PyWorker::World)
       .def("rejoin_start", &PyWorker::RejoinStart, py::arg("params"), py::arg("state_key"),
            py::arg("state"), py::arg("prepare") = py::none())
       .def("rejoin_commit", &PyWorker::RejoinCommit, py::arg("step"), py::arg("again") = false,

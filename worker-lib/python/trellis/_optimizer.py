@@ -13,7 +13,7 @@ import time
 import torch
 
 import trellis as _trellis
-from . import _exit_checkpoint, _grad_sync, _loader_watch, _state, _torch_tensors
+from . import _elastic, _exit_checkpoint, _grad_sync, _loader_watch, _state, _torch_tensors
 
 
 class _DistributedMixin:
@@ -85,6 +85,8 @@ class _DistributedMixin:
         self._trellis_report(loss)
         if k is not None:
             k.after_step()
+        # Elastic jobs: a resize takes effect here (a worker resized away exits 0).
+        _elastic.at_boundary(_state.current().global_step())
         _exit_checkpoint.after_step()  # rank 0, the job stopping: the exit checkpoint, then waits
         return loss
 

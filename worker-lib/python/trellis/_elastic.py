@@ -1,0 +1,168 @@
+"""Elastic jobs in trellis.torch (docs/elastic.md#pytorch): the step boundary after each
+DistributedOptimizer.step(), where a resize of the job's workers is reported and takes effect;
+ElasticState, a TrainingState whose hooks hear of the new world; ElasticSampler, a
+DistributedSampler whose shards follow the world, mid-epoch included.
+
+At a resize every worker of the old world passes the same boundary (the scheduler decides the
+step from their reports, docs/elastic.md#what-happens-at-a-resize); the one resized away ends
+its program there with exit code 0 (SystemExit(0) out of step()), the others take their new
+rank and size (ranks stay dense: 0..size-1, in the order of the old ranks), re-shard what is
+left of the epoch, and call the hooks.
+"""
+
+import collections
+import sys
+
+import torch
+
+import trellis as _trellis
+from ._training_state import TrainingState
+
+World = collections.namedtuple("World", "epoch from_step rank size left")
+World.__doc__ = """The workers taking part now: epoch (0 as the job started, +1 per resize), the
+first step it counts, this worker's rank in it and its size, and whether this worker left."""
+
+_seen = {"epoch": 0}
+_states = []  # the ElasticStates of this process (one, in practice)
+
+
+def world():
+    """The world in force (World); a local run (no job) is one worker, epoch 0."""
+    s = _trellis._get()
+    if s.local:
+        return World(0, 1, 0, 1, False)
+    return World(*s.worker.world)
+
+
+def at_boundary(step):
+    """DistributedOptimizer.step() is done with `step` (the job's step count): a resize under
+    way is reported, or takes effect, here."""
+    s = _trellis._get()
+    if s.local:
+        return
+    s.worker.step_boundary(step)
+    now = World(*s.worker.world)
+    if now.epoch == _seen["epoch"]:
+        return
+    _seen["epoch"] = now.epoch
+    if now.left:
+        print("trellis.torch: this worker left the job after step %d (the job was resized to "
+              "%d workers); exiting 0" % (step, now.size), file=sys.stderr, flush=True)
+        raise SystemExit(0)
+    for st in list(_states):
+        st._trellis_world_changed(now)
+
+
+def reset():
+    """Forgets the states and the world seen (trellis.shutdown())."""
+    _seen["epoch"] = 0
+    del _states[:]
+
+
+class ElasticState(TrainingState):
+    """A TrainingState for elastic jobs (docs/elastic.md#pytorch), in the spirit of Horovod's
+    elastic TorchState:
+
+        sampler = tt.ElasticSampler(dataset, shuffle=True)
+        loader = DataLoader(dataset, batch_size=64, sampler=sampler)
+        state = tt.ElasticState(model, optimizer, sampler=sampler, epoch=0, batch=0)
+        state.on_resize(lambda w: set_lr(optimizer, base_lr * w.size))   # a learning-rate scaler
+        for epoch in range(state.epoch, epochs):
+            sampler.set_epoch(epoch)
+            for i, (x, y) in enumerate(loader):
+                ...; loss.backward()
+                optimizer.step()       # a resize takes effect here (a worker resized away exits 0)
+
+    At a resize, after the step it takes effect at: the sampler re-shards what is left of the
+    epoch over the new world, then each on_resize hook is called with the new World. Keyword
+    values, crash recovery and progress are TrainingState's."""
+
+    def __init__(self, model=None, optimizer=None, scheduler=None, sampler=None, **values):
+        super().__init__(model, optimizer, scheduler, **values)
+        d = self.__dict__
+        d["_sampler"] = sampler
+        d["_hooks"] = []
+        _states.append(self)
+
+    def on_resize(self, fn):
+        """Calls fn(world) after each resize this worker stays in (World: rank, size, ...)."""
+        self._hooks.append(fn)
+        return fn
+
+    @property
+    def world(self):
+        return world()
+
+    def _trellis_world_changed(self, now):
+        if self._sampler is not None:
+            self._sampler.reshard(now.rank, now.size)
+        for fn in self._hooks:
+            fn(now)
+
+
+class ElasticSampler(torch.utils.data.Sampler):
+    """DistributedSampler's shards (the same padding: every rank the same number of samples),
+    following the job's world: after a resize mid-epoch the samples no worker has drawn yet are
+    sharded over the new world, so no sample is seen twice in the epoch and none is skipped.
+
+    Exact with DataLoader(num_workers=0). With worker processes, the batches a DataLoader has
+    prefetched (num_workers x prefetch_factor) were drawn from the old shard: this worker still
+    trains them, and nobody else gets them. The padding of the last shard repeats a few samples,
+    as DistributedSampler's does. Call set_epoch(epoch) at the start of each epoch."""
+
+    def __init__(self, dataset, shuffle=True, seed=0):
+        self._n = len(dataset)
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self._rank, self._size = 0, 1  # until trellis.init(): one worker
+        self._start_epoch()
+
+    def _start_epoch(self):
+        if _trellis.is_initialized():  # the world in force (a sampler made before init too)
+            w = world()
+            self._rank, self._size = w.rank, w.size
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            self._order = torch.randperm(self._n, generator=g).tolist()
+        else:
+            self._order = list(range(self._n))
+        self._ended = False
+        self._shard_over_world()
+
+    def _shard_over_world(self):
+        """Splits self._order (what is left of the epoch) over the world, padded as
+        DistributedSampler pads."""
+        order = self._order
+        total = -(-len(order) // self._size) * self._size
+        padded = list(order)
+        while order and len(padded) < total:
+            padded += order[:total - len(padded)]
+        self._padded = padded
+        self._shard = padded[self._rank::self._size]
+        self._drawn = 0  # of self._shard: every rank of the world draws as many (lockstep)
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+        self._start_epoch()
+
+    def reshard(self, rank, size):
+        """The world changed at a step boundary: what no rank of the old world has drawn is
+        sharded over the new one (ElasticState calls this)."""
+        drawn = set()
+        for r in range(self._size):
+            drawn.update(self._padded[r::self._size][:self._drawn])
+        self._order = [i for i in self._order if i not in drawn]
+        self._rank, self._size = rank, size
+        self._shard_over_world()
+
+    def __iter__(self):
+        if self._ended:  # a new pass without set_epoch: the same epoch's order again
+            self._start_epoch()
+        while self._drawn < len(self._shard):
+            i = self._shard[self._drawn]
+            self._drawn += 1
+            yield i
+        self._ended = True
+
+    def __len__(self):
+        return len(self._shard)
