@@ -85,8 +85,15 @@ bool Membership::Live(v1::Role role, int32_t rank) const {
   return n.registered && !n.dead && !n.exited && !n.preempted;
 }
 
+int32_t Membership::WorkersAccountedFor() const {
+  // A worker resized away before a scheduler restart never registers with the new one.
+  return registered_workers_ + static_cast<int32_t>(std::count_if(
+                                   workers_.begin(), workers_.end(),
+                                   [](const Member& w) { return w.departed && !w.registered; }));
+}
+
 bool Membership::Complete() const {
-  if (registered_servers_ < size(v1::ROLE_SERVER) || registered_workers_ < size(v1::ROLE_WORKER)) {
+  if (registered_servers_ < size(v1::ROLE_SERVER) || WorkersAccountedFor() < size(v1::ROLE_WORKER)) {
     return false;
   }
   return std::all_of(servers_.begin(), servers_.end(), [](const Member& n) { return n.ready; });
@@ -94,7 +101,7 @@ bool Membership::Complete() const {
 
 bool Membership::AllRegistered() const {
   return registered_servers_ == size(v1::ROLE_SERVER) &&
-         registered_workers_ == size(v1::ROLE_WORKER);
+         WorkersAccountedFor() == size(v1::ROLE_WORKER);
 }
 
 void Membership::FillNode(const Member& n, v1::Role role, int32_t rank, v1::NodeInfo* out) const {

@@ -82,7 +82,7 @@ class Membership {
   const Member& at(v1::Role role, int32_t rank) const;
   // Registered, and neither dead, exited nor preempted.
   bool Live(v1::Role role, int32_t rank) const;
-  // Every rank registered and every server ready: the cluster view is complete.
+  // Every rank registered (or resized away) and every server ready: the cluster view is complete.
   bool Complete() const;
   bool AllRegistered() const;
   // Some worker's program exited for good (finished, or failed) other than one that left the
@@ -90,6 +90,8 @@ class Membership {
   bool AnyWorkerExited() const;
   // The worker rank left the job's world (elastic jobs). REQUIRES: a worker rank in range.
   void SetDeparted(int32_t rank) { workers_[rank].departed = true; }
+  // Registered workers, and those resized away that never registered here (after a restart).
+  int32_t WorkersAccountedFor() const;
   // The worker ranks that have not left the world: who a barrier waits for.
   int32_t WorldWorkers() const {
     return static_cast<int32_t>(std::count_if(workers_.begin(), workers_.end(),

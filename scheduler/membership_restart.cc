@@ -111,7 +111,7 @@ int Membership::MarkMissingDead(TimePoint now, std::string* names) {
     for (size_t r = 0; r < nodes.size(); ++r) {
       Member& n = nodes[r];
       n.last_seen = now;  // heartbeat timeouts start afresh
-      if (n.registered) continue;
+      if (n.registered || n.departed) continue;  // departed: resized away (elastic jobs)
       // The normal dead-node path: shown dead, never a donor; the pod may still come back.
       n.registered = true;
       n.dead = true;

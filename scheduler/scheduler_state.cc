@@ -48,7 +48,7 @@ void SchedulerState::ChangedLocked(Deferred* deferred) {
   const bool complete = members_.Complete();
   if (complete && !was_complete_) {
     TLOG_INFO << "cluster complete: " << config_.num_servers << " servers ready, "
-              << config_.num_workers << " workers registered (version " << version_ << ")";
+              << members_.WorldWorkers() << " workers registered (version " << version_ << ")";
   }
   was_complete_ = complete;
   std::shared_ptr<const v1::ClusterView> view;  // built once, shared by every answered waiter

@@ -185,6 +185,8 @@ class SchedulerState {
   // the view); the ReachStep waiters past their deadline (answered undecided); all of them
   // failed with `st`.
   void WorldDecidedLocked(const v1::WorldInfo& world, Deferred* deferred) REQUIRES(mu_);
+  // A restarted scheduler: the world worker `by` handed back (Resume), when newer than its own.
+  Status AdoptWorldLocked(int32_t by, const v1::WorldInfo& world, Deferred* deferred) REQUIRES(mu_);
   void SweepReachWaitersLocked(TimePoint now, Deferred* deferred) REQUIRES(mu_);
   void FailReachWaitersLocked(const Status& st, Deferred* deferred) REQUIRES(mu_);
   // Answers (and drops) the ReachStep waiters `which` picks with `answer`.

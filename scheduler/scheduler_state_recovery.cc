@@ -72,7 +72,7 @@ void SchedulerState::MaybeFinishRecoveryLocked(TimePoint now, Deferred* deferred
   const int missing = members_.MarkMissingDead(now, &names);
   if (missing == 0) {
     TLOG_INFO << "recovered the running job after a scheduler restart: all "
-              << config_.num_servers << " servers and " << config_.num_workers
+              << config_.num_servers << " servers and " << members_.WorldWorkers()
               << " workers are back after " << took << " s"
               << (shards_.has_map() ? "" : " (no shard map yet)");
   } else {
@@ -101,7 +101,9 @@ StatusOr<v1::ResumeResponse> SchedulerState::Resume(const v1::ResumeRequest& req
     BeginRecoveryLocked("worker " + std::to_string(req.rank()) + " hands back its state");
     if (req.has_shard_map()) st = shards_.Install(req.rank(), req.shard_map(), &deferred);
     members_.AdoptServerAddresses(req);
+    if (st.ok() && req.has_world()) st = AdoptWorldLocked(req.rank(), req.world(), &deferred);
     ChangedLocked(&deferred);
+    MaybeFinishRecoveryLocked(clock_->Now(), &deferred);  // a departed worker is not awaited
   }
   RunDeferred(deferred);
   if (!st.ok()) {

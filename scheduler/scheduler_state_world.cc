@@ -71,6 +71,20 @@ void SchedulerState::WorldDecidedLocked(const v1::WorldInfo& world, Deferred* de
   ChangedLocked(deferred);  // the view's world changed
 }
 
+Status SchedulerState::AdoptWorldLocked(int32_t by, const v1::WorldInfo& world, Deferred* deferred) {
+  TRELLIS_ASSIGN_OR_RETURN(const bool adopted, world_.Adopt(world));
+  if (!adopted) return Status::Ok();
+  resizes_answered_ = std::max(resizes_answered_, world.epoch());
+  for (int32_t r = 0; r < members_.size(v1::ROLE_WORKER); ++r) {
+    if (world_.Departed(r)) members_.SetDeparted(r);
+  }
+  TLOG_INFO << "world " << world.epoch() << " handed back by worker " << by << ": "
+            << world.members_size() << " workers from step " << world.from_step()
+            << " (the workers resized away are not awaited)";
+  ChangedLocked(deferred);  // the view's world changed
+  return Status::Ok();
+}
+
 void SchedulerState::SweepReachWaitersLocked(TimePoint now, Deferred* deferred) {
   // Undecided at the deadline: the worker asks again (its own deadline decides).
   AnswerReachWaitersLocked([now](const ReachWaiter& w) { return w.deadline <= now; },

@@ -62,6 +62,30 @@ StatusOr<v1::ResizeResponse> WorldPlan::Resize(int32_t workers, const std::strin
   return out;
 }
 
+StatusOr<bool> WorldPlan::Adopt(const v1::WorldInfo& world) {
+  if (!bounds_.enabled) return InvalidArgumentError("a world handed back for a job that is not elastic");
+  const auto& m = world.members();
+  const int32_t slots = static_cast<int32_t>(departed_.size());
+  const bool ascending = std::adjacent_find(m.begin(), m.end(), [](int32_t a, int32_t b) {
+                           return a >= b;
+                         }) == m.end();
+  if (m.empty() || !ascending || m[0] < 0 || m[m.size() - 1] >= slots || world.from_step() < 1 ||
+      world.epoch() < 0 || m.size() < static_cast<size_t>(bounds_.min_workers) ||
+      m.size() > static_cast<size_t>(bounds_.max_workers)) {
+    return InvalidArgumentError("the world handed back (epoch " + std::to_string(world.epoch()) + ", " +
+                                std::to_string(m.size()) +
+                                " workers) is not one of this job's: members must be ascending worker "
+                                "slots below " + std::to_string(slots) + ", as many as spec.elastic allows");
+  }
+  if (world.epoch() <= current_.epoch()) return false;
+  current_ = world;
+  for (int32_t s = 0; s < slots; ++s) departed_[s] = !IsMember(s);
+  pending_.reset();  // one under way at the old scheduler: asked again if still wanted
+  decided_.push_back(world);
+  if (decided_.size() > kKeptResizes) decided_.erase(decided_.begin());
+  return true;
+}
+
 std::string WorldPlan::AbandonUnreported(int64_t now_unix_ms, int64_t limit_ms) {
   if (!pending_ || !pending_->reached.empty() ||
       now_unix_ms - pending_->info.asked_unix_ms() < limit_ms) {

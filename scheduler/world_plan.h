@@ -69,6 +69,12 @@ class WorldPlan {
   StatusOr<bool> Reach(int32_t slot, int64_t epoch, int64_t step, int64_t now_unix_ms,
                        v1::WorldInfo* world);
 
+  // A restarted scheduler (docs/elastic.md#what-survives-what): `world`, handed back by a
+  // worker, when it is newer than the current one; the slots outside it have departed.
+  // INVALID_ARGUMENT: members that are not ascending worker slots of this job, or out of
+  // spec.elastic's bounds. Returns whether it was adopted (an older or equal epoch is not).
+  StatusOr<bool> Adopt(const v1::WorldInfo& world);
+
   // A resize no member has reported a step for within `limit_ms` of being asked for is given
   // up: the workers' program never reaches a step boundary the scheduler hears of (it does not
   // use the Checkpointer's EndStep or Commit). Returns why, once (empty: nothing given up); the

@@ -57,6 +57,25 @@ inline std::vector<pid_t> ProcessesOfJob(const std::string& job) {
   return out;
 }
 
+// The scheduler trellis-launch started for `job` (its command line names the job file), or -1.
+inline pid_t SchedulerOf(const std::string& job) {
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return -1;
+  pid_t found = -1;
+  while (dirent* e = ::readdir(d)) {
+    const pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    const std::string proc = "/proc/" + std::to_string(pid);
+    if (ReadFile(proc + "/comm").rfind("trellis-schedul", 0) == 0 &&
+        ReadFile(proc + "/cmdline").find("/" + job + ".yaml") != std::string::npos) {
+      found = pid;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
 // The pid of `role` `rank`'s program (trellis-pserver for a server, trellis-mlp for a worker;
 // not its agent), or -1.
 inline pid_t ProgramOf(const std::string& job, const std::string& role, int rank) {

@@ -58,15 +58,23 @@ void SchedulerSession::HoldServerAddress(int32_t server, const std::string& addr
   }
 }
 
+void SchedulerSession::HoldWorld(std::function<v1::WorldInfo()> world) {
+  MutexLock lock(&mu_);
+  world_ = std::move(world);
+}
+
 Status SchedulerSession::HandBack() {
   v1::ResumeRequest req;
   req.set_rank(rank_);
   req.set_incarnation(incarnation_);
+  std::function<v1::WorldInfo()> world;
   {
     MutexLock lock(&mu_);
     if (map_) *req.mutable_shard_map() = *map_;
     for (const auto& a : addresses_) req.add_server_addresses(a);
+    world = world_;
   }
+  if (world) *req.mutable_world() = world();  // outside mu_: the world has its own lock
   auto resp = client_->Resume(req);
   if (!resp.ok()) return resp.status();
   TLOG_INFO << "worker " << rank_ << ": handed back "

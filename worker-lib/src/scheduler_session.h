@@ -52,6 +52,8 @@ class SchedulerSession {
   void HoldShardMap(const v1::ShardMap& map) EXCLUDES(mu_);
   void HoldServerAddresses(const std::vector<std::string>& addresses) EXCLUDES(mu_);
   void HoldServerAddress(int32_t server, const std::string& address) EXCLUDES(mu_);
+  // Elastic jobs: where the world this worker is in comes from (called at each hand-back).
+  void HoldWorld(std::function<v1::WorldInfo()> world) EXCLUDES(mu_);
 
  private:
   SchedulerSession(std::shared_ptr<SchedulerClient> client, int32_t rank, int64_t incarnation);
@@ -66,6 +68,7 @@ class SchedulerSession {
   Mutex mu_;
   std::optional<v1::ShardMap> map_ GUARDED_BY(mu_);
   std::vector<std::string> addresses_ GUARDED_BY(mu_);  // index = server rank
+  std::function<v1::WorldInfo()> world_ GUARDED_BY(mu_);  // null: not elastic
   std::unique_ptr<SchedulerWatch> watch_;  // last: its thread stops before the rest goes
 };
 

@@ -158,6 +158,7 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
     setup.listen_resizes = [ss](std::function<void(int64_t)> f) {
       ss->SetResizeListener(std::move(f));
     };
+    setup.hand_back_world = [ss](std::function<v1::WorldInfo()> f) { ss->HoldWorld(std::move(f)); };
     setup.reach_step = [ss, c](const v1::ReachStepRequest& r, milliseconds w) {
       return ss->Call<StatusOr<v1::ReachStepResponse>>(
           [&](milliseconds left) { return c->ReachStep(r, left); }, w);

@@ -67,6 +67,12 @@ WorkerImpl::WorkerImpl(WorkerSetup setup)
       if (auto s = w.lock()) s->OnAnnounced(epoch);
     });
   }
+  if (setup_.hand_back_world) {
+    setup_.hand_back_world([w = std::weak_ptr<WorldSwitch>(world_)] {
+      auto s = w.lock();
+      return s ? s->Info() : v1::WorldInfo();
+    });
+  }
 }
 
 WorkerImpl::~WorkerImpl() {

@@ -90,6 +90,8 @@ struct WorkerSetup {
   std::function<int64_t()> resize_epoch;
   // Registers a listener the scheduler's pings call while a resize is under way (its epoch).
   std::function<void(std::function<void(int64_t)>)> listen_resizes;
+  // Registers where the world comes from, for a restarted scheduler (the worker hands it back).
+  std::function<void(std::function<v1::WorldInfo()>)> hand_back_world;
   std::function<StatusOr<v1::ReachStepResponse>(const v1::ReachStepRequest&,
                                                 std::chrono::milliseconds)>
       reach_step;

@@ -46,6 +46,11 @@ std::pair<int64_t, std::vector<int32_t>> WorldSwitch::Current() const {
   return {world_.epoch(), std::vector<int32_t>(world_.members().begin(), world_.members().end())};
 }
 
+v1::WorldInfo WorldSwitch::Info() const {
+  MutexLock lock(&mu_);
+  return world_;
+}
+
 std::string WorldSwitch::LeftMessage() const {
   MutexLock lock(&mu_);
   return left_message_;

@@ -61,6 +61,8 @@ class WorldSwitch {
   WorldView view() const EXCLUDES(mu_);
   // The epoch and members (slots) of the world in force, as a kWorld announces them.
   std::pair<int64_t, std::vector<int32_t>> Current() const EXCLUDES(mu_);
+  // The world in force as the scheduler describes it (for a restarted scheduler).
+  v1::WorldInfo Info() const EXCLUDES(mu_);
   // Why an operation is refused once the worker left (empty: it did not).
   std::string LeftMessage() const EXCLUDES(mu_);
 

@@ -2,6 +2,7 @@
 // `trellis-launch resize RUN_DIR N` while it trains, as a user does. The resize takes effect at a
 // step boundary the workers agree on; the worker resized away exits 0; the others re-shard their
 // data and the job reaches its target accuracy.
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -137,6 +138,54 @@ TEST_F(ElasticTest, ResizesThatCannotBeDoneAreRefusedSayingWhy) {
   auto st = launch->WaitFor(200s);
   ASSERT_TRUE(st.has_value());
   EXPECT_EQ(st->exit_code, 0) << ReadFile(dir_ + "/" + job + ".out");
+}
+
+// The scheduler killed after a resize (trellis-launch restarts it on the same address): the
+// workers hand it back the world with the rest of their state, so it neither waits for the worker
+// resized away nor starts the world's epochs again; the next resize works and the job succeeds.
+TEST_F(ElasticTest, TheSchedulerKilledAfterAResizeRecoversTheWorldAndResizesAgain) {
+  const std::string job = NewJob("el-sched");
+  MlpJob spec = Spec(job, "aggregate");
+  spec.workers = 3;
+  spec.elastic = "{minWorkers: 1, maxWorkers: 3}";
+  spec.worker_restart = "OnFailure";
+  spec.epochs = 12;
+  auto launch = StartAndWaitForStep(job, spec, 32);
+  ASSERT_NE(launch, nullptr);
+  std::string out;
+  ASSERT_EQ(Resize(job, 2, &out), 0) << out << ReadFile(dir_ + "/" + job + ".out");
+  // Killed once worker 2 has left (the launcher asks the scheduler why a worker exited).
+  const std::string left = "trellis-launch: worker-2 left the job: resized away";
+  const auto left_by = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < left_by &&
+         ReadFile(dir_ + "/" + job + ".out").find(left) == std::string::npos) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(ReadFile(dir_ + "/" + job + ".out").find(left), std::string::npos) << ReadFile(dir_ + "/" + job + ".out");
+
+  const pid_t scheduler = SchedulerOf(job);
+  ASSERT_GT(scheduler, 0);
+  ASSERT_EQ(::kill(scheduler, SIGKILL), 0);
+  const std::string log = dir_ + "/logs-" + job + "/scheduler.log";
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         ReadFile(log).find("recovered the running job after a scheduler restart") == std::string::npos) {
+    std::this_thread::sleep_for(20ms);
+  }
+  const std::string recovered = ReadFile(log);
+  ASSERT_NE(recovered.find("recovered the running job after a scheduler restart: all 2 servers and 2 workers"),
+            std::string::npos)
+      << recovered.substr(recovered.size() > 6000 ? recovered.size() - 6000 : 0);
+
+  ASSERT_EQ(Resize(job, 1, &out), 0) << out << ReadFile(log);
+  EXPECT_NE(out.find("2 -> 1 workers asked for"), std::string::npos) << out;
+  auto st = launch->WaitFor(200s);
+  const std::string job_out = ReadFile(dir_ + "/" + job + ".out");
+  ASSERT_TRUE(st.has_value()) << job_out;
+  EXPECT_EQ(st->exit_code, 0) << job_out;
+  EXPECT_NE(job_out.find("-- reached"), std::string::npos) << job_out;
+  EXPECT_NE(job_out.find("trellis-launch: worker-1 left the job: resized away"), std::string::npos) << job_out;
+  EXPECT_NE(job_out.find(", 1 worker(s), "), std::string::npos) << job_out;
 }
 
 }  // namespace

@@ -36,25 +36,6 @@ std::string JobYaml(const std::string& name, const std::string& ckpt_dir) {
                           .interval_steps = kInterval});
 }
 
-// The scheduler trellis-launch started for `job` (its command line names the job file).
-pid_t SchedulerOf(const std::string& job) {
-  DIR* d = ::opendir("/proc");
-  if (d == nullptr) return -1;
-  pid_t found = -1;
-  while (dirent* e = ::readdir(d)) {
-    const pid_t pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    const std::string proc = "/proc/" + std::to_string(pid);
-    if (ReadFile(proc + "/comm").rfind("trellis-schedul", 0) == 0 &&
-        ReadFile(proc + "/cmdline").find("/" + job + ".yaml") != std::string::npos) {
-      found = pid;
-      break;
-    }
-  }
-  ::closedir(d);
-  return found;
-}
-
 struct KillRecord {
   bool then_worker = false;    // once recovered, also SIGKILL worker 1's program
   int killed_after = -1;       // the newest checkpoint step when the scheduler was killed

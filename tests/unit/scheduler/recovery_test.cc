@@ -192,6 +192,48 @@ TEST_F(RecoveryTest, RestartedSchedulerRebuildsTheRunningJob) {
   ASSERT_TRUE(late.done() && late.got->ok());
 }
 
+// An elastic job resized 3 -> 2 before the crash (docs/elastic.md#what-survives-what): the
+// workers hand back their world; the new scheduler adopts it, does not wait for the worker
+// resized away, and numbers the next resize after it.
+TEST_F(RecoveryTest, AnElasticJobsWorldIsHandedBackAndTheWorkerResizedAwayIsNotAwaited) {
+  RunOldScheduler();
+  SchedulerConfig c = Config();
+  c.elastic = ElasticBounds{true, 1, kWorkers};
+  SchedulerState fresh(c, &clock_);
+  v1::WorldInfo world;
+  world.set_epoch(1);
+  world.set_from_step(40);
+  world.add_members(0);
+  world.add_members(1);
+  AgentsComeBack(&fresh, /*workers=*/2);
+  EXPECT_TRUE(fresh.Ping().recovering()) << "worker 2 is still awaited until a world says otherwise";
+  v1::ResumeRequest r = Handback(0);
+  *r.mutable_world() = world;
+  ASSERT_TRUE(fresh.Resume(r).ok());
+  EXPECT_FALSE(fresh.Ping().recovering()) << "the world's workers are back";
+  const v1::ClusterView v = fresh.GetCluster();
+  EXPECT_TRUE(v.complete());
+  EXPECT_EQ(v.world().epoch(), 1);
+  EXPECT_EQ(v.world().members_size(), 2);
+  EXPECT_FALSE(v.workers(2).dead()) << "resized away, not dead";
+
+  // An older or equal world changes nothing; a bad one is refused.
+  world.set_epoch(0);
+  *r.mutable_world() = world;
+  ASSERT_TRUE(fresh.Resume(r).ok());
+  EXPECT_EQ(fresh.GetCluster().world().epoch(), 1);
+  world.set_epoch(5);
+  world.add_members(7);
+  *r.mutable_world() = world;
+  EXPECT_EQ(fresh.Resume(r).status().code(), StatusCode::kInvalidArgument);
+
+  v1::ResizeRequest resize;
+  resize.set_workers(1);
+  auto next = fresh.Resize(resize);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->epoch(), 2) << "numbered after the world handed back";
+}
+
 TEST_F(RecoveryTest, BarrierWaitersOfALostReleaseArePassedByANewerArrival) {
   RunOldScheduler();
   SchedulerState fresh(Config(), &clock_);

@@ -96,6 +96,34 @@ TEST(WorldPlanTest, TheNewWorldStartsAfterTheFurthestStepReported) {
 
 // A program that never reaches a boundary the scheduler hears of (no Checkpointer) cannot be
 // resized: the resize is given up, saying why, and the job may be asked again.
+TEST(WorldPlanTest, AWorldHandedBackIsAdoptedWhenNewerAndCheckedFirst) {
+  WorldPlan plan(3, Bounds(1, 3));
+  v1::WorldInfo w;
+  w.set_epoch(2);
+  w.set_from_step(50);
+  w.add_members(0);
+  w.add_members(2);
+  auto adopted = plan.Adopt(w);
+  ASSERT_TRUE(adopted.ok()) << adopted.status().ToString();
+  EXPECT_TRUE(*adopted);
+  EXPECT_EQ(Members(plan.current()), (std::vector<int32_t>{0, 2}));
+  EXPECT_TRUE(plan.Departed(1));
+  EXPECT_FALSE(plan.Departed(2));
+  EXPECT_FALSE(*plan.Adopt(w)) << "the same epoch again";
+  for (auto bad : {std::vector<int32_t>{2, 0}, std::vector<int32_t>{0, 3}, std::vector<int32_t>{},
+                   std::vector<int32_t>{-1, 0}}) {
+    v1::WorldInfo b;
+    b.set_epoch(9);
+    b.set_from_step(60);
+    for (int32_t m : bad) b.add_members(m);
+    EXPECT_EQ(plan.Adopt(b).status().code(), StatusCode::kInvalidArgument) << bad.size();
+  }
+  EXPECT_EQ(WorldPlan(2, ElasticBounds{}).Adopt(w).status().code(), StatusCode::kInvalidArgument);
+  auto r = plan.Resize(1, "", 0);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->epoch(), 3);
+}
+
 TEST(WorldPlanTest, AResizeNoWorkerReportsIsGivenUpAfterTheLimit) {
   WorldPlan plan(2, Bounds(1, 2));
   ASSERT_TRUE(plan.Resize(1, "", 1000).ok());
