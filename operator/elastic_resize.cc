@@ -113,6 +113,14 @@ void PlanResize(PlanRound& r, int asked) {
   r.plan.resize = ask;
 }
 
+void EndResize(Json& st, const std::string& job, const std::string& why, Clock::time_point now) {
+  if (Str(st, {"lastResize", "outcome"}) != kResizePending) return;
+  const std::string m = "job " + job + ": " + why + " before the resize took effect";
+  st["lastResize"]["outcome"] = JStr(kResizeAbandoned);
+  st["lastResize"]["message"] = JStr(m);
+  SetCondition(st, kResizingCondition, false, "ResizeAbandoned", m, now);
+}
+
 bool ApplyResizeAnswer(Json& st, const std::string& job, const ResizeAsk& ask,
                        const StatusOr<v1::ResizeResponse>& answer, int64_t pending_epoch, Clock::time_point now,
                        std::vector<JobPlan::Event>* events) {

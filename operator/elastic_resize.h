@@ -49,6 +49,11 @@ StatusOr<JobSpec> ParseAtWorldReplicas(const Json& job, const Status& error);
 // A refusal or an abandoned resize is not asked again until the replicas change.
 void PlanResize(PlanRound& r, int asked);
 
+// The job ended, or was suspended (`why`), with a resize Pending: it will not take effect; it is
+// Abandoned and the Resizing condition False. Nothing otherwise (idempotent: every round of an
+// ended job runs it).
+void EndResize(Json& status, const std::string& job, const std::string& why, Clock::time_point now);
+
 // The scheduler's answer to plan.resize for `job` (its name; `pending_epoch`: the epoch of a resize the scheduler
 // already has under way, from its progress, when it answered FAILED_PRECONDITION; 0: none):
 // status.lastResize Pending with the Resizing condition True, or Refused with the scheduler's

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "common/process/exit_codes.h"
+#include "operator/elastic_resize.h"
 #include "operator/job_restart.h"
 #include "operator/progress_status.h"
 
@@ -216,6 +217,7 @@ void EndJob(PlanRound& r) {
   // Pods being restarted this very round are dropped: the job is over.
   r.plan.remove = CleanUp(r.spec.runPolicy.cleanPodPolicy, r.pods);
   r.plan.events.clear();
+  EndResize(st, r.name, "the job ended", r.now);
   WriteCounts(st, CountPods(r.pods, {r.plan.remove.begin(), r.plan.remove.end()}), r.restarts, r.spec,
               /*keep_finished=*/true);
   FinishProgress(st, r.phase == kSucceeded, r.now);
@@ -235,6 +237,7 @@ void EndJob(PlanRound& r) {
 
 void Suspend(PlanRound& r) {
   Json& st = r.plan.status;
+  EndResize(st, r.name, "the job was suspended", r.now);
   for (const auto& p : r.pods) {
     if (!p.deleting) r.plan.remove.push_back(p.name);
   }

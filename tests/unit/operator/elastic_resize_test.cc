@@ -215,6 +215,55 @@ TEST(ElasticResizeTest, TheSchedulersAnswersRefusalUnderWayAndUnreachable) {
   EXPECT_FALSE(At(same, {"lastResize"}));
 }
 
+// One resize at a time: a new `kubectl scale` while one is under way is asked once it is done.
+TEST(ElasticResizeTest, AScaleWhileAResizeIsUnderWayIsAskedOnceItIsDone) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  SetReplicas(job, 2);
+  JobPlan plan = Round(job, pods, kT0);
+  ASSERT_TRUE(plan.resize);
+  std::vector<JobPlan::Event> events;
+  ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(0, 3, 1), 0, kT0, &events));
+  SetReplicas(job, 1);
+  plan = Round(job, pods, kT0);
+  EXPECT_FALSE(plan.resize) << "the one under way first";
+  EXPECT_TRUE(plan.follow_resize);
+  v1::JobProgress p;
+  *p.mutable_world() = World(1, 30, 2);
+  ASSERT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  ASSERT_TRUE(plan.resize);
+  EXPECT_EQ(plan.resize->from, 2);
+  EXPECT_EQ(plan.resize->to, 1);
+}
+
+TEST(ElasticResizeTest, AJobThatEndsOrIsSuspendedWithAResizePendingLeavesNoResizingTrue) {
+  for (const bool suspend : {false, true}) {
+    Json job = ApiJob(ElasticSpec(3));
+    std::vector<ObservedPod> pods = AllPods("Running");
+    Round(job, pods, kT0);
+    SetReplicas(job, 2);
+    JobPlan plan = Round(job, pods, kT0);
+    ASSERT_TRUE(plan.resize);
+    std::vector<JobPlan::Event> events;
+    ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(0, 3, 1), 0, kT0, &events));
+    if (suspend) {
+      job["spec"]["runPolicy"]["suspend"] = Json::boolean(true);
+    } else {
+      for (auto& p : pods) {
+        if (p.role == PodRole::kWorker) p.phase = "Succeeded";
+      }
+    }
+    Round(job, pods, kT0 + std::chrono::seconds(1));
+    EXPECT_EQ(Str(job, {"status", "phase"}), suspend ? kSuspended : kSucceeded);
+    EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizeAbandoned);
+    EXPECT_EQ(Condition(job["status"], kResizingCondition), "False");
+    EXPECT_NE(Str(job, {"status", "lastResize", "message"}).find(suspend ? "suspended" : "ended"),
+              std::string::npos);
+  }
+}
+
 TEST(ElasticResizeTest, AResizeTheSchedulerGaveUpIsAbandonedAndNotAskedAgainUntilTheReplicasChange) {
   Json job = ApiJob(ElasticSpec(3));
   std::vector<ObservedPod> pods = AllPods("Running");
