@@ -58,12 +58,18 @@ std::optional<int> WorldWorkers(const Json& status) {
   return static_cast<int>(*w);
 }
 
-JobSpec WorldSpec(const JobSpec& spec, const Json& status) {
+JobSpec WorldSpec(const JobSpec& spec, const Json& job) {
   if (!spec.elastic.enabled) return spec;
-  const auto world = WorldWorkers(status);
+  const Json* status = At(job, {"status"});
+  const auto world = status ? WorldWorkers(*status) : std::nullopt;
   if (!world) return spec;
   JobSpec out = spec;
   out.workers.replicas = *world;
+  const auto asked = Int(job, {"spec", "workers", "replicas"});
+  if (Str(*status, {"phase"}) == kSuspended && asked && *asked >= spec.elastic.minWorkers &&
+      *asked <= spec.elastic.maxWorkers) {
+    out.workers.replicas = static_cast<int32_t>(*asked);
+  }
   return out;
 }
 
@@ -82,7 +88,9 @@ void PlanResize(PlanRound& r, int asked) {
   const JobSpec& spec = r.spec;  // the world's (WorldSpec)
   if (!spec.elastic.enabled) return;
   Json& st = r.plan.status;
-  if (!WorldWorkers(st)) {  // the job's first pods are created from the spec: that is the world
+  // The job's first pods, or those of a resumed run, are created from this spec: that is the
+  // world (a new scheduler starts at epoch 0).
+  if (!WorldWorkers(st) || r.old_phase == kSuspended) {
     SetWorld(st, [&] {
       v1::WorldInfo w;
       for (int i = 0; i < spec.workers.replicas; ++i) w.add_members(i);

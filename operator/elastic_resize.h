@@ -33,9 +33,11 @@ inline constexpr char kResizeAbandoned[] = "Abandoned";  // the scheduler gave i
 // status.world.workers: the workers the job runs with now; nullopt before the operator wrote it.
 std::optional<int> WorldWorkers(const Json& status);
 
-// The spec the plan works with: an elastic job that has a world gets the world's replicas, so
-// the desired pods are the ones that train now. Other jobs: `spec` itself.
-JobSpec WorldSpec(const JobSpec& spec, const Json& status);
+// The spec the plan works with for `job` (`spec`: its parsed spec): an elastic job that has a
+// world gets the world's replicas, so the desired pods are the ones that train now; while it is
+// suspended, the replicas asked for when they are within spec.elastic (its next run starts at
+// that size). Other jobs: `spec` itself.
+JobSpec WorldSpec(const JobSpec& spec, const Json& job);
 
 // A job whose spec ParseJobSpec refused with `error`: when it is an elastic job that runs in a
 // world and only its spec.workers.replicas is outside spec.elastic's bounds (a `kubectl scale`

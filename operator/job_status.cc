@@ -23,8 +23,7 @@ JobPlan PlanInvalidSpec(const Json& job, const Status& error, Clock::time_point 
 JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vector<ObservedPod>& pods,
                 Clock::time_point now, const GangObservation* gang) {
   if (!spec.ok()) return PlanInvalidSpec(job, spec.status(), now);
-  const Json* status = At(job, {"status"});
-  const JobSpec world = WorldSpec(*spec, status ? *status : Json::object());
+  const JobSpec world = WorldSpec(*spec, job);
   PlanRound r(job, world, pods, now, gang);
   if (Terminal(r.old_phase)) {  // ended in an earlier round
     r.phase = r.old_phase;

@@ -145,8 +145,7 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
     StatusOr<JobSpec> parsed = ParseJobSpec(job->serialize());
     if (!parsed.ok()) parsed = ParseAtWorldReplicas(*job, parsed.status());
     if (!parsed.ok()) return parsed;
-    const Json* status = At(*job, {"status"});
-    return WorldSpec(*parsed, status ? *status : Json::object());
+    return WorldSpec(*parsed, *job);
   }();
 
   TRELLIS_ASSIGN_OR_RETURN(std::vector<Json> pod_objects, ReadPods(ns, name));

@@ -443,6 +443,29 @@ TEST_F(ReconcileTest, JobResizedWhileSuspendedResumesWithTheNewSizeAndJobFile) {
   EXPECT_EQ(spec->workers.replicas, 3);  // the restarted scheduler expects 3 workers
 }
 
+// An elastic job (docs/elastic.md#resizing-a-job-on-kubernetes) resized while suspended: its
+// world was 2, the next run's pods and job file are 3.
+TEST_F(ReconcileTest, ElasticJobResizedWhileSuspendedResumesWithTheNewSizeAndJobFile) {
+  CreateJob("el", R"({"image":"img:1","servers":{"replicas":1},"workers":{"replicas":2,"command":["w"]},
+      "elastic":{"minWorkers":1,"maxWorkers":3}})");
+  Reconcile("el");
+  EXPECT_EQ(Int(GetJob("el"), {"status", "world", "workers"}), 2);
+  ASSERT_TRUE(client_->MergePatch(kTrainingJobs, "default", "el",
+                                  *ParseJson(R"({"spec":{"runPolicy":{"suspend":true}}})")).ok());
+  Reconcile("el");
+  ASSERT_TRUE(client_->MergePatch(kTrainingJobs, "default", "el",
+                                  *ParseJson(R"({"spec":{"workers":{"replicas":3},"runPolicy":{"suspend":false}}})"))
+                  .ok());
+  Reconcile("el");
+  EXPECT_EQ(PodNames("el"), (Names{"el-scheduler", "el-server-0", "el-worker-0", "el-worker-1", "el-worker-2"}));
+  EXPECT_EQ(Int(GetJob("el"), {"status", "world", "workers"}), 3);
+  auto cm = client_->Get(kConfigMaps, "default", "el-config");
+  ASSERT_TRUE(cm.ok());
+  auto spec = ParseJobSpec(Str(*cm, {"data", "job.yaml"}));
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->workers.replicas, 3);
+}
+
 TEST_F(ReconcileTest, StatusWriteConflictIsRetriedFromAFreshRead) {
   CreateJob("mlp", kTwoByTwo);
   // Someone edits the job between the reconciler's read and its status write (the clock is read

@@ -215,6 +215,28 @@ TEST(ElasticResizeTest, TheSchedulersAnswersRefusalUnderWayAndUnreachable) {
   EXPECT_FALSE(At(same, {"lastResize"}));
 }
 
+// Resized while suspended: the next run starts at the new size (pods, world); a size outside
+// spec.elastic stays refused and the job resumes at its world.
+TEST(ElasticResizeTest, AJobResizedWhileSuspendedResumesAtTheNewSize) {
+  for (const int asked : {1, 5}) {
+    Json job = ApiJob(ElasticSpec(2));
+    std::vector<ObservedPod> pods = AllPods("Running");
+    pods.pop_back();
+    Round(job, pods, kT0);
+    job["spec"]["runPolicy"]["suspend"] = Json::boolean(true);
+    Round(job, pods, kT0 + std::chrono::seconds(1));
+    ASSERT_EQ(Str(job, {"status", "phase"}), kSuspended);
+    SetReplicas(job, asked);
+    Round(job, {}, kT0 + std::chrono::seconds(2));  // the pods are gone
+    job["spec"]["runPolicy"]["suspend"] = Json::boolean(false);
+    const JobPlan plan = Round(job, {}, kT0 + std::chrono::seconds(3));
+    int workers = 0;
+    for (const DesiredPod& d : plan.create) workers += d.role == PodRole::kWorker;
+    EXPECT_EQ(workers, asked == 1 ? 1 : 2) << asked;
+    EXPECT_EQ(Int(job, {"status", "world", "workers"}), asked == 1 ? 1 : 2) << asked;
+  }
+}
+
 // One resize at a time: a new `kubectl scale` while one is under way is asked once it is done.
 TEST(ElasticResizeTest, AScaleWhileAResizeIsUnderWayIsAskedOnceItIsDone) {
   Json job = ApiJob(ElasticSpec(3));
