@@ -50,6 +50,17 @@ void Pending(Json& st, const std::string& job, const ResizeAsk& ask, int64_t epo
   events->push_back({"Normal", "ResizeRequested", m});
 }
 
+// A Pending resize that will not take effect, saying why (`m`).
+void Abandon(Json& st, const std::string& m, Clock::time_point now) {
+  st["lastResize"]["outcome"] = JStr(kResizeAbandoned);
+  st["lastResize"]["message"] = JStr(m);
+  SetCondition(st, kResizingCondition, false, "ResizeAbandoned", m, now);
+}
+
+bool WithinBounds(const ElasticSpec& e, int64_t workers) {
+  return workers >= e.minWorkers && workers <= e.maxWorkers;
+}
+
 }  // namespace
 
 std::optional<int> WorldWorkers(const Json& status) {
@@ -66,8 +77,7 @@ JobSpec WorldSpec(const JobSpec& spec, const Json& job) {
   JobSpec out = spec;
   out.workers.replicas = *world;
   const auto asked = Int(job, {"spec", "workers", "replicas"});
-  if (Str(*status, {"phase"}) == kSuspended && asked && *asked >= spec.elastic.minWorkers &&
-      *asked <= spec.elastic.maxWorkers) {
+  if (Str(*status, {"phase"}) == kSuspended && asked && WithinBounds(spec.elastic, *asked)) {
     out.workers.replicas = static_cast<int32_t>(*asked);
   }
   return out;
@@ -111,7 +121,7 @@ void PlanResize(PlanRound& r, int asked) {
     return;
   }
   const ResizeAsk ask{world, asked, "spec.workers.replicas is " + std::to_string(asked)};
-  if (asked < spec.elastic.minWorkers || asked > spec.elastic.maxWorkers) {
+  if (!WithinBounds(spec.elastic, asked)) {
     Refuse(st, r.name, ask,
            "outside spec.elastic [" + std::to_string(spec.elastic.minWorkers) + ", " +
                std::to_string(spec.elastic.maxWorkers) + "]",
@@ -123,10 +133,7 @@ void PlanResize(PlanRound& r, int asked) {
 
 void EndResize(Json& st, const std::string& job, const std::string& why, Clock::time_point now) {
   if (Str(st, {"lastResize", "outcome"}) != kResizePending) return;
-  const std::string m = "job " + job + ": " + why + " before the resize took effect";
-  st["lastResize"]["outcome"] = JStr(kResizeAbandoned);
-  st["lastResize"]["message"] = JStr(m);
-  SetCondition(st, kResizingCondition, false, "ResizeAbandoned", m, now);
+  Abandon(st, "job " + job + ": " + why + " before the resize took effect", now);
 }
 
 bool ApplyResizeAnswer(Json& st, const std::string& job, const ResizeAsk& ask,
@@ -185,9 +192,7 @@ bool ApplyResizeProgress(Json& st, const std::string& job, const v1::JobProgress
                         " was given up by the job's scheduler (no worker reached a step boundary in time, or the "
                         "scheduler restarted); the job runs on with " +
                         Workers(WorldWorkers(st).value_or(0)) + "; change spec.workers.replicas to ask again";
-  last["outcome"] = JStr(kResizeAbandoned);
-  last["message"] = JStr(m);
-  SetCondition(st, kResizingCondition, false, "ResizeAbandoned", m, now);
+  Abandon(st, m, now);
   events->push_back({"Warning", "ResizeAbandoned", m});
   return false;
 }

@@ -48,6 +48,17 @@ v1::ResizeResponse Answer(int64_t current_epoch, int current_workers, int64_t ep
   return r;
 }
 
+// A running 3-worker job scaled to 2, the scheduler having taken the resize (epoch 1, Pending).
+void ScaledTo2AndPending(Json& job, const std::vector<ObservedPod>& pods) {
+  Round(job, pods, kT0);
+  SetReplicas(job, 2);
+  const JobPlan plan = Round(job, pods, kT0);
+  ASSERT_TRUE(plan.resize);
+  std::vector<JobPlan::Event> events;
+  ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(0, 3, 1), 0, kT0, &events));
+  ASSERT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizePending);
+}
+
 std::vector<std::string> Reasons(const std::vector<JobPlan::Event>& events) {
   std::vector<std::string> out;
   for (const auto& e : events) out.push_back(e.reason);
@@ -241,12 +252,9 @@ TEST(ElasticResizeTest, AJobResizedWhileSuspendedResumesAtTheNewSize) {
 TEST(ElasticResizeTest, AScaleWhileAResizeIsUnderWayIsAskedOnceItIsDone) {
   Json job = ApiJob(ElasticSpec(3));
   std::vector<ObservedPod> pods = AllPods("Running");
-  Round(job, pods, kT0);
-  SetReplicas(job, 2);
-  JobPlan plan = Round(job, pods, kT0);
-  ASSERT_TRUE(plan.resize);
+  ASSERT_NO_FATAL_FAILURE(ScaledTo2AndPending(job, pods));
+  JobPlan plan;
   std::vector<JobPlan::Event> events;
-  ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(0, 3, 1), 0, kT0, &events));
   SetReplicas(job, 1);
   plan = Round(job, pods, kT0);
   EXPECT_FALSE(plan.resize) << "the one under way first";
@@ -264,12 +272,7 @@ TEST(ElasticResizeTest, AJobThatEndsOrIsSuspendedWithAResizePendingLeavesNoResiz
   for (const bool suspend : {false, true}) {
     Json job = ApiJob(ElasticSpec(3));
     std::vector<ObservedPod> pods = AllPods("Running");
-    Round(job, pods, kT0);
-    SetReplicas(job, 2);
-    JobPlan plan = Round(job, pods, kT0);
-    ASSERT_TRUE(plan.resize);
-    std::vector<JobPlan::Event> events;
-    ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(0, 3, 1), 0, kT0, &events));
+    ASSERT_NO_FATAL_FAILURE(ScaledTo2AndPending(job, pods));
     if (suspend) {
       job["spec"]["runPolicy"]["suspend"] = Json::boolean(true);
     } else {
@@ -289,12 +292,9 @@ TEST(ElasticResizeTest, AJobThatEndsOrIsSuspendedWithAResizePendingLeavesNoResiz
 TEST(ElasticResizeTest, AResizeTheSchedulerGaveUpIsAbandonedAndNotAskedAgainUntilTheReplicasChange) {
   Json job = ApiJob(ElasticSpec(3));
   std::vector<ObservedPod> pods = AllPods("Running");
-  Round(job, pods, kT0);
-  SetReplicas(job, 2);
-  JobPlan plan = Round(job, pods, kT0);
-  ASSERT_TRUE(plan.resize);
+  ASSERT_NO_FATAL_FAILURE(ScaledTo2AndPending(job, pods));
+  JobPlan plan;
   std::vector<JobPlan::Event> events;
-  ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(0, 3, 1), 0, kT0, &events));
 
   v1::JobProgress p;  // nothing under way, still epoch 0: given up
   *p.mutable_world() = World(0, 0, 3);
