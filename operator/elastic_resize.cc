@@ -70,16 +70,17 @@ std::optional<int> WorldWorkers(const Json& status) {
 }
 
 JobSpec WorldSpec(const JobSpec& spec, const Json& job) {
-  if (!spec.elastic.enabled) return spec;
   const Json* status = At(job, {"status"});
   const auto world = status ? WorldWorkers(*status) : std::nullopt;
   if (!world) return spec;
+  // While suspended, the replicas asked for are the next run's world (for an elastic job only
+  // within spec.elastic; outside, ParseAtWorldReplicas gave `spec` the world's already).
+  if (Str(*status, {"phase"}) == kSuspended &&
+      (!spec.elastic.enabled || WithinBounds(spec.elastic, spec.workers.replicas))) {
+    return spec;
+  }
   JobSpec out = spec;
   out.workers.replicas = *world;
-  const auto asked = Int(job, {"spec", "workers", "replicas"});
-  if (Str(*status, {"phase"}) == kSuspended && asked && WithinBounds(spec.elastic, *asked)) {
-    out.workers.replicas = static_cast<int32_t>(*asked);
-  }
   return out;
 }
 
@@ -96,7 +97,6 @@ StatusOr<JobSpec> ParseAtWorldReplicas(const Json& job, const Status& error) {
 
 void PlanResize(PlanRound& r, int asked) {
   const JobSpec& spec = r.spec;  // the world's (WorldSpec)
-  if (!spec.elastic.enabled) return;
   Json& st = r.plan.status;
   // The job's first pods, or those of a resumed run, are created from this spec: that is the
   // world (a new scheduler starts at epoch 0).
@@ -114,13 +114,23 @@ void PlanResize(PlanRound& r, int asked) {
     return;
   }
   const int world = spec.workers.replicas;
-  if (r.phase != kRunning || asked == world) return;
+  if (asked == world) return;
+  // An elastic job is asked to resize once it runs; any other job's size is fixed while its
+  // pods exist (its scheduler cannot take or lose workers): refused until it is next started.
+  if (spec.elastic.enabled && r.phase != kRunning) return;
   // Said already, and nothing changed since: not asked (nor an Event recorded) again each round.
   if (last && Int(*last, {"to"}) == asked && Int(*last, {"from"}) == world &&
       (outcome == kResizeRefused || outcome == kResizeAbandoned)) {
     return;
   }
   const ResizeAsk ask{world, asked, "spec.workers.replicas is " + std::to_string(asked)};
+  if (!spec.elastic.enabled) {
+    Refuse(st, r.name, ask,
+           "the job has no spec.elastic, so its size is fixed while it runs; the new replicas apply when it next "
+           "starts (suspend and resume it: spec.runPolicy.suspend), see docs/elastic.md",
+           r.now, &r.plan.events);
+    return;
+  }
   if (!WithinBounds(spec.elastic, asked)) {
     Refuse(st, r.name, ask,
            "outside spec.elastic [" + std::to_string(spec.elastic.minWorkers) + ", " +

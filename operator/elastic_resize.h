@@ -1,10 +1,11 @@
-// Elastic jobs on Kubernetes (docs/elastic.md#on-kubernetes). spec.workers.replicas (what
-// `kubectl scale` sets through the CRD's scale subresource) is what the user asks for;
-// status.world is what the job's scheduler runs with. The pods follow the world, not the ask:
-// when the two differ on a running job the operator asks the scheduler to resize (Resize RPC),
-// follows it (GetProgress) until the workers switched at the step boundary they agreed on, and
-// only then writes the new world. A worker resized away finishes its last step and exits 0; its
-// pod is deleted once it has ended.
+// Elastic jobs on Kubernetes (docs/elastic.md#on-kubernetes), and the fixed size of the others.
+// spec.workers.replicas (what `kubectl scale` sets through the CRD's scale subresource) is what
+// the user asks for; status.world is what the job's scheduler runs with. The pods follow the
+// world, not the ask: when the two differ on a running elastic job the operator asks the
+// scheduler to resize (Resize RPC), follows it (GetProgress) until the workers switched at the
+// step boundary they agreed on, and only then writes the new world. A worker resized away
+// finishes its last step and exits 0; its pod is deleted once it has ended. A job without
+// spec.elastic keeps its world until it is next started (resumed after a suspension).
 //
 // status.lastResize {from, to, reason, outcome, requestTime, epoch, fromStep, doneTime, message}
 // says where the latest resize stands; outcome is one of kResize*. The Resizing condition is
@@ -33,10 +34,10 @@ inline constexpr char kResizeAbandoned[] = "Abandoned";  // the scheduler gave i
 // status.world.workers: the workers the job runs with now; nullopt before the operator wrote it.
 std::optional<int> WorldWorkers(const Json& status);
 
-// The spec the plan works with for `job` (`spec`: its parsed spec): an elastic job that has a
-// world gets the world's replicas, so the desired pods are the ones that train now; while it is
-// suspended, the replicas asked for when they are within spec.elastic (its next run starts at
-// that size). Other jobs: `spec` itself.
+// The spec the plan works with for `job` (`spec`: its parsed spec): a job that has a world gets
+// the world's replicas, so the desired pods are the ones that train now; while it is suspended,
+// the replicas asked for (for an elastic job, when they are within spec.elastic): its next run
+// starts at that size.
 JobSpec WorldSpec(const JobSpec& spec, const Json& job);
 
 // A job whose spec ParseJobSpec refused with `error`: when it is an elastic job that runs in a
@@ -45,10 +46,12 @@ JobSpec WorldSpec(const JobSpec& spec, const Json& job);
 // ask on the job). Otherwise `error`.
 StatusOr<JobSpec> ParseAtWorldReplicas(const Json& job, const Status& error);
 
-// The phase of an elastic job (PlanJob runs it last): the first round writes status.world from
-// the spec; a running job whose `asked` replicas differ from its world gets plan.resize (or a
-// refusal on the job when outside spec.elastic); a resize under way sets plan.follow_resize.
-// A refusal or an abandoned resize is not asked again until the replicas change.
+// The world phase of a job (PlanJob runs it last): the first round, and the first of a resumed
+// run, write status.world from the spec; a running elastic job whose `asked` replicas differ from
+// its world gets plan.resize (or a refusal on the job when outside spec.elastic); a job without
+// spec.elastic gets a refusal on the job (its size changes only when it next starts); a resize
+// under way sets plan.follow_resize. A refusal or an abandoned resize is not asked again until
+// the replicas change.
 void PlanResize(PlanRound& r, int asked);
 
 // The job ended, or was suspended (`why`), with a resize Pending: it will not take effect; it is

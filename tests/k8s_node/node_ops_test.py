@@ -154,7 +154,7 @@ class Ops(node.TrellisCase):
         host_ckpt = os.path.join(self.cp.dir, "ckpt-" + self.ns)
         os.makedirs(host_ckpt, exist_ok=True)
         os.chmod(host_ckpt, 0o777)
-        y = mlp_job(job, epochs=1, samples=16384).replace("ttlSecondsAfterFinished: 3600", "ttlSecondsAfterFinished: 5")
+        y = mlp_job(job, epochs=3, samples=16384).replace("ttlSecondsAfterFinished: 3600", "ttlSecondsAfterFinished: 5")
         self.assertIn("ttlSecondsAfterFinished: 5", y)
         # What a platform team hands a job: a PersistentVolumeClaim, bound here to a local
         # PersistentVolume on that directory (pre-bound both ways: no provisioner on this node;

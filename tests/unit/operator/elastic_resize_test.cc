@@ -65,16 +65,51 @@ std::vector<std::string> Reasons(const std::vector<JobPlan::Event>& events) {
   return out;
 }
 
-TEST(ElasticResizeTest, TheFirstRoundWritesTheWorldAndAJobWithoutElasticGetsNone) {
-  Json job = ApiJob(ElasticSpec(3));
-  Round(job, {}, kT0);
-  EXPECT_EQ(Int(job, {"status", "world", "workers"}), 3);
-  EXPECT_EQ(Int(job, {"status", "world", "epoch"}), 0);
+TEST(ElasticResizeTest, TheFirstRoundWritesTheWorldForEveryJob) {
+  for (const std::string& spec : {ElasticSpec(3), std::string(kSpec)}) {
+    Json job = ApiJob(spec);
+    const JobPlan plan = Round(job, {}, kT0);
+    EXPECT_EQ(Int(job, {"status", "world", "workers"}), 3);
+    EXPECT_EQ(Int(job, {"status", "world", "epoch"}), 0);
+    EXPECT_FALSE(plan.resize);
+  }
+}
 
-  Json fixed = ApiJob(kSpec);
-  const JobPlan plan = Round(fixed, {}, kT0);
-  EXPECT_FALSE(At(fixed, {"status", "world"}));
-  EXPECT_FALSE(plan.resize);
+// `kubectl scale` on a running job without spec.elastic: its scheduler cannot take or lose
+// workers, so the pods stay as they are and the job says why, once; the new size applies when
+// the job is resumed after a suspension.
+TEST(ElasticResizeTest, AJobWithoutElasticKeepsItsSizeWhileItRunsAndTakesTheNewOneWhenResumed) {
+  for (const int asked : {2, 5}) {
+    Json job = ApiJob(kSpec);
+    std::vector<ObservedPod> pods = AllPods("Running");
+    Round(job, pods, kT0);
+    ASSERT_EQ(Str(job, {"status", "phase"}), kRunning);
+
+    SetReplicas(job, asked);
+    JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+    EXPECT_FALSE(plan.resize);
+    EXPECT_TRUE(plan.create.empty()) << asked;
+    EXPECT_TRUE(plan.remove.empty()) << asked;
+    EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+    EXPECT_EQ(Int(job, {"status", "world", "workers"}), 3);
+    EXPECT_EQ(Reasons(plan.events), (std::vector<std::string>{"ResizeRefused"}));
+    EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizeRefused);
+    EXPECT_NE(Str(job, {"status", "lastResize", "message"}).find("no spec.elastic"), std::string::npos);
+    plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+    EXPECT_TRUE(plan.events.empty()) << "said once";
+
+    job["spec"]["runPolicy"]["suspend"] = Json::boolean(true);
+    Round(job, pods, kT0 + std::chrono::seconds(3));
+    ASSERT_EQ(Str(job, {"status", "phase"}), kSuspended);
+    Round(job, {}, kT0 + std::chrono::seconds(4));  // the pods are gone
+    job["spec"]["runPolicy"]["suspend"] = Json::boolean(false);
+    plan = Round(job, {}, kT0 + std::chrono::seconds(5));
+    int workers = 0;
+    for (const DesiredPod& d : plan.create) workers += d.role == PodRole::kWorker;
+    EXPECT_EQ(workers, asked);
+    EXPECT_EQ(Int(job, {"status", "world", "workers"}), asked);
+    for (const std::string& reason : Reasons(plan.events)) EXPECT_NE(reason, "ResizeRefused");
+  }
 }
 
 // `kubectl scale --replicas=2` on a running 3-worker job, through to its end.
