@@ -203,15 +203,47 @@ Status Launcher::StartAgents() {
       std::string log = paths_.run_dir + "/" + child->plan.name + ".log";
       child->log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     }
-    auto p = Subprocess::Start(child->plan.spawn);
-    if (!p.ok()) return p.status().Annotate("starting the agent of " + child->plan.name);
-    child->process = std::move(p).value();
-    child->process->set_destructor_grace(options_.stop_grace);
-    if (int fd = child->process->stdout_pipe(); fd >= 0) {
-      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-      child->pipe_open = true;
-    }
+    TRELLIS_RETURN_IF_ERROR(Spawn(*child));
     agents_.push_back(std::move(child));
+  }
+  return Status::Ok();
+}
+
+Status Launcher::Spawn(Child& c) {
+  auto p = Subprocess::Start(c.plan.spawn);
+  if (!p.ok()) return p.status().Annotate("starting the agent of " + c.plan.name);
+  c.process = std::move(p).value();
+  c.process->set_destructor_grace(options_.stop_grace);
+  c.exit.reset();
+  c.splitter = LineSplitter();
+  if (int fd = c.process->stdout_pipe(); fd >= 0) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    c.pipe_open = true;
+  }
+  return Status::Ok();
+}
+
+Status Launcher::StartJoiners() {
+  std::vector<int32_t> joiners;
+  int to = 0;
+  int64_t epoch = 0;
+  {
+    MutexLock lock(&mu_);
+    const auto& world = training_.world().members();
+    to = training_.resize_pending_members_size();
+    epoch = training_.resize_pending_epoch();
+    for (int32_t m : training_.resize_pending_members()) {
+      if (std::find(world.begin(), world.end(), m) == world.end()) joiners.push_back(m);
+    }
+  }
+  for (auto& a : agents_) {
+    if (a->plan.kind != ProcessPlan::Kind::kWorker || !a->exit || a->exit->exit_code != 0) continue;
+    if (std::find(joiners.begin(), joiners.end(), a->plan.index) == joiners.end()) continue;
+    if (a->grow_epoch == epoch) continue;  // started for this grow already (the progress lags)
+    a->grow_epoch = epoch;
+    console_.Line("trellis-launch: " + a->plan.name + " starts again: the job grows to " + std::to_string(to) +
+                  " workers (" + Seconds(Elapsed()) + ")");
+    TRELLIS_RETURN_IF_ERROR(Spawn(*a));
   }
   return Status::Ok();
 }
@@ -568,6 +600,10 @@ int Launcher::Supervise() {
     if (!failed.empty()) {
       if (int code = RestartJobOrFail(failed); code >= 0) return code;
       continue;
+    }
+    // Elastic jobs: a grow brings back workers that were resized away (docs/elastic.md).
+    if (job_.elastic.enabled) {
+      if (Status st = StartJoiners(); !st.ok()) return Fail("job " + job_.name + " failed: " + st.ToString(), nullptr);
     }
     if (auto s = scheduler_->process->Poll()) {
       scheduler_->exit = s;

@@ -39,6 +39,7 @@ class Launcher {
     LineSplitter splitter;
     int log_fd = -1;           // workers: their log, where passed-through stdout is copied too
     bool pipe_open = false;
+    int64_t grow_epoch = 0;  // elastic jobs: the grow it was started again for (once per grow)
   };
 
   Status Prepare();                       // run dir, token file, TLS files
@@ -51,6 +52,10 @@ class Launcher {
   // Connects to the scheduler just started, starts the cluster-watch thread and the agents.
   Status StartRun();
   Status StartAgents();
+  Status Spawn(Child& c);  // starts (or starts again) the agent `c` plans
+  // Elastic jobs: starts again the worker agents that left the world and that a grow under way
+  // (the latest progress) brings back.
+  Status StartJoiners() EXCLUDES(mu_);
   // Agents failed. Under runPolicy.failurePolicy RestartJob, when the job's scheduler failed the
   // job (in-job recovery cannot heal it), every process is stopped and started again, resuming
   // from the newest checkpoint, at most backoffLimit times (-1: restarted); else FailAgent.

@@ -81,6 +81,12 @@ JobSpec WorldSpec(const JobSpec& spec, const Json& job) {
   }
   JobSpec out = spec;
   out.workers.replicas = *world;
+  // A grow under way: the joiners' pods are created now; they join at the step the members
+  // agree on (docs/elastic.md#growing).
+  const auto to = Int(*status, {"lastResize", "to"});
+  if (Str(*status, {"lastResize", "outcome"}) == kResizePending && to && *to > *world && *to <= kMaxReplicas) {
+    out.workers.replicas = static_cast<int32_t>(*to);
+  }
   return out;
 }
 

@@ -187,6 +187,12 @@ bool Departed(const PlanRound& r, const ObservedPod& p) {
 
 bool Ended(const ObservedPod& p) { return p.phase == "Succeeded" || p.phase == "Failed"; }
 
+// A worker a grow under way brings back (elastic_resize.h): its pod is made now, not lost.
+bool Joining(const PlanRound& r, const DesiredPod& d) {
+  const auto world = WorldWorkers(r.plan.status);
+  return r.spec.elastic.enabled && d.role == PodRole::kWorker && world && d.index >= *world;
+}
+
 }  // namespace
 
 bool Terminal(const std::string& phase) { return phase == kSucceeded || phase == kFailed; }
@@ -280,7 +286,7 @@ void FailLostPods(PlanRound& r) {
   if (!r.phase.empty() || r.old_phase != kRunning) return;
   for (const DesiredPod& d : r.desired) {
     if (d.role == PodRole::kScheduler) continue;
-    if (RolePolicy(r.spec, d.role) != RestartPolicy::kNever) continue;
+    if (RolePolicy(r.spec, d.role) != RestartPolicy::kNever || Joining(r, d)) continue;
     auto it = r.observed.find(d.name);
     if (it != r.observed.end() && !it->second->deleting) continue;
     r.Finish(kFailed, "PodDeleted",
@@ -349,14 +355,16 @@ PodsState PlanPods(PlanRound& r) {
   }
   for (const DesiredPod& d : r.desired) {
     auto it = r.observed.find(d.name);
+    // A joiner's pod coming up does not hold the running job back (the grow waits for it).
+    const bool joining = Joining(r, d);
     if (it == r.observed.end()) {
       r.plan.create.push_back(d);
-      state.all_up = false;
+      if (!joining) state.all_up = false;
       continue;
     }
     const ObservedPod& p = *it->second;
     const bool up = p.phase == "Running" || (p.role == PodRole::kWorker && p.phase == "Succeeded");
-    if (!up || p.deleting || removing.count(d.name)) state.all_up = false;
+    if ((!up && !joining) || p.deleting || removing.count(d.name)) state.all_up = false;
     if (p.deleting && !removing.count(d.name) && state.going.empty()) state.going = d.name;
   }
   return state;
@@ -400,7 +408,9 @@ void DecidePhase(PlanRound& r, const PodsState& state) {
   const std::vector<DesiredPod>& create = r.plan.create;
   if (r.restarted) {
     r.phase = kRestarting;
-  } else if (r.old_phase == kRunning && (!create.empty() || !state.going.empty())) {
+  } else if (r.old_phase == kRunning &&
+             (std::any_of(create.begin(), create.end(), [&](const DesiredPod& d) { return !Joining(r, d); }) ||
+              !state.going.empty())) {
     // A pod of the running job is gone, or seen while its deletion is under way (deleted,
     // evicted, drained): the job is replacing it, not waiting for its first pods; not counted.
     r.phase = kRestarting;

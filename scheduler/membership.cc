@@ -229,7 +229,7 @@ void Membership::Reregister(const v1::RegisterRequest& req, int32_t rank) {
     ++n.incarnation;
     if (n.restart_reported) {
       n.restart_reported = false;  // counted when the exit was reported
-    } else {
+    } else if (!n.departed) {  // a slot the world left, joining again (growing), is no restart
       ++n.restarts;
       ++restarts_;
     }

@@ -88,8 +88,9 @@ class Membership {
   // Some worker's program exited for good (finished, or failed) other than one that left the
   // world: the job is ending.
   bool AnyWorkerExited() const;
-  // The worker rank left the job's world (elastic jobs). REQUIRES: a worker rank in range.
-  void SetDeparted(int32_t rank) { workers_[rank].departed = true; }
+  // The worker rank left the job's world (elastic jobs), or came back into it (growing).
+  // REQUIRES: a worker rank in range.
+  void SetDeparted(int32_t rank, bool departed) { workers_[rank].departed = departed; }
   // Registered workers, and those resized away that never registered here (after a restart).
   int32_t WorkersAccountedFor() const;
   // The worker ranks that have not left the world: who a barrier waits for.

@@ -30,8 +30,10 @@ grpc::ServerUnaryReactor* SchedulerService::GetProgress(grpc::CallbackServerCont
     *resp = progress_->Snapshot(view);
     int64_t pending = 0;
     std::vector<v1::ResizeInfo> resizes;
-    *resp->mutable_world() = state_->World(&pending, &resizes);
+    std::vector<int32_t> pending_members;
+    *resp->mutable_world() = state_->World(&pending, &resizes, &pending_members);
     resp->set_resize_pending_epoch(pending);
+    for (int32_t m : pending_members) resp->add_resize_pending_members(m);
     if (!resizes.empty()) *resp->mutable_last_resize() = resizes.back();
     const std::string stop = state_->stop_reason();
     resp->set_stopping(!stop.empty());

@@ -167,7 +167,7 @@ v1::PingResponse SchedulerState::Ping(const v1::PingRequest& req) {
     }
     members_.FillRestarting(&resp);
     resp.set_stopping(!stop_reason_.empty());
-    resp.set_resize_epoch(world_.pending_epoch());
+    resp.set_resize_epoch(world_.announced_epoch());
   }
   RunDeferred(deferred);
   return resp;

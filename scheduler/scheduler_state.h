@@ -131,9 +131,10 @@ class SchedulerState {
   StatusOr<v1::ResizeResponse> Resize(const v1::ResizeRequest& req) EXCLUDES(mu_);
   void ReachStep(const v1::ReachStepRequest& req, TimePoint deadline,
                  Callback<v1::ReachStepResponse> done) EXCLUDES(mu_);
-  // The world now, the resize under way (0: none), the resizes decided (newest last).
-  v1::WorldInfo World(int64_t* pending_epoch, std::vector<v1::ResizeInfo>* resizes) const
-      EXCLUDES(mu_);
+  // The world now, the resize under way (0: none) and its members, the resizes decided (newest
+  // last). Null pointers: not wanted.
+  v1::WorldInfo World(int64_t* pending_epoch, std::vector<v1::ResizeInfo>* resizes,
+                      std::vector<int32_t>* pending_members = nullptr) const EXCLUDES(mu_);
 
   // Marks nodes silent for longer than the heartbeat timeout dead (not while recovering after a
   // restart; at the end of the recovery grace, the members still missing), and answers the

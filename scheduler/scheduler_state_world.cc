@@ -18,7 +18,7 @@ StatusOr<v1::ResizeResponse> SchedulerState::Resize(const v1::ResizeRequest& req
   if (r.ok() && world_.pending_epoch() != 0) {
     TLOG_INFO << "resize to " << req.workers() << " workers asked for (" << req.reason()
               << "): world " << world_.pending_epoch() << " starts after the step every worker "
-              << "reaches next";
+              << "reaches next" << (req.workers() > world_.size() ? ", once the workers joining asked to join" : "");
   }
   return r;
 }
@@ -56,9 +56,7 @@ void SchedulerState::ReachStep(const v1::ReachStepRequest& req, TimePoint deadli
 
 void SchedulerState::WorldDecidedLocked(const v1::WorldInfo& world, Deferred* deferred) {
   resizes_answered_ = world.epoch();
-  for (int32_t r = 0; r < members_.size(v1::ROLE_WORKER); ++r) {
-    if (world_.Departed(r)) members_.SetDeparted(r);
-  }
+  for (int32_t r = 0; r < members_.size(v1::ROLE_WORKER); ++r) members_.SetDeparted(r, world_.Departed(r));
   const v1::ResizeInfo& info = world_.resizes().back();
   TLOG_INFO << "resize decided: " << info.from_workers() << " -> " << info.to_workers()
             << " workers from step " << world.from_step() << " ("
@@ -75,9 +73,7 @@ Status SchedulerState::AdoptWorldLocked(int32_t by, const v1::WorldInfo& world, 
   TRELLIS_ASSIGN_OR_RETURN(const bool adopted, world_.Adopt(world));
   if (!adopted) return Status::Ok();
   resizes_answered_ = std::max(resizes_answered_, world.epoch());
-  for (int32_t r = 0; r < members_.size(v1::ROLE_WORKER); ++r) {
-    if (world_.Departed(r)) members_.SetDeparted(r);
-  }
+  for (int32_t r = 0; r < members_.size(v1::ROLE_WORKER); ++r) members_.SetDeparted(r, world_.Departed(r));
   TLOG_INFO << "world " << world.epoch() << " handed back by worker " << by << ": "
             << world.members_size() << " workers from step " << world.from_step()
             << " (the workers resized away are not awaited)";
@@ -109,11 +105,12 @@ void SchedulerState::FailReachWaitersLocked(const Status& st, Deferred* deferred
   reach_waiters_.clear();
 }
 
-v1::WorldInfo SchedulerState::World(int64_t* pending_epoch,
-                                    std::vector<v1::ResizeInfo>* resizes) const {
+v1::WorldInfo SchedulerState::World(int64_t* pending_epoch, std::vector<v1::ResizeInfo>* resizes,
+                                    std::vector<int32_t>* pending_members) const {
   MutexLock lock(&mu_);
   if (pending_epoch != nullptr) *pending_epoch = world_.pending_epoch();
   if (resizes != nullptr) *resizes = world_.resizes();
+  if (pending_members != nullptr) *pending_members = world_.pending_members();
   return world_.current();
 }
 

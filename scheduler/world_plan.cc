@@ -21,6 +21,19 @@ bool WorldPlan::Departed(int32_t slot) const {
   return slot >= 0 && static_cast<size_t>(slot) < departed_.size() && departed_[slot];
 }
 
+int64_t WorldPlan::announced_epoch() const {
+  if (!pending_ || pending_->joined.size() < pending_->joiners.size()) return 0;
+  return pending_->epoch;
+}
+
+bool WorldPlan::Joining(int32_t slot) const {
+  return pending_ && std::find(pending_->joiners.begin(), pending_->joiners.end(), slot) != pending_->joiners.end();
+}
+
+std::vector<int32_t> WorldPlan::pending_members() const {
+  return pending_ ? pending_->members : std::vector<int32_t>();
+}
+
 StatusOr<v1::ResizeResponse> WorldPlan::Resize(int32_t workers, const std::string& reason,
                                                int64_t now_unix_ms) {
   if (!bounds_.enabled) {
@@ -42,21 +55,33 @@ StatusOr<v1::ResizeResponse> WorldPlan::Resize(int32_t workers, const std::strin
   *out.mutable_current() = current_;
   out.set_epoch(current_.epoch());
   if (workers == size()) return out;
-  if (workers > size()) {
-    return UnimplementedError("resize to " + std::to_string(workers) + " workers: the job has " +
-                              std::to_string(size()) +
-                              " and growing a running job's workers is not built yet "
-                              "(docs/elastic.md#what-is-not-built-yet)");
-  }
-  // Shrinking keeps the lowest slots, as scaling a set of pods down removes the highest ordinals.
   auto p = std::make_unique<Pending>();
   p->epoch = current_.epoch() + 1;
-  p->members.assign(current_.members().begin(), current_.members().begin() + workers);
+  if (workers > size()) {
+    // Back into the slots the world left, lowest first (the pods scaling up creates).
+    const int32_t slots = static_cast<int32_t>(departed_.size());
+    for (int32_t s = 0; s < slots && size() + static_cast<int32_t>(p->joiners.size()) < workers; ++s) {
+      if (!IsMember(s)) p->joiners.push_back(s);
+    }
+    if (size() + static_cast<int32_t>(p->joiners.size()) < workers) {
+      return UnimplementedError("resize to " + std::to_string(workers) + " workers: the job started with " +
+                                std::to_string(slots) +
+                                " and growing beyond the workers it started with is not built yet "
+                                "(docs/elastic.md#what-is-not-built-yet)");
+    }
+    p->members.assign(current_.members().begin(), current_.members().end());
+    p->members.insert(p->members.end(), p->joiners.begin(), p->joiners.end());
+    std::sort(p->members.begin(), p->members.end());
+  } else {
+    // Shrinking keeps the lowest slots, as scaling a set of pods down removes the highest ordinals.
+    p->members.assign(current_.members().begin(), current_.members().begin() + workers);
+  }
   p->info.set_epoch(p->epoch);
   p->info.set_from_workers(size());
   p->info.set_to_workers(workers);
   p->info.set_reason(reason.substr(0, 200));
   p->info.set_asked_unix_ms(now_unix_ms);
+  if (p->joiners.empty()) p->announced_unix_ms = now_unix_ms;
   out.set_epoch(p->epoch);
   pending_ = std::move(p);
   return out;
@@ -87,15 +112,21 @@ StatusOr<bool> WorldPlan::Adopt(const v1::WorldInfo& world) {
 }
 
 std::string WorldPlan::AbandonUnreported(int64_t now_unix_ms, int64_t limit_ms) {
-  if (!pending_ || !pending_->reached.empty() ||
-      now_unix_ms - pending_->info.asked_unix_ms() < limit_ms) {
-    return "";
+  // A grow's members are asked for steps only once its joiners asked to join: from then on.
+  const int64_t since = pending_ && pending_->announced_unix_ms > 0 ? pending_->announced_unix_ms
+                                                                    : (pending_ ? pending_->info.asked_unix_ms() : 0);
+  if (!pending_ || !pending_->reached.empty() || now_unix_ms - since < limit_ms) return "";
+  std::string missing;
+  for (int32_t j : pending_->joiners) {
+    if (!pending_->joined.count(j)) missing += (missing.empty() ? "" : ", ") + std::to_string(j);
   }
-  const std::string why = "resize to " + std::to_string(pending_->members.size()) +
-                          " workers given up: no worker reached a step boundary within " +
-                          std::to_string(limit_ms / 1000) +
-                          " s (an elastic program calls Checkpointer::EndStep or Commit every "
-                          "step; docs/elastic.md)";
+  const std::string why =
+      "resize to " + std::to_string(pending_->members.size()) + " workers given up: " +
+      (missing.empty() ? "no worker reached a step boundary within " + std::to_string(limit_ms / 1000) +
+                             " s (an elastic program calls Checkpointer::EndStep or Commit every step; "
+                             "docs/elastic.md)"
+                       : "worker " + missing + " did not start and ask to join within " +
+                             std::to_string(limit_ms / 1000) + " s (its pod or agent must be started again)");
   pending_.reset();
   return why;
 }
@@ -113,6 +144,13 @@ StatusOr<bool> WorldPlan::Reach(int32_t slot, int64_t epoch, int64_t step, int64
                                    " is under way (the world is " +
                                    std::to_string(current_.epoch()) + ")");
   }
+  if (Joining(slot)) {
+    pending_->joined.insert(slot);  // it waits for the members' decision
+    if (pending_->joined.size() == pending_->joiners.size() && pending_->announced_unix_ms == 0) {
+      pending_->announced_unix_ms = now_unix_ms;
+    }
+    return false;
+  }
   if (step < 0) return InvalidArgumentError("a negative step: " + std::to_string(step));
   if (!IsMember(slot)) {
     return InvalidArgumentError("worker " + std::to_string(slot) +
@@ -128,7 +166,10 @@ StatusOr<bool> WorldPlan::Reach(int32_t slot, int64_t epoch, int64_t step, int64
   // Two after the furthest: a member that reported it did not wait there, so it may push the
   // next step in the old world; it waits at the boundary after that one (world_plan.h).
   next.set_from_step(furthest + 2);
-  for (int32_t m : pending_->members) next.add_members(m);
+  for (int32_t m : pending_->members) {
+    next.add_members(m);
+    departed_[m] = false;  // a joiner
+  }
   for (int32_t m : current_.members()) {
     if (std::find(pending_->members.begin(), pending_->members.end(), m) ==
         pending_->members.end()) {

@@ -12,6 +12,14 @@
 // the step it is in and reach a boundary too. Members are at most a step apart, so the new world
 // starts two or three steps after the first report.
 //
+// Growing (docs/elastic.md#growing) brings back slots the world left, lowest first: a joiner is
+// a new incarnation of its slot. The resize is announced to the members only once every
+// joiner's program asked to join (Reach with a negative step: it waits for the decision), so the
+// members never wait on a joiner that is not running yet; the joiners do not report steps, and
+// the decision is the members' as above. A joiner then takes the members' model at step F-1
+// through the rejoin path (a member's commit of F-1: none of them can finish step F without the
+// joiners' pushes, so that commit stays the newest until the joiner has it).
+//
 // Members are worker slots (their rank for their life in the job); a program's rank is its index
 // among the members.
 //
@@ -22,6 +30,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,21 +60,29 @@ class WorldPlan {
   bool Departed(int32_t slot) const;
   // The resize under way (0: none).
   int64_t pending_epoch() const { return pending_ ? pending_->epoch : 0; }
+  // The resize the members are told of (pings): one under way, a grow only once every joiner
+  // asked to join. 0: none.
+  int64_t announced_epoch() const;
+  // Whether `slot` joins in the resize under way (a grow brings it back).
+  bool Joining(int32_t slot) const;
+  // The members of the resize under way (ascending; empty: none).
+  std::vector<int32_t> pending_members() const;
   // Every resize decided so far (the newest last): at most the last kKeptResizes.
   const std::vector<v1::ResizeInfo>& resizes() const { return resizes_; }
   static constexpr size_t kKeptResizes = 16;
 
   // Resize to `workers` at `now_unix_ms`. FAILED_PRECONDITION: the job is not elastic, or another
   // resize is under way; INVALID_ARGUMENT: outside [minWorkers, maxWorkers]; UNIMPLEMENTED:
-  // more workers than the job has now (growing is not built yet). The same size: nothing to do
-  // (answered with the current epoch).
+  // more workers than the job started with (growing beyond its first slots is not built yet).
+  // The same size: nothing to do (answered with the current epoch).
   StatusOr<v1::ResizeResponse> Resize(int32_t workers, const std::string& reason,
                                       int64_t now_unix_ms);
 
-  // A member's report of the step it reached (ReachStepRequest). Returns whether the resize of
-  // `epoch` is decided (then *world is the new world and `now_unix_ms` its decision time).
-  // An epoch already decided answers that world (a repeated report). INVALID_ARGUMENT: not a
-  // member, a negative step; FAILED_PRECONDITION: no such resize.
+  // A member's report of the step it reached (ReachStepRequest), or a joiner's ask to join (any
+  // step). Returns whether the resize of `epoch` is decided (then *world is the new world and
+  // `now_unix_ms` its decision time). An epoch already decided answers that world (a repeated
+  // report). INVALID_ARGUMENT: neither a member nor a joiner, a member's negative step;
+  // FAILED_PRECONDITION: no such resize.
   StatusOr<bool> Reach(int32_t slot, int64_t epoch, int64_t step, int64_t now_unix_ms,
                        v1::WorldInfo* world);
 
@@ -76,9 +93,9 @@ class WorldPlan {
   StatusOr<bool> Adopt(const v1::WorldInfo& world);
 
   // A resize no member has reported a step for within `limit_ms` of being asked for is given
-  // up: the workers' program never reaches a step boundary the scheduler hears of (it does not
-  // use the Checkpointer's EndStep or Commit). Returns why, once (empty: nothing given up); the
-  // job goes on in its world and may be asked again.
+  // up: a joiner did not start, or the workers' program never reaches a step boundary the
+  // scheduler hears of (it does not use the Checkpointer's EndStep or Commit). Returns why, once
+  // (empty: nothing given up); the job goes on in its world and may be asked again.
   std::string AbandonUnreported(int64_t now_unix_ms, int64_t limit_ms);
   static constexpr int64_t kUnreportedLimitMs = 60000;
 
@@ -86,6 +103,9 @@ class WorldPlan {
   struct Pending {
     int64_t epoch = 0;
     std::vector<int32_t> members;       // ascending
+    std::vector<int32_t> joiners;       // the slots that join (growing)
+    std::set<int32_t> joined;           // the joiners whose program asked to join
+    int64_t announced_unix_ms = 0;      // when the members were told (0: not yet)
     std::map<int32_t, int64_t> reached;  // member -> the step it reported
     v1::ResizeInfo info;
   };

@@ -12,10 +12,16 @@ and lets it finish. Figures, per round:
             own epoch line: all workers' samples over the epoch's time)
   after     samples/s over the epochs wholly in the new world (the same lines), and the ratio
             after/before (the baseline is the same run's old world)
+--back grows the job back to WORKERS once an epoch ran wholly in the small world (docs/elastic.md
+#growing), and adds, per round:
+  grow decided  the grow's resize command figure
+  grow switch   request -> the joiners hold the model and push the new world's first step
+                (the latest joiner's log line "rejoined the running job after step F-1")
+  regrown       samples/s over the epochs wholly after the grow, and its ratio to `before`
 --load N runs N busy loops beside the job (a busy training host).
 
 usage: bench/elastic/resize_bench.py [--bin build/bin] [--workers 2] [--to 1] [--rounds 3]
-                                     [--load 0]
+                                     [--back] [--load 0]
 """
 import argparse
 import datetime
@@ -83,13 +89,10 @@ def one_round(args, n):
                 if 1 in epoch_rates(f.read()):
                     break
             time.sleep(0.02)
-        asked = time.time()
-        r = subprocess.run([os.path.join(args.bin, "trellis-launch"), "resize", logs, str(args.to)],
-                           capture_output=True, text=True, timeout=120)
-        if r.returncode != 0:
-            sys.exit("resize failed: " + r.stdout + r.stderr)
-        m = re.search(r"from step ([0-9]+) \(decided ([0-9.]+) s", r.stdout)
-        from_step, decided = int(m.group(1)), float(m.group(2))
+        asked, from_step, decided = resize(args, logs, args.to)
+        grow = None
+        if args.back:
+            grow = grow_back(args, work, logs, launch)
         launch.wait(timeout=600)
     finally:
         if launch.poll() is None:
@@ -111,7 +114,50 @@ def one_round(args, n):
     after_epochs = [rates[e] for e in rates if e >= first_new]
     before = rates.get(1, 0.0)
     after = sum(after_epochs) / len(after_epochs) if after_epochs else 0.0
-    return decided, (switch - asked) if switch else float("nan"), before, after
+    if grow is None:
+        return decided, (switch - asked) if switch else float("nan"), before, after, None
+    grow_asked, grow_from, grow_decided = grow
+    joined = []
+    for w in range(args.to, args.workers):
+        with open(os.path.join(logs, "worker-%d.log" % w)) as f:
+            for line in f:
+                if "rejoined the running job after step %d" % (grow_from - 1) in line:
+                    joined.append(log_time(line, day))
+    grow_switch = (max(joined) - grow_asked) if len(joined) == args.workers - args.to else float("nan")
+    m = re.search(r"resized to %d worker\(s\) from step %d.*\n(?:.*\n)*?.*epoch (\d+)/" % (args.workers, grow_from),
+                  text)
+    regrown_epochs = [rates[e] for e in rates if m and e >= int(m.group(1)) + 1]
+    regrown = sum(regrown_epochs) / len(regrown_epochs) if regrown_epochs else 0.0
+    after_epochs = [rates[e] for e in rates if e >= first_new and (not m or e <= int(m.group(1)) - 1)]
+    after = sum(after_epochs) / len(after_epochs) if after_epochs else 0.0
+    return (decided, (switch - asked) if switch else float("nan"), before, after,
+            (grow_decided, grow_switch, regrown))
+
+
+def grow_back(args, work, logs, launch):
+    """Once an epoch ran wholly in the small world, resizes back to --workers: (asked, from step,
+    decided s)."""
+    deadline = time.time() + 300
+    while time.time() < deadline and launch.poll() is None:
+        with open(os.path.join(work, "launch.out")) as f:
+            text = f.read()
+        m = re.search(r"resized to \d+ worker\(s\) from step \d+.*\n(?:.*\n)*?.*epoch (\d+)/", text)
+        if m and int(m.group(1)) + 1 in epoch_rates(text):
+            break
+        time.sleep(0.02)
+    return resize(args, logs, args.workers)
+
+
+def resize(args, logs, workers):
+    """`trellis-launch resize LOGS WORKERS`: (when it was asked, the new world's first step, the
+    command's decided seconds)."""
+    asked = time.time()
+    r = subprocess.run([os.path.join(args.bin, "trellis-launch"), "resize", logs, str(workers)],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        sys.exit("resize to %d failed: %s%s" % (workers, r.stdout, r.stderr))
+    m = re.search(r"from step ([0-9]+) \(decided ([0-9.]+) s", r.stdout)
+    return asked, int(m.group(1)), float(m.group(2))
 
 
 def main():
@@ -121,17 +167,24 @@ def main():
     p.add_argument("--to", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--load", type=int, default=0)
+    p.add_argument("--back", action="store_true")
     args = p.parse_args()
     hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.load)]
     try:
         print("resize %d -> %d workers, MLP 16-256-256-10 on loopback, %d busy loop(s) beside it"
               % (args.workers, args.to, args.load))
         print("%-6s %10s %10s %14s %14s %8s" % ("round", "decided s", "switch s", "before smp/s",
-                                                "after smp/s", "ratio"))
+                                                "after smp/s", "ratio") +
+              ("  %12s %12s %14s %8s" % ("grow decided", "grow switch", "regrown smp/s", "ratio")
+               if args.back else ""))
         for n in range(args.rounds):
-            decided, switch, before, after = one_round(args, n)
-            print("%-6d %10.2f %10.2f %14.0f %14.0f %8.2f" % (n + 1, decided, switch, before, after,
-                                                            after / before if before else 0))
+            decided, switch, before, after, grow = one_round(args, n)
+            line = "%-6d %10.2f %10.2f %14.0f %14.0f %8.2f" % (n + 1, decided, switch, before, after,
+                                                             after / before if before else 0)
+            if grow:
+                line += "  %12.2f %12.2f %14.0f %8.2f" % (grow[0], grow[1], grow[2],
+                                                          grow[2] / before if before else 0)
+            print(line)
             sys.stdout.flush()
     finally:
         for h in hogs:

@@ -10,6 +10,11 @@
 
 namespace trellis::mlp {
 
+// Where training stands, kept with the optimizer state: the epoch, its first global step and its
+// steps per epoch as counted when it was kept. A resize changes the steps per epoch, so a
+// restored step alone does not say where in which epoch it lies. Zeros: a fresh start.
+inline constexpr int kPositionSlots = 3;
+
 class Exchange {
  public:
   virtual ~Exchange() = default;
@@ -19,10 +24,12 @@ class Exchange {
   virtual int world() const = 0;
   virtual bool left() const { return false; }
   // Once, after every worker initialized its own model: declares one key per layer and makes
-  // every worker's parameters and `velocity` (the optimizer's momentum, one vector per layer)
-  // equal to rank 0's, restored from the newest checkpoint when the job has one. Returns the
-  // global step training resumes after (0: from the start).
-  virtual StatusOr<int64_t> Setup(Mlp& model, std::vector<std::vector<float>>& velocity) = 0;
+  // every worker's parameters, `velocity` (the optimizer's momentum, one vector per layer) and
+  // `position` (kPositionSlots: where training stands) equal to rank 0's, restored from the
+  // newest checkpoint when the job has one, or a live worker's (a restarted or joining worker).
+  // Returns the global step training resumes after (0: from the start).
+  virtual StatusOr<int64_t> Setup(Mlp& model, std::vector<std::vector<float>>& velocity,
+                                  std::vector<float>& position) = 0;
   // Whether a checkpoint is due after global step `step` (1-based). The trainer then applies
   // every pending update, so parameters and velocity are those after `step`, and calls
   // SaveCheckpoint(step).
@@ -63,7 +70,9 @@ class LocalExchange : public Exchange {
  public:
   int rank() const override { return 0; }
   int world() const override { return 1; }
-  StatusOr<int64_t> Setup(Mlp&, std::vector<std::vector<float>>&) override { return int64_t{0}; }
+  StatusOr<int64_t> Setup(Mlp&, std::vector<std::vector<float>>&, std::vector<float>&) override {
+    return int64_t{0};
+  }
   void Start(int, float*, int) override {}
   Status Wait(int) override { return Status::Ok(); }
   StatusOr<std::vector<double>> SumStats(const std::vector<double>& v) override { return v; }

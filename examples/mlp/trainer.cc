@@ -53,6 +53,43 @@ void ApplyUpdate(float* params, float* velocity, const float* sum, int64_t n, fl
   }
 }
 
+// Where a restored step lies in the epochs of this run (`steps_per_epoch`: its own, for the
+// world it runs in now), from the position kept with it (exchange.h). The step after it is placed
+// at the same fraction of its epoch as the run that kept it counted, as a resize does
+// (docs/elastic.md): every worker of the job computes the same, so their epochs end together.
+struct Resumed {
+  int epoch = 0;            // 0: no position kept (a fresh start)
+  int64_t epoch_first = 0;  // the global steps done before that epoch (a resize's count: may be < 0)
+  int64_t first_step = 0;   // the index in that epoch of the step after the restored one (may be -1)
+};
+
+StatusOr<Resumed> Resume(int64_t resume_after, const std::vector<float>& position, int64_t steps_per_epoch,
+                         int epochs) {
+  Resumed r;
+  if (resume_after <= 0 || position.size() < kPositionSlots || position[0] == 0.0f) return r;
+  const double e = position[0], first = position[1], per = position[2];
+  // Kept by this program, or read from a checkpoint file: checked like any input.
+  if (!(e >= 1 && e <= 1e6 && e == static_cast<int>(e)) || !(first > -1e9 && first <= resume_after) ||
+      !(per >= 1 && per <= 1e9) || first != static_cast<int64_t>(first) || per != static_cast<int64_t>(per)) {
+    return DataLossError("the restored position (epoch " + std::to_string(e) + ", first step " +
+                         std::to_string(first) + ", " + std::to_string(per) + " steps per epoch) does not fit step " +
+                         std::to_string(resume_after) + " of a " + std::to_string(epochs) + "-epoch job");
+  }
+  r.epoch = static_cast<int>(e);
+  int64_t epoch_first = static_cast<int64_t>(first), then = static_cast<int64_t>(per);
+  const int64_t next_global = resume_after + 1;
+  if (next_global - epoch_first > then) {  // kept at the end of its epoch: the next one begins
+    ++r.epoch;
+    epoch_first += then;
+  }
+  const double done = static_cast<double>(next_global - epoch_first) / static_cast<double>(then);
+  const int64_t next = std::min<int64_t>(
+      steps_per_epoch, static_cast<int64_t>(done * static_cast<double>(steps_per_epoch) + 0.5));
+  r.epoch_first = next_global - next;
+  r.first_step = next - 1;
+  return r;
+}
+
 }  // namespace
 
 StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp& model,
@@ -96,9 +133,16 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
   // Each worker starts from its own seed; Setup makes everyone equal to rank 0 (or to rank 0's
   // checkpoint, and then training resumes after the step it was saved at).
   model.Init(MixSeed(options.seed, 10 + static_cast<uint64_t>(rank)));
-  auto setup = exchange.Setup(model, velocity);
+  std::vector<float> position(kPositionSlots, 0.0f);
+  auto setup = exchange.Setup(model, velocity, position);
   if (!setup.ok()) return setup.status().Annotate("setting up keys and initial weights");
   const int64_t resume_after = *setup;
+  TRELLIS_ASSIGN_OR_RETURN(const Resumed resumed,
+                           Resume(resume_after, position, steps_per_epoch, options.epochs));
+  if (resumed.epoch > 0) {
+    const int64_t planned = resumed.epoch_first + steps_per_epoch * (options.epochs - resumed.epoch + 1);
+    total_steps = options.stop_at_step > 0 ? std::min(options.stop_at_step, planned) : planned;
+  }
   std::vector<bool> pending(layers, false);
   const float lr = static_cast<float>(options.lr);
   const float momentum = static_cast<float>(options.momentum);
@@ -185,14 +229,26 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
     }
     int64_t epoch_first = next_epoch_first;
     next_epoch_first += steps_per_epoch;
-    if (next_epoch_first <= resume_after) continue;  // trained before the restore
-    const int64_t first_step = std::max<int64_t>(0, resume_after - epoch_first);
+    int64_t first_step = 0;
+    if (resumed.epoch > 0) {  // where the kept position says
+      if (epoch < resumed.epoch) continue;
+      if (epoch == resumed.epoch) {
+        epoch_first = resumed.epoch_first;
+        next_epoch_first = epoch_first + steps_per_epoch;
+        first_step = resumed.first_step;
+      }
+    } else {
+      if (next_epoch_first <= resume_after) continue;  // trained before the restore
+      first_step = std::max<int64_t>(0, resume_after - epoch_first);
+    }
     double loss_sum = 0;
     int64_t epoch_steps = 0;
     int64_t bar_every = std::max<int64_t>(1, steps_per_epoch / 50);
     for (int64_t step = first_step; step < steps_per_epoch; ++step) {
+      // A worker that joined a grow may start one step before its epoch's first (Resume).
+      const int64_t data_step = std::max<int64_t>(step, 0);
       for (int64_t r = 0; r < batch; ++r) {
-        const int64_t idx = order[step * batch + r];
+        const int64_t idx = order[data_step * batch + r];
         std::copy(train.row(idx), train.row(idx) + train.dim, xb.data() + r * train.dim);
         yb[r] = train.y[idx];
       }
@@ -201,6 +257,7 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
       // The forward pass applied the previous step's last updates, and this step's gradients
       // are not pushed yet: the commit point of the previous step (a restarted worker resumes
       // from it; it replays the shuffles above like a restore).
+      position = {static_cast<float>(epoch), static_cast<float>(epoch_first), static_cast<float>(steps_per_epoch)};
       TRELLIS_RETURN_IF_ERROR(exchange.Commit(epoch_first + step));
       if (exchange.left()) {
         // Resized away: every update up to the commit is applied and nothing is in flight.
@@ -231,6 +288,8 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
       exchange.ReportProgress(global_step, batch, loss, total_steps);
       if (exchange.CheckpointDue(global_step)) {
         TRELLIS_RETURN_IF_ERROR(finish_all());
+        position = {static_cast<float>(epoch), static_cast<float>(epoch_first),
+                    static_cast<float>(steps_per_epoch)};
         TRELLIS_RETURN_IF_ERROR(exchange.SaveCheckpoint(global_step));
       }
       if (options.stop_at_step > 0 && global_step >= options.stop_at_step) {

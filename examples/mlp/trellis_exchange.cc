@@ -12,7 +12,8 @@ StatusOr<std::unique_ptr<TrellisExchange>> TrellisExchange::Create() {
   return std::unique_ptr<TrellisExchange>(new TrellisExchange(std::move(worker)));
 }
 
-StatusOr<int64_t> TrellisExchange::Setup(Mlp& model, std::vector<std::vector<float>>& velocity) {
+StatusOr<int64_t> TrellisExchange::Setup(Mlp& model, std::vector<std::vector<float>>& velocity,
+                                         std::vector<float>& position) {
   const int layers = model.num_layers();
   std::vector<TensorRef> params;
   std::vector<TensorRef> state;
@@ -23,6 +24,8 @@ StatusOr<int64_t> TrellisExchange::Setup(Mlp& model, std::vector<std::vector<flo
     params.push_back({name, model.params(l), model.layer_size(l), static_cast<KeyId>(l)});
     state.push_back({name + ".velocity", velocity[l].data(), model.layer_size(l)});
   }
+  position.resize(kPositionSlots);
+  state.push_back({"position", position.data(), kPositionSlots});
   // One stats key per rank, each broadcast once from its rank at the end (SumStats): valid in
   // both server modes (an update-mode server would run the optimizer on a pushed sum), and
   // never compressed, whatever the job's compression, so statistics sum exactly.

@@ -21,7 +21,8 @@ class TrellisExchange : public Exchange {
   int rank() const override { return worker_->rank(); }
   int world() const override { return worker_->size(); }
   bool left() const override { return worker_->world().left; }
-  StatusOr<int64_t> Setup(Mlp& model, std::vector<std::vector<float>>& velocity) override;
+  StatusOr<int64_t> Setup(Mlp& model, std::vector<std::vector<float>>& velocity,
+                          std::vector<float>& position) override;
   bool CheckpointDue(int64_t step) const override { return checkpoints_->Due(step); }
   Status SaveCheckpoint(int64_t step) override { return checkpoints_->Save(step); }
   Status Commit(int64_t step) override { return checkpoints_->Commit(step); }

@@ -5,7 +5,8 @@ through the CRD's scale subresource. A size outside spec.elastic is refused on t
 the Resizing condition) and the job trains on; a shrink from 2 workers to 1 is asked of the job's
 scheduler, the workers switch at a step they agree on, status.world and the scale subresource
 say 1, the pod of the worker resized away exits 0 and is deleted, and the job succeeds with the
-MLP's target accuracy reached. Growing a running job is refused, naming why, with no pod made.
+MLP's target accuracy reached. Scaled back to 2, the pod of worker 1 is made again and joins at
+a step the workers agree on; the job succeeds with 2.
 
 Usage: elastic_test.py REPO BIN_DIR   (exit 77 without KUBEBUILDER_ASSETS)
 """
@@ -29,7 +30,7 @@ class Elastic(envtest.EnvtestCase):
     def last_resize(self, name):
         return ((self.job(name) or {}).get("status") or {}).get("lastResize") or {}
 
-    def test_kubectl_scale_shrinks_a_running_job_and_refuses_what_it_cannot_do(self):
+    def test_kubectl_scale_shrinks_and_grows_a_running_job_and_refuses_what_it_cannot_do(self):
         services = os.path.join(self.cp.dir, self.ns + "-services.json")
         self.start_operator(args=["--progress-seconds", "1", "--scheduler-addresses", services])
         kubelet = self.start_kubelet(args=["--services-file", services])
@@ -79,23 +80,33 @@ class Elastic(envtest.EnvtestCase):
         with open(os.path.join(kubelet.work_dir, "el-worker-1.log"), errors="replace") as f:
             self.assertIn("left the job", f.read())
 
-        # Growing a running job is not built: refused naming why; no pod is made for it.
+        # 1 -> 2: grown back. The pod of worker 1 is made again once the scheduler took the
+        # resize; it joins at the step the members agree on.
+        asked = time.time()
         self.scale("el", 2)
         self.assertTrue(envtest.wait_for(lambda: self.last_resize("el").get("to") == 2 and
-                                         self.last_resize("el").get("outcome") == "Refused", 30),
-                        "no refusal of the grow: %s" % self.job("el").get("status"))
-        self.assertIn("not built yet", self.last_resize("el")["message"])
+                                         self.last_resize("el").get("outcome") == "Done", 90),
+                        "the grow did not take effect: %s" % self.job("el").get("status"))
+        grew = time.time() - asked
+        st = self.job("el")["status"]
+        self.assertEqual(st["world"]["workers"], 2, st)
+        grown_from = st["world"]["fromStep"]
+        resized = self.event_messages("el", "Resized")
+        self.assertTrue(any(re.search(r"from 1 worker to 2; the new world trains from step \d+", m)
+                            for m in resized), resized)
 
         st = self.wait_phase("el", ("Succeeded", "Failed"), 240)
         self.assertEqual(st["phase"], "Succeeded", st)
-        self.assertEqual(st["world"]["workers"], 1, st)
+        self.assertEqual(st["world"]["workers"], 2, st)
         with open(os.path.join(kubelet.work_dir, "el-worker-0.log"), errors="replace") as f:
             log = f.read()
         self.assertRegex(log, r"RESULT: test accuracy \S+ \(target \S+\) -- reached", log[-2000:])
-        names = [p["metadata"]["name"] for p in self.pods("trellis.io/job-name=el,trellis.io/role=worker")]
-        self.assertNotIn("el-worker-1", names)
-        print("resized 2 -> 1 on the real API server: kubectl scale -> status.world 1: %.2f s; last resize %s; "
-              "events %s" % (took, st["lastResize"], self.events("el")), flush=True)
+        self.assertIn("resized to 2 worker(s) from step %d" % grown_from, log)
+        with open(os.path.join(kubelet.work_dir, "el-worker-1.log"), errors="replace") as f:
+            joined = f.read()
+        self.assertIn("rejoined the running job after step %d" % (grown_from - 1), joined)
+        print("resized 2 -> 1 -> 2 on the real API server: kubectl scale -> status.world 1: %.2f s, -> 2: %.2f s; "
+              "last resize %s; events %s" % (took, grew, st["lastResize"], self.events("el")), flush=True)
 
 
 if __name__ == "__main__":

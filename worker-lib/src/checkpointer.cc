@@ -180,9 +180,21 @@ Status CheckpointerImpl::Keep(int64_t step) {
 }
 
 StatusOr<int64_t> CheckpointerImpl::Restore() {
+  // Elastic jobs: a worker joining a grow starts from the members' commit of the step before
+  // its world's first (world_switch.h).
+  const int64_t joined_from = impl_ != nullptr ? impl_->JoinedFrom() : 0;
+  if (joined_from > 0 && !keeper_) {
+    return FailedPreconditionError(
+        "joining a running elastic job takes the model from a live worker: this Checkpointer "
+        "has crash recovery off (CheckpointerOptions.rejoin)");
+  }
   if (keeper_ && incarnation_ > 1) {
     // Restarted while the job runs: continue from a live worker's last commit.
-    TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> rejoined, keeper_->Rejoin());
+    TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> rejoined, keeper_->Rejoin(joined_from - 1));
+    if (joined_from > 0) {
+      if (!rejoined.has_value()) return FailedPreconditionError("joining the job: no live worker holds its model");
+      TRELLIS_RETURN_IF_ERROR(impl_->AnnounceJoined());
+    }
     if (rejoined.has_value()) {
       if (UnpackStep() != *rejoined) {
         return DataLossError("rejoin: the donor's state holds step " +

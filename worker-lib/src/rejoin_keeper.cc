@@ -190,10 +190,21 @@ Status RejoinKeeper::Stash(uint64_t id, const std::vector<float*>& bufs) {
   return st;
 }
 
-StatusOr<std::optional<int64_t>> RejoinKeeper::Rejoin() {
+StatusOr<std::optional<int64_t>> RejoinKeeper::Rejoin(int64_t at_least) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(impl_.setup().timeout_ms);
   auto r = impl_.setup().request_rejoin();
+  // A joiner: the donor may still be a step or two before the new world's first.
+  while (r.ok() && !r->fresh() && r->step() < at_least && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    r = impl_.setup().request_rejoin();
+  }
   if (!r.ok()) return r.status().Annotate("asking the scheduler to rejoin the running job");
   if (r->fresh()) return std::optional<int64_t>();
+  if (at_least > 0 && r->step() != at_least) {
+    return FailedPreconditionError("joining the job after step " + std::to_string(at_least) + ": worker " +
+                                   std::to_string(r->donor()) + " served its commit of step " +
+                                   std::to_string(r->step()));
+  }
   const uint64_t id = r->rejoin_id();
   std::vector<Handle> handles;
   for (const auto& p : params_) handles.push_back(impl_.Transfer(wire::Op::kFetch, p.key, id, p.data));

@@ -62,7 +62,10 @@ class RejoinKeeper {
   void BeginUpdate() EXCLUDES(commit_mu_);
   // A restarted worker: the donor's commit into the tensors and `state`. nullopt: no live worker
   // has committed a step (the job had not started training): start as on a first start.
-  StatusOr<std::optional<int64_t>> Rejoin();
+  // `at_least` > 0 (a worker joining a grow): a commit older than that step is not taken; the
+  // donor is asked again until it committed that step (it cannot go past it without the
+  // joiner), at most the operation timeout.
+  StatusOr<std::optional<int64_t>> Rejoin(int64_t at_least = 0);
   // Every server treats this worker's pushes of steps already counted as no-ops (kRejoin).
   Status MarkServersRejoined();
 

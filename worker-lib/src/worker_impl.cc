@@ -31,7 +31,10 @@ StatusOr<std::unique_ptr<Worker>> CreateWorker(WorkerSetup setup) {
       return InvalidArgumentError("compression: warmupSteps must be >= 0");
     }
   }
-  return std::unique_ptr<Worker>(new WorkerImpl(std::move(setup)));
+  std::unique_ptr<WorkerImpl> impl(new WorkerImpl(std::move(setup)));
+  // Elastic jobs: a slot outside the world it starts in joins a grow under way, or stays out.
+  TRELLIS_RETURN_IF_ERROR(impl->Join());
+  return std::unique_ptr<Worker>(std::move(impl));
 }
 
 WorkerImpl::WorkerImpl(WorkerSetup setup)

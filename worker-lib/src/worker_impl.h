@@ -54,6 +54,12 @@ class WorkerImpl final : public Worker {
   // Elastic jobs: the step boundary after `step` (the checkpointer's Commit): a resize under way
   // is reported, and takes effect here when this is its boundary (world_switch.h).
   Status AtStepBoundary(int64_t step) { return world_->AtBoundary(step); }
+  // Growing (world_switch.h): a worker outside the world it starts in joins a grow under way;
+  // the first step of the world it joined (0: none); once it holds the members' commit of the
+  // step before, the servers told.
+  Status Join() { return world_->Join(); }
+  int64_t JoinedFrom() const { return world_->joined_from(); }
+  Status AnnounceJoined() { return world_->AnnounceJoined(); }
   int num_servers() const override { return servers_.size(); }
   const CheckpointConfig& checkpoint_config() const override { return setup_.checkpoint; }
 

@@ -33,6 +33,8 @@ void WorldSwitch::Adopt(const v1::WorldInfo& world) {
     left_.store(true, std::memory_order_relaxed);
   } else {
     rank_.store(static_cast<int>(it - m.begin()), std::memory_order_relaxed);
+    left_message_.clear();  // a joiner was out of the world it started in
+    left_.store(false, std::memory_order_relaxed);
   }
 }
 
@@ -94,6 +96,62 @@ Status WorldSwitch::Report(int64_t epoch, int64_t step, bool wait) {
           "step boundary within " + std::to_string(wait_.count()) + " ms");
     }
   }
+}
+
+Status WorldSwitch::Join() {
+  if (!hooks_.reach_step || !left()) return Status::Ok();
+  v1::ReachStepRequest req;
+  req.set_rank(slot_);
+  req.set_incarnation(incarnation_);
+  {
+    MutexLock lock(&mu_);
+    req.set_epoch(world_.epoch() + 1);
+  }
+  req.set_step(-1);  // a joiner has no step: it asks to join and waits
+  req.set_wait(true);
+  const auto deadline = std::chrono::steady_clock::now() + wait_;
+  while (true) {
+    auto r = hooks_.reach_step(req, wait_);
+    if (!r.ok()) {
+      // No grow under way, or one without this slot: the worker stays out of the job.
+      const StatusCode code = r.status().code();
+      if (code == StatusCode::kFailedPrecondition || code == StatusCode::kInvalidArgument) return Status::Ok();
+      return r.status().Annotate("worker " + std::to_string(slot_) + ": asking to join the job's world " +
+                                 std::to_string(req.epoch()));
+    }
+    if (r->decided()) {
+      const auto& m = r->world().members();
+      if (std::find(m.begin(), m.end(), slot_) == m.end()) return Status::Ok();
+      MutexLock lock(&mu_);
+      Adopt(r->world());
+      joined_from_ = r->world().from_step();
+      TLOG_INFO << "worker " << slot_ << ": joins world " << world_.epoch() << " from step " << joined_from_
+                << ": rank " << rank() << " of " << size();
+      return Status::Ok();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return DeadlineExceededError("worker " + std::to_string(slot_) + ": joining world " +
+                                   std::to_string(req.epoch()) + ": the members did not reach a step boundary within " +
+                                   std::to_string(wait_.count()) + " ms");
+    }
+  }
+}
+
+int64_t WorldSwitch::joined_from() const {
+  MutexLock lock(&mu_);
+  return joined_from_;
+}
+
+Status WorldSwitch::AnnounceJoined() {
+  int64_t epoch;
+  std::vector<int32_t> members;
+  {
+    MutexLock lock(&mu_);
+    if (joined_from_ == 0) return Status::Ok();
+    epoch = world_.epoch();
+    members.assign(world_.members().begin(), world_.members().end());
+  }
+  return hooks_.announce(epoch, members).Annotate("joining world " + std::to_string(epoch) + ": telling the servers");
 }
 
 void WorldSwitch::OnAnnounced(int64_t epoch) {

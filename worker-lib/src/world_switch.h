@@ -12,6 +12,12 @@
 // members); a worker left out stops there: its operations are refused from then on and the
 // program ends (exit 0).
 //
+// Growing (scheduler/world_plan.h): a worker whose slot is outside the world it starts in asks
+// to join (Join, at its creation) and waits for the decision; named in the new world, it takes
+// the members' commit of the step before F through the rejoin path (Checkpointer::Restore), and
+// only then tells the servers the world (AnnounceJoined): that commit means every slice finished
+// step F-1, so no server counts a push of F-1 against the new world.
+//
 // Thread-safe: the boundary runs on the training thread, OnAnnounced on the pings' thread,
 // rank() and view() anywhere. No lock is held across a call to the scheduler or the servers.
 #pragma once
@@ -50,6 +56,14 @@ class WorldSwitch {
   WorldSwitch(int32_t slot, int64_t incarnation, int32_t num_workers, const v1::WorldInfo& initial,
               Hooks hooks, std::chrono::milliseconds wait);
 
+  // A worker outside the world it starts in (view().left): asks to join the grow under way and
+  // waits for its decision (at most the operation timeout). Not wanted (no grow, a scheduler
+  // that gave it up): it stays left, OK. Errors: the scheduler could not be asked.
+  Status Join() EXCLUDES(mu_);
+  // The first step of the world this worker joined (0: it did not join one).
+  int64_t joined_from() const EXCLUDES(mu_);
+  // A joiner holding the members' commit of joined_from()-1: tells every server its world.
+  Status AnnounceJoined() EXCLUDES(mu_);
   // The boundary after `step`. OK also when this worker just left the world (view().left).
   Status AtBoundary(int64_t step) EXCLUDES(mu_);
   // The pings say resize `epoch` is under way: report the last boundary passed, if not yet.
@@ -90,6 +104,7 @@ class WorldSwitch {
   int64_t last_boundary_ GUARDED_BY(mu_) = -1;  // the last boundary passed (-1: none yet)
   std::optional<v1::WorldInfo> decided_ GUARDED_BY(mu_);
   std::string left_message_ GUARDED_BY(mu_);
+  int64_t joined_from_ GUARDED_BY(mu_) = 0;
   std::atomic<int> rank_{0};
   std::atomic<int> size_{1};
   std::atomic<bool> left_{false};

@@ -110,6 +110,66 @@ class ElasticTest : public LaunchedJobsTest {
     ASSERT_TRUE(newest.ok()) << newest.status().ToString();
     EXPECT_GT(newest->checkpoint.step, 3 * 128) << "one worker takes more steps per epoch";
   }
+
+  // Growing back (docs/elastic.md#growing): 4 workers shrunk to 2, grown to 4 again while they
+  // train (trellis-launch starts the two resized away again; each takes the model from a live
+  // worker and joins at the step the members agree on), then shrunk to 1. The job reaches its
+  // target, the workers of each world end their epochs together (the MLP sums its statistics
+  // over the world at each epoch's end: a joiner that counted its epoch otherwise would hang it),
+  // and the last world trains on to the job's end.
+  void GrowsBackAndReachesTheTarget(const char* server_mode) {
+    const std::string job = NewJob(std::string("el-grow-") + server_mode);
+    MlpJob spec = Spec(job, server_mode);
+    spec.workers = 4;
+    spec.elastic = "{minWorkers: 1, maxWorkers: 4}";
+    spec.train_samples = 16384;  // 128 steps per epoch with 4 workers
+    spec.rank0_step_sleep_ms = 12;
+    auto launch = StartAndWaitForStep(job, spec, 32);
+    ASSERT_NE(launch, nullptr);
+    std::string out;
+    std::vector<int> from_steps;
+    for (const int to : {2, 4, 1}) {
+      ASSERT_EQ(Resize(job, to, &out), 0) << out << ReadFile(dir_ + "/" + job + ".out");
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(out, m, std::regex("trellis-launch resize: " + std::to_string(to) +
+                                                       " workers from step ([0-9]+) \\(decided ([0-9.]+) s after")))
+          << out;
+      from_steps.push_back(std::stoi(m[1]));
+      std::printf("%s mode, resize to %d: decided %s s after the request, from step %s\n", server_mode, to, m[2].str().c_str(),
+                  m[1].str().c_str());
+      // Let the new world train a while before the next resize.
+      CheckpointDir dir(spec.checkpoint, "model", 2);
+      const auto deadline = std::chrono::steady_clock::now() + 60s;
+      while (std::chrono::steady_clock::now() < deadline) {
+        auto steps = dir.Steps();
+        if (steps.ok() && !steps->empty() && steps->front() >= from_steps.back() + 32) break;
+        std::this_thread::sleep_for(10ms);
+      }
+    }
+    auto st = launch->WaitFor(240s);
+    const std::string log = ReadFile(dir_ + "/" + job + ".out");
+    ASSERT_TRUE(st.has_value()) << log;
+    EXPECT_EQ(st->exit_code, 0) << log;
+    EXPECT_NE(log.find("trellis-launch: worker-2 starts again: the job grows to 4 workers"), std::string::npos) << log;
+    EXPECT_NE(log.find("trellis-launch: worker-3 starts again: the job grows to 4 workers"), std::string::npos) << log;
+    EXPECT_NE(log.find("trellis-mlp: resized to 4 worker(s) from step " + std::to_string(from_steps[1])),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find("RESULT: test accuracy"), std::string::npos) << log;
+    EXPECT_NE(log.find("-- reached"), std::string::npos) << log;
+    EXPECT_NE(log.find(", 1 worker(s), 3 epochs"), std::string::npos) << log;
+    auto newest = CheckpointDir(spec.checkpoint, "model", 2).LoadNewest();
+    ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+    EXPECT_GT(newest->checkpoint.step, from_steps[2]);
+    // The joiners took the members' commit of the step before the new world's first.
+    for (const char* w : {"worker-2", "worker-3"}) {
+      const std::string wl = ReadFile(dir_ + "/logs-" + job + "/" + w + ".log");
+      EXPECT_NE(wl.find("joins world 2 from step " + std::to_string(from_steps[1])), std::string::npos)
+          << w << ":\n" << wl;
+      EXPECT_NE(wl.find("rejoined the running job after step " + std::to_string(from_steps[1] - 1)), std::string::npos)
+          << w << ":\n" << wl;
+    }
+  }
 };
 
 TEST_F(ElasticTest, AggregateModeShrinksTwoToOneMidTrainingAndReachesTheTarget) {
@@ -118,6 +178,14 @@ TEST_F(ElasticTest, AggregateModeShrinksTwoToOneMidTrainingAndReachesTheTarget) 
 
 TEST_F(ElasticTest, UpdateModeShrinksTwoToOneMidTrainingAndReachesTheTarget) {
   ShrinksMidTrainingAndReachesTheTarget("update");
+}
+
+TEST_F(ElasticTest, AggregateModeFourShrunkToTwoGrownToFourThenShrunkToOneReachesTheTarget) {
+  GrowsBackAndReachesTheTarget("aggregate");
+}
+
+TEST_F(ElasticTest, UpdateModeFourShrunkToTwoGrownToFourThenShrunkToOneReachesTheTarget) {
+  GrowsBackAndReachesTheTarget("update");
 }
 
 // What a user is told when a resize cannot be done: a job that is not elastic, a size outside

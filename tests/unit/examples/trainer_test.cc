@@ -98,7 +98,7 @@ class MirrorExchange : public Exchange {
   explicit MirrorExchange(int layers) : in_flight_(layers, nullptr), checksum_(layers, 0) {}
   int rank() const override { return 0; }
   int world() const override { return 2; }
-  StatusOr<int64_t> Setup(Mlp&, std::vector<std::vector<float>>&) override {
+  StatusOr<int64_t> Setup(Mlp&, std::vector<std::vector<float>>&, std::vector<float>&) override {
     setup_called = true;
     return int64_t{0};
   }
@@ -230,12 +230,16 @@ class MemoryCheckpointExchange : public LocalExchange {
   struct Saved {
     int64_t step = 0;
     std::vector<std::vector<float>> params, velocity;
+    std::vector<float> position;
   };
   MemoryCheckpointExchange(int64_t interval, Saved* store) : interval_(interval), store_(store) {}
-  StatusOr<int64_t> Setup(Mlp& model, std::vector<std::vector<float>>& velocity) override {
+  StatusOr<int64_t> Setup(Mlp& model, std::vector<std::vector<float>>& velocity,
+                          std::vector<float>& position) override {
     model_ = &model;
     velocity_ = &velocity;
+    position_ = &position;
     if (store_->step == 0) return int64_t{0};
+    position = store_->position;
     for (int l = 0; l < model.num_layers(); ++l) {
       std::copy(store_->params[l].begin(), store_->params[l].end(), model.params(l));
     }
@@ -250,6 +254,7 @@ class MemoryCheckpointExchange : public LocalExchange {
       store_->params.emplace_back(model_->params(l), model_->params(l) + model_->layer_size(l));
     }
     store_->velocity = *velocity_;
+    store_->position = *position_;
     ++saves;
     return Status::Ok();
   }
@@ -260,6 +265,7 @@ class MemoryCheckpointExchange : public LocalExchange {
   Saved* store_;
   Mlp* model_ = nullptr;
   std::vector<std::vector<float>>* velocity_ = nullptr;
+  std::vector<float>* position_ = nullptr;
 };
 
 // Save -> stop -> restore into a freshly initialised model -> continue ends bit for bit where an

@@ -112,6 +112,51 @@ TEST(ElasticResizeTest, AJobWithoutElasticKeepsItsSizeWhileItRunsAndTakesTheNewO
   }
 }
 
+// Growing back on Kubernetes: a job shrunk to 2 scaled to 3 again. The pod of the worker that
+// joins is created only once the scheduler took the resize (it waits for the joiner), and the
+// world turns 3 once the workers switched.
+TEST(ElasticResizeTest, AScaleUpGrowsBackCreatingTheJoinersPodOnceTheSchedulerTookIt) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods = AllPods("Running");
+  ASSERT_NO_FATAL_FAILURE(ScaledTo2AndPending(job, pods));
+  std::vector<JobPlan::Event> events;
+  v1::JobProgress p;
+  *p.mutable_world() = World(1, 40, 2);
+  ASSERT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  pods.back().phase = "Succeeded";  // worker 2 left: its pod is deleted
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  ASSERT_EQ(plan.remove, (std::vector<std::string>{"mlp-worker-2"}));
+  pods.pop_back();
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  ASSERT_EQ(Str(job, {"status", "phase"}), kRunning);
+  ASSERT_TRUE(plan.create.empty());
+
+  SetReplicas(job, 3);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+  ASSERT_TRUE(plan.resize);
+  EXPECT_EQ(plan.resize->to, 3);
+  EXPECT_TRUE(plan.create.empty()) << "no pod before the scheduler took it";
+  ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(1, 2, 2), 0, kT0, &events));
+  ASSERT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizePending);
+
+  // restartPolicy Never: the missing pod is the joiner's, made now, not a pod lost.
+  plan = Round(job, pods, kT0 + std::chrono::seconds(4));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  ASSERT_EQ(plan.create.size(), 1u);
+  EXPECT_EQ(plan.create[0].name, "mlp-worker-2");
+  EXPECT_EQ(Int(job, {"status", "world", "workers"}), 2) << "not before the workers switched";
+
+  *p.mutable_world() = World(2, 70, 3);
+  ASSERT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_EQ(Int(job, {"status", "world", "workers"}), 3);
+  pods = AllPods("Running");
+  plan = Round(job, pods, kT0 + std::chrono::seconds(5));
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_FALSE(plan.resize);
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+}
+
 // `kubectl scale --replicas=2` on a running 3-worker job, through to its end.
 TEST(ElasticResizeTest, AScaleDownIsAskedOnceFollowedAndTheWorkerResizedAwayIsDeletedOnceItExited) {
   Json job = ApiJob(ElasticSpec(3));

@@ -24,17 +24,61 @@ TEST(WorldPlanTest, AJobThatIsNotElasticRefusesToResizeSayingHow) {
   EXPECT_EQ(plan.pending_epoch(), 0);
 }
 
-TEST(WorldPlanTest, ResizesOutsideTheBoundsAreRefusedAndGrowingIsNotBuiltYet) {
+TEST(WorldPlanTest, ResizesOutsideTheBoundsAreRefusedAndGrowingBeyondTheFirstSlotsIsNotBuiltYet) {
   WorldPlan plan(3, Bounds(2, 4));
   EXPECT_EQ(plan.Resize(1, "", 0).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(plan.Resize(5, "", 0).status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(plan.Resize(1, "", 0).status().message().find("outside spec.elastic [2, 4]"),
             std::string::npos);
-  EXPECT_EQ(plan.Resize(4, "", 0).status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(plan.Resize(4, "", 0).status().code(), StatusCode::kUnimplemented) << "3 slots";
+  EXPECT_NE(plan.Resize(4, "", 0).status().message().find("started with 3"), std::string::npos);
   auto same = plan.Resize(3, "", 0);
   ASSERT_TRUE(same.ok()) << same.status().ToString();
   EXPECT_EQ(same->epoch(), 0) << "nothing to do";
   EXPECT_EQ(plan.pending_epoch(), 0);
+}
+
+// Growing brings back the lowest slots the world left. The members hear of it only once every
+// joiner asked to join; the joiners do not report steps, the members decide as for a shrink.
+TEST(WorldPlanTest, AGrowIsAnnouncedOnceTheJoinersAskedAndDecidedByTheMembers) {
+  WorldPlan plan(4, Bounds(1, 4));
+  v1::WorldInfo w;
+  ASSERT_TRUE(plan.Resize(2, "", 0).ok());
+  for (int32_t m = 0; m < 3; ++m) ASSERT_FALSE(*plan.Reach(m, 1, 10, 0, &w));
+  ASSERT_TRUE(*plan.Reach(3, 1, 10, 0, &w));
+  ASSERT_EQ(Members(w), (std::vector<int32_t>{0, 1}));
+  ASSERT_TRUE(plan.Departed(2) && plan.Departed(3));
+
+  auto r = plan.Resize(3, "grow", 1000);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->epoch(), 2);
+  EXPECT_EQ(plan.pending_epoch(), 2);
+  EXPECT_EQ(plan.pending_members(), (std::vector<int32_t>{0, 1, 2})) << "the lowest slot left";
+  EXPECT_EQ(plan.announced_epoch(), 0) << "not before the joiner runs";
+  EXPECT_EQ(plan.Reach(3, 2, -1, 0, &w).status().code(), StatusCode::kInvalidArgument) << "not a joiner";
+  auto d = plan.Reach(2, 2, -1, 1100, &w);  // the joiner asks to join: it waits
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_FALSE(*d);
+  EXPECT_EQ(plan.announced_epoch(), 2);
+  EXPECT_FALSE(*plan.Reach(0, 2, 30, 1200, &w));
+  d = plan.Reach(1, 2, 31, 1300, &w);
+  ASSERT_TRUE(d.ok() && *d);
+  EXPECT_EQ(Members(w), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(w.from_step(), 33);
+  EXPECT_FALSE(plan.Departed(2));
+  EXPECT_TRUE(plan.Departed(3));
+  d = plan.Reach(2, 2, -1, 1400, &w);  // the joiner's wait answered with the decided world
+  ASSERT_TRUE(d.ok() && *d);
+  EXPECT_EQ(w.from_step(), 33);
+  EXPECT_EQ(plan.resizes().back().to_workers(), 3);
+
+  // A joiner that never starts: the grow is given up, naming it.
+  ASSERT_TRUE(plan.Resize(4, "", 2000).ok());
+  EXPECT_EQ(plan.AbandonUnreported(2000 + WorldPlan::kUnreportedLimitMs - 1, WorldPlan::kUnreportedLimitMs), "");
+  const std::string why = plan.AbandonUnreported(2000 + WorldPlan::kUnreportedLimitMs, WorldPlan::kUnreportedLimitMs);
+  EXPECT_NE(why.find("worker 3 did not start"), std::string::npos) << why;
+  EXPECT_EQ(plan.pending_epoch(), 0);
+  EXPECT_EQ(plan.size(), 3);
 }
 
 // The new world starts after the furthest step any member reported: no member pushed it yet,
@@ -238,6 +282,62 @@ TEST_F(WorldStateTest, AResizeIsAnnouncedDecidedAndTheDepartedWorkersExitIsNotTh
   EXPECT_EQ(resizes[0].from_workers(), 2);
   EXPECT_EQ(resizes[0].to_workers(), 1);
   EXPECT_EQ(world.from_step(), 13);
+}
+
+// Growing back: the slot resized away registers again (its agent started anew: no restart), asks
+// to join and waits; only then do the pings announce it; the member's report decides, and the
+// joiner counts for barriers again.
+TEST_F(WorldStateTest, AWorkerResizedAwayJoinsAgainOnceItAsked) {
+  v1::ResizeRequest req;
+  req.set_workers(1);
+  ASSERT_TRUE(state_->Resize(req).ok());
+  std::optional<StatusOr<v1::ReachStepResponse>> a, b, joined;
+  state_->ReachStep(Reach(0, 10, false), Clock::TimePoint::max(), [&](auto r) { a = r; });
+  state_->ReachStep(Reach(1, 10, false), Clock::TimePoint::max(), [&](auto r) { b = r; });
+  ASSERT_TRUE(b.has_value() && b->ok() && (*b)->decided());
+  v1::ReportExitRequest exit;
+  exit.set_role(v1::ROLE_WORKER);
+  exit.set_rank(1);
+  ASSERT_TRUE(state_->ReportExit(exit).ok());
+
+  req.set_workers(2);
+  auto r = state_->Resize(req);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->epoch(), 2);
+  EXPECT_EQ(state_->Ping().resize_epoch(), 0) << "not before the joiner asked";
+  v1::RegisterRequest again;
+  again.set_role(v1::ROLE_WORKER);
+  again.set_pod_name("job-worker-1");
+  ASSERT_TRUE(state_->Register(again).ok());
+  v1::ReachStepRequest join = Reach(1, -1, true);
+  join.set_incarnation(2);
+  join.set_epoch(2);
+  state_->ReachStep(join, Clock::TimePoint::max(), [&](auto r) { joined = r; });
+  EXPECT_FALSE(joined.has_value()) << "the joiner waits for the decision";
+  EXPECT_EQ(state_->Ping().resize_epoch(), 2);
+  v1::ReachStepRequest report = Reach(0, 20, false);
+  report.set_epoch(2);
+  a.reset();
+  state_->ReachStep(report, Clock::TimePoint::max(), [&](auto r) { a = r; });
+  ASSERT_TRUE(a.has_value() && a->ok() && (*a)->decided());
+  ASSERT_TRUE(joined.has_value() && joined->ok()) << joined->status().ToString();
+  ASSERT_TRUE((*joined)->decided());
+  EXPECT_EQ((*joined)->world().members_size(), 2);
+  EXPECT_EQ((*joined)->world().from_step(), 22);
+  EXPECT_EQ(state_->stats().world_workers, 2);
+  EXPECT_EQ(state_->stats().restarts, 0) << "joining is no restart";
+
+  // A barrier waits for the joiner again.
+  std::optional<StatusOr<v1::BarrierResponse>> passed;
+  v1::BarrierRequest barrier;
+  barrier.set_name("end");
+  barrier.set_role(v1::ROLE_WORKER);
+  barrier.set_rank(0);
+  state_->Barrier(barrier, Clock::TimePoint::max(), [&](auto r) { passed = r; });
+  EXPECT_FALSE(passed.has_value());
+  barrier.set_rank(1);
+  state_->Barrier(barrier, Clock::TimePoint::max(), [&](auto) {});
+  EXPECT_TRUE(passed.has_value());
 }
 
 TEST_F(WorldStateTest, AWaitingReportIsAnsweredUndecidedAtItsDeadlineAndFailedAtShutdown) {

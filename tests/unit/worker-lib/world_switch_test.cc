@@ -184,5 +184,53 @@ TEST(WorldSwitchTest, AWorkerStartsInTheWorldItIsGiven) {
   EXPECT_TRUE(s.reports.empty());
 }
 
+// Growing: a worker outside the world it starts in asks to join (step -1, waiting), takes the
+// decided world (rank, size, operations allowed again) and tells the servers only when asked to
+// (after it holds the members' commit); without a grow it stays out.
+TEST(WorldSwitchTest, AJoinerAsksToJoinTakesTheDecidedWorldAndAnnouncesItLater) {
+  v1::WorldInfo two;
+  two.set_epoch(1);
+  two.set_from_step(20);
+  two.add_members(0);
+  two.add_members(1);
+  FakeScheduler s;
+  s.answers.push_back(v1::ReachStepResponse());  // undecided: it asks again
+  s.answers.push_back(Decided(2, 41, {0, 1, 2}));
+  WorldSwitch w(2, 2, 3, two, s.Hooks(), milliseconds(1000));
+  ASSERT_TRUE(w.left());
+  ASSERT_TRUE(w.Join().ok());
+  ASSERT_EQ(s.reports.size(), 2u);
+  EXPECT_EQ(s.reports[0].epoch(), 2);
+  EXPECT_EQ(s.reports[0].step(), -1);
+  EXPECT_TRUE(s.reports[0].wait());
+  EXPECT_FALSE(w.left());
+  EXPECT_TRUE(w.LeftMessage().empty());
+  EXPECT_EQ(w.rank(), 2);
+  EXPECT_EQ(w.size(), 3);
+  EXPECT_EQ(w.joined_from(), 41);
+  EXPECT_TRUE(s.announced.empty()) << "not before it holds the model";
+  ASSERT_TRUE(w.AnnounceJoined().ok());
+  ASSERT_EQ(s.announced.size(), 1u);
+  EXPECT_EQ(s.announced[0].first, 2);
+  EXPECT_EQ(s.announced[0].second, (std::vector<int32_t>{0, 1, 2}));
+
+  // No grow under way (the scheduler says FAILED_PRECONDITION): it stays out, no error.
+  struct NoGrow : FakeScheduler {
+    WorldSwitch::Hooks Hooks() {
+      auto h = FakeScheduler::Hooks();
+      h.reach_step = [](const v1::ReachStepRequest&, milliseconds) -> StatusOr<v1::ReachStepResponse> {
+        return FailedPreconditionError("no resize to world 2 is under way");
+      };
+      return h;
+    }
+  } none;
+  WorldSwitch out(2, 2, 3, two, none.Hooks(), milliseconds(100));
+  ASSERT_TRUE(out.Join().ok());
+  EXPECT_TRUE(out.left());
+  EXPECT_EQ(out.joined_from(), 0);
+  ASSERT_TRUE(out.AnnounceJoined().ok());
+  EXPECT_TRUE(none.announced.empty());
+}
+
 }  // namespace
 }  // namespace trellis
