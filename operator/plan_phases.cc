@@ -347,7 +347,9 @@ PodsState PlanPods(PlanRound& r) {
   std::set<std::string> wanted;
   for (const DesiredPod& d : r.desired) wanted.insert(d.name);
   for (const auto& p : r.pods) {
-    if (Departed(r, p) && !Ended(p)) continue;  // finishing its last step
+    // Finishing its last step. One that never started (a grow's joiner whose grow was given up)
+    // has nothing to finish: deleted.
+    if (Departed(r, p) && !Ended(p) && p.phase != "Pending") continue;
     if (!wanted.count(p.name) && !p.deleting && !removing.count(p.name)) {
       r.plan.remove.push_back(p.name);
       removing.insert(p.name);
@@ -415,8 +417,9 @@ void DecidePhase(PlanRound& r, const PodsState& state) {
     // evicted, drained): the job is replacing it, not waiting for its first pods; not counted.
     r.phase = kRestarting;
     r.reason = "PodRecreated";
-    r.message = !create.empty()
-                    ? "job " + r.name + ": pod " + create.front().name +
+    const auto lost = std::find_if(create.begin(), create.end(), [&](const DesiredPod& d) { return !Joining(r, d); });
+    r.message = lost != create.end()
+                    ? "job " + r.name + ": pod " + lost->name +
                           " is gone (deleted or evicted); recreating it (not counted toward "
                           "backoffLimit)"
                     : "job " + r.name + ": pod " + state.going +

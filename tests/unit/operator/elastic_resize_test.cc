@@ -157,6 +157,42 @@ TEST(ElasticResizeTest, AScaleUpGrowsBackCreatingTheJoinersPodOnceTheSchedulerTo
   EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
 }
 
+// A grow the scheduler gave up (its joiner never asked to join: its pod was never scheduled):
+// the world stays, and the joiner's pod that never started is deleted; one that runs is kept
+// until it ended (its program is told it is not wanted and exits 0).
+TEST(ElasticResizeTest, AGrowGivenUpDeletesTheJoinersPodThatNeverStarted) {
+  for (const char* joiner_phase : {"Pending", "Running"}) {
+    Json job = ApiJob(ElasticSpec(3));
+    std::vector<ObservedPod> pods = AllPods("Running");
+    pods.pop_back();
+    Round(job, pods, kT0);
+    job["status"]["world"]["workers"] = Json::number(2);
+    SetReplicas(job, 2);
+    Round(job, pods, kT0);
+    SetReplicas(job, 3);
+    JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+    ASSERT_TRUE(plan.resize);
+    std::vector<JobPlan::Event> events;
+    ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(1, 2, 2), 0, kT0, &events));
+    plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+    ASSERT_EQ(plan.create.size(), 1u);
+    pods.push_back(Pod(PodRole::kWorker, 2, joiner_phase));
+
+    v1::JobProgress p;  // given up: nothing under way, the world unchanged
+    *p.mutable_world() = World(1, 40, 2);
+    ASSERT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+    ASSERT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizeAbandoned);
+    plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+    EXPECT_EQ(Str(job, {"status", "phase"}), kRunning) << joiner_phase;
+    EXPECT_TRUE(plan.create.empty()) << joiner_phase;
+    if (std::string(joiner_phase) == "Pending") {
+      EXPECT_EQ(plan.remove, (std::vector<std::string>{"mlp-worker-2"}));
+    } else {
+      EXPECT_TRUE(plan.remove.empty()) << "kept until it ended";
+    }
+  }
+}
+
 // `kubectl scale --replicas=2` on a running 3-worker job, through to its end.
 TEST(ElasticResizeTest, AScaleDownIsAskedOnceFollowedAndTheWorkerResizedAwayIsDeletedOnceItExited) {
   Json job = ApiJob(ElasticSpec(3));
