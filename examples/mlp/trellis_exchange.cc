@@ -1,5 +1,6 @@
 #include "examples/mlp/trellis_exchange.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -30,7 +31,10 @@ StatusOr<int64_t> TrellisExchange::Setup(Mlp& model, std::vector<std::vector<flo
   // both server modes (an update-mode server would run the optimizer on a pushed sum), and
   // never compressed, whatever the job's compression, so statistics sum exactly.
   first_stats_key_ = static_cast<KeyId>(layers);
-  for (int r = 0; r < worker_->size(); ++r) {
+  // For every rank the job can have, not only the world's: a worker joining or restarting in a
+  // smaller world declares the same keys as the others (keys may only be added once training ran).
+  const int stats_ranks = std::max(worker_->size(), worker_->world().slots);
+  for (int r = 0; r < stats_ranks; ++r) {
     TRELLIS_RETURN_IF_ERROR(worker_->DeclareKey({.id = first_stats_key_ + static_cast<KeyId>(r),
                                                  .name = "stats" + std::to_string(r),
                                                  .num_elements = kStatsSlots,

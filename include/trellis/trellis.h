@@ -55,6 +55,11 @@ struct WorldView {
   int rank = 0;           // this worker's index among the members: 0..size-1
   int size = 1;
   bool left = false;      // this worker is not in it: stop training and exit 0
+  // The ranks the job has for its life (the workers it started with): no world is larger. A
+  // program that keeps something per rank (a key each) sizes it by this, so a worker that
+  // joins or restarts in a smaller world declares the same keys as the others. 0: not known
+  // (a worker of another kind); use size.
+  int slots = 0;
 };
 
 // The job's gradient compression as seen by one worker (all zero without compression).

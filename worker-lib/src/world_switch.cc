@@ -10,7 +10,7 @@ namespace trellis {
 WorldSwitch::WorldSwitch(int32_t slot, int64_t incarnation, int32_t num_workers,
                          const v1::WorldInfo& initial, Hooks hooks,
                          std::chrono::milliseconds wait)
-    : slot_(slot), incarnation_(incarnation), hooks_(std::move(hooks)), wait_(wait) {
+    : slot_(slot), slots_(num_workers), incarnation_(incarnation), hooks_(std::move(hooks)), wait_(wait) {
   MutexLock lock(&mu_);
   v1::WorldInfo w = initial;
   if (w.members().empty()) {
@@ -40,7 +40,7 @@ void WorldSwitch::Adopt(const v1::WorldInfo& world) {
 
 WorldView WorldSwitch::view() const {
   MutexLock lock(&mu_);
-  return WorldView{world_.epoch(), world_.from_step(), rank(), size(), left()};
+  return WorldView{world_.epoch(), world_.from_step(), rank(), size(), left(), slots_};
 }
 
 std::pair<int64_t, std::vector<int32_t>> WorldSwitch::Current() const {

@@ -91,6 +91,7 @@ class WorldSwitch {
   void Adopt(const v1::WorldInfo& world) REQUIRES(mu_);
 
   const int32_t slot_;
+  const int32_t slots_;  // the job's worker ranks (WorldView::slots)
   const int64_t incarnation_;
   const Hooks hooks_;
   const std::chrono::milliseconds wait_;
