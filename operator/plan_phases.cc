@@ -408,16 +408,15 @@ PodWaits WhyPodsWait(const PlanRound& r, const PodsState& state) {
 
 void DecidePhase(PlanRound& r, const PodsState& state) {
   const std::vector<DesiredPod>& create = r.plan.create;
+  // A pod made again (a joiner's is made for a grow, not lost).
+  const auto lost = std::find_if(create.begin(), create.end(), [&](const DesiredPod& d) { return !Joining(r, d); });
   if (r.restarted) {
     r.phase = kRestarting;
-  } else if (r.old_phase == kRunning &&
-             (std::any_of(create.begin(), create.end(), [&](const DesiredPod& d) { return !Joining(r, d); }) ||
-              !state.going.empty())) {
+  } else if (r.old_phase == kRunning && (lost != create.end() || !state.going.empty())) {
     // A pod of the running job is gone, or seen while its deletion is under way (deleted,
     // evicted, drained): the job is replacing it, not waiting for its first pods; not counted.
     r.phase = kRestarting;
     r.reason = "PodRecreated";
-    const auto lost = std::find_if(create.begin(), create.end(), [&](const DesiredPod& d) { return !Joining(r, d); });
     r.message = lost != create.end()
                     ? "job " + r.name + ": pod " + lost->name +
                           " is gone (deleted or evicted); recreating it (not counted toward "

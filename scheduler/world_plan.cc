@@ -22,8 +22,7 @@ bool WorldPlan::Departed(int32_t slot) const {
 }
 
 int64_t WorldPlan::announced_epoch() const {
-  if (!pending_ || pending_->joined.size() < pending_->joiners.size()) return 0;
-  return pending_->epoch;
+  return pending_ && pending_->announced_unix_ms ? pending_->epoch : 0;
 }
 
 bool WorldPlan::Joining(int32_t slot) const {
@@ -112,10 +111,9 @@ StatusOr<bool> WorldPlan::Adopt(const v1::WorldInfo& world) {
 }
 
 std::string WorldPlan::AbandonUnreported(int64_t now_unix_ms, int64_t limit_ms) {
+  if (!pending_ || !pending_->reached.empty()) return "";
   // A grow's members are asked for steps only once its joiners asked to join: from then on.
-  const int64_t since = pending_ && pending_->announced_unix_ms > 0 ? pending_->announced_unix_ms
-                                                                    : (pending_ ? pending_->info.asked_unix_ms() : 0);
-  if (!pending_ || !pending_->reached.empty() || now_unix_ms - since < limit_ms) return "";
+  if (now_unix_ms - pending_->announced_unix_ms.value_or(pending_->info.asked_unix_ms()) < limit_ms) return "";
   std::string missing;
   for (int32_t j : pending_->joiners) {
     if (!pending_->joined.count(j)) missing += (missing.empty() ? "" : ", ") + std::to_string(j);
@@ -146,7 +144,7 @@ StatusOr<bool> WorldPlan::Reach(int32_t slot, int64_t epoch, int64_t step, int64
   }
   if (Joining(slot)) {
     pending_->joined.insert(slot);  // it waits for the members' decision
-    if (pending_->joined.size() == pending_->joiners.size() && pending_->announced_unix_ms == 0) {
+    if (pending_->joined.size() == pending_->joiners.size() && !pending_->announced_unix_ms) {
       pending_->announced_unix_ms = now_unix_ms;
     }
     return false;

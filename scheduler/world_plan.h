@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -105,7 +106,7 @@ class WorldPlan {
     std::vector<int32_t> members;       // ascending
     std::vector<int32_t> joiners;       // the slots that join (growing)
     std::set<int32_t> joined;           // the joiners whose program asked to join
-    int64_t announced_unix_ms = 0;      // when the members were told (0: not yet)
+    std::optional<int64_t> announced_unix_ms;  // when the members were told (pings); none: not yet
     std::map<int32_t, int64_t> reached;  // member -> the step it reported
     v1::ResizeInfo info;
   };

@@ -143,6 +143,10 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
     const int64_t planned = resumed.epoch_first + steps_per_epoch * (options.epochs - resumed.epoch + 1);
     total_steps = options.stop_at_step > 0 ? std::min(options.stop_at_step, planned) : planned;
   }
+  // What a commit or a checkpoint keeps of where training stands (exchange.h).
+  auto keep_position = [&](int epoch, int64_t epoch_first) {
+    position = {static_cast<float>(epoch), static_cast<float>(epoch_first), static_cast<float>(steps_per_epoch)};
+  };
   std::vector<bool> pending(layers, false);
   const float lr = static_cast<float>(options.lr);
   const float momentum = static_cast<float>(options.momentum);
@@ -257,7 +261,7 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
       // The forward pass applied the previous step's last updates, and this step's gradients
       // are not pushed yet: the commit point of the previous step (a restarted worker resumes
       // from it; it replays the shuffles above like a restore).
-      position = {static_cast<float>(epoch), static_cast<float>(epoch_first), static_cast<float>(steps_per_epoch)};
+      keep_position(epoch, epoch_first);
       TRELLIS_RETURN_IF_ERROR(exchange.Commit(epoch_first + step));
       if (exchange.left()) {
         // Resized away: every update up to the commit is applied and nothing is in flight.
@@ -288,8 +292,7 @@ StatusOr<TrainReport> Train(const TrainOptions& options, Exchange& exchange, Mlp
       exchange.ReportProgress(global_step, batch, loss, total_steps);
       if (exchange.CheckpointDue(global_step)) {
         TRELLIS_RETURN_IF_ERROR(finish_all());
-        position = {static_cast<float>(epoch), static_cast<float>(epoch_first),
-                    static_cast<float>(steps_per_epoch)};
+        keep_position(epoch, epoch_first);
         TRELLIS_RETURN_IF_ERROR(exchange.SaveCheckpoint(global_step));
       }
       if (options.stop_at_step > 0 && global_step >= options.stop_at_step) {

@@ -100,41 +100,31 @@ Status WorldSwitch::Report(int64_t epoch, int64_t step, bool wait) {
 
 Status WorldSwitch::Join() {
   if (!hooks_.reach_step || !left()) return Status::Ok();
-  v1::ReachStepRequest req;
-  req.set_rank(slot_);
-  req.set_incarnation(incarnation_);
+  int64_t epoch;
   {
     MutexLock lock(&mu_);
-    req.set_epoch(world_.epoch() + 1);
+    epoch = world_.epoch() + 1;
+    FollowLocked(epoch);
   }
-  req.set_step(-1);  // a joiner has no step: it asks to join and waits
-  req.set_wait(true);
-  const auto deadline = std::chrono::steady_clock::now() + wait_;
-  while (true) {
-    auto r = hooks_.reach_step(req, wait_);
-    if (!r.ok()) {
-      // No grow under way, or one without this slot: the worker stays out of the job.
-      const StatusCode code = r.status().code();
-      if (code == StatusCode::kFailedPrecondition || code == StatusCode::kInvalidArgument) return Status::Ok();
-      return r.status().Annotate("worker " + std::to_string(slot_) + ": asking to join the job's world " +
-                                 std::to_string(req.epoch()));
-    }
-    if (r->decided()) {
-      const auto& m = r->world().members();
-      if (std::find(m.begin(), m.end(), slot_) == m.end()) return Status::Ok();
-      MutexLock lock(&mu_);
-      Adopt(r->world());
-      joined_from_ = r->world().from_step();
-      TLOG_INFO << "worker " << slot_ << ": joins world " << world_.epoch() << " from step " << joined_from_
-                << ": rank " << rank() << " of " << size();
-      return Status::Ok();
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return DeadlineExceededError("worker " + std::to_string(slot_) + ": joining world " +
-                                   std::to_string(req.epoch()) + ": the members did not reach a step boundary within " +
-                                   std::to_string(wait_.count()) + " ms");
-    }
+  // A joiner has no step: it asks to join (-1) and waits for the decision.
+  Status st = Report(epoch, -1, /*wait=*/true);
+  MutexLock lock(&mu_);
+  std::optional<v1::WorldInfo> world = std::move(decided_);
+  pending_epoch_ = 0;
+  decided_.reset();
+  if (!st.ok()) {
+    // No grow under way, or one without this slot: the worker stays out of the job.
+    const StatusCode code = st.code();
+    if (code == StatusCode::kFailedPrecondition || code == StatusCode::kInvalidArgument) return Status::Ok();
+    return st.Annotate("worker " + std::to_string(slot_) + ": asking to join");
   }
+  const auto& m = world ? world->members() : world_.members();
+  if (!world || std::find(m.begin(), m.end(), slot_) == m.end()) return Status::Ok();
+  Adopt(*world);
+  joined_from_ = world->from_step();
+  TLOG_INFO << "worker " << slot_ << ": joins world " << world_.epoch() << " from step " << joined_from_
+            << ": rank " << rank() << " of " << size();
+  return Status::Ok();
 }
 
 int64_t WorldSwitch::joined_from() const {
