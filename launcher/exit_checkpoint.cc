@@ -59,7 +59,9 @@ bool Launcher::AwaitExitCheckpoint(int signo) {
     }
     bool workers_running = false;
     for (auto& a : agents_) {
-      if (a->plan.kind == ProcessPlan::Kind::kWorker && !a->exit && !a->process->Poll()) workers_running = true;
+      if (a->plan.kind == ProcessPlan::Kind::kWorker && a->process && !a->exit && !a->process->Poll()) {
+        workers_running = true;
+      }
     }
     if (!workers_running) break;  // nothing left to write it
   }

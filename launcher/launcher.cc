@@ -187,15 +187,6 @@ Status Launcher::StartScheduler() {
 Status Launcher::StartAgents() {
   std::vector<ProcessPlan> plans =
       PlanAgents(job_, paths_, CurrentEnvironment(), options_.agent_stop_grace, metrics_ports_);
-  if (options_.metrics) {
-    std::vector<const ProcessPlan*> all = {&scheduler_->plan};
-    for (const auto& p : plans) all.push_back(&p);
-    const std::string file = options_.metrics_targets.empty() ? paths_.run_dir + "/prometheus-targets.json"
-                                                              : options_.metrics_targets;
-    // Atomic: Prometheus watches the file and must never read half of it.
-    TRELLIS_RETURN_IF_ERROR(WriteFileAtomic(file, FileSdTargets(all)));
-    metrics_targets_file_ = file;
-  }
   for (ProcessPlan& plan : plans) {
     auto child = std::make_unique<Child>();
     child->plan = std::move(plan);
@@ -203,9 +194,23 @@ Status Launcher::StartAgents() {
       std::string log = paths_.run_dir + "/" + child->plan.name + ".log";
       child->log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     }
-    TRELLIS_RETURN_IF_ERROR(Spawn(*child));
+    if (!child->plan.start_on_grow) TRELLIS_RETURN_IF_ERROR(Spawn(*child));
     agents_.push_back(std::move(child));
   }
+  return WriteMetricsTargets();
+}
+
+Status Launcher::WriteMetricsTargets() {
+  if (!options_.metrics) return Status::Ok();
+  std::vector<const ProcessPlan*> all = {&scheduler_->plan};
+  for (const auto& a : agents_) {
+    if (a->process) all.push_back(&a->plan);  // not the slots no grow brought in yet
+  }
+  const std::string file = options_.metrics_targets.empty() ? paths_.run_dir + "/prometheus-targets.json"
+                                                            : options_.metrics_targets;
+  // Atomic: Prometheus watches the file and must never read half of it.
+  TRELLIS_RETURN_IF_ERROR(WriteFileAtomic(file, FileSdTargets(all)));
+  metrics_targets_file_ = file;
   return Status::Ok();
 }
 
@@ -236,16 +241,21 @@ Status Launcher::StartJoiners() {
       if (std::find(world.begin(), world.end(), m) == world.end()) joiners.push_back(m);
     }
   }
+  bool first_start = false;
   for (auto& a : agents_) {
-    if (a->plan.kind != ProcessPlan::Kind::kWorker || !a->exit || a->exit->exit_code != 0) continue;
+    // A slot beyond the job's first size that no grow brought in yet has no process.
+    const bool never_started = !a->process;
+    if (a->plan.kind != ProcessPlan::Kind::kWorker) continue;
+    if (!never_started && (!a->exit || a->exit->exit_code != 0)) continue;
     if (std::find(joiners.begin(), joiners.end(), a->plan.index) == joiners.end()) continue;
     if (a->grow_epoch == epoch) continue;  // started for this grow already (the progress lags)
     a->grow_epoch = epoch;
-    console_.Line("trellis-launch: " + a->plan.name + " starts again: the job grows to " + std::to_string(to) +
-                  " workers (" + Seconds(Elapsed()) + ")");
+    console_.Line("trellis-launch: " + a->plan.name + (never_started ? " starts" : " starts again") +
+                  ": the job grows to " + std::to_string(to) + " workers (" + Seconds(Elapsed()) + ")");
     TRELLIS_RETURN_IF_ERROR(Spawn(*a));
+    first_start = first_start || never_started;
   }
-  return Status::Ok();
+  return first_start ? WriteMetricsTargets() : Status::Ok();
 }
 
 void Launcher::PumpOutput(Child& c, bool drain) {
@@ -385,7 +395,7 @@ void Launcher::PollAndPump(milliseconds wait, bool wake_on_exit) {
     }
   }
   for (auto& a : agents_) {  // wake at once when an agent exits
-    if (wake_on_exit && !a->exit && a->process->exit_fd() >= 0) fds.push_back({a->process->exit_fd(), POLLIN, 0});
+    if (wake_on_exit && a->process && !a->exit && a->process->exit_fd() >= 0) fds.push_back({a->process->exit_fd(), POLLIN, 0});
   }
   ::poll(fds.data(), fds.size(), static_cast<int>(wait.count()));
   for (size_t i = 0; i < readers.size(); ++i) {
@@ -503,7 +513,7 @@ int Launcher::FailAgent(const std::vector<Child*>& failed) {
       }
     }
   }
-  if (named != nullptr && !named->exit) {
+  if (named != nullptr && named->process && !named->exit) {
     // Its agent is still reporting and exiting; the bystanders were just quicker.
     named->exit = named->process->WaitFor(milliseconds(2000));
     if (named->exit) PumpOutput(*named, true);
@@ -580,9 +590,11 @@ int Launcher::Supervise() {
     }
     PollAndPump(milliseconds(200), /*wake_on_exit=*/true);
 
-    int workers_ok = 0;
+    int workers_ok = 0, workers_started = 0;
     std::vector<Child*> failed;  // agents that exited non-zero (or servers at all) in this round
     for (auto& a : agents_) {
+      if (!a->process) continue;  // a worker slot no grow brought in (yet)
+      if (a->plan.kind == ProcessPlan::Kind::kWorker) ++workers_started;
       if (!a->exit) {
         a->exit = a->process->Poll();
         if (!a->exit) continue;
@@ -609,7 +621,8 @@ int Launcher::Supervise() {
       scheduler_->exit = s;
       if (int code = RestartScheduler(); code >= 0) return code;
     }
-    if (workers_ok == job_.workers.replicas) {
+    // Every worker that ran finished (those a resize took away included).
+    if (workers_ok == workers_started) {
       StopAll();
       console_.ClearStatus();
       std::string where = "logs in " + paths_.run_dir;

@@ -53,6 +53,8 @@ class Launcher {
   Status StartRun();
   Status StartAgents();
   Status Spawn(Child& c);  // starts (or starts again) the agent `c` plans
+  // The Prometheus file-SD targets: the scheduler and every agent started so far.
+  Status WriteMetricsTargets();
   // Elastic jobs: starts again the worker agents that left the world and that a grow under way
   // (the latest progress) brings back.
   Status StartJoiners() EXCLUDES(mu_);

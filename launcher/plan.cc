@@ -166,10 +166,12 @@ std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths
   const bool metrics = metrics_ports.size() >= MetricsPortsFor(job);
   auto add_role = [&](const RoleSpec& role, ProcessPlan::Kind kind) {
     const bool server = kind == ProcessPlan::Kind::kServer;
-    for (int i = 0; i < role.replicas; ++i) {
+    const int slots = server ? role.replicas : job.WorkerSlots();
+    for (int i = 0; i < slots; ++i) {
       ProcessPlan p;
       p.kind = kind;
       p.index = i;
+      p.start_on_grow = i >= role.replicas;
       p.name = std::string(server ? "server-" : "worker-") + std::to_string(i);
       p.spawn.argv = {paths.bin_dir + "/trellis-agent",
                       "--restart-policy", std::string(ToString(job.RestartPolicyFor(role))),

@@ -76,14 +76,16 @@ struct ProcessPlan {
   int index = 0;
   SpawnOptions spawn;
   std::vector<MetricsTarget> metrics;  // its /metrics endpoints (program, agent)
+  // An elastic job's worker slot beyond its first size: started only when a grow brings it in.
+  bool start_on_grow = false;
 };
 
 // `base_env`: the launcher's environment; the children get it with bin_dir first on PATH.
 // `metrics_port` >= 0: the scheduler serves /metrics there on paths.listen_host.
 ProcessPlan PlanScheduler(const LaunchPaths& paths, const std::map<std::string, std::string>& base_env,
                           const std::string& job = "", int metrics_port = -1);
-// One agent per server and per worker: role env entries added, the role's command after "--",
-// restart policy and backoffLimit from the job. Workers' stdout is a pipe (passed through with
+// One agent per server and per worker slot (JobSpec::WorkerSlots): role env entries added, the
+// role's command after "--", restart policy and backoffLimit from the job. Workers' stdout is a pipe (passed through with
 // a prefix); everything else goes to <run_dir>/<name>.log.
 std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths,
                                     const std::map<std::string, std::string>& base_env,
@@ -91,7 +93,7 @@ std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths
                                     const std::vector<int>& metrics_ports = {});
 // Ports PlanAgents wants: two per agent (its program's /metrics, the agent's own).
 inline size_t MetricsPortsFor(const JobSpec& job) {
-  return 2 * static_cast<size_t>(job.servers.replicas + job.workers.replicas);
+  return 2 * static_cast<size_t>(job.servers.replicas + job.WorkerSlots());
 }
 
 // The Prometheus file-SD document (JSON) listing every endpoint of `plans`.

@@ -39,14 +39,22 @@ std::string FormatProgress(const v1::ClusterView* view) {
     if (!s.pod_name().empty()) ++registered;
     if (s.ready()) ++ready;
   }
+  // An elastic job's worker slots outside its world that never ran are not shown (a grow beyond
+  // the first size brings them in).
+  const auto& members = view->world().members();
+  const auto in_world = [&](int r) {
+    return members.empty() || std::find(members.begin(), members.end(), r) != members.end();
+  };
+  int shown = 0;
   std::string workers;
   for (int r = 0; r < view->workers_size(); ++r) {
     const auto& w = view->workers(r);
+    if (w.pod_name().empty() && !in_world(r)) continue;
     if (!w.pod_name().empty()) ++registered;
-    workers += (r ? ", " : "") + std::to_string(r) + " " + NodeState(w);
+    workers += (shown++ ? ", " : "") + std::to_string(r) + " " + NodeState(w);
   }
   std::string out = "registered " + std::to_string(registered) + "/" +
-                    std::to_string(view->num_servers() + view->num_workers());
+                    std::to_string(view->num_servers() + shown);
   if (view->num_servers() > 0) {
     out += " | servers " + std::to_string(ready) + "/" + std::to_string(view->num_servers()) + " ready";
   }

@@ -37,6 +37,13 @@ StatusOr<std::map<std::string, std::string>> ReadClientFile(const std::string& r
   return fields;
 }
 
+// A call's error, with a hint when the scheduler did not answer: the run directory outlives the
+// job (the launcher keeps its logs), so a job that ended looks like this.
+std::string Unanswered(const Status& st) {
+  const bool gone = st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded;
+  return st.message() + (gone ? " (the job's scheduler does not answer: has the job ended? its trellis-launch says)" : "");
+}
+
 }  // namespace
 
 Status WriteSchedulerClientFile(const std::string& run_dir, const std::string& address,
@@ -95,13 +102,13 @@ int RunResizeCommand(const std::vector<std::string>& args, std::ostream& out, st
   }
   auto client = SchedulerClient::Connect(o);
   if (!client.ok()) {
-    err << "trellis-launch resize: " << client.status().message() << "\n";
+    err << "trellis-launch resize: " << Unanswered(client.status()) << "\n";
     return kExitFailure;
   }
   const auto asked = std::chrono::steady_clock::now();
   auto resized = (*client)->Resize(workers, "trellis-launch resize");
   if (!resized.ok()) {
-    err << "trellis-launch resize: " << resized.status().message() << "\n";
+    err << "trellis-launch resize: " << Unanswered(resized.status()) << "\n";
     return kExitFailure;
   }
   if (resized->epoch() == resized->current().epoch()) {
@@ -124,6 +131,13 @@ int RunResizeCommand(const std::vector<std::string>& args, std::ostream& out, st
                     static_cast<long long>(progress->world().from_step()), secs);
       out << line;
       return kExitOk;
+    }
+    if (progress.ok() && progress->resize_pending_epoch() == 0) {
+      err << "trellis-launch resize: the job's scheduler gave the resize up (a worker joining exited "
+             "before it joined, or none reached a step boundary in time: "
+          << run_dir << "/scheduler.log says why); the job runs on with " << progress->world().members_size()
+          << " workers\n";
+      return kExitFailure;
     }
     std::this_thread::sleep_for(milliseconds(50));
   }

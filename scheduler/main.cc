@@ -190,7 +190,11 @@ int Main(int argc, char** argv) {
   }
   TLOG_INFO << "listening on " << host << ":" << (*server)->port() << " (job "
             << (config.job_name.empty() ? "-" : config.job_name) << ", " << config.num_servers
-            << " servers, " << config.num_workers << " workers, dispatch " << config.dispatch
+            << " servers, " << config.num_workers << " workers"
+            << (config.elastic.enabled ? " (elastic: " + std::to_string(config.elastic.min_workers) + " to " +
+                                             std::to_string(config.elastic.max_workers) + ")"
+                                       : std::string())
+            << ", dispatch " << config.dispatch
             << ", sliceBytes " << config.slice_bytes << ")";
   if (tls_on) TLOG_INFO << "TLS on: mutual (clients need a certificate of the job CA)";
   // Declared after the server so it stops first: the hook reads the server's state.

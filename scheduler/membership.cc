@@ -50,7 +50,10 @@ Membership::Membership(const SchedulerConfig& config, const Clock* clock)
     : config_(config),
       clock_(clock),
       servers_(static_cast<size_t>(config.num_servers)),
-      workers_(static_cast<size_t>(config.num_workers)) {}
+      workers_(static_cast<size_t>(config.worker_slots())) {
+  // An elastic job's slots beyond its first workers start outside the world (world_plan.h).
+  for (size_t r = static_cast<size_t>(config.num_workers); r < workers_.size(); ++r) workers_[r].departed = true;
+}
 
 Status Membership::Check(v1::Role role, int32_t rank, bool must_be_registered) const {
   if (!KnownRole(role)) {
@@ -326,7 +329,7 @@ Status Membership::ReportExit(const v1::ReportExitRequest& req, std::string* fai
   // Once every worker finished, a stop is the end of the run (servers and launchers stop
   // their pods then), not a preemption to wait out.
   const bool finished = std::all_of(workers_.begin(), workers_.end(), [](const Member& w) {
-    return w.registered && w.exited && w.last_exit_code == 0;
+    return (w.registered && w.exited && w.last_exit_code == 0) || (w.departed && !w.registered);
   });
   if (req.preempted() && !req.will_restart() && !finished) {
     // A pod deletion or eviction, not a failure of the program: keep the rank for the

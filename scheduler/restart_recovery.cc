@@ -13,8 +13,10 @@ bool RestartRecovery::Begin(TimePoint now, const std::string& why) {
   deadline_ = start_ + config_.recovery_grace;
   TLOG_WARN << "the job was running before this scheduler started (" << why
             << "): recovering its state from the members; waiting up to "
-            << Seconds(config_.recovery_grace) << " s for all " << config_.num_servers
-            << " servers and " << config_.num_workers << " workers to register again";
+            << Seconds(config_.recovery_grace) << " s for all " << config_.num_servers << " servers and "
+            << (config_.elastic.enabled ? std::string("the workers of the world they hand back")
+                                        : std::to_string(config_.num_workers) + " workers")
+            << " to register again";
   return true;
 }
 

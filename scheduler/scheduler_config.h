@@ -44,6 +44,13 @@ struct SchedulerConfig {
   std::chrono::milliseconds pod_stop_window{2000};
   std::chrono::milliseconds stop_limit{27000};
   ElasticBounds elastic;
+
+  // The worker ranks (slots) the job may ever have: an elastic job's maxWorkers, else its
+  // workers. Slots beyond the first `num_workers` start outside the world (growing beyond the
+  // first size brings them in; docs/elastic.md#growing).
+  int32_t worker_slots() const {
+    return elastic.enabled && elastic.max_workers > num_workers ? elastic.max_workers : num_workers;
+  }
 };
 
 Status ValidateSchedulerConfig(const SchedulerConfig& config);

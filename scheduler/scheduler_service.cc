@@ -346,7 +346,7 @@ StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(SchedulerConfi
   std::unique_ptr<SchedulerServer> s(new SchedulerServer());
   s->options_ = std::move(options);
   const Clock* clock = s->options_.clock != nullptr ? s->options_.clock : &s->steady_clock_;
-  const int32_t num_workers = config.num_workers;
+  const int32_t num_workers = config.worker_slots();
   s->state_ = std::make_unique<SchedulerState>(std::move(config), clock);
   s->progress_ = std::make_unique<ProgressTracker>(s->options_.progress, num_workers, clock);
   s->service_ = std::make_unique<SchedulerService>(s->state_.get(), s->progress_.get(),

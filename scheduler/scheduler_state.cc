@@ -17,10 +17,10 @@ SchedulerState::SchedulerState(SchedulerConfig config, const Clock* clock)
                                                std::random_device()()) | 1),
       members_(config_, clock_),
       shards_(config_),
-      rejoins_(config_.num_workers),
+      rejoins_(config_.worker_slots()),
       recovery_(config_),
-      world_(config_.num_workers, config_.elastic),
-      pod_stops_(config_.num_servers, config_.num_workers, config_.pod_stop_window, config_.stop_limit) {}
+      world_(config_.num_workers, config_.worker_slots(), config_.elastic),
+      pod_stops_(config_.num_servers, config_.worker_slots(), config_.pod_stop_window, config_.stop_limit) {}
 
 SchedulerState::~SchedulerState() { Shutdown(); }
 
@@ -137,6 +137,14 @@ Status SchedulerState::ReportExit(const v1::ReportExitRequest& req) {
     MutexLock lock(&mu_);
     std::string failure;
     TRELLIS_RETURN_IF_ERROR(members_.ReportExit(req, &failure));
+    // A grow's joiner that ended before it asked to join never was in the job's world: the grow
+    // is given up, not the job (world_plan.h).
+    if (req.role() == v1::ROLE_WORKER && !req.will_restart() && !req.preempted()) {
+      if (std::string why = world_.JoinerExited(req.rank(), DescribeExitCode(req.exit_code())); !why.empty()) {
+        TLOG_WARN << why;
+        failure.clear();
+      }
+    }
     if (!failure.empty()) FailJobLocked(std::move(failure), &deferred);
     ChangedLocked(&deferred);
   }

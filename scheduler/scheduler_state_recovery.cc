@@ -37,7 +37,7 @@ StatusOr<v1::RegisterResponse> SchedulerState::Register(const v1::RegisterReques
     resp.set_rank(rank);
     resp.set_incarnation(members_.at(req.role(), rank).incarnation);
     resp.set_num_servers(config_.num_servers);
-    resp.set_num_workers(config_.num_workers);
+    resp.set_num_workers(config_.worker_slots());  // ranks 0..slots-1 (elastic: maxWorkers)
     resp.set_scheduler_id(instance_id_);
     if (done < 0) {  // a finished worker's registration changes nothing
       ChangedLocked(&deferred);

@@ -5,11 +5,14 @@
 
 namespace trellis {
 
-WorldPlan::WorldPlan(int32_t workers, ElasticBounds bounds)
-    : bounds_(bounds), departed_(workers, false) {
+WorldPlan::WorldPlan(int32_t workers, int32_t slots, ElasticBounds bounds)
+    : bounds_(bounds), departed_(std::max(workers, slots), true) {
   current_.set_epoch(0);
   current_.set_from_step(1);
-  for (int32_t i = 0; i < workers; ++i) current_.add_members(i);
+  for (int32_t i = 0; i < workers; ++i) {
+    current_.add_members(i);
+    departed_[i] = false;
+  }
 }
 
 bool WorldPlan::IsMember(int32_t slot) const {
@@ -57,16 +60,14 @@ StatusOr<v1::ResizeResponse> WorldPlan::Resize(int32_t workers, const std::strin
   auto p = std::make_unique<Pending>();
   p->epoch = current_.epoch() + 1;
   if (workers > size()) {
-    // Back into the slots the world left, lowest first (the pods scaling up creates).
+    // Into the slots outside the world, lowest first (the pods scaling up creates).
     const int32_t slots = static_cast<int32_t>(departed_.size());
     for (int32_t s = 0; s < slots && size() + static_cast<int32_t>(p->joiners.size()) < workers; ++s) {
       if (!IsMember(s)) p->joiners.push_back(s);
     }
-    if (size() + static_cast<int32_t>(p->joiners.size()) < workers) {
-      return UnimplementedError("resize to " + std::to_string(workers) + " workers: the job started with " +
-                                std::to_string(slots) +
-                                " and growing beyond the workers it started with is not built yet "
-                                "(docs/elastic.md#what-is-not-built-yet)");
+    if (size() + static_cast<int32_t>(p->joiners.size()) < workers) {  // not reached: slots >= maxWorkers
+      return InvalidArgumentError("resize to " + std::to_string(workers) + " workers: the job has " +
+                                  std::to_string(slots) + " worker slots");
     }
     p->members.assign(current_.members().begin(), current_.members().end());
     p->members.insert(p->members.end(), p->joiners.begin(), p->joiners.end());
@@ -108,6 +109,16 @@ StatusOr<bool> WorldPlan::Adopt(const v1::WorldInfo& world) {
   decided_.push_back(world);
   if (decided_.size() > kKeptResizes) decided_.erase(decided_.begin());
   return true;
+}
+
+std::string WorldPlan::JoinerExited(int32_t slot, const std::string& exit) {
+  if (!Joining(slot) || pending_->joined.count(slot)) return "";
+  const std::string why = "resize to " + std::to_string(pending_->members.size()) + " workers given up: worker " +
+                          std::to_string(slot) + " exited (" + exit +
+                          ") before it asked to join (its log says why); the job runs on with " +
+                          std::to_string(size());
+  pending_.reset();
+  return why;
 }
 
 std::string WorldPlan::AbandonUnreported(int64_t now_unix_ms, int64_t limit_ms) {

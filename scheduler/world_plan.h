@@ -12,8 +12,9 @@
 // the step it is in and reach a boundary too. Members are at most a step apart, so the new world
 // starts two or three steps after the first report.
 //
-// Growing (docs/elastic.md#growing) brings back slots the world left, lowest first: a joiner is
-// a new incarnation of its slot. The resize is announced to the members only once every
+// Growing (docs/elastic.md#growing) brings in slots outside the world, lowest first: those it
+// left, and beyond the job's first size up to maxWorkers those never used. A joiner is a new
+// incarnation of its slot (or its first). The resize is announced to the members only once every
 // joiner's program asked to join (Reach with a negative step: it waits for the decision), so the
 // members never wait on a joiner that is not running yet; the joiners do not report steps, and
 // the decision is the members' as above. A joiner then takes the members' model at step F-1
@@ -50,8 +51,9 @@ inline int64_t UnixMillisNow() {
 
 class WorldPlan {
  public:
-  // Workers 0..workers-1 from step 1.
-  WorldPlan(int32_t workers, ElasticBounds bounds);
+  // Workers 0..workers-1 from step 1, of `slots` (>= workers: the ranks the job may ever have;
+  // those beyond `workers` start outside the world).
+  WorldPlan(int32_t workers, int32_t slots, ElasticBounds bounds);
 
   const ElasticBounds& bounds() const { return bounds_; }
   const v1::WorldInfo& current() const { return current_; }
@@ -73,9 +75,8 @@ class WorldPlan {
   static constexpr size_t kKeptResizes = 16;
 
   // Resize to `workers` at `now_unix_ms`. FAILED_PRECONDITION: the job is not elastic, or another
-  // resize is under way; INVALID_ARGUMENT: outside [minWorkers, maxWorkers]; UNIMPLEMENTED:
-  // more workers than the job started with (growing beyond its first slots is not built yet).
-  // The same size: nothing to do (answered with the current epoch).
+  // resize is under way; INVALID_ARGUMENT: outside [minWorkers, maxWorkers] (or more than its
+  // slots). The same size: nothing to do (answered with the current epoch).
   StatusOr<v1::ResizeResponse> Resize(int32_t workers, const std::string& reason,
                                       int64_t now_unix_ms);
 
@@ -92,6 +93,10 @@ class WorldPlan {
   // INVALID_ARGUMENT: members that are not ascending worker slots of this job, or out of
   // spec.elastic's bounds. Returns whether it was adopted (an older or equal epoch is not).
   StatusOr<bool> Adopt(const v1::WorldInfo& world);
+
+  // A joiner's program exited (`exit`: how) before it asked to join: the grow is given up at once,
+  // naming it. Returns why (empty: `slot` is no joiner still to ask).
+  std::string JoinerExited(int32_t slot, const std::string& exit);
 
   // A resize no member has reported a step for within `limit_ms` of being asked for is given
   // up: a joiner did not start, or the workers' program never reaches a step boundary the

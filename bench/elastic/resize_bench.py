@@ -18,6 +18,9 @@ and lets it finish. Figures, per round:
   grow switch   request -> the joiners hold the model and push the new world's first step
                 (the latest joiner's log line "rejoined the running job after step F-1")
   regrown       samples/s over the epochs wholly after the grow, and its ratio to `before`
+--to above --workers grows the job beyond its first size (maxWorkers = --to; ranks never used
+join); `switch` is then request -> the latest joiner holds the model for the new world's first
+step, as `grow switch` below.
 --load N runs N busy loops beside the job (a busy training host).
 
 usage: bench/elastic/resize_bench.py [--bin build/bin] [--workers 2] [--to 1] [--rounds 3]
@@ -44,7 +47,7 @@ spec:
     command: [trellis-mlp]
     args: [--layers, "16,256,256,10", --epochs, "6", --batch, "32", --lr, "0.02",
            --train-samples, "32768", --test-samples, "1000", --target-accuracy, "0.5"]
-  elastic: {{minWorkers: 1, maxWorkers: {workers}}}
+  elastic: {{minWorkers: 1, maxWorkers: {max_workers}}}
   sliceBytes: 65536
   runPolicy:
     restartPolicy: Never
@@ -76,7 +79,7 @@ def one_round(args, n):
     logs = os.path.join(work, "logs")
     job = os.path.join(work, "job.yaml")
     with open(job, "w") as f:
-        f.write(JOB.format(name=name, workers=args.workers))
+        f.write(JOB.format(name=name, workers=args.workers, max_workers=max(args.workers, args.to)))
     out = open(os.path.join(work, "launch.out"), "w")
     launch = subprocess.Popen([os.path.join(args.bin, "trellis-launch"), "--log-dir", logs, job],
                               stdout=out, stderr=subprocess.STDOUT)
@@ -104,10 +107,13 @@ def one_round(args, n):
         sys.exit("the job failed:\n" + text)
     switch = None
     day = datetime.date.today()
-    with open(os.path.join(logs, "worker-0.log")) as f:
-        for line in f:
-            if re.search(r"worker 0: world [0-9]+ from step %d" % from_step, line):
-                switch = log_time(line, day)
+    if args.to > args.workers:  # a grow: the joiners are the last to be ready
+        switch = joined_at(logs, range(args.workers, args.to), from_step, day)
+    else:
+        with open(os.path.join(logs, "worker-0.log")) as f:
+            for line in f:
+                if re.search(r"worker 0: world [0-9]+ from step %d" % from_step, line):
+                    switch = log_time(line, day)
     rates = epoch_rates(text)
     m = re.search(r"resized to \d+ worker\(s\) from step \d+.*\n(?:.*\n)*?.*epoch (\d+)/", text)
     first_new = int(m.group(1)) + 1 if m else 3  # the epoch the resize landed in is mixed
@@ -117,13 +123,8 @@ def one_round(args, n):
     if grow is None:
         return decided, (switch - asked) if switch else float("nan"), before, after, None
     grow_asked, grow_from, grow_decided = grow
-    joined = []
-    for w in range(args.to, args.workers):
-        with open(os.path.join(logs, "worker-%d.log" % w)) as f:
-            for line in f:
-                if "rejoined the running job after step %d" % (grow_from - 1) in line:
-                    joined.append(log_time(line, day))
-    grow_switch = (max(joined) - grow_asked) if len(joined) == args.workers - args.to else float("nan")
+    joined = joined_at(logs, range(args.to, args.workers), grow_from, day)
+    grow_switch = (joined - grow_asked) if joined else float("nan")
     m = re.search(r"resized to %d worker\(s\) from step %d.*\n(?:.*\n)*?.*epoch (\d+)/" % (args.workers, grow_from),
                   text)
     regrown_epochs = [rates[e] for e in rates if m and e >= int(m.group(1)) + 1]
@@ -132,6 +133,20 @@ def one_round(args, n):
     after = sum(after_epochs) / len(after_epochs) if after_epochs else 0.0
     return (decided, (switch - asked) if switch else float("nan"), before, after,
             (grow_decided, grow_switch, regrown))
+
+
+def joined_at(logs, ranks, from_step, day):
+    """When the latest of `ranks` held the model for step `from_step` (its log line "rejoined the
+    running job after step from_step-1"); None if one has no such line."""
+    times = []
+    for w in ranks:
+        with open(os.path.join(logs, "worker-%d.log" % w)) as f:
+            t = [log_time(line, day) for line in f
+                 if "rejoined the running job after step %d" % (from_step - 1) in line]
+        if not t:
+            return None
+        times.append(t[-1])
+    return max(times)
 
 
 def grow_back(args, work, logs, launch):
@@ -169,6 +184,8 @@ def main():
     p.add_argument("--load", type=int, default=0)
     p.add_argument("--back", action="store_true")
     args = p.parse_args()
+    if args.back and args.to > args.workers:
+        sys.exit("--back follows a shrink (--to below --workers)")
     hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.load)]
     try:
         print("resize %d -> %d workers, MLP 16-256-256-10 on loopback, %d busy loop(s) beside it"

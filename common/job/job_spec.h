@@ -256,6 +256,12 @@ struct JobSpec {
   TlsSpec tls;
   ElasticSpec elastic;
 
+  // The worker ranks (slots) the job may ever have: spec.elastic.maxWorkers for an elastic job,
+  // else workers.replicas. A grow beyond the first size brings the slots above it in.
+  int32_t WorkerSlots() const {
+    return elastic.enabled && elastic.maxWorkers > workers.replicas ? elastic.maxWorkers : workers.replicas;
+  }
+
   // The effective restart policy of a role (its own, else the run policy's).
   RestartPolicy RestartPolicyFor(const RoleSpec& role) const {
     return role.restartPolicy.value_or(runPolicy.restartPolicy);

@@ -83,6 +83,11 @@ struct WorkerOptions {
   int32_t water_mark = 0;          // else the job's priority.waterMark
   int64_t timeout_ms = 0;          // per-operation deadline; else 120000
   std::string transport;           // data path: "grpc" or "tcp"; else the job's spec.transport
+  // Elastic jobs (docs/elastic.md#growing): a worker created outside the job's world joins a
+  // grow under way, taking the running job's model through its Checkpointer. false: it stays
+  // out (world().left), for a program that cannot take the running job's state; its exit before
+  // joining gives the grow up.
+  bool join_grows = true;
 };
 
 // The job's spec.checkpoint as the worker received it (trellis/checkpoint.h uses it).

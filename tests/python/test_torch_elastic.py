@@ -52,33 +52,44 @@ def records(out):
     return got
 
 
-def test_resized_3_to_2_mid_epoch_no_sample_twice_and_the_job_succeeds(tmp_path):
+def launch_and_resize(tmp_path, name, workers, to, ready):
+    """Runs elastic_train.py with `workers` workers under trellis-launch, resizes it to `to` once
+    ready(records) holds: (the resize's CompletedProcess, its seconds, the job's output, its exit
+    code, out dir, logs dir)."""
     launcher = launcher_or_skip()
     out, logs = tmp_path / "out", tmp_path / "logs"
     out.mkdir()
     job = tmp_path / "job.yaml"
-    job.write_text(JOB.format(name="tt-elastic", script=os.path.join(HERE, "elastic_train.py"), out=out))
+    text = JOB.format(name=name, script=os.path.join(HERE, "elastic_train.py"), out=out)
+    job.write_text(text.replace("replicas: 3", "replicas: %d" % workers))
     p = subprocess.Popen([launcher, "--log-dir", str(logs), str(job)], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, env=launcher_env(), text=True)
     try:
-        # Into epoch 1 (rank 0 at its 10th step of 40 there): the resize lands mid-epoch.
         deadline = time.time() + 90
         while time.time() < deadline and p.poll() is None:
-            r0 = records(str(out)).get(0, [])
-            if sum(1 for r in r0 if r[0] == 1) >= 10:
+            if ready(records(str(out))):
                 break
             time.sleep(0.1)
         assert p.poll() is None, "the job ended before the resize:\n" + p.communicate()[0]
-        resize = subprocess.run([launcher, "resize", str(logs), "2"], stdout=subprocess.PIPE,
+        asked = time.time()
+        resize = subprocess.run([launcher, "resize", str(logs), str(to)], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=launcher_env(), text=True, timeout=90)
+        took = time.time() - asked
         log, _ = p.communicate(timeout=150)
     finally:
         if p.poll() is None:
             p.terminate()
             p.communicate(timeout=30)
+    return resize, took, log, p.returncode, out, logs
+
+
+def test_resized_3_to_2_mid_epoch_no_sample_twice_and_the_job_succeeds(tmp_path):
+    # Into epoch 1 (rank 0 at its 10th step of 40 there): the resize lands mid-epoch.
+    resize, _, log, code, out, _ = launch_and_resize(
+        tmp_path, "tt-elastic", 3, 2, lambda got: sum(1 for r in got.get(0, []) if r[0] == 1) >= 10)
     assert resize.returncode == 0, resize.stdout
     assert "3 -> 2 workers asked for" in resize.stdout, resize.stdout
-    assert p.returncode == 0, log
+    assert code == 0, log
     assert "worker-2 left the job: resized away" in log, log
 
     got = records(str(out))
@@ -114,3 +125,22 @@ def test_resized_3_to_2_mid_epoch_no_sample_twice_and_the_job_succeeds(tmp_path)
 
     acc, _ = (out / "result.txt").read_text().split()
     assert float(acc) >= 0.9, acc
+
+
+def test_a_grow_of_a_pytorch_job_is_given_up_and_the_job_runs_on(tmp_path):
+    """Growing a trellis.torch job is not built yet (docs/elastic.md#what-is-not-built-yet): the
+    worker the grow starts stays out of the world, exits 0 saying why, the grow is given up at
+    once (not after the 60 s a joiner gets to start), and the job trains on with 2 workers."""
+    resize, took, log, code, out, logs = launch_and_resize(
+        tmp_path, "tt-grow", 2, 3, lambda got: len(got.get(0, [])) >= 10)
+    assert resize.returncode == 1, resize.stdout
+    assert "the job's scheduler gave the resize up" in resize.stdout, resize.stdout
+    assert took < 30, "given up after %.1f s, not at once" % took
+    assert code == 0, log
+    joiner = (logs / "worker-2.log").read_text()
+    assert "a Python program cannot join yet" in joiner, joiner
+    assert "program exited with code 0" in joiner, joiner
+    scheduler = (logs / "scheduler.log").read_text()
+    assert "worker 2 exited (exit code 0) before it asked to join" in scheduler, scheduler
+    assert float((out / "result.txt").read_text().split()[0]) >= 0.9
+    assert all(r[3] == 2 for rows in records(str(out)).values() for r in rows), "no world of 3"

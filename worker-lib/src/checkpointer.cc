@@ -188,8 +188,10 @@ StatusOr<int64_t> CheckpointerImpl::Restore() {
         "joining a running elastic job takes the model from a live worker: this Checkpointer "
         "has crash recovery off (CheckpointerOptions.rejoin)");
   }
-  if (keeper_ && incarnation_ > 1) {
-    // Restarted while the job runs: continue from a live worker's last commit.
+  // A joiner's program may be its rank's first (a grow beyond the job's first size): it takes
+  // the live workers' model all the same, not the broadcast of a job's start.
+  if (keeper_ && (incarnation_ > 1 || joined_from > 0)) {
+    // Restarted while the job runs, or joining it: continue from a live worker's last commit.
     TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> rejoined, keeper_->Rejoin(joined_from - 1));
     if (joined_from > 0) {
       if (!rejoined.has_value()) return FailedPreconditionError("joining the job: no live worker holds its model");

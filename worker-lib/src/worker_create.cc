@@ -154,6 +154,7 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   // the first one), and the resize protocol at step boundaries.
   if (job->elastic.enabled) {
     setup.world = view.world();
+    setup.join_grows = options.join_grows;
     setup.resize_epoch = [ss] { return ss->ResizeEpoch(); };
     setup.listen_resizes = [ss](std::function<void(int64_t)> f) {
       ss->SetResizeListener(std::move(f));

@@ -87,6 +87,7 @@ struct WorkerSetup {
   // the scheduler's pings say is under way (0: none) and its ReachStep. Null hooks: the world
   // never changes.
   v1::WorldInfo world;
+  bool join_grows = true;  // WorkerOptions::join_grows
   std::function<int64_t()> resize_epoch;
   // Registers a listener the scheduler's pings call while a resize is under way (its epoch).
   std::function<void(std::function<void(int64_t)>)> listen_resizes;

@@ -111,24 +111,31 @@ class ElasticTest : public LaunchedJobsTest {
     EXPECT_GT(newest->checkpoint.step, 3 * 128) << "one worker takes more steps per epoch";
   }
 
-  // Growing back (docs/elastic.md#growing): 4 workers shrunk to 2, grown to `grow_to` (3 or 4)
-  // while they train (trellis-launch starts the lowest ones resized away again; each takes the
-  // model from a live worker and joins at the step the members agree on), then shrunk to 1. The job reaches its
-  // target, the workers of each world end their epochs together (the MLP sums its statistics
-  // over the world at each epoch's end: a joiner that counted its epoch otherwise would hang it),
-  // and the last world trains on to the job's end.
-  void GrowsBackAndReachesTheTarget(const char* server_mode, int grow_to) {
+  // Growing (docs/elastic.md#growing): `first` workers resized through `sizes` while they train
+  // (elastic 1..4). A grow brings in the lowest slots outside the world -- those a shrink left
+  // (trellis-launch starts their agents again) and, beyond the job's first size, slots never used
+  // (their agents start for the first time); each joiner takes the model from a live worker and
+  // joins at the step the members agree on. The job reaches its target, the workers of each world
+  // end their epochs together (the MLP sums its statistics over the world at each epoch's end: a
+  // joiner that counted its epoch otherwise would hang it), and the last world (1 worker) trains
+  // on to the job's end. `kill_slot` >= 0: that worker's program is SIGKILLed once the first grow
+  // that has it trained a while; its agent restarts it (OnFailure) and it rejoins the world it
+  // was in with its rank (docs/elastic.md#what-survives-what).
+  void ResizesWhileTrainingAndReachesTheTarget(const char* server_mode, int first, const std::vector<int>& sizes,
+                                               int kill_slot = -1) {
     const std::string job = NewJob(std::string("el-grow-") + server_mode);
     MlpJob spec = Spec(job, server_mode);
-    spec.workers = 4;
+    spec.workers = first;
     spec.elastic = "{minWorkers: 1, maxWorkers: 4}";
     spec.train_samples = 16384;  // 128 steps per epoch with 4 workers
     spec.rank0_step_sleep_ms = 12;
+    if (kill_slot >= 0) spec.worker_restart = "OnFailure";
     auto launch = StartAndWaitForStep(job, spec, 32);
     ASSERT_NE(launch, nullptr);
     std::string out;
     std::vector<int> from_steps;
-    for (const int to : {2, grow_to, 1}) {
+    bool killed = false;
+    for (const int to : sizes) {
       ASSERT_EQ(Resize(job, to, &out), 0) << out << ReadFile(dir_ + "/" + job + ".out");
       std::smatch m;
       ASSERT_TRUE(std::regex_search(out, m, std::regex("trellis-launch resize: " + std::to_string(to) +
@@ -145,31 +152,84 @@ class ElasticTest : public LaunchedJobsTest {
         if (steps.ok() && !steps->empty() && steps->front() >= from_steps.back() + 32) break;
         std::this_thread::sleep_for(10ms);
       }
+      if (kill_slot >= 0 && !killed && to > kill_slot) {
+        const pid_t program = WorkerProgram(job, kill_slot);
+        ASSERT_GT(program, 0);
+        ASSERT_EQ(::kill(program, SIGKILL), 0);
+        killed = true;
+        const std::string wl = dir_ + "/logs-" + job + "/worker-" + std::to_string(kill_slot) + ".log";
+        const auto rejoined = [&] {
+          const std::string l = ReadFile(wl);
+          size_t n = 0;
+          for (size_t at = l.find("rejoined the running job"); at != std::string::npos;
+               at = l.find("rejoined the running job", at + 1)) {
+            ++n;
+          }
+          return n;
+        };
+        const auto by = std::chrono::steady_clock::now() + 90s;
+        while (std::chrono::steady_clock::now() < by && rejoined() < 2) std::this_thread::sleep_for(20ms);
+        ASSERT_GE(rejoined(), 2u) << "worker " << kill_slot << " restarted but did not rejoin\n" << ReadFile(wl)
+                                  << ReadFile(dir_ + "/" + job + ".out");
+        std::printf("worker %d killed in world %zu and rejoined\n", kill_slot, from_steps.size());
+      }
     }
+    EXPECT_EQ(killed, kill_slot >= 0);
     auto st = launch->WaitFor(240s);
     const std::string log = ReadFile(dir_ + "/" + job + ".out");
     ASSERT_TRUE(st.has_value()) << log;
     EXPECT_EQ(st->exit_code, 0) << log;
-    const std::string grows = "starts again: the job grows to " + std::to_string(grow_to) + " workers";
-    EXPECT_NE(log.find("trellis-launch: worker-2 " + grows), std::string::npos) << log;
-    EXPECT_EQ(log.find("trellis-launch: worker-3 " + grows) != std::string::npos, grow_to == 4) << log;
-    EXPECT_NE(log.find("trellis-mlp: resized to " + std::to_string(grow_to) + " worker(s) from step " +
-                       std::to_string(from_steps[1])),
-              std::string::npos)
-        << log;
     EXPECT_NE(log.find("RESULT: test accuracy"), std::string::npos) << log;
     EXPECT_NE(log.find("-- reached"), std::string::npos) << log;
     EXPECT_NE(log.find(", 1 worker(s), 3 epochs"), std::string::npos) << log;
     auto newest = CheckpointDir(spec.checkpoint, "model", 2).LoadNewest();
     ASSERT_TRUE(newest.ok()) << newest.status().ToString();
-    EXPECT_GT(newest->checkpoint.step, from_steps[2]);
-    // The joiners took the members' commit of the step before the new world's first.
-    for (int w = 2; w < grow_to; ++w) {
+    EXPECT_GT(newest->checkpoint.step, from_steps.back());
+    int world = first;
+    std::vector<bool> ran(4, false);
+    std::vector<int> program_starts(4, 0);
+    for (int w = 0; w < first; ++w) {
+      ran[w] = true;
+      program_starts[w] = 1;
+    }
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int to = sizes[i];
+      EXPECT_NE(log.find("trellis-mlp: resized to " + std::to_string(to) + " worker(s) from step " +
+                         std::to_string(from_steps[i])),
+                std::string::npos)
+          << to << "\n" << log;
+      // The joiners (ranks world..to-1) took the members' commit of the step before the new
+      // world's first; a slot never used before starts for the first time.
+      for (int w = world; w < to; ++w) {
+        const std::string starts = std::string("trellis-launch: worker-") + std::to_string(w) +
+                                   (ran[w] ? " starts again" : " starts") + ": the job grows to " +
+                                   std::to_string(to) + " workers";
+        EXPECT_NE(log.find(starts), std::string::npos) << starts << "\n" << log;
+        ran[w] = true;
+        const std::string wl = ReadFile(dir_ + "/logs-" + job + "/worker-" + std::to_string(w) + ".log");
+        EXPECT_NE(wl.find("joins world " + std::to_string(i + 1) + " from step " + std::to_string(from_steps[i])),
+                  std::string::npos)
+            << w << ":\n" << wl;
+        EXPECT_NE(wl.find("rejoined the running job after step " + std::to_string(from_steps[i] - 1)), std::string::npos)
+            << w << ":\n" << wl;
+        ++program_starts[w];
+      }
+      world = to;
+    }
+    // Each joiner's program joined at its first start (none failed and was restarted into the
+    // job instead): one start per world that had it, and one for the kill.
+    if (kill_slot >= 0) ++program_starts[kill_slot];
+    for (int w = 0; w < 4; ++w) {
       const std::string wl = ReadFile(dir_ + "/logs-" + job + "/worker-" + std::to_string(w) + ".log");
-      EXPECT_NE(wl.find("joins world 2 from step " + std::to_string(from_steps[1])), std::string::npos)
-          << w << ":\n" << wl;
-      EXPECT_NE(wl.find("rejoined the running job after step " + std::to_string(from_steps[1] - 1)), std::string::npos)
-          << w << ":\n" << wl;
+      size_t n = 0;
+      for (size_t at = wl.find(": starting "); at != std::string::npos; at = wl.find(": starting ", at + 1)) ++n;
+      EXPECT_EQ(n, static_cast<size_t>(program_starts[w])) << "program starts of worker " << w << "\n" << wl;
+    }
+    for (int w = 0; w < 4; ++w) {
+      EXPECT_EQ(log.find("trellis-launch: worker-" + std::to_string(w) + " starts") != std::string::npos ||
+                    w < first,
+                ran[w])
+          << "worker " << w << " ran only if a world had it\n" << log;
     }
   }
 };
@@ -182,14 +242,47 @@ TEST_F(ElasticTest, UpdateModeShrinksTwoToOneMidTrainingAndReachesTheTarget) {
   ShrinksMidTrainingAndReachesTheTarget("update");
 }
 
-// Grown to 3 of the 4 it started with: the joiner's world is smaller than the job's first, and
-// it still declares the keys the others did (the MLP's per-rank statistics keys).
+// Grown back to 3 of the 4 it started with: the joiner's world is smaller than the job's first,
+// and it still declares the keys the others did (the MLP's per-rank statistics keys).
 TEST_F(ElasticTest, AggregateModeFourShrunkToTwoGrownToThreeThenShrunkToOneReachesTheTarget) {
-  GrowsBackAndReachesTheTarget("aggregate", 3);
+  ResizesWhileTrainingAndReachesTheTarget("aggregate", 4, {2, 3, 1});
 }
 
-TEST_F(ElasticTest, UpdateModeFourShrunkToTwoGrownToFourThenShrunkToOneReachesTheTarget) {
-  GrowsBackAndReachesTheTarget("update", 4);
+// The schedule: beyond the job's first size into slots never used (2 -> 4), then to 1.
+// Worker 3, a rank the job never used before the grow, is killed in the world of 4: it rejoins.
+TEST_F(ElasticTest, UpdateModeTwoGrownToFourThenShrunkToOneReachesTheTarget) {
+  ResizesWhileTrainingAndReachesTheTarget("update", 2, {4, 1}, /*kill_slot=*/3);
+}
+
+// The shipped example (examples/mlp-elastic.yaml) as docs/elastic.md runs it: 2 workers grown to
+// 4 while they train, then shrunk to 1; the job succeeds with its target reached.
+TEST_F(ElasticTest, TheShippedExampleGrowsToFourAndShrinksToOneAsTheDocsSay) {
+  std::string yaml = ReadFile(std::string(TRELLIS_SOURCE_DIR) + "/examples/mlp-elastic.yaml");
+  const std::string job = NewJob("mlp-elastic");
+  const std::string shipped_name = "name: mlp-elastic\n";
+  ASSERT_NE(yaml.find(shipped_name), std::string::npos) << yaml;
+  yaml.replace(yaml.find(shipped_name), shipped_name.size(), "name: " + job + "\n");
+  auto launch = StartLaunch(TRELLIS_BIN_DIR, dir_, job, yaml);
+  ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+  const std::string log = dir_ + "/" + job + ".out";
+  const auto trains_by = std::chrono::steady_clock::now() + 120s;
+  while (std::chrono::steady_clock::now() < trains_by && ReadFile(log).find("epoch 1/") == std::string::npos) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(ReadFile(log).find("elastic (1 to 4 workers): resize with trellis-launch resize"), std::string::npos)
+      << ReadFile(log);
+  std::string out;
+  ASSERT_EQ(Resize(job, 4, &out), 0) << out << ReadFile(log);
+  EXPECT_NE(out.find("2 -> 4 workers asked for"), std::string::npos) << out;
+  ASSERT_EQ(Resize(job, 1, &out), 0) << out << ReadFile(log);
+  auto st = (*launch)->WaitFor(240s);
+  const std::string text = ReadFile(log);
+  ASSERT_TRUE(st.has_value()) << text;
+  EXPECT_EQ(st->exit_code, 0) << text;
+  EXPECT_NE(text.find("trellis-launch: worker-3 starts: the job grows to 4 workers"), std::string::npos) << text;
+  EXPECT_NE(text.find("trellis-mlp: resized to 4 worker(s)"), std::string::npos) << text;
+  EXPECT_NE(text.find("-- reached"), std::string::npos) << text;
+  EXPECT_NE(text.find(", 1 worker(s), "), std::string::npos) << text;
 }
 
 // What a user is told when a resize cannot be done: a job that is not elastic, a size outside
@@ -210,6 +303,9 @@ TEST_F(ElasticTest, ResizesThatCannotBeDoneAreRefusedSayingWhy) {
   auto st = launch->WaitFor(200s);
   ASSERT_TRUE(st.has_value());
   EXPECT_EQ(st->exit_code, 0) << ReadFile(dir_ + "/" + job + ".out");
+  // The job has ended: its run directory is still there, its scheduler is not.
+  EXPECT_EQ(Resize(job, 1, &out), 1) << out;
+  EXPECT_NE(out.find("the job's scheduler does not answer: has the job ended?"), std::string::npos) << out;
 }
 
 // The scheduler killed after a resize (trellis-launch restarts it on the same address): the

@@ -133,6 +133,31 @@ TEST(PlanAgentsTest, OneAgentPerServerAndWorker) {
   EXPECT_EQ(worker.spawn.stderr_path, "/tmp/run/worker-1.log");
 }
 
+// An elastic job may grow beyond its first size (docs/elastic.md#growing): an agent is planned
+// for every worker slot up to maxWorkers, those beyond the first size started only by a grow;
+// every one of them says how many workers the job started with, and has its own metrics ports.
+TEST(PlanAgentsTest, AnElasticJobGetsAnAgentPerSlotUpToMaxWorkersStartedOnGrow) {
+  JobSpec job = TwoByThree();
+  job.elastic = {true, 1, 5};
+  ASSERT_EQ(job.WorkerSlots(), 5);
+  ASSERT_EQ(MetricsPortsFor(job), 14u);
+  std::vector<int> ports;
+  for (int i = 0; i < 14; ++i) ports.push_back(9000 + i);
+  auto plans = PlanAgents(job, Paths(), {}, std::chrono::milliseconds(3000), ports);
+  ASSERT_EQ(plans.size(), 7u);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    EXPECT_EQ(plans[i].start_on_grow, i >= 5) << plans[i].name;
+    EXPECT_EQ(plans[i].spawn.env.at("TRELLIS_NUM_WORKERS"), "3") << plans[i].name;
+  }
+  EXPECT_EQ(plans[6].name, "worker-4");
+  EXPECT_EQ(plans[6].spawn.env.at("TRELLIS_POD_NAME"), "mlp-worker-4");
+  EXPECT_EQ(plans[6].spawn.env.at("TRELLIS_METRICS_PORT"), "9012");
+  job.elastic = {true, 1, 3};  // maxWorkers the first size: nothing to start later
+  EXPECT_EQ(PlanAgents(job, Paths(), {}, std::chrono::milliseconds(3000)).size(), 5u);
+  job.elastic = {};
+  EXPECT_EQ(job.WorkerSlots(), 3);
+}
+
 TEST(PlanSchedulerTest, PassesJobPortFileAndToken) {
   auto p = PlanScheduler(Paths(), {});
   EXPECT_EQ(p.spawn.argv, (std::vector<std::string>{"/opt/trellis/bin/trellis-scheduler", "--job-file",

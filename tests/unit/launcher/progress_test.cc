@@ -48,6 +48,22 @@ TEST(FormatProgressTest, SummarisesRegistrationReadinessAndWorkers) {
                                 "pod, 1 running (1 restart), 2 exited 0");
 }
 
+// An elastic job's worker slots beyond its world that never ran (growing beyond the first size
+// brings them in) are not listed nor counted as missing; once they registered they are.
+TEST(FormatProgressTest, SlotsOutsideTheWorldThatNeverRanAreNotListed) {
+  auto v = View();
+  v.set_num_workers(5);
+  v.add_workers()->set_role(v1::ROLE_WORKER);
+  v.add_workers()->set_role(v1::ROLE_WORKER);
+  for (int m : {0, 1, 2}) v.mutable_world()->add_members(m);
+  EXPECT_EQ(FormatProgress(&v),
+            "registered 4/5 | servers 1/2 ready | workers: 0 running, 1 running (1 restart), 2 exited 0");
+  v.mutable_workers(4)->set_pod_name("mlp-worker-4");
+  v.mutable_world()->add_members(4);
+  EXPECT_EQ(FormatProgress(&v), "registered 5/6 | servers 1/2 ready | workers: 0 running, 1 running (1 restart), "
+                                "2 exited 0, 4 running");
+}
+
 std::string ReadAll(int fd) {
   std::string out;
   char buf[4096];

@@ -16,7 +16,7 @@ std::vector<int32_t> Members(const v1::WorldInfo& w) {
 }
 
 TEST(WorldPlanTest, AJobThatIsNotElasticRefusesToResizeSayingHow) {
-  WorldPlan plan(2, ElasticBounds{});
+  WorldPlan plan(2, 2, ElasticBounds{});
   auto r = plan.Resize(1, "test", 0);
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("not elastic"), std::string::npos) << r.status().message();
@@ -24,14 +24,12 @@ TEST(WorldPlanTest, AJobThatIsNotElasticRefusesToResizeSayingHow) {
   EXPECT_EQ(plan.pending_epoch(), 0);
 }
 
-TEST(WorldPlanTest, ResizesOutsideTheBoundsAreRefusedAndGrowingBeyondTheFirstSlotsIsNotBuiltYet) {
-  WorldPlan plan(3, Bounds(2, 4));
+TEST(WorldPlanTest, ResizesOutsideTheBoundsAreRefused) {
+  WorldPlan plan(3, 4, Bounds(2, 4));
   EXPECT_EQ(plan.Resize(1, "", 0).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(plan.Resize(5, "", 0).status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(plan.Resize(1, "", 0).status().message().find("outside spec.elastic [2, 4]"),
             std::string::npos);
-  EXPECT_EQ(plan.Resize(4, "", 0).status().code(), StatusCode::kUnimplemented) << "3 slots";
-  EXPECT_NE(plan.Resize(4, "", 0).status().message().find("started with 3"), std::string::npos);
   auto same = plan.Resize(3, "", 0);
   ASSERT_TRUE(same.ok()) << same.status().ToString();
   EXPECT_EQ(same->epoch(), 0) << "nothing to do";
@@ -41,7 +39,7 @@ TEST(WorldPlanTest, ResizesOutsideTheBoundsAreRefusedAndGrowingBeyondTheFirstSlo
 // Growing brings back the lowest slots the world left. The members hear of it only once every
 // joiner asked to join; the joiners do not report steps, the members decide as for a shrink.
 TEST(WorldPlanTest, AGrowIsAnnouncedOnceTheJoinersAskedAndDecidedByTheMembers) {
-  WorldPlan plan(4, Bounds(1, 4));
+  WorldPlan plan(4, 4, Bounds(1, 4));
   v1::WorldInfo w;
   ASSERT_TRUE(plan.Resize(2, "", 0).ok());
   for (int32_t m = 0; m < 3; ++m) ASSERT_FALSE(*plan.Reach(m, 1, 10, 0, &w));
@@ -81,10 +79,49 @@ TEST(WorldPlanTest, AGrowIsAnnouncedOnceTheJoinersAskedAndDecidedByTheMembers) {
   EXPECT_EQ(plan.size(), 3);
 }
 
+// Growing beyond the job's first size (up to maxWorkers): the slots never used start outside the
+// world and join like the ones a shrink left (the 2 -> 4 -> 1).
+TEST(WorldPlanTest, AJobGrowsBeyondItsFirstSizeIntoSlotsNeverUsed) {
+  WorldPlan plan(2, 4, Bounds(1, 4));
+  EXPECT_EQ(Members(plan.current()), (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(plan.Departed(2) && plan.Departed(3)) << "outside the world from the start";
+  EXPECT_FALSE(plan.Departed(1));
+  auto r = plan.Resize(4, "kubectl scale", 1000);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(plan.pending_members(), (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_TRUE(plan.Joining(2) && plan.Joining(3));
+  EXPECT_FALSE(plan.Joining(1));
+  v1::WorldInfo w;
+  ASSERT_FALSE(*plan.Reach(3, 1, -1, 1100, &w));
+  EXPECT_EQ(plan.announced_epoch(), 0) << "worker 2 has not asked yet";
+  ASSERT_FALSE(*plan.Reach(2, 1, -1, 1200, &w));
+  EXPECT_EQ(plan.announced_epoch(), 1);
+  ASSERT_FALSE(*plan.Reach(0, 1, 7, 1300, &w));
+  ASSERT_TRUE(*plan.Reach(1, 1, 7, 1300, &w));
+  EXPECT_EQ(Members(w), (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(w.from_step(), 9);
+  EXPECT_FALSE(plan.Departed(3));
+  // ... and down to one: the lowest slot stays.
+  ASSERT_TRUE(plan.Resize(1, "", 2000).ok());
+  for (int32_t m = 0; m < 3; ++m) ASSERT_FALSE(*plan.Reach(m, 2, 20, 2100, &w));
+  ASSERT_TRUE(*plan.Reach(3, 2, 20, 2100, &w));
+  EXPECT_EQ(Members(w), (std::vector<int32_t>{0}));
+  EXPECT_TRUE(plan.Departed(1) && plan.Departed(2) && plan.Departed(3));
+  // A world handed back after a scheduler restart may name any of the slots.
+  WorldPlan restarted(2, 4, Bounds(1, 4));
+  v1::WorldInfo back;
+  back.set_epoch(1);
+  back.set_from_step(9);
+  for (int32_t m : {0, 1, 2, 3}) back.add_members(m);
+  auto adopted = restarted.Adopt(back);
+  ASSERT_TRUE(adopted.ok() && *adopted) << adopted.status().ToString();
+  EXPECT_FALSE(restarted.Departed(3));
+}
+
 // The new world starts after the furthest step any member reported: no member pushed it yet,
 // since each waits for the decision at its boundary after its report.
 TEST(WorldPlanTest, TheNewWorldStartsAfterTheFurthestStepReported) {
-  WorldPlan plan(3, Bounds(1, 3));
+  WorldPlan plan(3, 3, Bounds(1, 3));
   auto r = plan.Resize(2, "kubectl scale", 1000);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->epoch(), 1);
@@ -141,7 +178,7 @@ TEST(WorldPlanTest, TheNewWorldStartsAfterTheFurthestStepReported) {
 // A program that never reaches a boundary the scheduler hears of (no Checkpointer) cannot be
 // resized: the resize is given up, saying why, and the job may be asked again.
 TEST(WorldPlanTest, AWorldHandedBackIsAdoptedWhenNewerAndCheckedFirst) {
-  WorldPlan plan(3, Bounds(1, 3));
+  WorldPlan plan(3, 3, Bounds(1, 3));
   v1::WorldInfo w;
   w.set_epoch(2);
   w.set_from_step(50);
@@ -162,14 +199,14 @@ TEST(WorldPlanTest, AWorldHandedBackIsAdoptedWhenNewerAndCheckedFirst) {
     for (int32_t m : bad) b.add_members(m);
     EXPECT_EQ(plan.Adopt(b).status().code(), StatusCode::kInvalidArgument) << bad.size();
   }
-  EXPECT_EQ(WorldPlan(2, ElasticBounds{}).Adopt(w).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(WorldPlan(2, 2, ElasticBounds{}).Adopt(w).status().code(), StatusCode::kInvalidArgument);
   auto r = plan.Resize(1, "", 0);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->epoch(), 3);
 }
 
 TEST(WorldPlanTest, AResizeNoWorkerReportsIsGivenUpAfterTheLimit) {
-  WorldPlan plan(2, Bounds(1, 2));
+  WorldPlan plan(2, 2, Bounds(1, 2));
   ASSERT_TRUE(plan.Resize(1, "", 1000).ok());
   EXPECT_EQ(plan.AbandonUnreported(1000 + 59999, 60000), "");
   const std::string why = plan.AbandonUnreported(1000 + 60000, 60000);
@@ -186,7 +223,7 @@ TEST(WorldPlanTest, AResizeNoWorkerReportsIsGivenUpAfterTheLimit) {
 }
 
 TEST(WorldPlanTest, ReportsOfAnUnknownResizeOrANegativeStepAreRefused) {
-  WorldPlan plan(2, Bounds(1, 2));
+  WorldPlan plan(2, 2, Bounds(1, 2));
   v1::WorldInfo w;
   EXPECT_EQ(plan.Reach(0, 1, 5, 0, &w).status().code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(plan.Resize(1, "", 0).ok());
@@ -354,6 +391,141 @@ TEST_F(WorldStateTest, AWaitingReportIsAnsweredUndecidedAtItsDeadlineAndFailedAt
   state_->Shutdown();
   ASSERT_TRUE(b.has_value());
   EXPECT_EQ(b->status().code(), StatusCode::kUnavailable);
+}
+
+// Growing beyond the first size (docs/elastic.md#growing): a job started with 2 workers of
+// maxWorkers 4 is complete with its 2, names 4 worker ranks, and the pods of the slots never used
+// register into them (not a restart) and join like any other joiner. Once every worker that ran
+// finished, a pod stop is the run's end, whatever the slots that never ran.
+TEST(WorldStateBeyondTest, AJobGrowsFromTwoIntoSlotsItNeverUsedAndEndsWithoutThem) {
+  SteadyClock clock;
+  SchedulerConfig c;
+  c.num_servers = 1;
+  c.num_workers = 2;
+  c.elastic = Bounds(1, 4);
+  SchedulerState state(c, &clock);
+  auto register_pod = [&](v1::Role role, const std::string& pod) {
+    v1::RegisterRequest req;
+    req.set_role(role);
+    req.set_pod_name(pod);
+    auto r = state.Register(req);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->rank() : -1;
+  };
+  ASSERT_EQ(register_pod(v1::ROLE_WORKER, "job-worker-1"), 1);
+  ASSERT_EQ(register_pod(v1::ROLE_WORKER, "job-worker-0"), 0);
+  ASSERT_EQ(register_pod(v1::ROLE_SERVER, "job-server-0"), 0);
+  v1::ReportReadyRequest ready;
+  ready.set_role(v1::ROLE_SERVER);
+  ready.set_address("127.0.0.1:1");
+  ASSERT_TRUE(state.ReportReady(ready).ok());
+  v1::ClusterView view = state.GetCluster();
+  EXPECT_TRUE(view.complete()) << "the first 2 of 4 slots make the world";
+  EXPECT_EQ(view.num_workers(), 4);
+  EXPECT_EQ(Members(view.world()), (std::vector<int32_t>{0, 1}));
+
+  v1::ResizeRequest grow;
+  grow.set_workers(4);
+  auto r = state.Resize(grow);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(register_pod(v1::ROLE_WORKER, "job-worker-3"), 3);
+  ASSERT_EQ(register_pod(v1::ROLE_WORKER, "job-worker-2"), 2);
+  auto reach = [&](int32_t rank, int64_t step, bool wait, std::optional<StatusOr<v1::ReachStepResponse>>* out) {
+    v1::ReachStepRequest q;
+    q.set_rank(rank);
+    q.set_incarnation(1);
+    q.set_epoch(1);
+    q.set_step(step);
+    q.set_wait(wait);
+    state.ReachStep(q, Clock::TimePoint::max(), [out](auto a) { *out = a; });
+  };
+  std::optional<StatusOr<v1::ReachStepResponse>> j2, j3, m0, m1;
+  reach(2, -1, true, &j2);
+  EXPECT_EQ(state.Ping().resize_epoch(), 0) << "worker 3 has not asked to join";
+  reach(3, -1, true, &j3);
+  EXPECT_EQ(state.Ping().resize_epoch(), 1);
+  reach(0, 40, false, &m0);
+  reach(1, 41, false, &m1);
+  ASSERT_TRUE(m1.has_value() && m1->ok() && (*m1)->decided());
+  ASSERT_TRUE(j2.has_value() && j2->ok() && (*j2)->decided());
+  ASSERT_TRUE(j3.has_value() && j3->ok() && (*j3)->decided());
+  EXPECT_EQ(Members((*j3)->world()), (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ((*j3)->world().from_step(), 43);
+  EXPECT_EQ(state.stats().world_workers, 4);
+  EXPECT_EQ(state.stats().restarts, 0) << "a slot's first pod is no restart";
+}
+
+// A job of 2 workers (maxWorkers 4) and 1 server, every pod registered.
+class GrowBeyondStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SchedulerConfig c;
+    c.num_servers = 1;
+    c.num_workers = 2;
+    c.elastic = Bounds(1, 4);
+    state_ = std::make_unique<SchedulerState>(c, &clock_);
+    for (const char* pod : {"job-worker-0", "job-worker-1", "job-server-0"}) {
+      v1::RegisterRequest req;
+      req.set_role(pod[4] == 'w' ? v1::ROLE_WORKER : v1::ROLE_SERVER);
+      req.set_pod_name(pod);
+      ASSERT_TRUE(state_->Register(req).ok());
+    }
+  }
+  SteadyClock clock_;
+  std::unique_ptr<SchedulerState> state_;
+};
+
+// A joiner whose program ends before it asks to join (it cannot take the job's state, or it
+// crashed) gives the grow up at once, naming it; the job is not failed by it and runs on; a
+// grow asked again works.
+TEST_F(GrowBeyondStateTest, AJoinerThatExitsBeforeJoiningGivesTheGrowUpNotTheJob) {
+  SchedulerState& state = *state_;
+  v1::ResizeRequest grow;
+  grow.set_workers(3);
+  ASSERT_TRUE(state.Resize(grow).ok());
+  v1::RegisterRequest joiner;
+  joiner.set_role(v1::ROLE_WORKER);
+  joiner.set_pod_name("job-worker-2");
+  ASSERT_TRUE(state.Register(joiner).ok());
+  v1::ReportExitRequest exit;
+  exit.set_role(v1::ROLE_WORKER);
+  exit.set_rank(2);
+  exit.set_exit_code(1);
+  ASSERT_TRUE(state.ReportExit(exit).ok());
+  EXPECT_FALSE(state.GetCluster().failed()) << state.GetCluster().failure_message();
+  int64_t pending = -1;
+  EXPECT_EQ(state.World(&pending, nullptr).members_size(), 2);
+  EXPECT_EQ(pending, 0) << "the grow is given up at once";
+  EXPECT_TRUE(state.Training());
+
+  // A member's failure still fails the job.
+  WorldPlan plan(2, 4, Bounds(1, 4));
+  ASSERT_TRUE(plan.Resize(4, "", 0).ok());
+  EXPECT_EQ(plan.JoinerExited(1, "exit code 1"), "") << "a member, not a joiner";
+  v1::WorldInfo w;
+  ASSERT_FALSE(*plan.Reach(2, 1, -1, 0, &w));
+  EXPECT_EQ(plan.JoinerExited(2, "exit code 1"), "") << "asked to join already: a member's failure then";
+  const std::string why = plan.JoinerExited(3, "exit code 0");
+  EXPECT_NE(why.find("worker 3 exited (exit code 0) before it asked to join"), std::string::npos) << why;
+  EXPECT_EQ(plan.pending_epoch(), 0);
+  EXPECT_TRUE(plan.Resize(3, "again", 0).ok());
+}
+
+TEST_F(GrowBeyondStateTest, APodStopAfterEveryWorkerThatRanFinishedIsTheRunsEnd) {
+  SchedulerState& state = *state_;
+  for (int32_t w : {0, 1}) {
+    v1::ReportExitRequest exit;
+    exit.set_role(v1::ROLE_WORKER);
+    exit.set_rank(w);
+    ASSERT_TRUE(state.ReportExit(exit).ok());
+  }
+  v1::ReportExitRequest stop;  // the server's pod deleted as the run ends
+  stop.set_role(v1::ROLE_SERVER);
+  stop.set_exit_code(143);
+  stop.set_preempted(true);
+  ASSERT_TRUE(state.ReportExit(stop).ok());
+  EXPECT_FALSE(state.GetCluster().servers(0).preempted())
+      << "workers 2 and 3 never ran: nothing waits for a replacement";
 }
 
 }  // namespace

@@ -122,6 +122,9 @@ class PyWorker {
     o.slice_bytes = slice_bytes;
     o.water_mark = water_mark;
     o.timeout_ms = timeout_ms;
+    // A Python program cannot join a running elastic job yet (docs/elastic.md#what-is-not-built-
+    // yet): created outside the world, it stays out, and trellis.init() exits 0 saying so.
+    o.join_grows = false;
     StatusOr<std::unique_ptr<Worker>> w = InternalError("unset");
     {
       py::gil_scoped_release nogil;  // waits for the whole cluster

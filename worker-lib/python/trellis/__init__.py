@@ -252,6 +252,13 @@ def init(scheduler_address=None, token_file=None, rank=None, slice_bytes=None, w
                                rank=-1 if rank is None else int(rank),
                                slice_bytes=int(slice_bytes or 0), water_mark=int(water_mark or 0),
                                timeout_ms=int(timeout_ms or 0))
+    if w.world[4]:  # created outside the elastic job's world: Python cannot join a grow yet
+        print("trellis: this worker (pod %s) is outside the running elastic job's world (resized away, or "
+              "brought in by a grow, which a Python program cannot join yet: "
+              "docs/elastic.md#what-is-not-built-yet): exiting 0; the job runs on without it"
+              % os.environ.get("TRELLIS_POD_NAME", "?"), file=sys.stderr, flush=True)
+        w.close()
+        raise SystemExit(0)
     _session = _Session(w)
 
 
