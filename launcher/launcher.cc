@@ -317,14 +317,15 @@ void Launcher::WatchCluster() {
   }
 }
 
-bool Launcher::LeftTheWorld(const Child& agent) {
-  if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kWorker || !client_) {
-    return false;
-  }
+std::string Launcher::OutOfTheWorld(const Child& agent) {
+  if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kWorker || !client_) return "";
   auto view = client_->GetCluster(0, /*wait_complete=*/false, milliseconds(1000));
-  if (!view.ok() || view->world().epoch() == 0) return false;
+  if (!view.ok() || view->world().members_size() == 0) return "";
   const auto& m = view->world().members();
-  return std::find(m.begin(), m.end(), agent.plan.index) == m.end();
+  if (std::find(m.begin(), m.end(), agent.plan.index) != m.end()) return "";
+  // Started for a grow whose world never came: it was given up (a joiner that cannot join exits 0).
+  if (agent.grow_epoch > view->world().epoch()) return "did not join: the grow was given up (its log says why)";
+  return "left the job: resized away";
 }
 
 std::string Launcher::Progress() {
@@ -603,9 +604,9 @@ int Launcher::Supervise() {
           failed.push_back(a.get());
           continue;
         }
-        console_.Line("trellis-launch: " + a->plan.name +
-                      (LeftTheWorld(*a) ? " left the job: resized away (" : " finished (") +
-                      Seconds(Elapsed()) + ")");
+        const std::string out_of_world = OutOfTheWorld(*a);
+        console_.Line("trellis-launch: " + a->plan.name + " " + (out_of_world.empty() ? "finished" : out_of_world) +
+                      " (" + Seconds(Elapsed()) + ")");
       }
       if (a->plan.kind == ProcessPlan::Kind::kWorker && a->exit->exit_code == 0) ++workers_ok;
     }

@@ -76,9 +76,10 @@ class Launcher {
   bool AwaitExitCheckpoint(int signo);
   std::chrono::milliseconds Elapsed() const;
   std::string Progress() EXCLUDES(mu_);
-  // Elastic jobs: a worker agent that exited 0 because its rank was resized away (the
-  // scheduler's current world leaves it out), not because training ended.
-  bool LeftTheWorld(const Child& agent);
+  // Elastic jobs: why a worker agent exited 0 when not because training ended: its rank was
+  // resized away (the scheduler's current world leaves it out), or the grow it was started for
+  // was given up before it joined. Empty: it finished.
+  std::string OutOfTheWorld(const Child& agent);
   std::string Training() EXCLUDES(mu_);  // FormatTraining of the latest progress
 
   const LaunchOptions options_;

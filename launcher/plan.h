@@ -85,8 +85,8 @@ struct ProcessPlan {
 ProcessPlan PlanScheduler(const LaunchPaths& paths, const std::map<std::string, std::string>& base_env,
                           const std::string& job = "", int metrics_port = -1);
 // One agent per server and per worker slot (JobSpec::WorkerSlots): role env entries added, the
-// role's command after "--", restart policy and backoffLimit from the job. Workers' stdout is a pipe (passed through with
-// a prefix); everything else goes to <run_dir>/<name>.log.
+// role's command after "--", restart policy and backoffLimit from the job. Workers' stdout is a
+// pipe (passed through with a prefix); everything else goes to <run_dir>/<name>.log.
 std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths,
                                     const std::map<std::string, std::string>& base_env,
                                     std::chrono::milliseconds agent_stop_grace,

@@ -113,7 +113,7 @@ StatusOr<PserverConfig> LoadPserverConfig(const std::vector<std::string>& args) 
   TRELLIS_ASSIGN_OR_RETURN(int64_t workers, r.Int("num-workers", std::nullopt, job.workers.replicas));
   c.server.store.num_workers = static_cast<int32_t>(workers);
   // Elastic jobs: every worker rank the job may ever have can connect (docs/elastic.md).
-  if (job.elastic.enabled) c.server.store.worker_slots = job.elastic.maxWorkers;
+  c.server.store.worker_slots = job.WorkerSlots();
   c.server.service.token = c.token;
   c.server.store.metrics =
       std::make_shared<MetricsRegistry>(MetricLabels{job.name, "server", c.server.store.server_rank});

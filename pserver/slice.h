@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/mutex.h"
@@ -116,17 +118,18 @@ struct RejoinState {
   // Per worker: it restarted and rejoined (kRejoin) and has not made a push here that counts
   // yet. Empty: none.
   std::vector<bool> rejoined;
-  // Values a donor put here for rejoin `stash_id`, apart from the step protocol, until fetched
-  // or replaced. Null: nothing stashed.
-  uint64_t stash_id = 0;
-  Values stash;
+  // Values donors put here for rejoins (id -> values), apart from the step protocol, until
+  // fetched, oldest first. Several at once: a grow brings in several joiners together.
+  std::deque<std::pair<uint64_t, Values>> stashes;
 
   void Mark(int32_t worker, int32_t num_workers);
+  // Stashes `v` for rejoin `id` (replacing that id's), dropping the oldest beyond `limit`.
+  void Put(uint64_t id, Values v, size_t limit);
   // Whether a push of `step` by `worker` is one the slice already counted from the worker's
   // previous incarnation (answered OK without adding). A push that counts clears the mark.
   bool PushIsNoOp(int32_t worker, int64_t step, int64_t complete, bool pushed_this_step);
   // The stash of rejoin `id`, taken (fetched once: the memory goes with the answer); NOT_FOUND
-  // naming `slice` when there is none.
+  // naming `slice` (and the rejoins it holds) when there is none.
   StatusOr<Values> Fetch(uint64_t id, const std::string& slice);
 };
 

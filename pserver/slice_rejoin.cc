@@ -15,6 +15,8 @@
 // no-ops; the others count as usual.
 #include "pserver/slice.h"
 
+#include <algorithm>
+
 namespace trellis {
 
 void RejoinState::Mark(int32_t worker, int32_t num_workers) {
@@ -30,17 +32,30 @@ bool RejoinState::PushIsNoOp(int32_t worker, int64_t step, int64_t complete,
   return counted;
 }
 
-StatusOr<Values> RejoinState::Fetch(uint64_t id, const std::string& slice) {
-  if (!stash || stash_id != id) {
-    // The scheduler answers a rejoiner only after its donor stashed every slice, so a missing
-    // stash means another rejoin replaced it (or a confused peer): say which.
-    return NotFoundError(slice + ": nothing stashed for rejoin " + std::to_string(id) +
-                         (stash ? " (the stash holds rejoin " + std::to_string(stash_id) + ")"
-                                : ""));
+void RejoinState::Put(uint64_t id, Values v, size_t limit) {
+  for (auto it = stashes.begin(); it != stashes.end(); ++it) {
+    if (it->first == id) {
+      stashes.erase(it);
+      break;
+    }
   }
-  Values v = std::move(stash);  // fetched once: the memory goes with the answer
-  stash_id = 0;
-  return v;
+  stashes.emplace_back(id, std::move(v));
+  while (stashes.size() > std::max<size_t>(limit, 1)) stashes.pop_front();
+}
+
+StatusOr<Values> RejoinState::Fetch(uint64_t id, const std::string& slice) {
+  for (auto it = stashes.begin(); it != stashes.end(); ++it) {
+    if (it->first != id) continue;
+    Values v = std::move(it->second);  // fetched once: the memory goes with the answer
+    stashes.erase(it);
+    return v;
+  }
+  // The scheduler answers a rejoiner only after its donor stashed every slice, so a missing
+  // stash means newer rejoins pushed it out (or a confused peer): say which it holds.
+  std::string held;
+  for (const auto& [other, values] : stashes) held += (held.empty() ? "" : ", ") + std::to_string(other);
+  return NotFoundError(slice + ": nothing stashed for rejoin " + std::to_string(id) +
+                       (held.empty() ? "" : " (the stash holds rejoin " + held + ")"));
 }
 
 }  // namespace trellis

@@ -176,12 +176,13 @@ Status SliceStore::AddWorld(int32_t worker, const wire::RequestHeader& h,
 }
 
 void SliceStore::Stash(Slice* s, const wire::RequestHeader& h, const wire::Chunks& frame) {
-  // The payload's length was checked against the slice (CheckPayload). A new stash replaces the
-  // old one: one rejoin at a time per slice is all a job needs, and memory stays bounded.
+  // The payload's length was checked against the slice (CheckPayload). One stash per rejoin
+  // under way (a grow brings several joiners at once), at most kMaxStashes or the job's worker
+  // slots: the oldest goes first, so memory stays bounded.
   auto v = std::make_shared<std::vector<float>>(s->num_elements);
   wire::CopyFloats(frame, wire::kRequestHeaderBytes, s->num_elements, v->data());
-  s->rejoin.stash = std::move(v);
-  s->rejoin.stash_id = static_cast<uint64_t>(h.step);
+  s->rejoin.Put(static_cast<uint64_t>(h.step), std::move(v),
+                std::min<size_t>(kMaxStashes, static_cast<size_t>(config_.slots())));
 }
 
 void SliceStore::Fetch(Slice* s, const wire::RequestHeader& h, StoreReply reply,

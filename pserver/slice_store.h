@@ -42,6 +42,9 @@ class SliceStore {
   SliceStore(const SliceStore&) = delete;
   SliceStore& operator=(const SliceStore&) = delete;
 
+  // Rejoins a slice holds stashes for at once (bounded by the job's worker slots too).
+  static constexpr size_t kMaxStashes = 32;
+
   const StoreConfig& config() const { return config_; }
 
   // Keeps the slices of `map` assigned to this server (SliceTable::Install).

@@ -137,6 +137,7 @@ def test_a_grow_of_a_pytorch_job_is_given_up_and_the_job_runs_on(tmp_path):
     assert "the job's scheduler gave the resize up" in resize.stdout, resize.stdout
     assert took < 30, "given up after %.1f s, not at once" % took
     assert code == 0, log
+    assert "trellis-launch: worker-2 did not join: the grow was given up" in log, log
     joiner = (logs / "worker-2.log").read_text()
     assert "a Python program cannot join yet" in joiner, joiner
     assert "program exited with code 0" in joiner, joiner
