@@ -246,10 +246,11 @@ Status Launcher::StartJoiners() {
     // A slot beyond the job's first size that no grow brought in yet has no process.
     const bool never_started = !a->process;
     if (a->plan.kind != ProcessPlan::Kind::kWorker) continue;
-    if (!never_started && (!a->exit || a->exit->exit_code != 0)) continue;
+    if (!never_started && (!a->exit || (a->exit->exit_code != 0 && !a->lost))) continue;
     if (std::find(joiners.begin(), joiners.end(), a->plan.index) == joiners.end()) continue;
     if (a->grow_epoch == epoch) continue;  // started for this grow already (the progress lags)
     a->grow_epoch = epoch;
+    a->lost = false;
     console_.Line("trellis-launch: " + a->plan.name + (never_started ? " starts" : " starts again") +
                   ": the job grows to " + std::to_string(to) + " workers (" + Seconds(Elapsed()) + ")");
     TRELLIS_RETURN_IF_ERROR(Spawn(*a));
@@ -326,6 +327,16 @@ std::string Launcher::OutOfTheWorld(const Child& agent) {
   // Started for a grow whose world never came: it was given up (a joiner that cannot join exits 0).
   if (agent.grow_epoch > view->world().epoch()) return "did not join: the grow was given up (its log says why)";
   return "left the job: resized away";
+}
+
+std::string Launcher::LostWorker(const Child& agent) {
+  if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kWorker || !client_) return "";
+  auto view = client_->GetCluster(0, /*wait_complete=*/false, milliseconds(1000));
+  if (!view.ok()) return "";
+  for (const auto& l : view->lost_workers()) {
+    if (l.slot() == agent.plan.index) return l.why();
+  }
+  return "";
 }
 
 std::string Launcher::Progress() {
@@ -545,7 +556,9 @@ int Launcher::FailAgent(const std::vector<Child*>& failed) {
   {
     MutexLock lock(&mu_);
     const std::string pod = "(pod " + job_.name + "-" + plan.name + ")";
-    if (view_ && view_->failed() && view_->failure_message().find(pod) == std::string::npos) {
+    // An elastic job's scheduler says why it could not go on without this worker (minWorkers).
+    if (view_ && view_->failed() &&
+        (view_->failure_message().find(pod) == std::string::npos || job_.elastic.enabled)) {
       why = "; the job's scheduler failed the job: " + view_->failure_message();
     }
   }
@@ -601,14 +614,20 @@ int Launcher::Supervise() {
         if (!a->exit) continue;
         PumpOutput(*a, true);
         if (a->exit->exit_code != 0 || a->plan.kind == ProcessPlan::Kind::kServer) {
-          failed.push_back(a.get());
-          continue;
+          if (a->exit->exit_code != 0) a->lost = !LostWorker(*a).empty();
+          if (!a->lost) {
+            failed.push_back(a.get());
+            continue;
+          }
+          console_.Line("trellis-launch: " + a->plan.name + " lost (" + a->exit->Describe() +
+                        "): the job goes on without it (spec.elastic; " + Seconds(Elapsed()) + ")");
+        } else {
+          const std::string out_of_world = OutOfTheWorld(*a);
+          console_.Line("trellis-launch: " + a->plan.name + " " + (out_of_world.empty() ? "finished" : out_of_world) +
+                        " (" + Seconds(Elapsed()) + ")");
         }
-        const std::string out_of_world = OutOfTheWorld(*a);
-        console_.Line("trellis-launch: " + a->plan.name + " " + (out_of_world.empty() ? "finished" : out_of_world) +
-                      " (" + Seconds(Elapsed()) + ")");
       }
-      if (a->plan.kind == ProcessPlan::Kind::kWorker && a->exit->exit_code == 0) ++workers_ok;
+      if (a->plan.kind == ProcessPlan::Kind::kWorker && (a->exit->exit_code == 0 || a->lost)) ++workers_ok;
     }
     if (!failed.empty()) {
       if (int code = RestartJobOrFail(failed); code >= 0) return code;

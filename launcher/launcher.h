@@ -40,6 +40,7 @@ class Launcher {
     int log_fd = -1;           // workers: their log, where passed-through stdout is copied too
     bool pipe_open = false;
     int64_t grow_epoch = 0;  // elastic jobs: the grow it was started again for (once per grow)
+    bool lost = false;       // elastic jobs: exited failing, and the job goes on without it
   };
 
   Status Prepare();                       // run dir, token file, TLS files
@@ -80,6 +81,9 @@ class Launcher {
   // resized away (the scheduler's current world leaves it out), or the grow it was started for
   // was given up before it joined. Empty: it finished.
   std::string OutOfTheWorld(const Child& agent);
+  // Elastic jobs: why the scheduler goes on without the worker agent that exited failing (empty:
+  // it does not; the job fails or restarts). docs/elastic.md#losing-a-worker.
+  std::string LostWorker(const Child& agent);
   std::string Training() EXCLUDES(mu_);  // FormatTraining of the latest progress
 
   const LaunchOptions options_;

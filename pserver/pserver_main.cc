@@ -199,6 +199,15 @@ int PserverMain(int argc, char** argv) {
       watch = std::make_unique<SchedulerWatch>(client.get(), ping->scheduler_id(),
                                                config->scheduler_ping, report,
                                                "server " + std::to_string(rank), identity);
+      // Elastic jobs: workers lost for good are no longer waited for (docs/elastic.md).
+      SliceStore* store = (*server)->store();
+      watch->SetLostListener([store](const std::vector<v1::LostWorker>& lost) {
+        for (const auto& l : lost) {
+          if (Status st = store->LoseWorker(l.slot(), l.epoch()); !st.ok()) {
+            TLOG_WARN << "the scheduler's lost worker " << l.slot() << ": " << st.ToString();
+          }
+        }
+      });
       st = report();
       // The scheduler went away meanwhile, or restarted before our agent registered again.
       const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(5);

@@ -110,16 +110,7 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
     series_.RequestFailed();
     reply(st, Answer{});
   }
-  for (auto& d : deferred) {
-    if (!d.status.ok()) {
-      series_.RequestFailed();
-    } else if (d.packed) {
-      series_.Sent(d.packed->size());
-    } else if (d.values) {
-      series_.Sent(d.values->size() * sizeof(float));
-    }
-    d.reply(d.status, Answer{std::move(d.values), std::move(d.packed)});
-  }
+  RunReplies(&deferred);
 }
 
 Status SliceStore::MarkRejoined(int32_t worker) {
@@ -166,12 +157,61 @@ Status SliceStore::AddWorld(int32_t worker, const wire::RequestHeader& h,
     }
   }
   TRELLIS_RETURN_IF_ERROR(worlds_.Advance(*world).Annotate("world"));
+  // A lost worker this world names again (a grow into its slot) counts from here on.
+  std::vector<int32_t> back;
+  for (auto it = lost_.begin(); it != lost_.end();) {
+    if ((*world)->epoch > it->second && (*world)->Has(it->first)) {
+      back.push_back(it->first);
+      it = lost_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   for (Slice* s : slices) {
     MutexLock lock(&s->mu);
     s->world = *world;
+    for (int32_t slot : back) StepProtocol::Unlose(slot, s);
   }
   TLOG_INFO << "server " << config_.server_rank << ": " << (*world)->Describe()
             << " from each slice's next step";
+  return Status::Ok();
+}
+
+void SliceStore::RunReplies(std::vector<DeferredReply>* deferred) {
+  for (auto& d : *deferred) {
+    if (!d.status.ok()) {
+      series_.RequestFailed();
+    } else if (d.packed) {
+      series_.Sent(d.packed->size());
+    } else if (d.values) {
+      series_.Sent(d.values->size() * sizeof(float));
+    }
+    d.reply(d.status, Answer{std::move(d.values), std::move(d.packed)});
+  }
+}
+
+Status SliceStore::LoseWorker(int32_t slot, int64_t epoch) {
+  if (slot < 0 || slot >= config_.slots()) {
+    return InvalidArgumentError("lost worker " + std::to_string(slot) + " is not a slot of this job [0, " +
+                                std::to_string(config_.slots()) + ")");
+  }
+  std::vector<DeferredReply> deferred;
+  {
+    MutexLock install(&world_install_mu_);
+    if (auto it = lost_.find(slot); it != lost_.end() && it->second >= epoch) return Status::Ok();
+    // A world at least as new that names the slot already brought it back: an old loss.
+    if (worlds_.Current()->epoch >= epoch && worlds_.Current()->Has(slot)) return Status::Ok();
+    lost_[slot] = epoch;
+    ReaderMutexLock map_lock(table_.mu());
+    for (Slice* s : table_.All()) {
+      MutexLock lock(&s->mu);
+      if (s->rebuild) continue;  // a rebuild counts the replays it gets (slice_rebuild.h)
+      protocol_.Lose(slot, s, &deferred);
+    }
+  }
+  TLOG_WARN << "server " << config_.server_rank << ": worker " << slot << " lost for good (world " << epoch
+            << " goes on without it): its pushes are no longer awaited";
+  RunReplies(&deferred);
   return Status::Ok();
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -82,12 +83,21 @@ class SliceStore {
 
   const WorldSchedule& worlds() const { return worlds_; }
 
+  // Worker `slot` was lost for good, left out of world `epoch` (the scheduler's pings:
+  // v1::LostWorker; docs/elastic.md#losing-a-worker): no slice waits for its pushes from its
+  // first step the worker did not push, and steps it alone held up complete now. Repeats change
+  // nothing; a world newer than `epoch` that names the slot brings it back (kWorld).
+  // INVALID_ARGUMENT: a slot out of range.
+  Status LoseWorker(int32_t slot, int64_t epoch) EXCLUDES(world_install_mu_);
+
  private:
   // kRejoin: marks `worker` rejoined on every slice (crash recovery of a worker).
   Status MarkRejoined(int32_t worker);
   // kWorld from `worker`: the world of epoch h.step its payload names, on every slice from its
   // next step (world_schedule.h), announced by one of its members before it pushes again.
   Status AddWorld(int32_t worker, const wire::RequestHeader& h, const wire::Chunks& frame);
+  // Runs the replies decided under the slice locks (none held), counting them.
+  void RunReplies(std::vector<DeferredReply>* deferred);
   // kStash and kFetch: a donor's values for a rejoiner, apart from the step protocol.
   void Stash(Slice* s, const wire::RequestHeader& h, const wire::Chunks& frame) REQUIRES(s->mu);
   void Fetch(Slice* s, const wire::RequestHeader& h, StoreReply reply,
@@ -97,7 +107,8 @@ class SliceStore {
   const std::shared_ptr<MetricsRegistry> registry_;  // config_.metrics or the store's own
   PserverMetrics series_;
   WorldSchedule worlds_;
-  Mutex world_install_mu_;  // one kWorld installation at a time (AddWorld)
+  Mutex world_install_mu_;  // one kWorld installation or loss at a time (AddWorld, LoseWorker)
+  std::map<int32_t, int64_t> lost_ GUARDED_BY(world_install_mu_);  // slot -> the epoch without it
   SliceTable table_;
   const StepUpdate update_;
   StepProtocol protocol_;

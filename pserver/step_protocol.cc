@@ -68,6 +68,11 @@ Status StepProtocol::Push(int32_t worker, Slice* s, const wire::RequestHeader& h
                                    "(update mode needs Broadcast from the root before step 1)");
   }
   const World& world = *s->world;
+  if (s->gone_from[worker] != 0 && h.step >= s->gone_from[worker]) {
+    return FailedPreconditionError(s->name + ": worker " + std::to_string(worker) + " pushed step " +
+                                   std::to_string(h.step) + ", but it was lost for good from step " +
+                                   std::to_string(s->gone_from[worker]) + " (docs/elastic.md#losing-a-worker)");
+  }
   if (!world.Has(worker)) {
     return FailedPreconditionError(s->name + ": worker " + std::to_string(worker) +
                                    " pushed step " + std::to_string(h.step) + ", but it is not in " +
@@ -105,16 +110,39 @@ Status StepProtocol::Push(int32_t worker, Slice* s, const wire::RequestHeader& h
   s->pushed[worker] = true;
   const auto add_end = Clock::now();
   series_->Aggregated(std::chrono::duration<double>(add_end - add_start).count());
-  if (++s->pushes < world.size) return Status::Ok();
+  if (++s->pushes < Needed(*s, expected)) return Status::Ok();
+  Complete(s, out);
+  return Status::Ok();
+}
 
-  // Step complete.
-  const int64_t step = expected;
+int32_t StepProtocol::Needed(const Slice& s, int64_t step) {
+  int32_t needed = s.world->size;
+  for (size_t w = 0; w < s.gone_from.size(); ++w) {
+    if (s.gone_from[w] != 0 && step >= s.gone_from[w] && s.world->Has(static_cast<int32_t>(w))) --needed;
+  }
+  return needed;
+}
+
+void StepProtocol::Lose(int32_t slot, Slice* s, std::vector<DeferredReply>* out) {
+  if (s->gone_from[slot] != 0) return;
+  // Its push of the step in progress counts; else that step completes without it.
+  const int64_t next = s->complete + 1;
+  s->gone_from[slot] = s->pushed[slot] ? next + 1 : next;
+  if (!s->pushed[slot] && s->pushes > 0 && s->pushes >= Needed(*s, next)) Complete(s, out);
+}
+
+void StepProtocol::Complete(Slice* s, std::vector<DeferredReply>* out) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const size_t n = static_cast<size_t>(s->num_elements);
+  const int64_t step = s->complete + 1;
   const float packable = mode_ == ServerMode::kAggregate ? s->step_threshold : 0.0f;
-  Values result = update_->Apply(step, world.size, &s->accum, &s->weights);
+  // The mean divides by those who pushed: the world's members, but a lost one that did not.
+  Values result = update_->Apply(step, s->pushes, &s->accum, &s->weights);
   // Recycle the buffer of step-2 as the next accumulator when no answer still references it
   // (saves a multi-MiB allocation and zero-fill per step).
   auto old = std::const_pointer_cast<std::vector<float>>(
-      s->results.Keep(step, result, packable, world.size));
+      s->results.Keep(step, result, packable, s->pushes));
   if (!s->accum && old && old.use_count() == 1 && old->size() == n) {
     s->accum = std::make_unique<std::vector<float>>(std::move(*old));
   }
@@ -133,8 +161,7 @@ Status StepProtocol::Push(int32_t worker, Slice* s, const wire::RequestHeader& h
       ++it;
     }
   }
-  series_->StepCompleted(std::chrono::duration<double>(Clock::now() - add_end).count());
-  return Status::Ok();
+  series_->StepCompleted(std::chrono::duration<double>(Clock::now() - start).count());
 }
 
 void StepProtocol::Pull(Slice* s, int64_t step, bool packed, StoreReply reply,

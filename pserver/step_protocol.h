@@ -48,6 +48,14 @@ class StepProtocol {
   // A push of step h.step by `worker`; the one that completes the step wakes its pulls.
   Status Push(int32_t worker, Slice* s, const wire::RequestHeader& h, const Gradient& grad,
               std::vector<DeferredReply>* out) REQUIRES(s->mu);
+  // Worker `slot` is lost for good (docs/elastic.md#losing-a-worker): from the slice's first step
+  // it did not push on, the steps complete without it, the step in progress at once when every
+  // other member pushed it. No-op when already lost.
+  void Lose(int32_t slot, Slice* s, std::vector<DeferredReply>* out) REQUIRES(s->mu);
+  // Brings `slot` back (a later world names it again): counted from the slice's next step.
+  static void Unlose(int32_t slot, Slice* s) REQUIRES(s->mu) { s->gone_from[slot] = 0; }
+  // How many pushes complete `step`: the world's members but those lost before it.
+  static int32_t Needed(const Slice& s, int64_t step) REQUIRES(s.mu);
   // `packed`: the request accepts a packed answer. Answered now or when the step completes.
   void Pull(Slice* s, int64_t step, bool packed, StoreReply reply, std::vector<DeferredReply>* out)
       REQUIRES(s->mu);
@@ -61,6 +69,9 @@ class StepProtocol {
   }
 
  private:
+  // Step complete+1 has every push it needs: its result, and the pulls waiting for it.
+  void Complete(Slice* s, std::vector<DeferredReply>* out) REQUIRES(s->mu);
+
   const ServerMode mode_;
   const StepUpdate* const update_;
   PserverMetrics* const series_;

@@ -84,15 +84,15 @@ void Membership::MarkStalled(Member& n, v1::Role role, int32_t rank, std::string
             << "wait for it";
 }
 
-void Membership::SweepLiveness(TimePoint now, bool* changed, std::vector<std::string>* failures) {
-  SweepHeartbeats(servers_, v1::ROLE_SERVER, now, changed, failures);
-  SweepHeartbeats(workers_, v1::ROLE_WORKER, now, changed, failures);
-  SweepStalls(servers_, v1::ROLE_SERVER, now, changed, failures);
-  SweepStalls(workers_, v1::ROLE_WORKER, now, changed, failures);
+void Membership::SweepLiveness(TimePoint now, bool* changed, std::vector<Loss>* losses) {
+  SweepHeartbeats(servers_, v1::ROLE_SERVER, now, changed, losses);
+  SweepHeartbeats(workers_, v1::ROLE_WORKER, now, changed, losses);
+  SweepStalls(servers_, v1::ROLE_SERVER, now, changed, losses);
+  SweepStalls(workers_, v1::ROLE_WORKER, now, changed, losses);
 }
 
 void Membership::SweepHeartbeats(std::vector<Member>& nodes, v1::Role role, TimePoint now,
-                                 bool* changed, std::vector<std::string>* failures) {
+                                 bool* changed, std::vector<Loss>* losses) {
   for (size_t r = 0; r < nodes.size(); ++r) {
     Member& n = nodes[r];
     if (!n.registered || n.exited || n.dead) continue;
@@ -100,10 +100,11 @@ void Membership::SweepHeartbeats(std::vector<Member>& nodes, v1::Role role, Time
       if (now - n.preempted_at > config_.replacement_timeout) {
         n.exited = true;
         *changed = true;
-        failures->push_back(std::string(RoleName(role)) + " " + std::to_string(r) + " (pod " +
-                            n.pod_name + ") was stopped from outside (pod deleted or evicted) " +
-                            "and no replacement pod registered within " +
-                            std::to_string(config_.replacement_timeout.count() / 1000) + " s");
+        losses->push_back({role, static_cast<int32_t>(r),
+                           std::string(RoleName(role)) + " " + std::to_string(r) + " (pod " +
+                               n.pod_name + ") was stopped from outside (pod deleted or evicted) " +
+                               "and no replacement pod registered within " +
+                               std::to_string(config_.replacement_timeout.count() / 1000) + " s"});
       }
       continue;
     }
@@ -118,17 +119,18 @@ void Membership::SweepHeartbeats(std::vector<Member>& nodes, v1::Role role, Time
 }
 
 void Membership::SweepStalls(std::vector<Member>& nodes, v1::Role role, TimePoint now,
-                             bool* changed, std::vector<std::string>* failures) {
+                             bool* changed, std::vector<Loss>* losses) {
   for (size_t i = 0; i < nodes.size(); ++i) {
     Member& n = nodes[i];
     const int32_t r = static_cast<int32_t>(i);
     if (!n.registered || n.exited || n.preempted) continue;
     if (n.restarting && now - n.restarting_since > config_.replacement_timeout) {
-      failures->push_back(std::string(RoleName(role)) + " " + std::to_string(r) + " (pod " +
-                          n.pod_name + ") " +
-                          (n.stalled ? "stalled (" + n.stall_reason + ")" : "was restarted") +
-                          " and its program did not come back within " +
-                          std::to_string(config_.replacement_timeout.count() / 1000) + " s");
+      losses->push_back({role, r,
+                         std::string(RoleName(role)) + " " + std::to_string(r) + " (pod " +
+                             n.pod_name + ") " +
+                             (n.stalled ? "stalled (" + n.stall_reason + ")" : "was restarted") +
+                             " and its program did not come back within " +
+                             std::to_string(config_.replacement_timeout.count() / 1000) + " s"});
       n.restarting = false;
       *changed = true;
       continue;

@@ -329,7 +329,7 @@ Status Membership::ReportExit(const v1::ReportExitRequest& req, std::string* fai
   // Once every worker finished, a stop is the end of the run (servers and launchers stop
   // their pods then), not a preemption to wait out.
   const bool finished = std::all_of(workers_.begin(), workers_.end(), [](const Member& w) {
-    return (w.registered && w.exited && w.last_exit_code == 0) || (w.departed && !w.registered);
+    return (w.registered && w.exited && w.last_exit_code == 0) || (w.departed && (!w.registered || w.exited));
   });
   if (req.preempted() && !req.will_restart() && !finished) {
     // A pod deletion or eviction, not a failure of the program: keep the rank for the

@@ -68,6 +68,14 @@ class Membership {
     bool departed = false;
   };
 
+  // A member given up on (liveness.cc): the job fails, or an elastic job goes on without a
+  // worker (SchedulerState::LoseWorkerLocked).
+  struct Loss {
+    v1::Role role;
+    int32_t rank;
+    std::string why;
+  };
+
   // REQUIRES: ValidateSchedulerConfig(config).ok(); `config` and `clock` outlive the membership.
   Membership(const SchedulerConfig& config, const Clock* clock);
 
@@ -139,10 +147,10 @@ class Membership {
   void NoteStep(int32_t rank, int64_t incarnation, int64_t step, TimePoint now);
   void FillRestarting(v1::PingResponse* resp) const;
   // Marks nodes silent past the heartbeat timeout dead and programs stalled. Appends to
-  // `failures` why the job fails, in the order found (a preempted pod not replaced in time, a
-  // restart that did not come back); sets *changed when the view changed. Not while the job
+  // `losses` the members given up on, in the order found (a preempted pod not replaced in time,
+  // a restart that did not come back); sets *changed when the view changed. Not while the job
   // recovers after a scheduler restart: the caller does not call it then.
-  void SweepLiveness(TimePoint now, bool* changed, std::vector<std::string>* failures);
+  void SweepLiveness(TimePoint now, bool* changed, std::vector<Loss>* losses);
 
   void AddTo(SchedulerStats* stats) const;
 
@@ -159,9 +167,9 @@ class Membership {
   void Reregister(const v1::RegisterRequest& req, int32_t rank);
   // Liveness (liveness.cc).
   void SweepHeartbeats(std::vector<Member>& nodes, v1::Role role, TimePoint now, bool* changed,
-                       std::vector<std::string>* failures);
+                       std::vector<Loss>* losses);
   void SweepStalls(std::vector<Member>& nodes, v1::Role role, TimePoint now, bool* changed,
-                   std::vector<std::string>* failures);
+                   std::vector<Loss>* losses);
   void NoteExit(Member& n, bool will_restart, TimePoint now);
   void MarkStalled(Member& n, v1::Role role, int32_t rank, std::string reason, TimePoint now);
 

@@ -40,6 +40,7 @@ v1::ClusterView SchedulerState::ViewLocked() const {
   v.set_scheduler_id(instance_id_);
   v.set_recovering(recovery_.recovering());
   *v.mutable_world() = world_.current();
+  for (const auto& l : world_.lost()) *v.add_lost_workers() = l;
   return v;
 }
 
@@ -145,7 +146,7 @@ Status SchedulerState::ReportExit(const v1::ReportExitRequest& req) {
         failure.clear();
       }
     }
-    if (!failure.empty()) FailJobLocked(std::move(failure), &deferred);
+    if (!failure.empty()) LoseWorkerLocked(req.rank(), failure, &deferred);
     ChangedLocked(&deferred);
   }
   RunDeferred(deferred);
@@ -176,6 +177,7 @@ v1::PingResponse SchedulerState::Ping(const v1::PingRequest& req) {
     members_.FillRestarting(&resp);
     resp.set_stopping(!stop_reason_.empty());
     resp.set_resize_epoch(world_.announced_epoch());
+    for (const auto& l : world_.lost()) *resp.add_lost_workers() = l;
   }
   RunDeferred(deferred);
   return resp;
@@ -262,9 +264,15 @@ void SchedulerState::Sweep() {
     // restarted scheduler: the grace period's end starts everyone's heartbeat timeout afresh.
     if (!recovery_.recovering()) {
       bool changed = false;
-      std::vector<std::string> failures;
-      members_.SweepLiveness(now, &changed, &failures);
-      for (auto& message : failures) FailJobLocked(std::move(message), &deferred);
+      std::vector<Membership::Loss> losses;
+      members_.SweepLiveness(now, &changed, &losses);
+      for (auto& loss : losses) {
+        if (loss.role == v1::ROLE_WORKER) {
+          LoseWorkerLocked(loss.rank, loss.why, &deferred);
+        } else {
+          FailJobLocked(std::move(loss.why), &deferred);
+        }
+      }
       if (changed) ChangedLocked(&deferred);
     }
     // Waiters past their deadline: GetCluster answers with the view as it is, the others fail.

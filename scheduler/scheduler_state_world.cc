@@ -81,6 +81,30 @@ Status SchedulerState::AdoptWorldLocked(int32_t by, const v1::WorldInfo& world, 
   return Status::Ok();
 }
 
+void SchedulerState::LoseWorkerLocked(int32_t rank, const std::string& why, Deferred* deferred) {
+  if (!world_.bounds().enabled) {
+    FailJobLocked(why, deferred);
+    return;
+  }
+  const int64_t now = UnixMillisNow();
+  auto lost = world_.Lose(rank, why, now);
+  if (!lost.ok()) {
+    FailJobLocked(lost.status().message(), deferred);
+    return;
+  }
+  if (!*lost) {  // outside the world already: its end changes nothing
+    TLOG_WARN << why << " (it was not in the job's world: the job goes on)";
+    return;
+  }
+  members_.SetDeparted(rank, true);
+  TLOG_WARN << why << ": the job goes on without it (spec.elastic); world " << world_.pending_epoch()
+            << " of " << world_.pending_members().size() << " workers starts after the step every other "
+            << "worker reaches next";
+  v1::WorldInfo world;
+  if (world_.DecideIfReported(now, &world)) WorldDecidedLocked(world, deferred);
+  ChangedLocked(deferred);
+}
+
 void SchedulerState::SweepReachWaitersLocked(TimePoint now, Deferred* deferred) {
   // Undecided at the deadline: the worker asks again (its own deadline decides).
   AnswerReachWaitersLocked([now](const ReachWaiter& w) { return w.deadline <= now; },

@@ -165,7 +165,19 @@ void SchedulerWatch::Loop() {
       listener(epoch);
       lock.Lock();
     }
+    if (ping->lost_workers_size() > 0 && on_lost_) {
+      auto listener = on_lost_;
+      const std::vector<v1::LostWorker> lost(ping->lost_workers().begin(), ping->lost_workers().end());
+      lock.Unlock();
+      listener(lost);
+      lock.Lock();
+    }
   }
+}
+
+void SchedulerWatch::SetLostListener(std::function<void(const std::vector<v1::LostWorker>&)> listener) {
+  MutexLock lock(&mu_);
+  on_lost_ = std::move(listener);
 }
 
 void SchedulerWatch::SetResizeListener(std::function<void(int64_t)> listener) {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/base/mutex.h"
 #include "common/base/status.h"
@@ -49,6 +50,9 @@ class SchedulerWatch {
   int64_t resize_epoch() const { return resize_epoch_.load(std::memory_order_relaxed); }
   // Called on the watch's thread after each answer that says a resize is under way (its epoch).
   void SetResizeListener(std::function<void(int64_t)> listener) EXCLUDES(mu_);
+  // Called on the watch's thread after each answer that names workers lost for good (a server
+  // stops waiting for their pushes; docs/elastic.md#losing-a-worker).
+  void SetLostListener(std::function<void(const std::vector<v1::LostWorker>&)> listener) EXCLUDES(mu_);
 
  private:
   void Loop() EXCLUDES(mu_);
@@ -72,6 +76,7 @@ class SchedulerWatch {
   std::atomic<bool> job_stopping_{false};    // read at every step boundary: no lock
   std::atomic<int64_t> resize_epoch_{0};     // likewise
   std::function<void(int64_t)> on_resize_ GUARDED_BY(mu_);
+  std::function<void(const std::vector<v1::LostWorker>&)> on_lost_ GUARDED_BY(mu_);
   std::thread thread_;
 };
 

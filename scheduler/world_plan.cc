@@ -104,11 +104,22 @@ StatusOr<bool> WorldPlan::Adopt(const v1::WorldInfo& world) {
   }
   if (world.epoch() <= current_.epoch()) return false;
   current_ = world;
+  ForgetLostIn(world);
   for (int32_t s = 0; s < slots; ++s) departed_[s] = !IsMember(s);
   pending_.reset();  // one under way at the old scheduler: asked again if still wanted
   decided_.push_back(world);
   if (decided_.size() > kKeptResizes) decided_.erase(decided_.begin());
   return true;
+}
+
+void WorldPlan::ForgetLostIn(const v1::WorldInfo& world) {
+  const auto& m = world.members();
+  lost_.erase(std::remove_if(lost_.begin(), lost_.end(),
+                             [&](const v1::LostWorker& l) {
+                               return l.epoch() < world.epoch() &&
+                                      std::find(m.begin(), m.end(), l.slot()) != m.end();
+                             }),
+              lost_.end());
 }
 
 std::string WorldPlan::JoinerExited(int32_t slot, const std::string& exit) {
@@ -121,8 +132,72 @@ std::string WorldPlan::JoinerExited(int32_t slot, const std::string& exit) {
   return why;
 }
 
+StatusOr<bool> WorldPlan::Lose(int32_t slot, const std::string& why, int64_t now_unix_ms) {
+  const bool member = IsMember(slot);
+  const bool joined = Joining(slot) && pending_->joined.count(slot);
+  if ((!member && !joined) || (pending_ && pending_->lost.count(slot))) return false;
+  const auto without = [slot](std::vector<int32_t> v) {
+    v.erase(std::remove(v.begin(), v.end(), slot), v.end());
+    return v;
+  };
+  if (member) {
+    size_t remaining = 0;  // the current world's members still here
+    for (int32_t m : current_.members()) {
+      remaining += m != slot && !(pending_ && pending_->lost.count(m)) ? 1 : 0;
+    }
+    if (remaining < static_cast<size_t>(bounds_.min_workers)) {
+      return FailedPreconditionError(
+          why + "; the job cannot go on without it: " + std::to_string(remaining) +
+          " workers would remain, fewer than spec.elastic.minWorkers (" +
+          std::to_string(bounds_.min_workers) + ")");
+    }
+  }
+  if (!pending_) {
+    auto p = std::make_unique<Pending>();
+    p->epoch = current_.epoch() + 1;
+    p->members.assign(current_.members().begin(), current_.members().end());
+    p->info.set_epoch(p->epoch);
+    p->info.set_from_workers(size());
+    p->info.set_reason(("lost " + why).substr(0, 200));
+    p->info.set_asked_unix_ms(now_unix_ms);
+    pending_ = std::move(p);
+  }
+  Pending& p = *pending_;
+  p.members = without(p.members);
+  p.joiners = without(p.joiners);
+  p.joined.erase(slot);
+  p.reached.erase(slot);
+  if (member) p.lost.insert(slot);
+  if (!p.announced_unix_ms) {
+    // The others must report now (they may be blocked waiting for the lost one): joiners that
+    // have not asked yet are left out of this resize (they stay out when they ask).
+    for (int32_t j : std::vector<int32_t>(p.joiners)) {
+      if (p.joined.count(j)) continue;
+      p.joiners.erase(std::remove(p.joiners.begin(), p.joiners.end(), j), p.joiners.end());
+      p.members.erase(std::remove(p.members.begin(), p.members.end(), j), p.members.end());
+    }
+    p.announced_unix_ms = now_unix_ms;
+  }
+  // A shrink asked for below the lost one: keep minWorkers, with the lowest of those still here.
+  for (int32_t m : current_.members()) {
+    if (p.members.size() >= static_cast<size_t>(bounds_.min_workers)) break;
+    if (!p.lost.count(m) && std::find(p.members.begin(), p.members.end(), m) == p.members.end()) {
+      p.members.insert(std::upper_bound(p.members.begin(), p.members.end(), m), m);
+    }
+  }
+  p.info.set_to_workers(static_cast<int32_t>(p.members.size()));
+  departed_[slot] = true;
+  v1::LostWorker lost;
+  lost.set_slot(slot);
+  lost.set_epoch(p.epoch);
+  lost.set_why(why.substr(0, 1024));
+  lost_.push_back(std::move(lost));
+  return true;
+}
+
 std::string WorldPlan::AbandonUnreported(int64_t now_unix_ms, int64_t limit_ms) {
-  if (!pending_ || !pending_->reached.empty()) return "";
+  // A loss's resize is never given up: the others cannot go on without it.
+  if (!pending_ || !pending_->reached.empty() || !pending_->lost.empty()) return "";
   // A grow's members are asked for steps only once its joiners asked to join: from then on.
   if (now_unix_ms - pending_->announced_unix_ms.value_or(pending_->info.asked_unix_ms()) < limit_ms) return "";
   std::string missing;
@@ -161,12 +236,22 @@ StatusOr<bool> WorldPlan::Reach(int32_t slot, int64_t epoch, int64_t step, int64
     return false;
   }
   if (step < 0) return InvalidArgumentError("a negative step: " + std::to_string(step));
+  if (pending_->lost.count(slot)) {
+    return InvalidArgumentError("worker " + std::to_string(slot) + " was lost: the job goes on without it");
+  }
   if (!IsMember(slot)) {
     return InvalidArgumentError("worker " + std::to_string(slot) +
                                 " is not in the job's world " + std::to_string(current_.epoch()));
   }
   pending_->reached[slot] = std::max(pending_->reached[slot], step);
-  if (static_cast<int32_t>(pending_->reached.size()) < size()) return false;
+  return DecideIfReported(now_unix_ms, world);
+}
+
+bool WorldPlan::DecideIfReported(int64_t now_unix_ms, v1::WorldInfo* world) {
+  if (!pending_ || pending_->reached.empty() ||
+      pending_->reached.size() + pending_->lost.size() < static_cast<size_t>(size())) {
+    return false;
+  }
 
   int64_t furthest = 0;
   for (const auto& [member, reached] : pending_->reached) furthest = std::max(furthest, reached);
@@ -191,6 +276,7 @@ StatusOr<bool> WorldPlan::Reach(int32_t slot, int64_t epoch, int64_t step, int64
   if (resizes_.size() > kKeptResizes) resizes_.erase(resizes_.begin());
   decided_.push_back(next);
   if (decided_.size() > kKeptResizes) decided_.erase(decided_.begin());
+  ForgetLostIn(next);
   current_ = next;
   pending_.reset();
   *world = std::move(next);

@@ -21,6 +21,13 @@
 // through the rejoin path (a member's commit of F-1: none of them can finish step F without the
 // joiners' pushes, so that commit stays the newest until the joiner has it).
 //
+// Losing a worker (docs/elastic.md#losing-a-worker): a member that is gone for good (Lose) cannot
+// report, and the others may be blocked inside a step waiting for its pushes. It is left out at
+// once: the resize under way (or a new one, announced at once) drops it from its members and
+// decides without its report, and the servers learn of the loss from their pings (lost()), so
+// they stop waiting for its pushes from each slice's first step it did not push. The others then
+// reach boundaries, report and switch as above.
+//
 // Members are worker slots (their rank for their life in the job); a program's rank is its index
 // among the members.
 //
@@ -88,6 +95,10 @@ class WorldPlan {
   StatusOr<bool> Reach(int32_t slot, int64_t epoch, int64_t step, int64_t now_unix_ms,
                        v1::WorldInfo* world);
 
+  // Decides the resize under way when every member still here reported (after a Lose, which
+  // may leave nobody to wait for); as Reach's answer.
+  bool DecideIfReported(int64_t now_unix_ms, v1::WorldInfo* world);
+
   // A restarted scheduler (docs/elastic.md#what-survives-what): `world`, handed back by a
   // worker, when it is newer than the current one; the slots outside it have departed.
   // INVALID_ARGUMENT: members that are not ascending worker slots of this job, or out of
@@ -97,6 +108,15 @@ class WorldPlan {
   // A joiner's program exited (`exit`: how) before it asked to join: the grow is given up at once,
   // naming it. Returns why (empty: `slot` is no joiner still to ask).
   std::string JoinerExited(int32_t slot, const std::string& exit);
+
+  // `slot`, a member of the world (or a joiner that asked to join), is gone for good (`why`):
+  // the job goes on without it (above). Returns whether it was lost; false: not in the world
+  // (resized away already, or a joiner still to ask: JoinerExited), nothing to do.
+  // FAILED_PRECONDITION naming spec.elastic.minWorkers: fewer would remain (the job fails).
+  // REQUIRES: bounds().enabled.
+  StatusOr<bool> Lose(int32_t slot, const std::string& why, int64_t now_unix_ms);
+  // The workers lost for good and not brought back by a later world (the servers' pings).
+  const std::vector<v1::LostWorker>& lost() const { return lost_; }
 
   // A resize no member has reported a step for within `limit_ms` of being asked for is given
   // up: a joiner did not start, or the workers' program never reaches a step boundary the
@@ -113,8 +133,12 @@ class WorldPlan {
     std::set<int32_t> joined;           // the joiners whose program asked to join
     std::optional<int64_t> announced_unix_ms;  // when the members were told (pings); none: not yet
     std::map<int32_t, int64_t> reached;  // member -> the step it reported
+    std::set<int32_t> lost;              // members of the current world not waited for (Lose)
     v1::ResizeInfo info;
   };
+
+  // Drops the lost workers `world` brings back (a grow into their slots).
+  void ForgetLostIn(const v1::WorldInfo& world);
 
   const ElasticBounds bounds_;
   v1::WorldInfo current_;
@@ -122,6 +146,7 @@ class WorldPlan {
   std::unique_ptr<Pending> pending_;
   std::vector<v1::ResizeInfo> resizes_;
   std::vector<v1::WorldInfo> decided_;  // the last few decided worlds, for repeated reports
+  std::vector<v1::LostWorker> lost_;     // ascending epochs
 };
 
 }  // namespace trellis

@@ -111,6 +111,31 @@ class ElasticTest : public LaunchedJobsTest {
     EXPECT_GT(newest->checkpoint.step, 3 * 128) << "one worker takes more steps per epoch";
   }
 
+  // Starts `spec` with its workers under restartPolicy Never, SIGKILLs worker 1's program once
+  // the job reached `step`, and waits for the job's end: how trellis-launch exited (none: it
+  // did not); its output in *out. `regrow` (not null): once trellis-launch says the worker is
+  // lost, `trellis-launch resize` back to spec.workers, its output there.
+  std::optional<ExitStatus> KillWorkerOneForGood(const std::string& job, MlpJob spec, int64_t step,
+                                                 std::string* out, std::string* regrow = nullptr) {
+    spec.worker_restart = "Never";
+    auto launch = StartAndWaitForStep(job, spec, step);
+    if (launch == nullptr) return std::nullopt;
+    const pid_t program = WorkerProgram(job, 1);
+    EXPECT_GT(program, 0);
+    if (program > 0) EXPECT_EQ(::kill(program, SIGKILL), 0);
+    if (regrow != nullptr) {
+      const auto by = std::chrono::steady_clock::now() + 60s;
+      while (std::chrono::steady_clock::now() < by &&
+             ReadFile(dir_ + "/" + job + ".out").find("worker-1 lost (") == std::string::npos) {
+        std::this_thread::sleep_for(20ms);
+      }
+      EXPECT_EQ(Resize(job, spec.workers, regrow), 0) << *regrow;
+    }
+    auto st = launch->WaitFor(200s);
+    *out = ReadFile(dir_ + "/" + job + ".out");
+    return st;
+  }
+
   // Growing (docs/elastic.md#growing): `first` workers resized through `sizes` while they train
   // (elastic 1..4). A grow brings in the lowest slots outside the world -- those a shrink left
   // (trellis-launch starts their agents again) and, beyond the job's first size, slots never used
@@ -283,6 +308,57 @@ TEST_F(ElasticTest, TheShippedExampleGrowsToFourAndShrinksToOneAsTheDocsSay) {
   EXPECT_NE(text.find("trellis-mlp: resized to 4 worker(s)"), std::string::npos) << text;
   EXPECT_NE(text.find("-- reached"), std::string::npos) << text;
   EXPECT_NE(text.find(", 1 worker(s), "), std::string::npos) << text;
+}
+
+// Losing a worker for good (docs/elastic.md#losing-a-worker): under restartPolicy Never nothing
+// restarts a worker killed mid-training. With spec.elastic the job goes on without it: the
+// servers stop waiting for its pushes, the other two resize to 2 at a boundary they agree on.
+// A grow back to 3 then starts the lost rank again (its replacement) and it joins; the job
+// reaches its target. With minWorkers 2 of 2 the loss fails the job, saying why.
+TEST_F(ElasticTest, AWorkerKilledForGoodUnderNeverIsLostTheJobGoesOnAndAGrowReplacesIt) {
+  const std::string job = NewJob("el-lost");
+  MlpJob spec = Spec(job, "update");
+  spec.workers = 3;
+  spec.elastic = "{minWorkers: 2, maxWorkers: 3}";
+  spec.train_samples = 16384;
+  std::string out, regrow;
+  const auto st = KillWorkerOneForGood(job, spec, 32, &out, &regrow);
+  ASSERT_TRUE(st.has_value()) << out;
+  EXPECT_EQ(st->exit_code, 0) << out;
+  EXPECT_NE(out.find("trellis-launch: worker-1 lost ("), std::string::npos) << out;
+  EXPECT_NE(out.find("): the job goes on without it (spec.elastic"), std::string::npos) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("trellis-mlp: resized to 2 worker\\(s\\) from step ([0-9]+)"))) << out;
+  std::printf("worker 1 of 3 lost: the other two from step %s\n", m[1].str().c_str());
+  ASSERT_TRUE(std::regex_search(regrow, m, std::regex("3 workers from step ([0-9]+)"))) << regrow;
+  const std::string back_from = m[1];
+  EXPECT_NE(out.find("trellis-launch: worker-1 starts again: the job grows to 3 workers"), std::string::npos) << out;
+  EXPECT_NE(out.find("trellis-mlp: resized to 3 worker(s) from step " + back_from), std::string::npos) << out;
+  const std::string replacement = ReadFile(dir_ + "/logs-" + job + "/worker-1.log");
+  EXPECT_NE(replacement.find("joins world 2 from step " + back_from), std::string::npos) << replacement;
+  EXPECT_NE(out.find("RESULT: test accuracy"), std::string::npos) << out;
+  EXPECT_NE(out.find("-- reached"), std::string::npos) << out;
+  EXPECT_NE(out.find(", 3 worker(s), "), std::string::npos) << "the result names the world at the end\n" << out;
+  const std::string sched = ReadFile(dir_ + "/logs-" + job + "/scheduler.log");
+  EXPECT_NE(sched.find("worker 1 (pod " + job + "-worker-1) failed: exit code 137"), std::string::npos) << sched;
+  EXPECT_NE(sched.find("the job goes on without it (spec.elastic)"), std::string::npos) << sched;
+  bool server_told = false;
+  for (int s = 0; s < 2; ++s) {
+    server_told = server_told || ReadFile(dir_ + "/logs-" + job + "/server-" + std::to_string(s) + ".log")
+                                         .find("worker 1 lost for good") != std::string::npos;
+  }
+  EXPECT_TRUE(server_told) << "the servers stop waiting for its pushes";
+}
+
+TEST_F(ElasticTest, AWorkerKilledForGoodBelowMinWorkersFailsTheJobNamingMinWorkers) {
+  const std::string job = NewJob("el-lost-min");
+  MlpJob spec = Spec(job, "aggregate");
+  spec.elastic = "{minWorkers: 2, maxWorkers: 3}";
+  std::string out;
+  const auto st = KillWorkerOneForGood(job, spec, 16, &out);
+  ASSERT_TRUE(st.has_value()) << out;
+  EXPECT_NE(st->exit_code, 0) << out;
+  EXPECT_NE(out.find("fewer than spec.elastic.minWorkers (2)"), std::string::npos) << out;
 }
 
 // What a user is told when a resize cannot be done: a job that is not elastic, a size outside

@@ -112,7 +112,7 @@ TEST_F(MembershipTest, SilentMembersDieAndPreemptedOnesFailTheJobLate) {
 
   clock_.Advance(11s);
   bool changed = false;
-  std::vector<std::string> failures;
+  std::vector<Membership::Loss> failures;
   m.SweepLiveness(clock_.Now(), &changed, &failures);
   EXPECT_TRUE(changed);
   EXPECT_TRUE(m.at(v1::ROLE_WORKER, 0).dead);
@@ -122,7 +122,9 @@ TEST_F(MembershipTest, SilentMembersDieAndPreemptedOnesFailTheJobLate) {
   clock_.Advance(60s);
   m.SweepLiveness(clock_.Now(), &changed, &failures);
   ASSERT_EQ(failures.size(), 1u);
-  EXPECT_THAT(failures[0], HasSubstr("worker 1 (pod w-1) was stopped from outside"));
+  EXPECT_EQ(failures[0].role, v1::ROLE_WORKER);
+  EXPECT_EQ(failures[0].rank, 1);
+  EXPECT_THAT(failures[0].why, HasSubstr("worker 1 (pod w-1) was stopped from outside"));
 }
 
 TEST_F(MembershipTest, AWorkerFailingForGoodIsTheJobsFailure) {

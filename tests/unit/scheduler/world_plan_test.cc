@@ -5,15 +5,13 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/scheduler_state.h"
+#include "tests/unit/scheduler/elastic_testing.h"
 
 namespace trellis {
 namespace {
 
-ElasticBounds Bounds(int32_t lo, int32_t hi) { return ElasticBounds{true, lo, hi}; }
-
-std::vector<int32_t> Members(const v1::WorldInfo& w) {
-  return std::vector<int32_t>(w.members().begin(), w.members().end());
-}
+using elastic_testing::Bounds;
+using elastic_testing::Members;
 
 TEST(WorldPlanTest, AJobThatIsNotElasticRefusesToResizeSayingHow) {
   WorldPlan plan(2, 2, ElasticBounds{});
@@ -237,22 +235,15 @@ TEST(WorldPlanTest, ReportsOfAnUnknownResizeOrANegativeStepAreRefused) {
 // for the world's members only, and the job's progress carries the world and the last resize.
 class WorldStateTest : public ::testing::Test {
  protected:
+  // 2 workers and 1 server, every pod registered; elastic 1..max_workers().
+  virtual int32_t max_workers() const { return 2; }
   void SetUp() override {
     SchedulerConfig c;
     c.num_servers = 1;
     c.num_workers = 2;
-    c.elastic = Bounds(1, 2);
+    c.elastic = Bounds(1, max_workers());
     state_ = std::make_unique<SchedulerState>(c, &clock_);
-    for (int i = 0; i < 2; ++i) {
-      v1::RegisterRequest req;
-      req.set_role(v1::ROLE_WORKER);
-      req.set_pod_name("job-worker-" + std::to_string(i));
-      ASSERT_TRUE(state_->Register(req).ok());
-    }
-    v1::RegisterRequest s;
-    s.set_role(v1::ROLE_SERVER);
-    s.set_pod_name("job-server-0");
-    ASSERT_TRUE(state_->Register(s).ok());
+    elastic_testing::RegisterPods(state_.get(), 2);
   }
   v1::ReachStepRequest Reach(int32_t rank, int64_t step, bool wait) {
     v1::ReachStepRequest r;
@@ -455,24 +446,10 @@ TEST(WorldStateBeyondTest, AJobGrowsFromTwoIntoSlotsItNeverUsedAndEndsWithoutThe
   EXPECT_EQ(state.stats().restarts, 0) << "a slot's first pod is no restart";
 }
 
-// A job of 2 workers (maxWorkers 4) and 1 server, every pod registered.
-class GrowBeyondStateTest : public ::testing::Test {
+// WorldStateTest's job with maxWorkers 4.
+class GrowBeyondStateTest : public WorldStateTest {
  protected:
-  void SetUp() override {
-    SchedulerConfig c;
-    c.num_servers = 1;
-    c.num_workers = 2;
-    c.elastic = Bounds(1, 4);
-    state_ = std::make_unique<SchedulerState>(c, &clock_);
-    for (const char* pod : {"job-worker-0", "job-worker-1", "job-server-0"}) {
-      v1::RegisterRequest req;
-      req.set_role(pod[4] == 'w' ? v1::ROLE_WORKER : v1::ROLE_SERVER);
-      req.set_pod_name(pod);
-      ASSERT_TRUE(state_->Register(req).ok());
-    }
-  }
-  SteadyClock clock_;
-  std::unique_ptr<SchedulerState> state_;
+  int32_t max_workers() const override { return 4; }
 };
 
 // A joiner whose program ends before it asks to join (it cannot take the job's state, or it

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Losing a worker for good on loopback (docs/elastic.md#losing-a-worker): how long the others
+are held up, and the job's throughput before and after.
+
+Runs the MLP demo as an elastic job of WORKERS workers (minWorkers WORKERS-1, restartPolicy
+Never) under trellis-launch, waits until its first epoch ended, SIGKILLs worker 1's program, and
+lets the job finish with the others. Figures, per round:
+  noticed   kill -> the scheduler leaves the worker out (its log line "the job goes on without it")
+  served    kill -> the first server stops waiting for its pushes ("worker 1 lost for good")
+  switch    kill -> the first step of the world without it (worker 0's log line "world N from
+            step S", written as it switches)
+  before    samples/s of the whole job in its first epoch (trellis-mlp's epoch line)
+  after     samples/s over the epochs wholly in the world without it, and after/before (the
+            baseline is the same run's first epoch, all workers)
+--load N runs N busy loops beside the job (a busy training host).
+
+usage: bench/elastic/loss_bench.py [--bin build/bin] [--workers 3] [--rounds 3] [--load 0]
+"""
+import argparse
+import datetime
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import resize_bench  # noqa: E402  (the same job, epoch lines and log times)
+
+
+def worker_program(job, rank):
+    """The pid of worker `rank`'s trellis-mlp (its environment names the job and the rank)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/comm" % pid) as f:
+                if not f.read().startswith("trellis-mlp"):
+                    continue
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if (b"TRELLIS_JOB=" + job.encode()) in env and (b"TRELLIS_RANK=%d" % rank) in env \
+                and b"TRELLIS_ROLE=worker" in env:
+            return int(pid)
+    return None
+
+
+def first_line_time(path, pattern, day):
+    """The time of the first line of `path` matching `pattern`, or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        for line in f:
+            if re.search(pattern, line):
+                return resize_bench.log_time(line, day)
+    return None
+
+
+def one_round(args, n):
+    work = tempfile.mkdtemp(prefix="trellis-loss-bench-")
+    name = "loss-%d-%d" % (os.getpid(), n)
+    logs = os.path.join(work, "logs")
+    job = os.path.join(work, "job.yaml")
+    text = resize_bench.JOB.format(name=name, workers=args.workers, max_workers=args.workers)
+    text = text.replace("minWorkers: 1", "minWorkers: %d" % (args.workers - 1))
+    with open(job, "w") as f:
+        f.write(text)
+    out = open(os.path.join(work, "launch.out"), "w")
+    launch = subprocess.Popen([os.path.join(args.bin, "trellis-launch"), "--log-dir", logs, job],
+                              stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and launch.poll() is None:
+            with open(os.path.join(work, "launch.out")) as f:
+                if 1 in resize_bench.epoch_rates(f.read()):
+                    break
+            time.sleep(0.02)
+        pid = worker_program(name, 1)
+        if pid is None:
+            sys.exit("worker 1's program not found")
+        killed = time.time()
+        os.kill(pid, signal.SIGKILL)
+        launch.wait(timeout=600)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+        out.close()
+    with open(os.path.join(work, "launch.out")) as f:
+        text = f.read()
+    if launch.returncode != 0:
+        sys.exit("the job failed:\n" + text)
+    day = datetime.date.today()
+    noticed = first_line_time(os.path.join(logs, "scheduler.log"), "the job goes on without it", day)
+    served = [first_line_time(os.path.join(logs, "server-%d.log" % s), "worker 1 lost for good", day)
+              for s in range(2)]
+    served = min(t for t in served if t is not None) if any(served) else None
+    m = re.search(r"resized to \d+ worker\(s\) from step (\d+)", text)
+    switch = first_line_time(os.path.join(logs, "worker-0.log"),
+                             r"worker 0: world [0-9]+ from step %s" % m.group(1), day) if m else None
+    rates = resize_bench.epoch_rates(text)
+    m = re.search(r"resized to \d+ worker\(s\) from step \d+.*\n(?:.*\n)*?.*epoch (\d+)/", text)
+    first_new = int(m.group(1)) + 1 if m else 3
+    after_epochs = [rates[e] for e in rates if e >= first_new]
+    since = lambda t: (t - killed) if t else float("nan")  # noqa: E731
+    return (since(noticed), since(served), since(switch), rates.get(1, 0.0),
+            sum(after_epochs) / len(after_epochs) if after_epochs else 0.0)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bin", default="build/bin")
+    p.add_argument("--workers", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--load", type=int, default=0)
+    args = p.parse_args()
+    if args.workers < 2:
+        sys.exit("--workers must be 2 or more: one is lost")
+    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.load)]
+    try:
+        print("worker 1 of %d lost (SIGKILL, restartPolicy Never), MLP 16-256-256-10 on loopback, "
+              "%d busy loop(s) beside it" % (args.workers, args.load))
+        print("%-6s %10s %10s %10s %14s %14s %8s" % ("round", "noticed s", "served s", "switch s",
+                                                     "before smp/s", "after smp/s", "ratio"))
+        for n in range(args.rounds):
+            noticed, served, switch, before, after = one_round(args, n)
+            print("%-6d %10.2f %10.2f %10.2f %14.0f %14.0f %8.2f" % (
+                n + 1, noticed, served, switch, before, after, after / before if before else 0))
+            sys.stdout.flush()
+    finally:
+        for h in hogs:
+            h.kill()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+// Losing a worker for good in an elastic job (docs/elastic.md#losing-a-worker;
+// scheduler/world_plan.h): the job goes on without it while spec.elastic.minWorkers remain, in
+// a resize announced at once that the others decide; below that the job fails saying why.
+#include <gtest/gtest.h>
+
+#include "scheduler/scheduler_state.h"
+#include "scheduler/world_plan.h"
+#include "tests/unit/scheduler/elastic_testing.h"
+
+namespace trellis {
+namespace {
+
+using elastic_testing::Bounds;
+using elastic_testing::Members;
+
+TEST(WorldLossTest, AMemberLostIsLeftOutOfAResizeAnnouncedAtOnceThatTheOthersDecide) {
+  WorldPlan plan(3, 3, Bounds(2, 3));
+  auto lost = plan.Lose(1, "worker 1 (pod job-worker-1) failed: exit code 137", 1000);
+  ASSERT_TRUE(lost.ok()) << lost.status().ToString();
+  EXPECT_TRUE(*lost);
+  EXPECT_EQ(plan.pending_epoch(), 1);
+  EXPECT_EQ(plan.announced_epoch(), 1) << "at once: the others may be blocked waiting for its pushes";
+  EXPECT_EQ(plan.pending_members(), (std::vector<int32_t>{0, 2}));
+  ASSERT_EQ(plan.lost().size(), 1u);
+  EXPECT_EQ(plan.lost()[0].slot(), 1);
+  EXPECT_EQ(plan.lost()[0].epoch(), 1);
+  EXPECT_NE(plan.lost()[0].why().find("exit code 137"), std::string::npos);
+  EXPECT_TRUE(plan.Departed(1));
+  auto again = plan.Lose(1, "again", 1000);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(*again) << "lost already";
+
+  v1::WorldInfo w;
+  EXPECT_EQ(plan.Reach(1, 1, 9, 0, &w).status().code(), StatusCode::kInvalidArgument) << "a lost worker's report";
+  ASSERT_FALSE(*plan.Reach(0, 1, 9, 0, &w));
+  ASSERT_TRUE(*plan.Reach(2, 1, 10, 2000, &w)) << "decided without the lost worker's report";
+  EXPECT_EQ(Members(w), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(w.from_step(), 12);
+  ASSERT_FALSE(plan.resizes().empty());
+  EXPECT_EQ(plan.resizes().back().from_workers(), 3);
+  EXPECT_EQ(plan.resizes().back().to_workers(), 2);
+  EXPECT_NE(plan.resizes().back().reason().find("lost worker 1"), std::string::npos) << plan.resizes().back().reason();
+  EXPECT_EQ(plan.lost().size(), 1u) << "the servers (a restarted one too) still need it";
+
+  // A replacement grows the job back into the lost slot; the loss is over then.
+  ASSERT_TRUE(plan.Resize(3, "a replacement", 3000).ok());
+  EXPECT_EQ(plan.pending_members(), (std::vector<int32_t>{0, 1, 2}));
+  ASSERT_FALSE(*plan.Reach(1, 2, -1, 3000, &w));
+  ASSERT_FALSE(*plan.Reach(0, 2, 20, 3000, &w));
+  ASSERT_TRUE(*plan.Reach(2, 2, 20, 3000, &w));
+  EXPECT_EQ(Members(w), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_TRUE(plan.lost().empty());
+  EXPECT_FALSE(plan.Departed(1));
+}
+
+TEST(WorldLossTest, BelowMinWorkersTheLossIsRefusedNamingWhy) {
+  WorldPlan plan(2, 3, Bounds(2, 3));
+  auto lost = plan.Lose(0, "worker 0 (pod job-worker-0) failed: exit code 1", 0);
+  EXPECT_EQ(lost.status().code(), StatusCode::kFailedPrecondition);
+  const std::string m = lost.status().message();
+  EXPECT_NE(m.find("worker 0 (pod job-worker-0) failed: exit code 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("1 workers would remain, fewer than spec.elastic.minWorkers (2)"), std::string::npos) << m;
+  EXPECT_EQ(plan.pending_epoch(), 0);
+  EXPECT_TRUE(plan.lost().empty());
+  auto outside = plan.Lose(2, "never in the world", 0);
+  ASSERT_TRUE(outside.ok());
+  EXPECT_FALSE(*outside) << "a slot outside the world: nothing to do";
+}
+
+// A loss while a shrink is under way joins it: the lost worker leaves the members (minWorkers
+// kept with the lowest of those still here), and when the others had all reported it is decided
+// at once.
+TEST(WorldLossTest, ALossDuringAResizeJoinsItAndIsDecidedWhenTheOthersHadReported) {
+  WorldPlan plan(3, 3, Bounds(2, 3));
+  ASSERT_TRUE(plan.Resize(2, "shrink", 0).ok());
+  EXPECT_EQ(plan.pending_members(), (std::vector<int32_t>{0, 1}));
+  v1::WorldInfo w;
+  ASSERT_FALSE(*plan.Reach(0, 1, 10, 0, &w));
+  ASSERT_FALSE(*plan.Reach(2, 1, 11, 0, &w));
+  EXPECT_FALSE(plan.DecideIfReported(0, &w)) << "worker 1 did not report";
+  ASSERT_TRUE(*plan.Lose(1, "worker 1 lost", 0));
+  EXPECT_EQ(plan.pending_epoch(), 1) << "the same resize: the reports made stay valid";
+  EXPECT_EQ(plan.pending_members(), (std::vector<int32_t>{0, 2}));
+  ASSERT_TRUE(plan.DecideIfReported(0, &w));
+  EXPECT_EQ(Members(w), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(w.from_step(), 13);
+}
+
+// A grow not announced yet (a joiner still to start) when a member is lost: it is announced at
+// once with the joiners that asked; one asking later stays out.
+TEST(WorldLossTest, AGrowNotAnnouncedYetIsAnnouncedWithTheJoinersThatAsked) {
+  WorldPlan plan(2, 4, Bounds(1, 4));
+  ASSERT_TRUE(plan.Resize(4, "grow", 0).ok());
+  v1::WorldInfo w;
+  ASSERT_FALSE(*plan.Reach(2, 1, -1, 0, &w));
+  EXPECT_EQ(plan.announced_epoch(), 0);
+  ASSERT_TRUE(*plan.Lose(0, "worker 0 lost", 0));
+  EXPECT_EQ(plan.announced_epoch(), 1);
+  EXPECT_EQ(plan.pending_members(), (std::vector<int32_t>{1, 2}));
+  EXPECT_FALSE(plan.Reach(3, 1, -1, 0, &w).ok()) << "worker 3 asked too late: it stays out";
+  ASSERT_TRUE(*plan.Reach(1, 1, 30, 0, &w));
+  EXPECT_EQ(Members(w), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(w.from_step(), 32);
+}
+
+// The scheduler: a worker of 3 exits failing under restartPolicy Never (elastic 2..3). The job
+// is not failed; the pings name the loss (the servers) and announce the resize (the workers),
+// the view lists it (trellis-launch, the operator), and the other two decide the world of 2.
+class WorldLossStateTest : public ::testing::Test {
+ protected:
+  void Start(int32_t workers, ElasticBounds bounds) {
+    SchedulerConfig c;
+    c.num_servers = 1;
+    c.num_workers = workers;
+    c.elastic = bounds;
+    state_ = std::make_unique<SchedulerState>(c, &clock_);
+    elastic_testing::RegisterPods(state_.get(), workers);
+  }
+  void Exit(int32_t rank, int32_t code) {
+    v1::ReportExitRequest exit;
+    exit.set_role(v1::ROLE_WORKER);
+    exit.set_rank(rank);
+    exit.set_exit_code(code);
+    ASSERT_TRUE(state_->ReportExit(exit).ok());
+  }
+  StatusOr<v1::ReachStepResponse> Reach(int32_t rank, int64_t step) {
+    v1::ReachStepRequest r;
+    r.set_rank(rank);
+    r.set_incarnation(1);
+    r.set_epoch(1);
+    r.set_step(step);
+    std::optional<StatusOr<v1::ReachStepResponse>> got;
+    state_->ReachStep(r, Clock::TimePoint::max(), [&](auto a) { got = a; });
+    return got.value_or(InternalError("not answered"));
+  }
+  SteadyClock clock_;
+  std::unique_ptr<SchedulerState> state_;
+};
+
+TEST_F(WorldLossStateTest, AWorkerFailingUnderNeverIsLostAndTheOthersGoOn) {
+  Start(3, Bounds(2, 3));
+  Exit(1, 137);
+  const v1::ClusterView view = state_->GetCluster();
+  EXPECT_FALSE(view.failed()) << view.failure_message();
+  ASSERT_EQ(view.lost_workers_size(), 1);
+  EXPECT_EQ(view.lost_workers(0).slot(), 1);
+  EXPECT_NE(view.lost_workers(0).why().find("worker 1 (pod job-worker-1) failed: exit code 137"), std::string::npos)
+      << view.lost_workers(0).why();
+  const v1::PingResponse ping = state_->Ping();
+  EXPECT_EQ(ping.resize_epoch(), 1);
+  ASSERT_EQ(ping.lost_workers_size(), 1);
+  EXPECT_EQ(ping.lost_workers(0).epoch(), 1);
+  EXPECT_TRUE(state_->Training());
+
+  auto a = Reach(0, 20);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_FALSE(a->decided());
+  auto b = Reach(2, 20);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE(b->decided());
+  EXPECT_EQ(Members(b->world()), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(state_->stats().world_workers, 2);
+
+  // The two finish: the job's end (the lost worker is not awaited).
+  Exit(0, 0);
+  Exit(2, 0);
+  EXPECT_FALSE(state_->GetCluster().failed());
+  EXPECT_FALSE(state_->Training());
+}
+
+TEST_F(WorldLossStateTest, BelowMinWorkersTheJobFailsNamingMinWorkers) {
+  Start(2, Bounds(2, 3));
+  Exit(1, 1);
+  const v1::ClusterView view = state_->GetCluster();
+  EXPECT_TRUE(view.failed());
+  EXPECT_NE(view.failure_message().find("worker 1 (pod job-worker-1) failed: exit code 1"), std::string::npos)
+      << view.failure_message();
+  EXPECT_NE(view.failure_message().find("fewer than spec.elastic.minWorkers (2)"), std::string::npos)
+      << view.failure_message();
+  EXPECT_EQ(view.lost_workers_size(), 0);
+}
+
+TEST_F(WorldLossStateTest, WithoutSpecElasticAFailingWorkerFailsTheJobAsBefore) {
+  Start(3, ElasticBounds{});
+  Exit(1, 137);
+  const v1::ClusterView view = state_->GetCluster();
+  EXPECT_TRUE(view.failed());
+  EXPECT_EQ(view.failure_message(), "worker 1 (pod job-worker-1) failed: exit code 137 (killed by SIGKILL)");
+  EXPECT_EQ(view.lost_workers_size(), 0);
+}
+
+}  // namespace
+}  // namespace trellis
