@@ -74,6 +74,7 @@ struct SchedulerStats {
   int64_t recoveries = 0;              // times this scheduler rebuilt a running job's state
   int64_t stalls = 0;                  // programs found stalled (liveness.cc)
   int64_t resizes = 0;                 // elastic jobs: resizes decided (world_plan.h)
+  int64_t workers_lost = 0;            // elastic jobs: workers lost for good, the job going on
   int64_t world_workers = 0;           // the workers taking part now
   bool recovering = false;             // waiting for the old members now
 };

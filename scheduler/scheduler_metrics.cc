@@ -24,6 +24,7 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
     prometheus::Counter* rejoins;
     prometheus::Counter* fresh_rejoins;
     prometheus::Counter* resizes;
+    prometheus::Counter* workers_lost;
     prometheus::Gauge* world_workers;
     prometheus::Gauge* waiters;
     prometheus::Gauge* version;
@@ -48,6 +49,9 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
                                "Rejoin requests answered 'start fresh' (no live worker had committed a step)");
   s.resizes = &r.Counter("trellis_scheduler_resizes_total",
                          "Elastic jobs: resizes of the workers decided (docs/elastic.md)");
+  s.workers_lost = &r.Counter("trellis_scheduler_workers_lost_total",
+                              "Elastic jobs: workers lost for good that the job went on without "
+                              "(docs/elastic.md#losing-a-worker)");
   s.world_workers = &r.Gauge("trellis_scheduler_world_workers",
                              "Workers taking part in the job's steps now (its world)");
   s.waiters = &r.Gauge("trellis_scheduler_waiting_calls", "Calls waiting now (cluster view, key declaration, barriers)");
@@ -67,6 +71,7 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
     Advance(*s.rejoins, static_cast<double>(st.rejoins));
     Advance(*s.fresh_rejoins, static_cast<double>(st.fresh_rejoins));
     Advance(*s.resizes, static_cast<double>(st.resizes));
+    Advance(*s.workers_lost, static_cast<double>(st.workers_lost));
     s.world_workers->Set(static_cast<double>(st.world_workers));
     s.waiters->Set(static_cast<double>(st.waiters));
     s.version->Set(static_cast<double>(st.version));

@@ -328,6 +328,7 @@ SchedulerStats SchedulerState::stats() const {
                                    rejoins_.waiters() + reach_waiters_.size());
   members_.AddTo(&s);
   s.resizes = resizes_answered_;
+  s.workers_lost = workers_lost_;
   s.world_workers = world_.size();
   barriers_.AddTo(&s);
   rejoins_.AddTo(&s);

@@ -212,6 +212,7 @@ class SchedulerState {
   WorldPlan world_ GUARDED_BY(mu_);
   std::vector<ReachWaiter> reach_waiters_ GUARDED_BY(mu_);
   int64_t resizes_answered_ GUARDED_BY(mu_) = 0;  // the newest epoch WorldDecidedLocked saw
+  int64_t workers_lost_ GUARDED_BY(mu_) = 0;      // LoseWorkerLocked: the job went on without them
 
   int64_t version_ GUARDED_BY(mu_) = 1;
   bool was_complete_ GUARDED_BY(mu_) = false;  // for logging the transition once

@@ -97,6 +97,7 @@ void SchedulerState::LoseWorkerLocked(int32_t rank, const std::string& why, Defe
     return;
   }
   members_.SetDeparted(rank, true);
+  ++workers_lost_;
   TLOG_WARN << why << ": the job goes on without it (spec.elastic); world " << world_.pending_epoch()
             << " of " << world_.pending_members().size() << " workers starts after the step every other "
             << "worker reaches next";

@@ -30,14 +30,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import resize_bench  # noqa: E402  (the same job, epoch lines and log times)
 
 
-def worker_program(job, rank):
-    """The pid of worker `rank`'s trellis-mlp (its environment names the job and the rank)."""
+def worker_program(job, rank, comm="trellis-mlp"):
+    """The pid of worker `rank`'s program `comm` (its environment names the job and the rank);
+    tests/python/test_torch_elastic.py finds its Python workers with it too."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open("/proc/%s/comm" % pid) as f:
-                if not f.read().startswith("trellis-mlp"):
+                if not f.read().startswith(comm):
                     continue
             with open("/proc/%s/environ" % pid, "rb") as f:
                 env = f.read().split(b"\0")

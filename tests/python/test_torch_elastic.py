@@ -6,6 +6,7 @@ scales the learning rate, and the job succeeds with the accuracy an undisturbed 
 import collections
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -13,6 +14,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch (python3-torch) is not importable")
 
 from conftest import HERE, launcher_env, launcher_or_skip  # noqa: E402
+
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "elastic"))
+from loss_bench import worker_program  # noqa: E402  (finds a worker's program by its environment)
 
 N = 960  # elastic_train.py's samples per epoch
 
@@ -145,3 +149,56 @@ def test_a_grow_of_a_pytorch_job_is_given_up_and_the_job_runs_on(tmp_path):
     assert "worker 2 exited (exit code 0) before it asked to join" in scheduler, scheduler
     assert float((out / "result.txt").read_text().split()[0]) >= 0.9
     assert all(r[3] == 2 for rows in records(str(out)).values() for r in rows), "no world of 3"
+
+
+def test_a_worker_killed_for_good_is_lost_and_the_others_finish(tmp_path):
+    """A worker lost for good (docs/elastic.md#losing-a-worker): worker 1's program SIGKILLed
+    mid-epoch under restartPolicy Never. The job goes on with workers 0 and 2 (ranks 0 and 1 of
+    2, their on_resize hook scaling the learning rate), no sample is trained twice in any epoch
+    (the lost worker's share of the steps before the switch is skipped in the epoch of the loss,
+    every other epoch trains each sample once), and the job succeeds at the usual accuracy."""
+    launcher = launcher_or_skip()
+    out, logs = tmp_path / "out", tmp_path / "logs"
+    out.mkdir()
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB.format(name="tt-lost", script=os.path.join(HERE, "elastic_train.py"), out=out)
+                   .replace("minWorkers: 1", "minWorkers: 2"))
+    p = subprocess.Popen([launcher, "--log-dir", str(logs), str(job)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, env=launcher_env(), text=True)
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline and p.poll() is None:
+            if sum(1 for r in records(str(out)).get(0, []) if r[0] == 1) >= 10:
+                break
+            time.sleep(0.1)
+        pid = worker_program("tt-lost", 1, comm="python3")
+        assert pid, "worker 1's program not found"
+        os.kill(pid, 9)
+        log, _ = p.communicate(timeout=150)
+    finally:
+        if p.poll() is None:
+            p.terminate()
+            p.communicate(timeout=30)
+    assert p.returncode == 0, log
+    assert "trellis-launch: worker-1 lost (" in log, log
+    got = records(str(out))
+    last3 = max(r[1] for r in got[1])
+    for slot, rank in ((0, 0), (2, 1)):
+        after = [r for r in got[slot] if r[3] == 2]
+        assert after, "worker %d never trained in the world of 2" % slot
+        assert all(r[2] == rank for r in after), after[:3]
+        lines = (out / ("resized%d.txt" % slot)).read_text().split("\n")
+        assert lines[0].split() == [str(rank), "2", "0.1"], lines
+    per_epoch = collections.defaultdict(collections.Counter)
+    for rows in got.values():
+        for epoch, _, _, _, idx in rows:
+            per_epoch[epoch].update(idx)
+    lost_epoch = [r[0] for r in got[1] if r[1] == last3][0]
+    for epoch, seen in per_epoch.items():
+        twice = [i for i, c in seen.items() if c > 1]
+        assert not twice, "epoch %d (lost in %d): %d samples trained twice" % (epoch, lost_epoch, len(twice))
+        if epoch != lost_epoch:
+            assert set(seen) == set(range(N)), "epoch %d: %d samples never trained" % (epoch, N - len(seen))
+    print("worker 1 lost after its step %d, in epoch %d; %d samples of that epoch skipped"
+          % (last3, lost_epoch, N - len(per_epoch[lost_epoch])))
+    assert float((out / "result.txt").read_text().split()[0]) >= 0.9

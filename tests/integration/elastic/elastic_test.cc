@@ -113,8 +113,9 @@ class ElasticTest : public LaunchedJobsTest {
 
   // Starts `spec` with its workers under restartPolicy Never, SIGKILLs worker 1's program once
   // the job reached `step`, and waits for the job's end: how trellis-launch exited (none: it
-  // did not); its output in *out. `regrow` (not null): once trellis-launch says the worker is
-  // lost, `trellis-launch resize` back to spec.workers, its output there.
+  // did not); its output in *out. `regrow` (not null): once the others train without it (the
+  // loss's resize took effect: another is refused until then), `trellis-launch resize` back to
+  // spec.workers, its output there.
   std::optional<ExitStatus> KillWorkerOneForGood(const std::string& job, MlpJob spec, int64_t step,
                                                  std::string* out, std::string* regrow = nullptr) {
     spec.worker_restart = "Never";
@@ -126,7 +127,8 @@ class ElasticTest : public LaunchedJobsTest {
     if (regrow != nullptr) {
       const auto by = std::chrono::steady_clock::now() + 60s;
       while (std::chrono::steady_clock::now() < by &&
-             ReadFile(dir_ + "/" + job + ".out").find("worker-1 lost (") == std::string::npos) {
+             ReadFile(dir_ + "/" + job + ".out").find("trellis-mlp: resized to " + std::to_string(spec.workers - 1) +
+                                                      " worker(s)") == std::string::npos) {
         std::this_thread::sleep_for(20ms);
       }
       EXPECT_EQ(Resize(job, spec.workers, regrow), 0) << *regrow;

@@ -151,6 +151,7 @@ TEST_F(WorldLossStateTest, AWorkerFailingUnderNeverIsLostAndTheOthersGoOn) {
   ASSERT_EQ(ping.lost_workers_size(), 1);
   EXPECT_EQ(ping.lost_workers(0).epoch(), 1);
   EXPECT_TRUE(state_->Training());
+  EXPECT_EQ(state_->stats().workers_lost, 1);
 
   auto a = Reach(0, 20);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
@@ -178,6 +179,7 @@ TEST_F(WorldLossStateTest, BelowMinWorkersTheJobFailsNamingMinWorkers) {
   EXPECT_NE(view.failure_message().find("fewer than spec.elastic.minWorkers (2)"), std::string::npos)
       << view.failure_message();
   EXPECT_EQ(view.lost_workers_size(), 0);
+  EXPECT_EQ(state_->stats().workers_lost, 0);
 }
 
 TEST_F(WorldLossStateTest, WithoutSpecElasticAFailingWorkerFailsTheJobAsBefore) {
