@@ -138,7 +138,7 @@ struct Slice {
   Slice(uint64_t key, uint32_t index, std::string name, int64_t num_elements, int32_t slots,
         std::shared_ptr<const World> world)
       : key(key), index(index), name(std::move(name)), num_elements(num_elements),
-        world(std::move(world)), pushed(slots, false), gone_from(slots, 0) {}
+        world(std::move(world)), pushed(slots, false) {}
 
   const uint64_t key;
   const uint32_t index;
@@ -157,9 +157,9 @@ struct Slice {
   std::unique_ptr<std::vector<float>> accum GUARDED_BY(mu);
   std::vector<bool> pushed GUARDED_BY(mu);  // per worker
   int32_t pushes GUARDED_BY(mu) = 0;
-  // Per worker: lost for good (SliceStore::LoseWorker), it is not waited for from this step on
-  // (0: not lost).
-  std::vector<int64_t> gone_from GUARDED_BY(mu);
+  // The workers lost for good (SliceStore::LoseWorker) -> the first step they are not waited for.
+  // Empty but for a loss: a push looks here, so it costs nothing per slot.
+  std::map<int32_t, int64_t> gone GUARDED_BY(mu);
   float step_threshold GUARDED_BY(mu) = 0;
   SliceWeights weights GUARDED_BY(mu);  // update mode
   std::vector<Waiter> waiters GUARDED_BY(mu);

@@ -68,10 +68,10 @@ Status StepProtocol::Push(int32_t worker, Slice* s, const wire::RequestHeader& h
                                    "(update mode needs Broadcast from the root before step 1)");
   }
   const World& world = *s->world;
-  if (s->gone_from[worker] != 0 && h.step >= s->gone_from[worker]) {
+  if (auto gone = s->gone.find(worker); gone != s->gone.end() && h.step >= gone->second) {
     return FailedPreconditionError(s->name + ": worker " + std::to_string(worker) + " pushed step " +
                                    std::to_string(h.step) + ", but it was lost for good from step " +
-                                   std::to_string(s->gone_from[worker]) + " (docs/elastic.md#losing-a-worker)");
+                                   std::to_string(gone->second) + " (docs/elastic.md#losing-a-worker)");
   }
   if (!world.Has(worker)) {
     return FailedPreconditionError(s->name + ": worker " + std::to_string(worker) +
@@ -117,17 +117,17 @@ Status StepProtocol::Push(int32_t worker, Slice* s, const wire::RequestHeader& h
 
 int32_t StepProtocol::Needed(const Slice& s, int64_t step) {
   int32_t needed = s.world->size;
-  for (size_t w = 0; w < s.gone_from.size(); ++w) {
-    if (s.gone_from[w] != 0 && step >= s.gone_from[w] && s.world->Has(static_cast<int32_t>(w))) --needed;
+  for (const auto& [slot, from] : s.gone) {
+    if (step >= from && s.world->Has(slot)) --needed;
   }
   return needed;
 }
 
 void StepProtocol::Lose(int32_t slot, Slice* s, std::vector<DeferredReply>* out) {
-  if (s->gone_from[slot] != 0) return;
+  if (s->gone.count(slot)) return;
   // Its push of the step in progress counts; else that step completes without it.
   const int64_t next = s->complete + 1;
-  s->gone_from[slot] = s->pushed[slot] ? next + 1 : next;
+  s->gone[slot] = s->pushed[slot] ? next + 1 : next;
   if (!s->pushed[slot] && s->pushes > 0 && s->pushes >= Needed(*s, next)) Complete(s, out);
 }
 

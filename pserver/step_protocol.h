@@ -53,7 +53,7 @@ class StepProtocol {
   // other member pushed it. No-op when already lost.
   void Lose(int32_t slot, Slice* s, std::vector<DeferredReply>* out) REQUIRES(s->mu);
   // Brings `slot` back (a later world names it again): counted from the slice's next step.
-  static void Unlose(int32_t slot, Slice* s) REQUIRES(s->mu) { s->gone_from[slot] = 0; }
+  static void Unlose(int32_t slot, Slice* s) REQUIRES(s->mu) { s->gone.erase(slot); }
   // How many pushes complete `step`: the world's members but those lost before it.
   static int32_t Needed(const Slice& s, int64_t step) REQUIRES(s.mu);
   // `packed`: the request accepts a packed answer. Answered now or when the step completes.

@@ -21,9 +21,7 @@ import datetime
 import os
 import re
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -62,38 +60,19 @@ def first_line_time(path, pattern, day):
 
 
 def one_round(args, n):
-    work = tempfile.mkdtemp(prefix="trellis-loss-bench-")
     name = "loss-%d-%d" % (os.getpid(), n)
-    logs = os.path.join(work, "logs")
-    job = os.path.join(work, "job.yaml")
     text = resize_bench.JOB.format(name=name, workers=args.workers, max_workers=args.workers)
     text = text.replace("minWorkers: 1", "minWorkers: %d" % (args.workers - 1))
-    with open(job, "w") as f:
-        f.write(text)
-    out = open(os.path.join(work, "launch.out"), "w")
-    launch = subprocess.Popen([os.path.join(args.bin, "trellis-launch"), "--log-dir", logs, job],
-                              stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and launch.poll() is None:
-            with open(os.path.join(work, "launch.out")) as f:
-                if 1 in resize_bench.epoch_rates(f.read()):
-                    break
-            time.sleep(0.02)
+
+    def kill(work, logs, launch):
         pid = worker_program(name, 1)
         if pid is None:
             sys.exit("worker 1's program not found")
         killed = time.time()
         os.kill(pid, signal.SIGKILL)
-        launch.wait(timeout=600)
-    finally:
-        if launch.poll() is None:
-            launch.kill()
-        out.close()
-    with open(os.path.join(work, "launch.out")) as f:
-        text = f.read()
-    if launch.returncode != 0:
-        sys.exit("the job failed:\n" + text)
+        return killed
+
+    logs, text, killed = resize_bench.run_job(args, name, text, kill)
     day = datetime.date.today()
     noticed = first_line_time(os.path.join(logs, "scheduler.log"), "the job goes on without it", day)
     served = [first_line_time(os.path.join(logs, "server-%d.log" % s), "worker 1 lost for good", day)
@@ -103,9 +82,7 @@ def one_round(args, n):
     switch = first_line_time(os.path.join(logs, "worker-0.log"),
                              r"worker 0: world [0-9]+ from step %s" % m.group(1), day) if m else None
     rates = resize_bench.epoch_rates(text)
-    m = re.search(r"resized to \d+ worker\(s\) from step \d+.*\n(?:.*\n)*?.*epoch (\d+)/", text)
-    first_new = int(m.group(1)) + 1 if m else 3
-    after_epochs = [rates[e] for e in rates if e >= first_new]
+    after_epochs = [rates[e] for e in rates if e >= resize_bench.first_epoch_after_resize(text)]
     since = lambda t: (t - killed) if t else float("nan")  # noqa: E731
     return (since(noticed), since(served), since(switch), rates.get(1, 0.0),
             sum(after_epochs) / len(after_epochs) if after_epochs else 0.0)

@@ -73,18 +73,19 @@ def log_time(line, day):
     return t.timestamp()
 
 
-def one_round(args, n):
-    work = tempfile.mkdtemp(prefix="trellis-resize-bench-")
-    name = "rsz-%d-%d" % (os.getpid(), n)
+def run_job(args, name, job_text, disturb):
+    """Runs `job_text` under trellis-launch in a fresh directory; once its first epoch ended (its
+    rate is the baseline), calls disturb(work, logs, launch) and waits for the job's end. Returns
+    (logs, the launcher's output, disturb's result); exits when the job failed."""
+    work = tempfile.mkdtemp(prefix="trellis-%s-bench-" % name.split("-")[0])
     logs = os.path.join(work, "logs")
     job = os.path.join(work, "job.yaml")
     with open(job, "w") as f:
-        f.write(JOB.format(name=name, workers=args.workers, max_workers=max(args.workers, args.to)))
+        f.write(job_text)
     out = open(os.path.join(work, "launch.out"), "w")
     launch = subprocess.Popen([os.path.join(args.bin, "trellis-launch"), "--log-dir", logs, job],
                               stdout=out, stderr=subprocess.STDOUT)
     try:
-        # Resize once the first epoch ended: it lands in the second, and its rate is the baseline.
         deadline = time.time() + 120
         while time.time() < deadline and launch.poll() is None:
             out.flush()
@@ -92,10 +93,7 @@ def one_round(args, n):
                 if 1 in epoch_rates(f.read()):
                     break
             time.sleep(0.02)
-        asked, from_step, decided = resize(args, logs, args.to)
-        grow = None
-        if args.back:
-            grow = grow_back(args, work, logs, launch)
+        result = disturb(work, logs, launch)
         launch.wait(timeout=600)
     finally:
         if launch.poll() is None:
@@ -105,6 +103,25 @@ def one_round(args, n):
         text = f.read()
     if launch.returncode != 0:
         sys.exit("the job failed:\n" + text)
+    return logs, text, result
+
+
+def first_epoch_after_resize(text, default=3):
+    """The first epoch wholly after the first resize in trellis-mlp's output (the one it landed in
+    is mixed)."""
+    m = re.search(r"resized to \d+ worker\(s\) from step \d+.*\n(?:.*\n)*?.*epoch (\d+)/", text)
+    return int(m.group(1)) + 1 if m else default
+
+
+def one_round(args, n):
+    # Resize once the first epoch ended: it lands in the second.
+    def disturb(work, logs, launch):
+        asked, from_step, decided = resize(args, logs, args.to)
+        return asked, from_step, decided, grow_back(args, work, logs, launch) if args.back else None
+
+    name = "rsz-%d-%d" % (os.getpid(), n)
+    job = JOB.format(name=name, workers=args.workers, max_workers=max(args.workers, args.to))
+    logs, text, (asked, from_step, decided, grow) = run_job(args, name, job, disturb)
     switch = None
     day = datetime.date.today()
     if args.to > args.workers:  # a grow: the joiners are the last to be ready
@@ -115,8 +132,7 @@ def one_round(args, n):
                 if re.search(r"worker 0: world [0-9]+ from step %d" % from_step, line):
                     switch = log_time(line, day)
     rates = epoch_rates(text)
-    m = re.search(r"resized to \d+ worker\(s\) from step \d+.*\n(?:.*\n)*?.*epoch (\d+)/", text)
-    first_new = int(m.group(1)) + 1 if m else 3  # the epoch the resize landed in is mixed
+    first_new = first_epoch_after_resize(text)
     after_epochs = [rates[e] for e in rates if e >= first_new]
     before = rates.get(1, 0.0)
     after = sum(after_epochs) / len(after_epochs) if after_epochs else 0.0
