@@ -189,8 +189,9 @@ void Agent::FinishReport(const SupervisorResult& r, int32_t rank) {
     if (last_start_error_.code() == StatusCode::kNotFound) report_.command_not_found = program_;
   }
   if (r.stopped || r.last.exit_code == 0 || rank < 0) return;
-  // The exit was reported; a worker's failure has failed the job at the scheduler by now. Then
-  // no replacement of this pod can join the job: say so, so the operator does not make one.
+  // The exit was reported; a worker's failure has failed the job at the scheduler by now, or
+  // (an elastic job) left the worker out. Either way no replacement of this pod can join the
+  // job: say so, so the operator does not make one.
   // A busy scheduler may miss one short deadline; a missing answer would make the operator
   // recreate a pod that cannot join, so a question that timed out is asked again (10 s at most).
   // One that was refused (no scheduler any more) is not.
@@ -201,6 +202,12 @@ void Agent::FinishReport(const SupervisorResult& r, int32_t rank) {
     view = client_->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(2000));
   }
   if (view.ok() && view->failed()) report_.job_failed = view->failure_message();
+  // An elastic job's worker left out for good: its pod is not made again (the operator reads it).
+  if (view.ok() && !view->failed() && config_.role == v1::ROLE_WORKER) {
+    for (const auto& lost : view->lost_workers()) {
+      if (lost.slot() == rank) report_.lost = lost.why();
+    }
+  }
 }
 
 void Agent::OnStarted(const Process& /*process*/, int /*attempt*/) { last_start_error_ = Status::Ok(); }

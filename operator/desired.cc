@@ -1,5 +1,8 @@
 #include "operator/desired.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "common/config/env_names.h"
 #include "common/config/env.h"
 #include "common/tls/tls.h"
@@ -374,11 +377,16 @@ Json RolePod(const JobMeta& job, const JobSpec& spec, PodRole role, int index, c
 }
 
 std::vector<DesiredPod> DesiredPodList(const std::string& job, const JobSpec& spec) {
+  std::vector<int> workers(std::max(spec.workers.replicas, 0));
+  std::iota(workers.begin(), workers.end(), 0);
+  return DesiredPodList(job, spec, workers);
+}
+
+std::vector<DesiredPod> DesiredPodList(const std::string& job, const JobSpec& spec,
+                                       const std::vector<int>& worker_slots) {
   std::vector<DesiredPod> pods = {{PodName(job, PodRole::kScheduler, 0), PodRole::kScheduler, 0}};
-  for (const PodRole role : {PodRole::kServer, PodRole::kWorker}) {
-    const int replicas = role == PodRole::kServer ? spec.servers.replicas : spec.workers.replicas;
-    for (int i = 0; i < replicas; ++i) pods.push_back({PodName(job, role, i), role, i});
-  }
+  for (int i = 0; i < spec.servers.replicas; ++i) pods.push_back({PodName(job, PodRole::kServer, i), PodRole::kServer, i});
+  for (int i : worker_slots) pods.push_back({PodName(job, PodRole::kWorker, i), PodRole::kWorker, i});
   return pods;
 }
 

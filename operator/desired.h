@@ -86,6 +86,10 @@ struct DesiredPod {
 };
 // Every pod the job should have: the scheduler, then the servers, then the workers, by rank.
 std::vector<DesiredPod> DesiredPodList(const std::string& job, const JobSpec& spec);
+// The same with the workers of `worker_slots` (ascending ranks): an elastic job's world, which a
+// worker lost for good leaves with a gap.
+std::vector<DesiredPod> DesiredPodList(const std::string& job, const JobSpec& spec,
+                                       const std::vector<int>& worker_slots);
 // The object of `pod`: SchedulerPod or RolePod.
 Json BuildPod(const JobMeta& job, const JobSpec& spec, const DesiredPod& pod, const OperatorSettings& s);
 // BuildPod of every pod of DesiredPodList, in its order.

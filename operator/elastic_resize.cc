@@ -1,5 +1,7 @@
 #include "operator/elastic_resize.h"
 
+#include <algorithm>
+
 #include "operator/plan_phases.h"
 
 namespace trellis::op {
@@ -7,11 +9,46 @@ namespace {
 
 std::string Workers(int n) { return std::to_string(n) + (n == 1 ? " worker" : " workers"); }
 
+std::vector<int> Dense(int n) {
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i) out.push_back(i);
+  return out;
+}
+
+bool Contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// status.world.lost: the workers lost for good that no later world brought back, oldest first.
+std::vector<int> LostSlots(const Json& st) {
+  std::vector<int> out;
+  const Json* lost = At(st, {"world", "lost"});
+  if (!lost || !lost->is_array()) return out;
+  for (const Json& e : lost->as_array()) {
+    if (const auto slot = Int(e, {"worker"}); slot && *slot >= 0 && *slot < kMaxReplicas) {
+      out.push_back(static_cast<int>(*slot));
+    }
+  }
+  return out;
+}
+
 void SetWorld(Json& st, const v1::WorldInfo& w) {
   Json world = Json::object();
   world["workers"] = Json::number(w.members_size());
   world["epoch"] = Json::number(static_cast<int64_t>(w.epoch()));
   world["fromStep"] = Json::number(static_cast<int64_t>(w.from_step()));
+  Json members = Json::array();
+  for (int i = 0; i < w.members_size(); ++i) members[i] = Json::number(w.members(i));
+  world["members"] = members;
+  // The lost workers this world does not bring back stay listed.
+  const std::vector<int> in(w.members().begin(), w.members().end());
+  if (const Json* lost = At(st, {"world", "lost"}); lost && lost->is_array()) {
+    Json keep = Json::array();
+    size_t n = 0;
+    for (const Json& e : lost->as_array()) {
+      const auto slot = Int(e, {"worker"});
+      if (slot && !Contains(in, static_cast<int>(*slot))) keep[n++] = e;
+    }
+    if (n > 0) world["lost"] = keep;
+  }
   st["world"] = std::move(world);
 }
 
@@ -63,6 +100,79 @@ bool WithinBounds(const ElasticSpec& e, int64_t workers) {
 
 }  // namespace
 
+std::vector<int> WorldMembers(const Json& status) {
+  const auto workers = WorldWorkers(status);
+  if (!workers) return {};
+  std::vector<int> out;
+  if (const Json* m = At(status, {"world", "members"}); m && m->is_array() && m->size() == static_cast<size_t>(*workers)) {
+    for (const Json& e : m->as_array()) {
+      if (!e.is_integer()) return Dense(*workers);
+      const int64_t slot = e.as_number().to_int64();
+      if (slot < 0 || slot >= kMaxReplicas || (!out.empty() && slot <= out.back())) return Dense(*workers);
+      out.push_back(static_cast<int>(slot));
+    }
+    return out;
+  }
+  return Dense(*workers);  // written before the members were kept: the lowest slots
+}
+
+std::vector<int> WorkerSlots(const JobSpec& spec, const Json& job) {
+  const Json* status = At(job, {"status"});
+  std::vector<int> slots = status && spec.elastic.enabled && Str(*status, {"phase"}) != kSuspended
+                               ? WorldMembers(*status)
+                               : std::vector<int>{};
+  if (slots.empty()) return Dense(spec.workers.replicas);
+  // A grow under way brings in the lowest slots outside the world, as the scheduler picks them.
+  for (int s = 0; static_cast<int>(slots.size()) < spec.workers.replicas && s < kMaxReplicas; ++s) {
+    if (!Contains(slots, s)) slots.push_back(s);
+  }
+  std::sort(slots.begin(), slots.end());
+  return slots;
+}
+
+bool LostWorker(const JobSpec& spec, const ObservedPod& p) {
+  return spec.elastic.enabled && p.role == PodRole::kWorker && p.phase == "Failed" && !p.report.lost.empty();
+}
+
+void NoteLostWorkers(PlanRound& r) {
+  if (!r.phase.empty() || !r.spec.elastic.enabled) return;
+  Json& st = r.plan.status;
+  const std::vector<int> members = WorldMembers(st);
+  for (const ObservedPod& p : r.pods) {
+    if (!LostWorker(r.spec, p) || p.deleting || !Contains(members, p.index)) continue;
+    std::vector<int> lost = LostSlots(st);
+    if (Contains(lost, p.index)) continue;  // noted in an earlier round
+    Json entry = Json::object();
+    entry["worker"] = Json::number(p.index);
+    entry["pod"] = JStr(p.name);
+    entry["reason"] = JStr(Truncate(p.report.lost, 1024));
+    entry["time"] = JStr(FormatTime(r.now));
+    const Json* listed = At(st, {"world", "lost"});
+    Json list = listed && listed->is_array() ? *listed : Json::array();
+    list[list.size()] = entry;
+    st["world"]["lost"] = list;
+    lost.push_back(p.index);
+    int remain = 0;
+    for (int m : members) remain += !Contains(lost, m);
+    const std::string m = "job " + r.name + ": " + Describe(p) + " is lost for good (" + Truncate(p.report.lost, 512) +
+                          "); the job goes on with " + Workers(remain) +
+                          " (spec.elastic); no pod is made again for it";
+    r.plan.events.push_back({"Warning", "WorkerLost", m});
+    Json* last = At(st, {"lastResize"}) ? &st["lastResize"] : nullptr;
+    if (last && Str(*last, {"outcome"}) == kResizePending) {
+      // A resize under way: the scheduler leaves the lost one out of it, or made another (a
+      // loss's): followed all the same, its new world is the scheduler's.
+      if (Int(*last, {"lostWorker"})) (*last)["to"] = Json::number(remain);
+      continue;
+    }
+    const ResizeAsk ask{static_cast<int>(members.size()), remain, "worker " + std::to_string(p.index) + " lost"};
+    WriteLastResize(st, ask, kResizePending, 0, "", r.now);
+    st["lastResize"]["lostWorker"] = Json::number(p.index);
+    st["lastResize"]["generation"] = Json::number(r.generation);
+    SetCondition(st, kResizingCondition, true, "WorkerLost", m, r.now);
+  }
+}
+
 std::optional<int> WorldWorkers(const Json& status) {
   const auto w = Int(status, {"world", "workers"});
   if (!w || *w < 1 || *w > kMaxReplicas) return std::nullopt;
@@ -107,6 +217,7 @@ void PlanResize(PlanRound& r, int asked) {
   // The job's first pods, or those of a resumed run, are created from this spec: that is the
   // world (a new scheduler starts at epoch 0).
   if (!WorldWorkers(st) || r.old_phase == kSuspended) {
+    if (st.has_field("world")) st.erase("world");  // a new run: nobody is lost in it
     SetWorld(st, [&] {
       v1::WorldInfo w;
       for (int i = 0; i < spec.workers.replicas; ++i) w.add_members(i);
@@ -119,8 +230,11 @@ void PlanResize(PlanRound& r, int asked) {
     r.plan.follow_resize = true;
     return;
   }
-  const int world = spec.workers.replicas;
+  const int world = static_cast<int>(WorldMembers(st).size());
   if (asked == world) return;
+  // A worker lost for good is not made again (its pod failed as the job's policy says it stays
+  // failed): the world the loss left runs on until the spec changes (a new generation).
+  if (last && Int(*last, {"lostWorker"}) && Int(*last, {"generation"}) == r.generation) return;
   // An elastic job is asked to resize once it runs; any other job's size is fixed while its
   // pods exist (its scheduler cannot take or lose workers): refused until it is next started.
   if (spec.elastic.enabled && r.phase != kRunning) return;
@@ -191,7 +305,12 @@ bool ApplyResizeProgress(Json& st, const std::string& job, const v1::JobProgress
     last["epoch"] = Json::number(epoch);
   }
   const std::string from = Workers(static_cast<int>(Int(last, {"from"}).value_or(0)));
-  if (epoch > 0 && p.world().epoch() >= epoch) {
+  // A loss the scheduler made a world without before the operator saw its epoch.
+  const auto lost = Int(last, {"lostWorker"});
+  const bool lost_gone = lost && p.resize_pending_epoch() == 0 &&
+                         std::find(p.world().members().begin(), p.world().members().end(), *lost) ==
+                             p.world().members().end();
+  if ((epoch > 0 && p.world().epoch() >= epoch) || lost_gone) {
     SetWorld(st, p.world());
     last["outcome"] = JStr(kResizeDone);
     last["fromStep"] = Json::number(static_cast<int64_t>(p.world().from_step()));

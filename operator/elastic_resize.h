@@ -9,7 +9,9 @@
 //
 // status.lastResize {from, to, reason, outcome, requestTime, epoch, fromStep, doneTime, message}
 // says where the latest resize stands; outcome is one of kResize*. The Resizing condition is
-// True while one is under way.
+// True while one is under way. status.world {workers, members, epoch, fromStep, lost} is the
+// world the workers train in; a worker the scheduler lost for good (NoteLostWorkers) is followed
+// like a resize the operator did not ask for.
 #pragma once
 
 #include <optional>
@@ -19,6 +21,7 @@
 #include "common/base/status.h"
 #include "common/job/job_spec.h"
 #include "operator/job_status.h"
+#include "operator/observed_pod.h"
 #include "trellis/v1/scheduler.pb.h"
 
 namespace trellis::op {
@@ -33,6 +36,29 @@ inline constexpr char kResizeAbandoned[] = "Abandoned";  // the scheduler gave i
 
 // status.world.workers: the workers the job runs with now; nullopt before the operator wrote it.
 std::optional<int> WorldWorkers(const Json& status);
+
+// status.world.members: the worker slots (ranks of their pods) of that world, ascending; the
+// lowest `workers` slots when the status names none; empty before the operator wrote a world.
+// A shrink keeps the lowest slots, a grow fills the lowest free ones, so only a lost worker
+// leaves a gap (docs/elastic.md#losing-a-worker).
+std::vector<int> WorldMembers(const Json& status);
+
+// The worker slots whose pods a round of `job` wants (`spec`: WorldSpec's): the world's members
+// and, while a grow is under way, the slots it brings in (the lowest outside the world, as the
+// job's scheduler picks them); 0..replicas-1 for a job without a world or while it is suspended.
+std::vector<int> WorkerSlots(const JobSpec& spec, const Json& job);
+
+// A worker pod of an elastic job that failed and whose agent said the job's scheduler lost it
+// for good (its termination report's `lost`): the job goes on without it, and no pod is made
+// again for its slot unless a grow brings the slot back.
+bool LostWorker(const JobSpec& spec, const ObservedPod& p);
+
+// Lost workers of the world not noted yet: each goes into status.world.lost {worker, pod,
+// reason, time} with a WorkerLost Warning event, and the loss is followed as a resize
+// (status.lastResize {from, to, reason "worker N lost", lostWorker, generation} Pending, the
+// Resizing condition True) until the scheduler's world no longer has it; the world it leaves
+// runs on until the job's spec changes (PlanResize does not ask for the replicas again).
+void NoteLostWorkers(PlanRound& r);
 
 // The spec the plan works with for `job` (`spec`: its parsed spec): a job that has a world gets
 // the world's replicas, so the desired pods are the ones that train now; while it is suspended,

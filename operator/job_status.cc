@@ -37,6 +37,7 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
   StartClock(r);
   FailLostPods(r);
   DecideFailures(r);
+  NoteLostWorkers(r);
   DecideSuccess(r);
   RestartStoppedJob(r);
   if (Terminal(r.phase)) {  // ends now

@@ -150,11 +150,15 @@ void OnPodFailed(PlanRound& r, const ObservedPod& p, RestartPolicy policy, const
                          p.exit_code == kExitConfigurationError ||  // restarting cannot fix it
                          not_found;                                  // nor a missing command
   if (permanent) {
+    // An elastic job goes on without a worker unless too few would remain: the scheduler's why.
+    const std::string told = r.spec.elastic.enabled && !p.report.job_failed.empty()
+                                 ? "; the job's scheduler failed the job: " + Truncate(p.report.job_failed, 1024)
+                                 : "";
     r.Finish(kFailed, FailureReason(p, "PodFailed"),
              "job " + r.name + ": " + what +
                  (not_found ? std::string(" (a new pod of the same image cannot find it either)")
                             : " (restartPolicy " + std::string(ToString(policy)) + ")") +
-                 earlier);
+                 told + earlier);
     return;
   }
   ReplaceCounted(r, p, f, what, earlier, "BackoffLimitExceeded", "PodRestarted", "recreating it");
@@ -179,18 +183,19 @@ std::pair<const ObservedPod*, int> FirstWith(const std::vector<ObservedPod>& pod
   return {first, n};
 }
 
+bool Contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
 // A worker of an elastic job outside its world (operator/elastic_resize.h): resized away, it
 // finishes its last step and exits; its end is not the job's.
 bool Departed(const PlanRound& r, const ObservedPod& p) {
-  return r.spec.elastic.enabled && p.role == PodRole::kWorker && p.index >= r.spec.workers.replicas;
+  return r.spec.elastic.enabled && p.role == PodRole::kWorker && !Contains(r.worker_slots, p.index);
 }
 
 bool Ended(const ObservedPod& p) { return p.phase == "Succeeded" || p.phase == "Failed"; }
 
 // A worker a grow under way brings back (elastic_resize.h): its pod is made now, not lost.
 bool Joining(const PlanRound& r, const DesiredPod& d) {
-  const auto world = WorldWorkers(r.plan.status);
-  return r.spec.elastic.enabled && d.role == PodRole::kWorker && world && d.index >= *world;
+  return r.spec.elastic.enabled && d.role == PodRole::kWorker && !r.members.empty() && !Contains(r.members, d.index);
 }
 
 }  // namespace
@@ -202,7 +207,10 @@ PlanRound::PlanRound(const Json& job, const JobSpec& spec_in, const std::vector<
     : spec(spec_in),
       name(spec_in.name),
       pods(pods_in),
-      desired(DesiredPodList(spec_in.name, spec_in)),
+      generation(Int(job, {"metadata", "generation"}).value_or(0)),
+      members(WorldMembers(StatusOf(job))),
+      worker_slots(WorkerSlots(spec_in, job)),
+      desired(DesiredPodList(spec_in.name, spec_in, worker_slots)),
       now(now_in),
       gang(gang_in),
       old_phase(Str(job, {"status", "phase"})) {
@@ -310,6 +318,7 @@ void DecideFailures(PlanRound& r) {
     if (!r.phase.empty() || OldPodsGoing(r)) break;  // the job ended, or restarts as a whole
     const ObservedPod& p = *failed;
     if (Departed(r, p)) continue;  // PlanPods deletes it; nothing to replace
+    if (LostWorker(r.spec, p)) continue;  // the job goes on without it (NoteLostWorkers)
     if (p.role == PodRole::kScheduler) {
       OnSchedulerFailed(r, p, f);
       continue;
@@ -324,14 +333,17 @@ void DecideFailures(PlanRound& r) {
 }
 
 void DecideSuccess(PlanRound& r) {
-  const int replicas = r.spec.workers.replicas;
-  int succeeded = 0;  // of the desired workers: a worker resized away succeeds early
+  // Of the desired workers (a worker resized away succeeds early), those not lost for good.
+  int workers = 0, succeeded = 0;
   for (const DesiredPod& d : r.desired) {
+    if (d.role != PodRole::kWorker) continue;
     auto it = r.observed.find(d.name);
-    succeeded += d.role == PodRole::kWorker && it != r.observed.end() && it->second->phase == "Succeeded";
+    if (it != r.observed.end() && LostWorker(r.spec, *it->second)) continue;
+    ++workers;
+    succeeded += it != r.observed.end() && it->second->phase == "Succeeded";
   }
-  if (r.phase.empty() && succeeded >= replicas) {
-    r.Finish(kSucceeded, "JobSucceeded", "job " + r.name + ": all " + std::to_string(replicas) + " workers succeeded");
+  if (r.phase.empty() && workers > 0 && succeeded >= workers) {
+    r.Finish(kSucceeded, "JobSucceeded", "job " + r.name + ": all " + std::to_string(workers) + " workers succeeded");
   }
 }
 
@@ -350,6 +362,9 @@ PodsState PlanPods(PlanRound& r) {
     // Finishing its last step. One that never started (a grow's joiner whose grow was given up)
     // has nothing to finish: deleted.
     if (Departed(r, p) && !Ended(p) && p.phase != "Pending") continue;
+    // Lost for good: kept for its logs (cleanPodPolicy decides at the end) until a grow wants
+    // its slot again.
+    if (LostWorker(r.spec, p) && !wanted.count(p.name)) continue;
     if (!wanted.count(p.name) && !p.deleting && !removing.count(p.name)) {
       r.plan.remove.push_back(p.name);
       removing.insert(p.name);
@@ -365,6 +380,15 @@ PodsState PlanPods(PlanRound& r) {
       continue;
     }
     const ObservedPod& p = *it->second;
+    if (LostWorker(r.spec, p)) {
+      // Neither up nor missing: the job runs without it. A grow bringing its slot back makes
+      // the pod again once this one is gone.
+      if (joining && !p.deleting && !removing.count(d.name)) {
+        r.plan.remove.push_back(p.name);
+        removing.insert(p.name);
+      }
+      continue;
+    }
     const bool up = p.phase == "Running" || (p.role == PodRole::kWorker && p.phase == "Succeeded");
     if ((!up && !joining) || p.deleting || removing.count(d.name)) state.all_up = false;
     if (p.deleting && !removing.count(d.name) && state.going.empty()) state.going = d.name;

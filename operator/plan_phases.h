@@ -5,7 +5,8 @@
 //
 //   the job ended earlier     -> EndJob
 //   spec.runPolicy.suspend    -> Suspend
-//   otherwise                 StartClock, FailLostPods, DecideFailures, DecideSuccess,
+//   otherwise                 StartClock, FailLostPods, DecideFailures, NoteLostWorkers,
+//                             DecideSuccess,
 //                             RestartStoppedJob (operator/job_restart.h); then
 //     the job ends now        -> EndJob
 //     otherwise               WriteRunningCounts, PlanPods, HoldWithoutPodGroup, WhyPodsWait,
@@ -41,7 +42,10 @@ struct PlanRound {
   const std::string name;  // the job's
   const std::vector<ObservedPod>& pods;
   std::map<std::string, const ObservedPod*> observed;  // `pods` by name
-  const std::vector<DesiredPod> desired;               // DesiredPodList(name, spec)
+  const int64_t generation;                            // the job's metadata.generation
+  const std::vector<int> members;                      // WorldMembers of the job's status
+  const std::vector<int> worker_slots;                 // WorkerSlots(spec, job)
+  const std::vector<DesiredPod> desired;               // DesiredPodList(name, spec, worker_slots)
   const Clock::time_point now;
   const GangObservation* const gang;  // what the reconciler found of the PodGroup; null: no gang
   const std::string old_phase;        // status.phase before this round

@@ -18,6 +18,7 @@ constexpr char kExit[] = "exit";
 constexpr char kRestarts[] = "restarts";
 constexpr char kJobFailed[] = "job-failed";
 constexpr char kProgramError[] = "program-error";
+constexpr char kLost[] = "lost";
 
 std::string OneLine(std::string s) {
   std::replace(s.begin(), s.end(), '\n', ' ');
@@ -129,6 +130,7 @@ std::string FormatTerminationReport(const TerminationReport& r) {
   line(kExit, r.exit);
   if (r.restarts > 0) line(kRestarts, std::to_string(r.restarts));
   line(kProgramError, CleanProgramError(r.program_error));
+  line(kLost, r.lost);
   line(kJobFailed, r.job_failed);  // last: the longest, the one cut when too long
   if (out.size() > kMaxTerminationMessage) out = out.substr(0, kMaxTerminationMessage - 4) + "...\n";
   return out;
@@ -151,6 +153,8 @@ TerminationReport ParseTerminationReport(const std::string& text) {
       if (!value.empty() && value.size() < 9 && std::all_of(value.begin(), value.end(), ::isdigit)) {
         r.restarts = std::stoi(value);
       }
+    } else if (key == kLost) {
+      r.lost = value;
     } else if (key == kJobFailed) {
       r.job_failed = value;
     } else if (key == kProgramError) {

@@ -3,7 +3,8 @@
 // container's state.terminated.message: the agent, PID 1 of every server and worker pod, writes
 // there why it ended, in "key: value" lines that people read in `kubectl describe pod` and the
 // operator reads to name the real cause on the job (operator/job_status.cc): a command that does
-// not exist, a job the scheduler has already failed (recreating the pod cannot help), the
+// not exist, a job the scheduler has already failed (recreating the pod cannot help), a worker an
+// elastic job's scheduler left out for good (the job goes on without it), the
 // restarts inside the pod, and the program's own last error (the line it left in
 // $TRELLIS_ERROR_FILE: an uncaught Python exception, "ValueError: boom").
 #pragma once
@@ -31,10 +32,15 @@ struct TerminationReport {
   std::string exit;               // how the program last ended: "program exited with code 3"
   int restarts = 0;               // restarts of the program inside this pod
   std::string job_failed;         // the scheduler's failure message: it has failed the job
+  // An elastic job's worker the scheduler left out for good (docs/elastic.md#losing-a-worker),
+  // its words: "worker 1 (pod j-worker-1) failed: exit code 137; ...". The job goes on without
+  // it: no pod is made again for it.
+  std::string lost;
   std::string program_error;      // the program's last error, from $TRELLIS_ERROR_FILE
 };
 
-// "error: ...\ncommand-not-found: ...\nexit: ...\nrestarts: N\nprogram-error: ...\njob-failed: ...\n"
+// "error: ...\ncommand-not-found: ...\nexit: ...\nrestarts: N\nprogram-error: ...\nlost: ...\n
+// job-failed: ...\n"
 // (empty fields left out, line breaks inside values turned into spaces, program-error cleaned as
 // CleanProgramError does), at most kMaxTerminationMessage bytes.
 std::string FormatTerminationReport(const TerminationReport& report);

@@ -9,6 +9,12 @@ started with (docs/elastic.md#growing), the pod of worker 1 is made again and th
 and 3 for the first time; they join at a step the workers agree on. Scaled to 2, the pods of
 workers 2 and 3 exit 0 and go; the job succeeds with 2 and the MLP's target accuracy reached.
 
+A worker lost for good (docs/elastic.md#losing-a-worker): worker 1 of 3 SIGKILLed under
+restartPolicy Never; its agent says the scheduler left it out, so the job does not fail: the loss
+is followed like a resize (status.world {0, 2}, a WorkerLost event), no pod is made again for
+it, and the job succeeds with the other two. With minWorkers 2 of 2, the same kill fails the job
+naming spec.elastic.minWorkers.
+
 Usage: elastic_test.py REPO BIN_DIR   (exit 77 without KUBEBUILDER_ASSETS)
 """
 import os
@@ -129,6 +135,74 @@ class Elastic(envtest.EnvtestCase):
                 self.assertIn("left the job", joined)
         print("resized 2 -> 1 -> 4 -> 2 on the real API server: kubectl scale -> status.world 1: %.2f s, -> 4: %.2f s; "
               "last resize %s; events %s" % (took, grew, st["lastResize"], self.events("el")), flush=True)
+
+    def start_lost_job(self, name, workers, min_workers):
+        """An elastic job of `workers` under restartPolicy Never, trained a few steps; the
+        operator and the test kubelet running. Returns the kubelet."""
+        services = os.path.join(self.cp.dir, self.ns + "-services.json")
+        self.start_operator(args=["--progress-seconds", "1", "--scheduler-addresses", services])
+        kubelet = self.start_kubelet(args=["--services-file", services])
+        job = envtest.mlp_job(name, epochs=EPOCHS, activeDeadlineSeconds=300)
+        job["spec"]["workers"]["replicas"] = workers
+        job["spec"]["elastic"] = {"minWorkers": min_workers, "maxWorkers": workers}
+        job["spec"]["workers"]["args"] += ["--slow-rank", "0", "--step-sleep-ms", "10"]
+        self.create_job(job)
+        self.wait_phase(name, "Running", 90)
+        self.assertTrue(envtest.wait_for(
+            lambda: ((self.job(name).get("status") or {}).get("progress") or {}).get("step", 0) >= 20, 90),
+            "no progress before the kill: %s" % self.job(name).get("status"))
+        return kubelet
+
+    def kill_worker_program(self, name, rank):
+        pod = "%s-worker-%d" % (name, rank)
+        self.assertTrue(envtest.wait_for(lambda: envtest.worker_programs(name, pod), 10), "no program in " + pod)
+        for pid in envtest.worker_programs(name, pod):
+            os.kill(pid, 9)
+
+    def test_a_worker_lost_for_good_leaves_a_gap_in_the_world_and_the_job_succeeds_with_the_others(self):
+        kubelet = self.start_lost_job("lost", workers=3, min_workers=2)
+        killed = time.time()
+        self.kill_worker_program("lost", 1)
+        self.assertTrue(envtest.wait_for(lambda: self.last_resize("lost").get("lostWorker") == 1 and
+                                         self.last_resize("lost").get("outcome") == "Done", 60),
+                        "the loss was not followed: %s" % self.job("lost").get("status"))
+        followed = time.time() - killed
+        st = self.job("lost")["status"]
+        self.assertEqual(st["phase"], "Running", st)
+        self.assertEqual((st["world"]["workers"], st["world"]["members"]), (2, [0, 2]), st)
+        self.assertEqual([(e["worker"], e["pod"]) for e in st["world"]["lost"]], [(1, "lost-worker-1")], st)
+        self.assertIn("killed by SIGKILL", st["world"]["lost"][0]["reason"], st)
+        self.assertEqual((st["lastResize"]["from"], st["lastResize"]["to"]), (3, 2), st)
+        lost = self.event_messages("lost", "WorkerLost")
+        self.assertTrue(any("worker 1 (pod lost-worker-1) is lost for good" in m and
+                            "the job goes on with 2 workers" in m for m in lost), lost)
+        scale = self.cp.get(self.job_url("lost") + "/scale")
+        self.assertEqual((scale["spec"]["replicas"], scale["status"]["replicas"]), (3, 2), scale)
+
+        # Nothing is made again for it (restartPolicy Never): its failed pod stays for its logs.
+        st = self.wait_phase("lost", ("Succeeded", "Failed"), 240)
+        self.assertEqual(st["phase"], "Succeeded", st)
+        self.assertEqual(self.condition("lost", "Succeeded")["message"], "job lost: all 2 workers succeeded")
+        self.assertEqual(st["lastResize"]["outcome"], "Done", st)
+        workers = {p["metadata"]["name"]: p["status"].get("phase")
+                   for p in self.pods("trellis.io/job-name=lost,trellis.io/role=worker")}
+        self.assertEqual(workers.get("lost-worker-1"), "Failed", workers)
+        with open(os.path.join(kubelet.work_dir, "lost-worker-0.log"), errors="replace") as f:
+            log = f.read()
+        self.assertRegex(log, r"RESULT: test accuracy \S+ \(target \S+\) -- reached", log[-2000:])
+        self.assertIn("resized to 2 worker(s)", log)
+        print("worker 1 of 3 lost on the real API server: SIGKILL -> status.world {0, 2} Done: %.2f s; "
+              "events %s" % (followed, self.events("lost")), flush=True)
+
+    def test_a_worker_lost_below_min_workers_fails_the_job_naming_why(self):
+        self.start_lost_job("few", workers=2, min_workers=2)
+        self.kill_worker_program("few", 1)
+        st = self.wait_phase("few", ("Succeeded", "Failed"), 120)
+        self.assertEqual(st["phase"], "Failed", st)
+        failed = self.condition("few", "Failed")["message"]
+        self.assertIn("worker 1 (pod few-worker-1) failed", failed, st)
+        self.assertIn("fewer than spec.elastic.minWorkers (2)", failed, st)
+        self.assertNotIn("lost", (st.get("world") or {}), st)
 
 
 if __name__ == "__main__":

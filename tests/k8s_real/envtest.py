@@ -368,6 +368,27 @@ def mlp_job(name, epochs=3, **run_policy):
     }
 
 
+def worker_programs(job, pod=None):
+    """Pids of the trellis-mlp processes of `job`'s workers (of pod `pod` alone when given): the
+    test kubelet runs pods as processes here; TRELLIS_JOB, TRELLIS_ROLE and TRELLIS_POD_NAME are
+    in every pod's environment."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                argv0 = f.read().split(b"\0")[0]
+            with open("/proc/%s/environ" % d, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if (os.path.basename(argv0) == b"trellis-mlp" and ("TRELLIS_JOB=" + job).encode() in env
+                and b"TRELLIS_ROLE=worker" in env and (pod is None or ("TRELLIS_POD_NAME=" + pod).encode() in env)):
+            pids.append(int(d))
+    return pids
+
+
 def sleeping_job(name):
     """1 server, 1 worker that sleeps an hour (3 pods with the scheduler; idle_test, bench_operator)."""
     return {"apiVersion": "trellis.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name},

@@ -192,26 +192,6 @@ class PodDelete(envtest.EnvtestCase):
         print("every pod deleted at once (real API server, test kubelet): exit checkpoint of step %d, resumed from "
               "it, Succeeded %.1f s after the deletion" % (exit_step, time.time() - t_delete), flush=True)
 
-    @staticmethod
-    def worker_programs(job):
-        """Pids of the trellis-mlp processes of `job`'s workers (the test kubelet runs pods as
-        processes here; TRELLIS_JOB and TRELLIS_ROLE are in every pod's environment)."""
-        pids = []
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open("/proc/%s/cmdline" % d, "rb") as f:
-                    argv0 = f.read().split(b"\0")[0]
-                with open("/proc/%s/environ" % d, "rb") as f:
-                    env = f.read().split(b"\0")
-            except OSError:
-                continue
-            if (os.path.basename(argv0) == b"trellis-mlp" and ("TRELLIS_JOB=" + job).encode() in env
-                    and b"TRELLIS_ROLE=worker" in env):
-                pids.append(int(d))
-        return pids
-
     def test_every_worker_program_killed_restarts_the_whole_job_under_restartjob(self):
         """Both workers' programs SIGKILLed at once (an OOM of their node, a crash in both): no
         worker holds the model, so in-job recovery cannot heal it; the scheduler fails the job at
@@ -222,10 +202,10 @@ class PodDelete(envtest.EnvtestCase):
         self.wait_phase("mlpk", "Running", 90)
         self.assertTrue(envtest.wait_for(lambda: self.newest_step(ckpt) >= DELETE_AFTER, 120),
                         "no progress to kill at (newest checkpoint step %d)" % self.newest_step(ckpt))
-        self.assertTrue(envtest.wait_for(lambda: len(self.worker_programs("mlpk")) == 2, 10), "no worker programs")
+        self.assertTrue(envtest.wait_for(lambda: len(envtest.worker_programs("mlpk")) == 2, 10), "no worker programs")
         killed_after = self.newest_step(ckpt)
         t_kill = time.time()
-        for pid in self.worker_programs("mlpk"):
+        for pid in envtest.worker_programs("mlpk"):
             os.kill(pid, 9)
         st = self.wait_phase("mlpk", ("Succeeded", "Failed"), 240)
         self.assertEqual(st["phase"], "Succeeded", st)

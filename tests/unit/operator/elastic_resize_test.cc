@@ -6,47 +6,12 @@
 #include <gtest/gtest.h>
 
 #include "operator/plan_phases.h"
-#include "tests/unit/operator/test_jobs.h"
+#include "tests/unit/operator/elastic_testing.h"
 
 namespace trellis::op {
 namespace {
 
 using namespace testing;  // NOLINT: the job documents and pods shared by the plan's tests
-
-// kSpec's shape (2 servers, 3 workers) with spec.elastic [1, 3] and restartPolicy Never.
-std::string ElasticSpec(int replicas) {
-  return R"({"servers":{"replicas":2},
-             "workers":{"replicas":)" + std::to_string(replicas) + R"(,"command":["trellis-mlp"]},
-             "elastic":{"minWorkers":1,"maxWorkers":3},
-             "runPolicy":{"restartPolicy":"Never"}})";
-}
-
-// Parses the job as the reconciler does (a replicas outside spec.elastic falls back to the
-// world's), plans one round and feeds the status back.
-JobPlan Round(Json& job, const std::vector<ObservedPod>& pods, Clock::time_point now) {
-  StatusOr<JobSpec> spec = ParseJobSpec(job.serialize());
-  if (!spec.ok()) spec = ParseAtWorldReplicas(job, spec.status());
-  JobPlan plan = PlanJob(job, spec, pods, now);
-  job["status"] = plan.status;
-  return plan;
-}
-
-void SetReplicas(Json& job, int n) { job["spec"]["workers"]["replicas"] = Json::number(n); }
-
-v1::WorldInfo World(int64_t epoch, int64_t from_step, int workers) {
-  v1::WorldInfo w;
-  w.set_epoch(epoch);
-  w.set_from_step(from_step);
-  for (int i = 0; i < workers; ++i) w.add_members(i);
-  return w;
-}
-
-v1::ResizeResponse Answer(int64_t current_epoch, int current_workers, int64_t epoch) {
-  v1::ResizeResponse r;
-  *r.mutable_current() = World(current_epoch, 0, current_workers);
-  r.set_epoch(epoch);
-  return r;
-}
 
 // A running 3-worker job scaled to 2, the scheduler having taken the resize (epoch 1, Pending).
 void ScaledTo2AndPending(Json& job, const std::vector<ObservedPod>& pods) {
@@ -57,12 +22,6 @@ void ScaledTo2AndPending(Json& job, const std::vector<ObservedPod>& pods) {
   std::vector<JobPlan::Event> events;
   ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(0, 3, 1), 0, kT0, &events));
   ASSERT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizePending);
-}
-
-std::vector<std::string> Reasons(const std::vector<JobPlan::Event>& events) {
-  std::vector<std::string> out;
-  for (const auto& e : events) out.push_back(e.reason);
-  return out;
 }
 
 TEST(ElasticResizeTest, TheFirstRoundWritesTheWorldForEveryJob) {

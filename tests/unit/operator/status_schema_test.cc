@@ -120,6 +120,22 @@ TEST(StatusSchemaTest, EveryStatusFieldTheOperatorWritesIsDeclared) {
   ASSERT_FALSE(ApplyResizeProgress(elastic["status"], "mlp", resized, t0, &events));
   ASSERT_EQ(Str(elastic, {"status", "lastResize", "outcome"}), kResizeAbandoned);
   CheckAgainst(elastic["status"], status_schema, "status");
+  // A worker lost for good: status.world.lost and the loss's lastResize.
+  Json lossy = testing::ApiJob(
+      R"({"servers":{"replicas":1},"workers":{"replicas":2,"command":["trellis-mlp"]},)"
+      R"("elastic":{"minWorkers":1,"maxWorkers":2},"runPolicy":{"restartPolicy":"Never"}})");
+  std::vector<ObservedPod> pods = {testing::Pod(PodRole::kScheduler, 0, "Running"),
+                                   testing::Pod(PodRole::kServer, 0, "Running"),
+                                   testing::Pod(PodRole::kWorker, 0, "Running"),
+                                   testing::Pod(PodRole::kWorker, 1, "Running")};
+  lossy["status"] = PlanJob(lossy, ParseJobSpec(lossy.serialize()), pods, t0).status;
+  pods[3].phase = "Failed";
+  pods[3].report.lost = "worker 1 (pod mlp-worker-1) failed: exit code 1";
+  lossy["status"] = PlanJob(lossy, ParseJobSpec(lossy.serialize()), pods, t0).status;
+  ASSERT_TRUE(At(lossy, {"status", "world", "lost"}));
+  ASSERT_TRUE(At(lossy, {"status", "lastResize", "lostWorker"}));
+  ASSERT_TRUE(At(lossy, {"status", "lastResize", "generation"}));
+  CheckAgainst(lossy["status"], status_schema, "status");
   Json bad = testing::ApiJob(R"({"workers":{}})");
   CheckAgainst(PlanJob(bad, ParseJobSpec(bad.serialize()), {}, t0).status, status_schema, "status");
 }

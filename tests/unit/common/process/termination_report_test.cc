@@ -45,6 +45,18 @@ TEST(TerminationReportTest, RoundTrip) {
   EXPECT_EQ(FormatTerminationReport(TerminationReport{}), "");
 }
 
+TEST(TerminationReportTest, ALostWorkersReportRoundTrips) {
+  TerminationReport r;
+  r.exit = "program was killed by signal 9 (SIGKILL)";
+  r.lost = "worker 1 (pod j-worker-1) failed: exit code 137 (killed by SIGKILL)";
+  const std::string text = FormatTerminationReport(r);
+  EXPECT_EQ(text,
+            "exit: program was killed by signal 9 (SIGKILL)\n"
+            "lost: worker 1 (pod j-worker-1) failed: exit code 137 (killed by SIGKILL)\n");
+  EXPECT_EQ(ParseTerminationReport(text).lost, r.lost);
+  EXPECT_TRUE(ParseTerminationReport("exit: program exited with code 1\n").lost.empty());
+}
+
 TEST(TerminationReportTest, ValuesStayOnOneLineAndTheWholeFitsTheKubeletsLimit) {
   TerminationReport r;
   r.exit = "program exited\nwith code 3";

@@ -1,0 +1,235 @@
+// A worker of an elastic job lost for good on Kubernetes (operator/elastic_resize.h
+// NoteLostWorkers; docs/elastic.md#losing-a-worker): its pod failed and its agent said the job's
+// scheduler left it out, so the job does not fail, no pod is made again for its slot, the loss
+// is followed like a resize until the scheduler's world has a gap where it was, and the job
+// succeeds with the others. The world it leaves runs on until the spec changes; a grow then
+// brings the slot back.
+#include <gtest/gtest.h>
+
+#include "tests/unit/operator/elastic_testing.h"
+
+namespace trellis::op {
+namespace {
+
+using namespace testing;  // NOLINT: the job documents and pods shared by the plan's tests
+
+constexpr char kLost[] = "worker 1 (pod mlp-worker-1) failed: exit code 137 (killed by SIGKILL)";
+
+// kSpec's pods with worker 1's program killed and its agent told it was lost.
+std::vector<ObservedPod> Worker1Lost() {
+  std::vector<ObservedPod> pods = AllPods("Running");
+  pods[4].phase = "Failed";
+  pods[4].exit_code = 137;
+  pods[4].report.lost = kLost;
+  return pods;
+}
+
+std::vector<int> Members(const Json& job) {
+  std::vector<int> out;
+  const Json* m = At(job, {"status", "world", "members"});
+  if (!m || !m->is_array()) return out;
+  for (const Json& e : m->as_array()) out.push_back(e.as_integer());
+  return out;
+}
+
+// A running 3-worker job whose worker 1 was lost, the scheduler's world {0, 2} taken effect.
+void LostAndFollowed(Json& job, std::vector<ObservedPod>& pods) {
+  pods = AllPods("Running");
+  Round(job, pods, kT0);
+  ASSERT_EQ(Str(job, {"status", "phase"}), kRunning);
+  pods = Worker1Lost();
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  ASSERT_EQ(Str(job, {"status", "phase"}), kRunning);
+  ASSERT_TRUE(plan.follow_resize);
+  v1::JobProgress p;
+  *p.mutable_world() = World(1, 40, {0, 2});
+  std::vector<JobPlan::Event> events;
+  ASSERT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  ASSERT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizeDone);
+}
+
+TEST(ElasticLossTest, ALostWorkerDoesNotFailTheJobAndIsFollowedLikeAResize) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  EXPECT_EQ(Members(job), (std::vector<int>{0, 1, 2}));
+
+  pods = Worker1Lost();
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_TRUE(plan.remove.empty()) << "kept for its logs";
+  EXPECT_FALSE(plan.resize) << "the scheduler made the resize itself";
+  EXPECT_TRUE(plan.follow_resize);
+  EXPECT_EQ(Reasons(plan.events), (std::vector<std::string>{"WorkerLost"}));
+  EXPECT_NE(plan.events[0].message.find(std::string("is lost for good (") + kLost + "); the job goes on with 2 workers"),
+            std::string::npos)
+      << plan.events[0].message;
+  const Json& st = job["status"];
+  ASSERT_TRUE(At(st, {"world", "lost"})->is_array());
+  const Json& lost = At(st, {"world", "lost"})->at(0);
+  EXPECT_EQ(Int(lost, {"worker"}), 1);
+  EXPECT_EQ(Str(lost, {"pod"}), "mlp-worker-1");
+  EXPECT_EQ(Str(lost, {"reason"}), kLost);
+  EXPECT_EQ(Str(st, {"lastResize", "outcome"}), kResizePending);
+  EXPECT_EQ(Int(st, {"lastResize", "from"}), 3);
+  EXPECT_EQ(Int(st, {"lastResize", "to"}), 2);
+  EXPECT_EQ(Int(st, {"lastResize", "lostWorker"}), 1);
+  EXPECT_EQ(Str(st, {"lastResize", "reason"}), "worker 1 lost");
+  EXPECT_EQ(Condition(st, kResizingCondition), "True");
+  EXPECT_EQ(Condition(st, kResizingCondition, "reason"), "WorkerLost");
+
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_TRUE(plan.events.empty()) << "noted once";
+  EXPECT_EQ(At(job, {"status", "world", "lost"})->size(), 1u);
+
+  // The scheduler's world: a gap where worker 1 was.
+  v1::JobProgress p;
+  p.set_resize_pending_epoch(1);
+  *p.mutable_world() = World(0, 0, 3);
+  std::vector<JobPlan::Event> events;
+  EXPECT_TRUE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_EQ(Int(job, {"status", "lastResize", "epoch"}), 1);
+  p.set_resize_pending_epoch(0);
+  *p.mutable_world() = World(1, 40, {0, 2});
+  EXPECT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_EQ(Int(job, {"status", "world", "workers"}), 2);
+  EXPECT_EQ(Members(job), (std::vector<int>{0, 2}));
+  EXPECT_EQ(At(job, {"status", "world", "lost"})->size(), 1u) << "still lost";
+  EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizeDone);
+  EXPECT_EQ(Condition(job["status"], kResizingCondition, "reason"), "Resized");
+
+  // The world of 2 runs on: worker 1's slot is not wanted, its pod stays, nothing is asked for.
+  plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_FALSE(plan.resize) << "spec.workers.replicas 3 is not asked for again while the spec is unchanged";
+  EXPECT_FALSE(plan.follow_resize);
+
+  pods[3].phase = pods[5].phase = "Succeeded";
+  Round(job, pods, kT0 + std::chrono::seconds(4));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kSucceeded);
+  EXPECT_EQ(Condition(job["status"], "Succeeded", "message"), "job mlp: all 2 workers succeeded");
+}
+
+// Under OnFailure the agent restarts the program inside the pod until backoffLimit; out of
+// restarts, the scheduler loses the worker: its pod is not recreated (it could not join the
+// world), and nothing is counted toward backoffLimit.
+TEST(ElasticLossTest, UnderOnFailureALostWorkersPodIsNotRecreated) {
+  Json job = ApiJob(ElasticSpec(3));
+  job["spec"]["runPolicy"]["restartPolicy"] = JStr("OnFailure");
+  Round(job, AllPods("Running"), kT0);
+  std::vector<ObservedPod> pods = Worker1Lost();
+  pods[4].report.restarts = 2;
+  const JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_EQ(Reasons(plan.events), (std::vector<std::string>{"WorkerLost"}));
+  EXPECT_EQ(Int(job, {"status", "restarts"}).value_or(0), 0);
+}
+
+// The operator saw the loss only after the scheduler's new world took effect (no epoch to wait
+// for): the world without the lost one is the resize's end.
+TEST(ElasticLossTest, ALossSeenAfterItsWorldTookEffectIsDoneAtOnce) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  pods = Worker1Lost();
+  Round(job, pods, kT0 + std::chrono::seconds(1));
+  v1::JobProgress p;
+  *p.mutable_world() = World(1, 40, {0, 2});
+  std::vector<JobPlan::Event> events;
+  EXPECT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizeDone);
+  EXPECT_EQ(Members(job), (std::vector<int>{0, 2}));
+}
+
+// Too few would remain: the scheduler failed the job instead of losing the worker, its agent
+// said so (job-failed), and the job fails naming spec.elastic.minWorkers.
+TEST(ElasticLossTest, AFailureBelowMinWorkersFailsTheJobWithTheSchedulersWhy) {
+  Json job = ApiJob(ElasticSpec(3));
+  job["spec"]["elastic"]["minWorkers"] = Json::number(3);
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  pods[4].phase = "Failed";
+  pods[4].exit_code = 137;
+  pods[4].report.job_failed = std::string(kLost) +
+                              "; the job cannot go on without it: 2 workers would remain, fewer than "
+                              "spec.elastic.minWorkers (3)";
+  Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kFailed);
+  const std::string m = Condition(job["status"], "Failed", "message");
+  EXPECT_NE(m.find("worker 1 (pod mlp-worker-1) failed with exit code 137 (restartPolicy Never)"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("the job's scheduler failed the job: " + std::string(kLost)), std::string::npos) << m;
+  EXPECT_NE(m.find("fewer than spec.elastic.minWorkers (3)"), std::string::npos) << m;
+}
+
+// A lost report on a job without spec.elastic cannot come from its scheduler: the failure is the
+// job's, as before.
+TEST(ElasticLossTest, WithoutElasticAFailedWorkerFailsTheJobAsBefore) {
+  Json job = ApiJob(R"({"servers":{"replicas":2},"workers":{"replicas":3,"command":["trellis-mlp"]},
+                        "runPolicy":{"restartPolicy":"Never"}})");
+  Round(job, AllPods("Running"), kT0);
+  Round(job, Worker1Lost(), kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kFailed);
+  EXPECT_EQ(At(job, {"status", "world", "lost"}), nullptr);
+}
+
+// Growing back: a changed spec (a new generation) asks for 3 again; the scheduler brings slot 1
+// back (the lowest free), so the lost pod is deleted and made again once gone, and the new world
+// lists nobody lost.
+TEST(ElasticLossTest, AChangedSpecGrowsTheLostSlotBack) {
+  Json job = ApiJob(ElasticSpec(3));
+  job["metadata"]["generation"] = Json::number(1);
+  std::vector<ObservedPod> pods;
+  ASSERT_NO_FATAL_FAILURE(LostAndFollowed(job, pods));
+
+  // `kubectl scale --replicas=2` (the world: nothing to do), then 3.
+  SetReplicas(job, 2);
+  job["metadata"]["generation"] = Json::number(2);
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_FALSE(plan.resize);
+  SetReplicas(job, 3);
+  job["metadata"]["generation"] = Json::number(3);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+  ASSERT_TRUE(plan.resize);
+  EXPECT_EQ(plan.resize->from, 2);
+  EXPECT_EQ(plan.resize->to, 3);
+  std::vector<JobPlan::Event> events;
+  ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(1, 2, 2), 0, kT0, &events));
+
+  plan = Round(job, pods, kT0 + std::chrono::seconds(4));
+  EXPECT_EQ(plan.remove, (std::vector<std::string>{"mlp-worker-1"})) << "the lost pod goes to be made again";
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  pods[4].deleting = true;
+  plan = Round(job, pods, kT0 + std::chrono::seconds(5));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning) << "restartPolicy Never: the joiner's pod is not a pod lost";
+  EXPECT_TRUE(plan.create.empty());
+  pods.erase(pods.begin() + 4);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(6));
+  EXPECT_EQ(Names(plan.create), (std::vector<std::string>{"mlp-worker-1"}));
+
+  v1::JobProgress p;
+  *p.mutable_world() = World(2, 90, 3);
+  EXPECT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_EQ(Members(job), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(At(job, {"status", "world", "lost"}), nullptr) << "brought back";
+}
+
+TEST(ElasticLossTest, WorldMembersFallBackToTheLowestSlotsWhenTheStatusHasNoneOrBadOnes) {
+  EXPECT_TRUE(WorldMembers(*ParseJson("{}")).empty());
+  EXPECT_EQ(WorldMembers(*ParseJson(R"({"world":{"workers":2}})")), (std::vector<int>{0, 1}));
+  EXPECT_EQ(WorldMembers(*ParseJson(R"({"world":{"workers":2,"members":[0,2]}})")), (std::vector<int>{0, 2}));
+  for (const char* bad : {R"([2,0])", R"([0,0])", R"([0])", R"([0,-1])", R"([0,"x"])", R"([0,1e9])", R"({"a":1})"}) {
+    EXPECT_EQ(WorldMembers(*ParseJson(std::string(R"({"world":{"workers":2,"members":)") + bad + "}}")),
+              (std::vector<int>{0, 1}))
+        << bad;
+  }
+}
+
+}  // namespace
+}  // namespace trellis::op
