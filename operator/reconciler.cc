@@ -1,5 +1,8 @@
 #include "operator/reconciler.h"
 
+#include <iterator>
+#include <map>
+
 #include "common/base/logging.h"
 #include "common/base/random_token.h"
 #include "operator/elastic_resize.h"
@@ -149,11 +152,23 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
   }();
 
   TRELLIS_ASSIGN_OR_RETURN(std::vector<Json> pod_objects, ReadPods(ns, name));
+  const Clock::time_point now = now_();
+  ForgetOldDeletes(now);
   std::vector<ObservedPod> pods;
+  std::map<std::string, std::string> uid_of;  // pod name -> uid, of this round's pods
   for (const Json& pod : pod_objects) {
     // Only pods this job controls: a same-named job deleted and recreated owns new ones.
     if (!OwnedBy(pod, meta.uid)) continue;
-    if (auto o = ObservePod(pod)) pods.push_back(*o);
+    auto o = ObservePod(pod);
+    if (!o) continue;
+    const std::string uid = Str(pod, {"metadata", "uid"});
+    uid_of[o->name] = uid;
+    if (o->deleting) {
+      deleted_pods_.erase(uid);  // the cache has caught up
+    } else if (deleted_pods_.count(uid)) {
+      o->deleting = true;  // deleted by an earlier round; the pod watch has not told yet
+    }
+    pods.push_back(*o);
   }
 
   // The PodGroup comes before the plan: the plan creates no pod while it cannot exist.
@@ -165,7 +180,6 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
     TRELLIS_ASSIGN_OR_RETURN(gang, EnsurePodGroup(meta, *spec));
   }
 
-  const Clock::time_point now = now_();
   JobPlan plan = PlanJob(*job, spec, pods, now, gang ? &*gang : nullptr);
 
   if (plan.delete_job) {
@@ -265,9 +279,19 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
   for (const auto& pod_name : plan.remove) {
     Status s = client_.Delete(kPods, ns, pod_name);
     if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
+    if (auto it = uid_of.find(pod_name); cache_ && it != uid_of.end() && !it->second.empty()) {
+      deleted_pods_[it->second] = now;
+    }
   }
   if (gang_job && !may_run) TRELLIS_RETURN_IF_ERROR(RemovePodGroup(meta, *spec));
   return plan.requeue_after;
+}
+
+void Reconciler::ForgetOldDeletes(Clock::time_point now) {
+  // A pod deleted at once (never scheduled) leaves no deletionTimestamp to catch up with.
+  for (auto it = deleted_pods_.begin(); it != deleted_pods_.end();) {
+    it = now - it->second > std::chrono::minutes(5) ? deleted_pods_.erase(it) : std::next(it);
+  }
 }
 
 bool Reconciler::AwaitExitCheckpoint(const Json& job, const JobSpec& spec, const std::vector<ObservedPod>& pods,

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -89,6 +90,8 @@ class Reconciler {
   // The job as the API server has it now, into the cache (after a write lost a race with a
   // change the cache had not seen yet).
   void Refresh(const std::string& ns, const std::string& name);
+  // Drops deleted_pods_ entries older than a few minutes.
+  void ForgetOldDeletes(Clock::time_point now);
 
   KubeClient& client_;
   OperatorSettings settings_;
@@ -97,6 +100,11 @@ class Reconciler {
   ObjectCache* cache_;  // may be null
   SchedulerCalls* const schedulers_;  // may be null
   std::optional<std::string> phase_;  // of the last attempt, for the observer (reconcile thread only)
+  // With a cache: the pods this reconciler deleted (uid -> when), until the cache shows them
+  // going. A round soon after a delete must not judge such a pod again -- the pod watch can lag
+  // the job's, and a failed pod seen twice counted twice toward backoffLimit (the Kubernetes
+  // controllers' "expectations"). Reconcile thread only.
+  std::map<std::string, Clock::time_point> deleted_pods_;
 };
 
 // Whether retrying the request that failed with `s` cannot help: the API server judged the

@@ -2,6 +2,7 @@
 // test drives the world (pod phases) through the double's API like a kubelet would.
 #include <gtest/gtest.h>
 
+#include "operator/object_cache.h"
 #include "tests/integration/operator/reconcile_fixture.h"
 
 namespace trellis::op::testing {
@@ -110,6 +111,56 @@ TEST_F(ReconcileTest, FailingWorkerUnderOnFailureIsRecreatedThenBackoffLimitFail
   EXPECT_EQ(Str(job, {"status", "phase"}), "Failed");
   EXPECT_EQ(Condition(job, "Failed", "reason"), "BackoffLimitExceeded");
   EXPECT_EQ(PodNames("mlp"), Names{"mlp-worker-0"});  // running pods cleaned up, the failed one kept
+}
+
+// With the operator's cache (its watches), the pod watch can lag the job's: the round right after
+// a failed pod's delete may still find it Failed in the cache. It is not judged again -- a second
+// failure toward backoffLimit failed the job (k8s.lifecycle, once, on a loaded CI machine) and
+// no replacement was ever made.
+TEST_F(ReconcileTest, AFailedPodItDeletedIsNotCountedAgainWhileTheCacheLags) {
+  ObjectCache cache;
+  Reconciler reconciler(*client_, OperatorSettings{}, [this] { return now_; }, {}, &cache);
+  auto sync = [&](ObjectStore& store, const Resource& r) {  // what the watches would have told
+    auto list = client_->List(r, "default");
+    ASSERT_TRUE(list.ok()) << list.status().message();
+    store.Replace(*list);
+    store.MarkSynced();
+  };
+  auto reconcile = [&] {
+    auto r = reconciler.Reconcile("default", "mlp");
+    EXPECT_TRUE(r.ok()) << r.status().message();
+  };
+  CreateJob("mlp", kTwoByTwo);  // OnFailure (default), backoffLimit 1
+  sync(cache.jobs, kTrainingJobs);
+  sync(cache.pods, kPods);
+  reconcile();
+  SetAllPodsPhase("mlp", "Running");
+  sync(cache.pods, kPods);
+  reconcile();
+  ASSERT_EQ(Phase("mlp"), "Running");
+  const std::string uid0 = Str(*client_->Get(kPods, "default", "mlp-worker-1"), {"metadata", "uid"});
+  SetPodPhase("mlp-worker-1", "Failed", 1);
+  sync(cache.pods, kPods);
+  reconcile();
+  EXPECT_EQ(Phase("mlp"), "Restarting");
+  EXPECT_FALSE(client_->Get(kPods, "default", "mlp-worker-1").ok()) << "deleted";
+
+  reconcile();  // the cache still has the failed pod, as it was
+  Json job = GetJob("mlp");
+  EXPECT_EQ(Str(job, {"status", "phase"}), "Restarting") << job.serialize();
+  EXPECT_EQ(Int(job, {"status", "restarts"}), 1);
+  EXPECT_FALSE(client_->Get(kPods, "default", "mlp-worker-1").ok()) << "not made while the old one seems there";
+
+  sync(cache.pods, kPods);  // the watch catches up: gone
+  reconcile();
+  auto pod = client_->Get(kPods, "default", "mlp-worker-1");
+  ASSERT_TRUE(pod.ok()) << "recreated";
+  EXPECT_NE(Str(*pod, {"metadata", "uid"}), uid0);
+  SetPodPhase("mlp-worker-1", "Running");
+  sync(cache.pods, kPods);
+  reconcile();
+  EXPECT_EQ(Phase("mlp"), "Running");
+  EXPECT_EQ(Int(GetJob("mlp"), {"status", "restarts"}), 1);
 }
 
 TEST_F(ReconcileTest, DeadlineExceeded) {
