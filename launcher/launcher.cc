@@ -339,6 +339,16 @@ std::string Launcher::LostWorker(const Child& agent) {
   return "";
 }
 
+std::string Launcher::LostWhileSilent(const Child& agent) {
+  if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kWorker) return "";
+  MutexLock lock(&mu_);
+  if (!view_) return "";
+  for (const auto& l : view_->lost_workers()) {
+    if (l.slot() == agent.plan.index && l.silent()) return l.why();
+  }
+  return "";
+}
+
 std::string Launcher::Progress() {
   MutexLock lock(&mu_);
   return FormatProgress(view_ ? &*view_ : nullptr);
@@ -611,7 +621,18 @@ int Launcher::Supervise() {
       if (a->plan.kind == ProcessPlan::Kind::kWorker) ++workers_started;
       if (!a->exit) {
         a->exit = a->process->Poll();
-        if (!a->exit) continue;
+        if (!a->exit) {
+          // Frozen, not exited: nothing else would ever stop it (nor the job wait for it).
+          const std::string why = LostWhileSilent(*a);
+          if (why.empty()) continue;
+          a->exit = a->process->Stop(milliseconds(0));
+          PumpOutput(*a, true);
+          a->lost = true;
+          console_.Line("trellis-launch: " + a->plan.name + " lost (" + why +
+                        "): stopped it; the job goes on without it (spec.elastic; " + Seconds(Elapsed()) + ")");
+          ++workers_ok;
+          continue;
+        }
         PumpOutput(*a, true);
         if (a->exit->exit_code != 0 || a->plan.kind == ProcessPlan::Kind::kServer) {
           if (a->exit->exit_code != 0) a->lost = !LostWorker(*a).empty();

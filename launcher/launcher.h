@@ -84,6 +84,9 @@ class Launcher {
   // Elastic jobs: why the scheduler goes on without the worker agent that exited failing (empty:
   // it does not; the job fails or restarts). docs/elastic.md#losing-a-worker.
   std::string LostWorker(const Child& agent);
+  // Elastic jobs: the scheduler lost this worker while its agent was silent (a frozen process,
+  // docs/elastic.md#losing-a-worker); the scheduler's why, from the watched view, else "".
+  std::string LostWhileSilent(const Child& agent) EXCLUDES(mu_);
   std::string Training() EXCLUDES(mu_);  // FormatTraining of the latest progress
 
   const LaunchOptions options_;

@@ -134,42 +134,59 @@ bool LostWorker(const JobSpec& spec, const ObservedPod& p) {
   return spec.elastic.enabled && p.role == PodRole::kWorker && p.phase == "Failed" && !p.report.lost.empty();
 }
 
+std::string NoteLoss(Json& st, const std::string& job, int slot, const std::string& pod, const std::string& why,
+                     bool silent, int64_t generation, Clock::time_point now) {
+  const std::vector<int> members = WorldMembers(st);
+  std::vector<int> lost = LostSlots(st);
+  // Outside the world (resized away before), or noted in an earlier round.
+  if (!Contains(members, slot) || Contains(lost, slot)) return "";
+  Json entry = Json::object();
+  entry["worker"] = Json::number(slot);
+  entry["pod"] = JStr(pod);
+  entry["reason"] = JStr(Truncate(why, 1024));
+  entry["time"] = JStr(FormatTime(now));
+  if (silent) entry["silent"] = Json::boolean(true);
+  const Json* listed = At(st, {"world", "lost"});
+  Json list = listed && listed->is_array() ? *listed : Json::array();
+  list[list.size()] = entry;
+  st["world"]["lost"] = list;
+  lost.push_back(slot);
+  int remain = 0;
+  for (int m : members) remain += !Contains(lost, m);
+  const std::string m = "job " + job + ": worker " + std::to_string(slot) + " (pod " + pod + ") is lost for good (" +
+                        Truncate(why, 512) + "); the job goes on with " + Workers(remain) +
+                        " (spec.elastic); no pod is made again for it";
+  Json* last = At(st, {"lastResize"}) ? &st["lastResize"] : nullptr;
+  if (last && Str(*last, {"outcome"}) == kResizePending) {
+    // A resize under way: the scheduler leaves the lost one out of it, or made another (a
+    // loss's): followed all the same, its new world is the scheduler's.
+    if (Int(*last, {"lostWorker"})) (*last)["to"] = Json::number(remain);
+    return m;
+  }
+  const ResizeAsk ask{static_cast<int>(members.size()), remain, "worker " + std::to_string(slot) + " lost"};
+  WriteLastResize(st, ask, kResizePending, 0, "", now);
+  st["lastResize"]["lostWorker"] = Json::number(slot);
+  st["lastResize"]["generation"] = Json::number(generation);
+  SetCondition(st, kResizingCondition, true, "WorkerLost", m, now);
+  return m;
+}
+
+bool LostSilently(const Json& status, int slot) {
+  const Json* lost = At(status, {"world", "lost"});
+  if (!lost || !lost->is_array()) return false;
+  for (const Json& e : lost->as_array()) {
+    if (Int(e, {"worker"}) == slot && Bool(e, {"silent"})) return true;
+  }
+  return false;
+}
+
 void NoteLostWorkers(PlanRound& r) {
   if (!r.phase.empty() || !r.spec.elastic.enabled) return;
-  Json& st = r.plan.status;
-  const std::vector<int> members = WorldMembers(st);
   for (const ObservedPod& p : r.pods) {
-    if (!LostWorker(r.spec, p) || p.deleting || !Contains(members, p.index)) continue;
-    std::vector<int> lost = LostSlots(st);
-    if (Contains(lost, p.index)) continue;  // noted in an earlier round
-    Json entry = Json::object();
-    entry["worker"] = Json::number(p.index);
-    entry["pod"] = JStr(p.name);
-    entry["reason"] = JStr(Truncate(p.report.lost, 1024));
-    entry["time"] = JStr(FormatTime(r.now));
-    const Json* listed = At(st, {"world", "lost"});
-    Json list = listed && listed->is_array() ? *listed : Json::array();
-    list[list.size()] = entry;
-    st["world"]["lost"] = list;
-    lost.push_back(p.index);
-    int remain = 0;
-    for (int m : members) remain += !Contains(lost, m);
-    const std::string m = "job " + r.name + ": " + Describe(p) + " is lost for good (" + Truncate(p.report.lost, 512) +
-                          "); the job goes on with " + Workers(remain) +
-                          " (spec.elastic); no pod is made again for it";
-    r.plan.events.push_back({"Warning", "WorkerLost", m});
-    Json* last = At(st, {"lastResize"}) ? &st["lastResize"] : nullptr;
-    if (last && Str(*last, {"outcome"}) == kResizePending) {
-      // A resize under way: the scheduler leaves the lost one out of it, or made another (a
-      // loss's): followed all the same, its new world is the scheduler's.
-      if (Int(*last, {"lostWorker"})) (*last)["to"] = Json::number(remain);
-      continue;
-    }
-    const ResizeAsk ask{static_cast<int>(members.size()), remain, "worker " + std::to_string(p.index) + " lost"};
-    WriteLastResize(st, ask, kResizePending, 0, "", r.now);
-    st["lastResize"]["lostWorker"] = Json::number(p.index);
-    st["lastResize"]["generation"] = Json::number(r.generation);
-    SetCondition(st, kResizingCondition, true, "WorkerLost", m, r.now);
+    if (!LostWorker(r.spec, p) || p.deleting) continue;
+    const std::string m = NoteLoss(r.plan.status, r.name, p.index, p.name, p.report.lost, /*silent=*/false,
+                                     r.generation, r.now);
+    if (!m.empty()) r.plan.events.push_back({"Warning", "WorkerLost", m});
   }
 }
 

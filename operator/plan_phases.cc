@@ -360,8 +360,9 @@ PodsState PlanPods(PlanRound& r) {
   for (const DesiredPod& d : r.desired) wanted.insert(d.name);
   for (const auto& p : r.pods) {
     // Finishing its last step. One that never started (a grow's joiner whose grow was given up)
-    // has nothing to finish: deleted.
-    if (Departed(r, p) && !Ended(p) && p.phase != "Pending") continue;
+    // has nothing to finish: deleted. So is one lost while silent (frozen, its node gone): it
+    // would never finish, and its replacement, should a grow want the slot, needs its name.
+    if (Departed(r, p) && !Ended(p) && p.phase != "Pending" && !LostSilently(r.plan.status, p.index)) continue;
     // Lost for good: kept for its logs (cleanPodPolicy decides at the end) until a grow wants
     // its slot again.
     if (LostWorker(r.spec, p) && !wanted.count(p.name)) continue;

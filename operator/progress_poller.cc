@@ -8,6 +8,7 @@
 #include "common/base/logging.h"
 #include "operator/events.h"
 #include "operator/exit_checkpoint.h"
+#include "operator/elastic_resize.h"
 #include "operator/job_status.h"
 #include "operator/progress_status.h"
 
@@ -102,13 +103,25 @@ StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
   }
   const Json before = *At(job, {"status"});
   Json status = before;
+  auto view = c->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(2000));
+  // Workers the scheduler lost for good (elastic jobs), noted in the world they were lost from
+  // (before the progress moves it on): a silent one has no failed pod that would tell the
+  // reconciler (operator/elastic_resize.h NoteLoss).
+  std::vector<std::string> lost;
+  if (view.ok()) {
+    const int64_t generation = Int(job, {"metadata", "generation"}).value_or(0);
+    for (const auto& l : view->lost_workers()) {
+      std::string m = NoteLoss(status, name, l.slot(), PodName(name, PodRole::kWorker, l.slot()), l.why(), l.silent(),
+                               generation, Clock::now());
+      if (!m.empty()) lost.push_back(std::move(m));
+    }
+  }
   ApplyProgress(status, *progress, Clock::now());
   ApplyStoppedFromOutside(status, *progress, Bool(job, {"spec", "runPolicy", "suspend"}), Clock::now());
   // The programs' restarts inside their pods: the scheduler counts what the agents report.
   const std::string uid = Str(job, {"metadata", "uid"});
   ProgramRestartsSeen seen = restarts_seen_[uid];  // kept once the status carries them
   std::vector<std::string> restarted;
-  auto view = c->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(2000));
   if (view.ok()) {
     restarted = ApplyProgramRestarts(status, *view, seen);
   } else {
@@ -126,6 +139,10 @@ StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
   restarts_seen_[uid] = seen;
   if (const Json* r = At(status, {"resumedFrom"}); r && (!At(before, {"resumedFrom"}) || *At(before, {"resumedFrom"}) != *r)) {
     Status e = RecordJobEvent(client_, *w, "Normal", "Resumed", ResumedMessage(name, *r), Clock::now());
+    if (!e.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << e.message();
+  }
+  for (const auto& m : lost) {
+    Status e = RecordJobEvent(client_, *w, "Warning", "WorkerLost", m, Clock::now());
     if (!e.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << e.message();
   }
   for (const auto& m : restarted) {

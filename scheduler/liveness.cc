@@ -1,5 +1,6 @@
-// Membership: liveness. A member's agent heartbeats (silent past heartbeat_timeout: dead); a
-// preempted member's replacement must register within replacement_timeout. And stalls
+// Membership: liveness. A member's agent heartbeats (silent past heartbeat_timeout: dead; an
+// elastic job's worker silent past replacement_timeout: lost); a preempted member's replacement
+// must register within replacement_timeout. And stalls
 // (docs/scheduler.md#stalls): a program that stops making progress -- SIGSTOP, a deadlock, a hung
 // GPU -- while its agent heartbeats on. The programs report for themselves: servers and workers
 // ping with their identity (SchedulerWatch), workers report their step (ReportProgress). A program
@@ -56,7 +57,11 @@ void Membership::FillRestarting(v1::PingResponse* resp) const {
     if (servers_[static_cast<size_t>(r)].restarting) resp->add_restarting_servers(r);
   }
   for (int32_t r = 0; r < size(v1::ROLE_WORKER); ++r) {
-    if (workers_[static_cast<size_t>(r)].restarting) resp->add_restarting_workers(r);
+    const Member& w = workers_[static_cast<size_t>(r)];
+    // An elastic job's silent worker is lost at the registration timeout (SweepHeartbeats):
+    // until then the others wait for it as for one restarting, instead of failing their step.
+    const bool awaited = config_.elastic.enabled && w.dead && !w.exited && !w.departed;
+    if (w.restarting || awaited) resp->add_restarting_workers(r);
   }
 }
 
@@ -95,7 +100,24 @@ void Membership::SweepHeartbeats(std::vector<Member>& nodes, v1::Role role, Time
                                  bool* changed, std::vector<Loss>* losses) {
   for (size_t r = 0; r < nodes.size(); ++r) {
     Member& n = nodes[r];
-    if (!n.registered || n.exited || n.dead) continue;
+    if (!n.registered || n.exited) continue;
+    if (n.dead) {
+      // An elastic job does not wait for ever for a worker whose agent fell silent (its node
+      // gone, the pod frozen): past the registration timeout it is lost, the job goes on.
+      if (role == v1::ROLE_WORKER && config_.elastic.enabled && !n.departed &&
+          now - n.last_seen > config_.replacement_timeout) {
+        n.exited = true;
+        *changed = true;
+        losses->push_back({role, static_cast<int32_t>(r),
+                           "worker " + std::to_string(r) + " (pod " + n.pod_name + ") was silent for " +
+                               Secs(now - n.last_seen) +
+                               " s (no heartbeat from its agent: its node gone?) and did not come back "
+                               "within registrationTimeoutSeconds (" +
+                               Secs(config_.replacement_timeout) + " s)",
+                           /*silent=*/true});
+      }
+      continue;
+    }
     if (n.preempted) {  // known to be away: its own deadline, not the heartbeat's
       if (now - n.preempted_at > config_.replacement_timeout) {
         n.exited = true;

@@ -74,6 +74,7 @@ class Membership {
     v1::Role role;
     int32_t rank;
     std::string why;
+    bool silent = false;  // its agent fell silent (LostWorker.silent)
   };
 
   // REQUIRES: ValidateSchedulerConfig(config).ok(); `config` and `clock` outlive the membership.

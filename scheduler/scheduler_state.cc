@@ -268,7 +268,7 @@ void SchedulerState::Sweep() {
       members_.SweepLiveness(now, &changed, &losses);
       for (auto& loss : losses) {
         if (loss.role == v1::ROLE_WORKER) {
-          LoseWorkerLocked(loss.rank, loss.why, &deferred);
+          LoseWorkerLocked(loss.rank, loss.why, &deferred, loss.silent);
         } else {
           FailJobLocked(std::move(loss.why), &deferred);
         }

@@ -190,7 +190,7 @@ class SchedulerState {
   Status AdoptWorldLocked(int32_t by, const v1::WorldInfo& world, Deferred* deferred) REQUIRES(mu_);
   // Worker `rank` is gone for good (`why`): an elastic job goes on without it while minWorkers
   // remain (WorldPlan::Lose); otherwise, or below that, the job fails.
-  void LoseWorkerLocked(int32_t rank, const std::string& why, Deferred* deferred) REQUIRES(mu_);
+  void LoseWorkerLocked(int32_t rank, const std::string& why, Deferred* deferred, bool silent = false) REQUIRES(mu_);
   void SweepReachWaitersLocked(TimePoint now, Deferred* deferred) REQUIRES(mu_);
   void FailReachWaitersLocked(const Status& st, Deferred* deferred) REQUIRES(mu_);
   // Answers (and drops) the ReachStep waiters `which` picks with `answer`.

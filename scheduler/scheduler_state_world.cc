@@ -81,13 +81,13 @@ Status SchedulerState::AdoptWorldLocked(int32_t by, const v1::WorldInfo& world, 
   return Status::Ok();
 }
 
-void SchedulerState::LoseWorkerLocked(int32_t rank, const std::string& why, Deferred* deferred) {
+void SchedulerState::LoseWorkerLocked(int32_t rank, const std::string& why, Deferred* deferred, bool silent) {
   if (!world_.bounds().enabled) {
     FailJobLocked(why, deferred);
     return;
   }
   const int64_t now = UnixMillisNow();
-  auto lost = world_.Lose(rank, why, now);
+  auto lost = world_.Lose(rank, why, now, silent);
   if (!lost.ok()) {
     FailJobLocked(lost.status().message(), deferred);
     return;

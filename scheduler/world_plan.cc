@@ -132,7 +132,7 @@ std::string WorldPlan::JoinerExited(int32_t slot, const std::string& exit) {
   return why;
 }
 
-StatusOr<bool> WorldPlan::Lose(int32_t slot, const std::string& why, int64_t now_unix_ms) {
+StatusOr<bool> WorldPlan::Lose(int32_t slot, const std::string& why, int64_t now_unix_ms, bool silent) {
   const bool member = IsMember(slot);
   const bool joined = Joining(slot) && pending_->joined.count(slot);
   if ((!member && !joined) || (pending_ && pending_->lost.count(slot))) return false;
@@ -191,6 +191,7 @@ StatusOr<bool> WorldPlan::Lose(int32_t slot, const std::string& why, int64_t now
   lost.set_slot(slot);
   lost.set_epoch(p.epoch);
   lost.set_why(why.substr(0, 1024));
+  lost.set_silent(silent);
   lost_.push_back(std::move(lost));
   return true;
 }

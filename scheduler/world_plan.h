@@ -114,7 +114,8 @@ class WorldPlan {
   // (resized away already, or a joiner still to ask: JoinerExited), nothing to do.
   // FAILED_PRECONDITION naming spec.elastic.minWorkers: fewer would remain (the job fails).
   // REQUIRES: bounds().enabled.
-  StatusOr<bool> Lose(int32_t slot, const std::string& why, int64_t now_unix_ms);
+  // `silent`: lost while its agent was silent (LostWorker.silent).
+  StatusOr<bool> Lose(int32_t slot, const std::string& why, int64_t now_unix_ms, bool silent = false);
   // The workers lost for good and not brought back by a later world (the servers' pings).
   const std::vector<v1::LostWorker>& lost() const { return lost_; }
 

@@ -13,12 +13,16 @@ A worker lost for good (docs/elastic.md#losing-a-worker): worker 1 of 3 SIGKILLe
 restartPolicy Never; its agent says the scheduler left it out, so the job does not fail: the loss
 is followed like a resize (status.world {0, 2}, a WorkerLost event), no pod is made again for
 it, and the job succeeds with the other two. With minWorkers 2 of 2, the same kill fails the job
-naming spec.elastic.minWorkers.
+naming spec.elastic.minWorkers. A worker frozen (its agent and program SIGSTOPped: a node gone
+silent) is lost after registrationTimeoutSeconds all the same: the operator learns it from the
+scheduler, follows the loss and deletes the frozen pod. A lost rank grows back when the replicas
+change (`kubectl scale` 2, then 3): its pod is made again and joins the running job.
 
 Usage: elastic_test.py REPO BIN_DIR   (exit 77 without KUBEBUILDER_ASSETS)
 """
 import os
 import re
+import signal
 import sys
 import time
 
@@ -136,7 +140,7 @@ class Elastic(envtest.EnvtestCase):
         print("resized 2 -> 1 -> 4 -> 2 on the real API server: kubectl scale -> status.world 1: %.2f s, -> 4: %.2f s; "
               "last resize %s; events %s" % (took, grew, st["lastResize"], self.events("el")), flush=True)
 
-    def start_lost_job(self, name, workers, min_workers):
+    def start_lost_job(self, name, workers, min_workers, scheduler=None):
         """An elastic job of `workers` under restartPolicy Never, trained a few steps; the
         operator and the test kubelet running. Returns the kubelet."""
         services = os.path.join(self.cp.dir, self.ns + "-services.json")
@@ -146,6 +150,8 @@ class Elastic(envtest.EnvtestCase):
         job["spec"]["workers"]["replicas"] = workers
         job["spec"]["elastic"] = {"minWorkers": min_workers, "maxWorkers": workers}
         job["spec"]["workers"]["args"] += ["--slow-rank", "0", "--step-sleep-ms", "10"]
+        if scheduler:
+            job["spec"]["scheduler"] = scheduler
         self.create_job(job)
         self.wait_phase(name, "Running", 90)
         self.assertTrue(envtest.wait_for(
@@ -193,6 +199,84 @@ class Elastic(envtest.EnvtestCase):
         self.assertIn("resized to 2 worker(s)", log)
         print("worker 1 of 3 lost on the real API server: SIGKILL -> status.world {0, 2} Done: %.2f s; "
               "events %s" % (followed, self.events("lost")), flush=True)
+
+    def test_a_lost_worker_is_grown_back_once_the_replicas_change(self):
+        """docs/elastic.md#on-kubernetes-a-lost-worker: the world a loss left runs on (the
+        operator does not ask for spec.workers.replicas again by itself); `kubectl scale` to 2 and
+        back to 3 grows the lost rank back: its failed pod is deleted and made again, and it joins
+        the running job."""
+        kubelet = self.start_lost_job("back", workers=3, min_workers=2)
+        self.kill_worker_program("back", 1)
+        self.assertTrue(envtest.wait_for(lambda: self.last_resize("back").get("lostWorker") == 1 and
+                                         self.last_resize("back").get("outcome") == "Done", 60),
+                        "the loss was not followed: %s" % self.job("back").get("status"))
+        time.sleep(3)  # nothing asks for 3 again on its own
+        last = self.last_resize("back")
+        self.assertEqual((last.get("lostWorker"), last.get("outcome"), last.get("to")), (1, "Done", 2), last)
+        self.scale("back", 2)  # the world already: nothing to do
+        time.sleep(1)
+        self.scale("back", 3)
+        self.assertTrue(envtest.wait_for(lambda: self.last_resize("back").get("to") == 3 and
+                                         self.last_resize("back").get("outcome") == "Done", 90),
+                        "the grow back did not take effect: %s" % self.job("back").get("status"))
+        st = self.job("back")["status"]
+        self.assertEqual(st["world"]["members"], [0, 1, 2], st)
+        self.assertNotIn("lost", st["world"], st)
+        from_step = st["lastResize"]["fromStep"]
+        st = self.wait_phase("back", ("Succeeded", "Failed"), 240)
+        self.assertEqual(st["phase"], "Succeeded", st)
+        self.assertEqual(self.condition("back", "Succeeded")["message"], "job back: all 3 workers succeeded")
+        with open(os.path.join(kubelet.work_dir, "back-worker-1.log"), errors="replace") as f:
+            log = f.read()
+        self.assertIn("rejoined the running job after step %d" % (from_step - 1), log, log[-3000:])
+
+    def test_a_silent_worker_is_lost_after_the_registration_timeout_and_its_pod_deleted(self):
+        """A worker whose node is gone neither exits nor heartbeats: here its agent and program
+        are frozen (SIGSTOP). The scheduler loses it after registrationTimeoutSeconds; the
+        operator learns it from the scheduler (no pod failed), follows the loss, deletes the
+        frozen pod (it would never finish) and makes none again; the job succeeds with 2."""
+        job_name = "silent"
+        pids = []
+        try:
+            self.start_lost_job(job_name, workers=3, min_workers=2,
+                                scheduler={"heartbeatIntervalSeconds": 0.5, "heartbeatTimeoutSeconds": 3,
+                                           "registrationTimeoutSeconds": 5})
+            self.assertTrue(envtest.wait_for(lambda: len(envtest.pod_processes(job_name, "silent-worker-1")) >= 2, 10),
+                            "no agent and program in silent-worker-1")
+            pids = envtest.pod_processes(job_name, "silent-worker-1")
+            stopped = time.time()
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            self.assertTrue(envtest.wait_for(lambda: self.last_resize(job_name).get("lostWorker") == 1 and
+                                             self.last_resize(job_name).get("outcome") == "Done", 60),
+                            "the loss was not followed: %s" % self.job(job_name).get("status"))
+            followed = time.time() - stopped
+            st = self.job(job_name)["status"]
+            self.assertEqual(st["world"]["members"], [0, 2], st)
+            lost = st["world"]["lost"]
+            self.assertEqual([(e["worker"], e["pod"], e.get("silent")) for e in lost], [(1, "silent-worker-1", True)], st)
+            self.assertIn("was silent for", lost[0]["reason"], st)
+            self.assertIn("registrationTimeoutSeconds (5.0 s)", lost[0]["reason"], st)
+            self.assertTrue(any("worker 1 (pod silent-worker-1) is lost for good" in m
+                                for m in self.event_messages(job_name, "WorkerLost")), self.events(job_name))
+            # The frozen pod is deleted (it would never end), and none is made again.
+            def worker_1_going():
+                pods = {p["metadata"]["name"]: p for p in self.pods("trellis.io/job-name=silent,trellis.io/role=worker")}
+                return "silent-worker-1" not in pods or pods["silent-worker-1"]["metadata"].get("deletionTimestamp")
+            self.assertTrue(envtest.wait_for(worker_1_going, 30),
+                            [p["metadata"]["name"] for p in self.pods("trellis.io/job-name=silent")])
+            st = self.wait_phase(job_name, ("Succeeded", "Failed"), 240)
+            self.assertEqual(st["phase"], "Succeeded", st)
+            self.assertEqual(self.condition(job_name, "Succeeded")["message"], "job silent: all 2 workers succeeded")
+            self.assertNotIn("PodRestarted", self.events(job_name))
+            print("worker 1 of 3 frozen on the real API server: SIGSTOP -> status.world {0, 2} Done: %.2f s "
+                  "(heartbeat timeout 3 s, registration timeout 5 s)" % followed, flush=True)
+        finally:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
     def test_a_worker_lost_below_min_workers_fails_the_job_naming_why(self):
         self.start_lost_job("few", workers=2, min_workers=2)

@@ -389,6 +389,23 @@ def worker_programs(job, pod=None):
     return pids
 
 
+def pod_processes(job, pod):
+    """Pids of every process of pod `pod` of `job` (its agent and its program: the test kubelet
+    runs pods as processes here, TRELLIS_JOB and TRELLIS_POD_NAME in each one's environment)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % d, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if ("TRELLIS_JOB=" + job).encode() in env and ("TRELLIS_POD_NAME=" + pod).encode() in env:
+            pids.append(int(d))
+    return pids
+
+
 def sleeping_job(name):
     """1 server, 1 worker that sleeps an hour (3 pods with the scheduler; idle_test, bench_operator)."""
     return {"apiVersion": "trellis.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name},

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <regex>
 #include <string>
 #include <thread>
@@ -109,6 +110,15 @@ class ElasticTest : public LaunchedJobsTest {
     auto newest = CheckpointDir(dir_ + "/ckpt-" + job, "model", 2).LoadNewest();
     ASSERT_TRUE(newest.ok()) << newest.status().ToString();
     EXPECT_GT(newest->checkpoint.step, 3 * 128) << "one worker takes more steps per epoch";
+  }
+
+  // 3 workers in update mode, elastic 2..3: one of them may be lost.
+  MlpJob ThreeOfMinTwo(const std::string& job) {
+    MlpJob spec = Spec(job, "update");
+    spec.workers = 3;
+    spec.elastic = "{minWorkers: 2, maxWorkers: 3}";
+    spec.train_samples = 16384;
+    return spec;
   }
 
   // Starts `spec` with its workers under restartPolicy Never, SIGKILLs worker 1's program once
@@ -319,10 +329,7 @@ TEST_F(ElasticTest, TheShippedExampleGrowsToFourAndShrinksToOneAsTheDocsSay) {
 // reaches its target. With minWorkers 2 of 2 the loss fails the job, saying why.
 TEST_F(ElasticTest, AWorkerKilledForGoodUnderNeverIsLostTheJobGoesOnAndAGrowReplacesIt) {
   const std::string job = NewJob("el-lost");
-  MlpJob spec = Spec(job, "update");
-  spec.workers = 3;
-  spec.elastic = "{minWorkers: 2, maxWorkers: 3}";
-  spec.train_samples = 16384;
+  const MlpJob spec = ThreeOfMinTwo(job);
   std::string out, regrow;
   const auto st = KillWorkerOneForGood(job, spec, 32, &out, &regrow);
   ASSERT_TRUE(st.has_value()) << out;
@@ -361,6 +368,63 @@ TEST_F(ElasticTest, AWorkerKilledForGoodBelowMinWorkersFailsTheJobNamingMinWorke
   ASSERT_TRUE(st.has_value()) << out;
   EXPECT_NE(st->exit_code, 0) << out;
   EXPECT_NE(out.find("fewer than spec.elastic.minWorkers (2)"), std::string::npos) << out;
+}
+
+// A worker that falls silent (its node gone, its processes frozen: here its agent and program
+// SIGSTOPped) neither exits nor heartbeats: nothing reports it. With spec.elastic the scheduler
+// marks it dead after heartbeatTimeoutSeconds, the others wait for it as for one restarting, and
+// past registrationTimeoutSeconds it is lost: the others go on without it, and trellis-launch
+// stops the frozen processes (docs/elastic.md#losing-a-worker).
+TEST_F(ElasticTest, AWorkerSilentPastTheRegistrationTimeoutIsLostAndTheJobGoesOn) {
+  const std::string job = NewJob("el-silent");
+  MlpJob spec = ThreeOfMinTwo(job);
+  spec.scheduler = "    heartbeatIntervalSeconds: 0.5\n    heartbeatTimeoutSeconds: 3\n    registrationTimeoutSeconds: 5\n";
+  auto launch = StartAndWaitForStep(job, spec, 32);
+  ASSERT_NE(launch, nullptr);
+  const pid_t program = WorkerProgram(job, 1);
+  ASSERT_GT(program, 0);
+  // Its agent: the program's parent.
+  const std::string stat = ReadFile("/proc/" + std::to_string(program) + "/stat");
+  const size_t close = stat.rfind(')');
+  ASSERT_NE(close, std::string::npos) << stat;
+  int agent = 0;
+  char state = 0;
+  ASSERT_EQ(std::sscanf(stat.c_str() + close + 2, "%c %d", &state, &agent), 2) << stat;
+  ASSERT_GT(agent, 1);
+  const auto t_stop = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(agent, SIGSTOP), 0);
+  ASSERT_EQ(::kill(program, SIGSTOP), 0);
+  const std::string log = dir_ + "/" + job + ".out";
+  const auto by = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < by &&
+         ReadFile(log).find("trellis-mlp: resized to 2 worker(s)") == std::string::npos) {
+    std::this_thread::sleep_for(20ms);
+  }
+  const double to_world =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_stop).count();
+  auto st = launch->WaitFor(200s);
+  const std::string out = ReadFile(log);
+  if (!st) {  // do not leave frozen processes behind
+    ::kill(program, SIGKILL);
+    ::kill(agent, SIGKILL);
+  }
+  ASSERT_TRUE(st.has_value()) << out;
+  EXPECT_EQ(st->exit_code, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("trellis-mlp: resized to 2 worker\\(s\\) from step ([0-9]+)"))) << out;
+  std::printf("worker 1 of 3 frozen (SIGSTOP): the other two from step %s, %.1f s after the stop "
+              "(heartbeat timeout 3 s, registration timeout 5 s)\n",
+              m[1].str().c_str(), to_world);
+  EXPECT_NE(out.find("trellis-launch: worker-1 lost (worker 1 (pod " + job + "-worker-1) was silent for"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("): stopped it; the job goes on without it (spec.elastic"), std::string::npos) << out;
+  EXPECT_NE(out.find("-- reached"), std::string::npos) << out;
+  EXPECT_NE(out.find(", 2 worker(s), "), std::string::npos) << "the result names the world at the end\n" << out;
+  const std::string sched = ReadFile(dir_ + "/logs-" + job + "/scheduler.log");
+  EXPECT_NE(sched.find("did not come back within registrationTimeoutSeconds (5.0 s)"), std::string::npos) << sched;
+  EXPECT_NE(sched.find("the job goes on without it (spec.elastic)"), std::string::npos) << sched;
+  EXPECT_TRUE(WaitNoProcessesOfJob(job).empty()) << "the frozen agent and program were stopped";
 }
 
 // What a user is told when a resize cannot be done: a job that is not elastic, a size outside

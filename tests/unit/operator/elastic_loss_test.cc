@@ -231,5 +231,71 @@ TEST(ElasticLossTest, WorldMembersFallBackToTheLowestSlotsWhenTheStatusHasNoneOr
   }
 }
 
+// A worker silent past registrationTimeoutSeconds (its node gone, its pod frozen): no pod failed,
+// the scheduler's view lists it lost (silent). The progress poller notes it as NoteLoss does
+// here; the reconciler follows the loss like a resize, and once the world has the gap it
+// deletes the frozen pod (it would never finish) and makes none again; the job succeeds with
+// the others.
+TEST(ElasticLossTest, ASilentWorkerTheSchedulerLostIsFollowedAndItsPodDeleted) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  const std::string why = "worker 1 (pod mlp-worker-1) was silent for 65.0 s (no heartbeat from its agent)";
+  const std::string m = NoteLoss(job["status"], "mlp", 1, "mlp-worker-1", why, /*silent=*/true, 0, kT0);
+  EXPECT_NE(m.find("worker 1 (pod mlp-worker-1) is lost for good (" + why + "); the job goes on with 2 workers"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(NoteLoss(job["status"], "mlp", 1, "mlp-worker-1", why, true, 0, kT0), "") << "noted once";
+  EXPECT_EQ(NoteLoss(job["status"], "mlp", 5, "mlp-worker-5", why, true, 0, kT0), "") << "not in the world";
+  EXPECT_TRUE(LostSilently(job["status"], 1));
+  EXPECT_FALSE(LostSilently(job["status"], 0));
+  EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizePending);
+  EXPECT_EQ(Int(job, {"status", "lastResize", "lostWorker"}), 1);
+
+  // Its pod still runs (frozen): wanted while the world has it, the loss followed.
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  EXPECT_TRUE(plan.follow_resize);
+  EXPECT_TRUE(plan.remove.empty());
+  v1::JobProgress p;
+  *p.mutable_world() = World(1, 40, {0, 2});
+  std::vector<JobPlan::Event> events;
+  ASSERT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_EQ(Members(job), (std::vector<int>{0, 2}));
+  EXPECT_TRUE(LostSilently(job["status"], 1)) << "still listed";
+
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_EQ(plan.remove, (std::vector<std::string>{"mlp-worker-1"}));
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_FALSE(plan.resize);
+  pods[4].deleting = true;
+  plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+  EXPECT_TRUE(plan.create.empty()) << "no pod is made again for it";
+  pods.erase(pods.begin() + 4);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(4));
+  EXPECT_TRUE(plan.create.empty());
+  pods[3].phase = pods[4].phase = "Succeeded";
+  Round(job, pods, kT0 + std::chrono::seconds(5));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kSucceeded);
+  EXPECT_EQ(Condition(job["status"], "Succeeded", "message"), "job mlp: all 2 workers succeeded");
+}
+
+// A worker lost by its own failure: its pod is kept while it turns Failed, for its logs (only a
+// silent loss's pod is deleted).
+TEST(ElasticLossTest, AWorkerLostByItsFailureKeepsItsPod) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  EXPECT_NE(NoteLoss(job["status"], "mlp", 1, "mlp-worker-1", kLost, /*silent=*/false, 0, kT0), "");
+  EXPECT_FALSE(LostSilently(job["status"], 1));
+  v1::JobProgress p;
+  *p.mutable_world() = World(1, 40, {0, 2});
+  std::vector<JobPlan::Event> events;
+  ASSERT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  // Its pod has not turned Failed yet (its agent is writing the report): not deleted.
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_TRUE(plan.remove.empty());
+}
+
 }  // namespace
 }  // namespace trellis::op

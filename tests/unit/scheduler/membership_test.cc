@@ -127,6 +127,73 @@ TEST_F(MembershipTest, SilentMembersDieAndPreemptedOnesFailTheJobLate) {
   EXPECT_THAT(failures[0].why, HasSubstr("worker 1 (pod w-1) was stopped from outside"));
 }
 
+TEST_F(MembershipTest, AnElasticJobsWorkerSilentPastTheRegistrationTimeoutIsLost) {
+  config_.elastic = {true, 1, 3};
+  Membership m(config_, &clock_);
+  for (const char* pod : {"w-0", "w-1", "w-2"}) ASSERT_TRUE(m.Register(Req(v1::ROLE_WORKER, pod)).ok());
+  auto beat = [&](int32_t rank) {
+    v1::HeartbeatRequest hb;
+    hb.set_role(v1::ROLE_WORKER);
+    hb.set_rank(rank);
+    v1::HeartbeatResponse resp;
+    bool revived = false;
+    ASSERT_TRUE(m.Heartbeat(hb, &resp, &revived).ok());
+  };
+  bool changed = false;
+  std::vector<Membership::Loss> losses;
+  for (int i = 0; i < 3; ++i) {  // workers 0 and 2 heartbeat, worker 1 is silent
+    clock_.Advance(5s);
+    beat(0);
+    beat(2);
+    m.SweepLiveness(clock_.Now(), &changed, &losses);
+  }
+  EXPECT_TRUE(m.at(v1::ROLE_WORKER, 1).dead);
+  EXPECT_TRUE(losses.empty());
+  // Dead but not lost yet: the others wait for it as for one restarting.
+  v1::PingResponse ping;
+  m.FillRestarting(&ping);
+  EXPECT_THAT(ping.restarting_workers(), ::testing::ElementsAre(1));
+
+  for (int i = 0; i < 10 && losses.empty(); ++i) {  // 60 s after its last heartbeat
+    clock_.Advance(5s);
+    beat(0);
+    beat(2);
+    m.SweepLiveness(clock_.Now(), &changed, &losses);
+  }
+  ASSERT_EQ(losses.size(), 1u);
+  EXPECT_EQ(losses[0].role, v1::ROLE_WORKER);
+  EXPECT_EQ(losses[0].rank, 1);
+  EXPECT_THAT(losses[0].why, HasSubstr("worker 1 (pod w-1) was silent for 6"));
+  EXPECT_THAT(losses[0].why, HasSubstr("registrationTimeoutSeconds (60.0 s)"));
+  EXPECT_TRUE(losses[0].silent);  // its processes may still be there: someone must stop them
+  EXPECT_TRUE(m.at(v1::ROLE_WORKER, 1).exited);
+  v1::PingResponse after;
+  m.FillRestarting(&after);
+  EXPECT_TRUE(after.restarting_workers().empty());  // nobody waits for it any more
+  // Lost once, not again on every sweep.
+  losses.clear();
+  clock_.Advance(60s);
+  beat(0);
+  beat(2);
+  m.SweepLiveness(clock_.Now(), &changed, &losses);
+  EXPECT_TRUE(losses.empty());
+}
+
+TEST_F(MembershipTest, WithoutSpecElasticASilentWorkerIsOnlyDead) {
+  Membership m(config_, &clock_);
+  ASSERT_TRUE(m.Register(Req(v1::ROLE_WORKER, "w-0")).ok());
+  bool changed = false;
+  std::vector<Membership::Loss> losses;
+  clock_.Advance(600s);
+  m.SweepLiveness(clock_.Now(), &changed, &losses);
+  EXPECT_TRUE(m.at(v1::ROLE_WORKER, 0).dead);
+  EXPECT_FALSE(m.at(v1::ROLE_WORKER, 0).exited);
+  EXPECT_TRUE(losses.empty());  // a heartbeat may still revive it, as before
+  v1::PingResponse ping;
+  m.FillRestarting(&ping);
+  EXPECT_TRUE(ping.restarting_workers().empty());
+}
+
 TEST_F(MembershipTest, AWorkerFailingForGoodIsTheJobsFailure) {
   Membership m(config_, &clock_);
   ASSERT_TRUE(m.Register(Req(v1::ROLE_WORKER, "w-0")).ok());
