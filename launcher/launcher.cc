@@ -52,6 +52,14 @@ std::string_view KindName(ProcessPlan::Kind k) {
   return "process";
 }
 
+// The view's entry for worker `slot` lost for good (elastic jobs), or nullptr.
+const v1::LostWorker* LostEntry(const v1::ClusterView& view, int slot) {
+  for (const auto& l : view.lost_workers()) {
+    if (l.slot() == slot) return &l;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 Launcher::Launcher(LaunchOptions options, JobSpec job, int signal_fd, Console& console)
@@ -332,21 +340,15 @@ std::string Launcher::OutOfTheWorld(const Child& agent) {
 std::string Launcher::LostWorker(const Child& agent) {
   if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kWorker || !client_) return "";
   auto view = client_->GetCluster(0, /*wait_complete=*/false, milliseconds(1000));
-  if (!view.ok()) return "";
-  for (const auto& l : view->lost_workers()) {
-    if (l.slot() == agent.plan.index) return l.why();
-  }
-  return "";
+  const v1::LostWorker* lost = view.ok() ? LostEntry(*view, agent.plan.index) : nullptr;
+  return lost ? lost->why() : "";
 }
 
 std::string Launcher::LostWhileSilent(const Child& agent) {
   if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kWorker) return "";
   MutexLock lock(&mu_);
-  if (!view_) return "";
-  for (const auto& l : view_->lost_workers()) {
-    if (l.slot() == agent.plan.index && l.silent()) return l.why();
-  }
-  return "";
+  const v1::LostWorker* lost = view_ ? LostEntry(*view_, agent.plan.index) : nullptr;
+  return lost && lost->silent() ? lost->why() : "";
 }
 
 std::string Launcher::Progress() {
@@ -621,20 +623,16 @@ int Launcher::Supervise() {
       if (a->plan.kind == ProcessPlan::Kind::kWorker) ++workers_started;
       if (!a->exit) {
         a->exit = a->process->Poll();
-        if (!a->exit) {
-          // Frozen, not exited: nothing else would ever stop it (nor the job wait for it).
-          const std::string why = LostWhileSilent(*a);
-          if (why.empty()) continue;
-          a->exit = a->process->Stop(milliseconds(0));
-          PumpOutput(*a, true);
-          a->lost = true;
-          console_.Line("trellis-launch: " + a->plan.name + " lost (" + why +
-                        "): stopped it; the job goes on without it (spec.elastic; " + Seconds(Elapsed()) + ")");
-          ++workers_ok;
-          continue;
-        }
+        // Frozen, not exited: nothing else would ever stop it (nor the job wait for it).
+        const std::string silent = a->exit ? "" : LostWhileSilent(*a);
+        if (!a->exit && silent.empty()) continue;
+        if (!silent.empty()) a->exit = a->process->Stop(milliseconds(0));
         PumpOutput(*a, true);
-        if (a->exit->exit_code != 0 || a->plan.kind == ProcessPlan::Kind::kServer) {
+        if (!silent.empty()) {
+          a->lost = true;
+          console_.Line("trellis-launch: " + a->plan.name + " lost (" + silent +
+                        "): stopped it; the job goes on without it (spec.elastic; " + Seconds(Elapsed()) + ")");
+        } else if (a->exit->exit_code != 0 || a->plan.kind == ProcessPlan::Kind::kServer) {
           if (a->exit->exit_code != 0) a->lost = !LostWorker(*a).empty();
           if (!a->lost) {
             failed.push_back(a.get());

@@ -17,12 +17,14 @@ std::vector<int> Dense(int n) {
 
 bool Contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-// status.world.lost: the workers lost for good that no later world brought back, oldest first.
-std::vector<int> LostSlots(const Json& st) {
+// status.world.lost: the workers lost for good that no later world brought back, oldest first
+// (`silent_only`: those lost while silent).
+std::vector<int> LostSlots(const Json& st, bool silent_only = false) {
   std::vector<int> out;
   const Json* lost = At(st, {"world", "lost"});
   if (!lost || !lost->is_array()) return out;
   for (const Json& e : lost->as_array()) {
+    if (silent_only && !Bool(e, {"silent"})) continue;
     if (const auto slot = Int(e, {"worker"}); slot && *slot >= 0 && *slot < kMaxReplicas) {
       out.push_back(static_cast<int>(*slot));
     }
@@ -171,14 +173,7 @@ std::string NoteLoss(Json& st, const std::string& job, int slot, const std::stri
   return m;
 }
 
-bool LostSilently(const Json& status, int slot) {
-  const Json* lost = At(status, {"world", "lost"});
-  if (!lost || !lost->is_array()) return false;
-  for (const Json& e : lost->as_array()) {
-    if (Int(e, {"worker"}) == slot && Bool(e, {"silent"})) return true;
-  }
-  return false;
-}
+bool LostSilently(const Json& status, int slot) { return Contains(LostSlots(status, /*silent_only=*/true), slot); }
 
 void NoteLostWorkers(PlanRound& r) {
   if (!r.phase.empty() || !r.spec.elastic.enabled) return;

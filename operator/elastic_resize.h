@@ -62,11 +62,11 @@ void NoteLostWorkers(PlanRound& r);
 
 // One loss into `st` (a job's status) as NoteLostWorkers notes it: worker `slot` of `job`, its
 // pod `pod`, lost for `why` (the scheduler's words), while the job's metadata.generation is
-// `generation`. Returns the WorkerLost event's message; "" when the slot is not in the world or
-// was noted already. The progress poller notes this way the losses the scheduler's view lists
-// that no failed pod tells of (a worker silent past registrationTimeoutSeconds).
-// `silent` (LostWorker.silent): its pod may still run, frozen; the entry says so (PlanPods
-// deletes such a pod).
+// `generation`; `silent` (LostWorker.silent): its pod may still run, frozen, and the entry says
+// so (PlanPods deletes such a pod). Returns the WorkerLost event's message; "" when the slot is
+// not in the world or was noted already. The progress poller notes this way the losses the
+// scheduler's view lists that no failed pod tells of (a worker silent past
+// registrationTimeoutSeconds).
 std::string NoteLoss(Json& st, const std::string& job, int slot, const std::string& pod, const std::string& why,
                      bool silent, int64_t generation, Clock::time_point now);
 // status.world.lost names `slot` as lost while silent.

@@ -68,6 +68,7 @@ std::string HowItFailed(const ObservedPod& p) {
 std::optional<ObservedPod> ObservePod(const Json& pod) {
   ObservedPod o;
   o.name = Str(pod, {"metadata", "name"});
+  o.uid = Str(pod, {"metadata", "uid"});
   const std::string role = Str(pod, {"metadata", "labels", kLabelRole});
   if (o.name.empty()) return std::nullopt;
   if (role == "scheduler") {

@@ -13,6 +13,7 @@ namespace trellis::op {
 
 struct ObservedPod {
   std::string name;
+  std::string uid;  // metadata.uid: a pod made again under the same name has another
   PodRole role = PodRole::kWorker;
   int index = 0;
   std::string phase;   // Pending, Running, Succeeded, Failed, Unknown

@@ -4,8 +4,9 @@
 // checkpoints (status.checkpoint; status.resumedFrom, with a Resumed Event), the Straggler
 // condition, the programs' restarts inside their pods (with a ProgramRestarted Event each) and
 // the workers an elastic job's scheduler lost for good (status.world.lost, a WorkerLost Event
-// each; elastic_resize.h NoteLoss) when they changed -- at most one status write per job per interval, never one per
-// step. A write that loses a race with the reconciler (409) waits for the next round.
+// each; elastic_resize.h NoteLoss) when they changed -- at most one status write per job per
+// interval, never one per step. A write that loses a race with the reconciler (409) waits for
+// the next round.
 #pragma once
 
 #include <chrono>

@@ -1,7 +1,6 @@
 #include "operator/reconciler.h"
 
 #include <iterator>
-#include <map>
 
 #include "common/base/logging.h"
 #include "common/base/random_token.h"
@@ -155,17 +154,14 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
   const Clock::time_point now = now_();
   ForgetOldDeletes(now);
   std::vector<ObservedPod> pods;
-  std::map<std::string, std::string> uid_of;  // pod name -> uid, of this round's pods
   for (const Json& pod : pod_objects) {
     // Only pods this job controls: a same-named job deleted and recreated owns new ones.
     if (!OwnedBy(pod, meta.uid)) continue;
     auto o = ObservePod(pod);
     if (!o) continue;
-    const std::string uid = Str(pod, {"metadata", "uid"});
-    uid_of[o->name] = uid;
     if (o->deleting) {
-      deleted_pods_.erase(uid);  // the cache has caught up
-    } else if (deleted_pods_.count(uid)) {
+      deleted_pods_.erase(o->uid);  // the cache has caught up
+    } else if (deleted_pods_.count(o->uid)) {
       o->deleting = true;  // deleted by an earlier round; the pod watch has not told yet
     }
     pods.push_back(*o);
@@ -279,8 +275,9 @@ StatusOr<std::optional<Clock::duration>> Reconciler::Attempt(const std::string& 
   for (const auto& pod_name : plan.remove) {
     Status s = client_.Delete(kPods, ns, pod_name);
     if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
-    if (auto it = uid_of.find(pod_name); cache_ && it != uid_of.end() && !it->second.empty()) {
-      deleted_pods_[it->second] = now;
+    if (!cache_) continue;  // read from the API server: nothing lags
+    for (const ObservedPod& p : pods) {
+      if (p.name == pod_name && !p.uid.empty()) deleted_pods_[p.uid] = now;
     }
   }
   if (gang_job && !may_run) TRELLIS_RETURN_IF_ERROR(RemovePodGroup(meta, *spec));

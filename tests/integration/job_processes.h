@@ -9,8 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -89,6 +90,16 @@ inline pid_t ProgramOf(const std::string& job, const std::string& role, int rank
     }
   }
   return -1;
+}
+
+// The parent of process `pid` (/proc/PID/stat), or -1.
+inline pid_t ParentOf(pid_t pid) {
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t close = stat.rfind(')');  // the command may hold spaces and parentheses
+  int parent = -1;
+  char state = 0;
+  if (close == std::string::npos || std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &parent) != 2) return -1;
+  return parent;
 }
 
 // The pid of worker `rank`'s training program (trellis-mlp, a child of that worker's agent).

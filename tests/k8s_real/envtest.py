@@ -368,42 +368,38 @@ def mlp_job(name, epochs=3, **run_policy):
     }
 
 
-def worker_programs(job, pod=None):
-    """Pids of the trellis-mlp processes of `job`'s workers (of pod `pod` alone when given): the
-    test kubelet runs pods as processes here; TRELLIS_JOB, TRELLIS_ROLE and TRELLIS_POD_NAME are
-    in every pod's environment."""
+def _processes_with(env, program=None):
+    """Pids of the processes whose environment holds every entry of `env` (and, when given, whose
+    argv[0] is named `program`): the test kubelet runs pods as processes here, TRELLIS_JOB,
+    TRELLIS_ROLE and TRELLIS_POD_NAME in each one's environment."""
+    want = [e.encode() for e in env]
     pids = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                argv0 = f.read().split(b"\0")[0]
             with open("/proc/%s/environ" % d, "rb") as f:
-                env = f.read().split(b"\0")
+                have = f.read().split(b"\0")
+            if program is not None:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    if os.path.basename(f.read().split(b"\0")[0]) != program.encode():
+                        continue
         except OSError:
             continue
-        if (os.path.basename(argv0) == b"trellis-mlp" and ("TRELLIS_JOB=" + job).encode() in env
-                and b"TRELLIS_ROLE=worker" in env and (pod is None or ("TRELLIS_POD_NAME=" + pod).encode() in env)):
+        if all(e in have for e in want):
             pids.append(int(d))
     return pids
+
+
+def worker_programs(job, pod=None):
+    """Pids of the trellis-mlp processes of `job`'s workers (of pod `pod` alone when given)."""
+    env = ["TRELLIS_JOB=" + job, "TRELLIS_ROLE=worker"] + (["TRELLIS_POD_NAME=" + pod] if pod else [])
+    return _processes_with(env, program="trellis-mlp")
 
 
 def pod_processes(job, pod):
-    """Pids of every process of pod `pod` of `job` (its agent and its program: the test kubelet
-    runs pods as processes here, TRELLIS_JOB and TRELLIS_POD_NAME in each one's environment)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % d, "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if ("TRELLIS_JOB=" + job).encode() in env and ("TRELLIS_POD_NAME=" + pod).encode() in env:
-            pids.append(int(d))
-    return pids
+    """Pids of every process of pod `pod` of `job` (its agent and its program)."""
+    return _processes_with(["TRELLIS_JOB=" + job, "TRELLIS_POD_NAME=" + pod])
 
 
 def sleeping_job(name):

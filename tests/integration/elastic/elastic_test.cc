@@ -25,6 +25,16 @@ using namespace std::chrono_literals;
 
 class ElasticTest : public LaunchedJobsTest {
  protected:
+  // Waits (at most `limit`) until the file at `path` holds `text`; whether it does.
+  static bool WaitForText(const std::string& path, const std::string& text, std::chrono::seconds limit) {
+    const auto by = std::chrono::steady_clock::now() + limit;
+    while (ReadFile(path).find(text) == std::string::npos) {
+      if (std::chrono::steady_clock::now() >= by) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+    return true;
+  }
+
   // `trellis-launch resize <run dir of job> <workers>`: its exit code; its output in *out.
   int Resize(const std::string& job, int workers, std::string* out) {
     SpawnOptions o;
@@ -135,12 +145,8 @@ class ElasticTest : public LaunchedJobsTest {
     EXPECT_GT(program, 0);
     if (program > 0) EXPECT_EQ(::kill(program, SIGKILL), 0);
     if (regrow != nullptr) {
-      const auto by = std::chrono::steady_clock::now() + 60s;
-      while (std::chrono::steady_clock::now() < by &&
-             ReadFile(dir_ + "/" + job + ".out").find("trellis-mlp: resized to " + std::to_string(spec.workers - 1) +
-                                                      " worker(s)") == std::string::npos) {
-        std::this_thread::sleep_for(20ms);
-      }
+      WaitForText(dir_ + "/" + job + ".out", "trellis-mlp: resized to " + std::to_string(spec.workers - 1) + " worker(s)",
+                  60s);
       EXPECT_EQ(Resize(job, spec.workers, regrow), 0) << *regrow;
     }
     auto st = launch->WaitFor(200s);
@@ -302,10 +308,7 @@ TEST_F(ElasticTest, TheShippedExampleGrowsToFourAndShrinksToOneAsTheDocsSay) {
   auto launch = StartLaunch(TRELLIS_BIN_DIR, dir_, job, yaml);
   ASSERT_TRUE(launch.ok()) << launch.status().ToString();
   const std::string log = dir_ + "/" + job + ".out";
-  const auto trains_by = std::chrono::steady_clock::now() + 120s;
-  while (std::chrono::steady_clock::now() < trains_by && ReadFile(log).find("epoch 1/") == std::string::npos) {
-    std::this_thread::sleep_for(20ms);
-  }
+  WaitForText(log, "epoch 1/", 120s);
   ASSERT_NE(ReadFile(log).find("elastic (1 to 4 workers): resize with trellis-launch resize"), std::string::npos)
       << ReadFile(log);
   std::string out;
@@ -383,23 +386,13 @@ TEST_F(ElasticTest, AWorkerSilentPastTheRegistrationTimeoutIsLostAndTheJobGoesOn
   ASSERT_NE(launch, nullptr);
   const pid_t program = WorkerProgram(job, 1);
   ASSERT_GT(program, 0);
-  // Its agent: the program's parent.
-  const std::string stat = ReadFile("/proc/" + std::to_string(program) + "/stat");
-  const size_t close = stat.rfind(')');
-  ASSERT_NE(close, std::string::npos) << stat;
-  int agent = 0;
-  char state = 0;
-  ASSERT_EQ(std::sscanf(stat.c_str() + close + 2, "%c %d", &state, &agent), 2) << stat;
+  const pid_t agent = ParentOf(program);  // its agent
   ASSERT_GT(agent, 1);
   const auto t_stop = std::chrono::steady_clock::now();
   ASSERT_EQ(::kill(agent, SIGSTOP), 0);
   ASSERT_EQ(::kill(program, SIGSTOP), 0);
   const std::string log = dir_ + "/" + job + ".out";
-  const auto by = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < by &&
-         ReadFile(log).find("trellis-mlp: resized to 2 worker(s)") == std::string::npos) {
-    std::this_thread::sleep_for(20ms);
-  }
+  WaitForText(log, "trellis-mlp: resized to 2 worker(s)", 60s);
   const double to_world =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_stop).count();
   auto st = launch->WaitFor(200s);
@@ -466,22 +459,14 @@ TEST_F(ElasticTest, TheSchedulerKilledAfterAResizeRecoversTheWorldAndResizesAgai
   ASSERT_EQ(Resize(job, 2, &out), 0) << out << ReadFile(dir_ + "/" + job + ".out");
   // Killed once worker 2 has left (the launcher asks the scheduler why a worker exited).
   const std::string left = "trellis-launch: worker-2 left the job: resized away";
-  const auto left_by = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < left_by &&
-         ReadFile(dir_ + "/" + job + ".out").find(left) == std::string::npos) {
-    std::this_thread::sleep_for(20ms);
-  }
+  WaitForText(dir_ + "/" + job + ".out", left, 60s);
   ASSERT_NE(ReadFile(dir_ + "/" + job + ".out").find(left), std::string::npos) << ReadFile(dir_ + "/" + job + ".out");
 
   const pid_t scheduler = SchedulerOf(job);
   ASSERT_GT(scheduler, 0);
   ASSERT_EQ(::kill(scheduler, SIGKILL), 0);
   const std::string log = dir_ + "/logs-" + job + "/scheduler.log";
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < deadline &&
-         ReadFile(log).find("recovered the running job after a scheduler restart") == std::string::npos) {
-    std::this_thread::sleep_for(20ms);
-  }
+  WaitForText(log, "recovered the running job after a scheduler restart", 60s);
   const std::string recovered = ReadFile(log);
   ASSERT_NE(recovered.find("recovered the running job after a scheduler restart: all 2 servers and 2 workers"),
             std::string::npos)
