@@ -17,21 +17,6 @@ std::vector<int> Dense(int n) {
 
 bool Contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-// status.world.lost: the workers lost for good that no later world brought back, oldest first
-// (`silent_only`: those lost while silent).
-std::vector<int> LostSlots(const Json& st, bool silent_only = false) {
-  std::vector<int> out;
-  const Json* lost = At(st, {"world", "lost"});
-  if (!lost || !lost->is_array()) return out;
-  for (const Json& e : lost->as_array()) {
-    if (silent_only && !Bool(e, {"silent"})) continue;
-    if (const auto slot = Int(e, {"worker"}); slot && *slot >= 0 && *slot < kMaxReplicas) {
-      out.push_back(static_cast<int>(*slot));
-    }
-  }
-  return out;
-}
-
 void SetWorld(Json& st, const v1::WorldInfo& w) {
   Json world = Json::object();
   world["workers"] = Json::number(w.members_size());
@@ -171,6 +156,19 @@ std::string NoteLoss(Json& st, const std::string& job, int slot, const std::stri
   st["lastResize"]["generation"] = Json::number(generation);
   SetCondition(st, kResizingCondition, true, "WorkerLost", m, now);
   return m;
+}
+
+std::vector<int> LostSlots(const Json& st, bool silent_only) {
+  std::vector<int> out;
+  const Json* lost = At(st, {"world", "lost"});
+  if (!lost || !lost->is_array()) return out;
+  for (const Json& e : lost->as_array()) {
+    if (silent_only && !Bool(e, {"silent"})) continue;
+    if (const auto slot = Int(e, {"worker"}); slot && *slot >= 0 && *slot < kMaxReplicas) {
+      out.push_back(static_cast<int>(*slot));
+    }
+  }
+  return out;
 }
 
 bool LostSilently(const Json& status, int slot) { return Contains(LostSlots(status, /*silent_only=*/true), slot); }

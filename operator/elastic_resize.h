@@ -69,6 +69,9 @@ void NoteLostWorkers(PlanRound& r);
 // registrationTimeoutSeconds).
 std::string NoteLoss(Json& st, const std::string& job, int slot, const std::string& pod, const std::string& why,
                      bool silent, int64_t generation, Clock::time_point now);
+// status.world.lost: the workers lost for good that no later world brought back, oldest first
+// (`silent_only`: those lost while silent).
+std::vector<int> LostSlots(const Json& st, bool silent_only = false);
 // status.world.lost names `slot` as lost while silent.
 bool LostSilently(const Json& status, int slot);
 

@@ -198,6 +198,37 @@ bool Joining(const PlanRound& r, const DesiredPod& d) {
   return r.spec.elastic.enabled && d.role == PodRole::kWorker && !r.members.empty() && !Contains(r.members, d.index);
 }
 
+// An elastic job's worker whose pod was deleted (or is being deleted: a spot node reclaimed,
+// `kubectl delete pod`, a drain) under restartPolicy Never while the job ran. No replacement
+// comes; its scheduler loses the worker (its agent reports the stop, or it falls silent) and the
+// job goes on with the others (docs/elastic.md#losing-a-worker): the operator neither fails the
+// job nor makes the pod again.
+bool GoneForGood(const PlanRound& r, const DesiredPod& d) {
+  if (!r.spec.elastic.enabled || d.role != PodRole::kWorker || Joining(r, d)) return false;
+  if (RolePolicy(r.spec, d.role) != RestartPolicy::kNever) return false;
+  if (r.old_phase != kRunning && r.old_phase != kRestarting) return false;  // not made yet, rather
+  auto it = r.observed.find(d.name);
+  if (it == r.observed.end()) return true;
+  const ObservedPod& p = *it->second;
+  return p.deleting || (p.phase == "Failed" && !p.disruption.empty());  // evicted: Failed, kept
+}
+bool GoneForGood(const PlanRound& r, const ObservedPod& p) {
+  return p.role == PodRole::kWorker && Contains(r.worker_slots, p.index) &&
+         GoneForGood(r, DesiredPod{.name = p.name, .role = p.role, .index = p.index});
+}
+
+// The world's workers that may still train: neither gone for good, lost, nor joining.
+int WorkersLeft(const PlanRound& r) {
+  const std::vector<int> lost = LostSlots(r.plan.status);
+  int left = 0;
+  for (const DesiredPod& d : r.desired) {
+    if (d.role != PodRole::kWorker || Joining(r, d) || GoneForGood(r, d) || Contains(lost, d.index)) continue;
+    auto it = r.observed.find(d.name);
+    left += it == r.observed.end() || !LostWorker(r.spec, *it->second);
+  }
+  return left;
+}
+
 }  // namespace
 
 bool Terminal(const std::string& phase) { return phase == kSucceeded || phase == kFailed; }
@@ -294,6 +325,16 @@ void FailLostPods(PlanRound& r) {
   if (!r.phase.empty() || r.old_phase != kRunning) return;
   for (const DesiredPod& d : r.desired) {
     if (d.role == PodRole::kScheduler) continue;
+    if (GoneForGood(r, d)) {
+      const int left = WorkersLeft(r);
+      if (left >= r.spec.elastic.minWorkers) continue;  // the job goes on without it
+      r.Finish(kFailed, "PodDeleted",
+               "job " + r.name + ": worker " + std::to_string(d.index) + " (pod " + d.name +
+                   ") was deleted or evicted while the job ran (restartPolicy Never does not replace it), and " +
+                   std::to_string(left) + " worker(s) are left, fewer than spec.elastic.minWorkers (" +
+                   std::to_string(r.spec.elastic.minWorkers) + ")");
+      return;
+    }
     if (RolePolicy(r.spec, d.role) != RestartPolicy::kNever || Joining(r, d)) continue;
     auto it = r.observed.find(d.name);
     if (it != r.observed.end() && !it->second->deleting) continue;
@@ -319,6 +360,7 @@ void DecideFailures(PlanRound& r) {
     const ObservedPod& p = *failed;
     if (Departed(r, p)) continue;  // PlanPods deletes it; nothing to replace
     if (LostWorker(r.spec, p)) continue;  // the job goes on without it (NoteLostWorkers)
+    if (GoneForGood(r, p)) continue;      // evicted: FailLostPods judged it
     if (p.role == PodRole::kScheduler) {
       OnSchedulerFailed(r, p, f);
       continue;
@@ -339,6 +381,7 @@ void DecideSuccess(PlanRound& r) {
     if (d.role != PodRole::kWorker) continue;
     auto it = r.observed.find(d.name);
     if (it != r.observed.end() && LostWorker(r.spec, *it->second)) continue;
+    if (GoneForGood(r, d)) continue;
     ++workers;
     succeeded += it != r.observed.end() && it->second->phase == "Succeeded";
   }
@@ -375,6 +418,8 @@ PodsState PlanPods(PlanRound& r) {
     auto it = r.observed.find(d.name);
     // A joiner's pod coming up does not hold the running job back (the grow waits for it).
     const bool joining = Joining(r, d);
+    // Not made again, not waited for: its scheduler loses it and the others train on.
+    if (GoneForGood(r, d)) continue;
     if (it == r.observed.end()) {
       r.plan.create.push_back(d);
       if (!joining) state.all_up = false;

@@ -76,7 +76,9 @@ void StartClock(PlanRound& r);
 
 // A server or worker pod of a running job under restartPolicy Never is gone or being deleted
 // (kubectl delete, a drain's eviction): the job fails (PodDeleted), before the failures of the
-// others that follow from it. Under the other policies PlanPods recreates it.
+// others that follow from it. Under the other policies PlanPods recreates it. An elastic job's
+// worker is lost instead (its scheduler hears of it from its agent, the progress poller from the
+// scheduler) and the job goes on, unless fewer than spec.elastic.minWorkers would be left.
 void FailLostPods(PlanRound& r);
 
 // Failed pods, the one that failed first first: each is replaced (deleted this round, recreated

@@ -16,7 +16,8 @@ it, and the job succeeds with the other two. With minWorkers 2 of 2, the same ki
 naming spec.elastic.minWorkers. A worker frozen (its agent and program SIGSTOPped: a node gone
 silent) is lost after registrationTimeoutSeconds all the same: the operator learns it from the
 scheduler, follows the loss and deletes the frozen pod. A lost rank grows back when the replicas
-change (`kubectl scale` 2, then 3): its pod is made again and joins the running job.
+change (`kubectl scale` 2, then 3): its pod is made again and joins the running job. A worker
+pod deleted under Never (a spot node reclaimed) is lost the same way, its pod not made again.
 
 Usage: elastic_test.py REPO BIN_DIR   (exit 77 without KUBEBUILDER_ASSETS)
 """
@@ -277,6 +278,36 @@ class Elastic(envtest.EnvtestCase):
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+
+    def test_a_worker_pod_deleted_under_never_is_lost_and_the_job_goes_on(self):
+        """A spot node reclaimed, a drain, `kubectl delete pod`: under restartPolicy Never no
+        replacement comes. The pod's agent (SIGTERM) stops the program and tells the scheduler,
+        which loses the worker; the operator neither fails the job nor makes the pod again, notes
+        the loss from the scheduler's view and follows it; the job succeeds with 2."""
+        self.start_lost_job("spot", workers=3, min_workers=2)
+        deleted = time.time()
+        self.cp.kubectl("delete", "pod", "spot-worker-1", "-n", self.ns, "--wait=false")
+        self.assertTrue(envtest.wait_for(lambda: self.last_resize("spot").get("lostWorker") == 1 and
+                                         self.last_resize("spot").get("outcome") == "Done", 60),
+                        "the loss was not followed: %s" % self.job("spot").get("status"))
+        followed = time.time() - deleted
+        st = self.job("spot")["status"]
+        self.assertEqual(st["phase"], "Running", st)
+        self.assertEqual(st["world"]["members"], [0, 2], st)
+        lost = st["world"]["lost"]
+        self.assertEqual([(e["worker"], e["pod"], e.get("silent")) for e in lost], [(1, "spot-worker-1", None)], st)
+        self.assertIn("after the agent got SIGTERM (the pod was deleted, evicted or drained)", lost[0]["reason"], st)
+        self.assertTrue(any("worker 1 (pod spot-worker-1) is lost for good" in m
+                            for m in self.event_messages("spot", "WorkerLost")), self.events("spot"))
+        st = self.wait_phase("spot", ("Succeeded", "Failed"), 240)
+        self.assertEqual(st["phase"], "Succeeded", st)
+        self.assertEqual(self.condition("spot", "Succeeded")["message"], "job spot: all 2 workers succeeded")
+        workers = [p["metadata"]["name"] for p in self.pods("trellis.io/job-name=spot,trellis.io/role=worker")]
+        self.assertNotIn("spot-worker-1", workers, "no pod is made again under restartPolicy Never")
+        self.assertNotIn("Restarting", self.phases["spot"], self.phases["spot"])
+        self.assertNotIn("PodRestarted", self.events("spot"))
+        print("worker pod 1 of 3 deleted under Never on the real API server: kubectl delete -> status.world "
+              "{0, 2} Done: %.2f s" % followed, flush=True)
 
     def test_a_worker_lost_below_min_workers_fails_the_job_naming_why(self):
         self.start_lost_job("few", workers=2, min_workers=2)

@@ -32,6 +32,24 @@ std::vector<int> Members(const Json& job) {
   return out;
 }
 
+// The scheduler's world after the loss took effect: a gap where worker 1 was.
+void CloseTheGap(Json& job) {
+  v1::JobProgress p;
+  *p.mutable_world() = World(1, 40, {0, 2});
+  std::vector<JobPlan::Event> events;
+  ASSERT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  ASSERT_EQ(Members(job), (std::vector<int>{0, 2}));
+}
+
+// Workers 0 and 2 (pods[3] and pods[4] once worker 1's pod is gone from `pods`) end well: the
+// job succeeds with the two.
+void TheOthersSucceed(Json& job, std::vector<ObservedPod>& pods, Clock::time_point now) {
+  pods[3].phase = pods[4].phase = "Succeeded";
+  Round(job, pods, now);
+  EXPECT_EQ(Str(job, {"status", "phase"}), kSucceeded);
+  EXPECT_EQ(Condition(job["status"], "Succeeded", "message"), "job mlp: all 2 workers succeeded");
+}
+
 // A running 3-worker job whose worker 1 was lost, the scheduler's world {0, 2} taken effect.
 void LostAndFollowed(Json& job, std::vector<ObservedPod>& pods) {
   pods = AllPods("Running");
@@ -41,10 +59,7 @@ void LostAndFollowed(Json& job, std::vector<ObservedPod>& pods) {
   JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
   ASSERT_EQ(Str(job, {"status", "phase"}), kRunning);
   ASSERT_TRUE(plan.follow_resize);
-  v1::JobProgress p;
-  *p.mutable_world() = World(1, 40, {0, 2});
-  std::vector<JobPlan::Event> events;
-  ASSERT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  ASSERT_NO_FATAL_FAILURE(CloseTheGap(job));
   ASSERT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizeDone);
 }
 
@@ -257,11 +272,7 @@ TEST(ElasticLossTest, ASilentWorkerTheSchedulerLostIsFollowedAndItsPodDeleted) {
   EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
   EXPECT_TRUE(plan.follow_resize);
   EXPECT_TRUE(plan.remove.empty());
-  v1::JobProgress p;
-  *p.mutable_world() = World(1, 40, {0, 2});
-  std::vector<JobPlan::Event> events;
-  ASSERT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
-  EXPECT_EQ(Members(job), (std::vector<int>{0, 2}));
+  ASSERT_NO_FATAL_FAILURE(CloseTheGap(job));
   EXPECT_TRUE(LostSilently(job["status"], 1)) << "still listed";
 
   plan = Round(job, pods, kT0 + std::chrono::seconds(2));
@@ -274,10 +285,7 @@ TEST(ElasticLossTest, ASilentWorkerTheSchedulerLostIsFollowedAndItsPodDeleted) {
   pods.erase(pods.begin() + 4);
   plan = Round(job, pods, kT0 + std::chrono::seconds(4));
   EXPECT_TRUE(plan.create.empty());
-  pods[3].phase = pods[4].phase = "Succeeded";
-  Round(job, pods, kT0 + std::chrono::seconds(5));
-  EXPECT_EQ(Str(job, {"status", "phase"}), kSucceeded);
-  EXPECT_EQ(Condition(job["status"], "Succeeded", "message"), "job mlp: all 2 workers succeeded");
+  TheOthersSucceed(job, pods, kT0 + std::chrono::seconds(5));
 }
 
 // A worker lost by its own failure: its pod is kept while it turns Failed, for its logs (only a
@@ -288,13 +296,123 @@ TEST(ElasticLossTest, AWorkerLostByItsFailureKeepsItsPod) {
   Round(job, pods, kT0);
   EXPECT_NE(NoteLoss(job["status"], "mlp", 1, "mlp-worker-1", kLost, /*silent=*/false, 0, kT0), "");
   EXPECT_FALSE(LostSilently(job["status"], 1));
-  v1::JobProgress p;
-  *p.mutable_world() = World(1, 40, {0, 2});
-  std::vector<JobPlan::Event> events;
-  ASSERT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  ASSERT_NO_FATAL_FAILURE(CloseTheGap(job));
   // Its pod has not turned Failed yet (its agent is writing the report): not deleted.
   JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
   EXPECT_TRUE(plan.remove.empty());
+}
+
+// A worker pod deleted under restartPolicy Never (a spot node reclaimed, a drain, `kubectl
+// delete pod`): no replacement comes, so the operator neither fails the job nor makes the pod
+// again; the job stays Running while its scheduler loses the worker (its agent reported the
+// stop), the progress poller notes the loss and the world closes the gap; the job succeeds with
+// the others.
+TEST(ElasticLossTest, AWorkerPodDeletedUnderNeverIsNotMadeAgainAndTheJobGoesOn) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  ASSERT_EQ(Str(job, {"status", "phase"}), kRunning);
+
+  pods[4].deleting = true;
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_TRUE(plan.remove.empty());
+  pods.erase(pods.begin() + 4);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning) << "not Restarting: nothing is recreated";
+  EXPECT_TRUE(plan.create.empty()) << "restartPolicy Never: no pod is made again";
+
+  // The scheduler's view lists the loss; the poller notes it, the world closes the gap.
+  const std::string why = "worker 1 (pod mlp-worker-1) failed: exit code 143 (killed by SIGTERM): program killed by "
+                          "signal 15 after the agent got SIGTERM (the pod was deleted, evicted or drained)";
+  EXPECT_NE(NoteLoss(job["status"], "mlp", 1, "mlp-worker-1", why, /*silent=*/false, 0, kT0), "");
+  ASSERT_NO_FATAL_FAILURE(CloseTheGap(job));
+  plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  EXPECT_TRUE(plan.create.empty());
+  TheOthersSucceed(job, pods, kT0 + std::chrono::seconds(4));
+}
+
+// Evicted for node pressure (the pod stays, Failed with reason Evicted): the same, and once the
+// world has the gap its pod is deleted like any departed worker's that ended.
+TEST(ElasticLossTest, AWorkerPodEvictedUnderNeverIsLostNotFailed) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  pods[4].phase = "Failed";
+  pods[4].exit_code = 143;
+  pods[4].disruption = "Evicted";
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_TRUE(plan.events.empty());
+  EXPECT_NE(NoteLoss(job["status"], "mlp", 1, "mlp-worker-1", "evicted", /*silent=*/false, 0, kT0), "");
+  ASSERT_NO_FATAL_FAILURE(CloseTheGap(job));
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  EXPECT_EQ(plan.remove, (std::vector<std::string>{"mlp-worker-1"}));
+  EXPECT_TRUE(plan.create.empty());
+
+  // With minWorkers 3 the eviction fails the job, as without spec.elastic.
+  Json few = ApiJob(ElasticSpec(3));
+  few["spec"]["elastic"]["minWorkers"] = Json::number(3);
+  pods = AllPods("Running");
+  Round(few, pods, kT0);
+  pods[4].phase = "Failed";
+  pods[4].disruption = "Evicted";
+  Round(few, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(few, {"status", "phase"}), kFailed);
+  EXPECT_EQ(Condition(few["status"], "Failed", "reason"), "PodDeleted");
+}
+
+// The others may finish before the loss is followed (a deletion near the end): the deleted
+// worker is not waited for.
+TEST(ElasticLossTest, TheOthersFinishingBeforeTheLossIsFollowedSucceedTheJob) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  pods.erase(pods.begin() + 4);
+  TheOthersSucceed(job, pods, kT0 + std::chrono::seconds(1));
+}
+
+// Fewer than minWorkers would be left: the job fails at once, naming the deletion and the bound.
+TEST(ElasticLossTest, AWorkerPodDeletedBelowMinWorkersFailsTheJobSayingSo) {
+  Json job = ApiJob(ElasticSpec(3));
+  job["spec"]["elastic"]["minWorkers"] = Json::number(3);
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  pods[4].deleting = true;
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kFailed);
+  EXPECT_EQ(Condition(job["status"], "Failed", "reason"), "PodDeleted");
+  EXPECT_EQ(Condition(job["status"], "Failed", "message"),
+            "job mlp: worker 1 (pod mlp-worker-1) was deleted or evicted while the job ran (restartPolicy Never "
+            "does not replace it), and 2 worker(s) are left, fewer than spec.elastic.minWorkers (3)");
+  EXPECT_TRUE(plan.create.empty());
+}
+
+// Under OnFailure a deleted worker pod is made again (its replacement rejoins under its rank),
+// elastic or not; and a server deleted under Never still fails an elastic job (servers are not
+// elastic).
+TEST(ElasticLossTest, OnlyNeverWorkersAreGoneForGood) {
+  Json job = ApiJob(ElasticSpec(3));
+  job["spec"]["runPolicy"]["restartPolicy"] = JStr("OnFailure");
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  pods.erase(pods.begin() + 4);
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Names(plan.create), (std::vector<std::string>{"mlp-worker-1"}));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRestarting);
+
+  Json never = ApiJob(ElasticSpec(3));
+  pods = AllPods("Running");
+  Round(never, pods, kT0);
+  pods.erase(pods.begin() + 2);  // server 1
+  Round(never, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(never, {"status", "phase"}), kFailed);
+  EXPECT_EQ(Condition(never["status"], "Failed", "reason"), "PodDeleted");
 }
 
 }  // namespace
