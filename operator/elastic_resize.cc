@@ -183,6 +183,50 @@ void NoteLostWorkers(PlanRound& r) {
   }
 }
 
+std::optional<JobPlan::Event> NoteSchedulersGrow(Json& st, const std::string& job, const v1::JobProgress& p,
+                                                Clock::time_point now) {
+  if (!WorldWorkers(st) || Str(st, {"lastResize", "outcome"}) == kResizePending) return std::nullopt;
+  const std::vector<int> world = WorldMembers(st);
+  const int64_t known = Int(st, {"world", "epoch"}).value_or(0);
+  const std::vector<int> lost = LostSlots(st);
+  std::string back;  // "worker 1", the lost slots it brings back
+  auto reason = [&](const std::vector<int>& members) {
+    for (int m : members) {
+      if (!Contains(world, m) && Contains(lost, m)) back += (back.empty() ? "worker " : ", ") + std::to_string(m);
+    }
+    return back.empty() ? std::string() : back + " came back after it was lost";
+  };
+  if (p.resize_pending_epoch() > known) {
+    const std::vector<int> members(p.resize_pending_members().begin(), p.resize_pending_members().end());
+    const std::string why = reason(members);
+    if (why.empty()) return std::nullopt;  // not a grow back: the operator's own, or a loss noted apart
+    const ResizeAsk ask{static_cast<int>(world.size()), static_cast<int>(members.size()), why};
+    const std::string m = "job " + job + ": " + why + " (its pod's program asked to join); " + Resize(ask) +
+                          ", at a step boundary the workers agree on";
+    WriteLastResize(st, ask, kResizePending, p.resize_pending_epoch(), "", now);
+    SetCondition(st, kResizingCondition, true, "WorkerBack", m, now);
+    return JobPlan::Event{"Normal", "WorkerBack", m};
+  }
+  // Decided between two polls: the world it made.
+  if (p.resize_pending_epoch() != 0 || p.world().epoch() <= known || !p.has_last_resize() ||
+      p.last_resize().epoch() != p.world().epoch()) {
+    return std::nullopt;
+  }
+  const std::vector<int> members(p.world().members().begin(), p.world().members().end());
+  const std::string why = reason(members);
+  if (why.empty()) return std::nullopt;
+  const ResizeAsk ask{static_cast<int>(world.size()), static_cast<int>(members.size()), why};
+  WriteLastResize(st, ask, kResizeDone, p.world().epoch(), "", now);
+  st["lastResize"]["fromStep"] = Json::number(static_cast<int64_t>(p.world().from_step()));
+  st["lastResize"]["doneTime"] = JStr(FormatTime(now));
+  SetWorld(st, p.world());
+  const std::string m = "job " + job + ": " + why + "; resized from " + Workers(ask.from) + " to " +
+                        std::to_string(ask.to) + "; the new world trains from step " +
+                        std::to_string(p.world().from_step());
+  SetCondition(st, kResizingCondition, false, "Resized", m, now);
+  return JobPlan::Event{"Normal", "Resized", m};
+}
+
 std::optional<int> WorldWorkers(const Json& status) {
   const auto w = Int(status, {"world", "workers"});
   if (!w || *w < 1 || *w > kMaxReplicas) return std::nullopt;

@@ -69,6 +69,15 @@ void NoteLostWorkers(PlanRound& r);
 // registrationTimeoutSeconds).
 std::string NoteLoss(Json& st, const std::string& job, int slot, const std::string& pod, const std::string& why,
                      bool silent, int64_t generation, Clock::time_point now);
+// The job's scheduler grows the world back on its own when a lost worker's program comes back
+// and asks to join (a late replacement; scheduler/world_plan.h GrowBack). The progress poller
+// notes it in `st` from the scheduler's progress `p`: a grow under way as status.lastResize
+// Pending (the reconciler follows it as any resize, the joiner's pod wanted meanwhile) with a
+// WorkerBack event, or, decided between two polls already, Done with the new world and a Resized
+// event. nullopt: nothing of the kind (a resize the operator follows already, a loss).
+std::optional<JobPlan::Event> NoteSchedulersGrow(Json& st, const std::string& job, const v1::JobProgress& p,
+                                                Clock::time_point now);
+
 // status.world.lost: the workers lost for good that no later world brought back, oldest first
 // (`silent_only`: those lost while silent).
 std::vector<int> LostSlots(const Json& st, bool silent_only = false);

@@ -217,6 +217,13 @@ bool GoneForGood(const PlanRound& r, const ObservedPod& p) {
          GoneForGood(r, DesiredPod{.name = p.name, .role = p.role, .index = p.index});
 }
 
+// A pod made again for a worker that its scheduler then lost (no replacement registered within
+// registrationTimeoutSeconds: it waits for a node) under a policy that replaces pods.
+bool LateReplacement(const PlanRound& r, const ObservedPod& p) {
+  return r.spec.elastic.enabled && p.role == PodRole::kWorker && RolePolicy(r.spec, p.role) != RestartPolicy::kNever &&
+         Contains(LostSlots(r.plan.status), p.index) && !LostSilently(r.plan.status, p.index);
+}
+
 // The world's workers that may still train: neither gone for good, lost, nor joining.
 int WorkersLeft(const PlanRound& r) {
   const std::vector<int> lost = LostSlots(r.plan.status);
@@ -406,6 +413,9 @@ PodsState PlanPods(PlanRound& r) {
     // has nothing to finish: deleted. So is one lost while silent (frozen, its node gone): it
     // would never finish, and its replacement, should a grow want the slot, needs its name.
     if (Departed(r, p) && !Ended(p) && p.phase != "Pending" && !LostSilently(r.plan.status, p.index)) continue;
+    // A lost worker's replacement waiting for a node (a policy that replaces pods): once its
+    // program is up it asks to join and the scheduler grows the world back to take it in.
+    if (Departed(r, p) && !Ended(p) && !p.deleting && LateReplacement(r, p)) continue;
     // Lost for good: kept for its logs (cleanPodPolicy decides at the end) until a grow wants
     // its slot again.
     if (LostWorker(r.spec, p) && !wanted.count(p.name)) continue;

@@ -75,7 +75,8 @@ int ProgressPoller::PollOnce() {
     const Key key{Str(job, {"metadata", "namespace"}, "default"), Str(job, {"metadata", "name"})};
     // A suspended job writing its exit checkpoint: the reconciler asks its scheduler meanwhile.
     if (const Json* st = At(job, {"status"}); st && ExitCheckpointUnderWay(*st)) keep.insert(key);
-    if (Str(job, {"status", "phase"}) != kRunning) continue;
+    // Restarting too: a pod being replaced may be a worker its scheduler loses meanwhile.
+    if (const std::string phase = Str(job, {"status", "phase"}); phase != kRunning && phase != kRestarting) continue;
     keep.insert(key);
     auto r = PollJob(job);
     if (!r.ok()) {
@@ -116,6 +117,8 @@ StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
       if (!m.empty()) lost.push_back(std::move(m));
     }
   }
+  // A lost worker back (a late replacement): the grow its scheduler started, followed.
+  const std::optional<JobPlan::Event> grow = NoteSchedulersGrow(status, name, *progress, Clock::now());
   ApplyProgress(status, *progress, Clock::now());
   ApplyStoppedFromOutside(status, *progress, Bool(job, {"spec", "runPolicy", "suspend"}), Clock::now());
   // The programs' restarts inside their pods: the scheduler counts what the agents report.
@@ -143,6 +146,10 @@ StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
   }
   for (const auto& m : lost) {
     Status e = RecordJobEvent(client_, *w, "Warning", "WorkerLost", m, Clock::now());
+    if (!e.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << e.message();
+  }
+  if (grow) {
+    Status e = RecordJobEvent(client_, *w, grow->type, grow->reason, grow->message, Clock::now());
     if (!e.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << e.message();
   }
   for (const auto& m : restarted) {

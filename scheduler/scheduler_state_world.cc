@@ -32,6 +32,15 @@ void SchedulerState::ReachStep(const v1::ReachStepRequest& req, TimePoint deadli
     if (st.ok()) st = OpenLocked(/*failed_counts=*/true);
     v1::WorldInfo world;
     StatusOr<bool> decided = st;
+    // A lost worker's program back (a late replacement) asks to join: the world grows back to
+    // take it in, unless the job is ending.
+    if (st.ok() && req.step() < 0 && world_.bounds().enabled && stop_reason_.empty() &&
+        !members_.AnyWorkerExited() && world_.GrowBack(req.rank(), req.epoch(), UnixMillisNow())) {
+      TLOG_INFO << "worker " << req.rank() << " came back after it was lost: growing the world back to "
+                << world_.pending_members().size() << " workers (world " << world_.pending_epoch()
+                << ", after the step every worker reaches next)";
+      ChangedLocked(&deferred);  // the view's resize under way
+    }
     if (st.ok()) decided = world_.Reach(req.rank(), req.epoch(), req.step(), UnixMillisNow(), &world);
     if (!decided.ok()) {
       deferred.push_back([done = std::move(done), st = decided.status()] { done(st); });

@@ -57,23 +57,17 @@ StatusOr<v1::ResizeResponse> WorldPlan::Resize(int32_t workers, const std::strin
   *out.mutable_current() = current_;
   out.set_epoch(current_.epoch());
   if (workers == size()) return out;
-  auto p = std::make_unique<Pending>();
-  p->epoch = current_.epoch() + 1;
+  std::unique_ptr<Pending> p;
   if (workers > size()) {
-    // Into the slots outside the world, lowest first (the pods scaling up creates).
-    const int32_t slots = static_cast<int32_t>(departed_.size());
-    for (int32_t s = 0; s < slots && size() + static_cast<int32_t>(p->joiners.size()) < workers; ++s) {
-      if (!IsMember(s)) p->joiners.push_back(s);
-    }
-    if (size() + static_cast<int32_t>(p->joiners.size()) < workers) {  // not reached: slots >= maxWorkers
+    p = Grow(workers, std::nullopt);
+    if (!p) {  // not reached: slots >= maxWorkers
       return InvalidArgumentError("resize to " + std::to_string(workers) + " workers: the job has " +
-                                  std::to_string(slots) + " worker slots");
+                                  std::to_string(departed_.size()) + " worker slots");
     }
-    p->members.assign(current_.members().begin(), current_.members().end());
-    p->members.insert(p->members.end(), p->joiners.begin(), p->joiners.end());
-    std::sort(p->members.begin(), p->members.end());
   } else {
     // Shrinking keeps the lowest slots, as scaling a set of pods down removes the highest ordinals.
+    p = std::make_unique<Pending>();
+    p->epoch = current_.epoch() + 1;
     p->members.assign(current_.members().begin(), current_.members().begin() + workers);
   }
   p->info.set_epoch(p->epoch);
@@ -85,6 +79,40 @@ StatusOr<v1::ResizeResponse> WorldPlan::Resize(int32_t workers, const std::strin
   out.set_epoch(p->epoch);
   pending_ = std::move(p);
   return out;
+}
+
+std::unique_ptr<WorldPlan::Pending> WorldPlan::Grow(int32_t workers, std::optional<int32_t> only) {
+  auto p = std::make_unique<Pending>();
+  p->epoch = current_.epoch() + 1;
+  if (only) {
+    p->joiners.push_back(*only);
+  } else {
+    // Into the slots outside the world, lowest first (the pods scaling up creates).
+    const int32_t slots = static_cast<int32_t>(departed_.size());
+    for (int32_t s = 0; s < slots && size() + static_cast<int32_t>(p->joiners.size()) < workers; ++s) {
+      if (!IsMember(s)) p->joiners.push_back(s);
+    }
+  }
+  if (size() + static_cast<int32_t>(p->joiners.size()) != workers) return nullptr;
+  p->members.assign(current_.members().begin(), current_.members().end());
+  p->members.insert(p->members.end(), p->joiners.begin(), p->joiners.end());
+  std::sort(p->members.begin(), p->members.end());
+  return p;
+}
+
+bool WorldPlan::GrowBack(int32_t slot, int64_t epoch, int64_t now_unix_ms) {
+  const bool lost = std::any_of(lost_.begin(), lost_.end(), [&](const v1::LostWorker& l) { return l.slot() == slot; });
+  if (!lost || pending_ || epoch != current_.epoch() + 1 || IsMember(slot) || size() >= bounds_.max_workers) {
+    return false;
+  }
+  std::unique_ptr<Pending> p = Grow(size() + 1, slot);
+  p->info.set_epoch(p->epoch);
+  p->info.set_from_workers(size());
+  p->info.set_to_workers(size() + 1);
+  p->info.set_reason("worker " + std::to_string(slot) + " came back after it was lost");
+  p->info.set_asked_unix_ms(now_unix_ms);
+  pending_ = std::move(p);
+  return true;
 }
 
 StatusOr<bool> WorldPlan::Adopt(const v1::WorldInfo& world) {

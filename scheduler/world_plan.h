@@ -119,6 +119,15 @@ class WorldPlan {
   // The workers lost for good and not brought back by a later world (the servers' pings).
   const std::vector<v1::LostWorker>& lost() const { return lost_; }
 
+  // The program of `slot`, lost for good (lost()) and not brought back yet, came back and asks
+  // to join world `epoch` (a late replacement: a pod made again after its rank was lost, a
+  // restart that took longer than registrationTimeoutSeconds). The world grows back to take it
+  // in: a resize to size() + 1 whose one joiner is `slot`, as a grow asked for would be, with
+  // `slot` counted as asking already. Returns whether it was started; false: `slot` is not lost,
+  // a resize is under way, `epoch` is not the next one, or the world has maxWorkers.
+  // REQUIRES: bounds().enabled.
+  bool GrowBack(int32_t slot, int64_t epoch, int64_t now_unix_ms);
+
   // A resize no member has reported a step for within `limit_ms` of being asked for is given
   // up: a joiner did not start, or the workers' program never reaches a step boundary the
   // scheduler hears of (it does not use the Checkpointer's EndStep or Commit). Returns why, once
@@ -138,6 +147,9 @@ class WorldPlan {
     v1::ResizeInfo info;
   };
 
+  // A resize to `workers` (> size(), <= the slots) into the lowest slots outside the world, or
+  // into `only` when given.
+  std::unique_ptr<Pending> Grow(int32_t workers, std::optional<int32_t> only);
   // Drops the lost workers `world` brings back (a grow into their slots).
   void ForgetLostIn(const v1::WorldInfo& world);
 

@@ -24,7 +24,7 @@ its local port for the kubelet's lifetime: a recreated scheduler pod listens whe
 other pods already point (a Service name is stable in a cluster).
 
 Usage: kubelet.py --server URL --bin-dir DIR --work-dir DIR [--namespace NS] [--rootfs ROOTFS]
-                  [--ca-file PEM] [--client-cert PEM --client-key PEM | --token-file PATH]
+                  [--full-file PATH] [--ca-file PEM] [--client-cert PEM --client-key PEM | --token-file PATH]
 """
 import argparse
 import base64
@@ -93,8 +93,9 @@ def _die_with_parent():
 
 
 class Kubelet:
-    def __init__(self, api, bin_dir, work_dir, namespace=None, rootfs=None, services_file=None):
+    def __init__(self, api, bin_dir, work_dir, namespace=None, rootfs=None, services_file=None, full_file=None):
         self.api, self.bin_dir, self.work_dir, self.namespace = api, bin_dir, work_dir, namespace
+        self.full_file = full_file  # while this file exists the node is full: no pod is started
         self.rootfs = rootfs  # run pods inside this unpacked image (None: from bin_dir)
         self.services_file = services_file  # where the operator finds the Services (JSON)
         self.procs = {}      # (ns, name, uid) -> Popen
@@ -277,7 +278,10 @@ class Kubelet:
                 self.done.add(key[2])
         self.reap()
         ending = {(ns, name) for (ns, name, _) in self.terminating}
+        full = self.full_file is not None and os.path.exists(self.full_file)
         for (ns, name, uid), pod in pods.items():
+            if full:
+                break
             if (ns, name, uid) not in self.procs and uid not in self.done and (ns, name) not in ending and \
                     not pod["metadata"].get("deletionTimestamp") and \
                     pod.get("status", {}).get("phase", "Pending") == "Pending":
@@ -322,13 +326,15 @@ def main():
     ap.add_argument("--rootfs", help="run each pod inside this unpacked image (build/image/bundle/rootfs)")
     ap.add_argument("--services-file", help="write the Services' local addresses here (JSON) for "
                     "the operator's --scheduler-addresses")
+    ap.add_argument("--full-file", help="while this file exists the node has no room: new pods stay Pending "
+                    "(a replacement waiting for a node)")
     args = ap.parse_args()
     api = Api(args.server, args.ca_file, args.client_cert, args.client_key, args.token_file)
     rootfs = os.path.abspath(args.rootfs) if args.rootfs else None
     if rootfs and not os.path.isfile(os.path.join(rootfs, "..", "config.json")):
         ap.error("--rootfs %s: not the rootfs of an unpacked image (no ../config.json)" % rootfs)
     k = Kubelet(api, os.path.abspath(args.bin_dir), os.path.abspath(args.work_dir), args.namespace, rootfs,
-                args.services_file)
+                args.services_file, args.full_file)
     signal.signal(signal.SIGTERM, k.shutdown)
     signal.signal(signal.SIGINT, k.shutdown)
     while True:

@@ -141,13 +141,13 @@ class Elastic(envtest.EnvtestCase):
         print("resized 2 -> 1 -> 4 -> 2 on the real API server: kubectl scale -> status.world 1: %.2f s, -> 4: %.2f s; "
               "last resize %s; events %s" % (took, grew, st["lastResize"], self.events("el")), flush=True)
 
-    def start_lost_job(self, name, workers, min_workers, scheduler=None):
-        """An elastic job of `workers` under restartPolicy Never, trained a few steps; the
+    def start_lost_job(self, name, workers, min_workers, scheduler=None, policy="Never", kubelet_args=()):
+        """An elastic job of `workers` under restartPolicy `policy`, trained a few steps; the
         operator and the test kubelet running. Returns the kubelet."""
         services = os.path.join(self.cp.dir, self.ns + "-services.json")
         self.start_operator(args=["--progress-seconds", "1", "--scheduler-addresses", services])
-        kubelet = self.start_kubelet(args=["--services-file", services])
-        job = envtest.mlp_job(name, epochs=EPOCHS, activeDeadlineSeconds=300)
+        kubelet = self.start_kubelet(args=["--services-file", services] + list(kubelet_args))
+        job = envtest.mlp_job(name, epochs=EPOCHS, activeDeadlineSeconds=300, restartPolicy=policy)
         job["spec"]["workers"]["replicas"] = workers
         job["spec"]["elastic"] = {"minWorkers": min_workers, "maxWorkers": workers}
         job["spec"]["workers"]["args"] += ["--slow-rank", "0", "--step-sleep-ms", "10"]
@@ -308,6 +308,57 @@ class Elastic(envtest.EnvtestCase):
         self.assertNotIn("PodRestarted", self.events("spot"))
         print("worker pod 1 of 3 deleted under Never on the real API server: kubectl delete -> status.world "
               "{0, 2} Done: %.2f s" % followed, flush=True)
+
+    def test_a_late_replacement_grows_the_world_back(self):
+        """Under OnFailure a deleted worker pod is made again, but here the node is full (the
+        test kubelet starts no pod meanwhile): no replacement registers within
+        registrationTimeoutSeconds, so the scheduler loses the worker and the other two train on.
+        The Pending replacement is kept; once the node has room it starts, its program asks to
+        join, and the scheduler grows the world back to 3 on its own; the operator follows it
+        (a WorkerBack or Resized event) and the job succeeds with 3."""
+        full = os.path.join(self.cp.dir, self.ns + "-node-full")
+        kubelet = self.start_lost_job("late", workers=3, min_workers=2, policy="OnFailure",
+                                      scheduler={"heartbeatIntervalSeconds": 0.5, "registrationTimeoutSeconds": 4},
+                                      kubelet_args=["--full-file", full])
+        old = self.cp.get("/api/v1/namespaces/%s/pods/late-worker-1" % self.ns)["metadata"]["uid"]
+        open(full, "w").close()
+        try:
+            self.cp.kubectl("delete", "pod", "late-worker-1", "-n", self.ns, "--wait=false")
+            self.assertTrue(envtest.wait_for(lambda: self.last_resize("late").get("lostWorker") == 1 and
+                                             self.last_resize("late").get("outcome") == "Done", 60),
+                            "the loss was not followed: %s" % self.job("late").get("status"))
+            st = self.job("late")["status"]
+            self.assertEqual(st["world"]["members"], [0, 2], st)
+            self.assertIn("no replacement pod registered within 4 s", st["world"]["lost"][0]["reason"], st)
+            time.sleep(2)  # the replacement waits for room; the operator keeps it
+            pod = self.cp.get("/api/v1/namespaces/%s/pods/late-worker-1" % self.ns)
+            self.assertNotEqual(pod["metadata"]["uid"], old)
+            self.assertEqual(pod["status"].get("phase", "Pending"), "Pending", pod["status"])
+            self.assertFalse(pod["metadata"].get("deletionTimestamp"), pod["metadata"])
+        finally:
+            os.unlink(full)
+        room = time.time()
+        self.assertTrue(envtest.wait_for(lambda: self.last_resize("late").get("to") == 3 and
+                                         self.last_resize("late").get("outcome") == "Done", 90),
+                        "the world did not grow back: %s" % self.job("late").get("status"))
+        back = time.time() - room
+        st = self.job("late")["status"]
+        self.assertEqual(st["world"]["members"], [0, 1, 2], st)
+        self.assertNotIn("lost", st["world"], st)
+        self.assertIn("worker 1 came back after it was lost", st["lastResize"]["reason"], st)
+        # WorkerBack when a poll saw the grow under way, else Resized once it was decided.
+        self.assertTrue(any("worker 1 came back after it was lost" in m
+                            for m in self.event_messages("late", "WorkerBack") + self.event_messages("late", "Resized")),
+                        self.events("late"))
+        from_step = st["lastResize"]["fromStep"]
+        st = self.wait_phase("late", ("Succeeded", "Failed"), 240)
+        self.assertEqual(st["phase"], "Succeeded", st)
+        self.assertEqual(self.condition("late", "Succeeded")["message"], "job late: all 3 workers succeeded")
+        with open(os.path.join(kubelet.work_dir, "late-worker-1.log"), errors="replace") as f:
+            log = f.read()
+        self.assertIn("rejoined the running job after step %d" % (from_step - 1), log, log[-3000:])
+        print("a late replacement on the real API server: room on the node -> status.world {0, 1, 2} Done: "
+              "%.2f s" % back, flush=True)
 
     def test_a_worker_lost_below_min_workers_fails_the_job_naming_why(self):
         self.start_lost_job("few", workers=2, min_workers=2)

@@ -420,6 +420,50 @@ TEST_F(ElasticTest, AWorkerSilentPastTheRegistrationTimeoutIsLostAndTheJobGoesOn
   EXPECT_TRUE(WaitNoProcessesOfJob(job).empty()) << "the frozen agent and program were stopped";
 }
 
+// A late replacement (docs/elastic.md#losing-a-worker): worker 1's program is killed under
+// OnFailure and its restart takes longer than registrationTimeoutSeconds (its wrapper sleeps 7 s
+// first, as a slow image pull or data load would), so the scheduler loses it and the other two
+// train on. When the program comes up it asks to join, and the world grows back to 3 without
+// anyone resizing it; the job reaches its target with 3.
+TEST_F(ElasticTest, ALostWorkerWhoseRestartComesLateGrowsTheWorldBack) {
+  const std::string job = NewJob("el-late");
+  MlpJob spec = ThreeOfMinTwo(job);
+  spec.worker_restart = "OnFailure";
+  spec.scheduler = "    registrationTimeoutSeconds: 3\n";
+  const std::string slow = dir_ + "/" + job + ".slow";
+  spec.command = "[sh, -c, \"if [ -e " + slow + " ]; then sleep 7; fi; exec trellis-mlp \\\"$@\\\"\", trellis-mlp]";
+  auto launch = StartAndWaitForStep(job, spec, 32);
+  ASSERT_NE(launch, nullptr);
+  const pid_t program = WorkerProgram(job, 1);
+  ASSERT_GT(program, 0);
+  { FILE* f = std::fopen(slow.c_str(), "w"); ASSERT_NE(f, nullptr); std::fclose(f); }
+  const auto t_kill = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(program, SIGKILL), 0);
+  const std::string log = dir_ + "/" + job + ".out";
+  ASSERT_TRUE(WaitForText(log, "trellis-mlp: resized to 2 worker(s)", 60s)) << ReadFile(log);
+  const double lost_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_kill).count();
+  ASSERT_TRUE(WaitForText(log, "trellis-mlp: resized to 3 worker(s)", 90s)) << ReadFile(log);
+  const double back_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_kill).count();
+  auto st = launch->WaitFor(200s);
+  const std::string out = ReadFile(log);
+  ASSERT_TRUE(st.has_value()) << out;
+  EXPECT_EQ(st->exit_code, 0) << out;
+  std::printf("worker 1 of 3 killed, its restart 7 s late (registration timeout 3 s): world of 2 %.1f s after "
+              "the kill, grown back to 3 %.1f s after it\n",
+              lost_after, back_after);
+  EXPECT_NE(out.find("-- reached"), std::string::npos) << out;
+  EXPECT_NE(out.find(", 3 worker(s), "), std::string::npos) << "the result names the world at the end\n" << out;
+  const std::string sched = ReadFile(dir_ + "/logs-" + job + "/scheduler.log");
+  EXPECT_NE(sched.find("was restarted and its program did not come back within 3 s"), std::string::npos) << sched;
+  EXPECT_NE(sched.find("worker 1 came back after it was lost: growing the world back to 3 workers"), std::string::npos)
+      << sched;
+  const std::string w1 = ReadFile(dir_ + "/logs-" + job + "/worker-1.log");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("trellis-mlp: resized to 3 worker\\(s\\) from step ([0-9]+)"))) << out;
+  EXPECT_NE(w1.find("rejoined the running job after step " + std::to_string(std::stoi(m[1]) - 1)), std::string::npos)
+      << w1;
+}
+
 // What a user is told when a resize cannot be done: a job that is not elastic, a size outside
 // its bounds. The job runs on undisturbed.
 TEST_F(ElasticTest, ResizesThatCannotBeDoneAreRefusedSayingWhy) {

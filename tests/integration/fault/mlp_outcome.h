@@ -31,6 +31,7 @@ struct MlpJob {
   std::string scheduler;     // YAML lines under `scheduler:`, "" for none
   std::string run_policy = "    backoffLimit: 2\n    activeDeadlineSeconds: 200\n";  // under `runPolicy:`
   std::string elastic;       // the flow map of `elastic:` ("{minWorkers: 1, maxWorkers: 2}"), "" for none
+  std::string command = "[trellis-mlp]";  // the workers' command (flow sequence); args follow
 };
 
 inline std::string MlpJobYaml(const std::string& name, const MlpJob& j) {
@@ -43,7 +44,7 @@ inline std::string MlpJobYaml(const std::string& name, const MlpJob& j) {
                   role("servers", j.servers, j.server_restart) + role("workers", j.workers, j.worker_restart) +
                   (j.gpus_per_worker > 1 ? "    gpusPerWorker: " + std::to_string(j.gpus_per_worker) + "\n"
                                          : std::string()) +
-                  "    command: [trellis-mlp]\n"
+                  "    command: " + j.command + "\n"
                   "    args: [--layers, \"16,128,64,10\", --latent-dim, \"8\", --teacher-hidden, \"16\",\n"
                   "           --epochs, \"" + std::to_string(j.epochs) + "\", --batch, \"" + std::to_string(j.batch) +
                   "\", --lr, \"0.02\", --train-samples, \"" + std::to_string(j.train_samples) + "\",\n"

@@ -50,6 +50,15 @@ void TheOthersSucceed(Json& job, std::vector<ObservedPod>& pods, Clock::time_poi
   EXPECT_EQ(Condition(job["status"], "Succeeded", "message"), "job mlp: all 2 workers succeeded");
 }
 
+// A running 3-worker job under OnFailure whose worker 1's pod was deleted: the round after.
+JobPlan Worker1DeletedUnderOnFailure(Json& job, std::vector<ObservedPod>& pods) {
+  job["spec"]["runPolicy"]["restartPolicy"] = JStr("OnFailure");
+  pods = AllPods("Running");
+  Round(job, pods, kT0);
+  pods.erase(pods.begin() + 4);
+  return Round(job, pods, kT0 + std::chrono::seconds(1));
+}
+
 // A running 3-worker job whose worker 1 was lost, the scheduler's world {0, 2} taken effect.
 void LostAndFollowed(Json& job, std::vector<ObservedPod>& pods) {
   pods = AllPods("Running");
@@ -398,11 +407,8 @@ TEST(ElasticLossTest, AWorkerPodDeletedBelowMinWorkersFailsTheJobSayingSo) {
 // elastic).
 TEST(ElasticLossTest, OnlyNeverWorkersAreGoneForGood) {
   Json job = ApiJob(ElasticSpec(3));
-  job["spec"]["runPolicy"]["restartPolicy"] = JStr("OnFailure");
-  std::vector<ObservedPod> pods = AllPods("Running");
-  Round(job, pods, kT0);
-  pods.erase(pods.begin() + 4);
-  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  std::vector<ObservedPod> pods;
+  JobPlan plan = Worker1DeletedUnderOnFailure(job, pods);
   EXPECT_EQ(Names(plan.create), (std::vector<std::string>{"mlp-worker-1"}));
   EXPECT_EQ(Str(job, {"status", "phase"}), kRestarting);
 
@@ -413,6 +419,84 @@ TEST(ElasticLossTest, OnlyNeverWorkersAreGoneForGood) {
   Round(never, pods, kT0 + std::chrono::seconds(1));
   EXPECT_EQ(Str(never, {"status", "phase"}), kFailed);
   EXPECT_EQ(Condition(never["status"], "Failed", "reason"), "PodDeleted");
+}
+
+// A late replacement (restartPolicy OnFailure): worker 1's pod deleted, made again, and left
+// Pending (no node) past registrationTimeoutSeconds, so the scheduler lost the worker. The
+// Pending pod is kept; once it runs, its program asks to join and the scheduler grows the world
+// back on its own; the poller notes that grow (NoteSchedulersGrow) and the reconciler follows it
+// to a world of 3 with nobody lost.
+TEST(ElasticLossTest, ALateReplacementIsKeptAndTheSchedulersGrowBackFollowed) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods;
+  JobPlan plan = Worker1DeletedUnderOnFailure(job, pods);
+  ASSERT_EQ(Names(plan.create), (std::vector<std::string>{"mlp-worker-1"}));
+  pods.insert(pods.begin() + 4, Pod(PodRole::kWorker, 1, "Pending"));
+  EXPECT_NE(NoteLoss(job["status"], "mlp", 1, "mlp-worker-1",
+                     "worker 1 (pod mlp-worker-1) was stopped from outside (pod deleted or evicted) and no "
+                     "replacement pod registered within 5 s",
+                     /*silent=*/false, 0, kT0),
+            "");
+  ASSERT_NO_FATAL_FAILURE(CloseTheGap(job));
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning) << "the world of 2 is up";
+  EXPECT_TRUE(plan.remove.empty()) << "the replacement waits for a node";
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_FALSE(plan.resize);
+
+  // Its program asked to join: the scheduler's grow back, noted by the poller.
+  pods[4].phase = "Running";
+  v1::JobProgress p;
+  *p.mutable_world() = World(1, 40, {0, 2});
+  p.set_resize_pending_epoch(2);
+  for (int m : {0, 1, 2}) p.add_resize_pending_members(m);
+  std::optional<JobPlan::Event> e = NoteSchedulersGrow(job["status"], "mlp", p, kT0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->reason, "WorkerBack");
+  EXPECT_EQ(e->message,
+            "job mlp: worker 1 came back after it was lost (its pod's program asked to join); resize from 2 workers "
+            "to 3, at a step boundary the workers agree on");
+  EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizePending);
+  EXPECT_EQ(Int(job, {"status", "lastResize", "to"}), 3);
+  EXPECT_FALSE(NoteSchedulersGrow(job["status"], "mlp", p, kT0).has_value()) << "followed already";
+  plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+  EXPECT_TRUE(plan.follow_resize);
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_FALSE(plan.resize);
+  p.set_resize_pending_epoch(0);
+  *p.mutable_world() = World(2, 90, 3);
+  std::vector<JobPlan::Event> events;
+  EXPECT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_EQ(Members(job), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(At(job, {"status", "world", "lost"}), nullptr) << "back";
+  for (int w : {3, 4, 5}) pods[w].phase = "Succeeded";
+  Round(job, pods, kT0 + std::chrono::seconds(4));
+  EXPECT_EQ(Condition(job["status"], "Succeeded", "message"), "job mlp: all 3 workers succeeded");
+}
+
+// The grow back decided between two polls: the world it made is written at once, Done.
+TEST(ElasticLossTest, AGrowBackDecidedBetweenTwoPollsIsWrittenDone) {
+  Json job = ApiJob(ElasticSpec(3));
+  std::vector<ObservedPod> pods;
+  ASSERT_NO_FATAL_FAILURE(LostAndFollowed(job, pods));
+  v1::JobProgress p;
+  *p.mutable_world() = World(2, 90, 3);
+  p.mutable_last_resize()->set_epoch(2);
+  std::optional<JobPlan::Event> e = NoteSchedulersGrow(job["status"], "mlp", p, kT0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->reason, "Resized");
+  EXPECT_EQ(Members(job), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizeDone);
+  EXPECT_EQ(Int(job, {"status", "lastResize", "fromStep"}), 90);
+  EXPECT_EQ(At(job, {"status", "world", "lost"}), nullptr);
+
+  // A resize that brings nobody lost back is not the scheduler's grow back: not noted here.
+  Json other = ApiJob(ElasticSpec(2));
+  Round(other, AllPods("Running"), kT0);
+  p.set_resize_pending_epoch(1);
+  for (int m : {0, 1, 2}) p.add_resize_pending_members(m);
+  EXPECT_FALSE(NoteSchedulersGrow(other["status"], "mlp", p, kT0).has_value());
 }
 
 }  // namespace

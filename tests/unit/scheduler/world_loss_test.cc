@@ -53,6 +53,50 @@ TEST(WorldLossTest, AMemberLostIsLeftOutOfAResizeAnnouncedAtOnceThatTheOthersDec
   EXPECT_FALSE(plan.Departed(1));
 }
 
+// A late replacement (a pod made again after its rank was lost, a restart slower than
+// registrationTimeoutSeconds): its program asks to join the next world, and the world grows back
+// to take it in, as a grow asked for would.
+TEST(WorldLossTest, ALostWorkerThatComesBackGrowsTheWorldBack) {
+  WorldPlan plan(3, 4, Bounds(2, 4));
+  ASSERT_TRUE(*plan.Lose(1, "worker 1 (pod job-worker-1) was silent", 1000));
+  EXPECT_FALSE(plan.GrowBack(1, 1, 1000)) << "the loss's resize is under way";
+  v1::WorldInfo w;
+  ASSERT_FALSE(*plan.Reach(0, 1, 9, 0, &w));
+  ASSERT_TRUE(*plan.Reach(2, 1, 9, 0, &w));
+  EXPECT_FALSE(plan.GrowBack(1, 1, 2000)) << "not the next world";
+  EXPECT_FALSE(plan.GrowBack(0, 2, 2000)) << "a member";
+  EXPECT_FALSE(plan.GrowBack(3, 2, 2000)) << "never lost";
+  ASSERT_TRUE(plan.GrowBack(1, 2, 2000));
+  EXPECT_FALSE(plan.GrowBack(1, 2, 2000)) << "under way";
+  EXPECT_EQ(plan.pending_members(), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_TRUE(plan.Joining(1));
+  EXPECT_EQ(plan.announced_epoch(), 0) << "announced once the joiner asked";
+  ASSERT_FALSE(*plan.Reach(1, 2, -1, 2000, &w));
+  EXPECT_EQ(plan.announced_epoch(), 2);
+  ASSERT_FALSE(*plan.Reach(0, 2, 20, 2100, &w));
+  ASSERT_TRUE(*plan.Reach(2, 2, 20, 2100, &w));
+  EXPECT_EQ(Members(w), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_TRUE(plan.lost().empty());
+  EXPECT_EQ(plan.resizes().back().from_workers(), 2);
+  EXPECT_EQ(plan.resizes().back().to_workers(), 3);
+  EXPECT_EQ(plan.resizes().back().reason(), "worker 1 came back after it was lost");
+
+  // A slot resized away (not lost) does not come back by itself; nor beyond maxWorkers.
+  WorldPlan shrunk(3, 3, Bounds(2, 3));
+  ASSERT_TRUE(shrunk.Resize(2, "shrink", 0).ok());
+  ASSERT_FALSE(*shrunk.Reach(0, 1, 5, 0, &w));
+  ASSERT_FALSE(*shrunk.Reach(1, 1, 5, 0, &w));
+  ASSERT_TRUE(*shrunk.Reach(2, 1, 5, 0, &w));
+  EXPECT_FALSE(shrunk.GrowBack(2, 2, 0));
+  WorldPlan full(2, 3, Bounds(1, 2));
+  ASSERT_TRUE(*full.Lose(1, "lost", 0));
+  ASSERT_TRUE(*full.Reach(0, 1, 5, 0, &w));
+  ASSERT_TRUE(full.Resize(2, "grown into slot 1", 0).ok());
+  ASSERT_FALSE(*full.Reach(1, 2, -1, 0, &w));
+  ASSERT_TRUE(*full.Reach(0, 2, 8, 0, &w));
+  EXPECT_FALSE(full.GrowBack(1, 3, 0)) << "back already";
+}
+
 TEST(WorldLossTest, BelowMinWorkersTheLossIsRefusedNamingWhy) {
   WorldPlan plan(2, 3, Bounds(2, 3));
   auto lost = plan.Lose(0, "worker 0 (pod job-worker-0) failed: exit code 1", 0);
@@ -123,11 +167,11 @@ class WorldLossStateTest : public ::testing::Test {
     exit.set_exit_code(code);
     ASSERT_TRUE(state_->ReportExit(exit).ok());
   }
-  StatusOr<v1::ReachStepResponse> Reach(int32_t rank, int64_t step) {
+  StatusOr<v1::ReachStepResponse> Reach(int32_t rank, int64_t step, int64_t epoch = 1) {
     v1::ReachStepRequest r;
     r.set_rank(rank);
     r.set_incarnation(1);
-    r.set_epoch(1);
+    r.set_epoch(epoch);
     r.set_step(step);
     std::optional<StatusOr<v1::ReachStepResponse>> got;
     state_->ReachStep(r, Clock::TimePoint::max(), [&](auto a) { got = a; });
@@ -167,6 +211,40 @@ TEST_F(WorldLossStateTest, AWorkerFailingUnderNeverIsLostAndTheOthersGoOn) {
   Exit(2, 0);
   EXPECT_FALSE(state_->GetCluster().failed());
   EXPECT_FALSE(state_->Training());
+}
+
+// The lost worker's program comes back (a late replacement) and asks to join: the scheduler
+// grows the world back to 3 and the members decide it as any grow.
+TEST_F(WorldLossStateTest, ALostWorkerWhoseProgramComesBackIsGrownBackIn) {
+  Start(3, Bounds(2, 3));
+  Exit(1, 137);
+  ASSERT_TRUE(Reach(0, 20).ok());
+  ASSERT_TRUE(Reach(2, 20)->decided());
+
+  v1::ReachStepRequest join;
+  join.set_rank(1);
+  join.set_epoch(2);
+  join.set_step(-1);
+  join.set_wait(true);
+  std::optional<StatusOr<v1::ReachStepResponse>> joined;
+  state_->ReachStep(join, Clock::TimePoint::max(), [&](auto a) { joined = a; });
+  EXPECT_FALSE(joined.has_value()) << "it waits for the members' decision";
+  EXPECT_EQ(state_->Ping().resize_epoch(), 2);
+  ASSERT_FALSE(Reach(0, 30, 2)->decided());
+  ASSERT_TRUE(Reach(2, 30, 2)->decided());
+  ASSERT_TRUE(joined.has_value());
+  ASSERT_TRUE(joined->ok()) << joined->status().ToString();
+  EXPECT_EQ(Members((*joined)->world()), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(state_->GetCluster().lost_workers_size(), 0);
+  EXPECT_EQ(state_->stats().world_workers, 3);
+
+  // Once a worker finished, the job is ending: a lost one coming back stays out.
+  Start(3, Bounds(2, 3));
+  Exit(1, 137);
+  ASSERT_TRUE(Reach(0, 20).ok());
+  ASSERT_TRUE(Reach(2, 20)->decided());
+  Exit(0, 0);
+  EXPECT_EQ(Reach(1, -1, 2).status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_F(WorldLossStateTest, BelowMinWorkersTheJobFailsNamingMinWorkers) {
