@@ -171,6 +171,25 @@ std::vector<int> LostSlots(const Json& st, bool silent_only) {
   return out;
 }
 
+std::string DeletedSilentPod(const Json& status, int slot) {
+  const Json* lost = At(status, {"world", "lost"});
+  if (!lost || !lost->is_array()) return "";
+  for (const Json& e : lost->as_array()) {
+    if (Int(e, {"worker"}) == slot && Bool(e, {"silent"})) return Str(e, {"deletedPodUid"});
+  }
+  return "";
+}
+
+void NoteSilentPodDeleted(Json& status, int slot, const std::string& uid) {
+  const Json* lost = At(status, {"world", "lost"});
+  if (!lost || !lost->is_array() || uid.empty()) return;
+  Json list = *lost;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (Int(list[i], {"worker"}) == slot && Bool(list[i], {"silent"})) list[i]["deletedPodUid"] = JStr(uid);
+  }
+  status["world"]["lost"] = list;
+}
+
 bool LostSilently(const Json& status, int slot) { return Contains(LostSlots(status, /*silent_only=*/true), slot); }
 
 void NoteLostWorkers(PlanRound& r) {

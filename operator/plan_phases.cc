@@ -219,9 +219,17 @@ bool GoneForGood(const PlanRound& r, const ObservedPod& p) {
 
 // A pod made again for a worker that its scheduler then lost (no replacement registered within
 // registrationTimeoutSeconds: it waits for a node) under a policy that replaces pods.
+// A silent worker's pod (frozen, its node gone) is deleted; its replacement is made like this
+// one and kept the same way.
+bool Replaceable(const PlanRound& r, int slot) {
+  return r.spec.elastic.enabled && RolePolicy(r.spec, PodRole::kWorker) != RestartPolicy::kNever &&
+         Contains(LostSlots(r.plan.status), slot) && !Contains(r.worker_slots, slot);
+}
 bool LateReplacement(const PlanRound& r, const ObservedPod& p) {
-  return r.spec.elastic.enabled && p.role == PodRole::kWorker && RolePolicy(r.spec, p.role) != RestartPolicy::kNever &&
-         Contains(LostSlots(r.plan.status), p.index) && !LostSilently(r.plan.status, p.index);
+  if (p.role != PodRole::kWorker || !Replaceable(r, p.index)) return false;
+  if (!LostSilently(r.plan.status, p.index)) return true;
+  const std::string frozen = DeletedSilentPod(r.plan.status, p.index);
+  return !frozen.empty() && p.uid != frozen;
 }
 
 // The world's workers that may still train: neither gone for good, lost, nor joining.
@@ -414,14 +422,24 @@ PodsState PlanPods(PlanRound& r) {
     // would never finish, and its replacement, should a grow want the slot, needs its name.
     if (Departed(r, p) && !Ended(p) && p.phase != "Pending" && !LostSilently(r.plan.status, p.index)) continue;
     // A lost worker's replacement waiting for a node (a policy that replaces pods): once its
-    // program is up it asks to join and the scheduler grows the world back to take it in.
-    if (Departed(r, p) && !Ended(p) && !p.deleting && LateReplacement(r, p)) continue;
+    // program is up it asks to join and the scheduler grows the world back to take it in. Kept
+    // when it ended too (it stayed out: the job was ending), or it would be made again and again.
+    if (Departed(r, p) && !p.deleting && LateReplacement(r, p)) continue;
     // Lost for good: kept for its logs (cleanPodPolicy decides at the end) until a grow wants
     // its slot again.
     if (LostWorker(r.spec, p) && !wanted.count(p.name)) continue;
     if (!wanted.count(p.name) && !p.deleting && !removing.count(p.name)) {
       r.plan.remove.push_back(p.name);
       removing.insert(p.name);
+      if (Departed(r, p) && LostSilently(r.plan.status, p.index)) NoteSilentPodDeleted(r.plan.status, p.index, p.uid);
+    }
+  }
+  // The replacement of a silent worker's deleted pod (its node gone), made once that pod is gone;
+  // when it runs, its program asks to join and the world grows back. It holds nothing back.
+  for (int slot : LostSlots(r.plan.status)) {
+    const DesiredPod d{.name = PodName(r.name, PodRole::kWorker, slot), .role = PodRole::kWorker, .index = slot};
+    if (Replaceable(r, slot) && !DeletedSilentPod(r.plan.status, slot).empty() && !r.observed.count(d.name)) {
+      r.plan.create.push_back(d);
     }
   }
   for (const DesiredPod& d : r.desired) {
@@ -489,7 +507,10 @@ PodWaits WhyPodsWait(const PlanRound& r, const PodsState& state) {
 void DecidePhase(PlanRound& r, const PodsState& state) {
   const std::vector<DesiredPod>& create = r.plan.create;
   // A pod made again (a joiner's is made for a grow, not lost).
-  const auto lost = std::find_if(create.begin(), create.end(), [&](const DesiredPod& d) { return !Joining(r, d); });
+  const auto lost = std::find_if(create.begin(), create.end(),
+                                 [&](const DesiredPod& d) {
+                                   return !Joining(r, d) && !(d.role == PodRole::kWorker && Replaceable(r, d.index));
+                                 });
   if (r.restarted) {
     r.phase = kRestarting;
   } else if (r.old_phase == kRunning && (lost != create.end() || !state.going.empty())) {

@@ -17,8 +17,9 @@ StatusOr<v1::RegisterResponse> SchedulerState::Register(const v1::RegisterReques
     // Recreated after its program had finished (deleted in the job's last moments): there is
     // nothing left for it to do, and a new program could not join a job that has ended.
     int32_t done = req.role() == v1::ROLE_WORKER ? members_.FinishedWorker(req.pod_name()) : -1;
-    // A worker resized away that a grow under way brings back runs again (world_plan.h).
-    if (done >= 0 && world_.Joining(done)) done = -1;
+    // A worker resized away that a grow under way brings back runs again (world_plan.h); so
+    // does a lost one's replacement (it asks to join and the world grows back: GrowBack).
+    if (done >= 0 && (world_.Joining(done) || world_.IsLost(done))) done = -1;
     if (done < 0 && !stop_reason_.empty()) {
       // Replacement pods of a job stopped as a whole (every pod deleted) start while this
       // scheduler still waits for the exit checkpoint: they belong to the job's next run, with

@@ -100,9 +100,12 @@ std::unique_ptr<WorldPlan::Pending> WorldPlan::Grow(int32_t workers, std::option
   return p;
 }
 
+bool WorldPlan::IsLost(int32_t slot) const {
+  return std::any_of(lost_.begin(), lost_.end(), [&](const v1::LostWorker& l) { return l.slot() == slot; });
+}
+
 bool WorldPlan::GrowBack(int32_t slot, int64_t epoch, int64_t now_unix_ms) {
-  const bool lost = std::any_of(lost_.begin(), lost_.end(), [&](const v1::LostWorker& l) { return l.slot() == slot; });
-  if (!lost || pending_ || epoch != current_.epoch() + 1 || IsMember(slot) || size() >= bounds_.max_workers) {
+  if (!IsLost(slot) || pending_ || epoch != current_.epoch() + 1 || IsMember(slot) || size() >= bounds_.max_workers) {
     return false;
   }
   std::unique_ptr<Pending> p = Grow(size() + 1, slot);

@@ -118,6 +118,7 @@ class WorldPlan {
   StatusOr<bool> Lose(int32_t slot, const std::string& why, int64_t now_unix_ms, bool silent = false);
   // The workers lost for good and not brought back by a later world (the servers' pings).
   const std::vector<v1::LostWorker>& lost() const { return lost_; }
+  bool IsLost(int32_t slot) const;
 
   // The program of `slot`, lost for good (lost()) and not brought back yet, came back and asks
   // to join world `epoch` (a late replacement: a pod made again after its rank was lost, a

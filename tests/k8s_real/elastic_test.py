@@ -141,13 +141,13 @@ class Elastic(envtest.EnvtestCase):
         print("resized 2 -> 1 -> 4 -> 2 on the real API server: kubectl scale -> status.world 1: %.2f s, -> 4: %.2f s; "
               "last resize %s; events %s" % (took, grew, st["lastResize"], self.events("el")), flush=True)
 
-    def start_lost_job(self, name, workers, min_workers, scheduler=None, policy="Never", kubelet_args=()):
+    def start_lost_job(self, name, workers, min_workers, scheduler=None, policy="Never", kubelet_args=(), **run_policy):
         """An elastic job of `workers` under restartPolicy `policy`, trained a few steps; the
         operator and the test kubelet running. Returns the kubelet."""
         services = os.path.join(self.cp.dir, self.ns + "-services.json")
         self.start_operator(args=["--progress-seconds", "1", "--scheduler-addresses", services])
         kubelet = self.start_kubelet(args=["--services-file", services] + list(kubelet_args))
-        job = envtest.mlp_job(name, epochs=EPOCHS, activeDeadlineSeconds=300, restartPolicy=policy)
+        job = envtest.mlp_job(name, epochs=EPOCHS, activeDeadlineSeconds=300, restartPolicy=policy, **run_policy)
         job["spec"]["workers"]["replicas"] = workers
         job["spec"]["elastic"] = {"minWorkers": min_workers, "maxWorkers": workers}
         job["spec"]["workers"]["args"] += ["--slow-rank", "0", "--step-sleep-ms", "10"]
@@ -231,6 +231,60 @@ class Elastic(envtest.EnvtestCase):
             log = f.read()
         self.assertIn("rejoined the running job after step %d" % (from_step - 1), log, log[-3000:])
 
+    def freeze_worker_1(self, job_name):
+        """SIGSTOPs worker 1's agent and program (a node gone silent); returns their pids and when."""
+        pod = job_name + "-worker-1"
+        self.assertTrue(envtest.wait_for(lambda: len(envtest.pod_processes(job_name, pod)) >= 2, 10),
+                        "no agent and program in " + pod)
+        pids = envtest.pod_processes(job_name, pod)
+        stopped = time.time()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        return pids, stopped
+
+    @staticmethod
+    def kill_all(pids):
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def test_a_silent_worker_under_on_failure_is_replaced_and_grows_back(self):
+        """A node gone under OnFailure: the silent worker is lost after registrationTimeoutSeconds
+        and its frozen pod deleted, as under Never; once that pod is gone a replacement is made
+        (on a cluster, on another node), it runs, its program asks to join, and the world grows
+        back to 3 by itself; the job succeeds with 3."""
+        pids = []
+        try:
+            kubelet = self.start_lost_job("node", workers=3, min_workers=2, policy="OnFailure",
+                                          scheduler={"heartbeatIntervalSeconds": 0.5, "heartbeatTimeoutSeconds": 3,
+                                                     "registrationTimeoutSeconds": 5},
+                                          terminationGracePeriodSeconds=2)
+            pids, stopped = self.freeze_worker_1("node")
+            self.assertTrue(envtest.wait_for(lambda: self.last_resize("node").get("lostWorker") == 1 and
+                                             self.last_resize("node").get("outcome") == "Done", 60),
+                            "the loss was not followed: %s" % self.job("node").get("status"))
+            self.assertTrue(envtest.wait_for(lambda: self.last_resize("node").get("to") == 3 and
+                                             self.last_resize("node").get("outcome") == "Done", 90),
+                            "the world did not grow back: %s" % self.job("node").get("status"))
+            back = time.time() - stopped
+            st = self.job("node")["status"]
+            self.assertEqual(st["world"]["members"], [0, 1, 2], st)
+            self.assertNotIn("lost", st["world"], st)
+            self.assertIn("worker 1 came back after it was lost", st["lastResize"]["reason"], st)
+            from_step = st["lastResize"]["fromStep"]
+            st = self.wait_phase("node", ("Succeeded", "Failed"), 240)
+            self.assertEqual(st["phase"], "Succeeded", st)
+            self.assertEqual(self.condition("node", "Succeeded")["message"], "job node: all 3 workers succeeded")
+            with open(os.path.join(kubelet.work_dir, "node-worker-1.log"), errors="replace") as f:
+                log = f.read()
+            self.assertIn("rejoined the running job after step %d" % (from_step - 1), log, log[-3000:])
+            print("a silent worker under OnFailure on the real API server: SIGSTOP -> lost, its pod replaced, "
+                  "status.world {0, 1, 2} Done: %.2f s (registration timeout 5 s, grace 2 s)" % back, flush=True)
+        finally:
+            self.kill_all(pids)
+
     def test_a_silent_worker_is_lost_after_the_registration_timeout_and_its_pod_deleted(self):
         """A worker whose node is gone neither exits nor heartbeats: here its agent and program
         are frozen (SIGSTOP). The scheduler loses it after registrationTimeoutSeconds; the
@@ -242,12 +296,7 @@ class Elastic(envtest.EnvtestCase):
             self.start_lost_job(job_name, workers=3, min_workers=2,
                                 scheduler={"heartbeatIntervalSeconds": 0.5, "heartbeatTimeoutSeconds": 3,
                                            "registrationTimeoutSeconds": 5})
-            self.assertTrue(envtest.wait_for(lambda: len(envtest.pod_processes(job_name, "silent-worker-1")) >= 2, 10),
-                            "no agent and program in silent-worker-1")
-            pids = envtest.pod_processes(job_name, "silent-worker-1")
-            stopped = time.time()
-            for pid in pids:
-                os.kill(pid, signal.SIGSTOP)
+            pids, stopped = self.freeze_worker_1(job_name)
             self.assertTrue(envtest.wait_for(lambda: self.last_resize(job_name).get("lostWorker") == 1 and
                                              self.last_resize(job_name).get("outcome") == "Done", 60),
                             "the loss was not followed: %s" % self.job(job_name).get("status"))
@@ -273,11 +322,7 @@ class Elastic(envtest.EnvtestCase):
             print("worker 1 of 3 frozen on the real API server: SIGSTOP -> status.world {0, 2} Done: %.2f s "
                   "(heartbeat timeout 3 s, registration timeout 5 s)" % followed, flush=True)
         finally:
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            self.kill_all(pids)
 
     def test_a_worker_pod_deleted_under_never_is_lost_and_the_job_goes_on(self):
         """A spot node reclaimed, a drain, `kubectl delete pod`: under restartPolicy Never no

@@ -499,5 +499,54 @@ TEST(ElasticLossTest, AGrowBackDecidedBetweenTwoPollsIsWrittenDone) {
   EXPECT_FALSE(NoteSchedulersGrow(other["status"], "mlp", p, kT0).has_value());
 }
 
+// A silent worker (its node gone) under OnFailure: its frozen pod is deleted (its uid noted), and
+// once it is gone a replacement is made under the same name -- on another node, it runs, its
+// program asks to join, and the scheduler grows the world back. Neither holds the job back.
+TEST(ElasticLossTest, UnderOnFailureASilentWorkersDeletedPodIsReplacedAndGrowsBack) {
+  Json job = ApiJob(ElasticSpec(3));
+  job["spec"]["runPolicy"]["restartPolicy"] = JStr("OnFailure");
+  std::vector<ObservedPod> pods = AllPods("Running");
+  pods[4].uid = "frozen";
+  Round(job, pods, kT0);
+  EXPECT_NE(NoteLoss(job["status"], "mlp", 1, "mlp-worker-1", "silent", /*silent=*/true, 0, kT0), "");
+  ASSERT_NO_FATAL_FAILURE(CloseTheGap(job));
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(plan.remove, (std::vector<std::string>{"mlp-worker-1"}));
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_EQ(DeletedSilentPod(job["status"], 1), "frozen");
+  pods[4].deleting = true;  // a node really gone keeps it Terminating until the node object goes
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_TRUE(plan.create.empty()) << "the same name: once the frozen pod is gone";
+  pods.erase(pods.begin() + 4);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+  EXPECT_EQ(Names(plan.create), (std::vector<std::string>{"mlp-worker-1"}));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning) << "a replacement is not a pod the job waits for";
+  pods.insert(pods.begin() + 4, Pod(PodRole::kWorker, 1, "Pending"));
+  pods[4].uid = "replacement";
+  plan = Round(job, pods, kT0 + std::chrono::seconds(4));
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_TRUE(plan.remove.empty()) << "the replacement is kept";
+  pods[4].phase = "Running";
+  plan = Round(job, pods, kT0 + std::chrono::seconds(5));
+  EXPECT_TRUE(plan.remove.empty());
+  // Had it stayed out and ended, it would be kept too: not made again and again.
+  pods[4].phase = "Succeeded";
+  plan = Round(job, pods, kT0 + std::chrono::seconds(5));
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_TRUE(plan.create.empty());
+  pods[4].phase = "Running";
+
+  v1::JobProgress p;
+  *p.mutable_world() = World(2, 90, 3);
+  p.mutable_last_resize()->set_epoch(2);
+  ASSERT_TRUE(NoteSchedulersGrow(job["status"], "mlp", p, kT0).has_value());
+  EXPECT_EQ(Members(job), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(At(job, {"status", "world", "lost"}), nullptr);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(6));
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+}
+
 }  // namespace
 }  // namespace trellis::op

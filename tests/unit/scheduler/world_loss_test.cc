@@ -247,6 +247,49 @@ TEST_F(WorldLossStateTest, ALostWorkerWhoseProgramComesBackIsGrownBackIn) {
   EXPECT_EQ(Reach(1, -1, 2).status().code(), StatusCode::kFailedPrecondition);
 }
 
+// A silent worker (its node gone) is lost having reported no exit; the replacement pod that
+// registers later under its name is not taken for a worker that finished: it gets its rank, to
+// run and ask to join.
+TEST(WorldLossSilentTest, ASilentWorkersReplacementRegistersToRunNotAsFinished) {
+  using namespace std::chrono_literals;
+  SchedulerConfig c;
+  c.num_servers = 1;
+  c.num_workers = 3;
+  c.elastic = Bounds(2, 3);
+  c.heartbeat_timeout = 3s;
+  c.replacement_timeout = 5s;
+  ManualClock clock;
+  SchedulerState state(c, &clock);
+  elastic_testing::RegisterPods(&state, 3);
+  auto beat = [&](v1::Role role, int32_t rank) {
+    v1::HeartbeatRequest h;
+    h.set_role(role);
+    h.set_rank(rank);
+    h.set_incarnation(1);
+    ASSERT_TRUE(state.Heartbeat(h).ok());
+  };
+  for (int i = 0; i < 5; ++i) {  // worker 1 silent, the others beating
+    clock.Advance(2s);
+    beat(v1::ROLE_WORKER, 0);
+    beat(v1::ROLE_WORKER, 2);
+    beat(v1::ROLE_SERVER, 0);
+    state.Sweep();
+  }
+  const v1::ClusterView view = state.GetCluster();
+  ASSERT_FALSE(view.failed()) << view.failure_message();
+  ASSERT_EQ(view.lost_workers_size(), 1);
+  EXPECT_TRUE(view.lost_workers(0).silent());
+
+  v1::RegisterRequest again;
+  again.set_role(v1::ROLE_WORKER);
+  again.set_pod_name("job-worker-1");
+  auto r = state.Register(again);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->finished()) << "a lost worker did not finish";
+  EXPECT_EQ(r->rank(), 1);
+  EXPECT_EQ(r->incarnation(), 2);
+}
+
 TEST_F(WorldLossStateTest, BelowMinWorkersTheJobFailsNamingMinWorkers) {
   Start(2, Bounds(2, 3));
   Exit(1, 1);
