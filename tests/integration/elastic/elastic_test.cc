@@ -527,5 +527,39 @@ TEST_F(ElasticTest, TheSchedulerKilledAfterAResizeRecoversTheWorldAndResizesAgai
   EXPECT_NE(job_out.find(", 1 worker(s), "), std::string::npos) << job_out;
 }
 
+// A scheduler restarted after a loss (docs/elastic.md#what-survives-what): worker 1 of 3 lost
+// for good under Never, the world of 2 trained, then the scheduler SIGKILLed. The new one takes
+// the world back from the workers ({0, 2}) and does not wait for the lost worker to register:
+// the job recovers with 2 and reaches its target.
+TEST_F(ElasticTest, TheSchedulerKilledAfterALossRecoversTheWorldWithoutTheLostWorker) {
+  const std::string job = NewJob("el-sched-loss");
+  MlpJob spec = ThreeOfMinTwo(job);
+  spec.epochs = 6;
+  std::string out;
+  spec.worker_restart = "Never";
+  auto launch = StartAndWaitForStep(job, spec, 32);
+  ASSERT_NE(launch, nullptr);
+  const pid_t program = WorkerProgram(job, 1);
+  ASSERT_GT(program, 0);
+  ASSERT_EQ(::kill(program, SIGKILL), 0);
+  const std::string job_log = dir_ + "/" + job + ".out";
+  ASSERT_TRUE(WaitForText(job_log, "trellis-mlp: resized to 2 worker(s)", 60s)) << ReadFile(job_log);
+  const pid_t scheduler = SchedulerOf(job);
+  ASSERT_GT(scheduler, 0);
+  ASSERT_EQ(::kill(scheduler, SIGKILL), 0);
+  const std::string log = dir_ + "/logs-" + job + "/scheduler.log";
+  ASSERT_TRUE(WaitForText(log, "recovered the running job after a scheduler restart", 60s))
+      << ReadFile(log).substr(ReadFile(log).size() > 6000 ? ReadFile(log).size() - 6000 : 0);
+  auto st = launch->WaitFor(200s);
+  out = ReadFile(job_log);
+  ASSERT_TRUE(st.has_value()) << out;
+  EXPECT_EQ(st->exit_code, 0) << out << ReadFile(log);
+  EXPECT_NE(out.find("-- reached"), std::string::npos) << out;
+  EXPECT_NE(out.find(", 2 worker(s), "), std::string::npos) << out;
+  EXPECT_NE(ReadFile(log).find("recovered the running job after a scheduler restart: all 2 servers and 2 workers"),
+            std::string::npos)
+      << ReadFile(log);
+}
+
 }  // namespace
 }  // namespace trellis
