@@ -82,11 +82,12 @@ std::optional<JobPlan::Event> NoteSchedulersGrow(Json& st, const std::string& jo
 // (`silent_only`: those lost while silent).
 std::vector<int> LostSlots(const Json& st, bool silent_only = false);
 // status.world.lost names `slot` as lost while silent.
-// The uid of the silent worker `slot`'s pod the operator deleted (NoteSilentPodDeleted), ""
-// while it has deleted none: any other pod of that name is its replacement.
+bool LostSilently(const Json& status, int slot);
+// The uid of the silent worker `slot`'s pod the operator deleted (NoteSilentPodDeleted notes it
+// in its status.world.lost entry as deletedPodUid), "" while it has deleted none: any other pod
+// of that name is its replacement.
 std::string DeletedSilentPod(const Json& status, int slot);
 void NoteSilentPodDeleted(Json& status, int slot, const std::string& uid);
-bool LostSilently(const Json& status, int slot);
 
 // The spec the plan works with for `job` (`spec`: its parsed spec): a job that has a world gets
 // the world's replicas, so the desired pods are the ones that train now; while it is suspended,

@@ -217,14 +217,15 @@ bool GoneForGood(const PlanRound& r, const ObservedPod& p) {
          GoneForGood(r, DesiredPod{.name = p.name, .role = p.role, .index = p.index});
 }
 
-// A pod made again for a worker that its scheduler then lost (no replacement registered within
-// registrationTimeoutSeconds: it waits for a node) under a policy that replaces pods.
-// A silent worker's pod (frozen, its node gone) is deleted; its replacement is made like this
-// one and kept the same way.
+// A rank its scheduler lost that a new pod may bring back (a policy that replaces pods): the
+// world has left it, and when such a pod's program asks to join the world grows back.
 bool Replaceable(const PlanRound& r, int slot) {
   return r.spec.elastic.enabled && RolePolicy(r.spec, PodRole::kWorker) != RestartPolicy::kNever &&
          Contains(LostSlots(r.plan.status), slot) && !Contains(r.worker_slots, slot);
 }
+// That pod: one made again before the loss that waited for a node past
+// registrationTimeoutSeconds, or the replacement of a silent worker's deleted pod (not the
+// frozen pod itself).
 bool LateReplacement(const PlanRound& r, const ObservedPod& p) {
   if (p.role != PodRole::kWorker || !Replaceable(r, p.index)) return false;
   if (!LostSilently(r.plan.status, p.index)) return true;
