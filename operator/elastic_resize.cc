@@ -25,6 +25,10 @@ void SetWorld(Json& st, const v1::WorldInfo& w) {
   Json members = Json::array();
   for (int i = 0; i < w.members_size(); ++i) members[i] = Json::number(w.members(i));
   world["members"] = members;
+  // The run's servers (not resized) and a refused ask stay.
+  for (const char* kept : {"servers", "serversAsked"}) {
+    if (const Json* v = At(st, {"world", kept})) world[kept] = *v;
+  }
   // The lost workers this world does not bring back stay listed.
   const std::vector<int> in(w.members().begin(), w.members().end());
   if (const Json* lost = At(st, {"world", "lost"}); lost && lost->is_array()) {
@@ -264,6 +268,10 @@ JobSpec WorldSpec(const JobSpec& spec, const Json& job) {
   }
   JobSpec out = spec;
   out.workers.replicas = *world;
+  // Servers are not resized: the run keeps those it started with (PlanResize refuses a change).
+  if (const auto servers = Int(*status, {"world", "servers"}); servers && *servers >= 1 && *servers <= kMaxReplicas) {
+    out.servers.replicas = static_cast<int32_t>(*servers);
+  }
   // A grow under way: the joiners' pods are created now; they join at the step the members
   // agree on (docs/elastic.md#growing).
   const auto to = Int(*status, {"lastResize", "to"});
@@ -284,7 +292,28 @@ StatusOr<JobSpec> ParseAtWorldReplicas(const Json& job, const Status& error) {
   return spec;
 }
 
-void PlanResize(PlanRound& r, int asked) {
+// Servers are not resized while a job runs (docs/elastic.md#what-is-not-built-yet): a changed
+// spec.servers.replicas would make a server the job's scheduler has no rank for, or remove one
+// holding shards. Said once per count asked (a Warning event and the Resizing condition); the
+// run keeps its servers (WorldSpec) and the count applies when the job next starts.
+void RefuseServersResize(PlanRound& r, int asked) {
+  Json& st = r.plan.status;
+  const auto servers = Int(st, {"world", "servers"});
+  if (!servers || asked == *servers) {
+    if (st.has_field("world") && At(st, {"world", "serversAsked"})) st["world"].erase("serversAsked");
+    return;
+  }
+  if (Int(st, {"world", "serversAsked"}) == asked) return;
+  st["world"]["serversAsked"] = Json::number(asked);
+  const std::string m = "job " + r.name + ": spec.servers.replicas is " + std::to_string(asked) +
+                        ", but a running job's parameter servers are not resized; it keeps running with " +
+                        std::to_string(*servers) + " servers, and the new count applies when it next starts " +
+                        "(suspend and resume it: spec.runPolicy.suspend), see docs/elastic.md";
+  SetCondition(st, kResizingCondition, false, "ServersNotResized", m, r.now);
+  r.plan.events.push_back({"Warning", "ResizeRefused", m});
+}
+
+void PlanResize(PlanRound& r, int asked, int asked_servers) {
   const JobSpec& spec = r.spec;  // the world's (WorldSpec)
   Json& st = r.plan.status;
   // The job's first pods, or those of a resumed run, are created from this spec: that is the
@@ -296,7 +325,9 @@ void PlanResize(PlanRound& r, int asked) {
       for (int i = 0; i < spec.workers.replicas; ++i) w.add_members(i);
       return w;
     }());
+    st["world"]["servers"] = Json::number(spec.servers.replicas);
   }
+  RefuseServersResize(r, asked_servers);
   const Json* last = At(st, {"lastResize"});
   const std::string outcome = last ? Str(*last, {"outcome"}) : "";
   if (outcome == kResizePending) {

@@ -106,8 +106,9 @@ StatusOr<JobSpec> ParseAtWorldReplicas(const Json& job, const Status& error);
 // its world gets plan.resize (or a refusal on the job when outside spec.elastic); a job without
 // spec.elastic gets a refusal on the job (its size changes only when it next starts); a resize
 // under way sets plan.follow_resize. A refusal or an abandoned resize is not asked again until
-// the replicas change.
-void PlanResize(PlanRound& r, int asked);
+// the replicas change. `asked_servers` (spec.servers.replicas) other than the run's servers
+// (status.world.servers) is refused on the job, once: servers are not resized while it runs.
+void PlanResize(PlanRound& r, int asked, int asked_servers);
 
 // The job ended, or was suspended (`why`), with a resize Pending: it will not take effect; it is
 // Abandoned and the Resizing condition False. Nothing otherwise (idempotent: every round of an

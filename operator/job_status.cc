@@ -51,7 +51,8 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
   DecidePhase(r, state);
   Conclude(r);
   WriteWaitConditions(r, waits);
-  PlanResize(r, static_cast<int>(Int(job, {"spec", "workers", "replicas"}).value_or(world.workers.replicas)));
+  PlanResize(r, static_cast<int>(Int(job, {"spec", "workers", "replicas"}).value_or(world.workers.replicas)),
+             static_cast<int>(Int(job, {"spec", "servers", "replicas"}).value_or(world.servers.replicas)));
   return std::move(r.plan);
 }
 

@@ -2,7 +2,8 @@
 """On a real API server (envtest.py): an elastic TrainingJob resized while it trains, the way a
 user does it (docs/elastic.md#on-kubernetes): `kubectl scale trainingjob/NAME --replicas=N`
 through the CRD's scale subresource. A size outside spec.elastic is refused on the job (an Event,
-the Resizing condition) and the job trains on; a shrink from 2 workers to 1 is asked of the job's
+the Resizing condition) and the job trains on, as does a changed spec.servers.replicas (servers are not
+resized); a shrink from 2 workers to 1 is asked of the job's
 scheduler, the workers switch at a step they agree on, status.world and the scale subresource
 say 1, the pod of the worker resized away exits 0 and is deleted. Scaled to 4, beyond the 2 it
 started with (docs/elastic.md#growing), the pod of worker 1 is made again and those of workers 2
@@ -65,6 +66,17 @@ class Elastic(envtest.EnvtestCase):
         self.assertTrue(any("outside spec.elastic [1, 4]" in m for m in msgs), msgs)
         self.assertEqual(self.condition("el", "Resizing")["reason"], "ResizeRefused")
         self.assertIn(self.job("el")["status"]["phase"], ("Running",))
+
+        # Servers are not resized while the job runs: refused on the job, no server pod made.
+        self.cp.kubectl("patch", "trainingjob/el", "-n", self.ns, "--type=merge",
+                        "-p", '{"spec":{"servers":{"replicas":3}}}')
+        self.assertTrue(envtest.wait_for(
+            lambda: any("spec.servers.replicas is 3" in m for m in self.event_messages("el", "ResizeRefused")), 30),
+            "no refusal of the servers: %s" % self.events("el"))
+        self.assertEqual(self.job("el")["status"]["world"]["servers"], 2)
+        self.assertEqual(len(self.pods("trellis.io/job-name=el,trellis.io/role=server")), 2)
+        self.cp.kubectl("patch", "trainingjob/el", "-n", self.ns, "--type=merge",
+                        "-p", '{"spec":{"servers":{"replicas":2}}}')
 
         # 2 -> 1: asked of the scheduler, done at a step boundary.
         asked = time.time()

@@ -71,6 +71,50 @@ TEST(ElasticResizeTest, AJobWithoutElasticKeepsItsSizeWhileItRunsAndTakesTheNewO
   }
 }
 
+// spec.servers.replicas edited on a running job (elastic or not): servers are not resized, so no
+// server pod is made or deleted (a new one would have no rank at the scheduler, a removed one
+// holds shards); the job says why, once, runs on, and starts with the new count when resumed.
+TEST(ElasticResizeTest, ServersAreNotResizedWhileTheJobRunsTheNewCountAppliesWhenResumed) {
+  for (const std::string& spec : {ElasticSpec(3), std::string(kSpec)}) {
+    for (const int asked : {1, 3}) {
+      Json job = ApiJob(spec);
+      std::vector<ObservedPod> pods = AllPods("Running");
+      Round(job, pods, kT0);
+      ASSERT_EQ(Str(job, {"status", "phase"}), kRunning);
+      EXPECT_EQ(Int(job, {"status", "world", "servers"}), 2);
+
+      job["spec"]["servers"]["replicas"] = Json::number(asked);
+      JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+      EXPECT_TRUE(plan.create.empty()) << asked;
+      EXPECT_TRUE(plan.remove.empty()) << asked;
+      EXPECT_FALSE(plan.resize);
+      EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+      EXPECT_EQ(Reasons(plan.events), (std::vector<std::string>{"ResizeRefused"}));
+      EXPECT_EQ(plan.events[0].message,
+                "job mlp: spec.servers.replicas is " + std::to_string(asked) +
+                    ", but a running job's parameter servers are not resized; it keeps running with 2 servers, "
+                    "and the new count applies when it next starts (suspend and resume it: "
+                    "spec.runPolicy.suspend), see docs/elastic.md");
+      EXPECT_EQ(Condition(job["status"], kResizingCondition, "reason"), "ServersNotResized");
+      plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+      EXPECT_TRUE(plan.events.empty()) << "said once";
+      EXPECT_EQ(Int(job, {"status", "world", "servers"}), 2);
+
+      job["spec"]["runPolicy"]["suspend"] = Json::boolean(true);
+      Round(job, pods, kT0 + std::chrono::seconds(3));
+      ASSERT_EQ(Str(job, {"status", "phase"}), kSuspended);
+      Round(job, {}, kT0 + std::chrono::seconds(4));
+      job["spec"]["runPolicy"]["suspend"] = Json::boolean(false);
+      plan = Round(job, {}, kT0 + std::chrono::seconds(5));
+      int servers = 0;
+      for (const DesiredPod& d : plan.create) servers += d.role == PodRole::kServer;
+      EXPECT_EQ(servers, asked);
+      EXPECT_EQ(Int(job, {"status", "world", "servers"}), asked);
+      EXPECT_EQ(At(job, {"status", "world", "serversAsked"}), nullptr);
+    }
+  }
+}
+
 // Growing back on Kubernetes: a job shrunk to 2 scaled to 3 again. The pod of the worker that
 // joins is created only once the scheduler took the resize (it waits for the joiner), and the
 // world turns 3 once the workers switched.
