@@ -308,7 +308,12 @@ void RefuseServersResize(PlanRound& r, int asked) {
   const std::string m = "job " + r.name + ": spec.servers.replicas is " + std::to_string(asked) +
                         ", but a running job's parameter servers are not resized; it keeps running with " +
                         std::to_string(*servers) + " servers, and the new count applies when it next starts " +
-                        "(suspend and resume it: spec.runPolicy.suspend), see docs/elastic.md";
+                        "(suspend and resume it: spec.runPolicy.suspend)" +
+                        (r.spec.serverMode == ServerMode::kUpdate
+                             ? std::string("; in serverMode update its checkpoints hold the servers' shards, which "
+                                           "another count cannot restore")
+                             : std::string()) +
+                        ", see docs/elastic.md";
   SetCondition(st, kResizingCondition, false, "ServersNotResized", m, r.now);
   r.plan.events.push_back({"Warning", "ResizeRefused", m});
 }

@@ -115,6 +115,21 @@ TEST(ElasticResizeTest, ServersAreNotResizedWhileTheJobRunsTheNewCountAppliesWhe
   }
 }
 
+// In update mode the refusal says what a resume with another count would meet.
+TEST(ElasticResizeTest, InUpdateModeTheServersRefusalSaysTheCheckpointsHoldTheShards) {
+  Json job = ApiJob(kSpec);
+  job["spec"]["serverMode"] = JStr("update");
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  job["spec"]["servers"]["replicas"] = Json::number(3);
+  const JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_NE(plan.events[0].message.find("in serverMode update its checkpoints hold the servers' shards, which another "
+                                        "count cannot restore"),
+            std::string::npos)
+      << plan.events[0].message;
+}
+
 // Growing back on Kubernetes: a job shrunk to 2 scaled to 3 again. The pod of the worker that
 // joins is created only once the scheduler took the resize (it waits for the joiner), and the
 // world turns 3 once the workers switched.
