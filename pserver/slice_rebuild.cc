@@ -127,15 +127,7 @@ void SliceRebuild::HandleReplay(int32_t worker, const wire::RequestHeader& h,
         }  // else: already counted
       }
     }
-    if (st.ok() && phase_ == Phase::kRebuilding) {
-      bool all = true;
-      const std::shared_ptr<const World> world = worlds_->Current();
-      for (int32_t w = 0; w < config_.slots(); ++w) {
-        if (!world->Has(w)) continue;
-        all = all && replays_announced_[w] >= 0 && replays_seen_[w] >= replays_announced_[w];
-      }
-      if (all) FinishLocked(&deferred);
-    }
+    if (st.ok()) FinishIfReplayedLocked(&deferred);
   }
   if (!st.ok()) series_->RequestFailed();
   reply(st, Answer{});
@@ -172,6 +164,29 @@ void SliceRebuild::Request(int32_t worker, Slice* s, const wire::RequestHeader& 
   }
 }
 
+void SliceRebuild::FinishIfReplayedLocked(std::vector<DeferredReply>* out) {
+  if (phase_ != Phase::kRebuilding) return;
+  const std::shared_ptr<const World> world = worlds_->Current();
+  for (int32_t w = 0; w < config_.slots(); ++w) {
+    if (!world->Has(w) || lost_.count(w)) continue;
+    if (replays_announced_[w] < 0 || replays_seen_[w] < replays_announced_[w]) return;
+  }
+  FinishLocked(out);
+}
+
+void SliceRebuild::Lose(int32_t slot) {
+  std::vector<DeferredReply> deferred;
+  {
+    MutexLock lock(&mu_);
+    if (!lost_.insert(slot).second) return;
+    FinishIfReplayedLocked(&deferred);
+  }
+  for (auto& d : deferred) {
+    if (!d.status.ok()) series_->RequestFailed();
+    d.reply(d.status, Answer{std::move(d.values), std::move(d.packed)});
+  }
+}
+
 void SliceRebuild::FinishLocked(std::vector<DeferredReply>* out) {
   int64_t rebuilt = 0;
   {
@@ -194,8 +209,17 @@ void SliceRebuild::FinalizeSlice(Slice* s, std::vector<DeferredReply>* out) {
   const int64_t restored_step = s->rebuild->restored_step;
   s->rebuild.reset();
   const int64_t n = s->num_elements;
-  // Every member of the slice's world contributed (Request keeps members' contributions only).
-  const int32_t members = s->world->size;
+  // A lost worker's contributions are left out: it did not replay them all, so no step can
+  // count on them. The rebuilt slice does not await it again.
+  int32_t members = s->world->size;
+  for (int32_t slot : lost_) {
+    if (!s->world->Has(slot)) continue;
+    --members;
+    for (auto& [step, c] : steps) {
+      if (static_cast<size_t>(slot) < c.size()) c[slot].reset();
+    }
+  }
+  // Every member of the slice's world but the lost contributed (Request keeps members' only).
   auto full = [members](int64_t, const std::vector<std::unique_ptr<std::vector<float>>>& c) {
     return static_cast<int32_t>(std::count_if(c.begin(), c.end(), [](const auto& g) {
              return g != nullptr;
@@ -256,6 +280,9 @@ void SliceRebuild::FinalizeSlice(Slice* s, std::vector<DeferredReply>* out) {
       }
     }
     if (!update && complete > 0) s->initialized = true;
+  }
+  for (int32_t slot : lost_) {
+    if (s->world->Has(slot)) s->gone.emplace(slot, s->complete + 1);
   }
   // Pulls that came during the rebuild: answered now, or still waiting for complete+1.
   std::vector<Waiter> waiting = std::move(s->waiters);

@@ -11,11 +11,13 @@
 // server starts from the job's first world: docs/elastic.md says what that means) becomes
 // `complete` (its result made as any step's, pserver/step_update.h; in
 // update mode on top of the newest checkpoint), the contributions of the step after it the
-// accumulator, and older steps are dropped. Pulls wait for that; pushes that come meanwhile are
+// accumulator, and older steps are dropped. A worker lost for good (an elastic job) is neither
+// waited for nor counted (Lose). Pulls wait for that; pushes that come meanwhile are
 // contributions too.
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <vector>
 
 #include "common/base/mutex.h"
@@ -54,13 +56,26 @@ class SliceRebuild {
   // Whether a rebuild is under way (tests).
   bool Rebuilding() const EXCLUDES(mu_);
 
+  // Worker `slot` is lost for good (SliceStore::LoseWorker): it will not replay. A rebuild does
+  // not wait for it and leaves its contributions out (it cannot make up what it did not
+  // replay); the rebuilt slices do not await it from their next step on. Ends a rebuild that
+  // waited only for it.
+  void Lose(int32_t slot) EXCLUDES(mu_);
+  // A world names `slot` again (a grow brought it back): its replays count again.
+  void Unlose(int32_t slot) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    lost_.erase(slot);
+  }
+
  private:
   enum class Phase { kNotSeen, kRebuilding, kOver };
 
   void StartLocked() REQUIRES(mu_);
+  // Every worker of the world but the lost ones ended its replays: FinishLocked.
+  void FinishIfReplayedLocked(std::vector<DeferredReply>* out) REQUIRES(mu_);
   // All workers ended their replays: every slice takes its rebuilt state.
   void FinishLocked(std::vector<DeferredReply>* out) REQUIRES(mu_);
-  void FinalizeSlice(Slice* s, std::vector<DeferredReply>* out) REQUIRES(s->mu);
+  void FinalizeSlice(Slice* s, std::vector<DeferredReply>* out) REQUIRES(mu_, s->mu);
 
   const StoreConfig& config_;
   const WorldSchedule* const worlds_;
@@ -76,6 +91,7 @@ class SliceRebuild {
   Status error_ GUARDED_BY(mu_);                        // refuses all replays
   std::vector<int64_t> replays_seen_ GUARDED_BY(mu_);   // per worker
   std::vector<int64_t> replays_announced_ GUARDED_BY(mu_);  // per worker, -1: not yet
+  std::set<int32_t> lost_ GUARDED_BY(mu_);                   // Lose: not awaited, not counted
 };
 
 }  // namespace trellis

@@ -172,6 +172,7 @@ Status SliceStore::AddWorld(int32_t worker, const wire::RequestHeader& h,
     s->world = *world;
     for (int32_t slot : back) StepProtocol::Unlose(slot, s);
   }
+  for (int32_t slot : back) rebuild_.Unlose(slot);
   TLOG_INFO << "server " << config_.server_rank << ": " << (*world)->Describe()
             << " from each slice's next step";
   return Status::Ok();
@@ -212,6 +213,7 @@ Status SliceStore::LoseWorker(int32_t slot, int64_t epoch) {
   TLOG_WARN << "server " << config_.server_rank << ": worker " << slot << " lost for good (world " << epoch
             << " goes on without it): its pushes are no longer awaited";
   RunReplies(&deferred);
+  rebuild_.Lose(slot);  // a rebuild under way (or to come) does not wait for its replays
   return Status::Ok();
 }
 

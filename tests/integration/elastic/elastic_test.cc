@@ -561,5 +561,31 @@ TEST_F(ElasticTest, TheSchedulerKilledAfterALossRecoversTheWorldWithoutTheLostWo
       << ReadFile(log);
 }
 
+// A parameter server killed as a worker is lost (docs/elastic.md#what-survives-what): worker 1 of
+// 3 SIGKILLed for good (Never) and server 1 SIGKILLed with it (OnFailure: its agent restarts
+// it). The server rebuilds from its checkpoint and the others' replayed pushes without waiting
+// for the lost worker's, and the job reaches its target with 2.
+TEST_F(ElasticTest, AServerKilledAsAWorkerIsLostRebuildsWithoutTheLostWorker) {
+  const std::string job = NewJob("el-srv-loss");
+  MlpJob spec = ThreeOfMinTwo(job);
+  spec.worker_restart = "Never";
+  spec.server_restart = "OnFailure";
+  auto launch = StartAndWaitForStep(job, spec, 48);
+  ASSERT_NE(launch, nullptr);
+  const pid_t worker = WorkerProgram(job, 1);
+  const pid_t server = ProgramOf(job, "server", 1);
+  ASSERT_GT(worker, 0);
+  ASSERT_GT(server, 0);
+  ASSERT_EQ(::kill(worker, SIGKILL), 0);
+  ASSERT_EQ(::kill(server, SIGKILL), 0);
+  auto st = launch->WaitFor(200s);
+  const std::string out = ReadFile(dir_ + "/" + job + ".out");
+  ASSERT_TRUE(st.has_value()) << out;
+  EXPECT_EQ(st->exit_code, 0) << out << ReadFile(dir_ + "/logs-" + job + "/server-1.log");
+  EXPECT_NE(out.find("-- reached"), std::string::npos) << out;
+  EXPECT_NE(out.find(", 2 worker(s), "), std::string::npos) << out;
+  EXPECT_NE(out.find("trellis-launch: worker-1 lost"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace trellis

@@ -84,6 +84,37 @@ TEST_F(RebuildTest, WorkersOneStepApartRebuildCompleteAndAccumulator) {
   EXPECT_EQ(four.status.code(), StatusCode::kOutOfRange);
 }
 
+// A restarted server rebuilding while a worker is lost for good (docs/elastic.md#what-survives-what):
+// the lost worker never replays, so the rebuild does not wait for it, leaves out what it had
+// replayed, completes the steps with the others and does not await it afterwards. Learnt before
+// the rebuild (the scheduler's first ping) or during it.
+TEST_F(RebuildTest, ALostWorkerIsNotWaitedForAndLeftOutOfTheRebuiltSteps) {
+  for (const bool before : {true, false}) {
+    Make(3);
+    if (before) ASSERT_TRUE(store_->LoseWorker(1, 1).ok());
+    Replay(0, 5, {1, 1, 1, 1});
+    Replay(2, 5, {2, 2, 2, 2});
+    Replay(0, 6, {3, 3, 3, 3});
+    if (!before) Replay(1, 5, {100, 100, 100, 100});  // it replayed some, then was lost
+    Got pull;
+    Send(2, wire::Op::kPull, 5, {}, &pull);
+    End(0, 2);
+    End(2, 1);
+    EXPECT_EQ(store_->Rebuilding(), !before) << "without the loss it waits for worker 1";
+    if (!before) ASSERT_TRUE(store_->LoseWorker(1, 1).ok());
+    EXPECT_FALSE(store_->Rebuilding());
+    ASSERT_TRUE(pull.called);
+    ASSERT_TRUE(pull.status.ok()) << pull.status.ToString();
+    EXPECT_EQ(pull.values, (std::vector<float>{3, 3, 3, 3})) << "worker 1's replay left out";
+    EXPECT_EQ(store_->CompleteStep(7, 0), 5);
+    // Step 6 completes with worker 2's push: worker 1 is not awaited.
+    Got six;
+    Send(2, wire::Op::kPushPull, 6, {1, 1, 1, 1}, &six);
+    ASSERT_TRUE(six.called && six.status.ok()) << six.status.ToString();
+    EXPECT_EQ(six.values, (std::vector<float>{4, 4, 4, 4}));
+  }
+}
+
 // The end of a worker's replays may overtake them (a server serves by priority): the rebuild
 // waits until the announced count arrived. Duplicates count once.
 TEST_F(RebuildTest, EndBeforeReplaysAndDuplicates) {
