@@ -8,6 +8,13 @@
 
 namespace trellis {
 
+void SliceRebuild::RunDeferred(std::vector<DeferredReply>* deferred) {
+  for (auto& d : *deferred) {
+    if (!d.status.ok()) series_->RequestFailed();
+    d.reply(d.status, Answer{std::move(d.values), std::move(d.packed)});
+  }
+}
+
 bool SliceRebuild::Rebuilding() const {
   MutexLock lock(&mu_);
   return phase_ == Phase::kRebuilding;
@@ -131,10 +138,7 @@ void SliceRebuild::HandleReplay(int32_t worker, const wire::RequestHeader& h,
   }
   if (!st.ok()) series_->RequestFailed();
   reply(st, Answer{});
-  for (auto& d : deferred) {
-    if (!d.status.ok()) series_->RequestFailed();
-    d.reply(d.status, Answer{std::move(d.values), std::move(d.packed)});
-  }
+  RunDeferred(&deferred);
 }
 
 void SliceRebuild::Request(int32_t worker, Slice* s, const wire::RequestHeader& h,
@@ -181,10 +185,7 @@ void SliceRebuild::Lose(int32_t slot) {
     if (!lost_.insert(slot).second) return;
     FinishIfReplayedLocked(&deferred);
   }
-  for (auto& d : deferred) {
-    if (!d.status.ok()) series_->RequestFailed();
-    d.reply(d.status, Answer{std::move(d.values), std::move(d.packed)});
-  }
+  RunDeferred(&deferred);
 }
 
 void SliceRebuild::FinishLocked(std::vector<DeferredReply>* out) {

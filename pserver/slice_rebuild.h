@@ -70,6 +70,8 @@ class SliceRebuild {
  private:
   enum class Phase { kNotSeen, kRebuilding, kOver };
 
+  // Answers what completed, after the locks are released.
+  void RunDeferred(std::vector<DeferredReply>* deferred) EXCLUDES(mu_);
   void StartLocked() REQUIRES(mu_);
   // Every worker of the world but the lost ones ended its replays: FinishLocked.
   void FinishIfReplayedLocked(std::vector<DeferredReply>* out) REQUIRES(mu_);

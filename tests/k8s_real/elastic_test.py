@@ -172,6 +172,12 @@ class Elastic(envtest.EnvtestCase):
             "no progress before the kill: %s" % self.job(name).get("status"))
         return kubelet
 
+    def wait_loss_followed(self, name):
+        """Waits (60 s) until the operator followed worker 1's loss to Done."""
+        self.assertTrue(envtest.wait_for(lambda: self.last_resize(name).get("lostWorker") == 1 and
+                                         self.last_resize(name).get("outcome") == "Done", 60),
+                        "the loss was not followed: %s" % self.job(name).get("status"))
+
     def kill_worker_program(self, name, rank):
         pod = "%s-worker-%d" % (name, rank)
         self.assertTrue(envtest.wait_for(lambda: envtest.worker_programs(name, pod), 10), "no program in " + pod)
@@ -182,9 +188,7 @@ class Elastic(envtest.EnvtestCase):
         kubelet = self.start_lost_job("lost", workers=3, min_workers=2)
         killed = time.time()
         self.kill_worker_program("lost", 1)
-        self.assertTrue(envtest.wait_for(lambda: self.last_resize("lost").get("lostWorker") == 1 and
-                                         self.last_resize("lost").get("outcome") == "Done", 60),
-                        "the loss was not followed: %s" % self.job("lost").get("status"))
+        self.wait_loss_followed("lost")
         followed = time.time() - killed
         st = self.job("lost")["status"]
         self.assertEqual(st["phase"], "Running", st)
@@ -220,9 +224,7 @@ class Elastic(envtest.EnvtestCase):
         the running job."""
         kubelet = self.start_lost_job("back", workers=3, min_workers=2)
         self.kill_worker_program("back", 1)
-        self.assertTrue(envtest.wait_for(lambda: self.last_resize("back").get("lostWorker") == 1 and
-                                         self.last_resize("back").get("outcome") == "Done", 60),
-                        "the loss was not followed: %s" % self.job("back").get("status"))
+        self.wait_loss_followed("back")
         time.sleep(3)  # nothing asks for 3 again on its own
         last = self.last_resize("back")
         self.assertEqual((last.get("lostWorker"), last.get("outcome"), last.get("to")), (1, "Done", 2), last)
@@ -274,9 +276,7 @@ class Elastic(envtest.EnvtestCase):
                                                      "registrationTimeoutSeconds": 5},
                                           terminationGracePeriodSeconds=2)
             pids, stopped = self.freeze_worker_1("node")
-            self.assertTrue(envtest.wait_for(lambda: self.last_resize("node").get("lostWorker") == 1 and
-                                             self.last_resize("node").get("outcome") == "Done", 60),
-                            "the loss was not followed: %s" % self.job("node").get("status"))
+            self.wait_loss_followed("node")
             self.assertTrue(envtest.wait_for(lambda: self.last_resize("node").get("to") == 3 and
                                              self.last_resize("node").get("outcome") == "Done", 90),
                             "the world did not grow back: %s" % self.job("node").get("status"))
@@ -309,9 +309,7 @@ class Elastic(envtest.EnvtestCase):
                                 scheduler={"heartbeatIntervalSeconds": 0.5, "heartbeatTimeoutSeconds": 3,
                                            "registrationTimeoutSeconds": 5})
             pids, stopped = self.freeze_worker_1(job_name)
-            self.assertTrue(envtest.wait_for(lambda: self.last_resize(job_name).get("lostWorker") == 1 and
-                                             self.last_resize(job_name).get("outcome") == "Done", 60),
-                            "the loss was not followed: %s" % self.job(job_name).get("status"))
+            self.wait_loss_followed(job_name)
             followed = time.time() - stopped
             st = self.job(job_name)["status"]
             self.assertEqual(st["world"]["members"], [0, 2], st)
@@ -344,9 +342,7 @@ class Elastic(envtest.EnvtestCase):
         self.start_lost_job("spot", workers=3, min_workers=2)
         deleted = time.time()
         self.cp.kubectl("delete", "pod", "spot-worker-1", "-n", self.ns, "--wait=false")
-        self.assertTrue(envtest.wait_for(lambda: self.last_resize("spot").get("lostWorker") == 1 and
-                                         self.last_resize("spot").get("outcome") == "Done", 60),
-                        "the loss was not followed: %s" % self.job("spot").get("status"))
+        self.wait_loss_followed("spot")
         followed = time.time() - deleted
         st = self.job("spot")["status"]
         self.assertEqual(st["phase"], "Running", st)
@@ -381,9 +377,7 @@ class Elastic(envtest.EnvtestCase):
         open(full, "w").close()
         try:
             self.cp.kubectl("delete", "pod", "late-worker-1", "-n", self.ns, "--wait=false")
-            self.assertTrue(envtest.wait_for(lambda: self.last_resize("late").get("lostWorker") == 1 and
-                                             self.last_resize("late").get("outcome") == "Done", 60),
-                            "the loss was not followed: %s" % self.job("late").get("status"))
+            self.wait_loss_followed("late")
             st = self.job("late")["status"]
             self.assertEqual(st["world"]["members"], [0, 2], st)
             self.assertIn("no replacement pod registered within 4 s", st["world"]["lost"][0]["reason"], st)
