@@ -7,8 +7,10 @@ test resizes the job while it trains.
 
 Each worker appends to OUT_DIR/seen<slot>.txt (slot: its rank at the start) one line per step:
 "epoch step rank size idx idx ...", the samples it trained; OUT_DIR/resized<slot>.txt gets
-"rank size lr" per resize hook call; rank 0 of the last world writes OUT_DIR/result.txt
-("accuracy loss")."""
+"rank size lr" per resize hook call; every worker that trains to the end writes
+OUT_DIR/final<slot>.txt (the SHA-1 of its parameters' bytes); rank 0 of the last world writes
+OUT_DIR/result.txt ("accuracy loss")."""
+import hashlib
 import os
 import sys
 import time
@@ -64,22 +66,27 @@ def main():
             f.write("%d %d %g\n" % (world.rank, world.size, opt.param_groups[0]["lr"]))
 
     seen = open(os.path.join(out, "seen%d.txt" % slot), "a", buffering=1)
-    step = 0
+    step = state.rejoined_step or 0  # a grow's joiner continues from the members' step
     for epoch in range(state.epoch, EPOCHS):
         sampler.set_epoch(epoch)
         for i, (idx, x, y) in enumerate(loader):
             w = tt.world()  # the world this step trains in
+            step += 1
+            # Before backward() pushes: a program killed after its push still recorded the step
+            # (its restart, from the step before, trains the same samples again).
+            seen.write("%d %d %d %d %s\n" % (epoch, step, w.rank, w.size, " ".join(map(str, idx.tolist()))))
             loss = F.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            step += 1
-            seen.write("%d %d %d %d %s\n" % (epoch, step, w.rank, w.size, " ".join(map(str, idx.tolist()))))
             time.sleep(0.03)  # a few seconds of training: the test's resize lands mid-epoch
             state.batch = i + 1
             opt.step()  # a resize takes effect here; the worker resized away exits 0 here
         state.epoch, state.batch = epoch + 1, 0
         state.commit()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    with open(os.path.join(out, "final%d.txt" % slot), "w") as f:
+        f.write(hashlib.sha1(flat.numpy().tobytes()).hexdigest() + "\n")
     if trellis.rank() == 0:
         with torch.no_grad():
             test = Indexed(400, seed=2)

@@ -53,3 +53,64 @@ def test_set_epoch_starts_a_new_order_and_a_second_pass_repeats_the_epoch():
     assert list(s) == first  # no set_epoch: the same epoch again
     s.set_epoch(1)
     assert list(s) != first and len(list(s)) == 25
+
+
+def draw(its, count):
+    """Every rank draws `count` samples (lockstep); returns them."""
+    out = []
+    for _ in range(count):
+        for it in its:
+            out.append(next(it))
+    return out
+
+
+def test_a_restored_place_goes_on_where_the_world_is():
+    # A restarted worker (rank 1 of 3) takes rank 0's place after a resize 4 -> 3 and 20 more
+    # draws: it draws exactly what its own iterator would have, and set_epoch of that epoch
+    # (the training loop's first line) keeps the place.
+    world = samplers(500, 4)
+    for s in world:
+        s.set_epoch(2)
+    its = [iter(s) for s in world]
+    draw(its, 30)
+    for r, s in enumerate(world[:3]):
+        s.reshard(r, 3)
+    draw(its[:3], 20)
+    place = world[0].place()
+    assert len(repr(place)) < 200, "a place is small, whatever the dataset"
+    restarted = tt.ElasticSampler(range(500), shuffle=True, seed=3)
+    restarted.restore_place(place, 1, 3)
+    restarted.set_epoch(2)
+    assert list(restarted) == list(its[1])
+
+
+def test_a_place_from_before_a_grow_is_resharded_as_the_members_reshard():
+    # A grow 2 -> 3: the joiner takes a member's place committed before the switch (the old
+    # world's), re-shards it as the members do, and the three draw the rest of the epoch once.
+    n = 301
+    world = samplers(n, 2)
+    its = [iter(s) for s in world]
+    trained = draw(its, 40)
+    place = world[1].place()
+    for r, s in enumerate(world):
+        s.reshard(r, 3)
+    joiner = tt.ElasticSampler(range(n), shuffle=True, seed=3)
+    joiner.restore_place(place, 0, place["size"])
+    joiner.reshard(2, 3)
+    joiner.set_epoch(0)
+    rest = [list(it) for it in its] + [list(joiner)]
+    assert len({len(x) for x in rest}) == 1, "every worker of the new world as many samples"
+    seen = collections.Counter(trained + list(itertools.chain(*rest)))
+    assert set(seen) == set(range(n))
+    assert sum(seen.values()) - n < 3, "only the padding of the last shards repeats"
+    # The next epoch starts afresh, as on the members.
+    joiner.set_epoch(1)
+    world[0].set_epoch(1)
+    assert len(list(joiner)) == len(list(world[0]))
+
+
+def test_a_place_of_another_dataset_is_refused():
+    place = samplers(100, 2)[0].place()
+    other = tt.ElasticSampler(range(99), shuffle=True, seed=3)
+    with pytest.raises(RuntimeError, match="has 100 samples, this one 99"):
+        other.restore_place(place, 0, 2)

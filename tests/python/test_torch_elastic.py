@@ -2,7 +2,9 @@
 workers, resized to 2 with `trellis-launch resize` while it trains. The worker resized away
 exits 0 at the agreed step; the others re-shard what is left of the epoch with ElasticSampler
 (no sample trained twice in the epoch of the resize, none skipped), their on_resize hook
-scales the learning rate, and the job succeeds with the accuracy an undisturbed run reaches."""
+scales the learning rate, and the job succeeds with the accuracy an undisturbed run reaches.
+Grown 2 -> 3, the joiner takes the running job's state and the sampler's place; lost for good,
+the others go on."""
 import collections
 import os
 import subprocess
@@ -56,7 +58,7 @@ def records(out):
     return got
 
 
-def launch_and_resize(tmp_path, name, workers, to, ready):
+def launch_and_resize(tmp_path, name, workers, to, ready, env=None):
     """Runs elastic_train.py with `workers` workers under trellis-launch, resizes it to `to` once
     ready(records) holds: (the resize's CompletedProcess, its seconds, the job's output, its exit
     code, out dir, logs dir)."""
@@ -67,7 +69,7 @@ def launch_and_resize(tmp_path, name, workers, to, ready):
     text = JOB.format(name=name, script=os.path.join(HERE, "elastic_train.py"), out=out)
     job.write_text(text.replace("replicas: 3", "replicas: %d" % workers))
     p = subprocess.Popen([launcher, "--log-dir", str(logs), str(job)], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, env=launcher_env(), text=True)
+                         stderr=subprocess.STDOUT, env=dict(launcher_env(), **(env or {})), text=True)
     try:
         deadline = time.time() + 90
         while time.time() < deadline and p.poll() is None:
@@ -85,6 +87,36 @@ def launch_and_resize(tmp_path, name, workers, to, ready):
             p.terminate()
             p.communicate(timeout=30)
     return resize, took, log, p.returncode, out, logs
+
+
+def run_killing_worker_1(tmp_path, name, edit, before_kill):
+    """Runs elastic_train.py with 3 workers (the job file changed by edit(text)) under
+    trellis-launch, calls before_kill(launcher, logs dir, until) (until(ready) waits for
+    ready(records)), SIGKILLs worker 1's program and waits for the job: (its output, its exit
+    code, out dir, logs dir)."""
+    launcher = launcher_or_skip()
+    out, logs = tmp_path / "out", tmp_path / "logs"
+    out.mkdir()
+    job = tmp_path / "job.yaml"
+    job.write_text(edit(JOB.format(name=name, script=os.path.join(HERE, "elastic_train.py"), out=out)))
+    p = subprocess.Popen([launcher, "--log-dir", str(logs), str(job)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, env=launcher_env(), text=True)
+    deadline = time.time() + 90
+
+    def until(ready):
+        while time.time() < deadline and p.poll() is None and not ready(records(str(out))):
+            time.sleep(0.1)
+    try:
+        before_kill(launcher, logs, until)
+        pid = worker_program(name, 1, comm="python3")
+        assert pid, "worker 1's program not found"
+        os.kill(pid, 9)
+        log, _ = p.communicate(timeout=150)
+    finally:
+        if p.poll() is None:
+            p.terminate()
+            p.communicate(timeout=30)
+    return log, p.returncode, out, logs
 
 
 def test_resized_3_to_2_mid_epoch_no_sample_twice_and_the_job_succeeds(tmp_path):
@@ -131,19 +163,69 @@ def test_resized_3_to_2_mid_epoch_no_sample_twice_and_the_job_succeeds(tmp_path)
     assert float(acc) >= 0.9, acc
 
 
-def test_a_grow_of_a_pytorch_job_is_given_up_and_the_job_runs_on(tmp_path):
-    """Growing a trellis.torch job is not built yet (docs/elastic.md#what-is-not-built-yet): the
-    worker the grow starts stays out of the world, exits 0 saying why, the grow is given up at
-    once (not after the 60 s a joiner gets to start), and the job trains on with 2 workers."""
+def test_grown_2_to_3_mid_epoch_the_joiner_takes_the_state_and_no_sample_twice(tmp_path):
+    """A trellis.torch job grown 2 -> 3 mid-epoch (docs/elastic.md#pytorch). Worker 2's program
+    starts, joins the grow, takes a member's commit (parameters, momentum, the ElasticState's
+    values and the sampler's place in the epoch), and trains from the agreed step as rank 2 of 3:
+    the members re-shard what is left of the epoch over 3, the joiner draws its share of the
+    same order, so every sample is trained exactly once in every epoch; every on_resize hook,
+    the joiner's included, scales the learning rate to 3 workers; and all three end with the
+    same model, bit for bit."""
     resize, took, log, code, out, logs = launch_and_resize(
-        tmp_path, "tt-grow", 2, 3, lambda got: len(got.get(0, [])) >= 10)
+        tmp_path, "tt-grow", 2, 3, lambda got: sum(1 for r in got.get(0, []) if r[0] == 1) >= 10)
+    assert resize.returncode == 0, resize.stdout
+    assert "2 -> 3 workers asked for" in resize.stdout, resize.stdout
+    assert code == 0, log
+    joiner = (logs / "worker-2.log").read_text()
+    assert "joins world 1 from step" in joiner, joiner
+    assert "rejoined the running job after step" in joiner, joiner
+
+    got = records(str(out))
+    assert sorted(got) == [0, 1, 2], got.keys()
+    first3 = min(r[1] for r in got[2])
+    assert all(r[3] == 3 and r[2] == 2 for r in got[2]), got[2][:3]
+    for slot in (0, 1):
+        sizes = [(r[1], r[3]) for r in got[slot]]
+        assert all(s == 2 for st, s in sizes if st < first3), sizes
+        assert all(s == 3 for st, s in sizes if st >= first3), sizes
+        assert first3 - 1 in [st for st, _ in sizes], "the joiner's first step follows the members'"
+    for slot in (0, 1, 2):
+        lines = (out / ("resized%d.txt" % slot)).read_text().split("\n")
+        assert lines[0].split() == [str(slot), "3", "0.15"], (slot, lines)
+
+    per_epoch = collections.defaultdict(collections.Counter)
+    for rows in got.values():
+        for epoch, _, _, _, idx in rows:
+            per_epoch[epoch].update(idx)
+    grown_epoch = [r[0] for r in got[2] if r[1] == first3][0]
+    assert sorted(per_epoch) == [0, 1, 2, 3], sorted(per_epoch)
+    for epoch, seen in per_epoch.items():
+        assert set(seen) == set(range(N)), "epoch %d: %d samples never trained" % (epoch, N - len(seen))
+        # What is left of the grown epoch is padded to a multiple of 3, as DistributedSampler
+        # pads: at most 2 samples repeat there (docs/elastic.md#pytorch); none anywhere else.
+        twice = sum(seen.values()) - N
+        assert twice < (3 if epoch == grown_epoch else 1), \
+            "epoch %d (grown in %d): %d samples trained twice" % (epoch, grown_epoch, twice)
+    finals = {slot: (out / ("final%d.txt" % slot)).read_text() for slot in (0, 1, 2)}
+    assert len(set(finals.values())) == 1, finals
+    print("grown before step %d, in epoch %d; resize answered in %.1f s" % (first3, grown_epoch, took))
+    assert float((out / "result.txt").read_text().split()[0]) >= 0.9
+
+
+def test_a_grow_whose_joiner_cannot_take_the_state_is_given_up_and_the_job_runs_on(tmp_path):
+    """Crash recovery turned off (TRELLIS_TORCH_REJOIN=0): no worker keeps the state a joiner
+    takes, so the worker a grow starts stays out of the world, exits 0 saying why, the grow is
+    given up at once (not after the 60 s a joiner gets to start), and the job trains on with 2."""
+    resize, took, log, code, out, logs = launch_and_resize(
+        tmp_path, "tt-grow-off", 2, 3, lambda got: len(got.get(0, [])) >= 10,
+        env={"TRELLIS_TORCH_REJOIN": "0"})
     assert resize.returncode == 1, resize.stdout
     assert "the job's scheduler gave the resize up" in resize.stdout, resize.stdout
     assert took < 30, "given up after %.1f s, not at once" % took
     assert code == 0, log
     assert "trellis-launch: worker-2 did not join: the grow was given up" in log, log
     joiner = (logs / "worker-2.log").read_text()
-    assert "a Python program cannot join yet" in joiner, joiner
+    assert "only a trellis.torch program with crash recovery on can join" in joiner, joiner
     assert "program exited with code 0" in joiner, joiner
     scheduler = (logs / "scheduler.log").read_text()
     assert "worker 2 exited (exit code 0) before it asked to join" in scheduler, scheduler
@@ -157,29 +239,10 @@ def test_a_worker_killed_for_good_is_lost_and_the_others_finish(tmp_path):
     2, their on_resize hook scaling the learning rate), no sample is trained twice in any epoch
     (the lost worker's share of the steps before the switch is skipped in the epoch of the loss,
     every other epoch trains each sample once), and the job succeeds at the usual accuracy."""
-    launcher = launcher_or_skip()
-    out, logs = tmp_path / "out", tmp_path / "logs"
-    out.mkdir()
-    job = tmp_path / "job.yaml"
-    job.write_text(JOB.format(name="tt-lost", script=os.path.join(HERE, "elastic_train.py"), out=out)
-                   .replace("minWorkers: 1", "minWorkers: 2"))
-    p = subprocess.Popen([launcher, "--log-dir", str(logs), str(job)], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, env=launcher_env(), text=True)
-    try:
-        deadline = time.time() + 90
-        while time.time() < deadline and p.poll() is None:
-            if sum(1 for r in records(str(out)).get(0, []) if r[0] == 1) >= 10:
-                break
-            time.sleep(0.1)
-        pid = worker_program("tt-lost", 1, comm="python3")
-        assert pid, "worker 1's program not found"
-        os.kill(pid, 9)
-        log, _ = p.communicate(timeout=150)
-    finally:
-        if p.poll() is None:
-            p.terminate()
-            p.communicate(timeout=30)
-    assert p.returncode == 0, log
+    log, code, out, _ = run_killing_worker_1(
+        tmp_path, "tt-lost", lambda job: job.replace("minWorkers: 1", "minWorkers: 2"),
+        lambda launcher, logs, until: until(lambda got: sum(1 for r in got.get(0, []) if r[0] == 1) >= 10))
+    assert code == 0, log
     assert "trellis-launch: worker-1 lost (" in log, log
     got = records(str(out))
     last3 = max(r[1] for r in got[1])
@@ -201,4 +264,36 @@ def test_a_worker_killed_for_good_is_lost_and_the_others_finish(tmp_path):
             assert set(seen) == set(range(N)), "epoch %d: %d samples never trained" % (epoch, N - len(seen))
     print("worker 1 lost after its step %d, in epoch %d; %d samples of that epoch skipped"
           % (last3, lost_epoch, N - len(per_epoch[lost_epoch])))
+    assert float((out / "result.txt").read_text().split()[0]) >= 0.9
+
+
+def test_a_worker_restarted_after_a_resize_goes_on_from_the_samplers_place(tmp_path):
+    """Crash recovery after a resize (docs/elastic.md#what-survives-what): 3 workers resized to
+    2, then worker 1's program SIGKILLed mid-epoch in the world of 2 (restartPolicy OnFailure).
+    It rejoins with a live worker's state, the ElasticSampler's place in the epoch included, and
+    draws on from where the world is: counting each (worker, step) once (a step the kill cut
+    short is trained again by the restarted program, its pushes counted once by the servers),
+    every sample is trained exactly once in every epoch, and the job succeeds."""
+    def shrink_then_train(launcher, logs, until):
+        until(lambda got: sum(1 for r in got.get(0, []) if r[0] == 1) >= 5)
+        resize = subprocess.run([launcher, "resize", str(logs), "2"], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=launcher_env(), text=True, timeout=90)
+        assert resize.returncode == 0, resize.stdout
+        until(lambda got: sum(1 for r in got.get(1, []) if r[3] == 2) >= 8)
+
+    log, code, out, logs = run_killing_worker_1(
+        tmp_path, "tt-restart", lambda job: job.replace("restartPolicy: Never", "restartPolicy: OnFailure"),
+        shrink_then_train)
+    assert code == 0, log
+    assert "rejoined the running job after step" in (logs / "worker-1.log").read_text()
+    got = records(str(out))
+    per_epoch = collections.defaultdict(collections.Counter)
+    for rows in got.values():
+        for epoch, _, _, _, idx in {r[1]: r for r in rows}.values():  # a step once per worker
+            per_epoch[epoch].update(idx)
+    assert sorted(per_epoch) == [0, 1, 2, 3], sorted(per_epoch)
+    for epoch, seen in per_epoch.items():
+        assert set(seen) == set(range(N)), "epoch %d: %d samples never trained" % (epoch, N - len(seen))
+        twice = [i for i, c in seen.items() if c > 1]
+        assert not twice, "epoch %d: %d samples trained twice" % (epoch, len(twice))
     assert float((out / "result.txt").read_text().split()[0]) >= 0.9

@@ -114,7 +114,7 @@ class PyWorker {
   static std::shared_ptr<PyWorker> Create(const std::string& scheduler_address,
                                           const std::string& token_file, int rank,
                                           int64_t slice_bytes, int water_mark,
-                                          int64_t timeout_ms) {
+                                          int64_t timeout_ms, bool join_grows) {
     WorkerOptions o;
     o.scheduler_address = scheduler_address;
     o.token_file = token_file;
@@ -122,9 +122,11 @@ class PyWorker {
     o.slice_bytes = slice_bytes;
     o.water_mark = water_mark;
     o.timeout_ms = timeout_ms;
-    // A Python program cannot join a running elastic job yet (docs/elastic.md#what-is-not-built-
-    // yet): created outside the world, it stays out, and trellis.init() exits 0 saying so.
-    o.join_grows = false;
+    // Created outside an elastic job's world, the worker joins a grow under way when its program
+    // can take the running job's state (trellis.torch's rejoin keeper, trellis/_rejoin.py:
+    // docs/elastic.md#pytorch); else, and outside any grow, it stays out and trellis.init()
+    // exits 0.
+    o.join_grows = join_grows;
     StatusOr<std::unique_ptr<Worker>> w = InternalError("unset");
     {
       py::gil_scoped_release nogil;  // waits for the whole cluster
@@ -244,6 +246,29 @@ class PyWorker {
     return py::make_tuple(v.epoch, v.from_step, v.rank, v.size, v.left);
   }
 
+  // Elastic jobs: the job is elastic (spec.elastic), its worker ranks for life (no world is
+  // larger), and the first step of the world this worker joined as a grow's joiner (0: it did
+  // not join one; it started in its world).
+  bool Elastic() {
+    auto* impl = dynamic_cast<WorkerImpl*>(&w());
+    return impl != nullptr && impl->setup().reach_step != nullptr;
+  }
+  int Slots() {
+    const WorldView v = w().world();
+    return v.slots > 0 ? v.slots : v.size;
+  }
+  int64_t JoinedFrom() {
+    auto* impl = dynamic_cast<WorkerImpl*>(&w());
+    return impl == nullptr ? 0 : impl->JoinedFrom();
+  }
+  // A joiner holds the members' commit: it tells the servers the world it joined, before its
+  // first push.
+  void AnnounceJoined() {
+    auto* impl = dynamic_cast<WorkerImpl*>(&w());
+    if (impl == nullptr) return;
+    CheckWithoutGil([&] { return impl->AnnounceJoined(); });
+  }
+
   // TRELLIS_INCARNATION as the worker read it: > 1 after its agent restarted it.
   int64_t Incarnation() {
     auto* impl = dynamic_cast<WorkerImpl*>(&w());
@@ -271,12 +296,13 @@ class PyWorker {
 
   // The donor's step (the tracked buffers now hold its commit), or None: nobody has committed
   // yet, start as on a first start.
-  py::object RejoinFetch() {
+  // `at_least`: a joiner's step before its world's first (the donor may still be short of it).
+  py::object RejoinFetch(int64_t at_least) {
     RejoinKeeper& k = keeper();
     StatusOr<std::optional<int64_t>> r = InternalError("unset");
     {
       py::gil_scoped_release nogil;
-      r = k.Rejoin();
+      r = k.Rejoin(at_least);
     }
     if (!r.ok()) Raise(r.status());
     return r->has_value() ? py::object(py::int_(**r)) : py::object(py::none());
@@ -453,7 +479,8 @@ class TrellisError(RuntimeError):
   py::class_<PyWorker, std::shared_ptr<PyWorker>>(m, "Worker")
       .def_static("create", &PyWorker::Create, py::arg("scheduler_address") = "",
                   py::arg("token_file") = "", py::arg("rank") = -1, py::arg("slice_bytes") = 0,
-                  py::arg("water_mark") = 0, py::arg("timeout_ms") = 0)
+                  py::arg("water_mark") = 0, py::arg("timeout_ms") = 0,
+                  py::arg("join_grows") = false)
       .def_property_readonly("rank", [](PyWorker& w) { return w.w().rank(); })
       .def_property_readonly("size", [](PyWorker& w) { return w.w().size(); })
       .def_property_readonly("num_servers", [](PyWorker& w) { return w.w().num_servers(); })
@@ -504,7 +531,11 @@ class TrellisError(RuntimeError):
       .def("rejoin_commit", &PyWorker::RejoinCommit, py::arg("step"), py::arg("again") = false,
            py::arg("copy") = false)
       .def("rejoin_begin_update", &PyWorker::RejoinBeginUpdate)
-      .def("rejoin_fetch", &PyWorker::RejoinFetch)
+      .def("rejoin_fetch", &PyWorker::RejoinFetch, py::arg("at_least") = 0)
+      .def_property_readonly("elastic", &PyWorker::Elastic)
+      .def_property_readonly("slots", &PyWorker::Slots)
+      .def_property_readonly("joined_from", &PyWorker::JoinedFrom)
+      .def("announce_joined", &PyWorker::AnnounceJoined)
       .def("rejoin_mark_servers", &PyWorker::RejoinMarkServers)
       .def("rejoin_stop", &PyWorker::RejoinStop)
       .def("close", &PyWorker::Close);

@@ -131,6 +131,9 @@ class _Session:
         self.names = {}       # declared name -> key id
         self.sizes = {}       # key id -> element count
         self.finished = False
+        # Elastic jobs: the world this process was created in (a restart or a join after a
+        # resize starts past epoch 0).
+        self.world_epoch_at_start = 0 if worker is None else worker.world[0]
 
     @property
     def local(self):
@@ -141,6 +144,12 @@ class _Session:
 
     def size(self):
         return 1 if self.local else self.worker.size
+
+    def slots(self):
+        """The job's worker ranks for its life: no world is larger (= size() but in elastic
+        jobs). What is kept per rank is sized by this, so every world declares the same keys."""
+        return 1 if self.local else self.worker.slots
+
 
     def key_id(self, key):
         if isinstance(key, str):
@@ -231,6 +240,10 @@ class _TensorHandle:
         return self._h.done()
 
 
+# Set by `import trellis.torch`: its programs take a running job's state when they join a grow.
+JOINS_GROWS = {"torch": False}
+
+
 def init(scheduler_address=None, token_file=None, rank=None, slice_bytes=None, water_mark=None,
          timeout_ms=None, local=None):
     """Joins the job (Worker::Create); arguments override the environment.
@@ -247,16 +260,23 @@ def init(scheduler_address=None, token_file=None, rank=None, slice_bytes=None, w
     if local:
         _session = _Session(None)
         return
+    # Elastic jobs: a worker created outside the world joins a grow under way only when its
+    # program can take the running job's state (trellis.torch's rejoin keeper; not turned off).
+    joins = JOINS_GROWS["torch"] and os.environ.get("TRELLIS_TORCH_REJOIN", "") != "0"
     w = _trellis.Worker.create(scheduler_address=scheduler_address or "",
                                token_file=token_file or "",
                                rank=-1 if rank is None else int(rank),
                                slice_bytes=int(slice_bytes or 0), water_mark=int(water_mark or 0),
-                               timeout_ms=int(timeout_ms or 0))
-    if w.world[4]:  # created outside the elastic job's world: Python cannot join a grow yet
-        print("trellis: this worker (pod %s) is outside the running elastic job's world (resized away, or "
-              "brought in by a grow, which a Python program cannot join yet: "
-              "docs/elastic.md#what-is-not-built-yet): exiting 0; the job runs on without it"
-              % os.environ.get("TRELLIS_POD_NAME", "?"), file=sys.stderr, flush=True)
+                               timeout_ms=int(timeout_ms or 0), join_grows=joins)
+    if w.world[4]:  # outside the elastic job's world, and not joining it
+        if joins:
+            why = "resized away, or no grow under way takes it in"
+        else:
+            why = ("brought in by a grow, which only a trellis.torch program with crash recovery "
+                   "on can join: docs/elastic.md#pytorch")
+        print("trellis: this worker (pod %s) is outside the running elastic job's world (%s): "
+              "exiting 0; the job runs on without it"
+              % (os.environ.get("TRELLIS_POD_NAME", "?"), why), file=sys.stderr, flush=True)
         w.close()
         raise SystemExit(0)
     _session = _Session(w)

@@ -92,7 +92,7 @@ class GradSync:
         return True
 
     def _start_control(self, active):
-        v = torch.zeros(_trellis.size(), dtype=torch.float32)
+        v = torch.zeros(self.state.session().slots(), dtype=torch.float32)  # as declared
         if active:
             v[_trellis.rank()] = 1.0
         return _trellis.push_pull(CONTROL_KEY, v, priority=-(1 << 30)), v

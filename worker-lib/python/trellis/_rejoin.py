@@ -46,14 +46,15 @@ def _align(n):
     return (n + 7) & ~7
 
 
-def enabled_by_env():
+def enabled_by_env(elastic=False):
     """On when this worker's crash is followed by a restart (TRELLIS_RESTART_POLICY from the
-    agent, not Never); TRELLIS_TORCH_REJOIN=0/1 overrides."""
+    agent, not Never), and in an elastic job (a grow's joiner takes the state from a live worker
+    the same way); TRELLIS_TORCH_REJOIN=0/1 overrides."""
     forced = os.environ.get("TRELLIS_TORCH_REJOIN", "")
     if forced in ("0", "1"):
         return forced == "1"
     policy = os.environ.get("TRELLIS_RESTART_POLICY", "")
-    return policy not in ("", "Never")
+    return elastic or policy not in ("", "Never")
 
 
 # Parameter types a commit keeps exactly: the keeper moves float32 values, and these convert to
@@ -288,13 +289,20 @@ class Keeper:
         for p, stage in self.staged:
             stage.load(p.detach())
 
-    def fetch(self):
+    def fetch(self, joined_from=0):
         """Restarted worker: the donor's commit into the parameters and the arena. Returns the
-        donor's step, or None (nobody committed yet: start as on a first start)."""
-        step = self.worker.rejoin_fetch()
+        donor's step, or None (nobody committed yet: start as on a first start). A grow's joiner
+        (joined_from: its world's first step) takes the members' commit of the step before, and
+        tells the servers the world it joined."""
+        step = self.worker.rejoin_fetch(max(0, joined_from - 1))
+        if step is None and joined_from:
+            raise RuntimeError("trellis.torch: joining the job from step %d: no live worker holds "
+                               "its model" % joined_from)
         if step is None:
             self.worker.rejoin_mark_servers()
             return None
+        if joined_from:
+            self.worker.announce_joined()
         magic, got_step, off, n = _HEADER.unpack(self.pool[:_HEADER.size].numpy().tobytes())
         if magic != _MAGIC or got_step != step or not (_HEADER.size <= off <= off + n <= self.pool.numel()):
             raise RuntimeError("trellis.torch: rejoin: the donor's state is not a trellis.torch "

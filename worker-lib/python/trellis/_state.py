@@ -15,6 +15,7 @@ none of the modules that use it (_broadcast, _grad_sync, _optimizer, _checkpoint
 _training_state), so the package's imports form a DAG (tests/python/test_import_graph.py).
 """
 
+import os
 import sys
 
 import numpy as np
@@ -94,9 +95,10 @@ class _State:
 
     def rejoin_wanted(self, s, in_step):
         """Crash recovery on (the same answer on every worker): a job whose workers restart,
-        parameters in float32, float16 or bfloat16 (CPU or GPU), keys sealed before training
-        (not inside a lazy first step)."""
-        if s.local or s.size() == 1 or not _rejoin.enabled_by_env():
+        or an elastic one (a grow's joiner takes the state the same way), parameters in float32,
+        float16 or bfloat16 (CPU or GPU), keys sealed before training (not inside a lazy first
+        step)."""
+        if s.local or s.slots() == 1 or not _rejoin.enabled_by_env(s.worker.elastic):
             return False
         why = _rejoin.blocker([(n, p) for n, p, _, _, _ in self.params], in_step)
         if why is not None:
@@ -126,11 +128,19 @@ class _State:
                                    "run a forward pass before step()" % name)
             s.declare(key, p.numel(), name, _torch_tensors.param_wire(p, o._trellis_wire))
         s.declare(CHANNEL_KEY, CHANNEL_FLOATS, "trellis.broadcast")
-        if s.size() > 1:
-            s.declare(_keys.JOIN_CONTROL, s.size(), "trellis.join", wire="float32")
+        if s.slots() > 1:  # sized by the ranks, not the world: a joiner declares the same
+            s.declare(_keys.JOIN_CONTROL, s.slots(), "trellis.join", wire="float32")
         _collectives.declare_channel(s)
         self.buffer_sync.declare(self.param_ptrs(), finish=False)
         rejoin = self.rejoin_wanted(s, in_step)
+        joined_from = 0 if s.local else s.worker.joined_from
+        if joined_from and not rejoin:
+            # ConfigurationError (exit 78): every restart would end the same way.
+            raise _trellis.ConfigurationError(
+                "trellis.torch: this worker joined the running elastic job from step %d, but it "
+                "cannot take the job's state: crash recovery is off (%s)"
+                % (joined_from, "TRELLIS_TORCH_REJOIN=0" if os.environ.get(
+                    "TRELLIS_TORCH_REJOIN") == "0" else "see the message above"))
         if rejoin:
             arena = _rejoin.arena_bytes(self.params_by_optimizer())
             s.declare(_rejoin.ARENA_KEY, arena // 4, "trellis.rejoin")
@@ -140,8 +150,9 @@ class _State:
         if rejoin:
             self.keeper = _rejoin.Keeper(s.worker, [(n, p, k) for n, p, k, _, _ in self.params],
                                          [o for o, _ in self.params_by_optimizer()], arena)
-            if s.worker.incarnation > 1:
-                self.keeper.fetch()  # a restarted worker: the donor's last step
+            if s.worker.incarnation > 1 or joined_from:
+                # A restarted worker, or a grow's joiner: a live worker's last commit.
+                self.keeper.fetch(joined_from)
         for opt in {id(o): o for _, _, _, _, o in self.params}.values():
             opt._trellis_attach_hooks()
         self.run_pending()
