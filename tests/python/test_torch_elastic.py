@@ -6,6 +6,7 @@ scales the learning rate, and the job succeeds with the accuracy an undisturbed 
 Grown 2 -> 3, the joiner takes the running job's state and the sampler's place; lost for good,
 the others go on."""
 import collections
+import datetime
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ torch = pytest.importorskip("torch", reason="PyTorch (python3-torch) is not impo
 from conftest import HERE, launcher_env, launcher_or_skip  # noqa: E402
 
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "elastic"))
-from loss_bench import worker_program  # noqa: E402  (finds a worker's program by its environment)
+from loss_bench import first_line_time, worker_program  # noqa: E402  (a worker's program, log lines)
 
 N = 960  # elastic_train.py's samples per epoch
 
@@ -61,7 +62,7 @@ def records(out):
 def launch_and_resize(tmp_path, name, workers, to, ready, env=None):
     """Runs elastic_train.py with `workers` workers under trellis-launch, resizes it to `to` once
     ready(records) holds: (the resize's CompletedProcess, its seconds, the job's output, its exit
-    code, out dir, logs dir)."""
+    code, out dir, logs dir, when the resize was asked for)."""
     launcher = launcher_or_skip()
     out, logs = tmp_path / "out", tmp_path / "logs"
     out.mkdir()
@@ -86,7 +87,7 @@ def launch_and_resize(tmp_path, name, workers, to, ready, env=None):
         if p.poll() is None:
             p.terminate()
             p.communicate(timeout=30)
-    return resize, took, log, p.returncode, out, logs
+    return resize, took, log, p.returncode, out, logs, asked
 
 
 def run_killing_worker_1(tmp_path, name, edit, before_kill):
@@ -121,7 +122,7 @@ def run_killing_worker_1(tmp_path, name, edit, before_kill):
 
 def test_resized_3_to_2_mid_epoch_no_sample_twice_and_the_job_succeeds(tmp_path):
     # Into epoch 1 (rank 0 at its 10th step of 40 there): the resize lands mid-epoch.
-    resize, _, log, code, out, _ = launch_and_resize(
+    resize, _, log, code, out, _, _ = launch_and_resize(
         tmp_path, "tt-elastic", 3, 2, lambda got: sum(1 for r in got.get(0, []) if r[0] == 1) >= 10)
     assert resize.returncode == 0, resize.stdout
     assert "3 -> 2 workers asked for" in resize.stdout, resize.stdout
@@ -171,7 +172,7 @@ def test_grown_2_to_3_mid_epoch_the_joiner_takes_the_state_and_no_sample_twice(t
     same order, so every sample is trained exactly once in every epoch; every on_resize hook,
     the joiner's included, scales the learning rate to 3 workers; and all three end with the
     same model, bit for bit."""
-    resize, took, log, code, out, logs = launch_and_resize(
+    resize, took, log, code, out, logs, asked = launch_and_resize(
         tmp_path, "tt-grow", 2, 3, lambda got: sum(1 for r in got.get(0, []) if r[0] == 1) >= 10)
     assert resize.returncode == 0, resize.stdout
     assert "2 -> 3 workers asked for" in resize.stdout, resize.stdout
@@ -208,7 +209,12 @@ def test_grown_2_to_3_mid_epoch_the_joiner_takes_the_state_and_no_sample_twice(t
             "epoch %d (grown in %d): %d samples trained twice" % (epoch, grown_epoch, twice)
     finals = {slot: (out / ("final%d.txt" % slot)).read_text() for slot in (0, 1, 2)}
     assert len(set(finals.values())) == 1, finals
-    print("grown before step %d, in epoch %d; resize answered in %.1f s" % (first3, grown_epoch, took))
+    # The figure of docs/elastic.md#pytorch: the request -> the joiner holding the model, ready
+    # to push the new world's first step (its keeper's log line).
+    held = first_line_time(str(logs / "worker-2.log"), "rejoined the running job after step",
+                           datetime.date.fromtimestamp(asked))
+    print("grown before step %d, in epoch %d; resize decided in %.1f s, the joiner held the model "
+          "%.1f s after the request" % (first3, grown_epoch, took, held - asked))
     assert float((out / "result.txt").read_text().split()[0]) >= 0.9
 
 
@@ -216,7 +222,7 @@ def test_a_grow_whose_joiner_cannot_take_the_state_is_given_up_and_the_job_runs_
     """Crash recovery turned off (TRELLIS_TORCH_REJOIN=0): no worker keeps the state a joiner
     takes, so the worker a grow starts stays out of the world, exits 0 saying why, the grow is
     given up at once (not after the 60 s a joiner gets to start), and the job trains on with 2."""
-    resize, took, log, code, out, logs = launch_and_resize(
+    resize, took, log, code, out, logs, _ = launch_and_resize(
         tmp_path, "tt-grow-off", 2, 3, lambda got: len(got.get(0, [])) >= 10,
         env={"TRELLIS_TORCH_REJOIN": "0"})
     assert resize.returncode == 1, resize.stdout
