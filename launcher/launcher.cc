@@ -302,14 +302,17 @@ void Launcher::PumpOutput(Child& c, bool drain) {
 void Launcher::WatchCluster() {
   int64_t after = 0;
   auto progress_due = std::chrono::steady_clock::now();
+  // Training progress once a second (the workers report about that often). An elastic job's
+  // progress also says a grow waits for its joiners, whose agents start from here: every
+  // 250 ms, so a grow does not wait up to a second for its joiners' programs to be started.
+  const milliseconds progress_every(job_.elastic.enabled ? 250 : 1000);
   MutexLock lock(&mu_);
   while (!stop_watch_) {
     lock.Unlock();
-    auto v = client_->GetCluster(after, false, milliseconds(500));
-    // Training progress once a second (the workers report about that often).
+    auto v = client_->GetCluster(after, false, std::min(milliseconds(500), progress_every));
     std::optional<v1::JobProgress> p;
     if (std::chrono::steady_clock::now() >= progress_due) {
-      progress_due = std::chrono::steady_clock::now() + milliseconds(1000);
+      progress_due = std::chrono::steady_clock::now() + progress_every;
       if (auto r = client_->GetProgress(); r.ok()) p = std::move(r).value();
     }
     lock.Lock();
