@@ -150,7 +150,6 @@ class _Session:
         jobs). What is kept per rank is sized by this, so every world declares the same keys."""
         return 1 if self.local else self.worker.slots
 
-
     def key_id(self, key):
         if isinstance(key, str):
             if key not in self.names:
