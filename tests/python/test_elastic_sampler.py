@@ -79,7 +79,7 @@ def test_a_restored_place_goes_on_where_the_world_is():
     place = world[0].place()
     assert len(repr(place)) < 200, "a place is small, whatever the dataset"
     restarted = tt.ElasticSampler(range(500), shuffle=True, seed=3)
-    restarted.restore_place(place, 1, 3)
+    restarted.restore_place(place, 1)
     restarted.set_epoch(2)
     assert list(restarted) == list(its[1])
 
@@ -95,7 +95,7 @@ def test_a_place_from_before_a_grow_is_resharded_as_the_members_reshard():
     for r, s in enumerate(world):
         s.reshard(r, 3)
     joiner = tt.ElasticSampler(range(n), shuffle=True, seed=3)
-    joiner.restore_place(place, 0, place["size"])
+    joiner.restore_place(place, 0)
     joiner.reshard(2, 3)
     joiner.set_epoch(0)
     rest = [list(it) for it in its] + [list(joiner)]
@@ -113,4 +113,4 @@ def test_a_place_of_another_dataset_is_refused():
     place = samplers(100, 2)[0].place()
     other = tt.ElasticSampler(range(99), shuffle=True, seed=3)
     with pytest.raises(RuntimeError, match="has 100 samples, this one 99"):
-        other.restore_place(place, 0, 2)
+        other.restore_place(place, 0)

@@ -192,11 +192,8 @@ StatusOr<int64_t> CheckpointerImpl::Restore() {
   // the live workers' model all the same, not the broadcast of a job's start.
   if (keeper_ && (incarnation_ > 1 || joined_from > 0)) {
     // Restarted while the job runs, or joining it: continue from a live worker's last commit.
-    TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> rejoined, keeper_->Rejoin(joined_from - 1));
-    if (joined_from > 0) {
-      if (!rejoined.has_value()) return FailedPreconditionError("joining the job: no live worker holds its model");
-      TRELLIS_RETURN_IF_ERROR(impl_->AnnounceJoined());
-    }
+    // A joiner's: the members' commit of the step before its world's first, or an error.
+    TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> rejoined, keeper_->Rejoin());
     if (rejoined.has_value()) {
       if (UnpackStep() != *rejoined) {
         return DataLossError("rejoin: the donor's state holds step " +

@@ -190,7 +190,17 @@ Status RejoinKeeper::Stash(uint64_t id, const std::vector<float*>& bufs) {
   return st;
 }
 
-StatusOr<std::optional<int64_t>> RejoinKeeper::Rejoin(int64_t at_least) {
+StatusOr<std::optional<int64_t>> RejoinKeeper::Rejoin() {
+  const int64_t joined_from = impl_.JoinedFrom();
+  TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> step, TakeCommit(joined_from - 1));
+  if (joined_from > 0) {
+    if (!step.has_value()) return FailedPreconditionError("joining the job: no live worker holds its model");
+    TRELLIS_RETURN_IF_ERROR(impl_.AnnounceJoined());
+  }
+  return step;
+}
+
+StatusOr<std::optional<int64_t>> RejoinKeeper::TakeCommit(int64_t at_least) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(impl_.setup().timeout_ms);
   auto r = impl_.setup().request_rejoin();
   // A joiner: the donor may still be a step or two before the new world's first.

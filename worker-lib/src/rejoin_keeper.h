@@ -62,14 +62,17 @@ class RejoinKeeper {
   void BeginUpdate() EXCLUDES(commit_mu_);
   // A restarted worker: the donor's commit into the tensors and `state`. nullopt: no live worker
   // has committed a step (the job had not started training): start as on a first start.
-  // `at_least` > 0 (a worker joining a grow): a commit older than that step is not taken; the
-  // donor is asked again until it committed that step (it cannot go past it without the
-  // joiner), at most the operation timeout.
-  StatusOr<std::optional<int64_t>> Rejoin(int64_t at_least = 0);
+  // A worker joining a grow (WorkerImpl::JoinedFrom() F > 0) takes the commit of F-1 (the donor
+  // is asked again until it committed that step: it cannot go past it without the joiner, at
+  // most the operation timeout), none is FAILED_PRECONDITION, and then it tells the servers the
+  // world it joined (docs/elastic.md#growing).
+  StatusOr<std::optional<int64_t>> Rejoin();
   // Every server treats this worker's pushes of steps already counted as no-ops (kRejoin).
   Status MarkServersRejoined();
 
  private:
+  // Rejoin's fetch: a commit of `at_least` or later (<= 0: any), or nullopt when none.
+  StatusOr<std::optional<int64_t>> TakeCommit(int64_t at_least);
   void WatchLoop() EXCLUDES(stop_mu_);
   // Stashes the last commit under `id` and reports it; errors go to the scheduler.
   void Serve(uint64_t id, int32_t rejoiner) EXCLUDES(commit_mu_);

@@ -261,14 +261,6 @@ class PyWorker {
     auto* impl = dynamic_cast<WorkerImpl*>(&w());
     return impl == nullptr ? 0 : impl->JoinedFrom();
   }
-  // A joiner holds the members' commit: it tells the servers the world it joined, before its
-  // first push.
-  void AnnounceJoined() {
-    auto* impl = dynamic_cast<WorkerImpl*>(&w());
-    if (impl == nullptr) return;
-    CheckWithoutGil([&] { return impl->AnnounceJoined(); });
-  }
-
   // TRELLIS_INCARNATION as the worker read it: > 1 after its agent restarted it.
   int64_t Incarnation() {
     auto* impl = dynamic_cast<WorkerImpl*>(&w());
@@ -295,14 +287,14 @@ class PyWorker {
   }
 
   // The donor's step (the tracked buffers now hold its commit), or None: nobody has committed
-  // yet, start as on a first start.
-  // `at_least`: a joiner's step before its world's first (the donor may still be short of it).
-  py::object RejoinFetch(int64_t at_least) {
+  // yet, start as on a first start. A grow's joiner takes the members' commit of the step before
+  // its world's first and tells the servers its world (RejoinKeeper::Rejoin).
+  py::object RejoinFetch() {
     RejoinKeeper& k = keeper();
     StatusOr<std::optional<int64_t>> r = InternalError("unset");
     {
       py::gil_scoped_release nogil;
-      r = k.Rejoin(at_least);
+      r = k.Rejoin();
     }
     if (!r.ok()) Raise(r.status());
     return r->has_value() ? py::object(py::int_(**r)) : py::object(py::none());
@@ -531,11 +523,10 @@ class TrellisError(RuntimeError):
       .def("rejoin_commit", &PyWorker::RejoinCommit, py::arg("step"), py::arg("again") = false,
            py::arg("copy") = false)
       .def("rejoin_begin_update", &PyWorker::RejoinBeginUpdate)
-      .def("rejoin_fetch", &PyWorker::RejoinFetch, py::arg("at_least") = 0)
+      .def("rejoin_fetch", &PyWorker::RejoinFetch)
       .def_property_readonly("elastic", &PyWorker::Elastic)
       .def_property_readonly("slots", &PyWorker::Slots)
       .def_property_readonly("joined_from", &PyWorker::JoinedFrom)
-      .def("announce_joined", &PyWorker::AnnounceJoined)
       .def("rejoin_mark_servers", &PyWorker::RejoinMarkServers)
       .def("rejoin_stop", &PyWorker::RejoinStop)
       .def("close", &PyWorker::Close);

@@ -239,10 +239,6 @@ class _TensorHandle:
         return self._h.done()
 
 
-# Set by `import trellis.torch`: its programs take a running job's state when they join a grow.
-JOINS_GROWS = {"torch": False}
-
-
 def init(scheduler_address=None, token_file=None, rank=None, slice_bytes=None, water_mark=None,
          timeout_ms=None, local=None):
     """Joins the job (Worker::Create); arguments override the environment.
@@ -261,7 +257,7 @@ def init(scheduler_address=None, token_file=None, rank=None, slice_bytes=None, w
         return
     # Elastic jobs: a worker created outside the world joins a grow under way only when its
     # program can take the running job's state (trellis.torch's rejoin keeper; not turned off).
-    joins = JOINS_GROWS["torch"] and os.environ.get("TRELLIS_TORCH_REJOIN", "") != "0"
+    joins = "trellis.torch" in sys.modules and os.environ.get("TRELLIS_TORCH_REJOIN", "") != "0"
     w = _trellis.Worker.create(scheduler_address=scheduler_address or "",
                                token_file=token_file or "",
                                rank=-1 if rank is None else int(rank),

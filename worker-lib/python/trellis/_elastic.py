@@ -132,8 +132,7 @@ class ElasticState(TrainingState):
         if self._sampler is not None and place is not None:
             # A stale place is the old world's: restored in it, then re-sharded as the members
             # re-sharded at the switch.
-            self._sampler.restore_place(place, 0 if stale else now.rank,
-                                        place["size"] if stale else now.size)
+            self._sampler.restore_place(place, 0 if stale else now.rank)
             if stale:
                 self._sampler.reshard(now.rank, now.size)
         s = _trellis._get()
@@ -177,18 +176,14 @@ class ElasticSampler(torch.utils.data.Sampler):
         else:
             self._order = list(range(self._n))
 
-    @staticmethod
-    def _pad(order, size):
-        total = -(-len(order) // size) * size
-        padded = list(order)
-        while order and len(padded) < total:
-            padded += order[:total - len(padded)]
-        return padded
-
     def _shard_over_world(self):
         """Splits self._order (what is left of the epoch) over the world, padded as
         DistributedSampler pads."""
-        padded = self._pad(self._order, self._size)
+        order = self._order
+        total = -(-len(order) // self._size) * self._size
+        padded = list(order)
+        while order and len(padded) < total:
+            padded += order[:total - len(padded)]
         self._padded = padded
         self._shard = padded[self._rank::self._size]
         self._drawn = 0  # of self._shard: every rank of the world draws as many (lockstep)
@@ -204,15 +199,12 @@ class ElasticSampler(torch.utils.data.Sampler):
         """The world changed at a step boundary: what no rank of the old world has drawn is
         sharded over the new one (ElasticState calls this)."""
         self._reshards.append((self._drawn, self._size))
-        self._drop_drawn()
-        self._rank, self._size = rank, size
-        self._shard_over_world()
-
-    def _drop_drawn(self):
         drawn = set()
         for r in range(self._size):
             drawn.update(self._padded[r::self._size][:self._drawn])
         self._order = [i for i in self._order if i not in drawn]
+        self._rank, self._size = rank, size
+        self._shard_over_world()
 
     def place(self):
         """Where the world stands in the epoch, the same on every rank (they draw in lockstep):
@@ -221,25 +213,24 @@ class ElasticSampler(torch.utils.data.Sampler):
                 "reshards": list(self._reshards), "size": self._size, "drawn": self._drawn,
                 "ended": self._ended}
 
-    def restore_place(self, place, rank, size):
-        """Takes a live worker's place() as this worker's, at `rank` of `size` (its world when
-        the place is current; the place's own size when a re-shard follows)."""
+    def restore_place(self, place, rank):
+        """Takes a live worker's place() as this worker's, at `rank` of the place's world: its
+        epoch's order again, and its re-shards replayed as they happened."""
         if place["n"] != self._n:
             raise RuntimeError("trellis.torch: rejoin: the live worker's ElasticSampler has %d "
                                "samples, this one %d" % (place["n"], self._n))
         self.seed, self.shuffle, self.epoch = place["seed"], place["shuffle"], place["epoch"]
-        self._rank, self._size = 0, 1
+        sizes = [size for _, size in place["reshards"]] + [place["size"]]
         self._start_epoch_order()
-        for drawn, old_size in place["reshards"]:
-            self._size, self._drawn = old_size, drawn
-            self._padded = self._pad(self._order, old_size)
-            self._drop_drawn()
-        self._reshards = [tuple(r) for r in place["reshards"]]
-        self._rank, self._size = rank, size
+        self._reshards = []
+        self._rank, self._size = 0, sizes[0]
         self._shard_over_world()
-        self._drawn = place["drawn"]
-        self._ended = place["ended"]
-        self._restored = self.epoch
+        for (drawn, _), size in zip(place["reshards"], sizes[1:]):
+            self._drawn = drawn
+            self.reshard(0, size)
+        self._rank = rank
+        self._shard_over_world()
+        self._drawn, self._ended, self._restored = place["drawn"], place["ended"], self.epoch
 
     def __iter__(self):
         if self._ended:  # a new pass without set_epoch: the same epoch's order again

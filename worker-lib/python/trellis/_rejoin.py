@@ -289,20 +289,15 @@ class Keeper:
         for p, stage in self.staged:
             stage.load(p.detach())
 
-    def fetch(self, joined_from=0):
+    def fetch(self):
         """Restarted worker: the donor's commit into the parameters and the arena. Returns the
         donor's step, or None (nobody committed yet: start as on a first start). A grow's joiner
-        (joined_from: its world's first step) takes the members' commit of the step before, and
-        tells the servers the world it joined."""
-        step = self.worker.rejoin_fetch(max(0, joined_from - 1))
-        if step is None and joined_from:
-            raise RuntimeError("trellis.torch: joining the job from step %d: no live worker holds "
-                               "its model" % joined_from)
+        takes the members' commit of the step before its world's first (the library's keeper
+        also tells the servers the world it joined)."""
+        step = self.worker.rejoin_fetch()
         if step is None:
             self.worker.rejoin_mark_servers()
             return None
-        if joined_from:
-            self.worker.announce_joined()
         magic, got_step, off, n = _HEADER.unpack(self.pool[:_HEADER.size].numpy().tobytes())
         if magic != _MAGIC or got_step != step or not (_HEADER.size <= off <= off + n <= self.pool.numel()):
             raise RuntimeError("trellis.torch: rejoin: the donor's state is not a trellis.torch "

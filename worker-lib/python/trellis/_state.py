@@ -15,7 +15,6 @@ none of the modules that use it (_broadcast, _grad_sync, _optimizer, _checkpoint
 _training_state), so the package's imports form a DAG (tests/python/test_import_graph.py).
 """
 
-import os
 import sys
 
 import numpy as np
@@ -138,9 +137,8 @@ class _State:
             # ConfigurationError (exit 78): every restart would end the same way.
             raise _trellis.ConfigurationError(
                 "trellis.torch: this worker joined the running elastic job from step %d, but it "
-                "cannot take the job's state: crash recovery is off (%s)"
-                % (joined_from, "TRELLIS_TORCH_REJOIN=0" if os.environ.get(
-                    "TRELLIS_TORCH_REJOIN") == "0" else "see the message above"))
+                "cannot take the job's state: crash recovery is off (the message above says why)"
+                % joined_from)
         if rejoin:
             arena = _rejoin.arena_bytes(self.params_by_optimizer())
             s.declare(_rejoin.ARENA_KEY, arena // 4, "trellis.rejoin")
@@ -152,7 +150,7 @@ class _State:
                                          [o for o, _ in self.params_by_optimizer()], arena)
             if s.worker.incarnation > 1 or joined_from:
                 # A restarted worker, or a grow's joiner: a live worker's last commit.
-                self.keeper.fetch(joined_from)
+                self.keeper.fetch()
         for opt in {id(o): o for _, _, _, _, o in self.params}.values():
             opt._trellis_attach_hooks()
         self.run_pending()

@@ -25,8 +25,6 @@ imports it (tests/python/test_import_graph.py).
 
 import trellis as _trellis
 from . import _elastic, _optimizer, _state
-
-_trellis.JOINS_GROWS["torch"] = True  # a grow's joiner takes the running job's state (_rejoin)
 from ._broadcast import (broadcast_object, broadcast_optimizer_state, broadcast_parameters,
                          is_sealed, seal)
 from ._checkpoint import CheckpointError, load_checkpoint, save_checkpoint
