@@ -80,6 +80,8 @@ const char* OpName(Op op) {
     case Op::kPushPullTwoBitPacked: return "pushpull2bitpacked";
     case Op::kReplay: return "replay";
     case Op::kWorld: return "world";
+    case Op::kHandOut: return "handout";
+    case Op::kHandIn: return "handin";
   }
   return "op(?)";
 }
@@ -322,7 +324,7 @@ Status ParseBulk(const Chunks& frame, size_t offset, uint64_t bytes, std::vector
     }
     const RequestHeader& eh = e.header;
     if (eh.op == Op::kBulk || eh.op == Op::kInit || IsReplay(eh.op) || eh.op == Op::kWorld ||
-        IsRejoinOp(static_cast<uint8_t>(eh.op))) {
+        IsHandoverOp(eh.op) || IsRejoinOp(static_cast<uint8_t>(eh.op))) {
       return InvalidArgumentError(where + ": op " + OpName(eh.op) + " cannot travel in a bulk");
     }
     if (eh.payload_bytes > end - at - kRequestHeaderBytes) {

@@ -63,13 +63,21 @@ enum class Op : uint8_t {
   // first push in that world; pserver/world_schedule.h). The payload is the members' ranks
   // (slots), little-endian int32 (EncodeWorldMembers).
   kWorld = 22,
+  // Server resize, slice-level (datapath/handover.h; pserver/slice_handover.h): once the resize's
+  // shard map is installed, a worker asks a moved slice's old owner for its state (kHandOut, the
+  // step the slice completed in the header's step field, the part wanted in the payload) and
+  // gives it to the new owner (kHandIn, the part and its data in the payload).
+  kHandOut = 23,
+  kHandIn = 24,
 };
+inline bool IsHandoverOp(Op op) { return op == Op::kHandOut || op == Op::kHandIn; }
 inline bool IsRejoinOp(uint8_t op) { return op >= 18 && op <= 20; }
 inline constexpr uint8_t kMaxDataOp = 9;  // ops 1..9 are data ops; 16 and 17 the checkpoint round
 inline bool IsKnownOp(uint8_t op) {
   return (op >= 1 && op <= kMaxDataOp) || op == static_cast<uint8_t>(Op::kSave) ||
          op == static_cast<uint8_t>(Op::kLoad) || IsRejoinOp(op) ||
-         op == static_cast<uint8_t>(Op::kReplay) || op == static_cast<uint8_t>(Op::kWorld);
+         op == static_cast<uint8_t>(Op::kReplay) || op == static_cast<uint8_t>(Op::kWorld) ||
+         IsHandoverOp(static_cast<Op>(op));
 }
 // kReplay: after reconnecting to a restarted server, a worker re-sends the pushes it retained.
 // Key, slice and step name the push; the payload is the whole push request as it was sent (a
@@ -77,7 +85,8 @@ inline bool IsKnownOp(uint8_t op) {
 // the worker's replays on that server; its step is how many replays it sent before.
 inline bool IsReplay(Op op) { return op == Op::kReplay; }
 // "push", "pull", "pushpull", "init", "bulk", "push2bit", "pushpull2bit", "pullpacked",
-// "pushpull2bitpacked", "save", "load", "rejoin", "stash", "fetch", "replay", "world", "op(N)"
+// "pushpull2bitpacked", "save", "load", "rejoin", "stash", "fetch", "replay", "world", "handout",
+// "handin", "op(N)"
 const char* OpName(Op op);
 // The payload is a 2-bit frame (any byte length; the frame's own checks apply).
 inline bool IsTwoBit(Op op) {
@@ -90,7 +99,8 @@ inline bool AcceptsPacked(Op op) {
 // Whether requests of `op` carry a payload (floats, a 2-bit frame, or a bulk's sub-requests).
 inline bool OpHasPayload(Op op) {
   return op == Op::kPush || op == Op::kPushPull || op == Op::kInit || op == Op::kBulk ||
-         op == Op::kStash || IsTwoBit(op) || IsReplay(op) || op == Op::kWorld;
+         op == Op::kStash || IsTwoBit(op) || IsReplay(op) || op == Op::kWorld ||
+         IsHandoverOp(op);
 }
 // The payload is float32 values (a whole number of them); a bulk's and a 2-bit frame's lengths
 // are checked by their own parsers.
@@ -100,7 +110,7 @@ inline bool PayloadIsFloat32(Op op) {
 // The answer carries the step's values.
 inline bool AnswersWithValues(Op op) {
   return op == Op::kPull || op == Op::kPushPull || op == Op::kPushPullTwoBit ||
-         AcceptsPacked(op) || op == Op::kFetch;
+         AcceptsPacked(op) || op == Op::kFetch || op == Op::kHandOut;
 }
 
 struct RequestHeader {

@@ -28,7 +28,11 @@ PserverMetrics::PserverMetrics(MetricsRegistry& r)
       checkpoint_restores_(r.Counter("trellis_pserver_checkpoint_restores_total",
                                      "Checkpoints this server restored its slices from")),
       rebuilt_slices_(r.Counter("trellis_pserver_rebuilt_slices_total",
-                                "Slices rebuilt from the workers' replayed pushes after a restart")) {
+                                "Slices rebuilt from the workers' replayed pushes after a restart")),
+      moved_in_slices_(r.Counter("trellis_pserver_slices_moved_in_total",
+                                 "Slices a server resize moved here, their whole state handed in")),
+      moved_out_slices_(r.Counter("trellis_pserver_slices_moved_out_total",
+                                  "Slices a server resize moved away, taken by every worker")) {
   const char* ops[] = {"push", "pull", "pushpull", "init"};
   for (int i = 0; i < 4; ++i) {
     requests_[i] = &r.Counter("trellis_pserver_requests_total", "Requests received, by operation", {{"op", ops[i]}});

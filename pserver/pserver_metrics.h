@@ -30,6 +30,10 @@ class PserverMetrics {
   }
   void CheckpointRestored() { checkpoint_restores_.Increment(); }
   void SlicesRebuilt(int64_t n) { rebuilt_slices_.Increment(static_cast<double>(n)); }
+  // A server resize (slice_handover.h): a slice's whole state arrived here; one moved away was
+  // taken by every worker and freed here.
+  void SliceMovedIn() { moved_in_slices_.Increment(); }
+  void SliceMovedOut() { moved_out_slices_.Increment(); }
   void SlicesHeld(int64_t slices, int64_t bytes) {
     slices_.Set(static_cast<double>(slices));
     slice_bytes_.Set(static_cast<double>(bytes));
@@ -51,6 +55,8 @@ class PserverMetrics {
   prometheus::Counter& checkpoint_saves_;
   prometheus::Counter& checkpoint_restores_;
   prometheus::Counter& rebuilt_slices_;
+  prometheus::Counter& moved_in_slices_;
+  prometheus::Counter& moved_out_slices_;
 };
 
 }  // namespace trellis

@@ -133,6 +133,27 @@ struct RejoinState {
   StatusOr<Values> Fetch(uint64_t id, const std::string& slice);
 };
 
+// A server resize (pserver/slice_handover.h): the slice moving between servers.
+struct SliceMove {
+  // On the new owner: made by the resize's map (or fresh on a server the resize started), it
+  // answers nothing but kHandIn from its first hand-in (or from the map, `from_server`) until
+  // every part of its state arrived. -1: the map did not move it here.
+  int32_t from_server = -1;
+  uint32_t parts_in = 0;      // a bit per wire::HandoverPart that arrived
+  uint32_t parts_needed = 0;  // known once part kState arrived (0 until then)
+  int64_t handed_in_at = -1;  // the step the arrived state completed
+  // On the old owner, once the resize's map gave the slice to `to_server` (-1: not moved away):
+  // the parts each worker took (per slot, a bit per part). Once every member of the slice's world
+  // took every part, the state is freed (`released`).
+  int32_t to_server = -1;
+  std::vector<uint32_t> handed_out;
+  bool released = false;
+
+  bool MovingIn() const {
+    return parts_needed != 0 ? parts_in != parts_needed : from_server >= 0;
+  }
+};
+
 struct Slice {
   // `world`: the workers its steps count from now on (world_schedule.h); `slots` of them at most.
   Slice(uint64_t key, uint32_t index, std::string name, int64_t num_elements, int32_t slots,
@@ -165,6 +186,7 @@ struct Slice {
   std::vector<Waiter> waiters GUARDED_BY(mu);
   std::unique_ptr<ReplayedSteps> rebuild GUARDED_BY(mu);  // set while the store rebuilds
   RejoinState rejoin GUARDED_BY(mu);
+  SliceMove move GUARDED_BY(mu);
 };
 
 }  // namespace trellis

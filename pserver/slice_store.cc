@@ -17,7 +17,8 @@ SliceStore::SliceStore(StoreConfig config)
       update_(config_),
       protocol_(config_, &update_, &series_),
       checkpoints_(config_, &table_, &series_),
-      rebuild_(config_, &worlds_, &table_, &protocol_, &update_, &checkpoints_, &series_) {}
+      rebuild_(config_, &worlds_, &table_, &protocol_, &update_, &checkpoints_, &series_),
+      handover_(config_, &table_, &series_) {}
 SliceStore::~SliceStore() { FailWaiters(CancelledError("parameter server shutting down")); }
 
 Status SliceStore::Install(const v1::ShardMap& map, int64_t* slices, int64_t* bytes) {
@@ -46,6 +47,19 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
     reply(st, Answer{});
     return;
   }
+  if (h.op == wire::Op::kHandOut) {
+    handover_.HandOut(worker, h, frame, [this, reply = std::move(reply)](const Status& st, Answer a) {
+      if (!st.ok()) series_.RequestFailed();
+      reply(st, std::move(a));
+    });
+    return;
+  }
+  if (h.op == wire::Op::kHandIn) {
+    Status st = handover_.HandIn(h, frame);
+    if (!st.ok()) series_.RequestFailed();
+    reply(st, Answer{});
+    return;
+  }
   std::vector<DeferredReply> deferred;
   Status st;
   series_.Request(h.op, wire::OpHasPayload(h.op) ? h.payload_bytes : 0);
@@ -62,7 +76,9 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
         const bool coded_op = wire::IsTwoBit(h.op);
         const Gradient grad{&frame, coded_op ? &coded : nullptr, coded_op ? nullptr : payload};
         MutexLock lock(&s->mu);
-        if (s->rebuild && h.op != wire::Op::kInit) {
+        if (s->move.MovingIn()) {
+          st = SliceHandover::RefuseWhileMovingIn(*s);
+        } else if (s->rebuild && h.op != wire::Op::kInit) {
           rebuild_.Request(worker, s, h, grad, std::move(reply), &deferred);
         } else switch (h.op) {
           case wire::Op::kInit:
@@ -101,6 +117,8 @@ void SliceStore::Handle(int32_t worker, const wire::RequestHeader& h, const wire
           case wire::Op::kReplay:
           case wire::Op::kRejoin:
           case wire::Op::kWorld:
+          case wire::Op::kHandOut:
+          case wire::Op::kHandIn:
             break;  // handled above
         }
       }

@@ -9,6 +9,7 @@
 //   SliceRebuild      slice_rebuild.h      a restarted server, rebuilt from the workers' replays
 //   RejoinState       slice.h              a restarted worker's stash and no-op pushes
 //   WorldSchedule     world_schedule.h     which workers take part in each step (kWorld)
+//   SliceHandover     slice_handover.h     a server resize: moved slices' state, old to new owner
 //
 // Thread-safe: one lock per slice, so requests on different slices run in parallel.
 #pragma once
@@ -26,6 +27,7 @@
 #include "pserver/pserver_metrics.h"
 #include "pserver/slice.h"
 #include "pserver/slice_checkpoints.h"
+#include "pserver/slice_handover.h"
 #include "pserver/slice_rebuild.h"
 #include "pserver/slice_table.h"
 #include "pserver/step_protocol.h"
@@ -114,6 +116,7 @@ class SliceStore {
   StepProtocol protocol_;
   SliceCheckpoints checkpoints_;
   SliceRebuild rebuild_;
+  SliceHandover handover_;
 };
 
 }  // namespace trellis

@@ -24,7 +24,16 @@ Status SliceTable::Install(const v1::ShardMap& map, int64_t* slices, int64_t* by
   }
   WriterMutexLock lock(&mu_);
   if (installed_ != serialized) {
-    if (!installed_.empty()) {
+    const bool relayout = !installed_.empty() && map.world_epoch() != map_.world_epoch();
+    // Where each installed slice was before: a slice a resize brings here comes from there.
+    std::unordered_map<uint64_t, std::vector<int32_t>> was_on;
+    if (relayout) {
+      TRELLIS_RETURN_IF_ERROR(CheckRelayout(map));
+      for (const auto& ks : map_.keys()) {
+        auto& servers = was_on[ks.key().id()];
+        for (const auto& sa : ks.slices()) servers.push_back(sa.server());
+      }
+    } else if (!installed_.empty()) {
       TRELLIS_RETURN_IF_ERROR(CheckExtension(map));
     } else if (map.num_servers() <= server_rank_) {
       return InvalidArgumentError("shard map is for " + std::to_string(map.num_servers()) +
@@ -41,6 +50,8 @@ Status SliceTable::Install(const v1::ShardMap& map, int64_t* slices, int64_t* by
       }
     }
     // A first map, or one that adds keys (deferred init): slices already held stay as they are.
+    // A resize's map first retires those it moves away.
+    if (relayout) RetireMovedAway(map);
     map_ = map;
     all_keys_.clear();
     for (const auto& ks : map_.keys()) {
@@ -48,9 +59,21 @@ Status SliceTable::Install(const v1::ShardMap& map, int64_t* slices, int64_t* by
       all_keys_[k.id()] = KeyInfo{k.name(), &ks};
       for (const auto& sa : ks.slices()) {
         if (sa.server() != server_rank_ || keys_[k.id()].count(sa.index()) != 0) continue;
-        keys_[k.id()][sa.index()] = std::make_unique<Slice>(
-            k.id(), sa.index(), SliceName(k.id(), k.name(), sa.index()), sa.num_elements(),
-            slots_, worlds_->Current());
+        auto slice = std::make_unique<Slice>(k.id(), sa.index(),
+                                             SliceName(k.id(), k.name(), sa.index()),
+                                             sa.num_elements(), slots_, worlds_->Current());
+        if (relayout) {
+          MutexLock slice_lock(&slice->mu);
+          slice->move.from_server = was_on.at(k.id()).at(sa.index());
+          // Moved away earlier and back now: the old one is no handover's source any more.
+          if (auto r = retired_.find(k.id()); r != retired_.end()) {
+            if (auto it = r->second.find(sa.index()); it != r->second.end()) {
+              graveyard_.push_back(std::move(it->second));
+              r->second.erase(it);
+            }
+          }
+        }
+        keys_[k.id()][sa.index()] = std::move(slice);
         ++num_slices_;
       }
     }
@@ -93,6 +116,66 @@ Status SliceTable::CheckExtension(const v1::ShardMap& map) const {
     if (!same) return differs("key " + std::to_string(old.key().id()) + " is laid out otherwise");
   }
   return Status::Ok();
+}
+
+Status SliceTable::CheckRelayout(const v1::ShardMap& map) const {
+  const auto refused = [&](const std::string& what) {
+    return FailedPreconditionError(
+        "shard map of world epoch " + std::to_string(map.world_epoch()) +
+        " cannot replace the one installed on server " + std::to_string(server_rank_) +
+        " (world epoch " + std::to_string(map_.world_epoch()) + "): " + what);
+  };
+  if (map.world_epoch() < map_.world_epoch()) return refused("it is older");
+  if (map.slice_bytes() != map_.slice_bytes()) return refused("another sliceBytes");
+  if (map.num_servers() < 1) return refused("no servers");
+  if (map.keys_size() != map_.keys_size()) return refused("other keys");
+  for (int i = 0; i < map.keys_size(); ++i) {
+    const v1::KeyShards& ks = map.keys(i);
+    const v1::KeyShards& old = map_.keys(i);
+    bool same = ks.key().id() == old.key().id() && ks.key().num_elements() == old.key().num_elements() &&
+                ks.key().dtype() == old.key().dtype() && ks.slices_size() == old.slices_size();
+    for (int j = 0; same && j < ks.slices_size(); ++j) {
+      const auto& a = ks.slices(j);
+      const auto& b = old.slices(j);
+      same = a.index() == b.index() && a.offset() == b.offset() && a.num_elements() == b.num_elements();
+      if (same && (a.server() < 0 || a.server() >= map.num_servers())) {
+        return refused("key " + std::to_string(ks.key().id()) + " slice " + std::to_string(a.index()) +
+                       " on server " + std::to_string(a.server()) + " of " +
+                       std::to_string(map.num_servers()));
+      }
+    }
+    if (!same) return refused("key " + std::to_string(old.key().id()) + " is not sliced the same");
+  }
+  return Status::Ok();
+}
+
+void SliceTable::RetireMovedAway(const v1::ShardMap& map) {
+  for (const auto& ks : map.keys()) {
+    auto held = keys_.find(ks.key().id());
+    if (held == keys_.end()) continue;
+    for (const auto& sa : ks.slices()) {
+      if (sa.server() == server_rank_) continue;
+      auto it = held->second.find(sa.index());
+      if (it == held->second.end()) continue;
+      {
+        MutexLock slice_lock(&it->second->mu);
+        it->second->move.to_server = sa.server();
+      }
+      auto& slot = retired_[ks.key().id()][sa.index()];
+      if (slot) graveyard_.push_back(std::move(slot));
+      slot = std::move(it->second);
+      held->second.erase(it);
+      --num_slices_;
+    }
+    if (held->second.empty()) keys_.erase(held);
+  }
+}
+
+Slice* SliceTable::FindRetired(uint64_t key, uint32_t slice) const {
+  auto it = retired_.find(key);
+  if (it == retired_.end()) return nullptr;
+  auto jt = it->second.find(slice);
+  return jt == it->second.end() ? nullptr : jt->second.get();
 }
 
 Slice* SliceTable::Find(uint64_t key, uint32_t slice) const {

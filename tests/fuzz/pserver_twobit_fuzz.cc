@@ -20,65 +20,22 @@
 #include "datapath/codec/packed_sum.h"
 #include "datapath/codec/twobit.h"
 #include "tests/fuzz/fuzz_input.h"
+#include "tests/fuzz/store_request.h"
 
 namespace {
 
 using trellis_fuzz::Check;
+using trellis_fuzz::Outcome;
+using trellis_fuzz::Run;
 
-using trellis::Status;
 using trellis::StatusCode;
 namespace wire = trellis::wire;
 
 std::unique_ptr<trellis::SliceStore> MakeStore(int64_t n) {
   auto store = std::make_unique<trellis::SliceStore>(trellis::StoreConfig{});
-  trellis::v1::ShardMap map;
-  map.set_num_servers(1);
-  map.set_slice_bytes(1 << 20);
-  auto* ks = map.add_keys();
-  ks->mutable_key()->set_id(7);
-  ks->mutable_key()->set_num_elements(n);
-  auto* s = ks->add_slices();
-  s->set_index(0);
-  s->set_offset(0);
-  s->set_num_elements(n);
-  s->set_server(0);
   int64_t slices = 0, bytes = 0;
-  Check(store->Install(map, &slices, &bytes).ok());
+  Check(store->Install(trellis_fuzz::OneSliceMap(n), &slices, &bytes).ok());
   return store;
-}
-
-struct Outcome {
-  int calls = 0;
-  Status status;
-  std::vector<float> values;
-  std::vector<uint8_t> packed;
-};
-
-Outcome Run(trellis::SliceStore& store, wire::Op op, int64_t step,
-            const std::vector<uint8_t>& payload, size_t chunk) {
-  wire::RequestHeader h;
-  h.op = op;
-  h.key = 7;
-  h.step = step;
-  h.payload_bytes = payload.size();
-  std::vector<uint8_t> bytes(wire::kRequestHeaderBytes + payload.size());
-  wire::EncodeRequestHeader(h, bytes.data());
-  if (!payload.empty()) {
-    std::memcpy(bytes.data() + wire::kRequestHeaderBytes, payload.data(), payload.size());
-  }
-  wire::Chunks chunks;
-  if (chunk == 0) chunk = bytes.size();
-  for (size_t off = 0; off < bytes.size(); off += chunk) {
-    chunks.emplace_back(bytes.data() + off, std::min(chunk, bytes.size() - off));
-  }
-  Outcome out;
-  store.Handle(0, h, chunks, [&out](const Status& st, trellis::Answer a) {
-    ++out.calls;
-    out.status = st;
-    if (a.values) out.values = *a.values;
-    if (a.packed) out.packed = *a.packed;
-  });
-  return out;
 }
 
 }  // namespace

@@ -111,9 +111,9 @@ TEST(WireTest, GarbageIsRejectedWithReasons) {
   EXPECT_TRUE(wire::DecodeRequest(Split(odd, 100), &h, &id).ok());
   EXPECT_EQ(h.op, wire::Op::kPushTwoBit);
   EXPECT_EQ(h.payload_bytes, 9u);
-  // After the packed ones, before save (16), and past the crash-recovery ops (18-21) and
-  // elastic jobs' world (22).
-  for (uint8_t op : {10, 15, 23, 255}) {
+  // After the packed ones, before save (16), and past the crash-recovery ops (18-21), elastic
+  // jobs' world (22) and a server resize's handout and handin (23, 24).
+  for (uint8_t op : {10, 15, 25, 255}) {
     bad_op[4] = op;
     st = wire::DecodeRequest(Split(bad_op, 100), &h, &id);
     EXPECT_NE(st.message().find("unknown op " + std::to_string(op)), std::string::npos)
@@ -259,6 +259,10 @@ TEST(WireTest, MalformedBulksAreRejectedWithReasons) {
       {{BulkBytes({good})}, "malformed bulk: entry 0: op bulk cannot travel in a bulk"},
       {{RequestBytes(wire::Op::kWorld, 0, 0, 2, {}, 9)},
        "malformed bulk: entry 0: op world cannot travel in a bulk"},
+      {{RequestBytes(wire::Op::kHandOut, 1, 0, 2, {}, 9)},
+       "malformed bulk: entry 0: op handout cannot travel in a bulk"},
+      {{RequestBytes(wire::Op::kHandIn, 1, 0, 2, {1}, 9)},
+       "malformed bulk: entry 0: op handin cannot travel in a bulk"},
       {{good, std::vector<uint8_t>(20, 0)},
        "malformed bulk: entry 1: 20 bytes left, shorter than a request header"},
       {{odd}, "malformed bulk: entry 0: payload of 3 bytes is not a whole number of float32"},
