@@ -41,6 +41,39 @@ grpc::ServerUnaryReactor* DataService::InstallShardMap(grpc::CallbackServerConte
   return reactor;
 }
 
+grpc::ServerUnaryReactor* DataService::HandOver(grpc::CallbackServerContext* ctx,
+                                                const v1::HandOverRequest* req,
+                                                v1::HandOverResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  Status st = CheckToken(options_.token, ClientMetadata(*ctx, kTokenMetadataKey));
+  const int32_t slots = store_->config().slots();
+  if (st.ok() && (req->worker_rank() < 0 || req->worker_rank() >= slots)) {
+    st = InvalidArgumentError("handover from worker " + std::to_string(req->worker_rank()) +
+                              ": not a worker rank in [0, " + std::to_string(slots) + ")");
+  }
+  const wire::Chunks frame = {std::span<const uint8_t>(
+      reinterpret_cast<const uint8_t*>(req->frame().data()), req->frame().size())};
+  wire::RequestHeader h;
+  uint64_t id = 0;
+  if (st.ok()) st = wire::DecodeRequest(frame, &h, &id);
+  if (st.ok() && !wire::IsHandoverOp(h.op)) {
+    st = InvalidArgumentError(std::string("HandOver carries a handout or handin frame, not ") +
+                              wire::OpName(h.op));
+  }
+  if (st.ok()) {
+    // Both ops are answered inline (slice_handover.h), so `st` and `resp` are set on return.
+    store_->Handle(req->worker_rank(), h, frame, [&st, resp](const Status& s, Answer a) {
+      st = s;
+      if (s.ok() && a.values) {
+        resp->set_payload(reinterpret_cast<const char*>(a.values->data()),
+                          a.values->size() * sizeof(float));
+      }
+    });
+  }
+  reactor->Finish(ToGrpc(st));
+  return reactor;
+}
+
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DataService::Stream(
     grpc::CallbackServerContext* ctx) {
   // The job token and the worker's rank, from the stream's metadata; the stream's front door.

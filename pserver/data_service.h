@@ -1,5 +1,5 @@
-// The parameter server's gRPC face: InstallShardMap (unary) and Stream, a raw byte-buffer
-// bidirectional stream per worker (frames in datapath/frame.h).
+// The parameter server's gRPC face: InstallShardMap and HandOver (unary) and Stream, a raw
+// byte-buffer bidirectional stream per worker (frames in datapath/frame.h).
 //
 // Each admitted stream is a server link (datapath/grpc/server_link.h: reads, writes, bounds) with
 // a front door above it (pserver/front_door.h, as for the TCP listener), which serves its requests
@@ -31,7 +31,8 @@ struct DataServiceOptions {
 };
 
 using DataServiceBase = v1::DataService::WithCallbackMethod_InstallShardMap<
-    v1::DataService::WithRawCallbackMethod_Stream<v1::DataService::Service>>;
+    v1::DataService::WithCallbackMethod_HandOver<
+        v1::DataService::WithRawCallbackMethod_Stream<v1::DataService::Service>>>;
 
 class DataService final : public DataServiceBase {
  public:
@@ -45,6 +46,10 @@ class DataService final : public DataServiceBase {
   grpc::ServerUnaryReactor* InstallShardMap(grpc::CallbackServerContext* ctx,
                                             const v1::InstallShardMapRequest* req,
                                             v1::InstallShardMapResponse* resp) override;
+  // A server resize (pserver/slice_handover.h): one handout or handin frame from a worker.
+  grpc::ServerUnaryReactor* HandOver(grpc::CallbackServerContext* ctx,
+                                     const v1::HandOverRequest* req,
+                                     v1::HandOverResponse* resp) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Stream(
       grpc::CallbackServerContext* ctx) override;
 

@@ -80,7 +80,7 @@ Status KeyTable::RoundLocked(bool first, const Declare& declare, const Install& 
   }
   if (map.num_servers() != num_servers_) {
     return InternalError("shard map is for " + std::to_string(map.num_servers()) +
-                         " servers, the cluster has " + std::to_string(num_servers_));
+                         " servers, the cluster has " + std::to_string(num_servers_.load()));
   }
   TRELLIS_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<KeyState>> fresh, PlaceLocked(map, first));
   TRELLIS_RETURN_IF_ERROR(install(map, first));
@@ -130,6 +130,45 @@ StatusOr<std::vector<std::unique_ptr<KeyState>>> KeyTable::PlaceLocked(const v1:
                          " declared keys");
   }
   return fresh;
+}
+
+std::vector<KeyState*> KeyTable::Placed() const {
+  ReaderMutexLock keys_lock(&keys_mu_);
+  std::vector<KeyState*> out;
+  out.reserve(keys_.size());
+  for (const auto& [id, k] : keys_) out.push_back(k.get());
+  return out;
+}
+
+Status KeyTable::Relayout(const v1::ShardMap& map) {
+  MutexLock lock(&decl_mu_);
+  WriterMutexLock keys_lock(&keys_mu_);
+  if (static_cast<size_t>(map.keys_size()) != keys_.size()) {
+    return InternalError("server resize: the shard map has " + std::to_string(map.keys_size()) +
+                         " keys, this worker placed " + std::to_string(keys_.size()));
+  }
+  // Checked whole before anything changes.
+  for (const auto& ks : map.keys()) {
+    auto it = keys_.find(ks.key().id());
+    const KeyState* k = it == keys_.end() ? nullptr : it->second.get();
+    bool same = k != nullptr && static_cast<size_t>(ks.slices_size()) == k->slices.size();
+    for (int j = 0; same && j < ks.slices_size(); ++j) {
+      const auto& sa = ks.slices(j);
+      same = sa.index() == k->slices[j].index && sa.offset() == k->slices[j].offset &&
+             sa.num_elements() == k->slices[j].num_elements && sa.server() >= 0 &&
+             sa.server() < map.num_servers();
+    }
+    if (!same) {
+      return InternalError("server resize: the shard map lays key " + std::to_string(ks.key().id()) +
+                           " out otherwise than this worker placed it");
+    }
+  }
+  for (const auto& ks : map.keys()) {
+    KeyState& k = *keys_.at(ks.key().id());
+    for (int j = 0; j < ks.slices_size(); ++j) k.slices[j].server = ks.slices(j).server();
+  }
+  num_servers_.store(map.num_servers());
+  return Status::Ok();
 }
 
 KeyState* KeyTable::Find(KeyId key) const {

@@ -52,6 +52,14 @@ class KeyTable {
   KeyState* Find(KeyId key) const EXCLUDES(keys_mu_);
   bool Late(KeyId key) const EXCLUDES(keys_mu_);
 
+  // Every placed key (a server resize walks their slices).
+  std::vector<KeyState*> Placed() const EXCLUDES(keys_mu_);
+  // A server resize (docs/elastic.md#servers): every placed key's slices go to the servers `map`
+  // gives them, and later maps are for its servers. `map` must lay out exactly the placed keys,
+  // sliced as they are (INTERNAL naming the first that is not). REQUIRES: no operation in flight
+  // (a step boundary).
+  Status Relayout(const v1::ShardMap& map) EXCLUDES(decl_mu_, keys_mu_);
+
   // Every key's push count so far, by key id (crash recovery: a donor's counts).
   std::vector<std::pair<KeyId, int64_t>> PushSteps() const EXCLUDES(keys_mu_);
   // A rejoiner continues the donor's counts. Keys absent here are an error naming them.
@@ -65,7 +73,7 @@ class KeyTable {
   StatusOr<std::vector<std::unique_ptr<KeyState>>> PlaceLocked(const v1::ShardMap& map,
                                                               bool first) REQUIRES(decl_mu_);
 
-  const int32_t num_servers_;
+  std::atomic<int32_t> num_servers_;  // the servers in force (a server resize changes it)
   const int64_t slice_bytes_override_;
   const ChooseEncoding choose_encoding_;
 

@@ -54,21 +54,30 @@ link::LinkOptions LinkOptionsOf(const ConnectionOptions& o) {
           .tls = o.tls};
 }
 
-// InstallShardMap over a channel to the link's server: the gRPC link's own, or one made on
-// first use. Called by one thread at a time (the worker's declaration rounds, the reconnect).
+// InstallShardMap and HandOver over a channel to the link's server: the gRPC link's own, or one
+// made on first use. Called by one thread at a time (the worker's declaration rounds, the
+// reconnect, a server resize at a step boundary).
 struct ControlCalls {
   ControlCalls(const ConnectionOptions& o, std::shared_ptr<grpc::Channel> c)
       : options(o), channel(std::move(c)) {}
   Status Install(const v1::ShardMap& map, int32_t server_rank, int64_t timeout_ms) {
+    return InstallShardMapOnServer(Stub(), options, map, server_rank, timeout_ms);
+  }
+  StatusOr<std::string> HandOver(const std::string& frame, int64_t timeout_ms) {
+    return HandOverOnServer(Stub(), options, frame, timeout_ms);
+  }
+  v1::DataService::Stub* Stub() {
     if (!stub) {
       if (!channel) {
         grpc::ChannelArguments args;
         auto creds = ChannelCredentials(options.tls, &args);
+        // A handout answers up to a slice and its state block, as a pull does.
+        args.SetMaxReceiveMessageSize(static_cast<int>(wire::MaxMessageBytes(options.slice_bytes)));
         channel = grpc::CreateCustomChannel(options.address.service, creds, args);
       }
       stub = v1::DataService::NewStub(channel);
     }
-    return InstallShardMapOnServer(stub.get(), options, map, server_rank, timeout_ms);
+    return stub.get();
   }
   const ConnectionOptions options;
   std::shared_ptr<grpc::Channel> channel;
@@ -137,12 +146,17 @@ class ServerConnection::LinkSession final : private link::LinkReceiver {
   LinkSession(const ConnectionOptions& o, ServerLink l)
       : service_(o.address.service),
         install_map_(std::move(l.install_map)),
+        hand_over_(std::move(l.hand_over)),
         link_(std::move(l.link)) {
     link_->Start(this);
   }
 
   Status InstallShardMap(const v1::ShardMap& map, int32_t server_rank, int64_t timeout_ms) {
     return install_map_(map, server_rank, timeout_ms);
+  }
+  StatusOr<std::string> HandOver(const std::string& frame, int64_t timeout_ms) {
+    if (!hand_over_) return UnimplementedError("this link has no handover call");
+    return hand_over_(frame, timeout_ms);
   }
 
   void Send(const SliceRequest& r, SliceReply reply, SliceSent sent) EXCLUDES(mu_) {
@@ -265,6 +279,7 @@ class ServerConnection::LinkSession final : private link::LinkReceiver {
 
   const std::string service_;  // the server's, in messages
   const std::function<Status(const v1::ShardMap&, int32_t, int64_t)> install_map_;
+  const std::function<StatusOr<std::string>(const std::string&, int64_t)> hand_over_;
 
   Mutex mu_;
   PendingAnswers pending_ GUARDED_BY(mu_);
@@ -331,6 +346,15 @@ Status ServerConnection::InstallShardMap(const v1::ShardMap& map, int32_t server
     session = session_;
   }
   return session->InstallShardMap(map, server_rank, timeout_ms);
+}
+
+StatusOr<std::string> ServerConnection::HandOver(const std::string& frame, int64_t timeout_ms) {
+  std::shared_ptr<LinkSession> session;
+  {
+    MutexLock lock(&mu_);
+    session = session_;
+  }
+  return session->HandOver(frame, timeout_ms);
 }
 
 void ServerConnection::Send(const SliceRequest& r, SliceReply reply, SliceSent sent) {
@@ -713,6 +737,9 @@ StatusOr<ServerLink> OpenLink(link::Transport transport, const ConnectionOptions
   return ServerLink{std::move(l.link),
                     [control](const v1::ShardMap& map, int32_t rank, int64_t timeout_ms) {
                       return control->Install(map, rank, timeout_ms);
+                    },
+                    [control](const std::string& frame, int64_t timeout_ms) {
+                      return control->HandOver(frame, timeout_ms);
                     }};
 }
 

@@ -42,12 +42,15 @@
 
 namespace trellis {
 
-// One link to a server and the control call beside it (DataService.InstallShardMap, always
-// gRPC). The seam a test fakes: a WorkerLink of its own and an install that succeeds.
+// One link to a server and the control calls beside it (DataService.InstallShardMap and
+// HandOver, always gRPC). The seam a test fakes: a WorkerLink of its own and an install that
+// succeeds.
 struct ServerLink {
   std::unique_ptr<link::WorkerLink> link;  // not started yet
   std::function<Status(const v1::ShardMap& map, int32_t server_rank, int64_t timeout_ms)>
       install_map;
+  // A handover request frame (datapath/handover.h) -> the answer's payload. Null: none.
+  std::function<StatusOr<std::string>(const std::string& frame, int64_t timeout_ms)> hand_over;
 };
 using LinkOpener = std::function<StatusOr<ServerLink>(const ConnectionOptions&)>;
 // A link of `transport` (datapath/connect.h). TCP: fails without a TCP port in the address
@@ -92,6 +95,9 @@ class ServerConnection {
   // recovery on, also to every later link.
   Status InstallShardMap(const v1::ShardMap& map, int32_t server_rank, int64_t timeout_ms)
       EXCLUDES(mu_);
+  // A server resize: one handout or handin request frame (control call, bounded by
+  // `timeout_ms`); returns the answer's payload.
+  StatusOr<std::string> HandOver(const std::string& frame, int64_t timeout_ms) EXCLUDES(mu_);
   // Queues one request; never blocks on the network.
   void Send(const SliceRequest& request, SliceReply reply, SliceSent sent) EXCLUDES(mu_);
   void Send(const SliceRequest& request, SliceReply reply) {

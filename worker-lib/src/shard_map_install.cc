@@ -29,4 +29,18 @@ Status InstallShardMapOnServer(v1::DataService::Stub* stub, const ConnectionOpti
   return Status::Ok();
 }
 
+StatusOr<std::string> HandOverOnServer(v1::DataService::Stub* stub, const ConnectionOptions& options,
+                                       const std::string& frame, int64_t timeout_ms) {
+  grpc::ClientContext ctx;
+  if (!options.token.empty()) ctx.AddMetadata(kTokenMetadataKey, options.token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  v1::HandOverRequest req;
+  req.set_worker_rank(options.worker_rank);
+  req.set_frame(frame);
+  v1::HandOverResponse resp;
+  Status st = FromGrpc(stub->HandOver(&ctx, req, &resp));
+  if (!st.ok()) return st;
+  return std::move(*resp.mutable_payload());
+}
+
 }  // namespace trellis

@@ -4,6 +4,7 @@
 
 #include "datapath/codec/twobit.h"
 #include "worker-lib/src/server_connection.h"
+#include "worker-lib/src/server_resize.h"
 
 namespace trellis {
 
@@ -60,6 +61,10 @@ WorkerImpl::WorkerImpl(WorkerSetup setup)
                                auto payload = std::make_shared<const std::vector<uint8_t>>(
                                    wire::EncodeWorldMembers(members));
                                return ServerCommand(wire::Op::kWorld, epoch, 0, payload).Wait();
+                             },
+                             [this](const v1::ShardMap& map, const std::vector<std::string>& addresses) {
+                               return ResizeServers(&keys_, &servers_, map, addresses,
+                                                    setup_.timeout_ms);
                              }},
           std::chrono::milliseconds(setup_.timeout_ms))),
       progress_(setup_.rank, setup_.incarnation, setup_.report_progress, wait_ns_.get()) {

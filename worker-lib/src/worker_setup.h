@@ -34,7 +34,10 @@ struct BulkingOptions {
 struct WorkerSetup {
   int32_t rank = 0;
   int32_t num_workers = 1;
-  std::vector<std::string> server_addresses;  // index = server rank
+  std::vector<std::string> server_addresses;  // index = server rank: the servers in force
+  // The servers the job may ever have (spec.elastic.maxServers; a server resize grows up to it);
+  // 0: server_addresses.size().
+  int32_t server_slots = 0;
   std::string token;
   TlsPtr tls;  // TRELLIS_TLS_*: mutual TLS to the scheduler and the servers; nullptr: plaintext
   int64_t slice_bytes_override = 0;  // WorkerOptions.slice_bytes: must match the map's

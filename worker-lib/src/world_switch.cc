@@ -82,7 +82,7 @@ Status WorldSwitch::Report(int64_t epoch, int64_t step, bool wait) {
     }
     if (r->decided()) {
       MutexLock lock(&mu_);
-      if (pending_epoch_ == epoch && !decided_) decided_ = r->world();
+      if (pending_epoch_ == epoch && !decided_) decided_ = *r;
       return Status::Ok();
     }
     {
@@ -109,7 +109,8 @@ Status WorldSwitch::Join() {
   // A joiner has no step: it asks to join (-1) and waits for the decision.
   Status st = Report(epoch, -1, /*wait=*/true);
   MutexLock lock(&mu_);
-  std::optional<v1::WorldInfo> world = std::move(decided_);
+  std::optional<v1::WorldInfo> world;
+  if (decided_) world = decided_->world();
   pending_epoch_ = 0;
   decided_.reset();
   if (!st.ok()) {
@@ -178,25 +179,35 @@ Status WorldSwitch::AtBoundary(int64_t step) {
     }
   }
   if (report) TRELLIS_RETURN_IF_ERROR(Report(epoch, step, wait));
-  std::optional<v1::WorldInfo> world;
+  std::optional<v1::ReachStepResponse> decided;
   {
     MutexLock lock(&mu_);
     if (!decided_) return Status::Ok();
-    const int64_t last_old = decided_->from_step() - 1;
+    const int64_t last_old = decided_->world().from_step() - 1;
     if (step < last_old) return Status::Ok();  // a step or two more in the old world
     if (step > last_old) {
-      return InternalError("resize to world " + std::to_string(decided_->epoch()) +
-                           ": it starts at step " + std::to_string(decided_->from_step()) +
+      return InternalError("resize to world " + std::to_string(decided_->world().epoch()) +
+                           ": it starts at step " + std::to_string(decided_->world().from_step()) +
                            " but this worker already finished step " + std::to_string(step));
     }
-    world = decided_;
+    decided = decided_;
   }
-  return Switch(*world);
+  return Switch(*decided);
 }
 
-Status WorldSwitch::Switch(const v1::WorldInfo& world) {
+Status WorldSwitch::Switch(const v1::ReachStepResponse& decided) {
+  const v1::WorldInfo& world = decided.world();
   const auto& m = world.members();
   const bool member = std::find(m.begin(), m.end(), slot_) != m.end();
+  if (member && decided.has_shard_map()) {
+    const std::vector<std::string> addresses(decided.server_addresses().begin(),
+                                             decided.server_addresses().end());
+    Status st = hooks_.move_servers
+                    ? hooks_.move_servers(decided.shard_map(), addresses)
+                    : UnimplementedError("this worker cannot move slices between servers");
+    TRELLIS_RETURN_IF_ERROR(st.Annotate("resize to world " + std::to_string(world.epoch()) + " (" +
+                                        std::to_string(addresses.size()) + " servers)"));
+  }
   if (member) {
     const std::vector<int32_t> members(m.begin(), m.end());
     TRELLIS_RETURN_IF_ERROR(hooks_.announce(world.epoch(), members)
@@ -210,7 +221,10 @@ Status WorldSwitch::Switch(const v1::WorldInfo& world) {
   decided_.reset();
   if (member) {
     TLOG_INFO << "worker " << slot_ << ": world " << world.epoch() << " from step "
-              << world.from_step() << ": rank " << rank() << " of " << size();
+              << world.from_step() << ": rank " << rank() << " of " << size()
+              << (decided.has_shard_map() ? ", " + std::to_string(decided.server_addresses_size()) +
+                                                " servers"
+                                          : "");
   } else {
     TLOG_INFO << left_message_;
   }

@@ -12,6 +12,11 @@
 // members); a worker left out stops there: its operations are refused from then on and the
 // program ends (exit 0).
 //
+// A server resize is a new world too, with the same members and another server count: its
+// decision carries the shard map of the new servers and their addresses, and at the boundary of
+// F-1 each member moves the slices to their new owners (Hooks::move_servers: every worker moves
+// every moved slice, pserver/slice_handover.h) before it tells the servers the world.
+//
 // Growing (scheduler/world_plan.h): a worker whose slot is outside the world it starts in asks
 // to join (Join, at its creation) and waits for the decision; named in the new world, it takes
 // the members' commit of the step before F through the rejoin path (Checkpointer::Restore), and
@@ -48,6 +53,10 @@ class WorldSwitch {
         reach_step;
     // Tells every server world `epoch` of `members` (wire::Op::kWorld) and waits for them.
     std::function<Status(int64_t epoch, const std::vector<int32_t>& members)> announce;
+    // A server resize at its boundary: the servers of `addresses` switch to `map` and every
+    // moved slice goes to its new owner. Null: a server resize is refused.
+    std::function<Status(const v1::ShardMap& map, const std::vector<std::string>& addresses)>
+        move_servers;
   };
 
   // `slot`: this worker's rank for its life in the job. `initial`: the world it starts in (no
@@ -86,8 +95,8 @@ class WorldSwitch {
   // One report of `step` for the resize followed (`wait`: until decided or `wait_`), made without
   // the lock; a decision it brings is kept.
   Status Report(int64_t epoch, int64_t step, bool wait) EXCLUDES(mu_);
-  // Takes `world` (it starts after the current boundary).
-  Status Switch(const v1::WorldInfo& world) EXCLUDES(mu_);
+  // Takes the decided world (it starts after the current boundary).
+  Status Switch(const v1::ReachStepResponse& decided) EXCLUDES(mu_);
   void Adopt(const v1::WorldInfo& world) REQUIRES(mu_);
 
   const int32_t slot_;
@@ -103,7 +112,8 @@ class WorldSwitch {
   int64_t pending_epoch_ GUARDED_BY(mu_) = 0;
   int64_t reported_at_ GUARDED_BY(mu_) = -1;  // the step of its first report (-1: none yet)
   int64_t last_boundary_ GUARDED_BY(mu_) = -1;  // the last boundary passed (-1: none yet)
-  std::optional<v1::WorldInfo> decided_ GUARDED_BY(mu_);
+  // The scheduler's answer with the decided world (and, for a server resize, its map).
+  std::optional<v1::ReachStepResponse> decided_ GUARDED_BY(mu_);
   std::string left_message_ GUARDED_BY(mu_);
   int64_t joined_from_ GUARDED_BY(mu_) = 0;
   std::atomic<int> rank_{0};

@@ -5,6 +5,7 @@
 // local groups), so `workers` has workers * G entries indexed by global rank.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -46,6 +47,20 @@ class LocalBarrier {
   std::condition_variable cv_;
   std::map<std::string, int> count_;  // GUARDED_BY(mu_)
 };
+
+// The sum of a series' samples whose labels contain `label` ("" : all), -1 if absent.
+inline double CounterValue(const MetricsRegistry& r, const std::string& name,
+                    const std::string& label = "") {
+  const std::string text = r.Serialize();
+  double sum = -1;
+  for (size_t at = text.find("\n" + name + "{"); at != std::string::npos;
+       at = text.find("\n" + name + "{", at + 1)) {
+    const size_t end = text.find("} ", at);
+    if (text.substr(at, end - at).find(label) == std::string::npos) continue;
+    sum = std::max(sum, 0.0) + std::stod(text.substr(end + 2));
+  }
+  return sum;
+}
 
 struct ClusterOptions {
   int servers = 1;

@@ -15,6 +15,7 @@ namespace trellis {
 namespace {
 
 using testing::ClusterOptions;
+using testing::CounterValue;
 using testing::LocalCluster;
 
 class ServerRestartTest : public ::testing::TestWithParam<std::string> {
@@ -53,20 +54,6 @@ void Step(LocalCluster& c, int step) {
       ASSERT_EQ(out[w][i], g[0][i] + g[1][i]) << "step " << step << " worker " << w << " i " << i;
     }
   }
-}
-
-// The sum of a series' samples whose labels contain `label` ("" : all), -1 if absent.
-double CounterValue(const MetricsRegistry& r, const std::string& name,
-                    const std::string& label = "") {
-  const std::string text = r.Serialize();
-  double sum = -1;
-  for (size_t at = text.find("\n" + name + "{"); at != std::string::npos;
-       at = text.find("\n" + name + "{", at + 1)) {
-    const size_t end = text.find("} ", at);
-    if (text.substr(at, end - at).find(label) == std::string::npos) continue;
-    sum = std::max(sum, 0.0) + std::stod(text.substr(end + 2));
-  }
-  return sum;
 }
 
 // Waits (bounded) until server `s` received `n` pushpull slices in all.

@@ -17,6 +17,9 @@ struct FakeScheduler {
   std::vector<v1::ReachStepRequest> reports;     // what was asked
   std::vector<std::pair<int64_t, std::vector<int32_t>>> announced;
   Status announce_status;
+  std::vector<std::string> events;        // "move 3 servers", "announce 1", in order
+  Status move_status;
+  bool can_move = true;
 
   WorldSwitch::Hooks Hooks() {
     return {[this] { return epoch; },
@@ -29,8 +32,16 @@ struct FakeScheduler {
             },
             [this](int64_t e, const std::vector<int32_t>& m) {
               announced.push_back({e, m});
+              events.push_back("announce " + std::to_string(e));
               return announce_status;
-            }};
+            },
+            can_move ? std::function<Status(const v1::ShardMap&, const std::vector<std::string>&)>(
+                           [this](const v1::ShardMap& map, const std::vector<std::string>& a) {
+                             events.push_back("move " + std::to_string(map.num_servers()) +
+                                              " servers at " + a.back());
+                             return move_status;
+                           })
+                     : nullptr};
   }
 };
 
@@ -93,6 +104,55 @@ TEST(WorldSwitchTest, ReportsThenWaitsThenSwitchesAtTheBoundaryBeforeTheNewWorld
 // A worker inside a step when the pings announce the resize (it may be waiting for a peer that
 // waits for the decision) reports from the pings' thread the last boundary it passed; its next
 // boundary then waits for the decision. Before any boundary nothing is reported from there.
+// A server resize is a world with the same members and another server count: at its boundary
+// the worker moves the slices (with the decision's map and addresses) before it tells the
+// servers the world; a failed move or a worker that cannot move is an error naming the resize.
+TEST(WorldSwitchTest, AServerResizeMovesTheSlicesBeforeTheWorldIsAnnounced) {
+  const auto decided = [](int64_t epoch, int64_t from) {
+    v1::ReachStepResponse r = Decided(epoch, from, {0, 1});
+    r.mutable_world()->set_servers(3);
+    r.mutable_shard_map()->set_num_servers(3);
+    r.mutable_shard_map()->set_world_epoch(epoch);
+    for (const char* a : {"s0:1", "s1:1", "s2:1"}) r.add_server_addresses(a);
+    return r;
+  };
+  {
+    FakeScheduler s;
+    WorldSwitch w(0, 1, 2, v1::WorldInfo(), s.Hooks(), milliseconds(1000));
+    s.epoch = 1;
+    s.answers.push_back(decided(1, 7));
+    ASSERT_TRUE(w.AtBoundary(5).ok());
+    EXPECT_TRUE(s.events.empty()) << "step 6 is still on the old servers";
+    ASSERT_TRUE(w.AtBoundary(6).ok());
+    EXPECT_EQ(s.events, (std::vector<std::string>{"move 3 servers at s2:1", "announce 1"}));
+    EXPECT_EQ(w.view().epoch, 1);
+    EXPECT_EQ(w.Info().servers(), 3);
+  }
+  {
+    FakeScheduler s;
+    s.move_status = UnavailableError("server 2 did not answer");
+    WorldSwitch w(0, 1, 2, v1::WorldInfo(), s.Hooks(), milliseconds(1000));
+    s.epoch = 1;
+    s.answers.push_back(decided(1, 7));
+    ASSERT_TRUE(w.AtBoundary(5).ok());
+    Status st = w.AtBoundary(6);
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+    EXPECT_NE(st.message().find("resize to world 1 (3 servers): server 2 did not answer"),
+              std::string::npos)
+        << st.message();
+    EXPECT_TRUE(s.announced.empty()) << "no world announced after a failed move";
+  }
+  {
+    FakeScheduler s;
+    s.can_move = false;
+    WorldSwitch w(0, 1, 2, v1::WorldInfo(), s.Hooks(), milliseconds(1000));
+    s.epoch = 1;
+    s.answers.push_back(decided(1, 7));
+    ASSERT_TRUE(w.AtBoundary(5).ok());
+    EXPECT_EQ(w.AtBoundary(6).code(), StatusCode::kUnimplemented);
+  }
+}
+
 TEST(WorldSwitchTest, ThePingsReportTheLastBoundaryOfAWorkerInsideAStep) {
   FakeScheduler s;
   WorldSwitch w(1, 1, 2, v1::WorldInfo(), s.Hooks(), milliseconds(1000));
