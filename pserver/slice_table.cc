@@ -119,11 +119,12 @@ Status SliceTable::CheckExtension(const v1::ShardMap& map) const {
 }
 
 Status SliceTable::CheckRelayout(const v1::ShardMap& map) const {
+  const int64_t installed = map_.world_epoch();  // read here: the lambda is not seen to hold mu_
   const auto refused = [&](const std::string& what) {
     return FailedPreconditionError(
         "shard map of world epoch " + std::to_string(map.world_epoch()) +
         " cannot replace the one installed on server " + std::to_string(server_rank_) +
-        " (world epoch " + std::to_string(map_.world_epoch()) + "): " + what);
+        " (world epoch " + std::to_string(installed) + "): " + what);
   };
   if (map.world_epoch() < map_.world_epoch()) return refused("it is older");
   if (map.slice_bytes() != map_.slice_bytes()) return refused("another sliceBytes");
