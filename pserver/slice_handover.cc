@@ -99,22 +99,35 @@ StatusOr<Values> SliceHandover::TakePart(int32_t worker, Slice* s, wire::Handove
       break;
     }
   }
-  // Freed once every member of the slice's world took every part it has.
   if (m.handed_out.empty()) m.handed_out.assign(static_cast<size_t>(config_.slots()), 0);
   m.handed_out[worker] |= Bit(part);
-  const uint32_t all = wire::HandoverPartsOf(state);
-  bool everyone = true;
-  for (int32_t slot = 0; slot < config_.slots() && everyone; ++slot) {
-    if (s->world->Has(slot) && s->gone.count(slot) == 0) everyone = (m.handed_out[slot] & all) == all;
-  }
-  if (everyone) {
-    series_->SliceMovedOut();
-    m.released = true;
-    s->results.Forget();
-    s->weights = SliceWeights{};
-    s->accum.reset();
-  }
+  ReleaseIfTaken(s);
   return Values(std::move(words));
+}
+
+void SliceHandover::ReleaseIfTaken(Slice* s) {
+  SliceMove& m = s->move;
+  if (m.released || m.handed_out.empty()) return;
+  const uint32_t all = 1u | (s->weights.opt.m.empty() ? 0 : Bit(wire::HandoverPart::kOptimizerM)) |
+                       (s->weights.opt.v.empty() ? 0 : Bit(wire::HandoverPart::kOptimizerV));
+  for (int32_t slot = 0; slot < config_.slots(); ++slot) {
+    if (s->world->Has(slot) && s->gone.count(slot) == 0 && (m.handed_out[slot] & all) != all) return;
+  }
+  series_->SliceMovedOut();
+  m.released = true;
+  s->results.Forget();
+  s->weights = SliceWeights{};
+  s->accum.reset();
+}
+
+void SliceHandover::WorkerLost(int32_t slot) {
+  ReaderMutexLock map_lock(table_->mu());
+  for (Slice* s : table_->Retired()) {
+    MutexLock lock(&s->mu);
+    if (s->move.released || s->gone.count(slot) != 0) continue;
+    s->gone[slot] = s->complete + 1;
+    ReleaseIfTaken(s);
+  }
 }
 
 Status SliceHandover::HandIn(const wire::RequestHeader& h, const wire::Chunks& frame) {

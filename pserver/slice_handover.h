@@ -15,7 +15,7 @@
 // Any number of workers may move a slice: the first hand-in of a part fills it, a repeat of the
 // same step is answered OK and changes nothing, so no worker waits for another, and one that
 // restarts mid-move can ask again. The old owner keeps a moved slice's state until every member
-// of its world took every part, then frees it. The new owner answers nothing but hand-ins on a
+// of its world (but those lost for good) took every part, then frees it. The new owner answers nothing but hand-ins on a
 // slice until every part arrived.
 //
 // Every call takes the table's lock as a reader and the slice's lock.
@@ -46,12 +46,19 @@ class SliceHandover {
   // fresh slice of a server the resize started).
   Status HandIn(const wire::RequestHeader& h, const wire::Chunks& frame) EXCLUDES(table_->mu());
 
+  // Worker `slot` was lost for good (SliceStore::LoseWorker): a moved-away slice no longer waits
+  // for it to take its state, and is freed if the others took it all.
+  void WorkerLost(int32_t slot) EXCLUDES(table_->mu());
+
   // A data request on `s` while its state is still moving in: FAILED_PRECONDITION naming it.
   static Status RefuseWhileMovingIn(const Slice& s) REQUIRES(s.mu);
 
  private:
   StatusOr<Values> TakePart(int32_t worker, Slice* s, wire::HandoverPart part, int64_t step)
       REQUIRES(s->mu);
+  // Frees a moved-away slice's state once every member of its world still in the job took every
+  // part it has.
+  void ReleaseIfTaken(Slice* s) REQUIRES(s->mu);
   Status FillState(Slice* s, const wire::Chunks& frame, uint64_t bytes) REQUIRES(s->mu);
   Status FillMoment(Slice* s, wire::HandoverPart part, const wire::Chunks& frame, uint64_t bytes)
       REQUIRES(s->mu);

@@ -232,6 +232,7 @@ Status SliceStore::LoseWorker(int32_t slot, int64_t epoch) {
             << " goes on without it): its pushes are no longer awaited";
   RunReplies(&deferred);
   rebuild_.Lose(slot);  // a rebuild under way (or to come) does not wait for its replays
+  handover_.WorkerLost(slot);  // nor a slice moved away for it to take its state
   return Status::Ok();
 }
 

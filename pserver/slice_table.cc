@@ -172,6 +172,14 @@ void SliceTable::RetireMovedAway(const v1::ShardMap& map) {
   }
 }
 
+std::vector<Slice*> SliceTable::Retired() const {
+  std::vector<Slice*> out;
+  for (const auto& [key, slices] : retired_) {
+    for (const auto& [index, s] : slices) out.push_back(s.get());
+  }
+  return out;
+}
+
 Slice* SliceTable::FindRetired(uint64_t key, uint32_t slice) const {
   auto it = retired_.find(key);
   if (it == retired_.end()) return nullptr;

@@ -48,6 +48,8 @@ class SliceTable {
   Status Describe404(uint64_t key, uint32_t slice) const REQUIRES_SHARED(mu_);
   // A slice a server resize moved away from here (its handover's source), or null.
   Slice* FindRetired(uint64_t key, uint32_t slice) const REQUIRES_SHARED(mu_);
+  // Every slice a server resize moved away from here.
+  std::vector<Slice*> Retired() const REQUIRES_SHARED(mu_);
   // The installed map's world epoch (v1::ShardMap::world_epoch).
   int64_t world_epoch() const REQUIRES_SHARED(mu_) { return map_.world_epoch(); }
   // Every slice held here, key by key.

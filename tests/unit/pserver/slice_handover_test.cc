@@ -259,6 +259,32 @@ TEST(SliceHandoverTest, AMovedSliceIsRefusedByItsOldOwnerAndFreedOnceEveryWorker
   EXPECT_EQ(m.status.message(), "handout: optimizer m of key 7 (w) slice 3: the optimizer keeps none");
 }
 
+// A worker lost for good (docs/elastic.md#losing-a-worker) is not waited for: the others took
+// the moved slice's state, and it is freed once the loss arrives.
+TEST(SliceHandoverTest, AWorkerLostForGoodDoesNotHoldAMovedSliceBack) {
+  StoreConfig c;
+  c.num_workers = 3;
+  SliceStore store(c);
+  int64_t slices = 0, bytes = 0;
+  ASSERT_TRUE(store.Install(MapOn(1, 0), &slices, &bytes).ok());
+  for (int32_t w = 0; w < 3; ++w) {
+    Got push = Data(&store, w, wire::Op::kPush, 1, 1, std::vector<float>(4, 1.0f));
+    ASSERT_TRUE(push.status.ok()) << push.status.ToString();
+  }
+  ASSERT_TRUE(store.Install(MapOn(2, 1), &slices, &bytes).ok());  // slice 1 goes to server 1
+  for (int32_t w = 0; w < 2; ++w) {
+    Got got = HandOut(&store, w, 1, 1, wire::HandoverPart::kState);
+    ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+  }
+  Got waiting = HandOut(&store, 0, 1, 1, wire::HandoverPart::kState);
+  ASSERT_TRUE(waiting.status.ok()) << "worker 2 has not taken it: kept";
+  ASSERT_TRUE(store.LoseWorker(2, 1).ok());
+  Got freed = HandOut(&store, 0, 1, 1, wire::HandoverPart::kState);
+  EXPECT_EQ(freed.status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(freed.status.message().find("it is freed here"), std::string::npos)
+      << freed.status.message();
+}
+
 // Bad handovers get a clear error and change nothing: a slice not moved, the wrong step, an
 // unknown part, a state block that does not parse or carries the wrong count, a moment before
 // the state, a slice that already trained here; a slice still moving in takes no data request.
