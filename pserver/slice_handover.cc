@@ -17,6 +17,17 @@ std::string PartOf(wire::HandoverPart part, const Slice& s) {
   return std::string(wire::HandoverPartName(part)) + " of " + s.name;
 }
 
+// What the slice's state block says of it (and so which parts it has).
+wire::HandoverState StateOf(const Slice& s) REQUIRES(s.mu) {
+  wire::HandoverState state;
+  state.complete = s.complete;
+  state.step_base = s.weights.step_base;
+  state.initialized = s.initialized;
+  state.has_m = !s.weights.opt.m.empty();
+  state.has_v = !s.weights.opt.v.empty();
+  return state;
+}
+
 }  // namespace
 
 Status SliceHandover::RefuseWhileMovingIn(const Slice& s) {
@@ -68,12 +79,7 @@ StatusOr<Values> SliceHandover::TakePart(int32_t worker, Slice* s, wire::Handove
         (s->rebuild ? " and is being rebuilt" : "") + "; the handover is of step " +
         std::to_string(step) + " (a resize moves a slice between two steps)");
   }
-  wire::HandoverState state;
-  state.complete = s->complete;
-  state.step_base = s->weights.step_base;
-  state.initialized = s->initialized;
-  state.has_m = !s->weights.opt.m.empty();
-  state.has_v = !s->weights.opt.v.empty();
+  const wire::HandoverState state = StateOf(*s);
   auto words = std::make_shared<std::vector<float>>();
   switch (part) {
     case wire::HandoverPart::kState: {
@@ -108,8 +114,7 @@ StatusOr<Values> SliceHandover::TakePart(int32_t worker, Slice* s, wire::Handove
 void SliceHandover::ReleaseIfTaken(Slice* s) {
   SliceMove& m = s->move;
   if (m.released || m.handed_out.empty()) return;
-  const uint32_t all = 1u | (s->weights.opt.m.empty() ? 0 : Bit(wire::HandoverPart::kOptimizerM)) |
-                       (s->weights.opt.v.empty() ? 0 : Bit(wire::HandoverPart::kOptimizerV));
+  const uint32_t all = wire::HandoverPartsOf(StateOf(*s));
   for (int32_t slot = 0; slot < config_.slots(); ++slot) {
     if (s->world->Has(slot) && s->gone.count(slot) == 0 && (m.handed_out[slot] & all) != all) return;
   }

@@ -12,6 +12,23 @@ std::string SliceName(uint64_t key, const std::string& key_name, uint32_t slice)
   return s + " slice " + std::to_string(slice);
 }
 
+// Whether two maps cut a key into the same slices (and, with `same_servers`, place them alike).
+bool SlicedAlike(const v1::KeyShards& a, const v1::KeyShards& b, bool same_servers) {
+  if (a.key().num_elements() != b.key().num_elements() || a.key().dtype() != b.key().dtype() ||
+      a.slices_size() != b.slices_size()) {
+    return false;
+  }
+  for (int i = 0; i < a.slices_size(); ++i) {
+    const auto& x = a.slices(i);
+    const auto& y = b.slices(i);
+    if (x.index() != y.index() || x.offset() != y.offset() || x.num_elements() != y.num_elements() ||
+        (same_servers && x.server() != y.server())) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 Status SliceTable::Install(const v1::ShardMap& map, int64_t* slices, int64_t* bytes) {
@@ -104,16 +121,9 @@ Status SliceTable::CheckExtension(const v1::ShardMap& map) const {
     auto it = now.find(old.key().id());
     if (it == now.end()) return differs("key " + std::to_string(old.key().id()) + " is missing");
     const v1::KeyShards& ks = *it->second;
-    bool same = ks.key().name() == old.key().name() &&
-                ks.key().num_elements() == old.key().num_elements() &&
-                ks.key().dtype() == old.key().dtype() && ks.slices_size() == old.slices_size();
-    for (int i = 0; same && i < ks.slices_size(); ++i) {
-      const auto& a = ks.slices(i);
-      const auto& b = old.slices(i);
-      same = a.index() == b.index() && a.offset() == b.offset() &&
-             a.num_elements() == b.num_elements() && a.server() == b.server();
+    if (ks.key().name() != old.key().name() || !SlicedAlike(ks, old, /*same_servers=*/true)) {
+      return differs("key " + std::to_string(old.key().id()) + " is laid out otherwise");
     }
-    if (!same) return differs("key " + std::to_string(old.key().id()) + " is laid out otherwise");
   }
   return Status::Ok();
 }
@@ -133,19 +143,16 @@ Status SliceTable::CheckRelayout(const v1::ShardMap& map) const {
   for (int i = 0; i < map.keys_size(); ++i) {
     const v1::KeyShards& ks = map.keys(i);
     const v1::KeyShards& old = map_.keys(i);
-    bool same = ks.key().id() == old.key().id() && ks.key().num_elements() == old.key().num_elements() &&
-                ks.key().dtype() == old.key().dtype() && ks.slices_size() == old.slices_size();
-    for (int j = 0; same && j < ks.slices_size(); ++j) {
-      const auto& a = ks.slices(j);
-      const auto& b = old.slices(j);
-      same = a.index() == b.index() && a.offset() == b.offset() && a.num_elements() == b.num_elements();
-      if (same && (a.server() < 0 || a.server() >= map.num_servers())) {
+    if (ks.key().id() != old.key().id() || !SlicedAlike(ks, old, /*same_servers=*/false)) {
+      return refused("key " + std::to_string(old.key().id()) + " is not sliced the same");
+    }
+    for (const auto& a : ks.slices()) {
+      if (a.server() < 0 || a.server() >= map.num_servers()) {
         return refused("key " + std::to_string(ks.key().id()) + " slice " + std::to_string(a.index()) +
                        " on server " + std::to_string(a.server()) + " of " +
                        std::to_string(map.num_servers()));
       }
     }
-    if (!same) return refused("key " + std::to_string(old.key().id()) + " is not sliced the same");
   }
   return Status::Ok();
 }

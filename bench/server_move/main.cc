@@ -7,9 +7,7 @@
 // resize costs. Aggregate mode moves each slice's last sum; update mode (Adam) its weights and
 // both moments, three times the bytes.
 #include <algorithm>
-#include <atomic>
 #include <iostream>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,13 +29,6 @@ struct Figures {
   double shrink_s = 0; // the boundary that moves 3 -> 2
 };
 
-// Decisions the bench hands the workers (the scheduler's, in a job).
-struct Decisions {
-  std::atomic<int64_t> epoch{0};
-  std::mutex mu;
-  v1::ReachStepResponse decided;
-};
-
 std::vector<v1::KeySpec> Specs(int64_t elements) {
   std::vector<v1::KeySpec> out;
   for (int k = 0; k < kLayers; ++k) {
@@ -53,7 +44,7 @@ std::vector<v1::KeySpec> Specs(int64_t elements) {
 StatusOr<Figures> Measure(int64_t mib, ServerMode mode, const std::string& transport) {
   const int64_t elements = mib * (1 << 20) / 4;
   testing::LocalCluster c;
-  Decisions d;
+  testing::ServerResizeScript script(2, kSliceBytes);  // the job starts on 2 of 3 servers
   testing::ClusterOptions o;
   o.servers = 3;
   o.workers = 2;
@@ -62,42 +53,14 @@ StatusOr<Figures> Measure(int64_t mib, ServerMode mode, const std::string& trans
   o.mode = mode;
   o.optimizer.type = OptimizerType::kAdam;
   o.retain_pushes = false;
-  o.customize = [&d](int, WorkerSetup* s) {
-    s->server_addresses.resize(2);
-    s->server_slots = 3;
-    s->declare = [](const std::vector<v1::KeySpec>& keys) {
-      return BuildShardMap(keys, 2, "roundRobin", kSliceBytes);
-    };
-    s->resize_epoch = [&d] { return d.epoch.load(); };
-    s->reach_step = [&d](const v1::ReachStepRequest&, std::chrono::milliseconds)
-        -> StatusOr<v1::ReachStepResponse> {
-      std::lock_guard lock(d.mu);
-      return d.decided;
-    };
-  };
+  o.customize = [&script](int, WorkerSetup* s) { script.Hook(s); };
   TRELLIS_RETURN_IF_ERROR(c.Start(o));
   std::vector<KeyDecl> keys;
   for (int k = 0; k < kLayers; ++k) keys.push_back({.id = static_cast<KeyId>(k), .num_elements = elements / kLayers});
   TRELLIS_RETURN_IF_ERROR(c.Declare(keys));
 
-  const auto decide = [&](int64_t epoch, int32_t servers, int64_t from) -> Status {
-    std::lock_guard lock(d.mu);
-    d.decided = v1::ReachStepResponse();
-    d.decided.set_decided(true);
-    d.decided.mutable_world()->set_epoch(epoch);
-    d.decided.mutable_world()->set_from_step(from);
-    d.decided.mutable_world()->add_members(0);
-    d.decided.mutable_world()->add_members(1);
-    d.decided.mutable_world()->set_servers(servers);
-    TRELLIS_ASSIGN_OR_RETURN(v1::ShardMap map, BuildShardMap(Specs(elements), servers, "roundRobin", kSliceBytes));
-    map.set_world_epoch(epoch);
-    *d.decided.mutable_shard_map() = map;
-    for (int32_t s = 0; s < servers; ++s) {
-      TRELLIS_ASSIGN_OR_RETURN(std::string a, c.AddressOf(s));
-      d.decided.add_server_addresses(a);
-    }
-    d.epoch.store(epoch);
-    return Status::Ok();
+  const auto decide = [&](int64_t epoch, int32_t servers, int64_t from) {
+    return script.Decide(&c, epoch, 2, servers, from, Specs(elements));
   };
 
   // One step on both workers at once (their threads), then both boundaries at once; returns

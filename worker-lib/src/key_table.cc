@@ -132,15 +132,7 @@ StatusOr<std::vector<std::unique_ptr<KeyState>>> KeyTable::PlaceLocked(const v1:
   return fresh;
 }
 
-std::vector<KeyState*> KeyTable::Placed() const {
-  ReaderMutexLock keys_lock(&keys_mu_);
-  std::vector<KeyState*> out;
-  out.reserve(keys_.size());
-  for (const auto& [id, k] : keys_) out.push_back(k.get());
-  return out;
-}
-
-Status KeyTable::Relayout(const v1::ShardMap& map) {
+StatusOr<std::vector<KeyTable::SliceMoveOf>> KeyTable::Relayout(const v1::ShardMap& map) {
   MutexLock lock(&decl_mu_);
   WriterMutexLock keys_lock(&keys_mu_);
   if (static_cast<size_t>(map.keys_size()) != keys_.size()) {
@@ -163,12 +155,18 @@ Status KeyTable::Relayout(const v1::ShardMap& map) {
                            " out otherwise than this worker placed it");
     }
   }
+  std::vector<SliceMoveOf> moves;
   for (const auto& ks : map.keys()) {
     KeyState& k = *keys_.at(ks.key().id());
-    for (int j = 0; j < ks.slices_size(); ++j) k.slices[j].server = ks.slices(j).server();
+    for (int j = 0; j < ks.slices_size(); ++j) {
+      SliceInfo& slice = k.slices[j];
+      if (slice.server == ks.slices(j).server()) continue;
+      moves.push_back({&k, slice.index, slice.server, ks.slices(j).server()});
+      slice.server = ks.slices(j).server();
+    }
   }
   num_servers_.store(map.num_servers());
-  return Status::Ok();
+  return moves;
 }
 
 KeyState* KeyTable::Find(KeyId key) const {

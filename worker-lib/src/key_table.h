@@ -52,13 +52,18 @@ class KeyTable {
   KeyState* Find(KeyId key) const EXCLUDES(keys_mu_);
   bool Late(KeyId key) const EXCLUDES(keys_mu_);
 
-  // Every placed key (a server resize walks their slices).
-  std::vector<KeyState*> Placed() const EXCLUDES(keys_mu_);
+  // A slice a server resize moves: the key's, from server `from` to server `to`.
+  struct SliceMoveOf {
+    const KeyState* key;
+    uint32_t slice;
+    int32_t from;
+    int32_t to;
+  };
   // A server resize (docs/elastic.md#servers): every placed key's slices go to the servers `map`
-  // gives them, and later maps are for its servers. `map` must lay out exactly the placed keys,
-  // sliced as they are (INTERNAL naming the first that is not). REQUIRES: no operation in flight
-  // (a step boundary).
-  Status Relayout(const v1::ShardMap& map) EXCLUDES(decl_mu_, keys_mu_);
+  // gives them, and later maps are for its servers. Returns the slices whose server changed.
+  // `map` must lay out exactly the placed keys, sliced as they are (INTERNAL naming the first
+  // that is not; nothing changes then). REQUIRES: no operation in flight (a step boundary).
+  StatusOr<std::vector<SliceMoveOf>> Relayout(const v1::ShardMap& map) EXCLUDES(decl_mu_, keys_mu_);
 
   // Every key's push count so far, by key id (crash recovery: a donor's counts).
   std::vector<std::pair<KeyId, int64_t>> PushSteps() const EXCLUDES(keys_mu_);

@@ -1,7 +1,5 @@
 #include "worker-lib/src/server_resize.h"
 
-#include <unordered_map>
-
 #include "common/base/logging.h"
 #include "datapath/handover.h"
 
@@ -35,10 +33,8 @@ Status MoveSlice(ServerSet* servers, const KeyState& k, uint32_t slice, int32_t 
   wire::HandoverState state;
   for (const auto part : {wire::HandoverPart::kState, wire::HandoverPart::kOptimizerM,
                           wire::HandoverPart::kOptimizerV}) {
-    if ((wire::HandoverPartsOf(state) & (1u << static_cast<uint32_t>(part))) == 0 &&
-        part != wire::HandoverPart::kState) {
-      continue;
-    }
+    // The state part comes first and says which others exist.
+    if ((wire::HandoverPartsOf(state) & (1u << static_cast<uint32_t>(part))) == 0) continue;
     const std::string what = std::string(wire::HandoverPartName(part)) + " of " + KeyName(k.decl) +
                              " slice " + std::to_string(slice) + " from server " +
                              std::to_string(from) + " to server " + std::to_string(to);
@@ -72,25 +68,13 @@ Status ResizeServers(KeyTable* keys, ServerSet* servers, const v1::ShardMap& map
   }
   const int32_t was = servers->size();
   TRELLIS_RETURN_IF_ERROR(servers->Expand(map, addresses));
-  std::unordered_map<uint64_t, const v1::KeyShards*> layout;
-  for (const auto& ks : map.keys()) layout[ks.key().id()] = &ks;
-  int64_t moved = 0;
-  for (const KeyState* k : keys->Placed()) {
-    auto it = layout.find(k->decl.id);
-    if (it == layout.end() || it->second->slices_size() != static_cast<int>(k->slices.size())) {
-      return InternalError("server resize: the shard map lays " + KeyName(k->decl) +
-                           " out otherwise than this worker placed it");
-    }
-    for (const SliceInfo& s : k->slices) {
-      const int32_t to = it->second->slices(static_cast<int>(s.index)).server();
-      if (to == s.server) continue;
-      TRELLIS_RETURN_IF_ERROR(MoveSlice(servers, *k, s.index, s.server, to, timeout_ms));
-      ++moved;
-    }
+  // The keys point at their new servers from here on; no operation runs before the moves end.
+  TRELLIS_ASSIGN_OR_RETURN(const std::vector<KeyTable::SliceMoveOf> moves, keys->Relayout(map));
+  for (const auto& m : moves) {
+    TRELLIS_RETURN_IF_ERROR(MoveSlice(servers, *m.key, m.slice, m.from, m.to, timeout_ms));
   }
-  TRELLIS_RETURN_IF_ERROR(keys->Relayout(map));
   servers->SwitchTo(map.num_servers());
-  TLOG_INFO << "servers " << was << " -> " << map.num_servers() << ": " << moved
+  TLOG_INFO << "servers " << was << " -> " << map.num_servers() << ": " << moves.size()
             << " slices moved to their new servers";
   return Status::Ok();
 }

@@ -2,9 +2,10 @@
 // pserver/slice_handover.h, the decision world_switch.h). At the step boundary where the resize
 // takes effect (this worker pushed and pulled every step before it, none after), the worker
 // connects to the servers it adds, installs the new shard map on every server of either count,
-// moves every slice whose owner changes -- each part of its state taken from the old owner
-// (DataService.HandOver, handout of the key's last step) and given to the new one (handin) --
-// then places its keys on their new servers and closes the connections to the servers removed.
+// places its keys on their new servers (KeyTable::Relayout, which checks the map and names the
+// slices whose owner changes), moves each of those -- each part of its state taken from the old
+// owner (DataService.HandOver, handout of the key's last step) and given to the new one
+// (handin) -- and closes the connections to the servers removed.
 //
 // Every worker moves every moved slice: a handover repeated by another worker is a no-op on the
 // server, so no worker waits for another and none holds up the others. Sequential, one control

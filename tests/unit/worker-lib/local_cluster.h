@@ -258,4 +258,59 @@ class LocalCluster {
   std::vector<std::string> addresses_;  // GUARDED_BY(addresses_mu_): empty while stopped
 };
 
+// A server resize decided by a test or bench in place of the scheduler: the workers start on the
+// first `first` of the cluster's servers (room for all of them), and every report of a step
+// boundary gets the decision of the latest Decide (worker-lib/src/server_resize.h).
+class ServerResizeScript {
+ public:
+  ServerResizeScript(int32_t first, int64_t slice_bytes) : first_(first), slice_bytes_(slice_bytes) {}
+
+  // For ClusterOptions::customize. The script outlives the cluster's workers.
+  void Hook(WorkerSetup* s) {
+    s->server_slots = static_cast<int32_t>(s->server_addresses.size());
+    s->server_addresses.resize(static_cast<size_t>(first_));
+    s->declare = [n = first_, b = slice_bytes_](const std::vector<v1::KeySpec>& keys) {
+      return BuildShardMap(keys, n, "roundRobin", b);
+    };
+    s->resize_epoch = [this] { return epoch_.load(); };
+    s->reach_step = [this](const v1::ReachStepRequest&, std::chrono::milliseconds)
+        -> StatusOr<v1::ReachStepResponse> {
+      std::lock_guard lock(mu_);
+      return decided_;
+    };
+  }
+
+  // World `epoch` of workers 0..workers-1 on `servers` of `c`'s servers (the map of `keys` over
+  // them), from step `from`: the workers switch at the boundary of step from-1.
+  Status Decide(LocalCluster* c, int64_t epoch, int32_t workers, int32_t servers, int64_t from,
+                const std::vector<v1::KeySpec>& keys) {
+    v1::ReachStepResponse d;
+    d.set_decided(true);
+    d.mutable_world()->set_epoch(epoch);
+    d.mutable_world()->set_from_step(from);
+    for (int32_t w = 0; w < workers; ++w) d.mutable_world()->add_members(w);
+    d.mutable_world()->set_servers(servers);
+    TRELLIS_ASSIGN_OR_RETURN(v1::ShardMap map, BuildShardMap(keys, servers, "roundRobin", slice_bytes_));
+    map.set_world_epoch(epoch);
+    *d.mutable_shard_map() = std::move(map);
+    for (int32_t s = 0; s < servers; ++s) {
+      TRELLIS_ASSIGN_OR_RETURN(std::string a, c->AddressOf(s));
+      d.add_server_addresses(a);
+    }
+    {
+      std::lock_guard lock(mu_);
+      decided_ = std::move(d);
+    }
+    epoch_.store(epoch);
+    return Status::Ok();
+  }
+
+ private:
+  const int32_t first_;
+  const int64_t slice_bytes_;
+  std::atomic<int64_t> epoch_{0};  // what the pings announce
+  std::mutex mu_;
+  v1::ReachStepResponse decided_;  // GUARDED_BY(mu_)
+};
+
 }  // namespace trellis::testing

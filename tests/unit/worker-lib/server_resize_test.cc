@@ -3,7 +3,6 @@
 // moves the slices at the boundary (pserver/slice_handover.h), and every step's answer -- the sum
 // in aggregate mode, Adam's weights in update mode -- is bit for bit the one of the same job on
 // servers that never changed.
-#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -20,6 +19,7 @@ namespace {
 using testing::ClusterOptions;
 using testing::CounterValue;
 using testing::LocalCluster;
+using testing::ServerResizeScript;
 
 constexpr int64_t kSliceBytes = 64;  // 16 floats: keys of many slices, most of them moving
 const std::vector<KeyDecl> kKeys = {{1, "fc1.weight", 40}, {2, "fc1.bias", 7}, {3, "fc2.weight", 100}};
@@ -37,32 +37,6 @@ std::vector<v1::KeySpec> Specs() {
   return out;
 }
 
-// Resizes decided by the test: the epoch the pings announce, and the answer every report gets.
-struct ScriptedResizes {
-  std::atomic<int64_t> epoch{0};
-  std::mutex mu;
-  v1::ReachStepResponse decided;  // GUARDED_BY(mu)
-
-  // Servers to `servers` (of the cluster's), the new world's first step `from`.
-  void Decide(LocalCluster* cluster, int64_t new_epoch, int32_t servers, int64_t from) {
-    std::lock_guard lock(mu);
-    decided = v1::ReachStepResponse();
-    decided.set_decided(true);
-    v1::WorldInfo* w = decided.mutable_world();
-    w->set_epoch(new_epoch);
-    w->set_from_step(from);
-    w->add_members(0);
-    w->add_members(1);
-    w->set_servers(servers);
-    auto map = BuildShardMap(Specs(), servers, "roundRobin", kSliceBytes);
-    ASSERT_TRUE(map.ok()) << map.status().ToString();
-    map->set_world_epoch(new_epoch);
-    *decided.mutable_shard_map() = *map;
-    for (int32_t s = 0; s < servers; ++s) decided.add_server_addresses(*cluster->AddressOf(s));
-    epoch.store(new_epoch);
-  }
-};
-
 struct TrainedRun {
   std::vector<std::vector<float>> answers;  // per step, every key's answer of worker 0
   std::vector<int> servers_after;          // per step, worker 0's servers in force
@@ -73,7 +47,7 @@ struct TrainedRun {
 TrainedRun Train(const std::string& transport, ServerMode mode, bool resize) {
   TrainedRun run;
   LocalCluster cluster;
-  ScriptedResizes script;
+  ServerResizeScript script(2, kSliceBytes);  // the job starts on servers 0 and 1
   ClusterOptions o;
   o.servers = 3;
   o.workers = 2;
@@ -82,19 +56,7 @@ TrainedRun Train(const std::string& transport, ServerMode mode, bool resize) {
   o.mode = mode;
   o.optimizer.type = OptimizerType::kAdam;
   o.optimizer.learningRate = 0.01;
-  o.customize = [&](int, WorkerSetup* setup) {
-    setup->server_addresses.resize(2);  // the job starts on servers 0 and 1
-    setup->server_slots = 3;
-    setup->declare = [](const std::vector<v1::KeySpec>& keys) {
-      return BuildShardMap(keys, 2, "roundRobin", kSliceBytes);
-    };
-    setup->resize_epoch = [&script] { return script.epoch.load(); };
-    setup->reach_step = [&script](const v1::ReachStepRequest&, std::chrono::milliseconds)
-        -> StatusOr<v1::ReachStepResponse> {
-      std::lock_guard lock(script.mu);
-      return script.decided;
-    };
-  };
+  o.customize = [&script](int, WorkerSetup* setup) { script.Hook(setup); };
   Status st = cluster.Start(o);
   EXPECT_TRUE(st.ok()) << st.ToString();
   if (!st.ok()) return run;
@@ -118,8 +80,9 @@ TrainedRun Train(const std::string& transport, ServerMode mode, bool resize) {
     }
   }
   for (int64_t step = 1; step <= 12; ++step) {
-    if (resize && step == 3) script.Decide(&cluster, 1, 3, 5);   // boundary of step 4 moves
-    if (resize && step == 7) script.Decide(&cluster, 2, 1, 9);   // boundary of step 8 moves
+    // The boundaries of steps 4 and 8 move the slices.
+    if (resize && step == 3) EXPECT_TRUE(script.Decide(&cluster, 1, 2, 3, 5, Specs()).ok());
+    if (resize && step == 7) EXPECT_TRUE(script.Decide(&cluster, 2, 2, 1, 9, Specs()).ok());
     std::vector<float> answer;
     for (size_t k = 0; k < kKeys.size(); ++k) {
       const int64_t n = kKeys[k].num_elements;
