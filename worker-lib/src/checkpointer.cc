@@ -347,7 +347,9 @@ Status CheckpointerImpl::Write(int64_t step, bool on_exit) {
   }
   TLOG_INFO << "saved step " << step << " to " << *file << " (" << bytes << " bytes, " << secs
             << " s)" << (on_exit ? ": the exit checkpoint" : "");
-  Tell(step, *file, on_exit ? Told::kOnExit : Told::kWritten);
+  // The exit checkpoint is told after rank 0 says so in its log (StopForTheJob): once told, the
+  // agents may stop this process at any moment.
+  if (!on_exit) Tell(step, *file, Told::kWritten);
   return Status::Ok();
 }
 
@@ -367,15 +369,15 @@ void CheckpointerImpl::Tell(int64_t step, const std::string& file, Told what) {
 Status CheckpointerImpl::StopForTheJob(int64_t step) {
   if (step > last_step_ && step > 0) {
     TRELLIS_RETURN_IF_ERROR(Write(step, /*on_exit=*/true).Annotate("the exit checkpoint"));
-  } else if (last_step_ > 0) {
-    Tell(last_step_, last_file_, Told::kOnExit);  // saved or restored at this very step already
-  }
+  }  // else saved or restored at this very step already
   // Rank 0 pushes no more, so no worker completes another step: the job stops here, and its
   // launcher or agents stop the processes. One that is never stopped ends after its timeout.
+  // Said before the scheduler is told: the agents stop this process as soon as it hears.
   const auto wait = std::chrono::milliseconds(std::max<int64_t>(hooks_->setup().timeout_ms, 1000));
   TLOG_WARN << "the job is being stopped from outside: stopped after step " << step
             << (last_step_ > 0 ? " (exit checkpoint " + last_file_ + ")" : std::string(" (nothing to save)"))
             << "; waiting to be stopped";
+  if (last_step_ > 0) Tell(last_step_, last_file_, Told::kOnExit);
   std::this_thread::sleep_for(wait);
   return AbortedError("the job is being stopped from outside: rank 0 stopped after step " +
                       std::to_string(step) + " and was not stopped within " +

@@ -147,12 +147,20 @@ TEST_F(CheckpointerTest, AStoppingJobGetsAnExitCheckpointAtRankZerosNextStepBoun
   std::atomic<bool> stopping{false};
   std::vector<v1::ReportCheckpointRequest> told;
   std::mutex told_mu;
+  // What rank 0 had logged when it told the scheduler of its exit checkpoint: once told, the
+  // agents may stop the process at once, so the log says it before (k8s.pod_delete read it).
+  bool capturing = false;
+  std::string logged_before_told;
   timeout_ms_ = 1000;
   customize_ = [&](int, WorkerSetup* s) {
     s->job_stopping = [&] { return stopping.load(); };
     s->report_checkpoint = [&](const v1::ReportCheckpointRequest& r) {
       std::lock_guard<std::mutex> lock(told_mu);
       told.push_back(r);
+      if (r.on_exit() && capturing) {
+        logged_before_told = ::testing::internal::GetCapturedStderr();
+        capturing = false;
+      }
       return Status::Ok();
     };
   };
@@ -178,13 +186,22 @@ TEST_F(CheckpointerTest, AStoppingJobGetsAnExitCheckpointAtRankZerosNextStepBoun
   EXPECT_TRUE(checkpointers_[1]->Commit(7).ok()) << "only rank 0 stops at the boundary";
   w[0].assign(w[0].size(), 7.0f);
   const auto start = std::chrono::steady_clock::now();
+  ::testing::internal::CaptureStderr();
+  capturing = true;
   Status st = checkpointers_[0]->Commit(7);
+  if (capturing) {
+    capturing = false;
+    ::testing::internal::GetCapturedStderr();
+  }
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(900)) << "it waited";
   EXPECT_EQ(st.code(), StatusCode::kAborted) << st.ToString();
   EXPECT_NE(st.message().find("rank 0 stopped after step 7"), std::string::npos) << st.ToString();
   ASSERT_EQ(told.size(), 2u);
   EXPECT_EQ(told[1].step(), 7);
   EXPECT_TRUE(told[1].on_exit());
+  EXPECT_NE(logged_before_told.find("stopped after step 7 (exit checkpoint " + dir_ + "/model-000000000007.ckpt)"),
+            std::string::npos)
+      << "told the scheduler before saying so in the log:\n" << logged_before_told;
   auto saved = CheckpointDir(dir_, "model", 2).Load(7);
   ASSERT_TRUE(saved.ok()) << saved.status().ToString();
   EXPECT_EQ(saved->entries[0].values, w[0]) << "the exit checkpoint holds the values after step 7";

@@ -91,15 +91,16 @@ def _stop_here(w, st):
              "trellis": {"step": step, "exit": _exit_state(ts)}}
     _checkpoint._write_checkpoint_file(path, state)
     _say("saved step %d to %s (%.2f s): the exit checkpoint" % (step, path, time.monotonic() - start))
+    # Rank 0 pushes no more, so no worker completes another step: the job stops here, and its
+    # launcher or agents stop the processes. One that is never stopped ends after its timeout.
+    # Said before the scheduler is told: the agents stop this process as soon as it hears.
+    wait = max(w.timeout_ms, 1000) / 1000.0
+    _say("the job is being stopped from outside: stopped after step %d (exit checkpoint %s); "
+         "waiting to be stopped" % (step, path))
     if step >= 1:
         told = w.report_checkpoint(step, path, on_exit=True, exit_ready=True)
         if told:
             _say("telling the scheduler of the exit checkpoint: " + told)
-    # Rank 0 pushes no more, so no worker completes another step: the job stops here, and its
-    # launcher or agents stop the processes. One that is never stopped ends after its timeout.
-    wait = max(w.timeout_ms, 1000) / 1000.0
-    _say("the job is being stopped from outside: stopped after step %d (exit checkpoint %s); "
-         "waiting to be stopped" % (step, path))
     time.sleep(wait)
     raise RuntimeError("trellis.torch: the job is being stopped from outside: rank 0 stopped "
                        "after step %d and was not stopped within %.0f s" % (step, wait))
