@@ -257,11 +257,12 @@ void ParseSliceBytes(const MapReader& spec, JobSpec* out) {
   }
 }
 
-// spec.elastic: minWorkers <= workers.replicas <= maxWorkers, both required.
+// spec.elastic: minWorkers <= workers.replicas <= maxWorkers, both required; minServers <=
+// servers.replicas <= maxServers, each defaulting to servers.replicas.
 void ParseElastic(const MapReader& spec, JobSpec* out) {
   if (!spec.Has("elastic")) return;
   MapReader el(spec.Get("elastic"), spec.Path("elastic"), spec.errors(),
-               {"minWorkers", "maxWorkers"});
+               {"minWorkers", "maxWorkers", "minServers", "maxServers"});
   if (!el.is_mapping()) return;
   ElasticSpec& e = out->elastic;
   const int32_t replicas = out->workers.replicas;
@@ -289,6 +290,13 @@ void ParseElastic(const MapReader& spec, JobSpec* out) {
   ok = bound("minWorkers", 1, "1", replicas, r, &e.minWorkers) && ok;
   ok = bound("maxWorkers", replicas, r, kMaxReplicas, std::to_string(kMaxReplicas),
              &e.maxWorkers) && ok;
+  const int32_t servers = out->servers.replicas;
+  const std::string sr = "spec.servers.replicas (" + std::to_string(servers) + ")";
+  e.minServers = e.maxServers = servers;
+  if (el.Has("minServers")) ok = bound("minServers", 1, "1", servers, sr, &e.minServers) && ok;
+  if (el.Has("maxServers")) {
+    ok = bound("maxServers", servers, sr, kMaxReplicas, std::to_string(kMaxReplicas), &e.maxServers) && ok;
+  }
   if (out->workers.gpusPerWorker > 1) {
     spec.errors()->Add(spec.Path("elastic"), "multi-GPU workers (spec.workers.gpusPerWorker " +
                                         std::to_string(out->workers.gpusPerWorker) +

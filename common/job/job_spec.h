@@ -184,12 +184,15 @@ struct SchedulerSpec {
   bool operator==(const SchedulerSpec&) const = default;
 };
 
-// spec.elastic (docs/elastic.md): the bounds a running job's workers may be resized within.
-// Absent: the job's size is fixed (enabled false).
+// spec.elastic (docs/elastic.md): the bounds a running job's workers, and its servers, may be
+// resized within. Absent: the job's size is fixed (enabled false). The servers' bounds default
+// to spec.servers.replicas (their count fixed).
 struct ElasticSpec {
   bool enabled = false;
   int32_t minWorkers = 1;
   int32_t maxWorkers = 1;
+  int32_t minServers = 1;
+  int32_t maxServers = 1;
 
   bool operator==(const ElasticSpec&) const = default;
 };
@@ -260,6 +263,12 @@ struct JobSpec {
   // else workers.replicas. A grow beyond the first size brings the slots above it in.
   int32_t WorkerSlots() const {
     return elastic.enabled && elastic.maxWorkers > workers.replicas ? elastic.maxWorkers : workers.replicas;
+  }
+
+  // The server ranks (slots) the job may ever have: spec.elastic.maxServers for an elastic job,
+  // else servers.replicas.
+  int32_t ServerSlots() const {
+    return elastic.enabled && elastic.maxServers > servers.replicas ? elastic.maxServers : servers.replicas;
   }
 
   // The effective restart policy of a role (its own, else the run policy's).

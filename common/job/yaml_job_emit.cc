@@ -205,6 +205,8 @@ std::string JobSpecToYaml(const JobSpec& spec) {
     out << YAML::Key << "elastic" << YAML::Value << YAML::BeginMap;
     Int(out, "minWorkers", spec.elastic.minWorkers);
     Int(out, "maxWorkers", spec.elastic.maxWorkers);
+    Int(out, "minServers", spec.elastic.minServers);
+    Int(out, "maxServers", spec.elastic.maxServers);
     out << YAML::EndMap;
   }
 

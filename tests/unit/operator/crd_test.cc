@@ -72,8 +72,9 @@ std::string LeafJob(const std::vector<std::string>& path, const std::string& val
   }
   // The elastic bounds come as a pair (replicas is 1 here).
   if (path.size() == 2 && path[0] == "elastic") {
-    return JobWith({"elastic"}, path[1] == "minWorkers" ? "{minWorkers: " + value + ", maxWorkers: 1}"
-                                                        : "{minWorkers: 1, maxWorkers: " + value + "}");
+    if (path[1] == "minWorkers") return JobWith({"elastic"}, "{minWorkers: " + value + ", maxWorkers: 1}");
+    if (path[1] == "maxWorkers") return JobWith({"elastic"}, "{minWorkers: 1, maxWorkers: " + value + "}");
+    return JobWith({"elastic"}, "{minWorkers: 1, maxWorkers: 1, " + path[1] + ": " + value + "}");
   }
   // The checkpoint volume is mounted at the checkpoint path: only valid with one.
   if (path.size() == 2 && path[0] == "checkpoint" && path[1] == "volume") {

@@ -349,7 +349,13 @@ TEST(JobSpecTest, ElasticBoundsDefaultRoundTripAndErrors) {
       {"{minWorkers: 1, maxWorkers: 10001}", "spec.elastic.maxWorkers: must be <= 10000, got 10001"},
       {"{minWorkers: 1}", "spec.elastic.maxWorkers: required field is missing"},
       {"{maxWorkers: 3}", "spec.elastic.minWorkers: required field is missing"},
-      {"{minWorkers: 1, maxWorkers: 3, minServers: 1}", "spec.elastic.minServers"},
+      {"{minWorkers: 1, maxWorkers: 3, minServers: 0}", "spec.elastic.minServers: must be >= 1, got 0"},
+      {"{minWorkers: 1, maxWorkers: 3, minServers: 3}",
+       "spec.elastic.minServers: must be <= spec.servers.replicas (1), got 3"},
+      {"{minWorkers: 1, maxWorkers: 3, maxServers: 0}",
+       "spec.elastic.maxServers: must be >= spec.servers.replicas (1), got 0"},
+      {"{minWorkers: 1, maxWorkers: 3, maxServers: 10001}", "spec.elastic.maxServers: must be <= 10000, got 10001"},
+      {"{minWorkers: 1, maxWorkers: 3, maxServer: 2}", "spec.elastic.maxServer"},
       {"true", "spec.elastic"},
   };
   for (const auto& [value, message] : bad) {
@@ -357,6 +363,20 @@ TEST(JobSpecTest, ElasticBoundsDefaultRoundTripAndErrors) {
     ASSERT_FALSE(b.ok()) << value;
     EXPECT_THAT(b.status().message(), HasSubstr(message)) << value;
   }
+  // The servers' bounds default to spec.servers.replicas (their count fixed); set, they
+  // round-trip and give the job a server rank (slot) for each server it may grow to.
+  EXPECT_EQ(job.elastic.minServers, 1);
+  EXPECT_EQ(job.elastic.maxServers, 1);
+  EXPECT_EQ(job.ServerSlots(), 1);
+  JobSpec servers = MustParse(three + "  servers: {replicas: 2}\n" +
+                              "  elastic: {minWorkers: 3, maxWorkers: 3, minServers: 1, maxServers: 4}\n");
+  EXPECT_EQ(servers.elastic.minServers, 1);
+  EXPECT_EQ(servers.elastic.maxServers, 4);
+  EXPECT_EQ(servers.ServerSlots(), 4);
+  auto servers_again = ParseJobSpec(JobSpecToYaml(servers));
+  ASSERT_TRUE(servers_again.ok()) << servers_again.status().ToString();
+  EXPECT_EQ(servers_again->elastic, servers.elastic);
+  EXPECT_EQ(MustParse(three + "  servers: {replicas: 2}\n").ServerSlots(), 2) << "not elastic";
   auto gpus = ParseJobSpec(std::string(kMinimal) +
                            "    gpusPerWorker: 2\n  elastic: {minWorkers: 1, maxWorkers: 2}\n");
   ASSERT_FALSE(gpus.ok());
