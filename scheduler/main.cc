@@ -101,7 +101,8 @@ StatusOr<Settings> BuildSettings(const ParsedArgs& args, const EnvSource& env) {
     // a few seconds (a third of a short grace) to exit in.
     const int64_t grace_ms = spec->runPolicy.TerminationGraceSeconds() * 1000;
     c.stop_limit = std::chrono::milliseconds(std::max<int64_t>(grace_ms - std::min<int64_t>(3000, grace_ms / 3), 500));
-    c.elastic = {spec->elastic.enabled, spec->elastic.minWorkers, spec->elastic.maxWorkers};
+    c.elastic = {spec->elastic.enabled, spec->elastic.minWorkers, spec->elastic.maxWorkers,
+                 spec->elastic.minServers, spec->elastic.maxServers};
     s.server.progress.straggler_factor = spec->monitoring.straggler.factor;
     s.server.progress.straggler_window = std::chrono::milliseconds(
         static_cast<int64_t>(spec->monitoring.straggler.windowSeconds * 1000.0));
@@ -192,7 +193,9 @@ int Main(int argc, char** argv) {
             << (config.job_name.empty() ? "-" : config.job_name) << ", " << config.num_servers
             << " servers, " << config.num_workers << " workers"
             << (config.elastic.enabled ? " (elastic: " + std::to_string(config.elastic.min_workers) + " to " +
-                                             std::to_string(config.elastic.max_workers) + ")"
+                                             std::to_string(config.elastic.max_workers) + " workers, " +
+                                             std::to_string(config.min_servers()) + " to " +
+                                             std::to_string(config.server_slots()) + " servers)"
                                        : std::string())
             << ", dispatch " << config.dispatch
             << ", sliceBytes " << config.slice_bytes << ")";

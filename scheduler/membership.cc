@@ -49,10 +49,22 @@ std::string DescribeExitCode(int32_t code) {
 Membership::Membership(const SchedulerConfig& config, const Clock* clock)
     : config_(config),
       clock_(clock),
-      servers_(static_cast<size_t>(config.num_servers)),
+      servers_(static_cast<size_t>(config.server_slots())),
       workers_(static_cast<size_t>(config.worker_slots())) {
-  // An elastic job's slots beyond its first workers start outside the world (world_plan.h).
+  // An elastic job's slots beyond its first workers and servers start outside the world
+  // (world_plan.h).
   for (size_t r = static_cast<size_t>(config.num_workers); r < workers_.size(); ++r) workers_[r].departed = true;
+  for (size_t r = static_cast<size_t>(config.num_servers); r < servers_.size(); ++r) servers_[r].departed = true;
+}
+
+int32_t Membership::ServersInForce() const {
+  return static_cast<int32_t>(
+      std::count_if(servers_.begin(), servers_.end(), [](const Member& s) { return !s.departed; }));
+}
+
+bool Membership::ServerReady(int32_t rank) const {
+  return rank >= 0 && rank < size(v1::ROLE_SERVER) && Live(v1::ROLE_SERVER, rank) &&
+         servers_[static_cast<size_t>(rank)].ready;
 }
 
 Status Membership::Check(v1::Role role, int32_t rank, bool must_be_registered) const {
@@ -95,15 +107,23 @@ int32_t Membership::WorkersAccountedFor() const {
                                    [](const Member& w) { return w.departed && !w.registered; }));
 }
 
+int32_t Membership::ServersAccountedFor() const {
+  // The servers outside the world (a server slot no grow brought in, or one a shrink removed)
+  // are not awaited.
+  return static_cast<int32_t>(std::count_if(servers_.begin(), servers_.end(), [](const Member& s) {
+    return s.registered || s.departed;
+  }));
+}
+
 bool Membership::Complete() const {
-  if (registered_servers_ < size(v1::ROLE_SERVER) || WorkersAccountedFor() < size(v1::ROLE_WORKER)) {
+  if (ServersAccountedFor() < size(v1::ROLE_SERVER) || WorkersAccountedFor() < size(v1::ROLE_WORKER)) {
     return false;
   }
-  return std::all_of(servers_.begin(), servers_.end(), [](const Member& n) { return n.ready; });
+  return std::all_of(servers_.begin(), servers_.end(), [](const Member& n) { return n.ready || n.departed; });
 }
 
 bool Membership::AllRegistered() const {
-  return registered_servers_ == size(v1::ROLE_SERVER) &&
+  return ServersAccountedFor() == size(v1::ROLE_SERVER) &&
          WorkersAccountedFor() == size(v1::ROLE_WORKER);
 }
 
@@ -128,10 +148,13 @@ void Membership::FillNode(const Member& n, v1::Role role, int32_t rank, v1::Node
 }
 
 void Membership::FillView(v1::ClusterView* v) const {
-  v->set_num_servers(size(v1::ROLE_SERVER));
+  // The servers in force (ranks 0..n-1); server_slots: how many the job may ever have.
+  const int32_t servers = ServersInForce();
+  v->set_num_servers(servers);
+  v->set_server_slots(size(v1::ROLE_SERVER));
   v->set_num_workers(size(v1::ROLE_WORKER));
-  v->mutable_servers()->Reserve(size(v1::ROLE_SERVER));
-  for (int32_t r = 0; r < size(v1::ROLE_SERVER); ++r) {
+  v->mutable_servers()->Reserve(servers);
+  for (int32_t r = 0; r < servers; ++r) {
     FillNode(servers_[static_cast<size_t>(r)], v1::ROLE_SERVER, r, v->add_servers());
   }
   v->mutable_workers()->Reserve(size(v1::ROLE_WORKER));
@@ -286,7 +309,7 @@ Status Membership::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatRespo
     *revived = true;
   }
   for (int32_t r = 0; r < size(v1::ROLE_SERVER); ++r) {
-    if (servers_[static_cast<size_t>(r)].dead) {
+    if (servers_[static_cast<size_t>(r)].dead && !servers_[static_cast<size_t>(r)].departed) {
       FillNode(servers_[static_cast<size_t>(r)], v1::ROLE_SERVER, r, resp->add_dead());
     }
   }

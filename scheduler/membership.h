@@ -100,8 +100,16 @@ class Membership {
   // The worker rank left the job's world (elastic jobs), or came back into it (growing).
   // REQUIRES: a worker rank in range.
   void SetDeparted(int32_t rank, bool departed) { workers_[rank].departed = departed; }
+  // Likewise a server rank (a server resize; world_plan.h). REQUIRES: a server rank in range.
+  void SetServerDeparted(int32_t rank, bool departed) { servers_[rank].departed = departed; }
+  // The servers in force: ranks 0..n-1, those not departed.
+  int32_t ServersInForce() const;
+  // Server `rank` (any slot) is live and reported ready.
+  bool ServerReady(int32_t rank) const;
   // Registered workers, and those resized away that never registered here (after a restart).
   int32_t WorkersAccountedFor() const;
+  // Registered servers, and the slots outside the world.
+  int32_t ServersAccountedFor() const;
   // The worker ranks that have not left the world: who a barrier waits for.
   int32_t WorldWorkers() const {
     return static_cast<int32_t>(std::count_if(workers_.begin(), workers_.end(),

@@ -216,12 +216,14 @@ Status SchedulerClient::StopJob(const std::string& reason) {
   return Finish(Stub()->StopJob(&ctx, req, &resp), "StopJob");
 }
 
-StatusOr<v1::ResizeResponse> SchedulerClient::Resize(int32_t workers, const std::string& reason) {
+StatusOr<v1::ResizeResponse> SchedulerClient::Resize(int32_t workers, const std::string& reason,
+                                                     int32_t servers) {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.rpc_timeout);
   v1::ResizeRequest req;
   req.set_workers(workers);
   req.set_reason(reason);
+  req.set_servers(servers);
   v1::ResizeResponse resp;
   TRELLIS_RETURN_IF_ERROR(Finish(Stub()->Resize(&ctx, req, &resp), "Resize"));
   return resp;

@@ -90,7 +90,8 @@ class SchedulerClient {
   // Elastic jobs (docs/elastic.md): resize the workers (trellis-launch resize, the operator); a
   // worker's report of the step it reached during a resize (with `wait`, a long poll bounded by
   // `wait_for`).
-  StatusOr<v1::ResizeResponse> Resize(int32_t workers, const std::string& reason);
+  // `servers` > 0: resize the servers instead (`workers` 0).
+  StatusOr<v1::ResizeResponse> Resize(int32_t workers, const std::string& reason, int32_t servers = 0);
   StatusOr<v1::ReachStepResponse> ReachStep(const v1::ReachStepRequest& request,
                                             std::chrono::milliseconds wait_for);
 

@@ -29,6 +29,13 @@ Status ValidateSchedulerConfig(const SchedulerConfig& config) {
                                 std::to_string(config.num_workers) + ") <= maxWorkers (" +
                                 std::to_string(e.max_workers) + ")");
   }
+  if (e.enabled && (e.min_servers != 0 || e.max_servers != 0) &&
+      !(1 <= e.min_servers && e.min_servers <= config.num_servers && config.num_servers <= e.max_servers)) {
+    return InvalidArgumentError("elastic bounds must hold 1 <= minServers (" +
+                                std::to_string(e.min_servers) + ") <= servers (" +
+                                std::to_string(config.num_servers) + ") <= maxServers (" +
+                                std::to_string(e.max_servers) + ")");
+  }
   return ValidateShardSettings(config.dispatch, config.num_servers, config.slice_bytes);
 }
 

@@ -15,6 +15,9 @@ struct ElasticBounds {
   bool enabled = false;  // off: Resize is refused, the world never changes
   int32_t min_workers = 1;
   int32_t max_workers = 1;
+  // The servers' bounds (spec.elastic.minServers/maxServers); 0: the job's servers, fixed.
+  int32_t min_servers = 0;
+  int32_t max_servers = 0;
 };
 
 struct SchedulerConfig {
@@ -50,6 +53,14 @@ struct SchedulerConfig {
   // first size brings them in; docs/elastic.md#growing).
   int32_t worker_slots() const {
     return elastic.enabled && elastic.max_workers > num_workers ? elastic.max_workers : num_workers;
+  }
+  // The server ranks likewise: an elastic job's maxServers, else its servers. Slots beyond the
+  // first `num_servers` start outside the world (a server grow brings them in).
+  int32_t server_slots() const {
+    return elastic.enabled && elastic.max_servers > num_servers ? elastic.max_servers : num_servers;
+  }
+  int32_t min_servers() const {
+    return elastic.enabled && elastic.min_servers > 0 ? elastic.min_servers : num_servers;
   }
 };
 

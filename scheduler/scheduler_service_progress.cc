@@ -31,8 +31,10 @@ grpc::ServerUnaryReactor* SchedulerService::GetProgress(grpc::CallbackServerCont
     int64_t pending = 0;
     std::vector<v1::ResizeInfo> resizes;
     std::vector<int32_t> pending_members;
-    *resp->mutable_world() = state_->World(&pending, &resizes, &pending_members);
+    int32_t pending_servers = 0;
+    *resp->mutable_world() = state_->World(&pending, &resizes, &pending_members, &pending_servers);
     resp->set_resize_pending_epoch(pending);
+    resp->set_resize_pending_servers(pending_servers);
     for (int32_t m : pending_members) resp->add_resize_pending_members(m);
     if (!resizes.empty()) *resp->mutable_last_resize() = resizes.back();
     const std::string stop = state_->stop_reason();

@@ -19,8 +19,8 @@ SchedulerState::SchedulerState(SchedulerConfig config, const Clock* clock)
       shards_(config_),
       rejoins_(config_.worker_slots()),
       recovery_(config_),
-      world_(config_.num_workers, config_.worker_slots(), config_.elastic),
-      pod_stops_(config_.num_servers, config_.worker_slots(), config_.pod_stop_window, config_.stop_limit) {}
+      world_(config_.num_workers, config_.worker_slots(), config_.elastic, config_.num_servers),
+      pod_stops_(config_.server_slots(), config_.worker_slots(), config_.pod_stop_window, config_.stop_limit) {}
 
 SchedulerState::~SchedulerState() { Shutdown(); }
 
@@ -48,7 +48,7 @@ void SchedulerState::ChangedLocked(Deferred* deferred) {
   ++version_;
   const bool complete = members_.Complete();
   if (complete && !was_complete_) {
-    TLOG_INFO << "cluster complete: " << config_.num_servers << " servers ready, "
+    TLOG_INFO << "cluster complete: " << members_.ServersInForce() << " servers ready, "
               << members_.WorldWorkers() << " workers registered (version " << version_ << ")";
   }
   was_complete_ = complete;
@@ -85,6 +85,12 @@ Status SchedulerState::ReportReady(const v1::ReportReadyRequest& req) {
   {
     MutexLock lock(&mu_);
     TRELLIS_RETURN_IF_ERROR(members_.Ready(req));
+    // A server grow is announced once every server it adds serves (world_plan.h).
+    if (req.role() == v1::ROLE_SERVER && world_.ServerReady(req.rank(), UnixMillisNow())) {
+      TLOG_INFO << "the servers added by the resize to " << world_.pending_servers()
+                << " servers are ready: world " << world_.pending_epoch()
+                << " starts after the step every worker reaches next";
+    }
     ChangedLocked(&deferred);
   }
   RunDeferred(deferred);

@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -134,7 +136,8 @@ class SchedulerState {
   // The world now, the resize under way (0: none) and its members, the resizes decided (newest
   // last). Null pointers: not wanted.
   v1::WorldInfo World(int64_t* pending_epoch, std::vector<v1::ResizeInfo>* resizes,
-                      std::vector<int32_t>* pending_members = nullptr) const EXCLUDES(mu_);
+                      std::vector<int32_t>* pending_members = nullptr,
+                      int32_t* pending_servers = nullptr) const EXCLUDES(mu_);
 
   // Marks nodes silent for longer than the heartbeat timeout dead (not while recovering after a
   // restart; at the end of the recovery grace, the members still missing), and answers the
@@ -186,6 +189,11 @@ class SchedulerState {
   // the view); the ReachStep waiters past their deadline (answered undecided); all of them
   // failed with `st`.
   void WorldDecidedLocked(const v1::WorldInfo& world, Deferred* deferred) REQUIRES(mu_);
+  // A resize of the servers (Resize with servers set).
+  StatusOr<v1::ResizeResponse> ResizeServersLocked(const v1::ResizeRequest& req) REQUIRES(mu_);
+  // The answer to a member that reports for `world`, decided: with the shard map and servers'
+  // addresses when it resized the servers.
+  v1::ReachStepResponse DecidedAnswerLocked(const v1::WorldInfo& world) const REQUIRES(mu_);
   // A restarted scheduler: the world worker `by` handed back (Resume), when newer than its own.
   Status AdoptWorldLocked(int32_t by, const v1::WorldInfo& world, Deferred* deferred) REQUIRES(mu_);
   // Worker `rank` is gone for good (`why`): an elastic job goes on without it while minWorkers
@@ -213,6 +221,13 @@ class SchedulerState {
   std::vector<ReachWaiter> reach_waiters_ GUARDED_BY(mu_);
   int64_t resizes_answered_ GUARDED_BY(mu_) = 0;  // the newest epoch WorldDecidedLocked saw
   int64_t workers_lost_ GUARDED_BY(mu_) = 0;      // LoseWorkerLocked: the job went on without them
+  // The newest server resize decided: what DecidedAnswerLocked adds for its world.
+  struct ServerMove {
+    int64_t epoch = 0;
+    std::shared_ptr<const v1::ShardMap> map;
+    std::vector<std::string> addresses;
+  };
+  std::optional<ServerMove> server_move_ GUARDED_BY(mu_);
 
   int64_t version_ GUARDED_BY(mu_) = 1;
   bool was_complete_ GUARDED_BY(mu_) = false;  // for logging the transition once

@@ -14,6 +14,7 @@ StatusOr<v1::ResizeResponse> SchedulerState::Resize(const v1::ResizeRequest& req
   if (members_.AnyWorkerExited()) {
     return FailedPreconditionError("the job is ending (a worker finished): no resize now");
   }
+  if (req.servers() != 0) return ResizeServersLocked(req);
   auto r = world_.Resize(req.workers(), req.reason(), UnixMillisNow());
   if (r.ok() && world_.pending_epoch() != 0) {
     TLOG_INFO << "resize to " << req.workers() << " workers asked for (" << req.reason()
@@ -21,6 +22,49 @@ StatusOr<v1::ResizeResponse> SchedulerState::Resize(const v1::ResizeRequest& req
               << "reaches next" << (req.workers() > world_.size() ? ", once the workers joining asked to join" : "");
   }
   return r;
+}
+
+StatusOr<v1::ResizeResponse> SchedulerState::ResizeServersLocked(const v1::ResizeRequest& req) {
+  if (req.workers() != 0 && req.workers() != world_.size()) {
+    return InvalidArgumentError("resize to " + std::to_string(req.workers()) + " workers and " +
+                                std::to_string(req.servers()) +
+                                " servers: one kind at a time (resize the workers, then the servers)");
+  }
+  if (req.servers() != world_.servers() && world_.bounds().enabled && world_.pending_epoch() == 0) {
+    // The slices move at a step boundary from the map the workers hold.
+    if (!shards_.has_map()) {
+      return FailedPreconditionError("no resize of the servers before the workers declared their keys "
+                                     "(the shard map is built then); ask again once the job trains");
+    }
+    if (shards_.extending()) {
+      return FailedPreconditionError("keys declared after training started are being added to the shard "
+                                     "map; ask again once they are");
+    }
+  }
+  std::set<int32_t> not_ready;
+  for (int32_t r = world_.servers(); r < req.servers() && r < members_.size(v1::ROLE_SERVER); ++r) {
+    if (!members_.ServerReady(r)) not_ready.insert(r);
+  }
+  auto r = world_.ResizeServers(req.servers(), not_ready, req.reason(), UnixMillisNow());
+  if (r.ok() && world_.pending_epoch() != 0) {
+    TLOG_INFO << "resize to " << req.servers() << " servers asked for (" << req.reason() << "): world "
+              << world_.pending_epoch() << " starts after the step every worker reaches next"
+              << (world_.announced_epoch() == 0 ? ", once the servers added are ready" : "")
+              << "; the slices move there";
+  }
+  return r;
+}
+
+v1::ReachStepResponse SchedulerState::DecidedAnswerLocked(const v1::WorldInfo& world) const {
+  v1::ReachStepResponse resp;
+  resp.set_decided(true);
+  *resp.mutable_world() = world;
+  // A server resize: the map every member switches to, and where its servers are.
+  if (server_move_ && server_move_->epoch == world.epoch()) {
+    *resp.mutable_shard_map() = *server_move_->map;
+    for (const auto& a : server_move_->addresses) resp.add_server_addresses(a);
+  }
+  return resp;
 }
 
 void SchedulerState::ReachStep(const v1::ReachStepRequest& req, TimePoint deadline,
@@ -45,11 +89,8 @@ void SchedulerState::ReachStep(const v1::ReachStepRequest& req, TimePoint deadli
     if (!decided.ok()) {
       deferred.push_back([done = std::move(done), st = decided.status()] { done(st); });
     } else if (*decided) {
-      v1::ReachStepResponse resp;
-      resp.set_decided(true);
-      *resp.mutable_world() = world;
-      deferred.push_back([done = std::move(done), resp] { done(resp); });
       if (world.epoch() > resizes_answered_) WorldDecidedLocked(world, &deferred);
+      deferred.push_back([done = std::move(done), resp = DecidedAnswerLocked(world)] { done(resp); });
     } else if (req.wait()) {
       // One waiting report per worker: a newer one answers the older (undecided), so the
       // waiters are bounded by the workers whatever a peer sends.
@@ -67,12 +108,28 @@ void SchedulerState::WorldDecidedLocked(const v1::WorldInfo& world, Deferred* de
   resizes_answered_ = world.epoch();
   for (int32_t r = 0; r < members_.size(v1::ROLE_WORKER); ++r) members_.SetDeparted(r, world_.Departed(r));
   const v1::ResizeInfo& info = world_.resizes().back();
-  TLOG_INFO << "resize decided: " << info.from_workers() << " -> " << info.to_workers()
-            << " workers from step " << world.from_step() << " ("
-            << info.decided_unix_ms() - info.asked_unix_ms() << " ms after it was asked for)";
-  v1::ReachStepResponse resp;
-  resp.set_decided(true);
-  *resp.mutable_world() = world;
+  if (world.servers() > 0 && world.servers() != members_.ServersInForce()) {
+    // A server resize: the map laid out on the new servers, and their addresses (a grow is
+    // decided only once they are ready).
+    auto map = shards_.Relayout(world.servers(), world.epoch());
+    if (!map.ok()) {
+      FailJobLocked("resize to " + std::to_string(world.servers()) + " servers: " + map.status().message(),
+                    deferred);
+      return;
+    }
+    ServerMove move{world.epoch(), *map, {}};
+    for (int32_t r = 0; r < world.servers(); ++r) move.addresses.push_back(members_.at(v1::ROLE_SERVER, r).address);
+    for (int32_t r = 0; r < members_.size(v1::ROLE_SERVER); ++r) members_.SetServerDeparted(r, r >= world.servers());
+    server_move_ = std::move(move);
+    TLOG_INFO << "resize decided: " << info.from_servers() << " -> " << info.to_servers()
+              << " servers from step " << world.from_step() << " ("
+              << info.decided_unix_ms() - info.asked_unix_ms() << " ms after it was asked for)";
+  } else {
+    TLOG_INFO << "resize decided: " << info.from_workers() << " -> " << info.to_workers()
+              << " workers from step " << world.from_step() << " ("
+              << info.decided_unix_ms() - info.asked_unix_ms() << " ms after it was asked for)";
+  }
+  const v1::ReachStepResponse resp = DecidedAnswerLocked(world);
   AnswerReachWaitersLocked([&](const ReachWaiter& w) { return w.epoch == world.epoch(); }, resp,
                            deferred);
   ChangedLocked(deferred);  // the view's world changed
@@ -83,8 +140,11 @@ Status SchedulerState::AdoptWorldLocked(int32_t by, const v1::WorldInfo& world, 
   if (!adopted) return Status::Ok();
   resizes_answered_ = std::max(resizes_answered_, world.epoch());
   for (int32_t r = 0; r < members_.size(v1::ROLE_WORKER); ++r) members_.SetDeparted(r, world_.Departed(r));
+  // The world's servers are ranks 0..servers-1 (a server resize's; world_plan.h).
+  for (int32_t r = 0; r < members_.size(v1::ROLE_SERVER); ++r) members_.SetServerDeparted(r, r >= world_.servers());
   TLOG_INFO << "world " << world.epoch() << " handed back by worker " << by << ": "
-            << world.members_size() << " workers from step " << world.from_step()
+            << world.members_size() << " workers and " << world_.servers() << " servers from step "
+            << world.from_step()
             << " (the workers resized away are not awaited)";
   ChangedLocked(deferred);  // the view's world changed
   return Status::Ok();
@@ -140,9 +200,10 @@ void SchedulerState::FailReachWaitersLocked(const Status& st, Deferred* deferred
 }
 
 v1::WorldInfo SchedulerState::World(int64_t* pending_epoch, std::vector<v1::ResizeInfo>* resizes,
-                                    std::vector<int32_t>* pending_members) const {
+                                    std::vector<int32_t>* pending_members, int32_t* pending_servers) const {
   MutexLock lock(&mu_);
   if (pending_epoch != nullptr) *pending_epoch = world_.pending_epoch();
+  if (pending_servers != nullptr) *pending_servers = world_.pending_servers();
   if (resizes != nullptr) *resizes = world_.resizes();
   if (pending_members != nullptr) *pending_members = world_.pending_members();
   return world_.current();

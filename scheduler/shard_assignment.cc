@@ -243,8 +243,11 @@ Status ShardAssignment::Install(int32_t rank, const v1::ShardMap& map, Deferred*
                                    " holds a shard map that differs from the one handed back "
                                    "first (worker " + std::to_string(reference_rank_) + ")");
   }
-  TRELLIS_RETURN_IF_ERROR(ValidateShardMap(map, config_.num_servers, config_.dispatch,
-                                           config_.slice_bytes)
+  // A server resize's map has the servers of its world (within spec.elastic's bounds).
+  const bool resized = map.world_epoch() > 0 && map.num_servers() >= config_.min_servers() &&
+                       map.num_servers() <= config_.server_slots();
+  TRELLIS_RETURN_IF_ERROR(ValidateShardMap(map, resized ? map.num_servers() : config_.num_servers,
+                                           config_.dispatch, config_.slice_bytes)
                               .Annotate("shard map handed back by worker " + std::to_string(rank)));
   std::vector<v1::KeySpec> keys;
   keys.reserve(static_cast<size_t>(map.keys_size()));
@@ -308,6 +311,19 @@ ShardAssignment::TimePoint ShardAssignment::NextDeadline() const {
   for (const auto& w : declare_waiters_) next = std::min(next, w.deadline);
   for (const auto& w : ext_waiters_) next = std::min(next, w.deadline);
   return next;
+}
+
+StatusOr<std::shared_ptr<const v1::ShardMap>> ShardAssignment::Relayout(int32_t servers,
+                                                                        int64_t world_epoch) {
+  if (!shard_map_) return FailedPreconditionError("no shard map yet: the workers have not declared their keys");
+  if (ext_rank_ >= 0) {
+    return FailedPreconditionError("keys declared after training started are being added to the shard map");
+  }
+  TRELLIS_ASSIGN_OR_RETURN(v1::ShardMap map, RelayoutShardMap(*shard_map_, servers, world_epoch));
+  shard_map_ = std::make_shared<const v1::ShardMap>(std::move(map));
+  TLOG_INFO << "shard map laid out again: " << shard_map_->keys_size() << " keys on " << servers
+            << " servers, in force from world " << world_epoch;
+  return shard_map_;
 }
 
 }  // namespace trellis

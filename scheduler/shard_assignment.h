@@ -42,6 +42,12 @@ class ShardAssignment {
   // else it must equal the installed one. Declarations waiting for it are answered.
   Status Install(int32_t rank, const v1::ShardMap& map, Deferred* deferred);
   bool has_map() const { return shard_map_ != nullptr; }
+  // Whether keys declared after training started are being added (a round open).
+  bool extending() const { return ext_rank_ >= 0; }
+  // A server resize decided (world `world_epoch`, `servers` servers): the map's keys laid out
+  // on them (RelayoutShardMap), which every later declaration gets. FAILED_PRECONDITION: no map
+  // yet, or a deferred-init round open.
+  StatusOr<std::shared_ptr<const v1::ShardMap>> Relayout(int32_t servers, int64_t world_epoch);
 
   // Declarations past their deadline fail (naming who did not declare).
   void Sweep(TimePoint now, Deferred* deferred);

@@ -287,4 +287,15 @@ StatusOr<v1::ShardMap> ExtendShardMap(const v1::ShardMap& base, std::vector<v1::
   return out;
 }
 
+StatusOr<v1::ShardMap> RelayoutShardMap(const v1::ShardMap& base, int32_t num_servers,
+                                        int64_t world_epoch) {
+  std::vector<v1::KeySpec> keys;
+  keys.reserve(static_cast<size_t>(base.keys_size()));
+  for (const auto& k : base.keys()) keys.push_back(k.key());
+  TRELLIS_ASSIGN_OR_RETURN(v1::ShardMap map,
+                           BuildShardMap(std::move(keys), num_servers, base.dispatch(), base.slice_bytes()));
+  map.set_world_epoch(world_epoch);
+  return map;
+}
+
 }  // namespace trellis

@@ -79,4 +79,9 @@ StatusOr<v1::ShardMap> BuildShardMap(std::vector<v1::KeySpec> keys, int32_t num_
 // id order. An added id already in `base` is INVALID_ARGUMENT.
 StatusOr<v1::ShardMap> ExtendShardMap(const v1::ShardMap& base, std::vector<v1::KeySpec> added);
 
+// A server resize's map (docs/elastic.md#servers): base's keys, sliced as in base, laid out
+// afresh on `num_servers` with base's dispatch, in force from world `world_epoch`.
+StatusOr<v1::ShardMap> RelayoutShardMap(const v1::ShardMap& base, int32_t num_servers,
+                                        int64_t world_epoch);
+
 }  // namespace trellis

@@ -5,8 +5,8 @@
 
 namespace trellis {
 
-WorldPlan::WorldPlan(int32_t workers, int32_t slots, ElasticBounds bounds)
-    : bounds_(bounds), departed_(std::max(workers, slots), true) {
+WorldPlan::WorldPlan(int32_t workers, int32_t slots, ElasticBounds bounds, int32_t servers)
+    : bounds_(bounds), first_servers_(servers), departed_(std::max(workers, slots), true) {
   current_.set_epoch(0);
   current_.set_from_step(1);
   for (int32_t i = 0; i < workers; ++i) {
@@ -50,8 +50,7 @@ StatusOr<v1::ResizeResponse> WorldPlan::Resize(int32_t workers, const std::strin
                                 std::to_string(bounds_.max_workers) + "]");
   }
   if (pending_) {
-    return FailedPreconditionError("a resize to " + std::to_string(pending_->members.size()) +
-                                   " workers is under way; ask again once it took effect");
+    return FailedPreconditionError(Describe(*pending_) + " is under way; ask again once it took effect");
   }
   v1::ResizeResponse out;
   *out.mutable_current() = current_;
@@ -79,6 +78,59 @@ StatusOr<v1::ResizeResponse> WorldPlan::Resize(int32_t workers, const std::strin
   out.set_epoch(p->epoch);
   pending_ = std::move(p);
   return out;
+}
+
+std::string WorldPlan::Describe(const Pending& p) const {
+  return p.servers > 0 ? "a resize to " + std::to_string(p.servers) + " servers"
+                       : "a resize to " + std::to_string(p.members.size()) + " workers";
+}
+
+StatusOr<v1::ResizeResponse> WorldPlan::ResizeServers(int32_t servers, const std::set<int32_t>& not_ready,
+                                                      const std::string& reason, int64_t now_unix_ms) {
+  const int32_t lo = bounds_.min_servers > 0 ? bounds_.min_servers : first_servers_;
+  const int32_t hi = bounds_.max_servers > 0 ? bounds_.max_servers : first_servers_;
+  if (!bounds_.enabled) {
+    return FailedPreconditionError(
+        "the job is not elastic: its servers are fixed (set spec.elastic, with minServers and "
+        "maxServers, to resize a running job's servers; docs/elastic.md)");
+  }
+  if (servers < lo || servers > hi) {
+    return InvalidArgumentError("resize to " + std::to_string(servers) + " servers: outside spec.elastic [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) + "] (minServers, maxServers" +
+                                (lo == hi ? ": both default to spec.servers.replicas" : "") + ")");
+  }
+  if (pending_) {
+    return FailedPreconditionError(Describe(*pending_) + " is under way; ask again once it took effect");
+  }
+  v1::ResizeResponse out;
+  *out.mutable_current() = current_;
+  out.set_epoch(current_.epoch());
+  if (servers == this->servers()) return out;
+  auto p = std::make_unique<Pending>();
+  p->epoch = current_.epoch() + 1;
+  p->members.assign(current_.members().begin(), current_.members().end());
+  p->servers = servers;
+  for (int32_t r : not_ready) {
+    if (r >= this->servers() && r < servers) p->servers_waited.insert(r);
+  }
+  p->info.set_epoch(p->epoch);
+  p->info.set_from_workers(size());
+  p->info.set_to_workers(size());
+  p->info.set_from_servers(this->servers());
+  p->info.set_to_servers(servers);
+  p->info.set_reason(reason.substr(0, 200));
+  p->info.set_asked_unix_ms(now_unix_ms);
+  if (p->servers_waited.empty()) p->announced_unix_ms = now_unix_ms;
+  out.set_epoch(p->epoch);
+  pending_ = std::move(p);
+  return out;
+}
+
+bool WorldPlan::ServerReady(int32_t rank, int64_t now_unix_ms) {
+  if (!pending_ || pending_->announced_unix_ms || pending_->servers_waited.erase(rank) == 0) return false;
+  if (!pending_->servers_waited.empty()) return false;
+  pending_->announced_unix_ms = now_unix_ms;
+  return true;
 }
 
 std::unique_ptr<WorldPlan::Pending> WorldPlan::Grow(int32_t workers, std::optional<int32_t> only) {
@@ -127,11 +179,15 @@ StatusOr<bool> WorldPlan::Adopt(const v1::WorldInfo& world) {
                          }) == m.end();
   if (m.empty() || !ascending || m[0] < 0 || m[m.size() - 1] >= slots || world.from_step() < 1 ||
       world.epoch() < 0 || m.size() < static_cast<size_t>(bounds_.min_workers) ||
-      m.size() > static_cast<size_t>(bounds_.max_workers)) {
+      m.size() > static_cast<size_t>(bounds_.max_workers) || world.servers() < 0 ||
+      (world.servers() > 0 && (world.servers() < (bounds_.min_servers > 0 ? bounds_.min_servers : first_servers_) ||
+                               world.servers() > std::max(bounds_.max_servers, first_servers_)))) {
     return InvalidArgumentError("the world handed back (epoch " + std::to_string(world.epoch()) + ", " +
                                 std::to_string(m.size()) +
-                                " workers) is not one of this job's: members must be ascending worker "
-                                "slots below " + std::to_string(slots) + ", as many as spec.elastic allows");
+                                " workers, " + std::to_string(world.servers()) +
+                                " servers) is not one of this job's: members must be ascending worker "
+                                "slots below " + std::to_string(slots) +
+                                ", as many workers and servers as spec.elastic allows");
   }
   if (world.epoch() <= current_.epoch()) return false;
   current_ = world;
@@ -236,8 +292,17 @@ std::string WorldPlan::AbandonUnreported(int64_t now_unix_ms, int64_t limit_ms) 
   for (int32_t j : pending_->joiners) {
     if (!pending_->joined.count(j)) missing += (missing.empty() ? "" : ", ") + std::to_string(j);
   }
+  if (!pending_->servers_waited.empty()) {
+    std::string servers;
+    for (int32_t r : pending_->servers_waited) servers += (servers.empty() ? "" : ", ") + std::to_string(r);
+    const std::string why = "resize to " + std::to_string(pending_->servers) + " servers given up: server " +
+                            servers + " did not start and report ready within " +
+                            std::to_string(limit_ms / 1000) + " s (its pod or agent must be started)";
+    pending_.reset();
+    return why;
+  }
   const std::string why =
-      "resize to " + std::to_string(pending_->members.size()) + " workers given up: " +
+      Describe(*pending_).substr(2) + " given up: " +
       (missing.empty() ? "no worker reached a step boundary within " + std::to_string(limit_ms / 1000) +
                              " s (an elastic program calls Checkpointer::EndStep or Commit every step; "
                              "docs/elastic.md)"
@@ -292,6 +357,7 @@ bool WorldPlan::DecideIfReported(int64_t now_unix_ms, v1::WorldInfo* world) {
   // Two after the furthest: a member that reported it did not wait there, so it may push the
   // next step in the old world; it waits at the boundary after that one (world_plan.h).
   next.set_from_step(furthest + 2);
+  next.set_servers(pending_->servers > 0 ? pending_->servers : current_.servers());
   for (int32_t m : pending_->members) {
     next.add_members(m);
     departed_[m] = false;  // a joiner

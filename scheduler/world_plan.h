@@ -28,6 +28,13 @@
 // they stop waiting for its pushes from each slice's first step it did not push. The others then
 // reach boundaries, report and switch as above.
 //
+// Resizing the servers (docs/elastic.md#servers) is a resize with the same members and another
+// server count (WorldInfo.servers), one kind at a time. A grow is announced once every server it
+// adds reported ready (ServerReady), so no member waits on a server not serving yet; the
+// decision is as above, and at the boundary every member moves the slices the new shard map
+// gives another server (worker-lib/src/server_resize.h). Servers are always ranks 0..n-1: a
+// shrink removes the highest.
+//
 // Members are worker slots (their rank for their life in the job); a program's rank is its index
 // among the members.
 //
@@ -59,8 +66,9 @@ inline int64_t UnixMillisNow() {
 class WorldPlan {
  public:
   // Workers 0..workers-1 from step 1, of `slots` (>= workers: the ranks the job may ever have;
-  // those beyond `workers` start outside the world).
-  WorldPlan(int32_t workers, int32_t slots, ElasticBounds bounds);
+  // those beyond `workers` start outside the world), and `servers` servers (bounds.min_servers
+  // and max_servers 0: fixed).
+  WorldPlan(int32_t workers, int32_t slots, ElasticBounds bounds, int32_t servers = 1);
 
   const ElasticBounds& bounds() const { return bounds_; }
   const v1::WorldInfo& current() const { return current_; }
@@ -75,6 +83,10 @@ class WorldPlan {
   int64_t announced_epoch() const;
   // Whether `slot` joins in the resize under way (a grow brings it back).
   bool Joining(int32_t slot) const;
+  // The servers in force (WorldInfo.servers, or the job's first count).
+  int32_t servers() const { return current_.servers() > 0 ? current_.servers() : first_servers_; }
+  // The servers the resize under way makes (0: none, or not a server resize).
+  int32_t pending_servers() const { return pending_ ? pending_->servers : 0; }
   // The members of the resize under way (ascending; empty: none).
   std::vector<int32_t> pending_members() const;
   // Every resize decided so far (the newest last): at most the last kKeptResizes.
@@ -86,6 +98,14 @@ class WorldPlan {
   // slots). The same size: nothing to do (answered with the current epoch).
   StatusOr<v1::ResizeResponse> Resize(int32_t workers, const std::string& reason,
                                       int64_t now_unix_ms);
+
+  // Resize the servers to `servers` (one kind at a time: the members stay). `not_ready`: the
+  // server ranks it adds that have not reported ready (the grow is announced once they did:
+  // ServerReady). Errors as Resize's, naming spec.elastic.minServers/maxServers.
+  StatusOr<v1::ResizeResponse> ResizeServers(int32_t servers, const std::set<int32_t>& not_ready,
+                                             const std::string& reason, int64_t now_unix_ms);
+  // Server `rank` reported ready: returns whether the server grow under way is announced now.
+  bool ServerReady(int32_t rank, int64_t now_unix_ms);
 
   // A member's report of the step it reached (ReachStepRequest), or a joiner's ask to join (any
   // step). Returns whether the resize of `epoch` is decided (then *world is the new world and
@@ -145,8 +165,12 @@ class WorldPlan {
     std::optional<int64_t> announced_unix_ms;  // when the members were told (pings); none: not yet
     std::map<int32_t, int64_t> reached;  // member -> the step it reported
     std::set<int32_t> lost;              // members of the current world not waited for (Lose)
+    int32_t servers = 0;                 // a server resize: the servers it makes
+    std::set<int32_t> servers_waited;    // a server grow: the servers added not ready yet
     v1::ResizeInfo info;
   };
+  // "a resize to 3 workers", "a resize to 2 servers".
+  std::string Describe(const Pending& p) const;
 
   // A resize to `workers` (> size(), <= the slots) into the lowest slots outside the world, or
   // into `only` when given.
@@ -155,6 +179,7 @@ class WorldPlan {
   void ForgetLostIn(const v1::WorldInfo& world);
 
   const ElasticBounds bounds_;
+  const int32_t first_servers_;
   v1::WorldInfo current_;
   std::vector<bool> departed_;  // per slot
   std::unique_ptr<Pending> pending_;

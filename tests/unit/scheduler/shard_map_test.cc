@@ -223,5 +223,35 @@ TEST(SchedulerShardMapExtend, KeepsTheBaseAndAddsKeysInIdOrder) {
   EXPECT_THAT(dup.status().message(), HasSubstr("key 5 is already in the shard map"));
 }
 
+// A server resize (docs/elastic.md#servers): the same keys cut into the same slices, laid out
+// on the new servers with the base's dispatch, in force from the resize's world.
+TEST(SchedulerShardMapRelayout, KeepsTheSlicingAndLaysOutOnTheNewServers) {
+  auto base = BuildShardMap({Key(10, 10), Key(5, 4)}, 2, "roundRobin", 16);
+  ASSERT_TRUE(base.ok());
+  auto three = RelayoutShardMap(*base, 3, 1);
+  ASSERT_TRUE(three.ok()) << three.status().ToString();
+  auto fresh = BuildShardMap({Key(10, 10), Key(5, 4)}, 3, "roundRobin", 16);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(three->num_servers(), 3);
+  EXPECT_EQ(three->world_epoch(), 1);
+  EXPECT_EQ(three->dispatch(), "roundRobin");
+  ASSERT_EQ(three->keys_size(), base->keys_size());
+  for (int i = 0; i < base->keys_size(); ++i) {
+    EXPECT_EQ(Slices(*three, i), Slices(*fresh, i)) << "as a job of 3 servers lays it out";
+    ASSERT_EQ(three->keys(i).slices_size(), base->keys(i).slices_size());
+    for (int j = 0; j < base->keys(i).slices_size(); ++j) {
+      EXPECT_EQ(three->keys(i).slices(j).offset(), base->keys(i).slices(j).offset());
+      EXPECT_EQ(three->keys(i).slices(j).num_elements(), base->keys(i).slices(j).num_elements());
+    }
+  }
+  auto one = RelayoutShardMap(*three, 1, 2);
+  ASSERT_TRUE(one.ok());
+  for (int i = 0; i < one->keys_size(); ++i) {
+    for (const auto& s : one->keys(i).slices()) EXPECT_EQ(s.server(), 0);
+  }
+  EXPECT_EQ(one->world_epoch(), 2);
+  EXPECT_FALSE(RelayoutShardMap(*base, 0, 3).ok()) << "no servers";
+}
+
 }  // namespace
 }  // namespace trellis

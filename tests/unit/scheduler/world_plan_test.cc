@@ -230,6 +230,102 @@ TEST(WorldPlanTest, ReportsOfAnUnknownResizeOrANegativeStepAreRefused) {
   EXPECT_EQ(plan.Reach(7, 1, 5, 0, &w).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Servers (spec.elastic.minServers/maxServers): a resize of the servers keeps the members, is
+// refused outside the bounds naming them, waits for the servers it adds to be ready before the
+// members hear of it, and is decided by the members' reports like a worker resize. One kind at a
+// time.
+TEST(WorldPlanTest, ServersResizeWithinTheirBoundsOnceTheAddedServersAreReady) {
+  ElasticBounds bounds = Bounds(1, 2);
+  WorldPlan fixed(2, 2, bounds, 2);
+  auto r = fixed.ResizeServers(3, {}, "", 0);
+  ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("outside spec.elastic [2, 2] (minServers, maxServers: both default to "
+                                      "spec.servers.replicas)"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(WorldPlan(2, 2, ElasticBounds{}, 2).ResizeServers(3, {}, "", 0).status().code(),
+            StatusCode::kFailedPrecondition);
+
+  bounds.min_servers = 1;
+  bounds.max_servers = 3;
+  WorldPlan plan(2, 2, bounds, 2);
+  EXPECT_EQ(plan.servers(), 2);
+  r = plan.ResizeServers(4, {}, "", 0);
+  ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("outside spec.elastic [1, 3] (minServers, maxServers)"), std::string::npos)
+      << r.status().message();
+  auto same = plan.ResizeServers(2, {}, "", 0);
+  ASSERT_TRUE(same.ok() && same->epoch() == 0) << "nothing to do";
+
+  // 2 -> 3: server 2 is not ready yet, so the members are not told.
+  r = plan.ResizeServers(3, {2}, "trellis-launch resize", 1000);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->epoch(), 1);
+  EXPECT_EQ(plan.pending_servers(), 3);
+  EXPECT_EQ(plan.pending_members(), (std::vector<int32_t>{0, 1})) << "the workers stay";
+  EXPECT_EQ(plan.announced_epoch(), 0);
+  EXPECT_EQ(plan.Resize(1, "", 1000).status().code(), StatusCode::kFailedPrecondition) << "one at a time";
+  EXPECT_NE(plan.Resize(1, "", 1000).status().message().find("a resize to 3 servers is under way"),
+            std::string::npos);
+  EXPECT_FALSE(plan.ServerReady(1, 1100)) << "not a server it adds";
+  EXPECT_TRUE(plan.ServerReady(2, 1200));
+  EXPECT_EQ(plan.announced_epoch(), 1);
+  v1::WorldInfo w;
+  ASSERT_FALSE(*plan.Reach(0, 1, 10, 1300, &w));
+  ASSERT_TRUE(*plan.Reach(1, 1, 11, 1400, &w));
+  EXPECT_EQ(w.servers(), 3);
+  EXPECT_EQ(w.from_step(), 13);
+  EXPECT_EQ(Members(w), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(plan.servers(), 3);
+  EXPECT_EQ(plan.pending_servers(), 0);
+  EXPECT_EQ(plan.resizes().back().from_servers(), 2);
+  EXPECT_EQ(plan.resizes().back().to_servers(), 3);
+  EXPECT_EQ(plan.resizes().back().to_workers(), 2);
+
+  // 3 -> 1 removes servers: announced at once.
+  ASSERT_TRUE(plan.ResizeServers(1, {}, "", 2000).ok());
+  EXPECT_EQ(plan.announced_epoch(), 2);
+  ASSERT_FALSE(*plan.Reach(0, 2, 20, 2100, &w));
+  ASSERT_TRUE(*plan.Reach(1, 2, 20, 2100, &w));
+  EXPECT_EQ(w.servers(), 1);
+  EXPECT_EQ(w.from_step(), 22);
+  // A worker resize keeps the servers of the world.
+  ASSERT_TRUE(plan.Resize(1, "", 3000).ok());
+  ASSERT_FALSE(*plan.Reach(0, 3, 30, 3100, &w));
+  ASSERT_TRUE(*plan.Reach(1, 3, 30, 3100, &w));
+  EXPECT_EQ(w.servers(), 1);
+  EXPECT_EQ(Members(w), (std::vector<int32_t>{0}));
+
+  // A world handed back after a scheduler restart names its servers, within the bounds.
+  WorldPlan restarted(2, 2, bounds, 2);
+  v1::WorldInfo back = w;
+  back.set_servers(4);
+  EXPECT_EQ(restarted.Adopt(back).status().code(), StatusCode::kInvalidArgument);
+  back.set_servers(1);
+  ASSERT_TRUE(*restarted.Adopt(back));
+  EXPECT_EQ(restarted.servers(), 1);
+}
+
+// A server the grow adds that never reports ready gives the grow up after the limit, naming it.
+TEST(WorldPlanTest, AServerGrowWhoseServerNeverStartsIsGivenUp) {
+  ElasticBounds bounds = Bounds(2, 2);
+  bounds.max_servers = 3;
+  WorldPlan plan(2, 2, bounds, 1);
+  ASSERT_TRUE(plan.ResizeServers(3, {1, 2}, "", 1000).ok());
+  EXPECT_FALSE(plan.ServerReady(1, 1100));
+  EXPECT_EQ(plan.announced_epoch(), 0) << "server 2 is not ready";
+  EXPECT_EQ(plan.AbandonUnreported(1000 + WorldPlan::kUnreportedLimitMs - 1, WorldPlan::kUnreportedLimitMs), "");
+  const std::string why =
+      plan.AbandonUnreported(1000 + WorldPlan::kUnreportedLimitMs, WorldPlan::kUnreportedLimitMs);
+  EXPECT_NE(why.find("resize to 3 servers given up: server 2 did not start and report ready"), std::string::npos)
+      << why;
+  EXPECT_EQ(plan.pending_epoch(), 0);
+  EXPECT_EQ(plan.servers(), 1);
+  auto again = plan.ResizeServers(2, {}, "", 70000);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(plan.announced_epoch(), 1) << "server 1 is ready: announced at once";
+}
+
 // Through the scheduler's state: the ping announces the resize, a waiting report is answered by
 // the report that decides it, the departed worker's exit does not end the job, barriers wait
 // for the world's members only, and the job's progress carries the world and the last resize.
