@@ -222,9 +222,21 @@ int PserverMain(int argc, char** argv) {
       return kExitFailure;
     }
   }
-  int sig = 0;
-  sigwait(&sigs, &sig);
-  TLOG_INFO << "signal " << sig << ", shutting down";
+  // Until a signal, or until a server resize removed this server (docs/elastic.md#servers):
+  // every slice moved to the others, it exits 0, a departure the scheduler expects.
+  const timespec every{0, 200 * 1000 * 1000};
+  int sig = -1;
+  int64_t away = 0;
+  while (sig < 0 && away == 0) {
+    sig = sigtimedwait(&sigs, nullptr, &every);
+    if (sig < 0) away = (*server)->store()->ResizedAway();
+  }
+  if (away != 0) {
+    TLOG_INFO << "server " << config->server.store.server_rank << " resized away in world " << away
+              << ": every slice it held moved to the others; exiting";
+  } else {
+    TLOG_INFO << "signal " << sig << ", shutting down";
+  }
   (*server)->Shutdown();
   return kExitOk;
 }

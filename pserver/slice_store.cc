@@ -209,6 +209,16 @@ void SliceStore::RunReplies(std::vector<DeferredReply>* deferred) {
   }
 }
 
+int64_t SliceStore::ResizedAway() const {
+  ReaderMutexLock map_lock(table_.mu());
+  if (table_.world_epoch() == 0 || table_.num_slices() != 0) return 0;
+  for (Slice* s : table_.Retired()) {
+    MutexLock lock(&s->mu);
+    if (!s->move.released) return 0;
+  }
+  return table_.world_epoch();
+}
+
 Status SliceStore::LoseWorker(int32_t slot, int64_t epoch) {
   if (slot < 0 || slot >= config_.slots()) {
     return InvalidArgumentError("lost worker " + std::to_string(slot) + " is not a slot of this job [0, " +

@@ -92,6 +92,11 @@ class SliceStore {
   // INVALID_ARGUMENT: a slot out of range.
   Status LoseWorker(int32_t slot, int64_t epoch) EXCLUDES(world_install_mu_);
 
+  // A server resize removed this server: the installed map (of a resize's world) gives it no
+  // slice and every slice it moved away was taken by every worker. Its program may then exit
+  // (docs/elastic.md#servers). Returns the installed map's world epoch then, else 0.
+  int64_t ResizedAway() const;
+
  private:
   // kRejoin: marks `worker` rejoined on every slice (crash recovery of a worker).
   Status MarkRejoined(int32_t worker);

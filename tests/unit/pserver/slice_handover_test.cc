@@ -285,6 +285,38 @@ TEST(SliceHandoverTest, AWorkerLostForGoodDoesNotHoldAMovedSliceBack) {
       << freed.status.message();
 }
 
+// A server a resize's map gives no slice may exit (pserver_main: docs/elastic.md#servers), but
+// only once every worker took every slice it moved away; a first map without slices is no resize.
+TEST(SliceHandoverTest, AServerIsResizedAwayOnceEveryWorkerTookEverySliceItHeld) {
+  StoreConfig c;
+  c.num_workers = 2;
+  c.server_rank = 1;
+  SliceStore store(c);
+  int64_t slices = 0, bytes = 0;
+  ASSERT_TRUE(store.Install(MapOn(2, 0), &slices, &bytes).ok());
+  EXPECT_EQ(store.ResizedAway(), 0);
+  std::vector<uint32_t> held;
+  for (uint32_t slice = 0; slice < static_cast<uint32_t>(kElements / 4); ++slice) {
+    if (slice % 2 == 1) held.push_back(slice);  // round robin: the odd slices are server 1's
+  }
+  for (uint32_t slice : held) {
+    for (int32_t w = 0; w < 2; ++w) {
+      Got push = Data(&store, w, wire::Op::kPush, slice, 1, std::vector<float>(4, 1.0f));
+      ASSERT_TRUE(push.status.ok()) << slice << ": " << push.status.ToString();
+    }
+  }
+  ASSERT_TRUE(store.Install(MapOn(1, 2), &slices, &bytes).ok());  // 2 -> 1: all on server 0
+  EXPECT_EQ(store.ResizedAway(), 0) << "no worker took the slices yet";
+  for (uint32_t slice : held) {
+    for (int32_t w = 0; w < 2; ++w) {
+      EXPECT_EQ(store.ResizedAway(), 0) << "slice " << slice << " not taken by every worker yet";
+      Got got = HandOut(&store, w, slice, 1, wire::HandoverPart::kState);
+      ASSERT_TRUE(got.status.ok()) << slice << ": " << got.status.ToString();
+    }
+  }
+  EXPECT_EQ(store.ResizedAway(), 2) << "the world of the map that removed it";
+}
+
 // Bad handovers get a clear error and change nothing: a slice not moved, the wrong step, an
 // unknown part, a state block that does not parse or carries the wrong count, a moment before
 // the state, a slice that already trained here; a slice still moving in takes no data request.
