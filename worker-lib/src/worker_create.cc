@@ -112,6 +112,7 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   }
   setup.num_workers = view.num_workers();
   for (const auto& s : view.servers()) setup.server_addresses.push_back(s.address());
+  setup.server_slots = view.server_slots();  // an elastic job's maxServers
   session->HoldServerAddresses(setup.server_addresses);
   if (setup.rank >= setup.num_workers) {
     return InvalidArgumentError("worker rank " + std::to_string(setup.rank) + " but the job has " +
@@ -169,6 +170,10 @@ StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   setup.peers_restarting = [ss] { return ss->PeersRestarting(); };
   setup.keep_alive = session;
   setup.retain_pushes = RetainsPushes(*job);
+  setup.servers_resized = [ss](const v1::ShardMap& map, const std::vector<std::string>& addresses) {
+    ss->HoldShardMap(map);
+    ss->HoldServerAddresses(addresses);
+  };
   // A restarted server reports ready again, maybe at another port: ask the cluster view.
   setup.resolve_server = [ss, c](int32_t server, int64_t wait_ms) -> StatusOr<std::string> {
     TRELLIS_ASSIGN_OR_RETURN(

@@ -63,8 +63,9 @@ WorkerImpl::WorkerImpl(WorkerSetup setup)
                                return ServerCommand(wire::Op::kWorld, epoch, 0, payload).Wait();
                              },
                              [this](const v1::ShardMap& map, const std::vector<std::string>& addresses) {
-                               return ResizeServers(&keys_, &servers_, map, addresses,
-                                                    setup_.timeout_ms);
+                               Status st = ResizeServers(&keys_, &servers_, map, addresses, setup_.timeout_ms);
+                               if (st.ok() && setup_.servers_resized) setup_.servers_resized(map, addresses);
+                               return st;
                              }},
           std::chrono::milliseconds(setup_.timeout_ms))),
       progress_(setup_.rank, setup_.incarnation, setup_.report_progress, wait_ns_.get()) {

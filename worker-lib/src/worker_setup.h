@@ -65,6 +65,9 @@ struct WorkerSetup {
   // The current data address of server `server` (the scheduler's cluster view, waiting at most
   // `wait_ms` for it to be complete); null: addresses do not change.
   std::function<StatusOr<std::string>(int32_t server, int64_t wait_ms)> resolve_server;
+  // A server resize took effect here: the map and servers' addresses now in force (what a
+  // restarted scheduler gets back). Optional.
+  std::function<void(const v1::ShardMap&, const std::vector<std::string>&)> servers_resized;
   // Crash recovery (rejoin_keeper.h; docs/checkpoints.md#crash-recovery-workers): this
   // process's incarnation (TRELLIS_INCARNATION: > 1 after its agent restarted it) and the
   // scheduler's rejoin calls. Hooks left unset: rejoining is off (workers built by hand).

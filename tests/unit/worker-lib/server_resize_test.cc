@@ -81,8 +81,12 @@ TrainedRun Train(const std::string& transport, ServerMode mode, bool resize) {
   }
   for (int64_t step = 1; step <= 12; ++step) {
     // The boundaries of steps 4 and 8 move the slices.
-    if (resize && step == 3) EXPECT_TRUE(script.Decide(&cluster, 1, 2, 3, 5, Specs()).ok());
-    if (resize && step == 7) EXPECT_TRUE(script.Decide(&cluster, 2, 2, 1, 9, Specs()).ok());
+    if (resize && step == 3) {
+      EXPECT_TRUE(script.Decide(&cluster, 1, 2, 3, 5, Specs()).ok());
+    }
+    if (resize && step == 7) {
+      EXPECT_TRUE(script.Decide(&cluster, 2, 2, 1, 9, Specs()).ok());
+    }
     std::vector<float> answer;
     for (size_t k = 0; k < kKeys.size(); ++k) {
       const int64_t n = kKeys[k].num_elements;
