@@ -249,10 +249,28 @@ Status Launcher::StartJoiners() {
       if (std::find(world.begin(), world.end(), m) == world.end()) joiners.push_back(m);
     }
   }
+  int32_t servers_to = 0, servers_now = job_.servers.replicas;
+  {
+    MutexLock lock(&mu_);
+    servers_to = training_.resize_pending_servers();
+    if (training_.world().servers() > 0) servers_now = training_.world().servers();
+  }
   bool first_start = false;
   for (auto& a : agents_) {
     // A slot beyond the job's first size that no grow brought in yet has no process.
     const bool never_started = !a->process;
+    if (a->plan.kind == ProcessPlan::Kind::kServer) {
+      // A server grow: the servers it adds start now; it is announced once they are ready.
+      if (a->plan.index < servers_now || a->plan.index >= servers_to) continue;
+      if (!never_started && !a->exit) continue;
+      if (a->grow_epoch == epoch) continue;
+      a->grow_epoch = epoch;
+      console_.Line("trellis-launch: " + a->plan.name + (never_started ? " starts" : " starts again") +
+                    ": the job grows to " + std::to_string(servers_to) + " servers (" + Seconds(Elapsed()) + ")");
+      TRELLIS_RETURN_IF_ERROR(Spawn(*a));
+      first_start = first_start || never_started;
+      continue;
+    }
     if (a->plan.kind != ProcessPlan::Kind::kWorker) continue;
     if (!never_started && (!a->exit || (a->exit->exit_code != 0 && !a->lost))) continue;
     if (std::find(joiners.begin(), joiners.end(), a->plan.index) == joiners.end()) continue;
@@ -338,6 +356,12 @@ std::string Launcher::OutOfTheWorld(const Child& agent) {
   // Started for a grow whose world never came: it was given up (a joiner that cannot join exits 0).
   if (agent.grow_epoch > view->world().epoch()) return "did not join: the grow was given up (its log says why)";
   return "left the job: resized away";
+}
+
+bool Launcher::ServerResizedAway(const Child& agent) {
+  if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kServer || !client_) return false;
+  auto view = client_->GetCluster(0, /*wait_complete=*/false, milliseconds(1000));
+  return view.ok() && view->num_servers() > 0 && agent.plan.index >= view->num_servers();
 }
 
 std::string Launcher::LostWorker(const Child& agent) {
@@ -457,9 +481,14 @@ int Launcher::Run() {
   console_.Line("trellis-launch: job " + job_.name + ": " + std::to_string(job_.servers.replicas) + " servers x " +
                 std::to_string(job_.workers.replicas) + " workers; logs in " + paths_.run_dir);
   if (job_.elastic.enabled) {
+    const bool servers = job_.elastic.minServers != job_.elastic.maxServers;
     console_.Line("trellis-launch: elastic (" + std::to_string(job_.elastic.minWorkers) + " to " +
-                  std::to_string(job_.elastic.maxWorkers) + " workers): resize with trellis-launch resize " +
-                  paths_.run_dir + " WORKERS");
+                  std::to_string(job_.elastic.maxWorkers) + " workers" +
+                  (servers ? ", " + std::to_string(job_.elastic.minServers) + " to " +
+                                 std::to_string(job_.elastic.maxServers) + " servers"
+                           : std::string()) +
+                  "): resize with trellis-launch resize " + paths_.run_dir + " WORKERS" +
+                  (servers ? " (or --servers N)" : ""));
   }
   if (Status s = StartScheduler(); !s.ok()) {
     if (s.code() == StatusCode::kCancelled) {
@@ -635,6 +664,9 @@ int Launcher::Supervise() {
           a->lost = true;
           console_.Line("trellis-launch: " + a->plan.name + " lost (" + silent +
                         "): stopped it; the job goes on without it (spec.elastic; " + Seconds(Elapsed()) + ")");
+        } else if (a->plan.kind == ProcessPlan::Kind::kServer && a->exit->exit_code == 0 && ServerResizedAway(*a)) {
+          console_.Line("trellis-launch: " + a->plan.name + " left the job: resized away, its slices moved to the "
+                        "others (" + Seconds(Elapsed()) + ")");
         } else if (a->exit->exit_code != 0 || a->plan.kind == ProcessPlan::Kind::kServer) {
           if (a->exit->exit_code != 0) a->lost = !LostWorker(*a).empty();
           if (!a->lost) {

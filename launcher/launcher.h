@@ -83,6 +83,9 @@ class Launcher {
   std::string OutOfTheWorld(const Child& agent);
   // Elastic jobs: why the scheduler goes on without the worker agent that exited failing (empty:
   // it does not; the job fails or restarts). docs/elastic.md#losing-a-worker.
+  // A server agent that exited 0 because a server resize removed its server (the view's
+  // servers in force end below its rank).
+  bool ServerResizedAway(const Child& agent);
   std::string LostWorker(const Child& agent);
   // Elastic jobs: the scheduler lost this worker while its agent was silent (a frozen process,
   // docs/elastic.md#losing-a-worker); the scheduler's why, from the watched view, else "".

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher before it cleans up
 
-  // trellis-launch resize RUN_DIR WORKERS: a running elastic job (docs/elastic.md).
+  // trellis-launch resize RUN_DIR WORKERS (or --servers SERVERS): a running elastic job
+  // (docs/elastic.md).
   if (argc >= 2 && std::string(argv[1]) == "resize") {
     return RunResizeCommand(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
   }

@@ -74,7 +74,7 @@ std::span<const Option> LaunchOptionTable() { return kLaunchOptions; }
 std::string LaunchHelp() {
   return HelpText("usage: trellis-launch [OPTIONS] [JOB FLAGS] JOB.yaml\n"
                   "       trellis-launch [OPTIONS] [JOB FLAGS] -- COMMAND [ARGS...]\n"
-                  "       trellis-launch resize RUN_DIR WORKERS\n"
+                  "       trellis-launch resize RUN_DIR WORKERS | --servers SERVERS\n"
                   "  Runs a whole TrainingJob on this machine: scheduler, one agent per server and worker.\n"
                   "  The second form builds the job from the flags, with COMMAND as the workers' program\n"
                   "  (torchrun's habit), and prints the job YAML it runs.\n"
@@ -166,7 +166,7 @@ std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths
   const bool metrics = metrics_ports.size() >= MetricsPortsFor(job);
   auto add_role = [&](const RoleSpec& role, ProcessPlan::Kind kind) {
     const bool server = kind == ProcessPlan::Kind::kServer;
-    const int slots = server ? role.replicas : job.WorkerSlots();
+    const int slots = server ? job.ServerSlots() : job.WorkerSlots();
     for (int i = 0; i < slots; ++i) {
       ProcessPlan p;
       p.kind = kind;

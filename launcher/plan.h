@@ -93,7 +93,7 @@ std::vector<ProcessPlan> PlanAgents(const JobSpec& job, const LaunchPaths& paths
                                     const std::vector<int>& metrics_ports = {});
 // Ports PlanAgents wants: two per agent (its program's /metrics, the agent's own).
 inline size_t MetricsPortsFor(const JobSpec& job) {
-  return 2 * static_cast<size_t>(job.servers.replicas + job.WorkerSlots());
+  return 2 * static_cast<size_t>(job.ServerSlots() + job.WorkerSlots());
 }
 
 // The Prometheus file-SD document (JSON) listing every endpoint of `plans`.

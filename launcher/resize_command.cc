@@ -58,23 +58,30 @@ Status WriteSchedulerClientFile(const std::string& run_dir, const std::string& a
 
 int RunResizeCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                      milliseconds wait) {
-  if (args.size() != 2) {
+  // RUN_DIR WORKERS, or RUN_DIR --servers SERVERS.
+  const bool servers = args.size() == 3 && args[1] == "--servers";
+  if (args.size() != 2 && !servers) {
     err << "usage: trellis-launch resize RUN_DIR WORKERS\n"
-           "  Resizes a running elastic job (spec.elastic) to WORKERS workers; RUN_DIR is the\n"
-           "  directory its trellis-launch keeps the logs in (--log-dir). docs/elastic.md\n";
+           "       trellis-launch resize RUN_DIR --servers SERVERS\n"
+           "  Resizes a running elastic job (spec.elastic) to WORKERS workers, or its parameter\n"
+           "  servers to SERVERS (within minServers, maxServers); RUN_DIR is the directory its\n"
+           "  trellis-launch keeps the logs in (--log-dir). docs/elastic.md\n";
     return kExitUsage;
   }
   const std::string& run_dir = args[0];
-  int workers = 0;
+  const std::string& count_arg = args.back();
+  const char* what = servers ? "servers" : "workers";
+  int count = 0;
   {
     size_t used = 0;
     try {
-      workers = std::stoi(args[1], &used);
+      count = std::stoi(count_arg, &used);
     } catch (...) {
       used = 0;
     }
-    if (used != args[1].size() || workers < 1) {
-      err << "trellis-launch resize: WORKERS must be a number >= 1, got '" << args[1] << "'\n";
+    if (used != count_arg.size() || count < 1) {
+      err << "trellis-launch resize: " << (servers ? "SERVERS" : "WORKERS") << " must be a number >= 1, got '"
+          << count_arg << "'\n";
       return kExitUsage;
     }
   }
@@ -106,17 +113,22 @@ int RunResizeCommand(const std::vector<std::string>& args, std::ostream& out, st
     return kExitFailure;
   }
   const auto asked = std::chrono::steady_clock::now();
-  auto resized = (*client)->Resize(workers, "trellis-launch resize");
+  auto resized = servers ? (*client)->Resize(0, "trellis-launch resize", count)
+                         : (*client)->Resize(count, "trellis-launch resize");
   if (!resized.ok()) {
     err << "trellis-launch resize: " << Unanswered(resized.status()) << "\n";
     return kExitFailure;
   }
   if (resized->epoch() == resized->current().epoch()) {
-    out << "trellis-launch resize: the job already has " << workers << " workers\n";
+    out << "trellis-launch resize: the job already has " << count << " " << what << "\n";
     return kExitOk;
   }
-  out << "trellis-launch resize: " << resized->current().members_size() << " -> " << workers
-      << " workers asked for; waiting for the workers' next step boundary\n"
+  const int from = servers ? resized->current().servers() : resized->current().members_size();
+  out << "trellis-launch resize: " << (from > 0 ? std::to_string(from) + " -> " : std::string("")) << count << " "
+      << what << " asked for; waiting for "
+      << (servers && (from == 0 || count > from) ? "the servers added, then the workers' next step boundary"
+                                                  : "the workers' next step boundary")
+      << "\n"
       << std::flush;
   const auto deadline = asked + wait;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -125,18 +137,17 @@ int RunResizeCommand(const std::vector<std::string>& args, std::ostream& out, st
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
       char line[200];
       std::snprintf(line, sizeof line,
-                    "trellis-launch resize: %d workers from step %lld (decided %.2f s after it "
+                    "trellis-launch resize: %d %s from step %lld (decided %.2f s after it "
                     "was asked for)\n",
-                    progress->world().members_size(),
+                    servers ? progress->world().servers() : progress->world().members_size(), what,
                     static_cast<long long>(progress->world().from_step()), secs);
       out << line;
       return kExitOk;
     }
     if (progress.ok() && progress->resize_pending_epoch() == 0) {
-      err << "trellis-launch resize: the job's scheduler gave the resize up (a worker joining exited "
-             "before it joined, or none reached a step boundary in time: "
-          << run_dir << "/scheduler.log says why); the job runs on with " << progress->world().members_size()
-          << " workers\n";
+      err << "trellis-launch resize: the job's scheduler gave the resize up (a worker or server joining "
+             "did not start in time, or no worker reached a step boundary in time: "
+          << run_dir << "/scheduler.log says why); the job runs on as it was\n";
       return kExitFailure;
     }
     std::this_thread::sleep_for(milliseconds(50));

@@ -1,7 +1,8 @@
-// trellis-launch resize RUN_DIR WORKERS: resizes a running elastic job's workers
-// (docs/elastic.md). The running launcher keeps in RUN_DIR/scheduler.client where its scheduler
-// is and how to reach it (WriteSchedulerClientFile); this command asks that scheduler for the
-// new size and waits (at most `wait`) until the workers agreed on the step it takes effect at.
+// trellis-launch resize RUN_DIR WORKERS, or RUN_DIR --servers SERVERS: resizes a running
+// elastic job's workers or servers (docs/elastic.md). The running launcher keeps in
+// RUN_DIR/scheduler.client where its scheduler is and how to reach it (WriteSchedulerClientFile);
+// this command asks that scheduler for the new size and waits (at most `wait`) until the workers
+// agreed on the step it takes effect at.
 #pragma once
 
 #include <chrono>
@@ -19,8 +20,9 @@ namespace trellis {
 Status WriteSchedulerClientFile(const std::string& run_dir, const std::string& address,
                                 const TlsFiles& tls);
 
-// `args` after "resize": RUN_DIR WORKERS. Prints what happened to `out`; returns the exit code
-// (0 resized or nothing to do, 1 refused or not decided in time, 2 bad arguments).
+// `args` after "resize": RUN_DIR WORKERS, or RUN_DIR --servers SERVERS. Prints what happened to
+// `out`; returns the exit code (0 resized or nothing to do, 1 refused or not decided in time, 2
+// bad arguments).
 int RunResizeCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                      std::chrono::milliseconds wait = std::chrono::seconds(60));
 

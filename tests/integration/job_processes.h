@@ -138,6 +138,28 @@ inline StatusOr<std::unique_ptr<Subprocess>> StartLaunch(const std::string& bin_
 // Base of the tests that run whole jobs: a fresh temporary directory per test (removed unless
 // the test failed, so its logs stay for a look), and at the end a bounded wait for every process
 // of each job the test named with NewJob to be gone (a leftover fails the test).
+// `BIN_DIR/trellis-launch resize RUN_DIR ARGS...` (WORKERS, or --servers SERVERS), its output
+// into `out_path`: its exit code (-1: it did not start, or did not end within 90 s); its output
+// in *out.
+inline int RunLauncherResize(const std::string& bin_dir, const std::string& run_dir,
+                             const std::vector<std::string>& args, const std::string& out_path, std::string* out) {
+  SpawnOptions o;
+  o.argv = {bin_dir + "/trellis-launch", "resize", run_dir};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.env = CurrentEnvironment();
+  o.stdout_mode = SpawnOptions::Output::kFile;
+  o.stdout_path = out_path;
+  o.stderr_mode = SpawnOptions::Output::kStdout;
+  auto p = Subprocess::Start(o);
+  if (!p.ok()) {
+    *out = p.status().ToString();
+    return -1;
+  }
+  auto st = (*p)->WaitFor(std::chrono::seconds(90));
+  *out = ReadFile(out_path);
+  return st ? st->exit_code : -1;
+}
+
 class LaunchedJobsTest : public ::testing::Test {
  protected:
   void SetUp() override {

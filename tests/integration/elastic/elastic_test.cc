@@ -37,21 +37,8 @@ class ElasticTest : public LaunchedJobsTest {
 
   // `trellis-launch resize <run dir of job> <workers>`: its exit code; its output in *out.
   int Resize(const std::string& job, int workers, std::string* out) {
-    SpawnOptions o;
-    o.argv = {std::string(TRELLIS_BIN_DIR) + "/trellis-launch", "resize", dir_ + "/logs-" + job,
-              std::to_string(workers)};
-    o.env = CurrentEnvironment();
-    o.stdout_mode = SpawnOptions::Output::kFile;
-    o.stdout_path = dir_ + "/" + job + ".resize.out";
-    o.stderr_mode = SpawnOptions::Output::kStdout;
-    auto p = Subprocess::Start(o);
-    if (!p.ok()) {
-      *out = p.status().ToString();
-      return -1;
-    }
-    auto st = (*p)->WaitFor(90s);
-    *out = ReadFile(o.stdout_path);
-    return st ? st->exit_code : -1;
+    return RunLauncherResize(TRELLIS_BIN_DIR, dir_ + "/logs-" + job, {std::to_string(workers)},
+                             dir_ + "/" + job + ".resize.out", out);
   }
 
   // Starts the job and waits until its newest checkpoint is at `step` or later (it trains).
@@ -143,7 +130,9 @@ class ElasticTest : public LaunchedJobsTest {
     if (launch == nullptr) return std::nullopt;
     const pid_t program = WorkerProgram(job, 1);
     EXPECT_GT(program, 0);
-    if (program > 0) EXPECT_EQ(::kill(program, SIGKILL), 0);
+    if (program > 0) {
+      EXPECT_EQ(::kill(program, SIGKILL), 0);
+    }
     if (regrow != nullptr) {
       WaitForText(dir_ + "/" + job + ".out", "trellis-mlp: resized to " + std::to_string(spec.workers - 1) + " worker(s)",
                   60s);

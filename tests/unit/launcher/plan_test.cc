@@ -158,6 +158,23 @@ TEST(PlanAgentsTest, AnElasticJobGetsAnAgentPerSlotUpToMaxWorkersStartedOnGrow) 
   EXPECT_EQ(job.WorkerSlots(), 3);
 }
 
+// Elastic servers (docs/elastic.md#servers): an agent for every server slot up to maxServers,
+// those beyond servers.replicas started only by a server grow.
+TEST(PlanAgentsTest, ElasticServersGetAnAgentPerSlotUpToMaxServersStartedOnGrow) {
+  JobSpec job = TwoByThree();
+  job.elastic = {true, 3, 3, 1, 4};
+  ASSERT_EQ(job.ServerSlots(), 4);
+  ASSERT_EQ(MetricsPortsFor(job), 14u);
+  auto plans = PlanAgents(job, Paths(), {}, std::chrono::milliseconds(3000));
+  ASSERT_EQ(plans.size(), 7u);
+  std::vector<std::string> grown;
+  for (const auto& p : plans) {
+    if (p.start_on_grow) grown.push_back(p.name);
+  }
+  EXPECT_EQ(grown, (std::vector<std::string>{"server-2", "server-3"}));
+  EXPECT_EQ(plans[3].spawn.env.at("TRELLIS_POD_NAME"), "mlp-server-3");
+}
+
 TEST(PlanSchedulerTest, PassesJobPortFileAndToken) {
   auto p = PlanScheduler(Paths(), {});
   EXPECT_EQ(p.spawn.argv, (std::vector<std::string>{"/opt/trellis/bin/trellis-scheduler", "--job-file",

@@ -1,0 +1,119 @@
+// Elastic servers (docs/elastic.md#servers): trellis-mlp under trellis-launch, its parameter
+// servers resized by `trellis-launch resize RUN_DIR --servers N` while it trains, as a user does.
+// 2 -> 3 -> 1 servers with 2 workers: the added server's agent starts, every slice the new maps
+// give another server moves there between two steps, the removed servers exit 0, and the job
+// ends with the very model of the same job left alone (aggregate mode: weights and momentum;
+// update mode: the servers' weights, their Adam moments moved with them).
+#include <chrono>
+#include <cstdio>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/process/subprocess.h"
+#include "tests/integration/fault/mlp_outcome.h"
+#include "tests/integration/job_processes.h"
+
+namespace trellis {
+namespace {
+
+using namespace std::chrono_literals;
+
+class ElasticServersTest : public LaunchedJobsTest {
+ protected:
+  // `trellis-launch resize <run dir of job> --servers <servers>`: its exit code; its output in *out.
+  int ResizeServers(const std::string& job, int servers, std::string* out) {
+    return RunLauncherResize(TRELLIS_BIN_DIR, dir_ + "/logs-" + job, {"--servers", std::to_string(servers)},
+                             dir_ + "/" + job + ".resize.out", out);
+  }
+
+  // Waits (at most a minute) until the job's newest checkpoint is at `step` or later.
+  static bool WaitForCheckpoint(const std::string& dir, int64_t step, Subprocess* launch) {
+    CheckpointDir d(dir, "model", 2);
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < deadline && !launch->Poll().has_value()) {
+      auto steps = d.Steps();
+      if (steps.ok() && !steps->empty() && steps->front() >= step) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  }
+
+  // 2 servers x 2 workers, the servers elastic 1..3; rank 0 sleeps each step so the resizes land
+  // mid-training (the results do not change). 384 steps, a checkpoint every 16.
+  MlpJob Spec(const std::string& job, const char* server_mode) {
+    MlpJob j;
+    j.elastic = "{minWorkers: 2, maxWorkers: 2, minServers: 1, maxServers: 3}";
+    j.rank0_step_sleep_ms = 20;
+    j.checkpoint = dir_ + "/ckpt-" + job;
+    j.interval_steps = 16;
+    j.server_mode = server_mode;
+    return j;
+  }
+
+  void TwoToThreeToOneEndsWithTheUndisturbedModel(const char* server_mode) {
+    // The undisturbed run first: the same job, never resized.
+    const std::string still = NewJob(std::string("srv-still-") + server_mode);
+    const MlpJob still_spec = Spec(still, server_mode);
+    {
+      auto launch = StartLaunch(TRELLIS_BIN_DIR, dir_, still, MlpJobYaml(still, still_spec));
+      ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+      auto st = (*launch)->WaitFor(200s);
+      ASSERT_TRUE(st.has_value() && st->exit_code == 0) << ReadFile(dir_ + "/" + still + ".out");
+    }
+
+    const std::string job = NewJob(std::string("srv-") + server_mode);
+    const MlpJob spec = Spec(job, server_mode);
+    auto launch = StartLaunch(TRELLIS_BIN_DIR, dir_, job, MlpJobYaml(job, spec));
+    ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+    const std::string log = dir_ + "/" + job + ".out";
+    ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, 48, launch->get())) << ReadFile(log);
+    std::vector<int> from_steps;
+    for (const int to : {3, 1}) {
+      std::string out;
+      ASSERT_EQ(ResizeServers(job, to, &out), 0) << out << ReadFile(log);
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(out, m, std::regex("trellis-launch resize: " + std::to_string(to) +
+                                                       " servers from step ([0-9]+) \\(decided ([0-9.]+) s after")))
+          << out;
+      from_steps.push_back(std::stoi(m[1]));
+      std::printf("%s mode, servers to %d: decided %s s after the request, from step %s\n", server_mode, to,
+                  m[2].str().c_str(), m[1].str().c_str());
+      // The new servers serve a while before the next resize.
+      ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, from_steps.back() + 32, launch->get())) << ReadFile(log);
+    }
+    auto st = (*launch)->WaitFor(200s);
+    const std::string text = ReadFile(log);
+    ASSERT_TRUE(st.has_value()) << text;
+    EXPECT_EQ(st->exit_code, 0) << text;
+    EXPECT_NE(text.find("-- reached"), std::string::npos) << text;
+    EXPECT_NE(text.find("trellis-launch: server-2 starts: the job grows to 3 servers"), std::string::npos) << text;
+    EXPECT_NE(text.find("trellis-launch: server-1 left the job: resized away"), std::string::npos) << text;
+    EXPECT_NE(text.find("trellis-launch: server-2 left the job: resized away"), std::string::npos) << text;
+    const std::string w0 = ReadFile(dir_ + "/logs-" + job + "/worker-0.log");
+    EXPECT_NE(w0.find("world 1 from step " + std::to_string(from_steps[0]) + ": rank 0 of 2, 3 servers"),
+              std::string::npos)
+        << w0;
+    EXPECT_NE(w0.find("world 2 from step " + std::to_string(from_steps[1]) + ": rank 0 of 2, 1 servers"),
+              std::string::npos)
+        << w0;
+    const std::string s2 = ReadFile(dir_ + "/logs-" + job + "/server-2.log");
+    EXPECT_NE(s2.find("server 2 resized away in world 2"), std::string::npos) << s2;
+    // Every step's sum is the undisturbed one: the same model at the end, bit for bit.
+    ExpectSameFinalModel(still_spec.checkpoint, spec.checkpoint, 384, "servers resized 2 -> 3 -> 1");
+  }
+};
+
+TEST_F(ElasticServersTest, AggregateModeTwoToThreeToOneServersEndsWithTheUndisturbedModelBitForBit) {
+  TwoToThreeToOneEndsWithTheUndisturbedModel("aggregate");
+}
+
+TEST_F(ElasticServersTest, UpdateModeTwoToThreeToOneServersEndsWithTheUndisturbedModelBitForBit) {
+  TwoToThreeToOneEndsWithTheUndisturbedModel("update");
+}
+
+}  // namespace
+}  // namespace trellis
