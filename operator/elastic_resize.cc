@@ -8,6 +8,8 @@ namespace trellis::op {
 namespace {
 
 std::string Workers(int n) { return std::to_string(n) + (n == 1 ? " worker" : " workers"); }
+std::string Servers(int n) { return std::to_string(n) + (n == 1 ? " server" : " servers"); }
+std::string Count(int n, bool servers) { return servers ? Servers(n) : Workers(n); }
 
 std::vector<int> Dense(int n) {
   std::vector<int> out;
@@ -25,10 +27,11 @@ void SetWorld(Json& st, const v1::WorldInfo& w) {
   Json members = Json::array();
   for (int i = 0; i < w.members_size(); ++i) members[i] = Json::number(w.members(i));
   world["members"] = members;
-  // The run's servers (not resized) and a refused ask stay.
+  // The run's servers (the world's, when it names them: a server resize) and a refused ask stay.
   for (const char* kept : {"servers", "serversAsked"}) {
     if (const Json* v = At(st, {"world", kept})) world[kept] = *v;
   }
+  if (w.servers() > 0) world["servers"] = Json::number(w.servers());
   // The lost workers this world does not bring back stay listed.
   const std::vector<int> in(w.members().begin(), w.members().end());
   if (const Json* lost = At(st, {"world", "lost"}); lost && lost->is_array()) {
@@ -49,6 +52,7 @@ void WriteLastResize(Json& st, const ResizeAsk& ask, const char* outcome, int64_
   last["from"] = Json::number(ask.from);
   last["to"] = Json::number(ask.to);
   last["reason"] = JStr(Truncate(ask.reason, 256));
+  if (ask.servers) last["kind"] = JStr(kServersResize);
   last["outcome"] = JStr(outcome);
   last["requestTime"] = JStr(FormatTime(now));
   if (epoch > 0) last["epoch"] = Json::number(epoch);
@@ -57,13 +61,13 @@ void WriteLastResize(Json& st, const ResizeAsk& ask, const char* outcome, int64_
 }
 
 std::string Resize(const ResizeAsk& ask) {
-  return "resize from " + Workers(ask.from) + " to " + std::to_string(ask.to);
+  return "resize from " + Count(ask.from, ask.servers) + " to " + std::to_string(ask.to);
 }
 
 void Refuse(Json& st, const std::string& job, const ResizeAsk& ask, const std::string& why, Clock::time_point now,
             std::vector<JobPlan::Event>* events) {
   const std::string m = "job " + job + ": " + Resize(ask) + " refused: " + why + "; the job keeps running with " +
-                        Workers(ask.from);
+                        Count(ask.from, ask.servers);
   WriteLastResize(st, ask, kResizeRefused, 0, m, now);
   SetCondition(st, kResizingCondition, false, "ResizeRefused", m, now);
   events->push_back({"Warning", "ResizeRefused", m});
@@ -71,8 +75,11 @@ void Refuse(Json& st, const std::string& job, const ResizeAsk& ask, const std::s
 
 void Pending(Json& st, const std::string& job, const ResizeAsk& ask, int64_t epoch, Clock::time_point now,
              std::vector<JobPlan::Event>* events) {
-  const std::string m = "job " + job + ": " + Resize(ask) + " (" + ask.reason +
-                        "); the workers switch at a step boundary they agree on";
+  const std::string m = "job " + job + ": " + Resize(ask) + " (" + ask.reason + "); " +
+                        (!ask.servers ? "the workers switch at a step boundary they agree on"
+                         : ask.to > ask.from
+                             ? "once the servers added are ready, the slices move at a step boundary the workers agree on"
+                             : "the slices move at a step boundary the workers agree on");
   WriteLastResize(st, ask, kResizePending, epoch, "", now);
   SetCondition(st, kResizingCondition, true, "ResizeRequested", m, now);
   events->push_back({"Normal", "ResizeRequested", m});
@@ -90,6 +97,8 @@ bool WithinBounds(const ElasticSpec& e, int64_t workers) {
 }
 
 }  // namespace
+
+bool ServersResize(const Json& status) { return Str(status, {"lastResize", "kind"}) == kServersResize; }
 
 std::vector<int> WorldMembers(const Json& status) {
   const auto workers = WorldWorkers(status);
@@ -268,16 +277,16 @@ JobSpec WorldSpec(const JobSpec& spec, const Json& job) {
   }
   JobSpec out = spec;
   out.workers.replicas = *world;
-  // Servers are not resized: the run keeps those it started with (PlanResize refuses a change).
-  if (const auto servers = Int(*status, {"world", "servers"}); servers && *servers >= 1 && *servers <= kMaxReplicas) {
-    out.servers.replicas = static_cast<int32_t>(*servers);
-  }
+  // The run keeps the servers of its world; a server resize changes them (PlanResize).
+  const auto servers = Int(*status, {"world", "servers"});
+  if (servers && *servers >= 1 && *servers <= kMaxReplicas) out.servers.replicas = static_cast<int32_t>(*servers);
   // A grow under way: the joiners' pods are created now; they join at the step the members
-  // agree on (docs/elastic.md#growing).
+  // agree on (docs/elastic.md#growing). A server grow's added servers likewise: the workers
+  // hear of it once they are ready (docs/elastic.md#servers).
   const auto to = Int(*status, {"lastResize", "to"});
-  if (Str(*status, {"lastResize", "outcome"}) == kResizePending && to && *to > *world && *to <= kMaxReplicas) {
-    out.workers.replicas = static_cast<int32_t>(*to);
-  }
+  const bool pending = Str(*status, {"lastResize", "outcome"}) == kResizePending && to && *to <= kMaxReplicas;
+  if (pending && !ServersResize(*status) && *to > *world) out.workers.replicas = static_cast<int32_t>(*to);
+  if (pending && ServersResize(*status) && *to > out.servers.replicas) out.servers.replicas = static_cast<int32_t>(*to);
   return out;
 }
 
@@ -287,38 +296,53 @@ StatusOr<JobSpec> ParseAtWorldReplicas(const Json& job, const Status& error) {
   if (!world || !At(job, {"spec", "elastic"})) return error;
   Json copy = job;
   Put(copy, {"spec", "workers", "replicas"}, Json::number(*world));
+  // Likewise spec.servers.replicas outside minServers, maxServers.
+  if (const auto servers = Int(*status, {"world", "servers"}); servers && *servers >= 1 && *servers <= kMaxReplicas) {
+    Put(copy, {"spec", "servers", "replicas"}, Json::number(*servers));
+  }
   StatusOr<JobSpec> spec = ParseJobSpec(copy.serialize());
   if (!spec.ok() || !spec->elastic.enabled) return error;
   return spec;
 }
 
-// Servers are not resized while a job runs (docs/elastic.md#what-is-not-built-yet): a changed
-// spec.servers.replicas would make a server the job's scheduler has no rank for, or remove one
-// holding shards. Said once per count asked (a Warning event and the Resizing condition); the
-// run keeps its servers (WorldSpec) and the count applies when the job next starts.
-void RefuseServersResize(PlanRound& r, int asked) {
+// A changed spec.servers.replicas: an elastic job with minServers or maxServers set
+// (`servers_elastic`) resizes its servers within them (docs/elastic.md#servers); any other count
+// is refused on the job (a server the job's scheduler has no rank for, or one holding shards it
+// would not hand over). A refusal is said once per count asked (a Warning event and the Resizing
+// condition); the run keeps its servers (WorldSpec) and, without spec.elastic's server bounds,
+// the count applies when the job next starts. Returns whether `asked` may be asked of the
+// scheduler.
+bool ServersAskable(PlanRound& r, int asked, bool servers_elastic) {
   Json& st = r.plan.status;
   const auto servers = Int(st, {"world", "servers"});
-  if (!servers || asked == *servers) {
+  const ElasticSpec& e = r.spec.elastic;
+  const bool within = e.enabled && servers_elastic && asked >= e.minServers && asked <= e.maxServers;
+  if (!servers || asked == *servers || within) {
     if (st.has_field("world") && At(st, {"world", "serversAsked"})) st["world"].erase("serversAsked");
-    return;
+    return servers && asked != *servers;
   }
-  if (Int(st, {"world", "serversAsked"}) == asked) return;
+  if (Int(st, {"world", "serversAsked"}) == asked) return false;
   st["world"]["serversAsked"] = Json::number(asked);
-  const std::string m = "job " + r.name + ": spec.servers.replicas is " + std::to_string(asked) +
-                        ", but a running job's parameter servers are not resized; it keeps running with " +
-                        std::to_string(*servers) + " servers, and the new count applies when it next starts " +
-                        "(suspend and resume it: spec.runPolicy.suspend)" +
-                        (r.spec.serverMode == ServerMode::kUpdate
-                             ? std::string("; in serverMode update its checkpoints hold the servers' shards, which "
-                                           "another count cannot restore")
-                             : std::string()) +
+  const std::string why =
+      e.enabled && servers_elastic
+          ? "outside spec.elastic [" + std::to_string(e.minServers) + ", " + std::to_string(e.maxServers) +
+                "] (minServers, maxServers); it keeps running with " + Servers(static_cast<int>(*servers))
+          : "but a running job's parameter servers are resized only within spec.elastic.minServers and maxServers, "
+            "which it does not set; it keeps running with " +
+                Servers(static_cast<int>(*servers)) + ", and the new count applies when it next starts " +
+                "(suspend and resume it: spec.runPolicy.suspend)" +
+                (r.spec.serverMode == ServerMode::kUpdate
+                     ? std::string("; in serverMode update its checkpoints hold the servers' shards, which "
+                                   "another count cannot restore")
+                     : std::string());
+  const std::string m = "job " + r.name + ": spec.servers.replicas is " + std::to_string(asked) + ", " + why +
                         ", see docs/elastic.md";
   SetCondition(st, kResizingCondition, false, "ServersNotResized", m, r.now);
   r.plan.events.push_back({"Warning", "ResizeRefused", m});
+  return false;
 }
 
-void PlanResize(PlanRound& r, int asked, int asked_servers) {
+void PlanResize(PlanRound& r, int asked, int asked_servers, bool servers_elastic) {
   const JobSpec& spec = r.spec;  // the world's (WorldSpec)
   Json& st = r.plan.status;
   // The job's first pods, or those of a resumed run, are created from this spec: that is the
@@ -332,7 +356,7 @@ void PlanResize(PlanRound& r, int asked, int asked_servers) {
     }());
     st["world"]["servers"] = Json::number(spec.servers.replicas);
   }
-  RefuseServersResize(r, asked_servers);
+  const bool servers_askable = ServersAskable(r, asked_servers, servers_elastic);
   const Json* last = At(st, {"lastResize"});
   const std::string outcome = last ? Str(*last, {"outcome"}) : "";
   if (outcome == kResizePending) {
@@ -340,6 +364,16 @@ void PlanResize(PlanRound& r, int asked, int asked_servers) {
     return;
   }
   const int world = static_cast<int>(WorldMembers(st).size());
+  // One kind at a time: the workers first, then the servers.
+  if (asked == world && servers_askable && r.phase == kRunning) {
+    const int from = static_cast<int>(Int(st, {"world", "servers"}).value_or(asked_servers));
+    if (last && ServersResize(st) && Int(*last, {"to"}) == asked_servers && Int(*last, {"from"}) == from &&
+        (outcome == kResizeRefused || outcome == kResizeAbandoned)) {
+      return;  // said already, and nothing changed since
+    }
+    r.plan.resize = ResizeAsk{from, asked_servers, "spec.servers.replicas is " + std::to_string(asked_servers), true};
+    return;
+  }
   if (asked == world) return;
   // A worker lost for good is not made again (its pod failed as the job's policy says it stays
   // failed): the world the loss left runs on until the spec changes (a new generation).
@@ -348,7 +382,7 @@ void PlanResize(PlanRound& r, int asked, int asked_servers) {
   // pods exist (its scheduler cannot take or lose workers): refused until it is next started.
   if (spec.elastic.enabled && r.phase != kRunning) return;
   // Said already, and nothing changed since: not asked (nor an Event recorded) again each round.
-  if (last && Int(*last, {"to"}) == asked && Int(*last, {"from"}) == world &&
+  if (last && !ServersResize(st) && Int(*last, {"to"}) == asked && Int(*last, {"from"}) == world &&
       (outcome == kResizeRefused || outcome == kResizeAbandoned)) {
     return;
   }
@@ -413,7 +447,8 @@ bool ApplyResizeProgress(Json& st, const std::string& job, const v1::JobProgress
     epoch = p.resize_pending_epoch();
     last["epoch"] = Json::number(epoch);
   }
-  const std::string from = Workers(static_cast<int>(Int(last, {"from"}).value_or(0)));
+  const bool servers = ServersResize(st);
+  const std::string from = Count(static_cast<int>(Int(last, {"from"}).value_or(0)), servers);
   // A loss the scheduler made a world without before the operator saw its epoch.
   const auto lost = Int(last, {"lostWorker"});
   const bool lost_gone = lost && p.resize_pending_epoch() == 0 &&
@@ -424,18 +459,23 @@ bool ApplyResizeProgress(Json& st, const std::string& job, const v1::JobProgress
     last["outcome"] = JStr(kResizeDone);
     last["fromStep"] = Json::number(static_cast<int64_t>(p.world().from_step()));
     last["doneTime"] = JStr(FormatTime(now));
-    const std::string m = "job " + job + ": resized from " + from + " to " + std::to_string(p.world().members_size()) +
+    const int to = servers ? p.world().servers() : p.world().members_size();
+    const std::string m = "job " + job + ": resized from " + from + " to " + std::to_string(to) +
                           "; the new world trains from step " + std::to_string(p.world().from_step());
     SetCondition(st, kResizingCondition, false, "Resized", m, now);
     events->push_back({"Normal", "Resized", m});
     return false;
   }
   if (p.resize_pending_epoch() > 0) return true;
-  const std::string m = "job " + job + ": the resize from " + from + " to " +
-                        std::to_string(Int(last, {"to"}).value_or(0)) +
-                        " was given up by the job's scheduler (no worker reached a step boundary in time, or the "
-                        "scheduler restarted); the job runs on with " +
-                        Workers(WorldWorkers(st).value_or(0)) + "; change spec.workers.replicas to ask again";
+  const std::string m =
+      "job " + job + ": the resize from " + from + " to " + std::to_string(Int(last, {"to"}).value_or(0)) +
+      " was given up by the job's scheduler (" +
+      (servers ? "a server added did not become ready in time, no worker reached a step boundary in time, or the "
+                 "scheduler restarted); the job runs on with " +
+                     Servers(static_cast<int>(Int(st, {"world", "servers"}).value_or(0))) +
+                     "; change spec.servers.replicas to ask again"
+               : "no worker reached a step boundary in time, or the scheduler restarted); the job runs on with " +
+                     Workers(WorldWorkers(st).value_or(0)) + "; change spec.workers.replicas to ask again");
   Abandon(st, m, now);
   events->push_back({"Warning", "ResizeAbandoned", m});
   return false;

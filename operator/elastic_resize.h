@@ -33,6 +33,11 @@ inline constexpr char kResizePending[] = "Pending";    // asked; the workers hav
 inline constexpr char kResizeDone[] = "Done";          // the workers run in the new world
 inline constexpr char kResizeRefused[] = "Refused";    // outside spec.elastic, or not built (growing)
 inline constexpr char kResizeAbandoned[] = "Abandoned";  // the scheduler gave it up
+// status.lastResize.kind of a resize of the servers (docs/elastic.md#servers); absent: the workers'.
+inline constexpr char kServersResize[] = "Servers";
+
+// The status's lastResize is a resize of the servers.
+bool ServersResize(const Json& status);
 
 // status.world.workers: the workers the job runs with now; nullopt before the operator wrote it.
 std::optional<int> WorldWorkers(const Json& status);
@@ -107,8 +112,10 @@ StatusOr<JobSpec> ParseAtWorldReplicas(const Json& job, const Status& error);
 // spec.elastic gets a refusal on the job (its size changes only when it next starts); a resize
 // under way sets plan.follow_resize. A refusal or an abandoned resize is not asked again until
 // the replicas change. `asked_servers` (spec.servers.replicas) other than the run's servers
-// (status.world.servers) is refused on the job, once: servers are not resized while it runs.
-void PlanResize(PlanRound& r, int asked, int asked_servers);
+// (status.world.servers) gets plan.resize of the servers (ResizeAsk.servers; once the workers
+// are as asked: one kind at a time) when `servers_elastic` (spec.elastic sets minServers or
+// maxServers) and it is within them; otherwise it is refused on the job, once.
+void PlanResize(PlanRound& r, int asked, int asked_servers, bool servers_elastic);
 
 // The job ended, or was suspended (`why`), with a resize Pending: it will not take effect; it is
 // Abandoned and the Resizing condition False. Nothing otherwise (idempotent: every round of an

@@ -52,7 +52,8 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
   Conclude(r);
   WriteWaitConditions(r, waits);
   PlanResize(r, static_cast<int>(Int(job, {"spec", "workers", "replicas"}).value_or(world.workers.replicas)),
-             static_cast<int>(Int(job, {"spec", "servers", "replicas"}).value_or(world.servers.replicas)));
+             static_cast<int>(Int(job, {"spec", "servers", "replicas"}).value_or(world.servers.replicas)),
+             At(job, {"spec", "elastic", "minServers"}) || At(job, {"spec", "elastic", "maxServers"}));
   return std::move(r.plan);
 }
 

@@ -27,8 +27,9 @@ inline constexpr char kSuspended[] = "Suspended";
 
 // An elastic job's resize for the scheduler (operator/elastic_resize.h).
 struct ResizeAsk {
-  int from = 0, to = 0;  // workers
+  int from = 0, to = 0;  // workers, or servers when `servers`
   std::string reason;
+  bool servers = false;  // a resize of the parameter servers (docs/elastic.md#servers)
 };
 
 struct JobPlan {

@@ -193,9 +193,30 @@ bool Departed(const PlanRound& r, const ObservedPod& p) {
 
 bool Ended(const ObservedPod& p) { return p.phase == "Succeeded" || p.phase == "Failed"; }
 
-// A worker a grow under way brings back (elastic_resize.h): its pod is made now, not lost.
+// A server a server shrink removed (the last resize, Done: docs/elastic.md#servers): it hands its
+// slices over at the workers' next step boundary and then exits 0 by itself; its pod is kept
+// until it ended.
+bool ServerLeaving(const PlanRound& r, const ObservedPod& p) {
+  if (!r.spec.elastic.enabled || p.role != PodRole::kServer || p.index < r.spec.servers.replicas) return false;
+  const Json& st = r.plan.status;
+  return ServersResize(st) && Str(st, {"lastResize", "outcome"}) == kResizeDone &&
+         p.index < Int(st, {"lastResize", "from"}).value_or(0);
+}
+
+// A server a server grow under way adds (docs/elastic.md#servers): its pod is made now, not lost.
+bool ServerJoining(const PlanRound& r, const DesiredPod& d) {
+  if (!r.spec.elastic.enabled || d.role != PodRole::kServer) return false;
+  const Json& st = r.plan.status;
+  const auto servers = Int(st, {"world", "servers"});
+  return ServersResize(st) && Str(st, {"lastResize", "outcome"}) == kResizePending && servers && d.index >= *servers;
+}
+
+// A worker a grow under way brings back (elastic_resize.h), or a server a server grow adds: its
+// pod is made now, not lost.
 bool Joining(const PlanRound& r, const DesiredPod& d) {
-  return r.spec.elastic.enabled && d.role == PodRole::kWorker && !r.members.empty() && !Contains(r.members, d.index);
+  return (r.spec.elastic.enabled && d.role == PodRole::kWorker && !r.members.empty() &&
+          !Contains(r.members, d.index)) ||
+         ServerJoining(r, d);
 }
 
 // An elastic job's worker whose pod was deleted (or is being deleted: a spot node reclaimed,
@@ -374,7 +395,7 @@ void DecideFailures(PlanRound& r) {
   for (const ObservedPod* failed : f.failed) {
     if (!r.phase.empty() || OldPodsGoing(r)) break;  // the job ended, or restarts as a whole
     const ObservedPod& p = *failed;
-    if (Departed(r, p)) continue;  // PlanPods deletes it; nothing to replace
+    if (Departed(r, p) || ServerLeaving(r, p)) continue;  // PlanPods deletes it; nothing to replace
     if (LostWorker(r.spec, p)) continue;  // the job goes on without it (NoteLostWorkers)
     if (GoneForGood(r, p)) continue;      // evicted: FailLostPods judged it
     if (p.role == PodRole::kScheduler) {
@@ -422,6 +443,7 @@ PodsState PlanPods(PlanRound& r) {
     // has nothing to finish: deleted. So is one lost while silent (frozen, its node gone): it
     // would never finish, and its replacement, should a grow want the slot, needs its name.
     if (Departed(r, p) && !Ended(p) && p.phase != "Pending" && !LostSilently(r.plan.status, p.index)) continue;
+    if (ServerLeaving(r, p) && !Ended(p) && p.phase != "Pending") continue;
     // A lost worker's replacement waiting for a node (a policy that replaces pods): once its
     // program is up it asks to join and the scheduler grows the world back to take it in. Kept
     // when it ended too (it stayed out: the job was ending), or it would be made again and again.

@@ -324,7 +324,8 @@ void Reconciler::FollowResize(const Json& job, JobPlan* plan, Clock::time_point 
   bool pending = plan->follow_resize;
   if (plan->resize) {
     const ResizeAsk& ask = *plan->resize;
-    const StatusOr<v1::ResizeResponse> answer = schedulers_->Resize(job, ask.to, ask.reason);
+    const StatusOr<v1::ResizeResponse> answer =
+        ask.servers ? schedulers_->Resize(job, 0, ask.reason, ask.to) : schedulers_->Resize(job, ask.to, ask.reason, 0);
     int64_t pending_epoch = 0;
     if (!answer.ok() && answer.status().code() == StatusCode::kFailedPrecondition) {
       if (auto p = schedulers_->Progress(job); p.ok()) pending_epoch = p->resize_pending_epoch();

@@ -115,9 +115,10 @@ StatusOr<v1::JobProgress> SchedulerClients::Progress(const Json& job) {
   return c->GetProgress();
 }
 
-StatusOr<v1::ResizeResponse> SchedulerClients::Resize(const Json& job, int workers, const std::string& reason) {
+StatusOr<v1::ResizeResponse> SchedulerClients::Resize(const Json& job, int workers, const std::string& reason,
+                                                     int servers) {
   TRELLIS_ASSIGN_OR_RETURN(std::shared_ptr<SchedulerClient> c, For(job));
-  return c->Resize(workers, reason);
+  return c->Resize(workers, reason, servers);
 }
 
 }  // namespace trellis::op

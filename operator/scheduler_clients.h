@@ -31,9 +31,11 @@ class SchedulerCalls {
   // `job`'s progress as its scheduler has it now: the last word on a job that has just ended,
   // whose end may come between two of the progress poller's rounds.
   virtual StatusOr<v1::JobProgress> Progress(const Json& job) = 0;
-  // Asks `job`'s scheduler to resize its workers to `workers` (an elastic job;
-  // operator/elastic_resize.h); the scheduler's answer, or why it could not be asked.
-  virtual StatusOr<v1::ResizeResponse> Resize(const Json& job, int workers, const std::string& reason) = 0;
+  // Asks `job`'s scheduler to resize its workers to `workers`, or (`workers` 0) its servers to
+  // `servers` (an elastic job; operator/elastic_resize.h); the scheduler's answer, or why it
+  // could not be asked.
+  virtual StatusOr<v1::ResizeResponse> Resize(const Json& job, int workers, const std::string& reason,
+                                              int servers) = 0;
 };
 
 class SchedulerClients : public SchedulerCalls {
@@ -54,7 +56,8 @@ class SchedulerClients : public SchedulerCalls {
 
   StatusOr<v1::JobProgress> StopJob(const Json& job, const std::string& reason) override;
   StatusOr<v1::JobProgress> Progress(const Json& job) override;
-  StatusOr<v1::ResizeResponse> Resize(const Json& job, int workers, const std::string& reason) override;
+  StatusOr<v1::ResizeResponse> Resize(const Json& job, int workers, const std::string& reason,
+                                      int servers) override;
 
  private:
   struct Kept {

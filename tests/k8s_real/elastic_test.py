@@ -2,8 +2,8 @@
 """On a real API server (envtest.py): an elastic TrainingJob resized while it trains, the way a
 user does it (docs/elastic.md#on-kubernetes): `kubectl scale trainingjob/NAME --replicas=N`
 through the CRD's scale subresource. A size outside spec.elastic is refused on the job (an Event,
-the Resizing condition) and the job trains on, as does a changed spec.servers.replicas (servers are not
-resized); a shrink from 2 workers to 1 is asked of the job's
+the Resizing condition) and the job trains on, as does a changed spec.servers.replicas without
+spec.elastic's server bounds; a shrink from 2 workers to 1 is asked of the job's
 scheduler, the workers switch at a step they agree on, status.world and the scale subresource
 say 1, the pod of the worker resized away exits 0 and is deleted. Scaled to 4, beyond the 2 it
 started with (docs/elastic.md#growing), the pod of worker 1 is made again and those of workers 2
@@ -19,6 +19,8 @@ silent) is lost after registrationTimeoutSeconds all the same: the operator lear
 scheduler, follows the loss and deletes the frozen pod. A lost rank grows back when the replicas
 change (`kubectl scale` 2, then 3): its pod is made again and joins the running job. A worker
 pod deleted under Never (a spot node reclaimed) is lost the same way, its pod not made again.
+With minServers/maxServers, spec.servers.replicas edited 2 -> 3 -> 1 resizes the servers while
+the job trains (docs/elastic.md#servers).
 
 Usage: elastic_test.py REPO BIN_DIR   (exit 77 without KUBEBUILDER_ASSETS)
 """
@@ -152,6 +154,71 @@ class Elastic(envtest.EnvtestCase):
                 self.assertIn("left the job", joined)
         print("resized 2 -> 1 -> 4 -> 2 on the real API server: kubectl scale -> status.world 1: %.2f s, -> 4: %.2f s; "
               "last resize %s; events %s" % (took, grew, st["lastResize"], self.events("el")), flush=True)
+
+    def test_spec_servers_replicas_resizes_an_elastic_jobs_servers_within_its_bounds(self):
+        """docs/elastic.md#servers: with minServers/maxServers, an edit of spec.servers.replicas
+        resizes the running job's servers: 2 -> 3 makes the pod of server 2 and the slices move
+        at a step the workers agree on; 3 -> 1 removes servers 1 and 2, whose programs hand
+        their slices over and exit 0, and whose pods go. The job succeeds, reaching the MLP's
+        target accuracy."""
+        services = os.path.join(self.cp.dir, self.ns + "-services.json")
+        self.start_operator(args=["--progress-seconds", "1", "--scheduler-addresses", services])
+        kubelet = self.start_kubelet(args=["--services-file", services])
+        job = envtest.mlp_job("es", epochs=EPOCHS, activeDeadlineSeconds=300)
+        job["spec"]["elastic"] = {"minWorkers": 2, "maxWorkers": 2, "minServers": 1, "maxServers": 3}
+        job["spec"]["workers"]["args"] += ["--slow-rank", "0", "--step-sleep-ms", "10"]
+        self.create_job(job)
+        st = self.wait_phase("es", "Running", 90)
+        self.assertEqual(st.get("world", {}).get("servers"), 2, st)
+        self.assertTrue(envtest.wait_for(
+            lambda: ((self.job("es").get("status") or {}).get("progress") or {}).get("step", 0) >= 20, 90),
+            "no progress before the resize: %s" % self.job("es").get("status"))
+
+        def patch_servers(n):
+            self.cp.kubectl("patch", "trainingjob/es", "-n", self.ns, "--type=merge",
+                            "-p", '{"spec":{"servers":{"replicas":%d}}}' % n)
+
+        def done(n):
+            last = self.last_resize("es")
+            return last.get("kind") == "Servers" and last.get("to") == n and last.get("outcome") == "Done"
+
+        asked = time.time()
+        patch_servers(3)
+        self.assertTrue(envtest.wait_for(lambda: done(3), 90),
+                        "the server grow did not take effect: %s" % self.job("es").get("status"))
+        grew = time.time() - asked
+        st = self.job("es")["status"]
+        self.assertEqual((st["world"]["servers"], st["world"]["workers"]), (3, 2), st)
+        self.assertEqual(sorted(p["metadata"]["name"] for p in self.pods("trellis.io/job-name=es,trellis.io/role=server")),
+                         ["es-server-0", "es-server-1", "es-server-2"])
+        resized = self.event_messages("es", "Resized")
+        self.assertTrue(any(re.search(r"from 2 servers to 3; the new world trains from step \d+", m) for m in resized),
+                        resized)
+
+        asked = time.time()
+        patch_servers(1)
+        self.assertTrue(envtest.wait_for(lambda: done(1), 60),
+                        "the server shrink did not take effect: %s" % self.job("es").get("status"))
+        shrank = time.time() - asked
+        self.assertEqual(self.job("es")["status"]["world"]["servers"], 1)
+        self.assertTrue(envtest.wait_for(
+            lambda: len(self.pods("trellis.io/job-name=es,trellis.io/role=server")) == 1, 60),
+            "servers 1 and 2 are still there: %s" % [(p["metadata"]["name"], p["status"].get("phase"))
+                                                     for p in self.pods()])
+        for r in (1, 2):
+            with open(os.path.join(kubelet.work_dir, "es-server-%d.log" % r), errors="replace") as f:
+                self.assertIn("resized away in world", f.read())
+
+        st = self.wait_phase("es", ("Succeeded", "Failed"), 240)
+        self.assertEqual(st["phase"], "Succeeded", st)
+        self.assertEqual(st["world"]["servers"], 1, st)
+        with open(os.path.join(kubelet.work_dir, "es-worker-0.log"), errors="replace") as f:
+            log = f.read()
+        self.assertRegex(log, r"RESULT: test accuracy \S+ \(target \S+\) -- reached", log[-2000:])
+        self.assertRegex(log, r"world \d+ from step \d+: rank 0 of 2, 3 servers")
+        self.assertRegex(log, r"world \d+ from step \d+: rank 0 of 2, 1 servers")
+        print("servers 2 -> 3 -> 1 on the real API server: spec.servers.replicas -> status.world 3: %.2f s, -> 1: "
+              "%.2f s; last resize %s" % (grew, shrank, st["lastResize"]), flush=True)
 
     def start_lost_job(self, name, workers, min_workers, scheduler=None, policy="Never", kubelet_args=(), **run_policy):
         """An elastic job of `workers` under restartPolicy `policy`, trained a few steps; the

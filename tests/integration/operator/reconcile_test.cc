@@ -211,16 +211,18 @@ class FakeStopper : public SchedulerCalls {
     last_job = Str(job, {"metadata", "name"});
     return answer;
   }
-  StatusOr<v1::ResizeResponse> Resize(const Json& job, int workers, const std::string& reason) override {
+  StatusOr<v1::ResizeResponse> Resize(const Json& job, int workers, const std::string& reason,
+                                      int servers) override {
     ++resize_calls;
     last_job = Str(job, {"metadata", "name"});
     last_reason = reason;
     resized_to = workers;
+    servers_to = servers;
     return resize_answer;
   }
   StatusOr<v1::JobProgress> answer = v1::JobProgress();
   StatusOr<v1::ResizeResponse> resize_answer = v1::ResizeResponse();
-  int calls = 0, progress_calls = 0, resize_calls = 0, resized_to = 0;
+  int calls = 0, progress_calls = 0, resize_calls = 0, resized_to = 0, servers_to = 0;
   std::string last_job, last_reason;
 };
 

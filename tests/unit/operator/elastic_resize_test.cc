@@ -71,9 +71,10 @@ TEST(ElasticResizeTest, AJobWithoutElasticKeepsItsSizeWhileItRunsAndTakesTheNewO
   }
 }
 
-// spec.servers.replicas edited on a running job (elastic or not): servers are not resized, so no
-// server pod is made or deleted (a new one would have no rank at the scheduler, a removed one
-// holds shards); the job says why, once, runs on, and starts with the new count when resumed.
+// spec.servers.replicas edited on a running job without spec.elastic's server bounds (elastic
+// workers or not): its servers are not resized, so no server pod is made or deleted (a new one
+// would have no rank at the scheduler, a removed one holds shards); the job says why, once, runs
+// on, and starts with the new count when resumed.
 TEST(ElasticResizeTest, ServersAreNotResizedWhileTheJobRunsTheNewCountAppliesWhenResumed) {
   for (const std::string& spec : {ElasticSpec(3), std::string(kSpec)}) {
     for (const int asked : {1, 3}) {
@@ -92,7 +93,8 @@ TEST(ElasticResizeTest, ServersAreNotResizedWhileTheJobRunsTheNewCountAppliesWhe
       EXPECT_EQ(Reasons(plan.events), (std::vector<std::string>{"ResizeRefused"}));
       EXPECT_EQ(plan.events[0].message,
                 "job mlp: spec.servers.replicas is " + std::to_string(asked) +
-                    ", but a running job's parameter servers are not resized; it keeps running with 2 servers, "
+                    ", but a running job's parameter servers are resized only within spec.elastic.minServers and "
+                    "maxServers, which it does not set; it keeps running with 2 servers, "
                     "and the new count applies when it next starts (suspend and resume it: "
                     "spec.runPolicy.suspend), see docs/elastic.md");
       EXPECT_EQ(Condition(job["status"], kResizingCondition, "reason"), "ServersNotResized");
@@ -113,6 +115,102 @@ TEST(ElasticResizeTest, ServersAreNotResizedWhileTheJobRunsTheNewCountAppliesWhe
       EXPECT_EQ(At(job, {"status", "world", "serversAsked"}), nullptr);
     }
   }
+}
+
+// With spec.elastic.minServers/maxServers (docs/elastic.md#servers) a changed
+// spec.servers.replicas is asked of the scheduler once the workers are as asked (one kind at a
+// time); a grow's added server pod is made once the scheduler took it; status.world.servers
+// follows the scheduler's world; a server a shrink removed is kept until it exited by itself;
+// a count outside the bounds is refused on the job, once.
+TEST(ElasticResizeTest, ElasticServersAreResizedWithinTheirBoundsOneKindAtATime) {
+  Json job = ApiJob(R"({"servers":{"replicas":2},
+                        "workers":{"replicas":3,"command":["trellis-mlp"]},
+                        "elastic":{"minWorkers":1,"maxWorkers":3,"minServers":1,"maxServers":3},
+                        "runPolicy":{"restartPolicy":"Never"}})");
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  ASSERT_EQ(Str(job, {"status", "phase"}), kRunning);
+
+  // Workers and servers changed together: the workers first.
+  SetReplicas(job, 2);
+  job["spec"]["servers"]["replicas"] = Json::number(3);
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  ASSERT_TRUE(plan.resize);
+  EXPECT_FALSE(plan.resize->servers);
+  EXPECT_TRUE(plan.events.empty()) << "the servers' ask is not refused: it waits its turn";
+  SetReplicas(job, 3);
+
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  ASSERT_TRUE(plan.resize);
+  EXPECT_TRUE(plan.resize->servers);
+  EXPECT_EQ(plan.resize->from, 2);
+  EXPECT_EQ(plan.resize->to, 3);
+  EXPECT_EQ(plan.resize->reason, "spec.servers.replicas is 3");
+  EXPECT_TRUE(plan.create.empty()) << "no server pod before the scheduler took the resize";
+  std::vector<JobPlan::Event> events;
+  ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(0, 3, 1), 0, kT0, &events));
+  EXPECT_EQ(Str(job, {"status", "lastResize", "kind"}), kServersResize);
+  EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizePending);
+  ASSERT_EQ(Reasons(events), (std::vector<std::string>{"ResizeRequested"}));
+  EXPECT_NE(events[0].message.find("resize from 2 servers to 3 (spec.servers.replicas is 3); once the servers added "
+                                   "are ready"),
+            std::string::npos)
+      << events[0].message;
+
+  plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+  EXPECT_TRUE(plan.follow_resize) << job["status"].serialize();
+  ASSERT_EQ(plan.create.size(), 1u);
+  EXPECT_EQ(plan.create[0].name, "mlp-server-2");
+  pods.push_back(Pod(PodRole::kServer, 2, "Running"));
+  v1::JobProgress p;
+  *p.mutable_world() = World(1, 40, 3);
+  p.mutable_world()->set_servers(3);
+  events.clear();
+  EXPECT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_EQ(Int(job, {"status", "world", "servers"}), 3);
+  EXPECT_EQ(Int(job, {"status", "world", "workers"}), 3);
+  ASSERT_EQ(Reasons(events), (std::vector<std::string>{"Resized"}));
+  EXPECT_NE(events[0].message.find("from 2 servers to 3"), std::string::npos) << events[0].message;
+  plan = Round(job, pods, kT0 + std::chrono::seconds(4));
+  EXPECT_TRUE(plan.create.empty());
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_FALSE(plan.resize) << "the world is as asked";
+
+  // 3 -> 1: the servers removed keep running until they handed their slices over and exited.
+  job["spec"]["servers"]["replicas"] = Json::number(1);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(5));
+  ASSERT_TRUE(plan.resize && plan.resize->servers);
+  EXPECT_EQ(plan.resize->to, 1);
+  ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(1, 3, 2), 0, kT0, &events));
+  *p.mutable_world() = World(2, 60, 3);
+  p.mutable_world()->set_servers(1);
+  EXPECT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_EQ(Int(job, {"status", "world", "servers"}), 1);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(6));
+  EXPECT_TRUE(plan.remove.empty()) << "servers 1 and 2 hand their slices over first";
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  for (auto& s : pods) {
+    if (s.role == PodRole::kServer && s.index > 0) {
+      s.phase = "Succeeded";
+      s.exit_code = 0;
+    }
+  }
+  plan = Round(job, pods, kT0 + std::chrono::seconds(7));
+  EXPECT_EQ(plan.remove, (std::vector<std::string>{"mlp-server-1", "mlp-server-2"}));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning) << "a server resized away is no failure";
+
+  // Outside the bounds: refused on the job (the spec as it stands does not parse), said once.
+  job["spec"]["servers"]["replicas"] = Json::number(4);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(8));
+  EXPECT_FALSE(plan.resize);
+  ASSERT_EQ(Reasons(plan.events), (std::vector<std::string>{"ResizeRefused"}));
+  EXPECT_NE(plan.events[0].message.find("spec.servers.replicas is 4, outside spec.elastic [1, 3] (minServers, "
+                                        "maxServers); it keeps running with 1 server"),
+            std::string::npos)
+      << plan.events[0].message;
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  plan = Round(job, pods, kT0 + std::chrono::seconds(9));
+  EXPECT_TRUE(plan.events.empty()) << "said once";
 }
 
 // In update mode the refusal says what a resume with another count would meet.
