@@ -61,7 +61,8 @@ def first_line_time(path, pattern, day):
 
 def one_round(args, n):
     name = "loss-%d-%d" % (os.getpid(), n)
-    text = resize_bench.JOB.format(name=name, workers=args.workers, max_workers=args.workers)
+    text = resize_bench.JOB.format(name=name, workers=args.workers, max_workers=args.workers, min_servers=2,
+                                   max_servers=2)
     text = text.replace("minWorkers: 1", "minWorkers: %d" % (args.workers - 1))
 
     def kill(work, logs, launch):

@@ -21,10 +21,14 @@ and lets it finish. Figures, per round:
 --to above --workers grows the job beyond its first size (maxWorkers = --to; ranks never used
 join); `switch` is then request -> the latest joiner holds the model for the new world's first
 step, as `grow switch` below.
+--servers N resizes the job's parameter servers instead, 2 -> N (docs/elastic.md#servers),
+with `trellis-launch resize LOGS --servers N`; the workers stay. `switch` is then request -> the
+first step on the new servers (rank 0's "world N from step S" line, written once its slices
+moved).
 --load N runs N busy loops beside the job (a busy training host).
 
 usage: bench/elastic/resize_bench.py [--bin build/bin] [--workers 2] [--to 1] [--rounds 3]
-                                     [--back] [--load 0]
+                                     [--back] [--servers N] [--load 0]
 """
 import argparse
 import datetime
@@ -47,7 +51,7 @@ spec:
     command: [trellis-mlp]
     args: [--layers, "16,256,256,10", --epochs, "6", --batch, "32", --lr, "0.02",
            --train-samples, "32768", --test-samples, "1000", --target-accuracy, "0.5"]
-  elastic: {{minWorkers: 1, maxWorkers: {max_workers}}}
+  elastic: {{minWorkers: 1, maxWorkers: {max_workers}, minServers: {min_servers}, maxServers: {max_servers}}}
   sliceBytes: 65536
   runPolicy:
     restartPolicy: Never
@@ -116,15 +120,19 @@ def first_epoch_after_resize(text, default=3):
 def one_round(args, n):
     # Resize once the first epoch ended: it lands in the second.
     def disturb(work, logs, launch):
+        if args.servers:
+            return resize(args, logs, args.servers, servers=True) + (None,)
         asked, from_step, decided = resize(args, logs, args.to)
         return asked, from_step, decided, grow_back(args, work, logs, launch) if args.back else None
 
     name = "rsz-%d-%d" % (os.getpid(), n)
-    job = JOB.format(name=name, workers=args.workers, max_workers=max(args.workers, args.to))
+    servers_to = args.servers or 2
+    job = JOB.format(name=name, workers=args.workers, max_workers=max(args.workers, args.to),
+                     min_servers=min(2, servers_to), max_servers=max(2, servers_to))
     logs, text, (asked, from_step, decided, grow) = run_job(args, name, job, disturb)
     switch = None
     day = datetime.date.today()
-    if args.to > args.workers:  # a grow: the joiners are the last to be ready
+    if args.to > args.workers and not args.servers:  # a grow: the joiners are the last to be ready
         switch = joined_at(logs, range(args.workers, args.to), from_step, day)
     else:
         with open(os.path.join(logs, "worker-0.log")) as f:
@@ -179,14 +187,16 @@ def grow_back(args, work, logs, launch):
     return resize(args, logs, args.workers)
 
 
-def resize(args, logs, workers):
-    """`trellis-launch resize LOGS WORKERS`: (when it was asked, the new world's first step, the
-    command's decided seconds)."""
+def resize(args, logs, count, servers=False):
+    """`trellis-launch resize LOGS WORKERS` (or `--servers SERVERS`): (when it was asked, the new
+    world's first step, the command's decided seconds)."""
     asked = time.time()
-    r = subprocess.run([os.path.join(args.bin, "trellis-launch"), "resize", logs, str(workers)],
+    r = subprocess.run([os.path.join(args.bin, "trellis-launch"), "resize", logs] +
+                       (["--servers"] if servers else []) + [str(count)],
                        capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
-        sys.exit("resize to %d failed: %s%s" % (workers, r.stdout, r.stderr))
+        sys.exit("resize to %d %s failed: %s%s" % (count, "servers" if servers else "workers", r.stdout,
+                                                   r.stderr))
     m = re.search(r"from step ([0-9]+) \(decided ([0-9.]+) s", r.stdout)
     return asked, int(m.group(1)), float(m.group(2))
 
@@ -199,13 +209,17 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--load", type=int, default=0)
     p.add_argument("--back", action="store_true")
+    p.add_argument("--servers", type=int, default=0)
     args = p.parse_args()
+    if args.servers and (args.back or args.to != 1):
+        sys.exit("--servers resizes the servers only (no --back, no --to)")
     if args.back and args.to > args.workers:
         sys.exit("--back follows a shrink (--to below --workers)")
     hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.load)]
     try:
-        print("resize %d -> %d workers, MLP 16-256-256-10 on loopback, %d busy loop(s) beside it"
-              % (args.workers, args.to, args.load))
+        what = ("2 -> %d servers (%d workers)" % (args.servers, args.workers) if args.servers
+                else "%d -> %d workers" % (args.workers, args.to))
+        print("resize %s, MLP 16-256-256-10 on loopback, %d busy loop(s) beside it" % (what, args.load))
         print("%-6s %10s %10s %14s %14s %8s" % ("round", "decided s", "switch s", "before smp/s",
                                                 "after smp/s", "ratio") +
               ("  %12s %12s %14s %8s" % ("grow decided", "grow switch", "regrown smp/s", "ratio")
