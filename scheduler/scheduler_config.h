@@ -87,6 +87,7 @@ struct SchedulerStats {
   int64_t resizes = 0;                 // elastic jobs: resizes decided (world_plan.h)
   int64_t workers_lost = 0;            // elastic jobs: workers lost for good, the job going on
   int64_t world_workers = 0;           // the workers taking part now
+  int64_t world_servers = 0;           // the servers holding the slices now
   bool recovering = false;             // waiting for the old members now
 };
 

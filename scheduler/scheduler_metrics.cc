@@ -26,6 +26,7 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
     prometheus::Counter* resizes;
     prometheus::Counter* workers_lost;
     prometheus::Gauge* world_workers;
+    prometheus::Gauge* world_servers;
     prometheus::Gauge* waiters;
     prometheus::Gauge* version;
   } s{};
@@ -48,12 +49,14 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
   s.fresh_rejoins = &r.Counter("trellis_scheduler_fresh_rejoins_total",
                                "Rejoin requests answered 'start fresh' (no live worker had committed a step)");
   s.resizes = &r.Counter("trellis_scheduler_resizes_total",
-                         "Elastic jobs: resizes of the workers decided (docs/elastic.md)");
+                         "Elastic jobs: resizes of the workers or the servers decided (docs/elastic.md)");
   s.workers_lost = &r.Counter("trellis_scheduler_workers_lost_total",
                               "Elastic jobs: workers lost for good that the job went on without "
                               "(docs/elastic.md#losing-a-worker)");
   s.world_workers = &r.Gauge("trellis_scheduler_world_workers",
                              "Workers taking part in the job's steps now (its world)");
+  s.world_servers = &r.Gauge("trellis_scheduler_world_servers",
+                             "Parameter servers holding the job's slices now (its world; docs/elastic.md#servers)");
   s.waiters = &r.Gauge("trellis_scheduler_waiting_calls", "Calls waiting now (cluster view, key declaration, barriers)");
   s.version = &r.Gauge("trellis_scheduler_cluster_version", "Version of the cluster view (bumped on every change)");
   r.OnCollect([s, &state] {
@@ -73,6 +76,7 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
     Advance(*s.resizes, static_cast<double>(st.resizes));
     Advance(*s.workers_lost, static_cast<double>(st.workers_lost));
     s.world_workers->Set(static_cast<double>(st.world_workers));
+    s.world_servers->Set(static_cast<double>(st.world_servers));
     s.waiters->Set(static_cast<double>(st.waiters));
     s.version->Set(static_cast<double>(st.version));
   });

@@ -336,6 +336,7 @@ SchedulerStats SchedulerState::stats() const {
   s.resizes = resizes_answered_;
   s.workers_lost = workers_lost_;
   s.world_workers = world_.size();
+  s.world_servers = world_.servers();
   barriers_.AddTo(&s);
   rejoins_.AddTo(&s);
   recovery_.AddTo(&s);

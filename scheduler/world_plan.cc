@@ -177,11 +177,13 @@ StatusOr<bool> WorldPlan::Adopt(const v1::WorldInfo& world) {
   const bool ascending = std::adjacent_find(m.begin(), m.end(), [](int32_t a, int32_t b) {
                            return a >= b;
                          }) == m.end();
+  // 0 servers: a world of before server resizes (the job's first count).
+  const int32_t min_servers = bounds_.min_servers > 0 ? bounds_.min_servers : first_servers_;
+  const int32_t max_servers = std::max(bounds_.max_servers, first_servers_);
+  const bool servers_ok =
+      world.servers() == 0 || (world.servers() >= min_servers && world.servers() <= max_servers);
   if (m.empty() || !ascending || m[0] < 0 || m[m.size() - 1] >= slots || world.from_step() < 1 ||
-      world.epoch() < 0 || m.size() < static_cast<size_t>(bounds_.min_workers) ||
-      m.size() > static_cast<size_t>(bounds_.max_workers) || world.servers() < 0 ||
-      (world.servers() > 0 && (world.servers() < (bounds_.min_servers > 0 ? bounds_.min_servers : first_servers_) ||
-                               world.servers() > std::max(bounds_.max_servers, first_servers_)))) {
+      world.epoch() < 0 || m.size() < bounds_.min_workers || m.size() > bounds_.max_workers || !servers_ok) {
     return InvalidArgumentError("the world handed back (epoch " + std::to_string(world.epoch()) + ", " +
                                 std::to_string(m.size()) +
                                 " workers, " + std::to_string(world.servers()) +

@@ -100,6 +100,8 @@ TEST_F(ServerResizeStateTest, ServersGrowOnceReadyAndShrinkWithTheMapRelaidOut) 
   ASSERT_EQ(decided.server_addresses_size(), 3);
   EXPECT_EQ(decided.server_addresses(2), "127.0.0.1:7002");
   EXPECT_EQ(state_->GetCluster().num_servers(), 3);
+  EXPECT_EQ(state_->stats().world_servers, 3);
+  EXPECT_EQ(state_->stats().resizes, 1);
 
   // 3 -> 1: announced at once; servers 1 and 2 leave the view, and are not reported dead.
   ASSERT_TRUE(ResizeServers(1).ok());
@@ -113,6 +115,7 @@ TEST_F(ServerResizeStateTest, ServersGrowOnceReadyAndShrinkWithTheMapRelaidOut) 
   EXPECT_EQ(view.num_servers(), 1);
   EXPECT_EQ(view.servers_size(), 1);
   EXPECT_EQ(view.server_slots(), 3);
+  EXPECT_EQ(state_->stats().world_servers, 1);
   EXPECT_TRUE(state_->Training());
 
   auto below = ResizeServers(4);
