@@ -60,7 +60,9 @@ int RunResizeCommand(const std::vector<std::string>& args, std::ostream& out, st
                      milliseconds wait) {
   // RUN_DIR WORKERS, or RUN_DIR --servers SERVERS.
   const bool servers = args.size() == 3 && args[1] == "--servers";
-  if (args.size() != 2 && !servers) {
+  // A flag where WORKERS goes ("--servers" without its count, any other) is no count either.
+  const bool flag = args.size() == 2 && args[1].rfind("--", 0) == 0;
+  if ((args.size() != 2 && !servers) || flag) {
     err << "usage: trellis-launch resize RUN_DIR WORKERS\n"
            "       trellis-launch resize RUN_DIR --servers SERVERS\n"
            "  Resizes a running elastic job (spec.elastic) to WORKERS workers, or its parameter\n"
