@@ -75,7 +75,7 @@ void SchedulerState::MaybeFinishRecoveryLocked(TimePoint now, Deferred* deferred
   const int missing = members_.MarkMissingDead(now, &names);
   if (missing == 0) {
     TLOG_INFO << "recovered the running job after a scheduler restart: all "
-              << config_.num_servers << " servers and " << members_.WorldWorkers()
+              << members_.ServersInForce() << " servers and " << members_.WorldWorkers()
               << " workers are back after " << took << " s"
               << (shards_.has_map() ? "" : " (no shard map yet)");
   } else {
@@ -86,11 +86,12 @@ void SchedulerState::MaybeFinishRecoveryLocked(TimePoint now, Deferred* deferred
 }
 
 StatusOr<v1::ResumeResponse> SchedulerState::Resume(const v1::ResumeRequest& req) {
-  if (req.server_addresses_size() > config_.num_servers) {
+  // A job whose servers were resized hands back the world's (up to maxServers).
+  if (req.server_addresses_size() > config_.server_slots()) {
     return InvalidArgumentError("worker " + std::to_string(req.rank()) + " hands back " +
                                 std::to_string(req.server_addresses_size()) +
-                                " server addresses; the job has " +
-                                std::to_string(config_.num_servers) + " servers");
+                                " server addresses; the job has at most " +
+                                std::to_string(config_.server_slots()) + " servers");
   }
   for (const auto& a : req.server_addresses()) {
     if (a.size() > 512) return InvalidArgumentError("server address longer than 512 characters");

@@ -4,6 +4,8 @@
 // give another server moves there between two steps, the removed servers exit 0, and the job
 // ends with the very model of the same job left alone (aggregate mode: weights and momentum;
 // update mode: the servers' weights, their Adam moments moved with them).
+#include <signal.h>
+
 #include <chrono>
 #include <cstdio>
 #include <regex>
@@ -113,6 +115,49 @@ TEST_F(ElasticServersTest, AggregateModeTwoToThreeToOneServersEndsWithTheUndistu
 
 TEST_F(ElasticServersTest, UpdateModeTwoToThreeToOneServersEndsWithTheUndisturbedModelBitForBit) {
   TwoToThreeToOneEndsWithTheUndisturbedModel("update");
+}
+
+// A scheduler SIGKILLed after a server resize (docs/elastic.md#what-survives-what): the workers
+// hand the world of 3 servers and its map back to the new scheduler, which takes the running job
+// back with its 3 servers and resizes them again (3 -> 1). The job reaches its target.
+TEST_F(ElasticServersTest, TheSchedulerKilledAfterAServerResizeRecoversTheServersAndResizesAgain) {
+  const std::string job = NewJob("srv-sched");
+  MlpJob spec = Spec(job, "aggregate");
+  spec.worker_restart = "OnFailure";
+  auto launch = StartLaunch(TRELLIS_BIN_DIR, dir_, job, MlpJobYaml(job, spec));
+  ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+  const std::string log = dir_ + "/" + job + ".out";
+  ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, 48, launch->get())) << ReadFile(log);
+  std::string out;
+  ASSERT_EQ(ResizeServers(job, 3, &out), 0) << out << ReadFile(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("3 servers from step ([0-9]+)"))) << out;
+  ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, std::stoi(m[1]) + 16, launch->get())) << ReadFile(log);
+
+  const pid_t scheduler = SchedulerOf(job);
+  ASSERT_GT(scheduler, 0);
+  ASSERT_EQ(::kill(scheduler, SIGKILL), 0);
+  const std::string sched_log = dir_ + "/logs-" + job + "/scheduler.log";
+  // The new scheduler learns the world of 3 servers from the first worker that hands its state
+  // back (its agents re-register first; the servers beyond the job file's 2 are outside the
+  // world until then).
+  const auto by = std::chrono::steady_clock::now() + 60s;
+  while (ReadFile(sched_log).find("2 workers and 3 servers from step") == std::string::npos &&
+         std::chrono::steady_clock::now() < by) {
+    std::this_thread::sleep_for(20ms);
+  }
+  const std::string recovered = ReadFile(sched_log);
+  ASSERT_TRUE(std::regex_search(recovered, std::regex("world 1 handed back by worker [01]: 2 workers and 3 servers")))
+      << recovered.substr(recovered.size() > 6000 ? recovered.size() - 6000 : 0);
+
+  ASSERT_EQ(ResizeServers(job, 1, &out), 0) << out << ReadFile(sched_log);
+  EXPECT_NE(out.find("3 -> 1 servers asked for"), std::string::npos) << out;
+  auto st = (*launch)->WaitFor(200s);
+  const std::string text = ReadFile(log);
+  ASSERT_TRUE(st.has_value()) << text;
+  EXPECT_EQ(st->exit_code, 0) << text;
+  EXPECT_NE(text.find("-- reached"), std::string::npos) << text;
+  EXPECT_NE(text.find("trellis-launch: server-2 left the job: resized away"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -123,5 +123,52 @@ TEST_F(ServerResizeStateTest, ServersGrowOnceReadyAndShrinkWithTheMapRelaidOut) 
   EXPECT_NE(below.status().message().find("outside spec.elastic [1, 3]"), std::string::npos);
 }
 
+// A scheduler restarted after a server resize (docs/elastic.md#what-survives-what): each worker
+// hands back the world of 3 servers, the relaid-out map and the 3 addresses; the new scheduler
+// (its job file still says 2 servers) takes them back and lists the 3 servers, and refuses more
+// addresses than the job may ever have servers.
+TEST_F(ServerResizeStateTest, ARestartedSchedulerTakesTheResizedServersBackFromTheWorkers) {
+  ASSERT_NO_FATAL_FAILURE(DeclareKeys());
+  ASSERT_TRUE(ResizeServers(3).ok());
+  ASSERT_TRUE(Reg(v1::ROLE_SERVER, "mlp-server-2").ok());
+  v1::ReportReadyRequest ready;
+  ready.set_role(v1::ROLE_SERVER);
+  ready.set_rank(2);
+  ready.set_address("127.0.0.1:7002");
+  ASSERT_TRUE(state_->ReportReady(ready).ok());
+  const v1::ReachStepResponse decided = ReachBoth(1, 10);
+  ASSERT_TRUE(decided.decided());
+
+  SchedulerConfig c;
+  c.job_name = "mlp";
+  c.num_servers = 2;
+  c.num_workers = 2;
+  c.slice_bytes = 16;
+  Configure(c);
+  SchedulerState fresh(c, &clock_);
+  v1::ResumeRequest back;
+  back.set_rank(0);
+  back.set_incarnation(1);
+  *back.mutable_shard_map() = decided.shard_map();
+  *back.mutable_world() = decided.world();
+  for (const auto& a : decided.server_addresses()) back.add_server_addresses(a);
+  auto resumed = fresh.Resume(back);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  const v1::ClusterView view = fresh.GetCluster();
+  EXPECT_EQ(view.num_servers(), 3);
+  ASSERT_EQ(view.servers_size(), 3);
+  EXPECT_EQ(view.servers(2).address(), "127.0.0.1:7002");
+  EXPECT_EQ(fresh.stats().world_servers, 3);
+
+  v1::ResumeRequest too_many = back;
+  too_many.set_rank(1);
+  too_many.add_server_addresses("127.0.0.1:7003");
+  auto refused = fresh.Resume(too_many);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("hands back 4 server addresses; the job has at most 3 servers"),
+            std::string::npos)
+      << refused.status().message();
+}
+
 }  // namespace
 }  // namespace trellis
