@@ -56,6 +56,9 @@ class ElasticServersTest : public LaunchedJobsTest {
     return j;
   }
 
+  // A server a grow added killed after the resize (the tests below).
+  void KillAnAddedServer(const char* server_mode);
+
   void TwoToThreeToOneEndsWithTheUndisturbedModel(const char* server_mode) {
     // The undisturbed run first: the same job, never resized.
     const std::string still = NewJob(std::string("srv-still-") + server_mode);
@@ -158,6 +161,55 @@ TEST_F(ElasticServersTest, TheSchedulerKilledAfterAServerResizeRecoversTheServer
   EXPECT_EQ(st->exit_code, 0) << text;
   EXPECT_NE(text.find("-- reached"), std::string::npos) << text;
   EXPECT_NE(text.find("trellis-launch: server-2 left the job: resized away"), std::string::npos) << text;
+}
+
+// A server a grow added, killed after the resize (docs/elastic.md#what-survives-what): its agent
+// restarts it under OnFailure, the new program takes the job's map of 3 servers, rebuilds its
+// slices from the workers' retained pushes, and the job ends with the model of the same job
+// left alone, bit for bit (aggregate mode: the rebuilt sums are the sums of the same pushes).
+TEST_F(ElasticServersTest, AServerAddedByAGrowKilledIsRebuiltAndTheModelIsTheUndisturbedOne) {
+  KillAnAddedServer("aggregate");
+}
+
+TEST_F(ElasticServersTest, UpdateModeAServerAddedByAGrowKilledIsRebuiltAndTheModelIsTheUndisturbedOne) {
+  KillAnAddedServer("update");
+}
+
+void ElasticServersTest::KillAnAddedServer(const char* server_mode) {
+  const std::string still = NewJob(std::string("srv-kill-still-") + server_mode);
+  MlpJob still_spec = Spec(still, server_mode);
+  still_spec.server_restart = "OnFailure";
+  {
+    auto launch = StartLaunch(TRELLIS_BIN_DIR, dir_, still, MlpJobYaml(still, still_spec));
+    ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+    auto st = (*launch)->WaitFor(200s);
+    ASSERT_TRUE(st.has_value() && st->exit_code == 0) << ReadFile(dir_ + "/" + still + ".out");
+  }
+  const std::string job = NewJob(std::string("srv-kill-") + server_mode);
+  MlpJob spec = Spec(job, server_mode);
+  spec.server_restart = "OnFailure";
+  auto launch = StartLaunch(TRELLIS_BIN_DIR, dir_, job, MlpJobYaml(job, spec));
+  ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+  const std::string log = dir_ + "/" + job + ".out";
+  ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, 48, launch->get())) << ReadFile(log);
+  std::string out;
+  ASSERT_EQ(ResizeServers(job, 3, &out), 0) << out << ReadFile(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("3 servers from step ([0-9]+)"))) << out;
+  ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, std::stoi(m[1]) + 16, launch->get())) << ReadFile(log);
+  const pid_t server = ProgramOf(job, "server", 2);
+  ASSERT_GT(server, 0);
+  ASSERT_EQ(::kill(server, SIGKILL), 0);
+
+  auto st = (*launch)->WaitFor(200s);
+  const std::string text = ReadFile(log);
+  ASSERT_TRUE(st.has_value()) << text;
+  EXPECT_EQ(st->exit_code, 0) << text;
+  EXPECT_NE(text.find("-- reached"), std::string::npos) << text;
+  const std::string s2 = ReadFile(dir_ + "/logs-" + job + "/server-2.log");
+  EXPECT_NE(s2.find("program killed by SIGKILL (code 137); restart 1/"), std::string::npos) << s2;
+  EXPECT_NE(s2.find("rebuilt "), std::string::npos) << s2;
+  ExpectSameFinalModel(still_spec.checkpoint, spec.checkpoint, 384, "servers 2 -> 3, server 2 killed");
 }
 
 }  // namespace
