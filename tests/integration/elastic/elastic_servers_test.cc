@@ -11,6 +11,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -59,7 +60,13 @@ class ElasticServersTest : public LaunchedJobsTest {
   // A server a grow added killed after the resize (the tests below).
   void KillAnAddedServer(const char* server_mode);
 
-  void TwoToThreeToOneEndsWithTheUndisturbedModel(const char* server_mode) {
+  // The same job undisturbed and resized to each count of `schedule` in turn (each new world
+  // trains 32 steps before the next resize), both run to the end and ending with the same model,
+  // bit for bit. The resized job's name in *job_name, its output in *job_text and the step each
+  // world started at in *world_steps.
+  void ResizedEndsWithTheUndisturbedModel(const char* server_mode, const std::vector<int>& schedule,
+                                          std::string* job_name, std::string* job_text,
+                                          std::vector<int>* world_steps) {
     // The undisturbed run first: the same job, never resized.
     const std::string still = NewJob(std::string("srv-still-") + server_mode);
     const MlpJob still_spec = Spec(still, server_mode);
@@ -76,8 +83,9 @@ class ElasticServersTest : public LaunchedJobsTest {
     ASSERT_TRUE(launch.ok()) << launch.status().ToString();
     const std::string log = dir_ + "/" + job + ".out";
     ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, 48, launch->get())) << ReadFile(log);
-    std::vector<int> from_steps;
-    for (const int to : {3, 1}) {
+    *job_name = job;
+    std::vector<int>& from_steps = *world_steps;
+    for (const int to : schedule) {
       std::string out;
       ASSERT_EQ(ResizeServers(job, to, &out), 0) << out << ReadFile(log);
       std::smatch m;
@@ -92,9 +100,18 @@ class ElasticServersTest : public LaunchedJobsTest {
     }
     auto st = (*launch)->WaitFor(200s);
     const std::string text = ReadFile(log);
+    *job_text = text;
     ASSERT_TRUE(st.has_value()) << text;
     EXPECT_EQ(st->exit_code, 0) << text;
     EXPECT_NE(text.find("-- reached"), std::string::npos) << text;
+    // Every step's sum is the undisturbed one: the same model at the end, bit for bit.
+    ExpectSameFinalModel(still_spec.checkpoint, spec.checkpoint, 384, "servers resized");
+  }
+
+  void TwoToThreeToOneEndsWithTheUndisturbedModel(const char* server_mode) {
+    std::string job, text;
+    std::vector<int> from_steps;
+    ASSERT_NO_FATAL_FAILURE(ResizedEndsWithTheUndisturbedModel(server_mode, {3, 1}, &job, &text, &from_steps));
     EXPECT_NE(text.find("trellis-launch: server-2 starts: the job grows to 3 servers"), std::string::npos) << text;
     EXPECT_NE(text.find("trellis-launch: server-1 left the job: resized away"), std::string::npos) << text;
     EXPECT_NE(text.find("trellis-launch: server-2 left the job: resized away"), std::string::npos) << text;
@@ -107,8 +124,6 @@ class ElasticServersTest : public LaunchedJobsTest {
         << w0;
     const std::string s2 = ReadFile(dir_ + "/logs-" + job + "/server-2.log");
     EXPECT_NE(s2.find("server 2 resized away in world 2"), std::string::npos) << s2;
-    // Every step's sum is the undisturbed one: the same model at the end, bit for bit.
-    ExpectSameFinalModel(still_spec.checkpoint, spec.checkpoint, 384, "servers resized 2 -> 3 -> 1");
   }
 };
 
@@ -118,6 +133,19 @@ TEST_F(ElasticServersTest, AggregateModeTwoToThreeToOneServersEndsWithTheUndistu
 
 TEST_F(ElasticServersTest, UpdateModeTwoToThreeToOneServersEndsWithTheUndisturbedModelBitForBit) {
   TwoToThreeToOneEndsWithTheUndisturbedModel("update");
+}
+
+// Growing back into a rank a shrink removed (docs/elastic.md#servers): 2 -> 1 -> 3 servers in
+// update mode. Server 1 exits after 2 -> 1; the grow starts its agent again as a fresh server,
+// and the weights and Adam moments handed to it are the undisturbed ones, bit for bit.
+TEST_F(ElasticServersTest, UpdateModeServersShrunkAndGrownBackIntoTheRemovedRankEndWithTheUndisturbedModel) {
+  std::string job, text;
+  std::vector<int> from_steps;
+  ASSERT_NO_FATAL_FAILURE(ResizedEndsWithTheUndisturbedModel("update", {1, 3}, &job, &text, &from_steps));
+  EXPECT_NE(text.find("trellis-launch: server-1 left the job: resized away"), std::string::npos) << text;
+  EXPECT_NE(text.find("trellis-launch: server-1 starts again: the job grows to 3 servers"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("trellis-launch: server-2 starts: the job grows to 3 servers"), std::string::npos) << text;
 }
 
 // A scheduler SIGKILLed after a server resize (docs/elastic.md#what-survives-what): the workers
