@@ -358,7 +358,7 @@ std::string Launcher::OutOfTheWorld(const Child& agent) {
   return "left the job: resized away";
 }
 
-bool Launcher::ServerResizedAway(const Child& agent) {
+bool Launcher::ServerOutsideWorld(const Child& agent) {
   if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kServer || !client_) return false;
   auto view = client_->GetCluster(0, /*wait_complete=*/false, milliseconds(1000));
   return view.ok() && view->num_servers() > 0 && agent.plan.index >= view->num_servers();
@@ -664,9 +664,13 @@ int Launcher::Supervise() {
           a->lost = true;
           console_.Line("trellis-launch: " + a->plan.name + " lost (" + silent +
                         "): stopped it; the job goes on without it (spec.elastic; " + Seconds(Elapsed()) + ")");
-        } else if (a->plan.kind == ProcessPlan::Kind::kServer && a->exit->exit_code == 0 && ServerResizedAway(*a)) {
-          console_.Line("trellis-launch: " + a->plan.name + " left the job: resized away, its slices moved to the "
-                        "others (" + Seconds(Elapsed()) + ")");
+        } else if (a->plan.kind == ProcessPlan::Kind::kServer && ServerOutsideWorld(*a)) {
+          console_.Line("trellis-launch: " + a->plan.name +
+                        (a->exit->exit_code == 0
+                             ? " left the job: resized away, its slices moved to the others ("
+                             : " ended outside the job's world (" + a->exit->Describe() +
+                                   "): the server grow it was started for is given up; the job goes on (") +
+                        Seconds(Elapsed()) + ")");
         } else if (a->exit->exit_code != 0 || a->plan.kind == ProcessPlan::Kind::kServer) {
           if (a->exit->exit_code != 0) a->lost = !LostWorker(*a).empty();
           if (!a->lost) {

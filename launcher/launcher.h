@@ -83,9 +83,10 @@ class Launcher {
   std::string OutOfTheWorld(const Child& agent);
   // Elastic jobs: why the scheduler goes on without the worker agent that exited failing (empty:
   // it does not; the job fails or restarts). docs/elastic.md#losing-a-worker.
-  // A server agent that exited 0 because a server resize removed its server (the view's
-  // servers in force end below its rank).
-  bool ServerResizedAway(const Child& agent);
+  // A server agent outside the job's world (the view's servers in force end below its rank):
+  // its server was removed by a resize (it exited 0), or a grow started it and it failed before
+  // it was ready (the scheduler gives the grow up). Its end is not the job's.
+  bool ServerOutsideWorld(const Child& agent);
   std::string LostWorker(const Child& agent);
   // Elastic jobs: the scheduler lost this worker while its agent was silent (a frozen process,
   // docs/elastic.md#losing-a-worker); the scheduler's why, from the watched view, else "".

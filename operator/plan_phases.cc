@@ -203,6 +203,12 @@ bool ServerLeaving(const PlanRound& r, const ObservedPod& p) {
          p.index < Int(st, {"lastResize", "from"}).value_or(0);
 }
 
+// An elastic job's server beyond the servers the round plans for (its world's, or a grow's under
+// way): removed by a shrink, or added by a grow that was given up.
+bool ServerOutsideWorld(const PlanRound& r, const ObservedPod& p) {
+  return r.spec.elastic.enabled && p.role == PodRole::kServer && p.index >= r.spec.servers.replicas;
+}
+
 // A server a server grow under way adds (docs/elastic.md#servers): its pod is made now, not lost.
 bool ServerJoining(const PlanRound& r, const DesiredPod& d) {
   if (!r.spec.elastic.enabled || d.role != PodRole::kServer) return false;
@@ -395,7 +401,13 @@ void DecideFailures(PlanRound& r) {
   for (const ObservedPod* failed : f.failed) {
     if (!r.phase.empty() || OldPodsGoing(r)) break;  // the job ended, or restarts as a whole
     const ObservedPod& p = *failed;
-    if (Departed(r, p) || ServerLeaving(r, p)) continue;  // PlanPods deletes it; nothing to replace
+    if (Departed(r, p)) continue;  // PlanPods deletes it; nothing to replace
+    // An elastic job's server outside its world's servers (removed by a shrink, or added by a
+    // grow given up) and one a grow under way adds that failed before it was ready: its agent
+    // told the scheduler, which gives the grow up; the job runs on, PlanPods deletes the pod.
+    if (ServerOutsideWorld(r, p) || ServerJoining(r, DesiredPod{.name = p.name, .role = p.role, .index = p.index})) {
+      continue;
+    }
     if (LostWorker(r.spec, p)) continue;  // the job goes on without it (NoteLostWorkers)
     if (GoneForGood(r, p)) continue;      // evicted: FailLostPods judged it
     if (p.role == PodRole::kScheduler) {

@@ -152,6 +152,12 @@ Status SchedulerState::ReportExit(const v1::ReportExitRequest& req) {
         failure.clear();
       }
     }
+    // Likewise a server a server grow adds that ended before it was ready (docs/elastic.md#servers).
+    if (req.role() == v1::ROLE_SERVER && !req.will_restart() && !req.preempted()) {
+      if (std::string why = world_.ServerExited(req.rank(), DescribeExitCode(req.exit_code())); !why.empty()) {
+        TLOG_WARN << why;
+      }
+    }
     if (!failure.empty()) LoseWorkerLocked(req.rank(), failure, &deferred);
     ChangedLocked(&deferred);
   }

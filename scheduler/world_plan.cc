@@ -221,6 +221,21 @@ std::string WorldPlan::JoinerExited(int32_t slot, const std::string& exit) {
   return why;
 }
 
+std::string WorldPlan::ServerExited(int32_t rank, const std::string& exit) {
+  // Once announced, the members may be waiting for the decision: the grow goes on (the
+  // server's agent restarts it, or the members cannot reach it and say so).
+  if (!pending_ || pending_->servers == 0 || pending_->announced_unix_ms || rank < servers() ||
+      rank >= pending_->servers) {
+    return "";
+  }
+  const std::string why = "resize to " + std::to_string(pending_->servers) + " servers given up: server " +
+                          std::to_string(rank) + " exited (" + exit +
+                          ") before it was ready (its log says why); the job runs on with " +
+                          std::to_string(servers()) + " servers";
+  pending_.reset();
+  return why;
+}
+
 StatusOr<bool> WorldPlan::Lose(int32_t slot, const std::string& why, int64_t now_unix_ms, bool silent) {
   const bool member = IsMember(slot);
   const bool joined = Joining(slot) && pending_->joined.count(slot);

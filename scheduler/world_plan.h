@@ -128,6 +128,10 @@ class WorldPlan {
   // A joiner's program exited (`exit`: how) before it asked to join: the grow is given up at once,
   // naming it. Returns why (empty: `slot` is no joiner still to ask).
   std::string JoinerExited(int32_t slot, const std::string& exit);
+  // A server that the server grow under way adds exited for good (`exit`: how) before the grow
+  // was announced: the grow is given up at once, naming it. Returns why (empty: `rank` is no
+  // server it still waits for).
+  std::string ServerExited(int32_t rank, const std::string& exit);
 
   // `slot`, a member of the world (or a joiner that asked to join), is gone for good (`why`):
   // the job goes on without it (above). Returns whether it was lost; false: not in the world

@@ -148,6 +148,39 @@ TEST_F(ElasticServersTest, UpdateModeServersShrunkAndGrownBackIntoTheRemovedRank
   EXPECT_NE(text.find("trellis-launch: server-2 starts: the job grows to 3 servers"), std::string::npos) << text;
 }
 
+// A server a grow adds whose program fails before it is ready (restartPolicy Never; here its
+// command exits 3 for rank 2, as a node without room might): the scheduler gives the grow up at
+// once, naming it, `trellis-launch resize` exits 1 saying so, and the job goes on with its 2
+// servers to its end, its model the undisturbed one.
+TEST_F(ElasticServersTest, AServerAGrowAddsThatFailsGivesTheGrowUpNotTheJob) {
+  const std::string job = NewJob("srv-fail");
+  MlpJob spec = Spec(job, "aggregate");
+  std::string yaml = MlpJobYaml(job, spec);
+  const std::string servers = "  servers:\n    replicas: 2\n";
+  ASSERT_NE(yaml.find(servers), std::string::npos) << yaml;
+  yaml.replace(yaml.find(servers), servers.size(),
+               servers + "    command: [sh, -c, 'if [ \"$TRELLIS_RANK\" = 2 ]; then echo \"server 2: no room\" >&2; "
+                         "exit 3; fi; exec trellis-pserver', sh]\n");
+  auto launch = StartLaunch(TRELLIS_BIN_DIR, dir_, job, yaml);
+  ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+  const std::string log = dir_ + "/" + job + ".out";
+  ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, 48, launch->get())) << ReadFile(log);
+  std::string out;
+  EXPECT_EQ(ResizeServers(job, 3, &out), 1) << out << ReadFile(log);
+  EXPECT_NE(out.find("gave the resize up"), std::string::npos) << out;
+  auto st = (*launch)->WaitFor(200s);
+  const std::string text = ReadFile(log);
+  ASSERT_TRUE(st.has_value()) << text;
+  EXPECT_EQ(st->exit_code, 0) << text;
+  EXPECT_NE(text.find("-- reached"), std::string::npos) << text;
+  EXPECT_NE(text.find("trellis-launch: server-2 ended outside the job's world (exited with code 3"), std::string::npos)
+      << text;
+  const std::string sched = ReadFile(dir_ + "/logs-" + job + "/scheduler.log");
+  EXPECT_NE(sched.find("resize to 3 servers given up: server 2 exited (exit code 3) before it was ready"),
+            std::string::npos)
+      << sched;
+}
+
 // A scheduler SIGKILLed after a server resize (docs/elastic.md#what-survives-what): the workers
 // hand the world of 3 servers and its map back to the new scheduler, which takes the running job
 // back with its 3 servers and resizes them again (3 -> 1). The job reaches its target.

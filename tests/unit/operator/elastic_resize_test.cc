@@ -213,6 +213,45 @@ TEST(ElasticResizeTest, ElasticServersAreResizedWithinTheirBoundsOneKindAtATime)
   EXPECT_TRUE(plan.events.empty()) << "said once";
 }
 
+// A server pod a grow adds that fails before the grow took effect (restartPolicy Never) is not
+// the job's failure: the scheduler gives the grow up, and the pod goes once it is Abandoned.
+TEST(ElasticResizeTest, AServerAGrowAddsThatFailsGivesTheGrowUpNotTheJob) {
+  Json job = ApiJob(R"({"servers":{"replicas":2},
+                        "workers":{"replicas":3,"command":["trellis-mlp"]},
+                        "elastic":{"minWorkers":1,"maxWorkers":3,"minServers":1,"maxServers":3},
+                        "runPolicy":{"restartPolicy":"Never"}})");
+  std::vector<ObservedPod> pods = AllPods("Running");
+  Round(job, pods, kT0);
+  job["spec"]["servers"]["replicas"] = Json::number(3);
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  ASSERT_TRUE(plan.resize && plan.resize->servers);
+  std::vector<JobPlan::Event> events;
+  ASSERT_TRUE(ApplyResizeAnswer(job["status"], "mlp", *plan.resize, Answer(0, 3, 1), 0, kT0, &events));
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  ASSERT_EQ(plan.create.size(), 1u);
+  pods.push_back(Pod(PodRole::kServer, 2, "Failed", 1));
+  plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning) << job["status"].serialize();
+  EXPECT_TRUE(plan.create.empty()) << "not made again under Never";
+
+  // The scheduler gave the grow up: Abandoned, the failed pod deleted, the job runs on with 2.
+  v1::JobProgress p;
+  *p.mutable_world() = World(0, 1, 3);
+  events.clear();
+  EXPECT_FALSE(ApplyResizeProgress(job["status"], "mlp", p, kT0, &events));
+  EXPECT_EQ(Str(job, {"status", "lastResize", "outcome"}), kResizeAbandoned);
+  ASSERT_EQ(Reasons(events), (std::vector<std::string>{"ResizeAbandoned"}));
+  EXPECT_NE(events[0].message.find("the resize from 2 servers to 3 was given up"), std::string::npos)
+      << events[0].message;
+  EXPECT_NE(events[0].message.find("the job runs on with 2 servers; change spec.servers.replicas to ask again"),
+            std::string::npos)
+      << events[0].message;
+  plan = Round(job, pods, kT0 + std::chrono::seconds(4));
+  EXPECT_EQ(plan.remove, (std::vector<std::string>{"mlp-server-2"}));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  EXPECT_FALSE(plan.resize) << "not asked again until the replicas change";
+}
+
 // In update mode the refusal says what a resume with another count would meet.
 TEST(ElasticResizeTest, InUpdateModeTheServersRefusalSaysTheCheckpointsHoldTheShards) {
   Json job = ApiJob(kSpec);

@@ -326,6 +326,28 @@ TEST(WorldPlanTest, AServerGrowWhoseServerNeverStartsIsGivenUp) {
   EXPECT_EQ(plan.announced_epoch(), 1) << "server 1 is ready: announced at once";
 }
 
+// A server the grow adds that exits before it was ready gives the grow up at once, naming it;
+// once the grow was announced (every added server ready), an exit does not.
+TEST(WorldPlanTest, AServerGrowWhoseServerExitsBeforeItWasReadyIsGivenUpAtOnce) {
+  ElasticBounds bounds = Bounds(2, 2);
+  bounds.max_servers = 4;
+  WorldPlan plan(2, 2, bounds, 2);
+  EXPECT_EQ(plan.ServerExited(2, "exit code 1"), "") << "no resize under way";
+  ASSERT_TRUE(plan.ResizeServers(4, {2, 3}, "", 1000).ok());
+  EXPECT_EQ(plan.ServerExited(1, "exit code 1"), "") << "a server of the world: not the grow's";
+  EXPECT_FALSE(plan.ServerReady(2, 1100));
+  const std::string why = plan.ServerExited(3, "exit code 1");
+  EXPECT_EQ(why, "resize to 4 servers given up: server 3 exited (exit code 1) before it was ready (its log says "
+                 "why); the job runs on with 2 servers");
+  EXPECT_EQ(plan.pending_epoch(), 0);
+  EXPECT_EQ(plan.servers(), 2);
+
+  ASSERT_TRUE(plan.ResizeServers(3, {}, "", 2000).ok());
+  EXPECT_EQ(plan.announced_epoch(), 1);
+  EXPECT_EQ(plan.ServerExited(2, "exit code 1"), "") << "announced: the members decide it";
+  EXPECT_EQ(plan.pending_epoch(), 1);
+}
+
 // Through the scheduler's state: the ping announces the resize, a waiting report is answered by
 // the report that decides it, the departed worker's exit does not end the job, barriers wait
 // for the world's members only, and the job's progress carries the world and the last resize.
