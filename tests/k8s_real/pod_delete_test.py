@@ -178,8 +178,11 @@ class PodDelete(envtest.EnvtestCase):
         st = self.wait_phase("mlpd", ("Succeeded", "Failed"), 300)
         self.assertEqual(st["phase"], "Succeeded", st)
         before = ""
-        for i in (0, 1):  # rank 0 is whichever worker registered first, pod 0 or pod 1
-            path = os.path.join(self.kubelet.work_dir, "mlpd-worker-%d.previous.log" % i)
+        # Rank 0 is whichever worker registered first, pod 0 or pod 1. Its log is among the earlier
+        # pods' of that name, not always the previous one: a replacement the operator made before
+        # the exit checkpoint was written cannot join the stopping world and is made once more.
+        for i in (0, 1):
+            path = os.path.join(self.kubelet.work_dir, "mlpd-worker-%d.earlier.log" % i)
             if os.path.exists(path):
                 with open(path, errors="replace") as f:
                     before += f.read()
