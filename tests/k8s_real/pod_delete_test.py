@@ -189,7 +189,7 @@ class PodDelete(envtest.EnvtestCase):
         m = re.search(r"stopped after step (\d+) \(exit checkpoint \S+\.ckpt\)", before)
         self.assertIsNotNone(m, "no exit checkpoint in the deleted rank 0's log:\n" + before[-3000:])
         exit_step = int(m.group(1))
-        with open(os.path.join(self.kubelet.work_dir, "mlpd-scheduler.previous.log"), errors="replace") as f:
+        with open(os.path.join(self.kubelet.work_dir, "mlpd-scheduler.earlier.log"), errors="replace") as f:
             self.assertIn("every worker's pod is being stopped from outside", f.read())
         self.assertEqual(st["resumedFrom"]["step"], exit_step, st)
         log = self.pod_log("mlpd-worker-0") + self.pod_log("mlpd-worker-1")  # ranks go by arrival
