@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <thread>
@@ -381,13 +382,49 @@ Status Agent::StartMetrics(int32_t rank) {
   return Status::Ok();
 }
 
-bool Agent::MayRestart() {
+bool Agent::MayRestart(const ExitStatus& status) {
+  auto view = client_->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(1000));
+  if (!view.ok()) return true;
   // A program that failed because the job did (a rejoin with no donor left, a barrier the
   // scheduler aborted) would only fail again: the job restarts as a whole or not at all.
-  auto view = client_->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(1000));
-  if (!view.ok() || !view->failed()) return true;
-  TLOG_WARN << "not restarting the program: the scheduler has failed the job (" << view->failure_message() << ")";
-  return false;
+  if (view->failed()) {
+    TLOG_WARN << "not restarting the program: the scheduler has failed the job (" << view->failure_message() << ")";
+    return false;
+  }
+  // Under Always a program that ended well is started again; one a resize took out of the world
+  // would only idle outside it (a server nobody sends slices) or stay out (a worker): done, as
+  // under OnFailure. A later grow starts its rank again.
+  if (status.exit_code != 0) return true;
+  int32_t rank;
+  {
+    MutexLock lock(&mu_);
+    rank = rank_;
+  }
+  const std::string outside = OutsideTheWorld(config_.role, rank, view->world());
+  if (!outside.empty()) {
+    TLOG_INFO << "not restarting the program: " << outside;
+    return false;
+  }
+  // A worker that ended well finished the job's training: started again it would ask to rejoin
+  // a job that holds no place for it (and, the last to end, fail it: no live worker to rejoin).
+  if (config_.role == v1::ROLE_WORKER) {
+    TLOG_INFO << "not restarting the program: worker " << rank
+              << " exited 0, its training finished (restartPolicy Always restarts a worker only after a failure)";
+    return false;
+  }
+  return true;
+}
+
+std::string OutsideTheWorld(v1::Role role, int32_t rank, const v1::WorldInfo& world) {
+  if (rank < 0) return "";
+  if (role == v1::ROLE_SERVER) {
+    if (world.servers() <= 0 || rank < world.servers()) return "";
+    return "server " + std::to_string(rank) + " was resized away (the job's world has " +
+           std::to_string(world.servers()) + " servers); a grow starts it again";
+  }
+  const auto& m = world.members();
+  if (m.empty() || std::find(m.begin(), m.end(), rank) != m.end()) return "";
+  return "worker " + std::to_string(rank) + " is outside the job's world (resized away); a grow starts it again";
 }
 
 void Agent::OnExit(const ExitStatus& status, bool will_restart, int restarts) {

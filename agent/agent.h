@@ -20,6 +20,11 @@
 
 namespace trellis {
 
+// Why a program of `role` and `rank` that ended well is outside `world` (a resize took it out:
+// a server rank at or above the world's servers, a worker not among its members), or "" when
+// it is inside (or the world says nothing).
+std::string OutsideTheWorld(v1::Role role, int32_t rank, const v1::WorldInfo& world);
+
 class Agent : public SupervisorHooks {
  public:
   // Reads the token, connects, fetches the job's settings (heartbeat interval, restart policy
@@ -47,7 +52,7 @@ class Agent : public SupervisorHooks {
   StatusOr<SpawnOptions> PrepareStart(int attempt) override EXCLUDES(mu_);
   void OnStarted(const Process& process, int attempt) override;
   void OnStartFailed(const Status& error, int attempt) override;
-  bool MayRestart() override;
+  bool MayRestart(const ExitStatus& status) override EXCLUDES(mu_);
   void OnExit(const ExitStatus& status, bool will_restart, int restarts) override EXCLUDES(mu_);
 
  private:

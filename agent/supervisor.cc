@@ -177,7 +177,7 @@ SupervisorResult Supervisor::Run() {
       MutexLock lock(&mu_);
       stopping = stop_signal_ != 0;
     }
-    const bool wanted = !stopping && PolicyRestarts(options_.policy, status) && hooks_.MayRestart();
+    const bool wanted = !stopping && PolicyRestarts(options_.policy, status) && hooks_.MayRestart(status);
     const bool will_restart = wanted && result.restarts < options_.backoff_limit;
     if (wanted && !will_restart) {
       TLOG_WARN << "program " << status.Describe() << "; back-off limit " << options_.backoff_limit

@@ -48,8 +48,9 @@ class SupervisorHooks {
   // attempt then counts as an exit with code 127 ("command not found") for the policy.
   virtual void OnStartFailed(const Status& error, int attempt) {}
   // After an exit the policy would restart: false when a restart is pointless (the job has
-  // failed at its scheduler: a new program could not join it).
-  virtual bool MayRestart() { return true; }
+  // failed at its scheduler: a new program could not join it; or, under Always, the program
+  // ended well outside the job's world: resized away).
+  virtual bool MayRestart(const ExitStatus& status) { return true; }
   // After every exit. `restarts` counts the restarts done so far.
   virtual void OnExit(const ExitStatus& status, bool will_restart, int restarts) = 0;
 };

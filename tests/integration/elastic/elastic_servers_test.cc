@@ -181,6 +181,49 @@ TEST_F(ElasticServersTest, AServerAGrowAddsThatFailsGivesTheGrowUpNotTheJob) {
       << sched;
 }
 
+// restartPolicy Always (docs/operations.md#restart-policies): a program that ended well is started
+// again, but not one a resize took out of the world, nor a worker that finished its training.
+// The servers shrunk 2 -> 1 and then the workers 2 -> 1: server 1 and worker 1 exit 0 and their
+// agents end with them (before, server 1 was started again and idled outside the world), and the
+// job succeeds (before, worker 0, started again after its last step, asked to rejoin a job with
+// no live worker and failed it).
+TEST_F(ElasticServersTest, UnderRestartPolicyAlwaysWhatAResizeTookOutIsNotStartedAgain) {
+  const std::string job = NewJob("srv-always");
+  MlpJob spec = Spec(job, "aggregate");
+  spec.elastic = "{minWorkers: 1, maxWorkers: 2, minServers: 1, maxServers: 2}";
+  spec.server_restart = "Always";
+  spec.worker_restart = "Always";
+  auto launch = StartLaunch(TRELLIS_BIN_DIR, dir_, job, MlpJobYaml(job, spec));
+  ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+  const std::string log = dir_ + "/" + job + ".out";
+  ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, 48, launch->get())) << ReadFile(log);
+  std::string out;
+  ASSERT_EQ(ResizeServers(job, 1, &out), 0) << out << ReadFile(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("1 servers from step ([0-9]+)"))) << out;
+  ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, std::stoi(m[1]) + 32, launch->get())) << ReadFile(log);
+  ASSERT_EQ(RunLauncherResize(TRELLIS_BIN_DIR, dir_ + "/logs-" + job, {"1"}, dir_ + "/" + job + ".resize-w.out", &out),
+            0)
+      << out << ReadFile(log);
+  auto st = (*launch)->WaitFor(200s);
+  const std::string text = ReadFile(log);
+  ASSERT_TRUE(st.has_value()) << text;
+  EXPECT_EQ(st->exit_code, 0) << text;
+  EXPECT_NE(text.find("-- reached"), std::string::npos) << text;
+  EXPECT_NE(text.find("trellis-launch: server-1 left the job: resized away"), std::string::npos) << text;
+  EXPECT_NE(text.find("trellis-launch: worker-1 left the job: resized away"), std::string::npos) << text;
+  const std::string s1 = ReadFile(dir_ + "/logs-" + job + "/server-1.log");
+  EXPECT_NE(s1.find("not restarting the program: server 1 was resized away (the job's world has 1 servers)"),
+            std::string::npos)
+      << s1;
+  EXPECT_EQ(s1.find("; restart 1/"), std::string::npos) << s1;
+  const std::string w1 = ReadFile(dir_ + "/logs-" + job + "/worker-1.log");
+  EXPECT_NE(w1.find("not restarting the program: worker 1 is outside the job's world"), std::string::npos) << w1;
+  const std::string w0 = ReadFile(dir_ + "/logs-" + job + "/worker-0.log");
+  EXPECT_NE(w0.find("not restarting the program: worker 0 exited 0, its training finished"), std::string::npos) << w0;
+  EXPECT_EQ(w0.find("; restart 1/"), std::string::npos) << w0;
+}
+
 // A scheduler SIGKILLed after a server resize (docs/elastic.md#what-survives-what): the workers
 // hand the world of 3 servers and its map back to the new scheduler, which takes the running job
 // back with its 3 servers and resizes them again (3 -> 1). The job reaches its target.

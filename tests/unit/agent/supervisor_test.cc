@@ -88,7 +88,7 @@ class FakeHooks : public SupervisorHooks {
     o.argv = {"train", std::to_string(attempt)};
     return o;
   }
-  bool MayRestart() override { return exits.size() < may_restart_exits; }
+  bool MayRestart(const ExitStatus&) override { return exits.size() < may_restart_exits; }
   void OnExit(const ExitStatus& status, bool will_restart, int restarts) override {
     exits.push_back({status, will_restart, restarts});
   }
