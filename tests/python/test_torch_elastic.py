@@ -4,7 +4,7 @@ exits 0 at the agreed step; the others re-shard what is left of the epoch with E
 (no sample trained twice in the epoch of the resize, none skipped), their on_resize hook
 scales the learning rate, and the job succeeds with the accuracy an undisturbed run reaches.
 Grown 2 -> 3, the joiner takes the running job's state and the sampler's place; lost for good,
-the others go on."""
+the others go on. Its servers resized 2 -> 3 -> 1, the program trains on unchanged."""
 import collections
 import datetime
 import os
@@ -303,3 +303,87 @@ def test_a_worker_restarted_after_a_resize_goes_on_from_the_samplers_place(tmp_p
         twice = [i for i, c in seen.items() if c > 1]
         assert not twice, "epoch %d: %d samples trained twice" % (epoch, len(twice))
     assert float((out / "result.txt").read_text().split()[0]) >= 0.9
+
+
+def run_servers_resized(tmp_path, name, schedule):
+    """elastic_train.py with 2 workers and 2 servers (the servers elastic 1..3) under
+    trellis-launch; each count of `schedule` in turn asked for with `trellis-launch resize
+    --servers N` once rank 0 trained 12 more steps of epoch 1 or later: (the resizes'
+    CompletedProcesses, the job's output, its exit code, out dir, logs dir)."""
+    launcher = launcher_or_skip()
+    out, logs = tmp_path / name / "out", tmp_path / name / "logs"
+    out.mkdir(parents=True)
+    job = tmp_path / name / "job.yaml"
+    text = JOB.format(name=name, script=os.path.join(HERE, "elastic_train.py"), out=out)
+    text = text.replace("replicas: 3", "replicas: 2").replace(
+        "    minWorkers: 1\n    maxWorkers: 3\n",
+        "    minWorkers: 2\n    maxWorkers: 2\n    minServers: 1\n    maxServers: 3\n")
+    job.write_text(text)
+    p = subprocess.Popen([launcher, "--log-dir", str(logs), str(job)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, env=launcher_env(), text=True)
+    resizes = []
+    try:
+        mark = 0
+        for to in schedule:
+            deadline = time.time() + 90
+            while time.time() < deadline and p.poll() is None:
+                steps = [r[1] for r in records(str(out)).get(0, []) if r[0] >= 1]
+                if len(steps) >= 12 and steps[-1] >= mark + 12:
+                    break
+                time.sleep(0.1)
+            assert p.poll() is None, "the job ended before the resize to %d servers:\n%s" % (to, p.communicate()[0])
+            resizes.append(subprocess.run([launcher, "resize", str(logs), "--servers", str(to)],
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          env=launcher_env(), text=True, timeout=90))
+            mark = max(r[1] for r in records(str(out))[0])
+        log, _ = p.communicate(timeout=150)
+    finally:
+        if p.poll() is None:
+            p.terminate()
+            p.communicate(timeout=30)
+    return resizes, log, p.returncode, out, logs
+
+
+def test_servers_resized_under_a_torch_program_end_with_the_undisturbed_model(tmp_path):
+    """A server resize under trellis.torch (docs/elastic.md#servers): the servers taken 2 -> 3 ->
+    1 mid-epoch while the program trains. The program does nothing for it: every step trains in a
+    world of the same 2 workers with the same ranks, the on_resize hooks are called with them (the
+    learning rate stays), the sampler's shards go on (no sample twice in an epoch, none skipped),
+    and both workers end with the model of the same job left alone, bit for bit (aggregate mode,
+    2 workers: the sums do not change)."""
+    _, log, code, still, _ = run_servers_resized(tmp_path, "tt-srv-still", [])
+    assert code == 0, log
+    resizes, log, code, out, logs = run_servers_resized(tmp_path, "tt-srv", [3, 1])
+    for r, to in zip(resizes, (3, 1)):
+        assert r.returncode == 0, r.stdout
+        assert "trellis-launch resize: %d servers from step" % to in r.stdout, r.stdout
+    assert code == 0, log
+    assert "server-2 starts: the job grows to 3 servers" in log, log
+    assert "server-1 left the job: resized away" in log, log
+    w0 = (logs / "worker-0.log").read_text()
+    assert "rank 0 of 2, 3 servers" in w0 and "rank 0 of 2, 1 servers" in w0, w0
+
+    got = records(str(out))
+    assert sorted(got) == [0, 1], got.keys()
+    for slot, rows in got.items():
+        assert all(r[2] == slot and r[3] == 2 for r in rows), (slot, rows[:3])
+    per_epoch = collections.defaultdict(collections.Counter)
+    for rows in got.values():
+        for epoch, _, _, _, idx in rows:
+            per_epoch[epoch].update(idx)
+    assert sorted(per_epoch) == [0, 1, 2, 3], sorted(per_epoch)
+    for epoch, seen in per_epoch.items():
+        assert set(seen) == set(range(N)) and sum(seen.values()) == N, "epoch %d" % epoch
+    finals = {(run, slot): (d / ("final%d.txt" % slot)).read_text()
+              for run, d in (("still", still), ("resized", out)) for slot in (0, 1)}
+    assert len(set(finals.values())) == 1, finals
+    # The hooks hear of each new world (its epoch changed) with the same rank and size: a
+    # learning-rate scaler keeps the rate.
+    for slot in (0, 1):
+        calls = (out / ("resized%d.txt" % slot)).read_text().split("\n")[:-1]
+        assert calls == ["%d 2 0.1" % slot] * 2, (slot, calls)
+    hooks = sorted(f for f in os.listdir(str(out)) if f.startswith("resized"))
+    print("servers 2 -> 3 from step %s, 3 -> 1 from step %s; on_resize hook calls: %s" % (
+        resizes[0].stdout.split("servers from step ")[1].split()[0],
+        resizes[1].stdout.split("servers from step ")[1].split()[0],
+        {f: (out / f).read_text().split("\n")[:-1] for f in hooks}))
