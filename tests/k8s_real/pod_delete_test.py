@@ -3,7 +3,8 @@
 what a node drain or an eviction does. The test kubelet stops the deleted pod's agent with
 SIGTERM; the agent tells the scheduler its pod was stopped from outside; the operator recreates
 the pod under the same name; its agent registers under the same rank and rejoins the running job.
-The job must still reach Succeeded, with no restart counted toward backoffLimit. Under
+The job must still reach Succeeded, with no restart counted toward backoffLimit (under
+restartPolicy Always too: a worker that finished is not started again). Under
 restartPolicy Never the job fails instead, saying that the pod was deleted
 (docs/kubernetes.md "What survives a pod deletion, an eviction, a drain"). A suspended job
 (the whole job stopped from outside) gets an exit checkpoint before its pods go, and resumes
@@ -105,6 +106,17 @@ class PodDelete(envtest.EnvtestCase):
         ckpt = self.start_job("mlps", "ExitCode")
         uid = self.delete_mid_training("mlps", "mlps-server-1", ckpt)
         self.check_replaced_and_succeeded("mlps", "mlps-server-1", uid)
+
+    def test_under_always_a_deleted_worker_pod_is_recreated_and_the_job_succeeds(self):
+        """restartPolicy Always, as many Kubeflow jobs set it (docs/operations.md#restart-policies):
+        a deleted worker pod is recreated and rejoins, and at the end each worker that finished
+        its training is not started again (before, the last one started again failed the job)."""
+        ckpt = self.start_job("mlpa", "Always")
+        uid = self.delete_mid_training("mlpa", "mlpa-worker-1", ckpt)
+        log = self.check_replaced_and_succeeded("mlpa", "mlpa-worker-1", uid)
+        self.assertRegex(log, r"rejoined the running job after step")
+        self.assertIn("not restarting the program: worker 1 exited 0, its training finished", log)
+        self.assertIn("not restarting the program: worker 0 exited 0", self.pod_log("mlpa-worker-0"))
 
     def test_deleted_pod_under_never_fails_the_job_saying_so(self):
         ckpt = self.start_job("mlpn", "Never")
