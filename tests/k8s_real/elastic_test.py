@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import envtest  # noqa: E402
 
 EPOCHS = 16  # of 128 steps per worker with 2 workers: a few seconds of training before the resize
+STEPS = EPOCHS * 128  # per worker
 
 
 class Elastic(envtest.EnvtestCase):
@@ -159,8 +160,8 @@ class Elastic(envtest.EnvtestCase):
         """docs/elastic.md#servers: with minServers/maxServers, an edit of spec.servers.replicas
         resizes the running job's servers: 2 -> 3 makes the pod of server 2 and the slices move
         at a step the workers agree on; 3 -> 1 removes servers 1 and 2, whose programs hand
-        their slices over and exit 0, and whose pods go. The job succeeds, reaching the MLP's
-        target accuracy."""
+        their slices over and exit 0, and whose pods go; 1 -> 2 makes server 1's pod again, a
+        fresh server the slices move to. The job succeeds, reaching the MLP's target accuracy."""
         services = os.path.join(self.cp.dir, self.ns + "-services.json")
         self.start_operator(args=["--progress-seconds", "1", "--scheduler-addresses", services])
         kubelet = self.start_kubelet(args=["--services-file", services])
@@ -209,16 +210,30 @@ class Elastic(envtest.EnvtestCase):
             with open(os.path.join(kubelet.work_dir, "es-server-%d.log" % r), errors="replace") as f:
                 self.assertIn("resized away in world", f.read())
 
+        # Grown back into the rank the shrink removed: server 1's pod made again, a fresh server
+        # the slices are handed to.
+        step = ((self.job("es").get("status") or {}).get("progress") or {}).get("step", 0)
+        self.assertLess(step, STEPS - 400, "too little training left to grow back in")
+        asked = time.time()
+        patch_servers(2)
+        self.assertTrue(envtest.wait_for(lambda: done(2), 90),
+                        "the grow back did not take effect: %s" % self.job("es").get("status"))
+        regrew = time.time() - asked
+        self.assertEqual(sorted(p["metadata"]["name"] for p in self.pods("trellis.io/job-name=es,trellis.io/role=server")),
+                         ["es-server-0", "es-server-1"])
+
         st = self.wait_phase("es", ("Succeeded", "Failed"), 240)
         self.assertEqual(st["phase"], "Succeeded", st)
-        self.assertEqual(st["world"]["servers"], 1, st)
+        self.assertEqual(st["world"]["servers"], 2, st)
         with open(os.path.join(kubelet.work_dir, "es-worker-0.log"), errors="replace") as f:
             log = f.read()
         self.assertRegex(log, r"RESULT: test accuracy \S+ \(target \S+\) -- reached", log[-2000:])
         self.assertRegex(log, r"world \d+ from step \d+: rank 0 of 2, 3 servers")
         self.assertRegex(log, r"world \d+ from step \d+: rank 0 of 2, 1 servers")
-        print("servers 2 -> 3 -> 1 on the real API server: spec.servers.replicas -> status.world 3: %.2f s, -> 1: "
-              "%.2f s; last resize %s" % (grew, shrank, st["lastResize"]), flush=True)
+        self.assertRegex(log, r"world \d+ from step \d+: rank 0 of 2, 2 servers")
+        print("servers 2 -> 3 -> 1 -> 2 on the real API server (grown back at step %d): spec.servers.replicas -> "
+              "status.world 3: %.2f s, -> 1: %.2f s, -> 2: %.2f s; last resize %s"
+              % (step, grew, shrank, regrew, st["lastResize"]), flush=True)
 
     def start_lost_job(self, name, workers, min_workers, scheduler=None, policy="Never", kubelet_args=(), **run_policy):
         """An elastic job of `workers` under restartPolicy `policy`, trained a few steps; the
