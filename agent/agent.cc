@@ -384,10 +384,9 @@ Status Agent::StartMetrics(int32_t rank) {
 
 bool Agent::MayRestart(const ExitStatus& status) {
   auto view = client_->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(1000));
-  if (!view.ok()) return true;
   // A program that failed because the job did (a rejoin with no donor left, a barrier the
   // scheduler aborted) would only fail again: the job restarts as a whole or not at all.
-  if (view->failed()) {
+  if (view.ok() && view->failed()) {
     TLOG_WARN << "not restarting the program: the scheduler has failed the job (" << view->failure_message() << ")";
     return false;
   }
@@ -400,13 +399,14 @@ bool Agent::MayRestart(const ExitStatus& status) {
     MutexLock lock(&mu_);
     rank = rank_;
   }
-  const std::string outside = OutsideTheWorld(config_.role, rank, view->world());
+  const std::string outside = view.ok() ? OutsideTheWorld(config_.role, rank, view->world()) : "";
   if (!outside.empty()) {
     TLOG_INFO << "not restarting the program: " << outside;
     return false;
   }
   // A worker that ended well finished the job's training: started again it would ask to rejoin
   // a job that holds no place for it (and, the last to end, fail it: no live worker to rejoin).
+  // Decided without the scheduler, which may be gone once the job ended.
   if (config_.role == v1::ROLE_WORKER) {
     TLOG_INFO << "not restarting the program: worker " << rank
               << " exited 0, its training finished (restartPolicy Always restarts a worker only after a failure)";
