@@ -4,7 +4,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <thread>
@@ -399,7 +398,7 @@ bool Agent::MayRestart(const ExitStatus& status) {
     MutexLock lock(&mu_);
     rank = rank_;
   }
-  const std::string outside = view.ok() ? OutsideTheWorld(config_.role, rank, view->world()) : "";
+  const std::string outside = view.ok() ? OutsideTheWorld(*view, config_.role, rank) : "";
   if (!outside.empty()) {
     TLOG_INFO << "not restarting the program: " << outside;
     return false;
@@ -415,15 +414,12 @@ bool Agent::MayRestart(const ExitStatus& status) {
   return true;
 }
 
-std::string OutsideTheWorld(v1::Role role, int32_t rank, const v1::WorldInfo& world) {
-  if (rank < 0) return "";
+std::string OutsideTheWorld(const v1::ClusterView& view, v1::Role role, int32_t rank) {
+  if (InTheWorld(view, role, rank)) return "";
   if (role == v1::ROLE_SERVER) {
-    if (world.servers() <= 0 || rank < world.servers()) return "";
     return "server " + std::to_string(rank) + " was resized away (the job's world has " +
-           std::to_string(world.servers()) + " servers); a grow starts it again";
+           std::to_string(view.num_servers()) + " servers); a grow starts it again";
   }
-  const auto& m = world.members();
-  if (m.empty() || std::find(m.begin(), m.end(), rank) != m.end()) return "";
   return "worker " + std::to_string(rank) + " is outside the job's world (resized away); a grow starts it again";
 }
 

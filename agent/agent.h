@@ -20,10 +20,9 @@
 
 namespace trellis {
 
-// Why a program of `role` and `rank` that ended well is outside `world` (a resize took it out:
-// a server rank at or above the world's servers, a worker not among its members), or "" when
-// it is inside (or the world says nothing).
-std::string OutsideTheWorld(v1::Role role, int32_t rank, const v1::WorldInfo& world);
+// Why a program of `role` and `rank` that ended well is outside the world of `view` (a resize
+// took it out: InTheWorld), or "" when it is inside.
+std::string OutsideTheWorld(const v1::ClusterView& view, v1::Role role, int32_t rank);
 
 class Agent : public SupervisorHooks {
  public:

@@ -350,9 +350,7 @@ void Launcher::WatchCluster() {
 std::string Launcher::OutOfTheWorld(const Child& agent) {
   if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kWorker || !client_) return "";
   auto view = client_->GetCluster(0, /*wait_complete=*/false, milliseconds(1000));
-  if (!view.ok() || view->world().members_size() == 0) return "";
-  const auto& m = view->world().members();
-  if (std::find(m.begin(), m.end(), agent.plan.index) != m.end()) return "";
+  if (!view.ok() || InTheWorld(*view, v1::ROLE_WORKER, agent.plan.index)) return "";
   // Started for a grow whose world never came: it was given up (a joiner that cannot join exits 0).
   if (agent.grow_epoch > view->world().epoch()) return "did not join: the grow was given up (its log says why)";
   return "left the job: resized away";
@@ -361,7 +359,7 @@ std::string Launcher::OutOfTheWorld(const Child& agent) {
 bool Launcher::ServerOutsideWorld(const Child& agent) {
   if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kServer || !client_) return false;
   auto view = client_->GetCluster(0, /*wait_complete=*/false, milliseconds(1000));
-  return view.ok() && view->num_servers() > 0 && agent.plan.index >= view->num_servers();
+  return view.ok() && !InTheWorld(*view, v1::ROLE_SERVER, agent.plan.index);
 }
 
 std::string Launcher::LostWorker(const Child& agent) {

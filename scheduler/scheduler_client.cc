@@ -348,4 +348,11 @@ StatusOr<v1::ResumeResponse> SchedulerClient::Resume(const v1::ResumeRequest& re
   return resp;
 }
 
+bool InTheWorld(const v1::ClusterView& view, v1::Role role, int32_t rank) {
+  if (rank < 0) return true;
+  if (role == v1::ROLE_SERVER) return view.num_servers() <= 0 || rank < view.num_servers();
+  const auto& m = view.world().members();
+  return m.empty() || std::find(m.begin(), m.end(), rank) != m.end();
+}
+
 }  // namespace trellis

@@ -32,6 +32,11 @@ inline constexpr int kSchedulerConnectTimeoutMs = 1000;
 // is simply gone), so gRPC still calls the channel READY; only the beats' own deadlines tell.
 inline constexpr int kSchedulerBeatTimeoutMs = 3000;
 
+// Whether `rank` of `role` is in the world `view` holds now (docs/elastic.md): a server below the
+// servers in force, a worker among the members. A view without a world (none yet, or a rank not
+// registered: -1) holds every rank. What the agents and trellis-launch ask of an ended program.
+bool InTheWorld(const v1::ClusterView& view, v1::Role role, int32_t rank);
+
 struct SchedulerClientOptions {
   std::string address;  // host:port
   std::string token;    // job token; empty when the job runs without one
