@@ -103,13 +103,14 @@ void Membership::SweepHeartbeats(std::vector<Member>& nodes, v1::Role role, Time
     if (!n.registered || n.exited) continue;
     if (n.dead) {
       // An elastic job does not wait for ever for a worker whose agent fell silent (its node
-      // gone, the pod frozen): past the registration timeout it is lost, the job goes on.
-      if (role == v1::ROLE_WORKER && config_.elastic.enabled && !n.departed &&
-          now - n.last_seen > config_.replacement_timeout) {
+      // gone, the pod frozen): past the registration timeout it is lost, the job goes on. With
+      // elastic servers a silent server likewise: another server's pod takes it over.
+      const bool elastic = role == v1::ROLE_WORKER ? config_.elastic.enabled : config_.servers_elastic();
+      if (elastic && !n.departed && now - n.last_seen > config_.replacement_timeout) {
         n.exited = true;
         *changed = true;
         losses->push_back({role, static_cast<int32_t>(r),
-                           "worker " + std::to_string(r) + " (pod " + n.pod_name + ") was silent for " +
+                           std::string(RoleName(role)) + " " + std::to_string(r) + " (pod " + n.pod_name + ") was silent for " +
                                Secs(now - n.last_seen) +
                                " s (no heartbeat from its agent: its node gone?) and did not come back "
                                "within registrationTimeoutSeconds (" +

@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "common/base/logging.h"
+#include "scheduler/scheduler_client.h"
 
 namespace trellis {
 
@@ -145,6 +146,8 @@ void Membership::FillNode(const Member& n, v1::Role role, int32_t rank, v1::Node
   out->set_stalled(n.stalled);
   out->set_stall_reason(n.stall_reason);
   out->set_restarting(n.restarting);
+  out->set_taken_over_by(n.taken_over_by);
+  out->set_lost_pod(n.lost_pod);
 }
 
 void Membership::FillView(v1::ClusterView* v) const {
@@ -288,6 +291,7 @@ Status Membership::Ready(const v1::ReportReadyRequest& req) {
   n.ready = true;
   n.address = req.address();
   n.last_seen = clock_->Now();
+  if (!n.taken_over_by.empty()) n.served_since_takeover = true;
   TLOG_INFO << RoleName(req.role()) << " " << req.rank() << " ready at " << req.address();
   return Status::Ok();
 }
@@ -378,6 +382,43 @@ Status Membership::ReportExit(const v1::ReportExitRequest& req, std::string* fai
     }
   }
   return Status::Ok();
+}
+
+std::string Membership::TakeOverServer(int32_t rank, int32_t by) {
+  Member& n = servers_[static_cast<size_t>(rank)];
+  const Member& a = servers_[static_cast<size_t>(by)];
+  const std::string pod = TakeOverPodName(a.pod_name, rank);
+  pods_.erase(n.pod_name);
+  if (n.lost_pod.empty()) n.lost_pod = n.pod_name;
+  n.taken_over_by = a.pod_name;
+  n.pod_name = pod;
+  n.served_since_takeover = false;
+  n.host = a.host;
+  n.ready = false;
+  n.address.clear();
+  n.dead = false;
+  n.exited = false;
+  n.preempted = false;
+  // A restart of the rank, counted now (its registration is not counted again); the others wait
+  // for it as for any restart, up to the registration timeout (liveness.cc).
+  ++n.restarts;
+  ++restarts_;
+  n.restart_reported = true;
+  const TimePoint now = clock_->Now();
+  n.restarting = true;
+  n.restarting_since = now;
+  n.last_seen = now;
+  pods_[pod] = std::make_pair(v1::ROLE_SERVER, rank);
+  return pod;
+}
+
+std::vector<int32_t> Membership::TakenOverBy(const std::string& pod_name) const {
+  std::vector<int32_t> ranks;
+  if (pod_name.empty()) return ranks;
+  for (size_t r = 0; r < servers_.size(); ++r) {
+    if (servers_[r].taken_over_by == pod_name) ranks.push_back(static_cast<int32_t>(r));
+  }
+  return ranks;
 }
 
 Status Membership::Leave(const v1::LeaveRequest& req) {

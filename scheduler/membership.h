@@ -66,6 +66,12 @@ class Membership {
     // Elastic jobs: the rank left the job's world (scaled down; world_plan.h). Its program's
     // exit is a departure, not the job's end.
     bool departed = false;
+    // Elastic servers (docs/elastic.md#losing-a-server): the rank was lost for good and pod
+    // `taken_over_by` runs its program since (TakeOverServer); `lost_pod` is the pod it had
+    // first. `served_since_takeover`: the takeover's program reported ready.
+    std::string taken_over_by;
+    std::string lost_pod;
+    bool served_since_takeover = false;
   };
 
   // A member given up on (liveness.cc): the job fails, or an elastic job goes on without a
@@ -137,6 +143,14 @@ class Membership {
   // may still come back), and everyone's heartbeat timeout starts afresh. Returns how many were
   // missing, and names the first 10 in `names`.
   int MarkMissingDead(TimePoint now, std::string* names);
+  // Elastic servers: server `rank`, lost for good, is taken over by the pod of live server `by`
+  // (REQUIRES: both in range, `by` live and not `rank`). The rank's pod name becomes
+  // TakeOverPodName(that pod, rank), the name the takeover's agent registers under (the rank's
+  // next incarnation, a restart); until it is back the others wait for it as for a restart.
+  // Returns the new pod name.
+  std::string TakeOverServer(int32_t rank, int32_t by);
+  // The server ranks pod `pod_name` took over (ascending).
+  std::vector<int32_t> TakenOverBy(const std::string& pod_name) const;
   // Servers' addresses a worker handed back (Resume), for those that have not reported ready.
   void AdoptServerAddresses(const v1::ResumeRequest& req);
 

@@ -37,6 +37,14 @@ inline constexpr int kSchedulerBeatTimeoutMs = 3000;
 // registered: -1) holds every rank. What the agents and trellis-launch ask of an ended program.
 bool InTheWorld(const v1::ClusterView& view, v1::Role role, int32_t rank);
 
+// The pod name a takeover of server `rank` registers under (docs/elastic.md#losing-a-server):
+// the agent that pod `pod` starts for it, "<pod>+server-<rank>", the pod part cut so that the
+// name stays within a registration's 253 characters.
+inline std::string TakeOverPodName(const std::string& pod, int32_t rank) {
+  const std::string suffix = "+server-" + std::to_string(rank);
+  return pod.substr(0, 253 - suffix.size()) + suffix;
+}
+
 struct SchedulerClientOptions {
   std::string address;  // host:port
   std::string token;    // job token; empty when the job runs without one

@@ -62,6 +62,10 @@ struct SchedulerConfig {
   int32_t min_servers() const {
     return elastic.enabled && elastic.min_servers > 0 ? elastic.min_servers : num_servers;
   }
+  // The servers' bounds let them be resized (spec.elastic.minServers < maxServers): its servers
+  // are elastic, and a server lost for good is taken over by the others
+  // (docs/elastic.md#losing-a-server).
+  bool servers_elastic() const { return elastic.enabled && min_servers() < server_slots(); }
 };
 
 Status ValidateSchedulerConfig(const SchedulerConfig& config);
@@ -86,6 +90,7 @@ struct SchedulerStats {
   int64_t stalls = 0;                  // programs found stalled (liveness.cc)
   int64_t resizes = 0;                 // elastic jobs: resizes decided (world_plan.h)
   int64_t workers_lost = 0;            // elastic jobs: workers lost for good, the job going on
+  int64_t servers_taken_over = 0;      // elastic servers: servers lost for good, taken over
   int64_t world_workers = 0;           // the workers taking part now
   int64_t world_servers = 0;           // the servers holding the slices now
   bool recovering = false;             // waiting for the old members now

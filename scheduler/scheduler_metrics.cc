@@ -25,6 +25,7 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
     prometheus::Counter* fresh_rejoins;
     prometheus::Counter* resizes;
     prometheus::Counter* workers_lost;
+    prometheus::Counter* servers_taken_over;
     prometheus::Gauge* world_workers;
     prometheus::Gauge* world_servers;
     prometheus::Gauge* waiters;
@@ -53,6 +54,9 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
   s.workers_lost = &r.Counter("trellis_scheduler_workers_lost_total",
                               "Elastic jobs: workers lost for good that the job went on without "
                               "(docs/elastic.md#losing-a-worker)");
+  s.servers_taken_over = &r.Counter("trellis_scheduler_servers_taken_over_total",
+                                    "Elastic servers: servers lost for good whose shards another server's pod "
+                                    "took over (docs/elastic.md#losing-a-server)");
   s.world_workers = &r.Gauge("trellis_scheduler_world_workers",
                              "Workers taking part in the job's steps now (its world)");
   s.world_servers = &r.Gauge("trellis_scheduler_world_servers",
@@ -75,6 +79,7 @@ void RegisterSchedulerMetrics(MetricsRegistry& r, const SchedulerState& state) {
     Advance(*s.fresh_rejoins, static_cast<double>(st.fresh_rejoins));
     Advance(*s.resizes, static_cast<double>(st.resizes));
     Advance(*s.workers_lost, static_cast<double>(st.workers_lost));
+    Advance(*s.servers_taken_over, static_cast<double>(st.servers_taken_over));
     s.world_workers->Set(static_cast<double>(st.world_workers));
     s.world_servers->Set(static_cast<double>(st.world_servers));
     s.waiters->Set(static_cast<double>(st.waiters));

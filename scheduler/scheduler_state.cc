@@ -130,6 +130,11 @@ StatusOr<v1::HeartbeatResponse> SchedulerState::Heartbeat(const v1::HeartbeatReq
     bool revived = false;
     TRELLIS_RETURN_IF_ERROR(members_.Heartbeat(req, &resp, &revived));
     if (revived) ChangedLocked(&deferred);
+    if (req.role() == v1::ROLE_SERVER) {
+      for (int32_t r : members_.TakenOverBy(members_.at(req.role(), req.rank()).pod_name)) {
+        resp.add_take_over_servers(r);
+      }
+    }
     resp.set_cluster_version(version_);
     resp.set_job_failed(failed_);
     resp.set_failure_message(failure_message_);
@@ -153,9 +158,15 @@ Status SchedulerState::ReportExit(const v1::ReportExitRequest& req) {
       }
     }
     // Likewise a server a server grow adds that ended before it was ready (docs/elastic.md#servers).
+    // Any other server of the world gone for good is taken over, with elastic servers.
     if (req.role() == v1::ROLE_SERVER && !req.will_restart() && !req.preempted()) {
       if (std::string why = world_.ServerExited(req.rank(), DescribeExitCode(req.exit_code())); !why.empty()) {
         TLOG_WARN << why;
+      } else {
+        TakeOverServerLocked(req.rank(),
+                             "server " + std::to_string(req.rank()) + " (pod " + members_.at(req.role(), req.rank()).pod_name +
+                                 ") exited for good: " + DescribeExitCode(req.exit_code()),
+                             &deferred);
       }
     }
     if (!failure.empty()) LoseWorkerLocked(req.rank(), failure, &deferred);
@@ -281,7 +292,7 @@ void SchedulerState::Sweep() {
       for (auto& loss : losses) {
         if (loss.role == v1::ROLE_WORKER) {
           LoseWorkerLocked(loss.rank, loss.why, &deferred, loss.silent);
-        } else {
+        } else if (!TakeOverServerLocked(loss.rank, loss.why, &deferred)) {
           FailJobLocked(std::move(loss.why), &deferred);
         }
       }
@@ -341,6 +352,7 @@ SchedulerStats SchedulerState::stats() const {
   members_.AddTo(&s);
   s.resizes = resizes_answered_;
   s.workers_lost = workers_lost_;
+  s.servers_taken_over = servers_taken_over_;
   s.world_workers = world_.size();
   s.world_servers = world_.servers();
   barriers_.AddTo(&s);

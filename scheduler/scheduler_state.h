@@ -199,6 +199,11 @@ class SchedulerState {
   // Worker `rank` is gone for good (`why`): an elastic job goes on without it while minWorkers
   // remain (WorldPlan::Lose); otherwise, or below that, the job fails.
   void LoseWorkerLocked(int32_t rank, const std::string& why, Deferred* deferred, bool silent = false) REQUIRES(mu_);
+  // Server `rank` is gone for good (`why`): with elastic servers (SchedulerConfig::servers_elastic)
+  // a live server's pod takes it over (scheduler_state_takeover.cc); the job fails when none can,
+  // or when a takeover of it ended before it served. Returns false when nothing applies (servers
+  // not elastic, the job ending or stopping, the rank outside the world): the caller does as before.
+  bool TakeOverServerLocked(int32_t rank, const std::string& why, Deferred* deferred) REQUIRES(mu_);
   void SweepReachWaitersLocked(TimePoint now, Deferred* deferred) REQUIRES(mu_);
   void FailReachWaitersLocked(const Status& st, Deferred* deferred) REQUIRES(mu_);
   // Answers (and drops) the ReachStep waiters `which` picks with `answer`.
@@ -221,6 +226,7 @@ class SchedulerState {
   std::vector<ReachWaiter> reach_waiters_ GUARDED_BY(mu_);
   int64_t resizes_answered_ GUARDED_BY(mu_) = 0;  // the newest epoch WorldDecidedLocked saw
   int64_t workers_lost_ GUARDED_BY(mu_) = 0;      // LoseWorkerLocked: the job went on without them
+  int64_t servers_taken_over_ GUARDED_BY(mu_) = 0;  // TakeOverServerLocked: takeovers decided
   // The newest server resize decided: what DecidedAnswerLocked adds for its world.
   struct ServerMove {
     int64_t epoch = 0;

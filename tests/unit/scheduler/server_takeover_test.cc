@@ -1,0 +1,177 @@
+// A server lost for good in a job with elastic servers (docs/elastic.md#losing-a-server): the
+// scheduler gives its rank to the pod of a live server (the view names it, that pod's heartbeat
+// answers ask its agent to run the rank), the takeover registers as the rank's next incarnation,
+// and the job goes on; a takeover that ends before it served, or no live server to take it,
+// fails the job saying why; without the servers' bounds nothing changes.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "scheduler/scheduler_client.h"
+#include "scheduler/scheduler_state.h"
+#include "tests/unit/scheduler/running_job_fixture.h"
+
+namespace trellis {
+namespace {
+
+using namespace std::chrono_literals;
+
+class ServerTakeoverTest : public testing::RunningJobTest {
+ protected:
+  void Configure(SchedulerConfig& c) override { c.elastic = ElasticBounds{true, 2, 2, 1, 3}; }
+
+  Status Exit(v1::Role role, int32_t rank, int64_t incarnation, int32_t code) {
+    v1::ReportExitRequest r;
+    r.set_role(role);
+    r.set_rank(rank);
+    r.set_incarnation(incarnation);
+    r.set_exit_code(code);
+    return state_->ReportExit(r);
+  }
+  std::vector<int32_t> TakeOvers(int32_t server, int64_t incarnation = 1) {
+    v1::HeartbeatRequest r;
+    r.set_role(v1::ROLE_SERVER);
+    r.set_rank(server);
+    r.set_incarnation(incarnation);
+    auto resp = state_->Heartbeat(r);
+    EXPECT_TRUE(resp.ok()) << resp.status().ToString();
+    if (!resp.ok()) return {};
+    return {resp->take_over_servers().begin(), resp->take_over_servers().end()};
+  }
+  Status Ready(int32_t server, const std::string& address) {
+    v1::ReportReadyRequest r;
+    r.set_role(v1::ROLE_SERVER);
+    r.set_rank(server);
+    r.set_address(address);
+    return state_->ReportReady(r);
+  }
+  void Beat(v1::Role role, int32_t rank, int64_t incarnation = 1) {
+    v1::HeartbeatRequest r;
+    r.set_role(role);
+    r.set_rank(rank);
+    r.set_incarnation(incarnation);
+    ASSERT_TRUE(state_->Heartbeat(r).ok());
+  }
+};
+
+TEST_F(ServerTakeoverTest, AServerExitedForGoodIsRunByTheOtherServersPodAndTheJobGoesOn) {
+  ASSERT_TRUE(Exit(v1::ROLE_SERVER, 1, 1, 137).ok());
+  v1::ClusterView view = state_->GetCluster();
+  EXPECT_FALSE(view.failed()) << view.failure_message();
+  ASSERT_EQ(view.servers_size(), 2);
+  const v1::NodeInfo& lost = view.servers(1);
+  EXPECT_EQ(lost.taken_over_by(), "mlp-server-0");
+  EXPECT_EQ(lost.lost_pod(), "mlp-server-1");
+  EXPECT_EQ(lost.pod_name(), "mlp-server-0+server-1");
+  EXPECT_EQ(lost.pod_name(), TakeOverPodName("mlp-server-0", 1));
+  EXPECT_FALSE(lost.ready());
+  EXPECT_FALSE(lost.exited());
+  EXPECT_TRUE(lost.restarting()) << "the others wait for it as for a restart";
+  EXPECT_EQ(state_->stats().servers_taken_over, 1);
+  // Server 0's agent is asked to run rank 1, on every beat; nobody else is.
+  EXPECT_EQ(TakeOvers(0), std::vector<int32_t>{1});
+  EXPECT_EQ(TakeOvers(0), std::vector<int32_t>{1});
+
+  // The takeover registers as rank 1's next incarnation and serves at a new address.
+  auto reg = Reg(v1::ROLE_SERVER, "mlp-server-0+server-1");
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  EXPECT_EQ(reg->rank(), 1);
+  EXPECT_EQ(reg->incarnation(), 2);
+  ASSERT_TRUE(Ready(1, "127.0.0.1:7100").ok());
+  view = state_->GetCluster();
+  EXPECT_TRUE(view.complete());
+  EXPECT_EQ(view.servers(1).address(), "127.0.0.1:7100");
+  EXPECT_EQ(view.servers(1).restarts(), 1) << "a takeover is one restart of the rank";
+  EXPECT_TRUE(state_->Training());
+  // The lost pod's name no longer holds the rank (here it gets the free slot a grow would use).
+  auto old_pod = Reg(v1::ROLE_SERVER, "mlp-server-1");
+  EXPECT_TRUE(!old_pod.ok() || old_pod->rank() != 1) << old_pod->rank();
+  EXPECT_EQ(state_->GetCluster().servers(1).pod_name(), "mlp-server-0+server-1");
+
+  // Lost again after it served (its pod's agent gone): taken over again.
+  ASSERT_TRUE(Exit(v1::ROLE_SERVER, 1, 2, 143).ok());
+  view = state_->GetCluster();
+  EXPECT_FALSE(view.failed()) << view.failure_message();
+  EXPECT_EQ(view.servers(1).taken_over_by(), "mlp-server-0");
+  EXPECT_EQ(view.servers(1).lost_pod(), "mlp-server-1") << "the pod it had first";
+  EXPECT_EQ(state_->stats().servers_taken_over, 2);
+}
+
+TEST_F(ServerTakeoverTest, ATakeoverThatEndsBeforeItServedFailsTheJobSayingWhy) {
+  ASSERT_TRUE(Exit(v1::ROLE_SERVER, 0, 1, 137).ok());
+  EXPECT_EQ(state_->GetCluster().servers(0).taken_over_by(), "mlp-server-1");
+  EXPECT_EQ(TakeOvers(1), std::vector<int32_t>{0});
+  auto reg = Reg(v1::ROLE_SERVER, "mlp-server-1+server-0");
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  ASSERT_TRUE(Exit(v1::ROLE_SERVER, 0, reg->incarnation(), 3).ok());
+  const v1::ClusterView view = state_->GetCluster();
+  ASSERT_TRUE(view.failed());
+  EXPECT_NE(view.failure_message().find("taken over by pod mlp-server-1, where its program ended before it served"),
+            std::string::npos)
+      << view.failure_message();
+}
+
+TEST_F(ServerTakeoverTest, WithNoOtherServerLiveTheJobFailsSayingWhy) {
+  ASSERT_TRUE(Exit(v1::ROLE_SERVER, 1, 1, 137).ok());
+  // Server 0 goes before rank 1's takeover served: nobody is left to take either over.
+  ASSERT_TRUE(Exit(v1::ROLE_SERVER, 0, 1, 137).ok());
+  const v1::ClusterView view = state_->GetCluster();
+  ASSERT_TRUE(view.failed());
+  EXPECT_NE(view.failure_message().find("server 0 (pod mlp-server-0) exited for good: exit code 137 (killed by "
+                                        "SIGKILL); no other server is live to take its shards over"),
+            std::string::npos)
+      << view.failure_message();
+}
+
+TEST_F(ServerTakeoverTest, ASilentServerIsTakenOverAfterTheRegistrationTimeout) {
+  // Server 1's agent falls silent; the others beat on.
+  for (int i = 0; i < 8; ++i) {
+    clock_.Advance(9s);
+    ASSERT_NO_FATAL_FAILURE(Beat(v1::ROLE_SERVER, 0));
+    ASSERT_NO_FATAL_FAILURE(Beat(v1::ROLE_WORKER, 0));
+    ASSERT_NO_FATAL_FAILURE(Beat(v1::ROLE_WORKER, 1));
+    state_->Sweep();
+  }
+  const v1::ClusterView view = state_->GetCluster();
+  EXPECT_FALSE(view.failed()) << view.failure_message();
+  EXPECT_EQ(view.servers(1).taken_over_by(), "mlp-server-0");
+  EXPECT_FALSE(view.servers(1).dead());
+  EXPECT_EQ(TakeOvers(0), std::vector<int32_t>{1});
+}
+
+TEST_F(ServerTakeoverTest, NothingIsTakenOverOnceTheJobEnds) {
+  ASSERT_TRUE(Exit(v1::ROLE_WORKER, 0, 1, 0).ok());  // a worker finished: the job is ending
+  ASSERT_TRUE(Exit(v1::ROLE_SERVER, 1, 1, 143).ok());
+  const v1::ClusterView view = state_->GetCluster();
+  EXPECT_TRUE(view.servers(1).taken_over_by().empty());
+  EXPECT_TRUE(view.servers(1).exited());
+  EXPECT_TRUE(TakeOvers(0).empty());
+}
+
+class FixedServersTest : public testing::RunningJobTest {
+ protected:
+  void Configure(SchedulerConfig& c) override { c.elastic = ElasticBounds{true, 1, 2, 2, 2}; }  // as a job file without them
+};
+
+TEST_F(FixedServersTest, WithoutTheServersBoundsALostServerIsNotTakenOver) {
+  v1::ReportExitRequest r;
+  r.set_role(v1::ROLE_SERVER);
+  r.set_rank(1);
+  r.set_incarnation(1);
+  r.set_exit_code(137);
+  ASSERT_TRUE(state_->ReportExit(r).ok());
+  const v1::ClusterView view = state_->GetCluster();
+  EXPECT_TRUE(view.servers(1).taken_over_by().empty());
+  EXPECT_TRUE(view.servers(1).exited());
+  EXPECT_EQ(state_->stats().servers_taken_over, 0);
+  v1::HeartbeatRequest b;
+  b.set_role(v1::ROLE_SERVER);
+  b.set_rank(0);
+  b.set_incarnation(1);
+  auto resp = state_->Heartbeat(b);
+  ASSERT_TRUE(resp.ok());
+  EXPECT_EQ(resp->take_over_servers_size(), 0);
+}
+
+}  // namespace
+}  // namespace trellis
