@@ -133,14 +133,21 @@ int Agent::Run() {
   TLOG_INFO << RoleName(config_.role) << " agent for job " << config_.job << ", pod " << config_.pod_name
             << ", scheduler " << config_.scheduler_address << ", restartPolicy "
             << ToString(restart_.policy) << ", backoffLimit " << restart_.backoff_limit;
+  if (config_.take_over_server >= 0) {
+    TLOG_WARN << "taking over server " << config_.take_over_server << " (lost for good; elastic servers)";
+  }
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   SupervisorResult r = supervisor_->Run();
+  std::unique_ptr<TakeoverAgents> takeovers;
   {
     MutexLock lock(&mu_);
     stopping_ = true;
+    takeovers.swap(takeovers_);
   }
   cv_.SignalAll();
   heartbeat_thread_.join();
+  // The ranks this pod took over end with it (the scheduler has another server take them over).
+  if (takeovers) takeovers->Stop(restart_.stop_grace);
   int32_t finished_rank;
   {
     MutexLock lock(&mu_);
@@ -188,7 +195,23 @@ void Agent::FinishReport(const SupervisorResult& r, int32_t rank) {
     report_.error = last_start_error_.message();
     if (last_start_error_.code() == StatusCode::kNotFound) report_.command_not_found = program_;
   }
-  if (r.stopped || r.last.exit_code == 0 || rank < 0) return;
+  if (r.stopped || rank < 0) return;
+  if (config_.role == v1::ROLE_SERVER) {
+    // Elastic servers: another server's pod took this rank over (the scheduler decided when the
+    // exit was reported); the operator does not make this pod again, nor fail the job for it.
+    auto view = client_->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(2000));
+    if (view.ok() && !view->failed()) {
+      for (const auto& n : view->servers()) {
+        if (n.rank() == rank && !n.taken_over_by().empty() && n.lost_pod() == config_.pod_name) {
+          report_.taken_over = "server " + std::to_string(rank) + " (pod " + config_.pod_name +
+                               ") is lost for good; its shards are taken over by pod " + n.taken_over_by() +
+                               ", which runs it from now on (spec.elastic)";
+        }
+      }
+    }
+    if (!report_.taken_over.empty()) return;
+  }
+  if (r.last.exit_code == 0) return;
   // The exit was reported; a worker's failure has failed the job at the scheduler by now, or
   // (an elastic job) left the worker out. Either way no replacement of this pod can join the
   // job: say so, so the operator does not make one.
@@ -220,6 +243,7 @@ void Agent::RequestStop(int signo) {
     MutexLock lock(&mu_);
     stopping_ = true;
     if (stop_signal_ == 0) stop_signal_ = signo;
+    if (takeovers_) takeovers_->Signal(signo);
   }
   cv_.SignalAll();
   supervisor_->RequestStop(signo);
@@ -303,6 +327,11 @@ StatusOr<SpawnOptions> Agent::PrepareStart(int attempt) {
     MutexLock lock(&mu_);
     finished_rank_ = reg.rank();
     return CancelledError("worker " + std::to_string(reg.rank()) + " finished already");
+  }
+  if (config_.take_over_server >= 0 && reg.rank() != config_.take_over_server) {
+    return FailedPreconditionError("the scheduler gave pod " + config_.pod_name + " server rank " +
+                                   std::to_string(reg.rank()) + ", not server " +
+                                   std::to_string(config_.take_over_server) + " that it takes over");
   }
   {
     MutexLock lock(&mu_);
@@ -555,6 +584,15 @@ void Agent::HeartbeatLoop() {
       unreachable = false;
     }
     if (resp.ok() && resp->restart_program()) KillStalled(incarnation, resp->restart_reason());
+    if (resp.ok() && resp->take_over_servers_size() > 0) {
+      MutexLock takeover_lock(&mu_);
+      if (!stopping_) {
+        if (!takeovers_) {
+          takeovers_ = std::make_unique<TakeoverAgents>(config_, error_dir_.empty() ? "/tmp" : error_dir_);
+        }
+        takeovers_->Want({resp->take_over_servers().begin(), resp->take_over_servers().end()});
+      }
+    }
     if (resp.ok() && resp->job_failed() && !failure_logged) {
       TLOG_WARN << "the scheduler reports the job failed: " << resp->failure_message();
       failure_logged = true;

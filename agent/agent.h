@@ -10,6 +10,7 @@
 #include "agent/agent_config.h"
 #include "agent/process_group.h"
 #include "agent/supervisor.h"
+#include "agent/takeover_agents.h"
 #include "common/base/mutex.h"
 #include "common/process/byte_ledger.h"
 #include "common/metrics/metrics.h"
@@ -136,6 +137,9 @@ class Agent : public SupervisorHooks {
   // touched only from the supervisor's thread.
   std::unique_ptr<ByteLedger> ledger_;
   int64_t ledger_since_ = 0;  // the incarnation of the first program it counted; 0: none yet
+  // Elastic servers: the agents this server pod runs for ranks it took over, made on the first
+  // heartbeat answer that names one (agent/takeover_agents.h); stopped when Run ends.
+  std::unique_ptr<TakeoverAgents> takeovers_ GUARDED_BY(mu_);
   std::unique_ptr<MetricsHttpServer> metrics_server_;  // declared last: stops first
   std::thread heartbeat_thread_;
 };

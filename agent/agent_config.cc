@@ -31,6 +31,8 @@ constexpr Option kAgentOptions[] = {
     {"backoff-max-ms", nullptr, OptionType::kInt, 0, kMaxMs, "MS", "longest restart delay (default 10000)"},
     {"stop-grace-ms", nullptr, OptionType::kInt, 0, kMaxMs, "MS",
      "SIGTERM to SIGKILL for the program (default 10000)"},
+    {"take-over-server", nullptr, OptionType::kInt, 0, kMaxNodes - 1, "RANK",
+     "run server RANK, lost for good, for the pod whose agent starts this one (elastic servers)"},
     {nullptr, kEnvJob, OptionType::kString, 0, 0, "", "the job's name (required)"},
     {nullptr, kEnvScheduler, OptionType::kString, 0, 0, "", "the scheduler's host:port (required)"},
     {nullptr, kEnvRole, OptionType::kString, 0, 0, "", "server | worker (required)"},
@@ -81,6 +83,8 @@ StatusOr<AgentConfig> ParseAgentConfig(const std::vector<std::string>& args, con
     if (!p.ok()) return p.status().Annotate(policy->source);
     c.restart_policy = *p;
   }
+  TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> take_over, r.OptionalInt("take-over-server"));
+  if (take_over) c.take_over_server = static_cast<int32_t>(*take_over);
   TRELLIS_ASSIGN_OR_RETURN(std::optional<int64_t> limit, r.OptionalInt("backoff-limit"));
   if (limit) c.backoff_limit = static_cast<int32_t>(*limit);
 
@@ -117,6 +121,9 @@ StatusOr<AgentConfig> ParseAgentConfig(const std::vector<std::string>& args, con
   TRELLIS_ASSIGN_OR_RETURN(auto amp, r.OptionalInt(kEnvAgentMetricsPort));
   if (amp) c.metrics_port = static_cast<int32_t>(*amp);
   TRELLIS_ASSIGN_OR_RETURN(c.metrics_host, r.String(kEnvMetricsHost, std::nullopt, ListenHost(env)));
+  if (c.take_over_server >= 0 && c.role != v1::ROLE_SERVER) {
+    return InvalidArgumentError("flag --take-over-server: only a server's agent takes a server over");
+  }
   if (c.role == v1::ROLE_WORKER && c.command.empty()) {
     return InvalidArgumentError("a worker needs a program: trellis-agent [flags] -- COMMAND ARGS...");
   }

@@ -41,6 +41,11 @@ struct AgentConfig {
   std::chrono::milliseconds backoff_max{10000};
   std::chrono::milliseconds stop_grace{10000};
 
+  // Elastic servers: this agent runs server rank `take_over_server`, lost for good, that the
+  // scheduler gave its pod to take over (agent/takeover_agents.h; the pod's agent starts it).
+  // -1: an agent of its own pod.
+  int32_t take_over_server = -1;
+
   std::vector<std::string> command;  // empty: the role's default program (servers)
   bool help = false;
 };

@@ -19,6 +19,7 @@ constexpr char kRestarts[] = "restarts";
 constexpr char kJobFailed[] = "job-failed";
 constexpr char kProgramError[] = "program-error";
 constexpr char kLost[] = "lost";
+constexpr char kTakenOver[] = "taken-over";
 
 std::string OneLine(std::string s) {
   std::replace(s.begin(), s.end(), '\n', ' ');
@@ -131,6 +132,7 @@ std::string FormatTerminationReport(const TerminationReport& r) {
   if (r.restarts > 0) line(kRestarts, std::to_string(r.restarts));
   line(kProgramError, CleanProgramError(r.program_error));
   line(kLost, r.lost);
+  line(kTakenOver, r.taken_over);
   line(kJobFailed, r.job_failed);  // last: the longest, the one cut when too long
   if (out.size() > kMaxTerminationMessage) out = out.substr(0, kMaxTerminationMessage - 4) + "...\n";
   return out;
@@ -155,6 +157,8 @@ TerminationReport ParseTerminationReport(const std::string& text) {
       }
     } else if (key == kLost) {
       r.lost = value;
+    } else if (key == kTakenOver) {
+      r.taken_over = value;
     } else if (key == kJobFailed) {
       r.job_failed = value;
     } else if (key == kProgramError) {

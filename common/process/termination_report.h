@@ -36,11 +36,15 @@ struct TerminationReport {
   // its words: "worker 1 (pod j-worker-1) failed: exit code 137; ...". The job goes on without
   // it: no pod is made again for it.
   std::string lost;
+  // Elastic servers: this pod's server rank, lost for good, taken over by another server's pod
+  // (docs/elastic.md#losing-a-server): "server 1's shards are taken over by pod j-server-0 ...".
+  // The job goes on: no pod is made again for it.
+  std::string taken_over;
   std::string program_error;      // the program's last error, from $TRELLIS_ERROR_FILE
 };
 
 // "error: ...\ncommand-not-found: ...\nexit: ...\nrestarts: N\nprogram-error: ...\nlost: ...\n
-// job-failed: ...\n"
+// taken-over: ...\njob-failed: ...\n"
 // (empty fields left out, line breaks inside values turned into spaces, program-error cleaned as
 // CleanProgramError does), at most kMaxTerminationMessage bytes.
 std::string FormatTerminationReport(const TerminationReport& report);
