@@ -362,6 +362,20 @@ bool Launcher::ServerOutsideWorld(const Child& agent) {
   return view.ok() && !InTheWorld(*view, v1::ROLE_SERVER, agent.plan.index);
 }
 
+std::string Launcher::TakenOver(const Child& agent) {
+  if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kServer || !client_) return "";
+  auto view = client_->GetCluster(0, /*wait_complete=*/false, milliseconds(1000));
+  if (!view.ok()) return "";
+  for (const auto& n : view->servers()) {
+    if (n.rank() != agent.plan.index || n.taken_over_by().empty()) continue;
+    if (n.lost_pod() != job_.name + "-" + agent.plan.name) continue;
+    std::string by = n.taken_over_by();
+    if (by.rfind(job_.name + "-", 0) == 0) by = by.substr(job_.name.size() + 1);
+    return by;
+  }
+  return "";
+}
+
 std::string Launcher::LostWorker(const Child& agent) {
   if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kWorker || !client_) return "";
   auto view = client_->GetCluster(0, /*wait_complete=*/false, milliseconds(1000));
@@ -669,6 +683,10 @@ int Launcher::Supervise() {
                              : " ended outside the job's world (" + a->exit->Describe() +
                                    "): the server grow it was started for is given up; the job goes on (") +
                         Seconds(Elapsed()) + ")");
+        } else if (const std::string by = TakenOver(*a); !by.empty()) {
+          a->lost = true;
+          console_.Line("trellis-launch: " + a->plan.name + " lost (" + a->exit->Describe() + "): " + by +
+                        " takes its shards over and runs it from now on (spec.elastic; " + Seconds(Elapsed()) + ")");
         } else if (a->exit->exit_code != 0 || a->plan.kind == ProcessPlan::Kind::kServer) {
           if (a->exit->exit_code != 0) a->lost = !LostWorker(*a).empty();
           if (!a->lost) {

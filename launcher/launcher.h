@@ -87,6 +87,10 @@ class Launcher {
   // its server was removed by a resize (it exited 0), or a grow started it and it failed before
   // it was ready (the scheduler gives the grow up). Its end is not the job's.
   bool ServerOutsideWorld(const Child& agent);
+  // Elastic servers: the server this agent ran was lost for good and another server's pod took
+  // it over (docs/elastic.md#losing-a-server): that server's name ("server-0"), else "". Its end
+  // is not the job's.
+  std::string TakenOver(const Child& agent);
   std::string LostWorker(const Child& agent);
   // Elastic jobs: the scheduler lost this worker while its agent was silent (a frozen process,
   // docs/elastic.md#losing-a-worker); the scheduler's why, from the watched view, else "".

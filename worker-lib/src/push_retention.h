@@ -9,9 +9,12 @@ namespace trellis {
 // Retention is a copy of every pushed byte on the pushing thread and twice the gradients in
 // memory; it only pays off when a dead server comes back. With the servers' restartPolicy
 // Never nothing restarts them, so nothing is kept (a server's death fails its operations, as
-// with retainPushes: false).
+// with retainPushes: false) -- unless the servers are elastic (minServers < maxServers): then a
+// server lost for good is taken over by another's pod and rebuilt there
+// (docs/elastic.md#losing-a-server).
 inline bool RetainsPushes(const JobSpec& job) {
-  return job.recovery.retainPushes && job.RestartPolicyFor(job.servers) != RestartPolicy::kNever;
+  const bool taken_over = job.elastic.enabled && job.elastic.minServers < job.elastic.maxServers;
+  return job.recovery.retainPushes && (taken_over || job.RestartPolicyFor(job.servers) != RestartPolicy::kNever);
 }
 
 }  // namespace trellis

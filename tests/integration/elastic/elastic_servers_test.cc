@@ -57,8 +57,34 @@ class ElasticServersTest : public LaunchedJobsTest {
     return j;
   }
 
+  // The same job run undisturbed to the end (the model the other is compared with: its spec in
+  // *still), then started again as "<prefix>-<mode>" and trained to step 48: its name in *job,
+  // its spec in *spec, its trellis-launch in *launch. Both give the servers `server_restart`.
+  void StartBesideTheUndisturbed(const std::string& prefix, const char* server_mode, const char* server_restart,
+                                 MlpJob* still, std::string* job, MlpJob* spec,
+                                 std::unique_ptr<Subprocess>* launch) {
+    const std::string still_name = NewJob(prefix + "-still-" + server_mode);
+    *still = Spec(still_name, server_mode);
+    still->server_restart = server_restart;
+    {
+      auto run = StartLaunch(TRELLIS_BIN_DIR, dir_, still_name, MlpJobYaml(still_name, *still));
+      ASSERT_TRUE(run.ok()) << run.status().ToString();
+      auto st = (*run)->WaitFor(200s);
+      ASSERT_TRUE(st.has_value() && st->exit_code == 0) << ReadFile(dir_ + "/" + still_name + ".out");
+    }
+    *job = NewJob(prefix + "-" + server_mode);
+    *spec = Spec(*job, server_mode);
+    spec->server_restart = server_restart;
+    auto run = StartLaunch(TRELLIS_BIN_DIR, dir_, *job, MlpJobYaml(*job, *spec));
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    *launch = std::move(*run);
+    ASSERT_TRUE(WaitForCheckpoint(spec->checkpoint, 48, launch->get())) << ReadFile(dir_ + "/" + *job + ".out");
+  }
+
   // A server a grow added killed after the resize (the tests below).
   void KillAnAddedServer(const char* server_mode);
+  // Server 1 killed for good under restartPolicy Never: taken over by server 0's pod.
+  void LoseAServerForGood(const char* server_mode);
 
   // The same job undisturbed and resized to each count of `schedule` in turn (each new world
   // trains 32 steps before the next resize), both run to the end and ending with the same model,
@@ -280,32 +306,22 @@ TEST_F(ElasticServersTest, UpdateModeAServerAddedByAGrowKilledIsRebuiltAndTheMod
 }
 
 void ElasticServersTest::KillAnAddedServer(const char* server_mode) {
-  const std::string still = NewJob(std::string("srv-kill-still-") + server_mode);
-  MlpJob still_spec = Spec(still, server_mode);
-  still_spec.server_restart = "OnFailure";
-  {
-    auto launch = StartLaunch(TRELLIS_BIN_DIR, dir_, still, MlpJobYaml(still, still_spec));
-    ASSERT_TRUE(launch.ok()) << launch.status().ToString();
-    auto st = (*launch)->WaitFor(200s);
-    ASSERT_TRUE(st.has_value() && st->exit_code == 0) << ReadFile(dir_ + "/" + still + ".out");
-  }
-  const std::string job = NewJob(std::string("srv-kill-") + server_mode);
-  MlpJob spec = Spec(job, server_mode);
-  spec.server_restart = "OnFailure";
-  auto launch = StartLaunch(TRELLIS_BIN_DIR, dir_, job, MlpJobYaml(job, spec));
-  ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+  MlpJob still_spec, spec;
+  std::string job;
+  std::unique_ptr<Subprocess> launch;
+  ASSERT_NO_FATAL_FAILURE(
+      StartBesideTheUndisturbed("srv-kill", server_mode, "OnFailure", &still_spec, &job, &spec, &launch));
   const std::string log = dir_ + "/" + job + ".out";
-  ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, 48, launch->get())) << ReadFile(log);
   std::string out;
   ASSERT_EQ(ResizeServers(job, 3, &out), 0) << out << ReadFile(log);
   std::smatch m;
   ASSERT_TRUE(std::regex_search(out, m, std::regex("3 servers from step ([0-9]+)"))) << out;
-  ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, std::stoi(m[1]) + 16, launch->get())) << ReadFile(log);
+  ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, std::stoi(m[1]) + 16, launch.get())) << ReadFile(log);
   const pid_t server = ProgramOf(job, "server", 2);
   ASSERT_GT(server, 0);
   ASSERT_EQ(::kill(server, SIGKILL), 0);
 
-  auto st = (*launch)->WaitFor(200s);
+  auto st = launch->WaitFor(200s);
   const std::string text = ReadFile(log);
   ASSERT_TRUE(st.has_value()) << text;
   EXPECT_EQ(st->exit_code, 0) << text;
@@ -314,6 +330,71 @@ void ElasticServersTest::KillAnAddedServer(const char* server_mode) {
   EXPECT_NE(s2.find("program killed by SIGKILL (code 137); restart 1/"), std::string::npos) << s2;
   EXPECT_NE(s2.find("rebuilt "), std::string::npos) << s2;
   ExpectSameFinalModel(still_spec.checkpoint, spec.checkpoint, 384, "servers 2 -> 3, server 2 killed");
+}
+
+// A server lost for good (docs/elastic.md#losing-a-server): under restartPolicy Never nothing
+// restarts server 1 once its program is killed, yet with the servers' bounds set the job goes on:
+// server 0's pod takes rank 1 over (its agent starts another agent that runs server 1's program
+// there), the workers rebuild its slices on it from their retained pushes (in update mode on top
+// of its newest checkpoint) and the job ends with the model of the same job left alone, bit for bit.
+TEST_F(ElasticServersTest, AServerLostForGoodIsTakenOverByAnotherAndTheModelIsTheUndisturbedOne) {
+  LoseAServerForGood("aggregate");
+}
+
+TEST_F(ElasticServersTest, UpdateModeAServerLostForGoodIsTakenOverByAnotherAndTheModelIsTheUndisturbedOne) {
+  LoseAServerForGood("update");
+}
+
+void ElasticServersTest::LoseAServerForGood(const char* server_mode) {
+  MlpJob still_spec, spec;
+  std::string job;
+  std::unique_ptr<Subprocess> launch;
+  ASSERT_NO_FATAL_FAILURE(
+      StartBesideTheUndisturbed("srv-lost", server_mode, "Never", &still_spec, &job, &spec, &launch));
+  const std::string log = dir_ + "/" + job + ".out";
+  const pid_t server = ProgramOf(job, "server", 1);
+  ASSERT_GT(server, 0);
+  ASSERT_EQ(::kill(server, SIGKILL), 0);
+
+  auto st = launch->WaitFor(200s);
+  const std::string text = ReadFile(log);
+  ASSERT_TRUE(st.has_value()) << text;
+  EXPECT_EQ(st->exit_code, 0) << text;
+  EXPECT_NE(text.find("-- reached"), std::string::npos) << text;
+  EXPECT_NE(text.find("trellis-launch: server-1 lost (exited with code 137): server-0 takes its shards over"),
+            std::string::npos)
+      << text;
+  const std::string s0 = ReadFile(dir_ + "/logs-" + job + "/server-0.log");
+  EXPECT_NE(s0.find("taking over server 1 (lost for good"), std::string::npos) << s0;
+  EXPECT_NE(s0.find("server 1: rebuilt "), std::string::npos) << s0;
+  const std::string sched = ReadFile(dir_ + "/logs-" + job + "/scheduler.log");
+  EXPECT_NE(sched.find("server 1 (pod " + job + "-server-1) exited for good: exit code 137 (killed by SIGKILL): "
+                       "server 0's pod " + job + "-server-0 takes its shards over"),
+            std::string::npos)
+      << sched;
+  ExpectSameFinalModel(still_spec.checkpoint, spec.checkpoint, 384, "server 1 lost for good, taken over");
+}
+
+// With no other server live to take it over, a server lost for good fails the job, saying so.
+TEST_F(ElasticServersTest, AServerLostForGoodWithNoOtherServerFailsTheJobSayingWhy) {
+  const std::string job = NewJob("srv-lost-alone");
+  MlpJob spec = Spec(job, "aggregate");
+  spec.servers = 1;
+  spec.elastic = "{minWorkers: 2, maxWorkers: 2, minServers: 1, maxServers: 2}";
+  spec.server_restart = "Never";
+  auto launch = StartLaunch(TRELLIS_BIN_DIR, dir_, job, MlpJobYaml(job, spec));
+  ASSERT_TRUE(launch.ok()) << launch.status().ToString();
+  const std::string log = dir_ + "/" + job + ".out";
+  ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, 32, launch->get())) << ReadFile(log);
+  const pid_t server = ProgramOf(job, "server", 0);
+  ASSERT_GT(server, 0);
+  ASSERT_EQ(::kill(server, SIGKILL), 0);
+  auto st = (*launch)->WaitFor(120s);
+  const std::string text = ReadFile(log);
+  ASSERT_TRUE(st.has_value()) << text;
+  EXPECT_NE(st->exit_code, 0) << text;
+  const std::string sched = ReadFile(dir_ + "/logs-" + job + "/scheduler.log");
+  EXPECT_NE(sched.find("no other server is live to take its shards over"), std::string::npos) << sched;
 }
 
 }  // namespace
