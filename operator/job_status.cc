@@ -4,6 +4,7 @@
 #include "operator/job_restart.h"
 #include "operator/plan_phases.h"
 #include "operator/plan_status.h"
+#include "operator/server_takeover.h"
 
 namespace trellis::op {
 namespace {
@@ -38,6 +39,7 @@ JobPlan PlanJob(const Json& job, const StatusOr<JobSpec>& spec, const std::vecto
   FailLostPods(r);
   DecideFailures(r);
   NoteLostWorkers(r);
+  NoteTakenOverServers(r);
   DecideSuccess(r);
   RestartStoppedJob(r);
   if (Terminal(r.phase)) {  // ends now

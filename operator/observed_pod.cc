@@ -15,7 +15,7 @@ bool CannotStartReason(const std::string& r) {
 
 bool ReportEmpty(const TerminationReport& r) {
   return r.error.empty() && r.command_not_found.empty() && r.exit.empty() && r.restarts == 0 &&
-         r.job_failed.empty() && r.program_error.empty() && r.lost.empty();
+         r.job_failed.empty() && r.program_error.empty() && r.lost.empty() && r.taken_over.empty();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "operator/elastic_resize.h"
 #include "operator/job_restart.h"
 #include "operator/progress_status.h"
+#include "operator/server_takeover.h"
 
 namespace trellis::op {
 namespace {
@@ -409,6 +410,7 @@ void DecideFailures(PlanRound& r) {
       continue;
     }
     if (LostWorker(r.spec, p)) continue;  // the job goes on without it (NoteLostWorkers)
+    if (TakenOverServer(r.spec, p)) continue;  // another server's pod runs its rank now
     if (GoneForGood(r, p)) continue;      // evicted: FailLostPods judged it
     if (p.role == PodRole::kScheduler) {
       OnSchedulerFailed(r, p, f);
@@ -489,6 +491,7 @@ PodsState PlanPods(PlanRound& r) {
       continue;
     }
     const ObservedPod& p = *it->second;
+    if (TakenOverServer(r.spec, p)) continue;  // neither up nor missing: another pod runs its rank
     if (LostWorker(r.spec, p)) {
       // Neither up nor missing: the job runs without it. A grow bringing its slot back makes
       // the pod again once this one is gone.
