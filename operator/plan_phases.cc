@@ -380,6 +380,7 @@ void FailLostPods(PlanRound& r) {
       return;
     }
     if (RolePolicy(r.spec, d.role) != RestartPolicy::kNever || Joining(r, d)) continue;
+    if (ServerTakenOver(r, d)) continue;  // elastic servers: another server's pod takes it over
     auto it = r.observed.find(d.name);
     if (it != r.observed.end() && !it->second->deleting) continue;
     r.Finish(kFailed, "PodDeleted",
@@ -410,7 +411,9 @@ void DecideFailures(PlanRound& r) {
       continue;
     }
     if (LostWorker(r.spec, p)) continue;  // the job goes on without it (NoteLostWorkers)
-    if (TakenOverServer(r.spec, p)) continue;  // another server's pod runs its rank now
+    if (ServerTakenOver(r, DesiredPod{.name = p.name, .role = p.role, .index = p.index})) {
+      continue;  // another server's pod runs its rank now
+    }
     if (GoneForGood(r, p)) continue;      // evicted: FailLostPods judged it
     if (p.role == PodRole::kScheduler) {
       OnSchedulerFailed(r, p, f);
@@ -485,13 +488,13 @@ PodsState PlanPods(PlanRound& r) {
     const bool joining = Joining(r, d);
     // Not made again, not waited for: its scheduler loses it and the others train on.
     if (GoneForGood(r, d)) continue;
+    if (ServerTakenOver(r, d)) continue;  // likewise: another server's pod runs its rank
     if (it == r.observed.end()) {
       r.plan.create.push_back(d);
       if (!joining) state.all_up = false;
       continue;
     }
     const ObservedPod& p = *it->second;
-    if (TakenOverServer(r.spec, p)) continue;  // neither up nor missing: another pod runs its rank
     if (LostWorker(r.spec, p)) {
       // Neither up nor missing: the job runs without it. A grow bringing its slot back makes
       // the pod again once this one is gone.

@@ -11,6 +11,7 @@
 #include "operator/elastic_resize.h"
 #include "operator/job_status.h"
 #include "operator/progress_status.h"
+#include "operator/server_takeover.h"
 
 namespace trellis::op {
 
@@ -117,6 +118,20 @@ StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
       if (!m.empty()) lost.push_back(std::move(m));
     }
   }
+  // Servers another server's pod took over (elastic servers): a deleted or silent one has no
+  // failed pod that would tell the reconciler (operator/server_takeover.h).
+  std::vector<std::string> taken_over;
+  if (view.ok()) {
+    for (const auto& n : view->servers()) {
+      if (n.taken_over_by().empty() || n.lost_pod().empty()) continue;
+      std::string m = NoteTakeOver(status, name, n.rank(), n.lost_pod(),
+                                   "server " + std::to_string(n.rank()) + " (pod " + n.lost_pod() +
+                                       ") is lost for good; its shards are taken over by pod " + n.taken_over_by() +
+                                       ", which runs it from now on (spec.elastic)",
+                                   Clock::now());
+      if (!m.empty()) taken_over.push_back(std::move(m));
+    }
+  }
   // A lost worker back (a late replacement): the grow its scheduler started, followed.
   const std::optional<JobPlan::Event> grow = NoteSchedulersGrow(status, name, *progress, Clock::now());
   ApplyProgress(status, *progress, Clock::now());
@@ -146,6 +161,10 @@ StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
   }
   for (const auto& m : lost) {
     Status e = RecordJobEvent(client_, *w, "Warning", "WorkerLost", m, Clock::now());
+    if (!e.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << e.message();
+  }
+  for (const auto& m : taken_over) {
+    Status e = RecordJobEvent(client_, *w, "Warning", "ServerTakenOver", m, Clock::now());
     if (!e.ok()) TLOG_WARN << "job " << ns << "/" << name << ": cannot record event: " << e.message();
   }
   if (grow) {

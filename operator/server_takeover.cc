@@ -1,32 +1,67 @@
 #include "operator/server_takeover.h"
 
 #include "operator/job_status.h"
-#include "operator/json_util.h"
 #include "operator/plan_phases.h"
 
 namespace trellis::op {
 
+bool ServersElastic(const JobSpec& spec) {
+  return spec.elastic.enabled && spec.elastic.minServers < spec.elastic.maxServers;
+}
+
 bool TakenOverServer(const JobSpec& spec, const ObservedPod& p) {
-  return spec.elastic.enabled && p.role == PodRole::kServer && p.phase == "Failed" && !p.report.taken_over.empty();
+  return ServersElastic(spec) && p.role == PodRole::kServer && p.phase == "Failed" && !p.report.taken_over.empty();
+}
+
+namespace {
+
+bool Noted(const Json& st, int rank) {
+  const Json* listed = At(st, {"world", "takenOver"});
+  if (!listed || !listed->is_array()) return false;
+  for (const Json& e : listed->as_array()) {
+    if (Int(e, {"server"}) == rank) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool ServerTakenOver(const PlanRound& r, const DesiredPod& d) {
+  if (d.role != PodRole::kServer || !ServersElastic(r.spec)) return false;
+  if (Noted(r.plan.status, d.index)) return true;
+  auto it = r.observed.find(d.name);
+  if (it != r.observed.end() && TakenOverServer(r.spec, *it->second)) return true;
+  if (r.spec.RestartPolicyFor(r.spec.servers) != RestartPolicy::kNever) return false;
+  if (r.old_phase != kRunning && r.old_phase != kRestarting) return false;  // not made yet, rather
+  // Only a rank of the world's servers: one a grow adds, or a shrink removes, is not lost.
+  const int64_t servers = Int(r.plan.status, {"world", "servers"}).value_or(r.spec.servers.replicas);
+  if (d.index >= servers) return false;
+  if (it == r.observed.end()) return true;
+  const ObservedPod& p = *it->second;
+  return p.deleting || (p.phase == "Failed" && !p.disruption.empty());  // evicted: Failed, kept
+}
+
+std::string NoteTakeOver(Json& st, const std::string& job, int rank, const std::string& pod, const std::string& why,
+                         Clock::time_point now) {
+  if (Noted(st, rank)) return "";
+  const Json* listed = At(st, {"world", "takenOver"});
+  Json list = listed && listed->is_array() ? *listed : Json::array();
+  Json entry = Json::object();
+  entry["server"] = Json::number(rank);
+  entry["pod"] = JStr(pod);
+  entry["reason"] = JStr(why.substr(0, 1024));
+  entry["time"] = JStr(FormatTime(now));
+  list[list.size()] = entry;
+  st["world"]["takenOver"] = list;
+  return "job " + job + ": " + why.substr(0, 1024);
 }
 
 void NoteTakenOverServers(PlanRound& r) {
-  if (!r.phase.empty() || !r.spec.elastic.enabled) return;
+  if (!r.phase.empty() || !ServersElastic(r.spec)) return;
   for (const ObservedPod& p : r.pods) {
     if (!TakenOverServer(r.spec, p) || p.deleting) continue;
-    const Json* listed = At(r.plan.status, {"world", "takenOver"});
-    Json list = listed && listed->is_array() ? *listed : Json::array();
-    bool noted = false;
-    for (const Json& e : list.as_array()) noted = noted || Str(e, {"pod"}) == p.name;
-    if (noted) continue;
-    Json entry = Json::object();
-    entry["server"] = Json::number(p.index);
-    entry["pod"] = JStr(p.name);
-    entry["reason"] = JStr(p.report.taken_over.substr(0, 1024));
-    entry["time"] = JStr(FormatTime(r.now));
-    list[list.size()] = entry;
-    r.plan.status["world"]["takenOver"] = list;
-    r.plan.events.push_back({"Warning", "ServerTakenOver", "job " + r.name + ": " + p.report.taken_over.substr(0, 1024)});
+    const std::string m = NoteTakeOver(r.plan.status, r.name, p.index, p.name, p.report.taken_over, r.now);
+    if (!m.empty()) r.plan.events.push_back({"Warning", "ServerTakenOver", m});
   }
 }
 

@@ -5,6 +5,7 @@
 // and the job succeeds when its workers do. The same failed pod without that word fails the job.
 #include <gtest/gtest.h>
 
+#include "operator/server_takeover.h"
 #include "tests/unit/operator/elastic_testing.h"
 
 namespace trellis::op {
@@ -69,6 +70,38 @@ TEST(ServerTakeoverTest, AFailedServerNobodyTookOverFailsTheJobAsBefore) {
   Json job = ApiJob(ElasticServersSpec());
   Round(job, AllPods("Running"), kT0);
   Round(job, Server1Failed(""), kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kFailed);
+}
+
+// A spot node reclaimed, `kubectl delete pod`: under Never the server's agent tells the scheduler,
+// which takes the rank over; the operator neither fails the job nor makes the pod again.
+TEST(ServerTakeoverTest, AServerPodDeletedUnderNeverIsLeftToTheTakeover) {
+  Json job = ApiJob(ElasticServersSpec());
+  Round(job, AllPods("Running"), kT0);
+  std::vector<ObservedPod> pods = AllPods("Running");
+  pods[2].deleting = true;
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(1));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  pods.erase(pods.begin() + 2);  // gone
+  plan = Round(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kRunning);
+  for (const DesiredPod& d : plan.create) EXPECT_NE(d.name, "mlp-server-1");
+  // The progress poller notes the scheduler's takeover; the job succeeds with its workers.
+  Json status = job["status"];
+  EXPECT_NE(NoteTakeOver(status, "mlp", 1, "mlp-server-1", kTakenOver, kT0), "");
+  EXPECT_EQ(NoteTakeOver(status, "mlp", 1, "mlp-server-1", kTakenOver, kT0), "") << "noted once";
+  job["status"] = status;
+  for (int w = 2; w < 5; ++w) pods[w].phase = "Succeeded";
+  Round(job, pods, kT0 + std::chrono::seconds(3));
+  EXPECT_EQ(Str(job, {"status", "phase"}), kSucceeded);
+}
+
+TEST(ServerTakeoverTest, WithoutElasticServersADeletedServerPodUnderNeverFailsTheJob) {
+  Json job = ApiJob(ElasticSpec(3));  // workers elastic, servers fixed
+  Round(job, AllPods("Running"), kT0);
+  std::vector<ObservedPod> pods = AllPods("Running");
+  pods.erase(pods.begin() + 2);
+  Round(job, pods, kT0 + std::chrono::seconds(1));
   EXPECT_EQ(Str(job, {"status", "phase"}), kFailed);
 }
 
