@@ -24,18 +24,22 @@ bool Noted(const Json& st, int rank) {
   return false;
 }
 
+// The world's servers (ranks 0..n-1).
+int64_t WorldServers(const PlanRound& r) {
+  return Int(r.plan.status, {"world", "servers"}).value_or(r.spec.servers.replicas);
+}
+
 }  // namespace
 
 bool ServerTakenOver(const PlanRound& r, const DesiredPod& d) {
   if (d.role != PodRole::kServer || !ServersElastic(r.spec)) return false;
+  // Only a rank of the world's servers: one a grow adds, or a shrink removes, is not lost.
+  if (d.index >= WorldServers(r)) return false;
   if (Noted(r.plan.status, d.index)) return true;
   auto it = r.observed.find(d.name);
   if (it != r.observed.end() && TakenOverServer(r.spec, *it->second)) return true;
   if (r.spec.RestartPolicyFor(r.spec.servers) != RestartPolicy::kNever) return false;
   if (r.old_phase != kRunning && r.old_phase != kRestarting) return false;  // not made yet, rather
-  // Only a rank of the world's servers: one a grow adds, or a shrink removes, is not lost.
-  const int64_t servers = Int(r.plan.status, {"world", "servers"}).value_or(r.spec.servers.replicas);
-  if (d.index >= servers) return false;
   if (it == r.observed.end()) return true;
   const ObservedPod& p = *it->second;
   return p.deleting || (p.phase == "Failed" && !p.disruption.empty());  // evicted: Failed, kept
@@ -58,8 +62,16 @@ std::string NoteTakeOver(Json& st, const std::string& job, int rank, const std::
 
 void NoteTakenOverServers(PlanRound& r) {
   if (!r.phase.empty() || !ServersElastic(r.spec)) return;
+  // A shrink removed ranks taken over: a later grow makes their pods again, as themselves.
+  if (const Json* listed = At(r.plan.status, {"world", "takenOver"}); listed && listed->is_array()) {
+    Json kept = Json::array();
+    for (const Json& e : listed->as_array()) {
+      if (Int(e, {"server"}).value_or(0) < WorldServers(r)) kept[kept.size()] = e;
+    }
+    if (kept.size() != listed->size()) r.plan.status["world"]["takenOver"] = kept;
+  }
   for (const ObservedPod& p : r.pods) {
-    if (!TakenOverServer(r.spec, p) || p.deleting) continue;
+    if (!TakenOverServer(r.spec, p) || p.deleting || p.index >= WorldServers(r)) continue;
     const std::string m = NoteTakeOver(r.plan.status, r.name, p.index, p.name, p.report.taken_over, r.now);
     if (!m.empty()) r.plan.events.push_back({"Warning", "ServerTakenOver", m});
   }

@@ -412,6 +412,17 @@ std::string Membership::TakeOverServer(int32_t rank, int32_t by) {
   return pod;
 }
 
+void Membership::SetServerDeparted(int32_t rank, bool departed) {
+  Member& n = servers_[static_cast<size_t>(rank)];
+  n.departed = departed;
+  if (!departed || n.taken_over_by.empty()) return;
+  pods_.erase(n.pod_name);
+  n.pod_name = n.lost_pod;
+  pods_[n.pod_name] = std::make_pair(v1::ROLE_SERVER, rank);
+  n.taken_over_by.clear();
+  n.lost_pod.clear();
+}
+
 std::vector<int32_t> Membership::TakenOverBy(const std::string& pod_name) const {
   std::vector<int32_t> ranks;
   if (pod_name.empty()) return ranks;

@@ -106,8 +106,10 @@ class Membership {
   // The worker rank left the job's world (elastic jobs), or came back into it (growing).
   // REQUIRES: a worker rank in range.
   void SetDeparted(int32_t rank, bool departed) { workers_[rank].departed = departed; }
-  // Likewise a server rank (a server resize; world_plan.h). REQUIRES: a server rank in range.
-  void SetServerDeparted(int32_t rank, bool departed) { servers_[rank].departed = departed; }
+  // Likewise a server rank (a server resize; world_plan.h). A rank taken over that a shrink
+  // removes gets its own pod name back, so a later grow starts it as itself.
+  // REQUIRES: a server rank in range.
+  void SetServerDeparted(int32_t rank, bool departed);
   // The servers in force: ranks 0..n-1, those not departed.
   int32_t ServersInForce() const;
   // Server `rank` (any slot) is live and reported ready.

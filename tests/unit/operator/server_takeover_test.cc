@@ -66,6 +66,29 @@ TEST(ServerTakeoverTest, ATakenOverServerDoesNotFailTheJobAndIsNotMadeAgain) {
   EXPECT_EQ(Str(job, {"status", "phase"}), kSucceeded);
 }
 
+// A shrink to 1 server removes the rank taken over; grown back to 2, its pod is made again.
+TEST(ServerTakeoverTest, AShrinkForgetsTheRankTakenOverSoAGrowMakesItsPodAgain) {
+  Json job = ApiJob(ElasticServersSpec());
+  Round(job, AllPods("Running"), kT0);
+  std::vector<ObservedPod> pods = Server1Failed(kTakenOver);
+  Round(job, pods, kT0 + std::chrono::seconds(1));
+  ASSERT_EQ(At(job, {"status", "world", "takenOver"})->size(), 1u);
+  job["status"]["world"]["servers"] = Json::number(1);  // the scheduler's world after the shrink
+  Round(job, pods, kT0 + std::chrono::seconds(2));
+  EXPECT_EQ(At(job, {"status", "world", "takenOver"})->size(), 0u);
+  pods.erase(pods.begin() + 2);  // its pod removed with the shrink
+  // A grow back to 2 under way (spec.servers.replicas 2, the world's 1).
+  job["status"]["lastResize"] = Json::object();
+  job["status"]["lastResize"]["kind"] = JStr("Servers");
+  job["status"]["lastResize"]["from"] = Json::number(1);
+  job["status"]["lastResize"]["to"] = Json::number(2);
+  job["status"]["lastResize"]["outcome"] = JStr("Pending");
+  JobPlan plan = Round(job, pods, kT0 + std::chrono::seconds(3));
+  bool made = false;
+  for (const DesiredPod& d : plan.create) made = made || d.name == "mlp-server-1";
+  EXPECT_TRUE(made) << "server 1's pod is made again for the grow back";
+}
+
 TEST(ServerTakeoverTest, AFailedServerNobodyTookOverFailsTheJobAsBefore) {
   Json job = ApiJob(ElasticServersSpec());
   Round(job, AllPods("Running"), kT0);

@@ -5,6 +5,7 @@
 // fails the job saying why; without the servers' bounds nothing changes.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <vector>
 
 #include "scheduler/scheduler_client.h"
@@ -95,6 +96,43 @@ TEST_F(ServerTakeoverTest, AServerExitedForGoodIsRunByTheOtherServersPodAndTheJo
   EXPECT_EQ(view.servers(1).taken_over_by(), "mlp-server-0");
   EXPECT_EQ(view.servers(1).lost_pod(), "mlp-server-1") << "the pod it had first";
   EXPECT_EQ(state_->stats().servers_taken_over, 2);
+}
+
+// A shrink that removes the rank taken over gives it its own pod name back: a later grow starts
+// that pod as server 1 again (trellis-launch and the operator make it under its own name).
+TEST_F(ServerTakeoverTest, AShrinkThatRemovesTheRankTakenOverGivesItsPodNameBack) {
+  ASSERT_TRUE(Exit(v1::ROLE_SERVER, 1, 1, 137).ok());
+  ASSERT_TRUE(Reg(v1::ROLE_SERVER, "mlp-server-0+server-1").ok());
+  ASSERT_TRUE(Ready(1, "127.0.0.1:7100").ok());
+  std::optional<StatusOr<std::shared_ptr<const v1::ShardMap>>> got[2];
+  for (int32_t w = 0; w < 2; ++w) {
+    v1::DeclareKeysRequest r;
+    r.set_worker_rank(w);
+    v1::KeySpec* key = r.add_keys();
+    key->set_id(0);
+    key->set_num_elements(16);
+    key->set_dtype(v1::DTYPE_FLOAT32);
+    state_->DeclareKeys(r, clock_.Now() + 60s, [&got, w](auto a) { got[w] = a; });
+  }
+  ASSERT_TRUE(got[1].has_value() && got[1]->ok());
+  v1::ResizeRequest shrink;
+  shrink.set_servers(1);
+  ASSERT_TRUE(state_->Resize(shrink).ok());
+  std::optional<StatusOr<v1::ReachStepResponse>> decided;
+  for (int32_t w = 0; w < 2; ++w) {
+    v1::ReachStepRequest r;
+    r.set_rank(w);
+    r.set_incarnation(1);
+    r.set_epoch(1);
+    r.set_step(10);
+    state_->ReachStep(r, clock_.Now() + 60s, [&decided](auto a) { decided = a; });
+  }
+  ASSERT_TRUE(decided.has_value() && decided->ok() && (*decided)->decided());
+  EXPECT_TRUE(TakeOvers(0).empty()) << "server 0's pod no longer runs rank 1";
+  // Grown back: the rank's own pod registers as server 1.
+  auto back = Reg(v1::ROLE_SERVER, "mlp-server-1");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->rank(), 1);
 }
 
 TEST_F(ServerTakeoverTest, ATakeoverThatEndsBeforeItServedFailsTheJobSayingWhy) {
