@@ -265,6 +265,7 @@ Status Launcher::StartJoiners() {
       if (!never_started && !a->exit) continue;
       if (a->grow_epoch == epoch) continue;
       a->grow_epoch = epoch;
+      a->lost = false;  // a rank once taken over by another server's pod runs as itself again
       console_.Line("trellis-launch: " + a->plan.name + (never_started ? " starts" : " starts again") +
                     ": the job grows to " + std::to_string(servers_to) + " servers (" + Seconds(Elapsed()) + ")");
       TRELLIS_RETURN_IF_ERROR(Spawn(*a));

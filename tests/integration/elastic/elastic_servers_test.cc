@@ -375,6 +375,42 @@ void ElasticServersTest::LoseAServerForGood(const char* server_mode) {
   ExpectSameFinalModel(still_spec.checkpoint, spec.checkpoint, 384, "server 1 lost for good, taken over");
 }
 
+// The rank taken over, then shrunk away (3 -> 1 would not; 2 -> 1 removes rank 1) and grown
+// back: the takeover hands its slices over and ends, server 1's own agent starts again as
+// itself, the slices move to it, and the model is still the undisturbed one, bit for bit.
+TEST_F(ElasticServersTest, ARankTakenOverThenShrunkAwayAndGrownBackEndsWithTheUndisturbedModel) {
+  MlpJob still_spec, spec;
+  std::string job;
+  std::unique_ptr<Subprocess> launch;
+  ASSERT_NO_FATAL_FAILURE(
+      StartBesideTheUndisturbed("srv-lost-back", "aggregate", "Never", &still_spec, &job, &spec, &launch));
+  const std::string log = dir_ + "/" + job + ".out";
+  const pid_t server = ProgramOf(job, "server", 1);
+  ASSERT_GT(server, 0);
+  ASSERT_EQ(::kill(server, SIGKILL), 0);
+  const auto by = std::chrono::steady_clock::now() + 60s;
+  while (ReadFile(log).find("server-0 takes its shards over") == std::string::npos &&
+         std::chrono::steady_clock::now() < by) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(ReadFile(log).find("server-0 takes its shards over"), std::string::npos) << ReadFile(log);
+  for (const int to : {1, 2}) {
+    std::string out;
+    ASSERT_EQ(ResizeServers(job, to, &out), 0) << out << ReadFile(log);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(std::to_string(to) + " servers from step ([0-9]+)"))) << out;
+    ASSERT_TRUE(WaitForCheckpoint(spec.checkpoint, std::stoi(m[1]) + 16, launch.get())) << ReadFile(log);
+  }
+  auto st = launch->WaitFor(200s);
+  const std::string text = ReadFile(log);
+  ASSERT_TRUE(st.has_value()) << text;
+  EXPECT_EQ(st->exit_code, 0) << text;
+  EXPECT_NE(text.find("trellis-launch: server-1 starts again: the job grows to 2 servers"), std::string::npos) << text;
+  const std::string s1 = ReadFile(dir_ + "/logs-" + job + "/server-1.log");
+  EXPECT_NE(s1.find("server rank 1 incarnation 3: starting"), std::string::npos) << s1;
+  ExpectSameFinalModel(still_spec.checkpoint, spec.checkpoint, 384, "server 1 taken over, shrunk away, grown back");
+}
+
 // With no other server live to take it over, a server lost for good fails the job, saying so.
 TEST_F(ElasticServersTest, AServerLostForGoodWithNoOtherServerFailsTheJobSayingWhy) {
   const std::string job = NewJob("srv-lost-alone");
