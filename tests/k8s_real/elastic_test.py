@@ -20,7 +20,9 @@ scheduler, follows the loss and deletes the frozen pod. A lost rank grows back w
 change (`kubectl scale` 2, then 3): its pod is made again and joins the running job. A worker
 pod deleted under Never (a spot node reclaimed) is lost the same way, its pod not made again.
 With minServers/maxServers, spec.servers.replicas edited 2 -> 3 -> 1 resizes the servers while
-the job trains (docs/elastic.md#servers).
+the job trains (docs/elastic.md#servers), and a server lost for good (its program SIGKILLed, or
+its pod deleted, under Never) is taken over by server 0's pod: the job succeeds
+(docs/elastic.md#losing-a-server).
 
 Usage: elastic_test.py REPO BIN_DIR   (exit 77 without KUBEBUILDER_ASSETS)
 """
@@ -492,6 +494,84 @@ class Elastic(envtest.EnvtestCase):
         self.assertIn("rejoined the running job after step %d" % (from_step - 1), log, log[-3000:])
         print("a late replacement on the real API server: room on the node -> status.world {0, 1, 2} Done: "
               "%.2f s" % back, flush=True)
+
+    def start_server_takeover_job(self, name):
+        """An elastic-servers job (2 servers, 1..3) under restartPolicy Never, trained a few steps;
+        the operator and the test kubelet running. Returns the kubelet."""
+        services = os.path.join(self.cp.dir, self.ns + "-services.json")
+        self.start_operator(args=["--progress-seconds", "1", "--scheduler-addresses", services])
+        kubelet = self.start_kubelet(args=["--services-file", services])
+        job = envtest.mlp_job(name, epochs=EPOCHS, activeDeadlineSeconds=300)
+        job["spec"]["elastic"] = {"minWorkers": 2, "maxWorkers": 2, "minServers": 1, "maxServers": 3}
+        job["spec"]["workers"]["args"] += ["--slow-rank", "0", "--step-sleep-ms", "10"]
+        self.create_job(job)
+        self.wait_phase(name, "Running", 90)
+        self.assertTrue(envtest.wait_for(
+            lambda: ((self.job(name).get("status") or {}).get("progress") or {}).get("step", 0) >= 20, 90),
+            "no progress before the loss: %s" % self.job(name).get("status"))
+        return kubelet
+
+    def assert_taken_over_and_succeeds(self, name, kubelet, since):
+        """Server 1 of `name` taken over by server 0's pod: noted in status.world.takenOver with a
+        ServerTakenOver event, no pod made again for it, and the job succeeds. Returns the seconds
+        from `since` to the note."""
+        def noted():
+            return ((self.job(name).get("status") or {}).get("world") or {}).get("takenOver")
+        self.assertTrue(envtest.wait_for(noted, 60), "no takeover noted: %s" % self.job(name).get("status"))
+        took = time.time() - since
+        taken = noted()
+        self.assertEqual([(e["server"], e["pod"]) for e in taken], [(1, name + "-server-1")], taken)
+        self.assertIn("taken over by pod %s-server-0" % name, taken[0]["reason"], taken)
+        self.assertTrue(any("server 1 (pod %s-server-1) is lost for good" % name in m
+                            for m in self.event_messages(name, "ServerTakenOver")), self.events(name))
+        st = self.wait_phase(name, ("Succeeded", "Failed"), 240)
+        self.assertEqual(st["phase"], "Succeeded", st)
+        servers = {p["metadata"]["name"]: p["status"].get("phase")
+                   for p in self.pods("trellis.io/job-name=%s,trellis.io/role=server" % name)}
+        self.assertNotIn(servers.get(name + "-server-1"), ("Pending", "Running"), servers)
+        with open(os.path.join(kubelet.work_dir, name + "-server-0.log"), errors="replace") as f:
+            log = f.read()
+        self.assertIn("taking over server 1 (lost for good)", log)
+        self.assertIn("server 1: rebuilt ", log)
+        with open(os.path.join(kubelet.work_dir, name + "-worker-0.log"), errors="replace") as f:
+            log = f.read()
+        self.assertRegex(log, r"RESULT: test accuracy \S+ \(target \S+\) -- reached", log[-2000:])
+        self.assertNotIn("Restarting", self.phases[name], self.phases[name])
+        return took
+
+    def test_a_server_lost_for_good_is_taken_over_by_another_servers_pod(self):
+        """docs/elastic.md#losing-a-server: with elastic servers, server 1's program SIGKILLed
+        under restartPolicy Never does not fail the job: server 0's pod runs rank 1 from then on,
+        the workers rebuild its slices there, the failed pod's agent says so (taken-over) and the
+        operator neither fails the job nor makes the pod again; the job succeeds."""
+        kubelet = self.start_server_takeover_job("to")
+        pod = "to-server-1"
+        self.assertTrue(envtest.wait_for(
+            lambda: envtest._processes_with(["TRELLIS_JOB=to", "TRELLIS_POD_NAME=" + pod], program="trellis-pserver"),
+            10), "no server program in " + pod)
+        killed = time.time()
+        for pid in envtest._processes_with(["TRELLIS_JOB=to", "TRELLIS_POD_NAME=" + pod], program="trellis-pserver"):
+            os.kill(pid, 9)
+        killed_took = self.assert_taken_over_and_succeeds("to", kubelet, killed)
+        servers = {p["metadata"]["name"]: p["status"].get("phase")
+                   for p in self.pods("trellis.io/job-name=to,trellis.io/role=server")}
+        self.assertEqual(servers.get("to-server-1"), "Failed", servers)
+        print("server 1 of 2 SIGKILLed under Never on the real API server, taken over by server 0's pod: "
+              "-> status.world.takenOver %.2f s" % killed_took, flush=True)
+
+    def test_a_server_pod_deleted_under_never_is_taken_over_and_not_made_again(self):
+        """A spot node reclaimed, `kubectl delete pod`: under Never the server's agent (SIGTERM)
+        tells the scheduler, which has server 0's pod take rank 1 over; the operator neither fails
+        the job (PodDeleted) nor makes the pod again, and notes the takeover from the scheduler's
+        view."""
+        kubelet = self.start_server_takeover_job("tod")
+        deleted = time.time()
+        self.cp.kubectl("delete", "pod", "tod-server-1", "-n", self.ns, "--wait=false")
+        took = self.assert_taken_over_and_succeeds("tod", kubelet, deleted)
+        servers = [p["metadata"]["name"] for p in self.pods("trellis.io/job-name=tod,trellis.io/role=server")]
+        self.assertNotIn("tod-server-1", servers, "no pod is made again under restartPolicy Never")
+        print("server pod 1 of 2 deleted under Never on the real API server, taken over by server 0's pod: "
+              "-> status.world.takenOver %.2f s" % took, flush=True)
 
     def test_a_worker_lost_below_min_workers_fails_the_job_naming_why(self):
         self.start_lost_job("few", workers=2, min_workers=2)
