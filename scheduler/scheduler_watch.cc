@@ -59,6 +59,11 @@ std::string SchedulerWatch::restarting_seen() const {
 }
 
 bool SchedulerWatch::WaitUp(milliseconds wait) {
+  // From a listener, on the watch's own thread: nothing else pings while it waits, so it would
+  // wait all of `wait` (a worker's resize report made before its agent registered again with a
+  // restarted scheduler stalled every thread of the worker for 60 s). Not up: the caller's
+  // retry asks again after its pause.
+  if (std::this_thread::get_id() == thread_.get_id()) return false;
   MutexLock lock(&mu_);
   const auto deadline = std::chrono::steady_clock::now() + wait;
   // The caller's failure is news the loop may not have yet: check now, and count as down until

@@ -208,6 +208,34 @@ TEST(SchedulerWatchTest, ThePingsSayWhenTheJobIsBeingStopped) {
   (*server)->Shutdown();
 }
 
+// A listener runs on the watch's thread. A call it makes that fails as if the scheduler were gone
+// waits in WaitUp for a ping that only that thread would send: WaitUp must not wait there. (A
+// worker's resize report, made while its agent had not registered again with a restarted
+// scheduler, stalled every thread of the worker for 60 s: ElasticServersTest, once, under load.)
+TEST(SchedulerWatchTest, WaitUpFromAListenerOnTheWatchsOwnThreadDoesNotWaitForItself) {
+  SchedulerConfig config = Config();
+  config.elastic = ElasticBounds{true, 1, 2};
+  auto server = testing::StartTestScheduler(config, "tok");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto c = SchedulerClient::Connect({(*server)->address(), "tok", 2s});
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->Register(Worker0()).ok());
+  ASSERT_TRUE((*c)->Register(Reg(false)).ok());
+  ASSERT_TRUE((*c)->Resize(1, "test").ok());  // a resize under way: every ping says so
+
+  std::atomic<int> calls{0};
+  std::atomic<bool> said_up{true};
+  SchedulerWatch watch(c->get(), 0, 20ms, nullptr, "worker 0");
+  watch.SetResizeListener([&](int64_t) {
+    if (calls.load() == 0) said_up = watch.WaitUp(std::chrono::hours(1));
+    ++calls;
+  });
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (calls.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  EXPECT_GE(calls.load(), 2) << "the listener's WaitUp held the watch's thread";
+  EXPECT_FALSE(said_up.load());
+}
+
 TEST(SchedulerWatchTest, GoneOrRestartedMeansUnavailableOrNotFound) {
   EXPECT_TRUE(SchedulerGoneOrRestarted(UnavailableError("x")));
   EXPECT_TRUE(SchedulerGoneOrRestarted(NotFoundError("worker 1 has not registered")));
