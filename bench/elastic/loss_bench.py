@@ -12,15 +12,23 @@ lets the job finish with the others. Figures, per round:
   before    samples/s of the whole job in its first epoch (trellis-mlp's epoch line)
   after     samples/s over the epochs wholly in the world without it, and after/before (the
             baseline is the same run's first epoch, all workers)
+--server loses server 1 of 2 instead (servers elastic 1..3, docs/elastic.md#losing-a-server):
+server 0's pod takes it over. Figures then:
+  noticed   kill -> the scheduler gives the rank to server 0's pod ("takes its shards over")
+  started   kill -> that pod's agent starts the takeover's agent ("taking over server 1")
+  served    kill -> the takeover rebuilt the rank's slices from the workers' replays ("server 1:
+            rebuilt"): the workers' steps go on from here
+  before / after as above (after: the epochs wholly after the kill's)
 --load N runs N busy loops beside the job (a busy training host).
 
-usage: bench/elastic/loss_bench.py [--bin build/bin] [--workers 3] [--rounds 3] [--load 0]
+usage: bench/elastic/loss_bench.py [--bin build/bin] [--workers 3] [--rounds 3] [--server] [--load 0]
 """
 import argparse
 import datetime
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 
@@ -28,9 +36,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import resize_bench  # noqa: E402  (the same job, epoch lines and log times)
 
 
-def worker_program(job, rank, comm="trellis-mlp"):
-    """The pid of worker `rank`'s program `comm` (its environment names the job and the rank);
-    tests/python/test_torch_elastic.py finds its Python workers with it too."""
+def worker_program(job, rank, comm="trellis-mlp", role="worker"):
+    """The pid of worker `rank`'s program `comm` (its environment names the job and the rank; a
+    server's with role "server"); tests/python/test_torch_elastic.py finds its Python workers with
+    it too."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -43,7 +52,7 @@ def worker_program(job, rank, comm="trellis-mlp"):
         except OSError:
             continue
         if (b"TRELLIS_JOB=" + job.encode()) in env and (b"TRELLIS_RANK=%d" % rank) in env \
-                and b"TRELLIS_ROLE=worker" in env:
+                and b"TRELLIS_ROLE=" + role.encode() in env:
             return int(pid)
     return None
 
@@ -89,17 +98,59 @@ def one_round(args, n):
             sum(after_epochs) / len(after_epochs) if after_epochs else 0.0)
 
 
+def server_round(args, n):
+    """Server 1 of 2 SIGKILLed, taken over by server 0's pod: (noticed, started, served, before, after)."""
+    name = "sloss-%d-%d" % (os.getpid(), n)
+    text = resize_bench.JOB.format(name=name, workers=args.workers, max_workers=args.workers, min_servers=1,
+                                   max_servers=3)
+    text = text.replace("minWorkers: 1", "minWorkers: %d" % args.workers)
+    state = {}
+
+    def kill(work, logs, launch):
+        pid = worker_program(name, 1, comm="trellis-pserver", role="server")
+        if pid is None:
+            sys.exit("server 1's program not found")
+        killed = time.time()
+        os.kill(pid, signal.SIGKILL)
+        with open(os.path.join(work, "launch.out")) as f:
+            state["epoch"] = max(resize_bench.epoch_rates(f.read()) or [1])  # the last one ended
+        return killed
+
+    logs, text, killed = resize_bench.run_job(args, name, text, kill)
+    day = datetime.date.today()
+    noticed = first_line_time(os.path.join(logs, "scheduler.log"), "takes its shards over", day)
+    started = first_line_time(os.path.join(logs, "server-0.log"), r"taking over server 1 \(lost for good\):", day)
+    served = first_line_time(os.path.join(logs, "server-0.log"), "server 1: rebuilt", day)
+    rates = resize_bench.epoch_rates(text)
+    after_epochs = [rates[e] for e in rates if e >= state.get("epoch", 1) + 2]
+    since = lambda t: (t - killed) if t else float("nan")  # noqa: E731
+    return (since(noticed), since(started), since(served), rates.get(1, 0.0),
+            sum(after_epochs) / len(after_epochs) if after_epochs else 0.0)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", default="build/bin")
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--load", type=int, default=0)
+    p.add_argument("--server", action="store_true", help="lose server 1 of 2 (taken over) instead of worker 1")
     args = p.parse_args()
     if args.workers < 2:
         sys.exit("--workers must be 2 or more: one is lost")
     hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.load)]
     try:
+        if args.server:
+            print("server 1 of 2 lost (SIGKILL, restartPolicy Never, servers elastic 1..3), %d workers, MLP "
+                  "16-256-256-10 on loopback, %d busy loop(s) beside it" % (args.workers, args.load))
+            print("%-6s %10s %10s %10s %14s %14s %8s" % ("round", "noticed s", "started s", "served s",
+                                                         "before smp/s", "after smp/s", "ratio"))
+            for n in range(args.rounds):
+                noticed, started, served, before, after = server_round(args, n)
+                print("%-6d %10.2f %10.2f %10.2f %14.0f %14.0f %8.2f" % (
+                    n + 1, noticed, started, served, before, after, after / before if before else 0))
+                sys.stdout.flush()
+            return
         print("worker 1 of %d lost (SIGKILL, restartPolicy Never), MLP 16-256-256-10 on loopback, "
               "%d busy loop(s) beside it" % (args.workers, args.load))
         print("%-6s %10s %10s %10s %14s %14s %8s" % ("round", "noticed s", "served s", "switch s",
