@@ -139,26 +139,21 @@ def main():
     if args.workers < 2:
         sys.exit("--workers must be 2 or more: one is lost")
     hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.load)]
+    if args.server:
+        title = ("server 1 of 2 lost (SIGKILL, restartPolicy Never, servers elastic 1..3), %d workers, MLP "
+                 "16-256-256-10 on loopback, %d busy loop(s) beside it" % (args.workers, args.load))
+        columns, round_of = ("noticed s", "started s", "served s"), server_round
+    else:
+        title = ("worker 1 of %d lost (SIGKILL, restartPolicy Never), MLP 16-256-256-10 on loopback, "
+                 "%d busy loop(s) beside it" % (args.workers, args.load))
+        columns, round_of = ("noticed s", "served s", "switch s"), one_round
     try:
-        if args.server:
-            print("server 1 of 2 lost (SIGKILL, restartPolicy Never, servers elastic 1..3), %d workers, MLP "
-                  "16-256-256-10 on loopback, %d busy loop(s) beside it" % (args.workers, args.load))
-            print("%-6s %10s %10s %10s %14s %14s %8s" % ("round", "noticed s", "started s", "served s",
-                                                         "before smp/s", "after smp/s", "ratio"))
-            for n in range(args.rounds):
-                noticed, started, served, before, after = server_round(args, n)
-                print("%-6d %10.2f %10.2f %10.2f %14.0f %14.0f %8.2f" % (
-                    n + 1, noticed, started, served, before, after, after / before if before else 0))
-                sys.stdout.flush()
-            return
-        print("worker 1 of %d lost (SIGKILL, restartPolicy Never), MLP 16-256-256-10 on loopback, "
-              "%d busy loop(s) beside it" % (args.workers, args.load))
-        print("%-6s %10s %10s %10s %14s %14s %8s" % ("round", "noticed s", "served s", "switch s",
-                                                     "before smp/s", "after smp/s", "ratio"))
+        print(title)
+        print("%-6s %10s %10s %10s %14s %14s %8s" % (("round",) + columns + ("before smp/s", "after smp/s", "ratio")))
         for n in range(args.rounds):
-            noticed, served, switch, before, after = one_round(args, n)
+            a, b, c, before, after = round_of(args, n)
             print("%-6d %10.2f %10.2f %10.2f %14.0f %14.0f %8.2f" % (
-                n + 1, noticed, served, switch, before, after, after / before if before else 0))
+                n + 1, a, b, c, before, after, after / before if before else 0))
             sys.stdout.flush()
     finally:
         for h in hogs:
