@@ -41,6 +41,20 @@ StatusOr<v1::ResizeResponse> SchedulerState::ResizeServersLocked(const v1::Resiz
                                      "map; ask again once they are");
     }
   }
+  // Every slice moves from its owner at the boundary: a server of the world that is restarting or
+  // being taken over (docs/elastic.md#losing-a-server) must serve first, or the workers could not
+  // reach it once the new world leaves it out.
+  if (req.servers() != world_.servers() && world_.pending_epoch() == 0) {
+    for (int32_t r = 0; r < world_.servers() && r < members_.size(v1::ROLE_SERVER); ++r) {
+      const Membership::Member& m = members_.at(v1::ROLE_SERVER, r);
+      // (One not registered again yet after a scheduler restart is not known to be away.)
+      if (m.registered && (m.restarting || (!m.taken_over_by.empty() && !m.ready))) {
+        return FailedPreconditionError("server " + std::to_string(r) + " is " +
+                                       (m.taken_over_by.empty() ? "restarting" : "being taken over by pod " + m.taken_over_by) +
+                                       "; resize the servers once it serves again");
+      }
+    }
+  }
   std::set<int32_t> not_ready;
   for (int32_t r = world_.servers(); r < req.servers() && r < members_.size(v1::ROLE_SERVER); ++r) {
     if (!members_.ServerReady(r)) not_ready.insert(r);

@@ -394,6 +394,12 @@ TEST_F(ElasticServersTest, ARankTakenOverThenShrunkAwayAndGrownBackEndsWithTheUn
     std::this_thread::sleep_for(20ms);
   }
   ASSERT_NE(ReadFile(log).find("server-0 takes its shards over"), std::string::npos) << ReadFile(log);
+  // The servers are resized once the takeover serves (rebuilt: every worker replayed to it).
+  const std::string s0 = dir_ + "/logs-" + job + "/server-0.log";
+  while (ReadFile(s0).find("server 1: rebuilt ") == std::string::npos && std::chrono::steady_clock::now() < by) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(ReadFile(s0).find("server 1: rebuilt "), std::string::npos) << ReadFile(s0);
   for (const int to : {1, 2}) {
     std::string out;
     ASSERT_EQ(ResizeServers(job, to, &out), 0) << out << ReadFile(log);

@@ -46,6 +46,15 @@ class ServerTakeoverTest : public testing::RunningJobTest {
     r.set_address(address);
     return state_->ReportReady(r);
   }
+  // Server `server`'s program of `incarnation` ready at `address` and pinging: it serves.
+  void Serve(int32_t server, int64_t incarnation, const std::string& address) {
+    ASSERT_TRUE(Ready(server, address).ok());
+    v1::PingRequest ping;
+    ping.set_role(v1::ROLE_SERVER);
+    ping.set_rank(server);
+    ping.set_incarnation(incarnation);
+    state_->Ping(ping);
+  }
   void Beat(v1::Role role, int32_t rank, int64_t incarnation = 1) {
     v1::HeartbeatRequest r;
     r.set_role(role);
@@ -103,7 +112,7 @@ TEST_F(ServerTakeoverTest, AServerExitedForGoodIsRunByTheOtherServersPodAndTheJo
 TEST_F(ServerTakeoverTest, AShrinkThatRemovesTheRankTakenOverGivesItsPodNameBack) {
   ASSERT_TRUE(Exit(v1::ROLE_SERVER, 1, 1, 137).ok());
   ASSERT_TRUE(Reg(v1::ROLE_SERVER, "mlp-server-0+server-1").ok());
-  ASSERT_TRUE(Ready(1, "127.0.0.1:7100").ok());
+  ASSERT_NO_FATAL_FAILURE(Serve(1, 2, "127.0.0.1:7100"));
   std::optional<StatusOr<std::shared_ptr<const v1::ShardMap>>> got[2];
   for (int32_t w = 0; w < 2; ++w) {
     v1::DeclareKeysRequest r;
@@ -133,6 +142,35 @@ TEST_F(ServerTakeoverTest, AShrinkThatRemovesTheRankTakenOverGivesItsPodNameBack
   auto back = Reg(v1::ROLE_SERVER, "mlp-server-1");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->rank(), 1);
+}
+
+// The slices move from their owners at a server resize: not while one is being taken over.
+TEST_F(ServerTakeoverTest, TheServersAreNotResizedWhileOneIsBeingTakenOver) {
+  std::optional<StatusOr<std::shared_ptr<const v1::ShardMap>>> got[2];
+  for (int32_t w = 0; w < 2; ++w) {
+    v1::DeclareKeysRequest r;
+    r.set_worker_rank(w);
+    v1::KeySpec* key = r.add_keys();
+    key->set_id(0);
+    key->set_num_elements(16);
+    key->set_dtype(v1::DTYPE_FLOAT32);
+    state_->DeclareKeys(r, clock_.Now() + 60s, [&got, w](auto a) { got[w] = a; });
+  }
+  ASSERT_TRUE(got[1].has_value() && got[1]->ok());
+  ASSERT_TRUE(Exit(v1::ROLE_SERVER, 1, 1, 137).ok());
+  v1::ResizeRequest shrink;
+  shrink.set_servers(1);
+  auto refused = state_->Resize(shrink);
+  ASSERT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("server 1 is being taken over by pod mlp-server-0; resize the servers "
+                                            "once it serves again"),
+            std::string::npos)
+      << refused.status().message();
+  // Served (registered, ready, its program's first ping): the resize is taken.
+  auto reg = Reg(v1::ROLE_SERVER, "mlp-server-0+server-1");
+  ASSERT_TRUE(reg.ok());
+  ASSERT_NO_FATAL_FAILURE(Serve(1, reg->incarnation(), "127.0.0.1:7100"));
+  EXPECT_TRUE(state_->Resize(shrink).ok());
 }
 
 TEST_F(ServerTakeoverTest, ATakeoverThatEndsBeforeItServedFailsTheJobSayingWhy) {
