@@ -46,6 +46,20 @@ class ServerTakeoverTest : public testing::RunningJobTest {
     r.set_address(address);
     return state_->ReportReady(r);
   }
+  // Both workers declare one key: the shard map exists (a server resize needs it).
+  void DeclareOneKey() {
+  std::optional<StatusOr<std::shared_ptr<const v1::ShardMap>>> got[2];
+  for (int32_t w = 0; w < 2; ++w) {
+    v1::DeclareKeysRequest r;
+    r.set_worker_rank(w);
+    v1::KeySpec* key = r.add_keys();
+    key->set_id(0);
+    key->set_num_elements(16);
+    key->set_dtype(v1::DTYPE_FLOAT32);
+    state_->DeclareKeys(r, clock_.Now() + 60s, [&got, w](auto a) { got[w] = a; });
+  }
+  ASSERT_TRUE(got[1].has_value() && got[1]->ok());
+  }
   // Server `server`'s program of `incarnation` ready at `address` and pinging: it serves.
   void Serve(int32_t server, int64_t incarnation, const std::string& address) {
     ASSERT_TRUE(Ready(server, address).ok());
@@ -113,17 +127,7 @@ TEST_F(ServerTakeoverTest, AShrinkThatRemovesTheRankTakenOverGivesItsPodNameBack
   ASSERT_TRUE(Exit(v1::ROLE_SERVER, 1, 1, 137).ok());
   ASSERT_TRUE(Reg(v1::ROLE_SERVER, "mlp-server-0+server-1").ok());
   ASSERT_NO_FATAL_FAILURE(Serve(1, 2, "127.0.0.1:7100"));
-  std::optional<StatusOr<std::shared_ptr<const v1::ShardMap>>> got[2];
-  for (int32_t w = 0; w < 2; ++w) {
-    v1::DeclareKeysRequest r;
-    r.set_worker_rank(w);
-    v1::KeySpec* key = r.add_keys();
-    key->set_id(0);
-    key->set_num_elements(16);
-    key->set_dtype(v1::DTYPE_FLOAT32);
-    state_->DeclareKeys(r, clock_.Now() + 60s, [&got, w](auto a) { got[w] = a; });
-  }
-  ASSERT_TRUE(got[1].has_value() && got[1]->ok());
+  ASSERT_NO_FATAL_FAILURE(DeclareOneKey());
   v1::ResizeRequest shrink;
   shrink.set_servers(1);
   ASSERT_TRUE(state_->Resize(shrink).ok());
@@ -146,17 +150,7 @@ TEST_F(ServerTakeoverTest, AShrinkThatRemovesTheRankTakenOverGivesItsPodNameBack
 
 // The slices move from their owners at a server resize: not while one is being taken over.
 TEST_F(ServerTakeoverTest, TheServersAreNotResizedWhileOneIsBeingTakenOver) {
-  std::optional<StatusOr<std::shared_ptr<const v1::ShardMap>>> got[2];
-  for (int32_t w = 0; w < 2; ++w) {
-    v1::DeclareKeysRequest r;
-    r.set_worker_rank(w);
-    v1::KeySpec* key = r.add_keys();
-    key->set_id(0);
-    key->set_num_elements(16);
-    key->set_dtype(v1::DTYPE_FLOAT32);
-    state_->DeclareKeys(r, clock_.Now() + 60s, [&got, w](auto a) { got[w] = a; });
-  }
-  ASSERT_TRUE(got[1].has_value() && got[1]->ok());
+  ASSERT_NO_FATAL_FAILURE(DeclareOneKey());
   ASSERT_TRUE(Exit(v1::ROLE_SERVER, 1, 1, 137).ok());
   v1::ResizeRequest shrink;
   shrink.set_servers(1);
