@@ -200,16 +200,11 @@ void Agent::FinishReport(const SupervisorResult& r, int32_t rank) {
     // Elastic servers: another server's pod took this rank over (the scheduler decided when the
     // exit was reported); the operator does not make this pod again, nor fail the job for it.
     auto view = client_->GetCluster(0, /*wait_complete=*/false, std::chrono::milliseconds(2000));
-    if (view.ok() && !view->failed()) {
-      for (const auto& n : view->servers()) {
-        if (n.rank() == rank && !n.taken_over_by().empty() && n.lost_pod() == config_.pod_name) {
-          report_.taken_over = "server " + std::to_string(rank) + " (pod " + config_.pod_name +
-                               ") is lost for good; its shards are taken over by pod " + n.taken_over_by() +
-                               ", which runs it from now on (spec.elastic)";
-        }
-      }
+    const v1::NodeInfo* taken = view.ok() && !view->failed() ? TakenOverFrom(*view, rank, config_.pod_name) : nullptr;
+    if (taken != nullptr) {
+      report_.taken_over = TakeOverMessage(*taken);
+      return;
     }
-    if (!report_.taken_over.empty()) return;
   }
   if (r.last.exit_code == 0) return;
   // The exit was reported; a worker's failure has failed the job at the scheduler by now, or

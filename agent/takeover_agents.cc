@@ -1,10 +1,9 @@
 #include "agent/takeover_agents.h"
 
-#include <signal.h>
+#include <algorithm>
 
 #include "common/base/logging.h"
 #include "common/config/env_names.h"
-#include "common/process/termination_report.h"
 #include "scheduler/scheduler_client.h"
 
 namespace trellis {
@@ -81,13 +80,6 @@ void TakeoverAgents::Stop(std::chrono::milliseconds grace) {
   }
   cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
-}
-
-std::vector<int32_t> TakeoverAgents::started() const {
-  MutexLock lock(&mu_);
-  std::vector<int32_t> ranks;
-  for (const auto& [rank, agent] : agents_) ranks.push_back(rank);
-  return ranks;
 }
 
 void TakeoverAgents::Loop() {

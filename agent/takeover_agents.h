@@ -44,15 +44,13 @@ class TakeoverAgents {
   void Signal(int signo) EXCLUDES(mu_);
   // Stops every takeover agent (SIGTERM, SIGKILL after `grace`) and the thread. Idempotent.
   void Stop(std::chrono::milliseconds grace) EXCLUDES(mu_);
-  // Ranks taken over so far (tests, logs).
-  std::vector<int32_t> started() const EXCLUDES(mu_);
 
  private:
   void Loop() EXCLUDES(mu_);
 
   const AgentConfig parent_;
   const std::string scratch_;
-  mutable Mutex mu_;
+  Mutex mu_;
   CondVar cv_;
   std::vector<int32_t> to_start_ GUARDED_BY(mu_);
   std::map<int32_t, std::unique_ptr<Subprocess>> agents_ GUARDED_BY(mu_);  // rank -> its agent

@@ -366,15 +366,12 @@ bool Launcher::ServerOutsideWorld(const Child& agent) {
 std::string Launcher::TakenOver(const Child& agent) {
   if (!job_.elastic.enabled || agent.plan.kind != ProcessPlan::Kind::kServer || !client_) return "";
   auto view = client_->GetCluster(0, /*wait_complete=*/false, milliseconds(1000));
-  if (!view.ok()) return "";
-  for (const auto& n : view->servers()) {
-    if (n.rank() != agent.plan.index || n.taken_over_by().empty()) continue;
-    if (n.lost_pod() != job_.name + "-" + agent.plan.name) continue;
-    std::string by = n.taken_over_by();
-    if (by.rfind(job_.name + "-", 0) == 0) by = by.substr(job_.name.size() + 1);
-    return by;
-  }
-  return "";
+  const v1::NodeInfo* taken = view.ok() ? TakenOverFrom(*view, agent.plan.index, job_.name + "-" + agent.plan.name)
+                                         : nullptr;
+  if (taken == nullptr) return "";
+  std::string by = taken->taken_over_by();
+  if (by.rfind(job_.name + "-", 0) == 0) by = by.substr(job_.name.size() + 1);
+  return by;
 }
 
 std::string Launcher::LostWorker(const Child& agent) {

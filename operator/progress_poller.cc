@@ -124,11 +124,7 @@ StatusOr<bool> ProgressPoller::PollJob(const Json& job) {
   if (view.ok()) {
     for (const auto& n : view->servers()) {
       if (n.taken_over_by().empty() || n.lost_pod().empty()) continue;
-      std::string m = NoteTakeOver(status, name, n.rank(), n.lost_pod(),
-                                   "server " + std::to_string(n.rank()) + " (pod " + n.lost_pod() +
-                                       ") is lost for good; its shards are taken over by pod " + n.taken_over_by() +
-                                       ", which runs it from now on (spec.elastic)",
-                                   Clock::now());
+      std::string m = NoteTakeOver(status, name, n.rank(), n.lost_pod(), TakeOverMessage(n), Clock::now());
       if (!m.empty()) taken_over.push_back(std::move(m));
     }
   }

@@ -45,6 +45,23 @@ inline std::string TakeOverPodName(const std::string& pod, int32_t rank) {
   return pod.substr(0, 253 - suffix.size()) + suffix;
 }
 
+// The view's entry for server `rank` when another server's pod took it over from pod `lost_pod`
+// (NodeInfo.taken_over_by, lost_pod), else nullptr.
+inline const v1::NodeInfo* TakenOverFrom(const v1::ClusterView& view, int32_t rank, const std::string& lost_pod) {
+  for (const auto& n : view.servers()) {
+    if (n.rank() == rank && !n.taken_over_by().empty() && n.lost_pod() == lost_pod) return &n;
+  }
+  return nullptr;
+}
+
+// What a takeover is called in termination messages, status and events: "server 1 (pod j-server-1)
+// is lost for good; its shards are taken over by pod j-server-0, which runs it from now on ...".
+inline std::string TakeOverMessage(const v1::NodeInfo& n) {
+  return "server " + std::to_string(n.rank()) + " (pod " + n.lost_pod() +
+         ") is lost for good; its shards are taken over by pod " + n.taken_over_by() +
+         ", which runs it from now on (spec.elastic)";
+}
+
 struct SchedulerClientOptions {
   std::string address;  // host:port
   std::string token;    // job token; empty when the job runs without one
