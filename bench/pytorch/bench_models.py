@@ -27,7 +27,8 @@ settings are the defaults (restartPolicy OnFailure: crash recovery of workers an
 
 Models (torchvision 0.14, random init, synthetic inputs; sized so that a step's compute on half
 a core (the 2-core VM's budget per host) and its communication at 1 Gbit/s are of the same order):
-  resnet50     25.6M parameters, 3x64x64 images
+  resnet50     25.6M parameters, 3x64x64 images, batch 4 (about 0.8 s of compute against the
+               0.8 s its 102 MB take at 1 Gbit/s; batch 8 doubles the compute: --batch-of)
   vgg19        143.7M parameters, 3x32x32 images
   transformer  Sockeye's transformer-base: nn.Transformer 6+6 layers, d_model 512, 32k source and
                target vocabularies, untied output layer (93M parameters), 32+32 tokens a sample
@@ -68,7 +69,7 @@ LABELS = {"ddp": "DDP gloo", "fifo": "trellis FIFO whole tensors",
           "p3": "trellis P3 (defaults)", "p3-2bit": "trellis P3 + 2-bit",
           "p3-never": "trellis P3, restartPolicy Never"}
 # model -> (batch per worker, warm-up steps, timed steps, quick timed steps)
-SIZES = {"resnet50": (8, 2, 5, 1), "vgg19": (4, 2, 3, 1), "transformer": (8, 2, 4, 1),
+SIZES = {"resnet50": (4, 2, 8, 1), "vgg19": (4, 2, 3, 1), "transformer": (8, 2, 4, 1),
          "resnet18": (32, 0, 0, 0)}
 # P3 paper (Jayarajan et al., SysML 2019): P3 over the MXNet parameter-server baseline.
 PAPER_GAIN = {"resnet50": 1.25, "vgg19": 1.66, "transformer": 1.38}
@@ -132,6 +133,17 @@ def templates_batch(g, batch, noise=2.5):
     return (t[y] + noise * torch.randn(batch, 3, 16, 16, generator=g),), y
 
 
+def held_out_accuracy(model):
+    """The accuracy task's 2000 held-out samples (the same for every run); leaves train mode."""
+    import torch
+    model.eval()
+    with torch.no_grad():
+        x, y = templates_batch(torch.Generator().manual_seed(99), 2000)
+        acc = float((model(*x).argmax(1) == y).float().mean())
+    model.train()
+    return acc
+
+
 def loss_of(model, x, y):
     import torch.nn.functional as F
     out = model(*x)
@@ -150,6 +162,7 @@ def train(a, rank, world, model, opt, barrier):
     """Warm-up, then the timed steps between two barriers; rank 0 writes the result."""
     import torch
     batches = [batch_for(a.model, rank, a.batch, s) for s in range(min(a.warmup + a.steps, 4))]
+    curve = []  # (step, held-out accuracy) every --eval-every steps (the accuracy task)
     model.train()
     for i in range(a.warmup + a.steps):
         if i == a.warmup:
@@ -161,16 +174,17 @@ def train(a, rank, world, model, opt, barrier):
         opt.zero_grad()
         loss_of(model, x, y).backward()
         opt.step()
+        if a.model == "resnet18" and a.eval_every and (i + 1) % a.eval_every == 0 \
+                and i + 1 < a.warmup + a.steps and rank == 0:
+            curve.append((i + 1, held_out_accuracy(model)))
     barrier()
     secs = time.perf_counter() - t0
     busy1, jiffies1 = cpu_busy()
     res = {"samples_per_s": world * a.batch * a.steps / secs,
            "cpu_busy": (busy1 - busy0) / max(1, jiffies1 - jiffies0)}
     if a.model == "resnet18":
-        model.eval()
-        with torch.no_grad():
-            x, y = templates_batch(torch.Generator().manual_seed(99), 2000)
-            res["accuracy"] = float((model(*x).argmax(1) == y).float().mean())
+        res["accuracy"] = held_out_accuracy(model)
+        res["curve"] = curve + [(a.warmup + a.steps, res["accuracy"])]
     if rank == 0:
         with open(os.path.join(a.out, "result.json.tmp"), "w") as f:
             json.dump(res, f)
@@ -229,8 +243,10 @@ def sh(cmd, **kw):
 
 def worker_args(a, model, out, steps):
     batch, warmup, _, _ = SIZES[model]
+    batch = a.batch_of.get(model, batch)
     return ["--model", model, "--batch", str(batch), "--warmup", str(warmup), "--steps",
-            str(steps), "--lr", str(a.lr_of(model)), "--out", out]
+            str(steps), "--lr", str(a.lr_of(model)), "--out", out] + \
+        (["--eval-every", str(a.eval_every)] if model == "resnet18" and a.eval_every else [])
 
 
 def run_once(a, model, row, steps):
@@ -336,7 +352,7 @@ def bench_accuracy(a):
           "worker, SGD lr %.2f momentum 0.9, %d steps, held-out 2000 samples; 2-bit threshold "
           "%g, warmupSteps %d" % (SIZES["resnet18"][0], a.lr_of("resnet18"), steps, a.threshold,
                                   a.warmup_steps), flush=True)
-    acc, ok = {}, True
+    acc, curves, ok = {}, {}, True
     for row in [r for r in ["ddp", "p3", "p3-2bit"] if r == "ddp" or r in a.rows]:
         t = time.monotonic()
         try:
@@ -346,8 +362,20 @@ def bench_accuracy(a):
             ok = False
             continue
         acc[row] = res["accuracy"]
+        curves[row] = [tuple(p) for p in res.get("curve", [])]
         print("  %-27s accuracy %5.1f%%  (%.0f s)" % (LABELS[row], 100 * res["accuracy"],
                                                       time.monotonic() - t), flush=True)
+    if a.eval_every and len(curves) > 1:
+        rows = [r for r in ["ddp", "p3", "p3-2bit"] if r in curves]
+        print("  %-6s %s%s" % ("step", "".join("%-28s" % LABELS[r] for r in rows),
+                              "2-bit minus float32" if "p3" in curves and "p3-2bit" in curves
+                              else ""))
+        at = {r: dict(curves[r]) for r in rows}
+        for step in sorted(set.intersection(*[set(at[r]) for r in rows])):
+            gap = ("%+.1f points" % (100 * (at["p3-2bit"][step] - at["p3"][step]))
+                   if "p3" in at and "p3-2bit" in at else "")
+            print("  %-6d %s%s" % (step, "".join("%-28s" % ("%5.1f%%" % (100 * at[r][step]))
+                                                 for r in rows), gap))
     if "p3" in acc and "p3-2bit" in acc:
         d = 100 * (acc["p3-2bit"] - acc["p3"])
         print("  2-bit minus float32: %+.1f points (goal: no more than 1 point below: %s)" % (
@@ -383,6 +411,11 @@ def main():
     ap.add_argument("--accuracy", action="store_true",
                     help="only the accuracy check (ddp, and p3, p3-2bit when in --rows)")
     ap.add_argument("--accuracy-steps", type=int, default=ACCURACY_STEPS)
+    ap.add_argument("--eval-every", type=int, default=0,
+                    help="--accuracy: also the held-out accuracy every N steps (a curve)")
+    ap.add_argument("--batch-of", default="",
+                    help="MODEL=N,...: another batch per worker for these models (a step's "
+                         "compute against its transfer; e.g. resnet50=4)")
     ap.add_argument("--quick", action="store_true", help="1 round, 1 timed step")
     ap.add_argument("--prefix", default="tm", help="test host names: <prefix>-h<i>")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per run")
@@ -419,6 +452,13 @@ def main():
     for r in a.rows:
         if r not in ROWS:
             sys.exit("bench_models: unknown row %r (%s)" % (r, ", ".join(ROWS)))
+    try:
+        a.batch_of = {m: int(n) for m, n in (kv.split("=") for kv in a.batch_of.split(",") if kv)}
+    except ValueError:
+        sys.exit("bench_models: --batch-of takes MODEL=N,... (got %r)" % a.batch_of)
+    for m, n in a.batch_of.items():
+        if m not in SIZES or n < 1:
+            sys.exit("bench_models: --batch-of: unknown model or batch %s=%d" % (m, n))
     if a.cpu_per_host < 0:
         a.cpu_per_host = os.cpu_count() / (SERVERS + WORKERS)
     if a.quick:
@@ -450,6 +490,7 @@ def main():
         else:
             for m in models:
                 b, w, _, _ = SIZES[m]
+                b = a.batch_of.get(m, b)
                 print("%s: batch %d per worker, %d warm-up + %d timed steps a run" % (
                     m, b, w, a.steps_of(m)), flush=True)
                 ok = bench_speed(a, m) and ok
